@@ -1,0 +1,45 @@
+"""The one error hierarchy: every failure is either worth retrying later or never worth retrying.
+
+SDK errors (botocore, kubernetes, huggingface_hub, httpx) are converted at the task boundary with
+``raise ... from exc``; the message names the resource and what to change. Messages never carry
+secrets.
+"""
+
+from __future__ import annotations
+
+
+class CapserveError(Exception):
+    """Base class for every error capserve raises on purpose."""
+
+
+class RetryableError(CapserveError):
+    """Transient: throttling, 5xx, connection reset. Retrying with backoff may succeed."""
+
+
+class PermanentError(CapserveError):
+    """Retrying cannot help: bad input, missing permission, no capacity. The message says what to change."""
+
+
+class SpecError(PermanentError):
+    """A campaign spec (or a CLI argument standing in for one) is invalid."""
+
+
+class UnknownCatalogEntryError(PermanentError, KeyError):
+    """A model, GPU or instance type that the catalog does not know."""
+
+    def __init__(self, kind: str, name: str, known: list[str]) -> None:
+        self.kind = kind
+        self.name = name
+        self.known = sorted(known)
+        super().__init__(f"unknown {kind} {name!r}; known: {', '.join(self.known)}")
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() the message
+        return str(self.args[0])
+
+
+class DoesNotFitError(PermanentError):
+    """The planner refuses a model × hardware × context combination, saying by how much."""
+
+
+class DeadlineError(PermanentError):
+    """Not enough of the paid window is left to make a step worthwhile."""
