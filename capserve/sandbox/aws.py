@@ -1,0 +1,68 @@
+"""An in-process moto server on loopback, with the AWS SDK of this process pointed at it.
+
+The production code builds its boto3 clients exactly as it would against AWS; only the environment
+differs (``AWS_ENDPOINT_URL``, dummy credentials, a region). That keeps "switching to AWS is
+configuration" true: no code path exists only for the sandbox.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from moto.server import ThreadedMotoServer
+
+# Functions that patch moto before its server starts (operations moto lacks). Extension modules
+# register themselves here; see capserve/sandbox/aws_ext/.
+MOTO_EXTENSIONS: list[Callable[[], None]] = []
+
+SANDBOX_ENV = {
+    "AWS_ACCESS_KEY_ID": "sandbox",
+    "AWS_SECRET_ACCESS_KEY": "sandbox",
+    "AWS_SESSION_TOKEN": "sandbox",
+    # Never let botocore wander off to the instance metadata service looking for credentials.
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+
+
+@dataclass(frozen=True)
+class AwsSandbox:
+    endpoint_url: str
+    region: str
+
+
+@contextmanager
+def patched_environ(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the duration of the block, restoring what was there before."""
+    before = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in before.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+@contextmanager
+def moto_sandbox(region: str = "us-east-2") -> Iterator[AwsSandbox]:
+    """Start moto on 127.0.0.1 (a free port), point boto3 at it, stop it and restore the env on exit."""
+    for extend in MOTO_EXTENSIONS:
+        extend()
+    # moto's werkzeug server logs every request to stderr; the demo's output is for people.
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        env = {**SANDBOX_ENV, "AWS_ENDPOINT_URL": endpoint, "AWS_DEFAULT_REGION": region, "AWS_REGION": region}
+        with patched_environ(env):
+            yield AwsSandbox(endpoint_url=endpoint, region=region)
+    finally:
+        server.stop()
