@@ -24,7 +24,7 @@ from capserve.core.errors import CapserveError, PermanentError, RetryableError
 # botocore's "standard" retry mode retries throttling, 5xx and connection errors with exponential
 # backoff and full jitter (botocore docs, "Retries" guide). Our own retries sit above it only for
 # waits; purchases are never retried blindly (see tasks/capacity).
-_RETRY_CONFIG = botocore.config.Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=10, read_timeout=60)
+_RETRY_CONFIG = botocore.config.Config(retries={"mode": "standard", "total_max_attempts": 5}, connect_timeout=10, read_timeout=60)
 
 # Error codes that mean "try again later". Everything else from AWS is permanent for our purposes.
 THROTTLING_CODES = frozenset(
@@ -51,7 +51,7 @@ def client(service: str, region: str | None = None, *, max_attempts: int | None 
     """A fresh boto3 client. ``max_attempts=1`` turns botocore's own retries off (for calls we must not repeat)."""
     config = _RETRY_CONFIG
     if max_attempts is not None:
-        config = config.merge(botocore.config.Config(retries={"mode": "standard", "max_attempts": max_attempts}))
+        config = config.merge(botocore.config.Config(retries={"mode": "standard", "total_max_attempts": max_attempts}))
     return boto3.session.Session().client(service, region_name=region, config=config)  # type: ignore[call-overload]
 
 
