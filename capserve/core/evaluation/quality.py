@@ -1,0 +1,133 @@
+"""Golden-set items, deterministic answer extraction, exact-match scoring and a Wilson confidence interval."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable
+from importlib import resources
+from statistics import NormalDist
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from capserve.core.errors import SpecError
+
+Extractor = Literal["answer_line", "last_number"]
+
+SYSTEM_PROMPT = (
+    "You are a careful assistant. Think briefly if needed, then end your reply with one final line "
+    "of the form 'Answer: <answer>'."
+)
+
+
+class GoldenItem(BaseModel):
+    """One line of a golden JSONL file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: str = Field(min_length=1, max_length=64, description="Stable identifier, unique within the file.")
+    category: str = Field(min_length=1, max_length=32, description="e.g. arithmetic, instruction, extraction.")
+    prompt: str = Field(min_length=1, max_length=8000, description="The user message.")
+    answer: str = Field(min_length=1, max_length=200, description="The expected answer after extraction.")
+    aliases: tuple[str, ...] = Field(default=(), description="Other accepted answers.")
+    extract: Extractor = Field(default="answer_line", description="How the answer is taken out of the reply.")
+
+
+def load_golden(lines: Iterable[str], source: str = "golden set") -> list[GoldenItem]:
+    """Parse golden JSONL text; blank lines are skipped; a bad line names its number."""
+    items: list[GoldenItem] = []
+    seen: set[str] = set()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            item = GoldenItem.model_validate_json(line)
+        except ValidationError as exc:
+            raise SpecError(f"{source} line {number}: {exc.errors()[0]['msg']}") from exc
+        if item.id in seen:
+            raise SpecError(f"{source} line {number}: duplicate id {item.id!r}")
+        seen.add(item.id)
+        items.append(item)
+    if not items:
+        raise SpecError(f"{source} has no items")
+    return items
+
+
+def packaged_golden() -> list[GoldenItem]:
+    """The golden set shipped with capserve (written for this project)."""
+    text = resources.files("capserve.core.evaluation").joinpath("golden/golden.jsonl").read_text("utf-8")
+    return load_golden(text.splitlines(), "packaged golden set")
+
+
+_ANSWER_LINE = re.compile(r"answer\s*[:：]\s*(.+)", re.IGNORECASE)
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def _clean_number(text: str) -> str:
+    value = text.replace(",", "")
+    if "." in value:
+        value = value.rstrip("0").rstrip(".")
+    return value
+
+
+def extract_answer(reply: str, how: Extractor) -> str | None:
+    """The answer in ``reply``: the last ``Answer:`` line, or the last number (eval.md §3.1: not the first)."""
+    if how == "answer_line":
+        matches = [m.group(1) for line in reply.splitlines() if (m := _ANSWER_LINE.search(line))]
+        return matches[-1].strip() if matches else None
+    numbers = _NUMBER.findall(reply)
+    return _clean_number(numbers[-1]) if numbers else None
+
+
+def normalize(text: str) -> str:
+    """Case-, space- and decoration-insensitive form used for exact match."""
+    value = text.strip().strip("*_`\"'“”‘’ ").lower()
+    value = re.sub(r"\s+", " ", value)
+    return value.rstrip(".!。").strip()
+
+
+def is_correct(item: GoldenItem, reply: str) -> tuple[bool, str | None]:
+    """(exact match?, extracted answer). Number items also match 4 vs 4.0."""
+    extracted = extract_answer(reply, item.extract)
+    if extracted is None:
+        return False, None
+    accepted = {normalize(item.answer), *(normalize(a) for a in item.aliases)}
+    candidate = normalize(extracted)
+    if item.extract == "answer_line" and candidate not in accepted:
+        # "Answer: 42 apples" for a numeric answer: compare its last number too.
+        numbers = _NUMBER.findall(candidate)
+        if numbers and _clean_number(numbers[-1]) in accepted:
+            return True, extracted
+    return candidate in accepted, extracted
+
+
+def wilson_interval(correct: int, total: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion (better than ±z·√(p(1−p)/n) at small n)."""
+    if total <= 0:
+        return 0.0, 1.0
+    z = NormalDist().inv_cdf((1 + confidence) / 2)
+    p = correct / total
+    denom = 1 + z * z / total
+    centre = (p + z * z / (2 * total)) / denom
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def quality_messages(item: GoldenItem) -> list[dict[str, Any]]:
+    """Chat messages for one golden item."""
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": item.prompt}]
+
+
+def golden_from_file(path: str) -> list[GoldenItem]:
+    """Load a user-supplied golden JSONL file."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return load_golden(handle, path)
+    except OSError as exc:
+        raise SpecError(f"cannot read golden file {path}: {exc.strerror}") from exc
+
+
+def dump_golden(items: Iterable[GoldenItem]) -> str:
+    """JSONL text for ``items`` (used to write a custom golden file)."""
+    return "".join(json.dumps(item.model_dump(exclude_defaults=True)) + "\n" for item in items)
