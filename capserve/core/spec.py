@@ -8,17 +8,19 @@ names each field path and what is allowed there, never a traceback.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
     AwareDatetime,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     model_validator,
 )
 
@@ -36,6 +38,30 @@ DNS_LABEL = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
 HUB_REPO = r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$"
 AWS_REGION = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
 S3_BUCKET = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
+
+
+_RELATIVE = re.compile(r"^now(?:\s*\+\s*(\d+)\s*([mhdw]))?$")
+_UNIT = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def _resolve_relative_time(value: Any, info: ValidationInfo) -> Any:
+    """Accept 'now' or 'now+36h' / 'now+2d' / 'now+1w' besides absolute times.
+
+    Scheduled campaigns ("every Monday, find a block in the next two weeks") need windows relative
+    to when they run. Every relative time in one spec resolves against the same instant, taken from
+    the validation context (``now``) or the wall clock.
+    """
+    if not isinstance(value, str):
+        return value
+    match = _RELATIVE.match(value.strip())
+    if match is None:
+        return value
+    now = (info.context or {}).get("now") or datetime.now(UTC)
+    amount, unit = match.groups()
+    return now + timedelta(**{_UNIT[unit]: int(amount)}) if amount else now
+
+
+WindowTime = Annotated[AwareDatetime, BeforeValidator(_resolve_relative_time)]
 
 
 class StrictModel(BaseModel):
@@ -76,11 +102,11 @@ class CapacitySpec(StrictModel):
     regions: list[str] = Field(
         min_length=1, max_length=16, description="Regions to search for offerings, searched concurrently."
     )
-    earliest_start: AwareDatetime | None = Field(
-        None, description="The reservation may start at or after this instant (with a timezone)."
+    earliest_start: WindowTime | None = Field(
+        None, description="The reservation may start at or after this instant: ISO time with a timezone, 'now' or 'now+2d'."
     )
-    latest_end: AwareDatetime | None = Field(
-        None, description="The reservation must end at or before this instant (with a timezone)."
+    latest_end: WindowTime | None = Field(
+        None, description="The reservation must end at or before this instant: ISO time with a timezone or 'now+14d'."
     )
     duration_hours: int | None = Field(
         None, ge=24, le=24 * MAX_RESERVATION_DAYS,
@@ -243,7 +269,7 @@ class CampaignSpec(StrictModel):
         return self
 
 
-def load_spec(path: str | Path) -> CampaignSpec:
+def load_spec(path: str | Path, *, now: datetime | None = None) -> CampaignSpec:
     """Read and validate a campaign spec; every problem becomes one ``SpecError`` naming field paths."""
     path = Path(path)
     try:
@@ -256,14 +282,14 @@ def load_spec(path: str | Path) -> CampaignSpec:
         where = getattr(exc, "problem_mark", None)
         at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
         raise SpecError(f"{path}: not valid YAML{at}: {getattr(exc, 'problem', exc)}") from None
-    return parse_spec(data, source=str(path))
+    return parse_spec(data, source=str(path), now=now)
 
 
-def parse_spec(data: Any, *, source: str = "spec") -> CampaignSpec:
+def parse_spec(data: Any, *, source: str = "spec", now: datetime | None = None) -> CampaignSpec:
     if not isinstance(data, dict):
         raise SpecError(f"{source}: the spec must be a mapping of fields (name, model, capacity, …), got {type(data).__name__}")
     try:
-        return CampaignSpec.model_validate(data)
+        return CampaignSpec.model_validate(data, context={"now": now or datetime.now(UTC)})
     except ValidationError as exc:
         raise SpecError(f"{source}: invalid campaign spec\n{describe_errors(exc, CampaignSpec)}") from None
 

@@ -1,0 +1,22 @@
+"""Test-session setup: one Prefect test harness for the whole session (it takes 10–18 s to start)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+# Before prefect is imported anywhere: no telemetry, a patient start on a loaded 2-core CI box
+# (PrefectHQ/prefect#16397), and no warnings for task logs outside a flow run.
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
+
+import pytest  # noqa: E402
+from prefect.testing.utilities import prefect_test_harness  # noqa: E402
+
+
+@pytest.fixture(autouse=True, scope="session")
+def prefect_harness() -> Iterator[None]:
+    with prefect_test_harness(server_startup_timeout=90):
+        yield
