@@ -168,7 +168,12 @@ TINY_K3 = ModelEntry(
     max_context=8192,
     layers=hybrid_layers(_TINY_LAYERS, k3_full_attn_layers(_TINY_LAYERS)),
     mla=MlaGeometry(
-        num_heads=8, q_lora_rank=64, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32,
+        num_heads=8,
+        q_lora_rank=64,
+        kv_lora_rank=64,
+        qk_nope_head_dim=32,
+        qk_rope_head_dim=16,
+        v_head_dim=32,
         output_gate=True,
     ),
     kda=KdaGeometry(num_heads=8, head_dim=32, short_conv_kernel_size=4, full_rank_gate=True),

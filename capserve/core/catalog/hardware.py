@@ -68,7 +68,9 @@ class InstanceType(BaseModel):
         return self.gpu.hbm_bytes * self.gpus_per_node
 
 
-def _cards(count: int, gbps: float, *, ena_only: tuple[int, ...] = (), ena_only_gbps: float = 0.0) -> tuple[NetworkCard, ...]:
+def _cards(
+    count: int, gbps: float, *, ena_only: tuple[int, ...] = (), ena_only_gbps: float = 0.0
+) -> tuple[NetworkCard, ...]:
     return tuple(
         NetworkCard(index=i, efa=False, bandwidth_gbps=ena_only_gbps)
         if i in ena_only

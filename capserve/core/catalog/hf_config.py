@@ -370,7 +370,13 @@ def _quantization_config(q: Quantization) -> dict[str, Any] | None:
             "config_groups": {
                 "group_0": {
                     "targets": ["Linear"],
-                    "weights": {"num_bits": 4, "type": "float", "group_size": 32, "strategy": "group", "symmetric": True},
+                    "weights": {
+                        "num_bits": 4,
+                        "type": "float",
+                        "group_size": 32,
+                        "strategy": "group",
+                        "symmetric": True,
+                    },
                 }
             },
         }

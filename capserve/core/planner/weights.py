@@ -1,0 +1,220 @@
+"""Bytes of a model's weights: by tensor class, and per GPU for a parallel layout.
+
+Storage formats:
+- MXFP4 (OCP MX): E2M1 values packed two per byte plus one E8M0 scale byte per 32 values along the
+  reduction (last) dimension: ``rows * (cols/2 + cols/32)`` = 4.25 bits per value (weights.md §4).
+- FP8 block (DeepSeek-V3 README_WEIGHTS): one byte per value plus one fp32 ``weight_scale_inv`` per
+  128x128 block.
+- BF16: two bytes per value.
+
+Sharding follows vLLM's layers (weights.md §1.1, vLLM KimiDeltaAttention / DeepSeek MLA): column- and
+row-parallel projections split across tensor-parallel ranks; the MLA down-projections (q_a, kv_a), the
+KDA low-rank gate inputs, the router and (per the third-party K3 inventory) the latent-MoE projections
+are replicated; routed experts split across expert-parallel ranks when EP is on, else across TP ranks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from capserve.core.catalog.models import AttentionKind, ModelEntry
+
+Shard = Literal["tp", "replicated", "experts"]
+Format = Literal["mxfp4", "fp8", "bf16"]
+
+MXFP4_BLOCK = 32  # values per E8M0 scale (OCP MX spec; vLLM OCP_MX_BLOCK_SIZE)
+FP8_BLOCK = 128  # DeepSeek-V3 weight_block_size [128, 128]
+FP32_BYTES = 4
+BF16_BYTES = 2
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def mxfp4_bytes(rows: int, cols: int) -> int:
+    """Packed E2M1 (two per byte) plus one E8M0 scale byte per 32 values of each row."""
+    return rows * (_ceil_div(cols, 2) + _ceil_div(cols, MXFP4_BLOCK))
+
+
+def fp8_block_bytes(rows: int, cols: int) -> int:
+    """One byte per value plus an fp32 scale per 128x128 block."""
+    return rows * cols + FP32_BYTES * _ceil_div(rows, FP8_BLOCK) * _ceil_div(cols, FP8_BLOCK)
+
+
+def linear_bytes(rows: int, cols: int, fmt: Format) -> int:
+    """Bytes of one [rows, cols] weight matrix stored as ``fmt``."""
+    if fmt == "mxfp4":
+        return mxfp4_bytes(rows, cols)
+    if fmt == "fp8":
+        return fp8_block_bytes(rows, cols)
+    return BF16_BYTES * rows * cols
+
+
+@dataclass(frozen=True)
+class TensorGroup:
+    """Tensors of one class in one place (a layer, or the model's ends) that shard the same way."""
+
+    cls: str
+    nbytes: int
+    shard: Shard
+    units: int = 1  # for experts: how many experts the bytes cover (EP places whole experts)
+
+
+def _mla_groups(model: ModelEntry) -> list[TensorGroup]:
+    a, h, fmt = model.mla, model.hidden_size, model.quantization.dense
+    assert a is not None
+    qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+    repl = linear_bytes(a.kv_lora_rank + a.qk_rope_head_dim, h, fmt)  # kv_a_proj_with_mqa
+    tp = linear_bytes(a.num_heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank, fmt)  # kv_b_proj
+    tp += linear_bytes(h, a.num_heads * a.v_head_dim, fmt)  # o_proj
+    norms = BF16_BYTES * a.kv_lora_rank
+    if a.q_lora_rank:
+        repl += linear_bytes(a.q_lora_rank, h, fmt)  # q_a_proj
+        tp += linear_bytes(a.num_heads * qk, a.q_lora_rank, fmt)  # q_b_proj
+        norms += BF16_BYTES * a.q_lora_rank
+    else:
+        tp += linear_bytes(a.num_heads * qk, h, fmt)  # q_proj
+    if a.output_gate:
+        tp += linear_bytes(a.num_heads * a.v_head_dim, h, fmt)  # gated MLA output gate
+    return [
+        TensorGroup("mla_attention", tp, "tp"),
+        TensorGroup("mla_attention", repl, "replicated"),
+        TensorGroup("norms", norms, "replicated"),
+    ]
+
+
+def _kda_groups(model: ModelEntry) -> list[TensorGroup]:
+    k, h, fmt = model.kda, model.hidden_size, model.quantization.dense
+    assert k is not None
+    proj = k.num_heads * k.head_dim
+    tp = 3 * linear_bytes(proj, h, fmt) + linear_bytes(h, proj, fmt)  # q, k, v, o
+    tp += linear_bytes(proj, k.head_dim, "bf16")  # f_b_proj
+    tp += linear_bytes(k.num_heads, h, "bf16")  # b_proj (beta)
+    tp += 3 * BF16_BYTES * proj * k.short_conv_kernel_size  # q/k/v depthwise conv weights
+    tp += FP32_BYTES * (k.num_heads + proj)  # A_log, dt_bias
+    repl = linear_bytes(k.head_dim, h, "bf16")  # f_a_proj
+    if k.full_rank_gate:
+        tp += linear_bytes(proj, h, fmt)  # g_proj
+    else:
+        repl += linear_bytes(k.head_dim, h, "bf16")  # g_a_proj
+        tp += linear_bytes(proj, k.head_dim, "bf16")  # g_b_proj
+    return [
+        TensorGroup("kda_attention", tp, "tp"),
+        TensorGroup("kda_attention", repl, "replicated"),
+        TensorGroup("norms", BF16_BYTES * k.head_dim, "replicated"),  # o_norm
+    ]
+
+
+def _gqa_groups(model: ModelEntry) -> list[TensorGroup]:
+    g, h, fmt = model.gqa, model.hidden_size, model.quantization.dense
+    assert g is not None
+    q, kv = g.num_heads * g.head_dim, g.num_kv_heads * g.head_dim
+    nbytes = linear_bytes(q, h, fmt) + 2 * linear_bytes(kv, h, fmt) + linear_bytes(h, q, fmt)
+    if g.bias:
+        nbytes += BF16_BYTES * (q + 2 * kv + h)
+    if g.sinks:
+        nbytes += BF16_BYTES * g.num_heads
+    return [TensorGroup("gqa_attention", nbytes, "tp")]
+
+
+def _mlp_groups(model: ModelEntry, index: int) -> list[TensorGroup]:
+    m, h, fmt = model.moe, model.hidden_size, model.quantization.dense
+    if index < m.first_k_dense:
+        i = m.dense_intermediate_size
+        return [TensorGroup("dense_mlp", 2 * linear_bytes(i, h, fmt) + linear_bytes(h, i, fmt), "tp")]
+    e, d, i = m.n_routed_experts, model.expert_hidden_size, m.moe_intermediate_size
+    efmt = model.quantization.routed_experts
+    per_expert = 2 * linear_bytes(i, d, efmt) + linear_bytes(d, i, efmt)  # w1 (gate), w3 (up), w2 (down)
+    if m.expert_bias:
+        per_expert += BF16_BYTES * (2 * i + d)
+    router = linear_bytes(e, h, "bf16")
+    router += BF16_BYTES * e if m.router_bias else 0
+    router += FP32_BYTES * e if m.score_correction_bias else 0
+    groups = [
+        TensorGroup("routed_experts", per_expert * e, "experts", units=e),
+        TensorGroup("moe_router", router, "replicated"),
+    ]
+    if m.expert_hidden_size is not None:
+        latent = linear_bytes(d, h, "bf16") + linear_bytes(h, d, "bf16") + BF16_BYTES * d
+        groups.append(TensorGroup("moe_latent_projections", latent, "replicated"))
+    if m.n_shared_experts:
+        s = m.n_shared_experts * i
+        groups.append(TensorGroup("shared_experts", 2 * linear_bytes(s, h, fmt) + linear_bytes(h, s, fmt), "tp"))
+    return groups
+
+
+def layer_groups(model: ModelEntry, index: int) -> list[TensorGroup]:
+    """Every weight of decoder layer ``index`` (0-based), grouped by class and sharding."""
+    kind = model.layers[index]
+    groups = [TensorGroup("norms", 2 * BF16_BYTES * model.hidden_size, "replicated")]
+    if kind == AttentionKind.MLA:
+        groups += _mla_groups(model)
+    elif kind == AttentionKind.KDA:
+        groups += _kda_groups(model)
+    else:
+        groups += _gqa_groups(model)
+    return groups + _mlp_groups(model, index)
+
+
+def first_stage_groups(model: ModelEntry) -> list[TensorGroup]:
+    """Weights held by the first pipeline stage besides its layers."""
+    groups = [TensorGroup("embed_tokens", linear_bytes(model.vocab_size, model.hidden_size, "bf16"), "tp")]
+    if model.vision_tower_params:
+        groups.append(TensorGroup("vision_tower", BF16_BYTES * model.vision_tower_params, "replicated"))
+    return groups
+
+
+def last_stage_groups(model: ModelEntry) -> list[TensorGroup]:
+    """Weights held by the last pipeline stage besides its layers (final norm, lm_head)."""
+    groups = [TensorGroup("norms", BF16_BYTES * model.hidden_size, "replicated")]
+    if not model.tie_word_embeddings:
+        groups.append(TensorGroup("lm_head", linear_bytes(model.vocab_size, model.hidden_size, "bf16"), "tp"))
+    return groups
+
+
+def all_groups(model: ModelEntry) -> list[TensorGroup]:
+    groups = first_stage_groups(model) + last_stage_groups(model)
+    for index in range(model.num_layers):
+        groups += layer_groups(model, index)
+    return groups
+
+
+def weight_bytes_by_class(model: ModelEntry) -> dict[str, int]:
+    """Bytes of the whole model per tensor class (as stored; sums to the checkpoint's weight bytes)."""
+    out: dict[str, int] = {}
+    for g in all_groups(model):
+        out[g.cls] = out.get(g.cls, 0) + g.nbytes
+    return dict(sorted(out.items()))
+
+
+def sharded_bytes(groups: Sequence[TensorGroup], *, tp: int, ep: int) -> int:
+    """Bytes one GPU holds of ``groups`` with tensor-parallel size ``tp`` and expert-parallel size ``ep``.
+
+    EP places whole experts (the largest rank holds ceil(E/ep) of them); without EP (ep == 1) each
+    expert's intermediate dimension is split across the TP ranks like any column/row-parallel layer.
+    """
+    total = 0
+    for g in groups:
+        if g.shard == "replicated":
+            total += g.nbytes
+        elif g.shard == "tp":
+            total += _ceil_div(g.nbytes, tp)
+        elif ep > 1:
+            total += _ceil_div(g.units, ep) * (g.nbytes // g.units)
+        else:
+            total += _ceil_div(g.nbytes, tp)
+    return total
+
+
+def pipeline_stages(num_layers: int, pp: int) -> list[range]:
+    """Contiguous layer ranges per stage; extra layers go to the earlier stages, as the last also holds lm_head."""
+    base, extra = divmod(num_layers, pp)
+    stages, start = [], 0
+    for stage in range(pp):
+        size = base + (1 if stage < extra else 0)
+        stages.append(range(start, start + size))
+        start += size
+    return stages
