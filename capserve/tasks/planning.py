@@ -1,0 +1,61 @@
+"""The plan stage's tasks: find the model's geometry, plan it, and show the plan in the UI."""
+
+from __future__ import annotations
+
+import json
+
+from prefect import task
+from prefect.artifacts import create_table_artifact
+
+from capserve.core.catalog import ModelEntry, get_instance_type, get_model, model_from_hf_config
+from capserve.core.errors import PermanentError
+from capserve.core.planner import ServingPlan, plan_serving
+from capserve.core.plan_check import check_plan_against_capacity, plan_summary_rows
+from capserve.core.spec import CampaignSpec, ModelRef
+
+
+@task(name="resolve-model")
+def resolve_model(ref: ModelRef, hub_endpoint: str | None = None) -> ModelEntry:
+    """The model's geometry: the catalog entry, or the repo's own config.json read from the Hub.
+
+    A catalog id wins when both are given (its repo may be overridden for the weights stage only).
+    """
+    if ref.catalog is not None:
+        return get_model(ref.catalog)
+    assert ref.repo is not None  # the spec guarantees one of the two
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        path = hf_hub_download(ref.repo, "config.json", revision=ref.revision, endpoint=hub_endpoint)
+    except HfHubHTTPError as exc:
+        raise PermanentError(
+            f"cannot read config.json of {ref.repo}@{ref.revision} from the Hub: {exc.__class__.__name__}. "
+            "Check model.repo / model.revision, or name a catalog model with model.catalog"
+        ) from exc
+    with open(path, encoding="utf-8") as handle:
+        config = json.load(handle)
+    return model_from_hf_config(config, name=ref.repo, hf_repo=ref.repo, source=f"{ref.repo}@{ref.revision} config.json")
+
+
+@task(name="plan-serving")
+def plan_campaign(spec: CampaignSpec, model: ModelEntry) -> ServingPlan:
+    """Plan the model on the spec's instance type; refuse before anything is bought if it cannot fit."""
+    instance = get_instance_type(spec.capacity.instance_type)
+    plan = plan_serving(
+        model,
+        instance,
+        context_length=spec.serving.max_model_len,
+        concurrency=spec.serving.max_num_seqs,
+    ).require_fit()
+    check_plan_against_capacity(plan, spec)
+    return plan
+
+
+@task(name="publish-plan")
+def publish_plan(plan: ServingPlan, campaign_id: str) -> None:
+    create_table_artifact(
+        key=f"{campaign_id}-plan",
+        table=[{"what": what, "value": value} for what, value in plan_summary_rows(plan)],
+        description=f"Serving plan: {plan.model} on {plan.nodes} × {plan.instance_type} ({plan.layout})",
+    )
