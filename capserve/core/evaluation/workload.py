@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -163,3 +163,32 @@ def stream_chat_payload(model: str, prompt: str, max_tokens: int, *, ignore_eos:
     if ignore_eos:
         payload["ignore_eos"] = True  # vLLM extension: generate exactly max_tokens
     return payload
+
+
+class LoadJob(BaseModel):
+    """What one load-generator process is told to do (written as JSON; carries no secret)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    url: str = Field(description="Full chat-completions URL.")
+    models_url: str = Field(description="URL used to pre-open connections (GET /v1/models).")
+    model: str = Field(description="Served model name.")
+    name: str = Field(description="Run label.")
+    mode: Literal["closed", "open"] = Field(description="closed = fixed concurrency; open = scheduled arrivals.")
+    concurrency: int = Field(ge=1, description="Closed: workers in this process; open: max in flight here.")
+    request_rate: float | None = Field(default=None, gt=0, description="Open loop: target rate of the whole run.")
+    requests: list[PlannedRequest] = Field(description="This process's share of the run.")
+    ignore_eos: bool = Field(default=True, description="Send vLLM's ignore_eos.")
+    warmup_requests: int = Field(default=0, ge=0, description="Streamed requests before the run, not recorded.")
+    request_timeout_s: float = Field(gt=0, description="Total time allowed per request.")
+
+
+def split_requests(requests: list[PlannedRequest], shards: int) -> list[list[PlannedRequest]]:
+    """Round-robin split so every process gets an even share of an arrival schedule."""
+    return [requests[i::shards] for i in range(shards)]
+
+
+def split_concurrency(concurrency: int, shards: int) -> list[int]:
+    """Split ``concurrency`` streams over at most ``shards`` processes, none empty."""
+    shards = max(1, min(shards, concurrency))
+    base, extra = divmod(concurrency, shards)
+    return [base + (1 if i < extra else 0) for i in range(shards)]

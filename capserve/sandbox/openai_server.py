@@ -1,0 +1,352 @@
+"""A local OpenAI-compatible chat server with known latencies and injectable faults (tests and demo only).
+
+It streams the way vLLM does (shared/reference/eval.md §5.1): the role arrives with the first token,
+one token per chunk, then a ``choices: []`` chunk with ``usage``, then ``data: [DONE]``. Tokens are
+scheduled on absolute times from the request's arrival (arrival + TTFT + i·ITL), so the latencies
+a client should measure are known. Runs in its own process so a busy test process cannot distort it.
+
+    with serve(SandboxConfig(ttft=Dist(mean_ms=50))) as base_url:
+        ...  # base_url == "http://127.0.0.1:<port>"
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from capserve.core.errors import RetryableError
+from capserve.core.evaluation.quality import packaged_golden
+
+
+class Dist(BaseModel):
+    """A latency distribution in milliseconds (samples below zero are clipped to zero)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Literal["constant", "normal", "uniform", "lognormal"] = Field(default="constant", description="Shape.")
+    mean_ms: float = Field(default=0.0, ge=0, le=600_000, description="Mean (constant: the value).")
+    spread_ms: float = Field(default=0.0, ge=0, le=600_000, description="normal/lognormal: std; uniform: half-width.")
+
+    def sample(self, rng: random.Random) -> float:
+        """One sample in seconds."""
+        if self.kind == "constant" or self.spread_ms == 0:
+            value = self.mean_ms
+        elif self.kind == "normal":
+            value = rng.gauss(self.mean_ms, self.spread_ms)
+        elif self.kind == "uniform":
+            value = rng.uniform(self.mean_ms - self.spread_ms, self.mean_ms + self.spread_ms)
+        else:
+            # lognormal parametrised by its own mean and std
+            mu2 = max(self.mean_ms, 1e-6) ** 2
+            sigma2 = __import__("math").log(1 + self.spread_ms**2 / mu2)
+            value = rng.lognormvariate(__import__("math").log(mu2) / 2 - sigma2 / 2, sigma2**0.5)
+        return max(0.0, value) / 1000
+
+
+class Faults(BaseModel):
+    """Fault injection; each rate is a probability per request (1.0 = every request)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    http_5xx_rate: float = Field(default=0.0, ge=0, le=1, description="Answer 503 instead of generating.")
+    stream_cut_rate: float = Field(default=0.0, ge=0, le=1, description="Drop the connection mid-stream.")
+    cut_after_chunks: int = Field(default=2, ge=0, le=100_000, description="Token chunks sent before the cut.")
+    slow_first_token_rate: float = Field(default=0.0, ge=0, le=1, description="Add slow_first_token_ms to TTFT.")
+    slow_first_token_ms: float = Field(default=2000.0, ge=0, le=600_000, description="Extra TTFT of a slow request.")
+    malformed_tool_call_rate: float = Field(
+        default=0.0, ge=0, le=1, description="Emit tool-call arguments that are not valid JSON."
+    )
+
+
+class SandboxConfig(BaseModel):
+    """Behaviour of the sandbox server."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    model: str = Field(default="sandbox-model", min_length=1, max_length=200, description="Served model name.")
+    max_model_len: int = Field(default=8192, ge=1, description="Reported in /v1/models.")
+    ttft: Dist = Field(default_factory=lambda: Dist(mean_ms=20.0), description="Time to first token.")
+    itl: Dist = Field(default_factory=lambda: Dist(mean_ms=2.0), description="Gap between token chunks.")
+    default_output_tokens: int = Field(default=16, ge=1, le=100_000, description="When max_tokens is absent.")
+    vision: bool = Field(default=True, description="Accept image inputs; False answers 400 like a text-only model.")
+    quality_accuracy: float = Field(
+        default=1.0, ge=0, le=1, description="Probability of answering a golden-set question correctly."
+    )
+    faults: Faults = Field(default_factory=Faults, description="Fault injection.")
+    seed: int = Field(default=0, ge=0, description="Seed of every random choice.")
+    record_timings: bool = Field(
+        default=False, description="Keep the server's own clock per stream, served at GET /sandbox/timings."
+    )
+
+
+def _text_of(messages: list[dict[str, Any]]) -> tuple[str, bool]:
+    """(all text, whether any image part is present)."""
+    texts, image = [], False
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            for part in content:
+                if part.get("type") == "text":
+                    texts.append(part.get("text", ""))
+                elif part.get("type") == "image_url":
+                    image = True
+    return " ".join(texts), image
+
+
+class _Server:
+    def __init__(self, config: SandboxConfig) -> None:
+        self.config = config
+        self.rng = random.Random(config.seed)
+        self.golden = {item.prompt: item.answer for item in packaged_golden()}
+        self.counter = 0
+        self.timings: list[dict[str, Any]] = []
+
+    def _roll(self, rate: float) -> bool:
+        return rate > 0 and self.rng.random() < rate
+
+    def _reply_words(self, prompt: str, n: int) -> list[str]:
+        answer = self.golden.get(prompt)
+        if answer is None:
+            return [f" tok{i}" for i in range(n)]
+        correct = self.config.quality_accuracy == 1 or not self._roll(1 - self.config.quality_accuracy)
+        return ["Answer:", *(answer.split() if correct else ["wrong"])]
+
+    async def timings_view(self, request: Any) -> Any:
+        from aiohttp import web
+
+        return web.json_response(self.timings)
+
+    async def health(self, request: Any) -> Any:
+        from aiohttp import web
+
+        return web.Response(status=200)
+
+    async def models(self, request: Any) -> Any:
+        from aiohttp import web
+
+        created = int(time.time())
+        data = [
+            {"id": self.config.model, "object": "model", "created": created, "max_model_len": self.config.max_model_len}
+        ]
+        return web.json_response({"object": "list", "data": data})
+
+    async def chat(self, request: Any) -> Any:
+        from aiohttp import web
+
+        loop = asyncio.get_running_loop()
+        arrival, arrival_pc = loop.time(), time.perf_counter()
+        body = await request.json()
+        cfg, faults = self.config, self.config.faults
+        if body.get("model") != cfg.model:
+            return web.json_response(
+                {"error": {"message": f"The model `{body.get('model')}` does not exist."}}, status=404
+            )
+        if self._roll(faults.http_5xx_rate):
+            return web.json_response({"error": {"message": "injected fault: service unavailable"}}, status=503)
+        prompt, has_image = _text_of(body.get("messages", []))
+        if has_image and not cfg.vision:
+            return web.json_response({"error": {"message": "sandbox-model is not a multimodal model"}}, status=400)
+        n = int(body.get("max_completion_tokens") or body.get("max_tokens") or cfg.default_output_tokens)
+        user = next((m.get("content") for m in reversed(body.get("messages", [])) if m.get("role") == "user"), "")
+        words = self._reply_words(user if isinstance(user, str) else prompt, n)
+        if body.get("ignore_eos"):
+            words = (words * (n // max(1, len(words)) + 1))[:n]
+        else:
+            words = words[:n]
+        ttft = cfg.ttft.sample(self.rng)
+        if self._roll(faults.slow_first_token_rate):
+            ttft += faults.slow_first_token_ms / 1000
+        itls = [cfg.itl.sample(self.rng) for _ in words[1:]]
+        tool_call = None
+        if body.get("tools"):
+            malformed = self._roll(faults.malformed_tool_call_rate)
+            tool_call = {
+                "id": "call_sandbox_0",
+                "type": "function",
+                "function": {
+                    "name": body["tools"][0]["function"]["name"],
+                    "arguments": '{"city": "Paris", ' if malformed else '{"city": "Paris", "unit": "celsius"}',
+                },
+            }
+        usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(words)}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        self.counter += 1
+        rid = f"chatcmpl-sandbox-{self.counter}"
+        if not body.get("stream"):
+            await asyncio.sleep(max(0.0, arrival + ttft + sum(itls) - loop.time()))
+            message: dict[str, Any] = {
+                "role": "assistant",
+                "content": None
+                if tool_call
+                else "".join(w if w.startswith(" ") else (" " + w if i else w) for i, w in enumerate(words)),
+            }
+            if tool_call:
+                message["tool_calls"] = [tool_call]
+            choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if tool_call else "length"}
+            return web.json_response(
+                {"id": rid, "object": "chat.completion", "model": cfg.model, "choices": [choice], "usage": usage}
+            )
+        return await self._stream(request, body, rid, words, (arrival, arrival_pc), ttft, itls, usage, tool_call)
+
+    async def _stream(
+        self,
+        request: Any,
+        body: dict[str, Any],
+        rid: str,
+        words: list[str],
+        arrival_at: tuple[float, float],
+        ttft: float,
+        itls: list[float],
+        usage: dict[str, int],
+        tool_call: dict[str, Any] | None,
+    ) -> Any:
+        from aiohttp import web
+
+        loop = asyncio.get_running_loop()
+        arrival, arrival_pc = arrival_at
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        cut = self._roll(self.config.faults.stream_cut_rate)
+
+        def event(payload: dict[str, Any]) -> bytes:
+            return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+        due = arrival + ttft
+        first_write: float | None = None
+        for i, word in enumerate(words):
+            if i:
+                due += itls[i - 1]
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            if cut and i >= self.config.faults.cut_after_chunks:
+                # Drop the TCP connection mid-body: the client sees an incomplete chunked stream.
+                request.transport.close()
+                return response
+            delta: dict[str, Any] = {"content": word if i else word.lstrip()}
+            if i == 0:
+                delta["role"] = "assistant"
+                if tool_call:
+                    delta = {"role": "assistant", "tool_calls": [{"index": 0, **tool_call}]}
+            chunk = {
+                "id": rid,
+                "object": "chat.completion.chunk",
+                "model": self.config.model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
+            }
+            if first_write is None:
+                first_write = time.perf_counter()
+            await response.write(event(chunk))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            # `sandbox` (non-standard) exposes the server's own clock (CLOCK_MONOTONIC, shared with the
+            # client on this host) so tests can tell server-side lateness from client-side error.
+            truth = {"arrival": arrival_pc, "first_write": first_write, "ttft_s": ttft}
+            if self.config.record_timings:
+                self.timings.append({"prompt_head": str(body["messages"][-1].get("content"))[:24], **truth})
+            await response.write(
+                event(
+                    {
+                        "id": rid,
+                        "object": "chat.completion.chunk",
+                        "model": self.config.model,
+                        "choices": [],
+                        "usage": usage,
+                        "sandbox": truth,
+                    }
+                )
+            )
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+
+async def _run(config: SandboxConfig, port: int) -> None:
+    from aiohttp import web
+
+    server = _Server(config)
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.router.add_get("/health", server.health)
+    app.router.add_get("/v1/models", server.models)
+    app.router.add_post("/v1/chat/completions", server.chat)
+    app.router.add_get("/sandbox/timings", server.timings_view)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", port, backlog=4096)
+    await site.start()
+    sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
+    print(f"PORT {sockets[0].getsockname()[1]}", flush=True)
+    await asyncio.Event().wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="capserve sandbox OpenAI-compatible server (127.0.0.1 only)")
+    parser.add_argument("--config-json", default="{}", help="SandboxConfig as JSON")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args(argv)
+    config = SandboxConfig.model_validate_json(args.config_json)
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_run(config, args.port))
+
+
+class ServerSettings(BaseModel):
+    """How long to wait for the sandbox process."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    start_timeout_s: float = Field(default=30.0, gt=0, le=600, description="Wait for the port line.")
+    stop_timeout_s: float = Field(default=5.0, gt=0, le=600, description="Wait after SIGTERM before SIGKILL.")
+
+
+@contextlib.contextmanager
+def serve(config: SandboxConfig | None = None, settings: ServerSettings | None = None) -> Iterator[str]:
+    """Run the sandbox in a child process on 127.0.0.1:<free port>; yields its base URL."""
+    config = config or SandboxConfig()
+    settings = settings or ServerSettings()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "capserve.sandbox.openai_server", "--config-json", config.model_dump_json()],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        port = _read_port(proc, settings.start_timeout_s)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=settings.stop_timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def _read_port(proc: subprocess.Popen[str], timeout_s: float) -> int:
+    import selectors
+
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        while (left := deadline - time.monotonic()) > 0:
+            if proc.poll() is not None:
+                raise RetryableError(f"sandbox OpenAI server exited with code {proc.returncode} before listening")
+            if selector.select(timeout=min(left, 0.2)):
+                line = proc.stdout.readline()
+                if line.startswith("PORT "):
+                    return int(line.split()[1])
+    raise RetryableError(f"sandbox OpenAI server did not report its port within {timeout_s:g} s")
+
+
+if __name__ == "__main__":
+    main()
