@@ -1,0 +1,146 @@
+"""EKS requests: the control plane, the capacity-block launch template and the GPU node group.
+
+Sources: EKS user guide "Create a managed node group with Capacity Blocks for ML" (launch template with
+``InstanceMarketOptions.MarketType=capacity-block`` and the reservation as ``CapacityReservationTarget``,
+node group ``capacityType=CAPACITY_BLOCK``, no ``instanceTypes`` on the node group: the template names
+the type); EKS user guide "Run machine learning training on Amazon EKS with Elastic Fabric Adapter"
+(EFA interfaces declared in the launch template, no subnet in them: the node group supplies subnets).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from capserve.core.catalog import InstanceType
+from capserve.core.cluster.naming import CAMPAIGN_TAG, GPU_POOL, POOL_LABEL, ClusterNames, campaign_tags, tag_list
+from capserve.core.lease import Lease
+
+# The NVIDIA-accelerated AL2023 AMI family ships the driver, the container toolkit and the EFA
+# installer (EKS user guide, "Amazon EKS optimized accelerated Amazon Linux AMIs").
+GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
+
+# Keep ordinary pods off the GPU nodes; the vLLM pods tolerate this (k8s convention used by the
+# NVIDIA device plugin docs and the EKS GPU guides).
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
+
+
+def cluster_request(
+    names: ClusterNames,
+    *,
+    kubernetes_version: str,
+    role_arn: str,
+    subnet_ids: list[str],
+    security_group_id: str,
+) -> dict[str, Any]:
+    return {
+        "name": names.eks_cluster,
+        "version": kubernetes_version,
+        "roleArn": role_arn,
+        "resourcesVpcConfig": {
+            "subnetIds": subnet_ids,
+            "securityGroupIds": [security_group_id],
+            "endpointPublicAccess": True,
+            "endpointPrivateAccess": True,
+        },
+        # Access entries (API mode) let the creator in without editing aws-auth, and HyperPod's EKS
+        # orchestrator requires API or API_AND_CONFIG_MAP (HyperPod guide, "EKS cluster prerequisites").
+        "accessConfig": {"authenticationMode": "API_AND_CONFIG_MAP", "bootstrapClusterCreatorAdminPermissions": True},
+        "tags": campaign_tags(names.campaign_id, "eks-cluster", names.eks_cluster),
+    }
+
+
+def network_interfaces(instance: InstanceType, security_group_id: str) -> list[dict[str, Any]]:
+    """One interface per network card, laid out from the catalog.
+
+    The primary interface (device 0) sits on card 0. It is EFA when card 0 supports EFA (p5), plain
+    ENA otherwise: on p6-b300 card 0 is ENA-only and asking for EFA there fails the launch
+    (aws-parallelcluster #7143). Every other EFA-capable card gets an EFA interface at device index 1,
+    as the EC2 user guide's "Maximize network bandwidth on accelerated instances" layouts do.
+    """
+    efa_cards = set(instance.efa_card_indices)
+    interfaces: list[dict[str, Any]] = []
+    for card in instance.network_cards:
+        primary = card.index == 0
+        if not primary and card.index not in efa_cards:
+            continue  # an ENA-only secondary card adds nothing for GPU traffic
+        interfaces.append(
+            {
+                "NetworkCardIndex": card.index,
+                "DeviceIndex": 0 if primary else 1,
+                "InterfaceType": "efa" if card.index in efa_cards else "interface",
+                "Groups": [security_group_id],
+                "DeleteOnTermination": True,
+            }
+        )
+    return interfaces
+
+
+def launch_template_data(
+    names: ClusterNames, lease: Lease, instance: InstanceType, security_group_id: str
+) -> dict[str, Any]:
+    """The template's content; compared field by field on re-runs (a new reservation means a new version)."""
+    instance_tags = campaign_tags(names.campaign_id, "gpu-node", names.nodegroup)
+    return {
+        "InstanceType": instance.name,
+        "InstanceMarketOptions": {"MarketType": "capacity-block"},
+        "CapacityReservationSpecification": {
+            "CapacityReservationTarget": {"CapacityReservationId": lease.reservation_id}
+        },
+        "NetworkInterfaces": network_interfaces(instance, security_group_id),
+        # IMDSv2 only; hop limit 2 so pods (one hop further) can still reach it (EKS best practices guide).
+        "MetadataOptions": {"HttpTokens": "required", "HttpPutResponseHopLimit": 2},
+        "TagSpecifications": [
+            {"ResourceType": "instance", "Tags": tag_list(instance_tags)},
+            {"ResourceType": "volume", "Tags": tag_list(instance_tags)},
+        ],
+    }
+
+
+def launch_template_request(
+    names: ClusterNames, lease: Lease, instance: InstanceType, security_group_id: str
+) -> dict[str, Any]:
+    tags = campaign_tags(names.campaign_id, "launch-template", names.launch_template)
+    return {
+        "LaunchTemplateName": names.launch_template,
+        "VersionDescription": f"reservation {lease.reservation_id}",
+        "LaunchTemplateData": launch_template_data(names, lease, instance, security_group_id),
+        "TagSpecifications": [{"ResourceType": "launch-template", "Tags": tag_list(tags)}],
+    }
+
+
+def launch_template_drift(current: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    """Top-level template fields whose content differs (the reservation, the layout, the type)."""
+    return sorted(key for key in wanted if current.get(key) != wanted[key])
+
+
+def node_labels(campaign_id: str) -> dict[str, str]:
+    return {CAMPAIGN_TAG: campaign_id, POOL_LABEL: GPU_POOL}
+
+
+def nodegroup_request(
+    names: ClusterNames,
+    lease: Lease,
+    *,
+    node_role_arn: str,
+    subnet_id: str,
+    launch_template_id: str,
+    launch_template_version: str,
+) -> dict[str, Any]:
+    """A managed node group sized to the reservation, in the reservation's subnet only.
+
+    ``minSize`` 0: EKS scales a Capacity Block node group to zero before the block ends and back up
+    when it starts (EKS user guide, Capacity Blocks for managed node groups).
+    """
+    return {
+        "clusterName": names.eks_cluster,
+        "nodegroupName": names.nodegroup,
+        "scalingConfig": {"minSize": 0, "maxSize": lease.instance_count, "desiredSize": lease.instance_count},
+        "subnets": [subnet_id],
+        "amiType": GPU_AMI_TYPE,
+        "nodeRole": node_role_arn,
+        "capacityType": "CAPACITY_BLOCK",
+        "launchTemplate": {"id": launch_template_id, "version": launch_template_version},
+        "labels": node_labels(names.campaign_id),
+        "taints": [GPU_TAINT],
+        "tags": campaign_tags(names.campaign_id, "nodegroup", names.nodegroup),
+    }

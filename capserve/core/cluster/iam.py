@@ -1,0 +1,87 @@
+"""IAM roles bring-up needs: the EKS cluster role, the GPU node role, the HyperPod execution role.
+
+Trust policies and AWS-managed policy names come from the EKS user guide ("Amazon EKS cluster IAM
+role", "Amazon EKS node IAM role") and the SageMaker HyperPod guide ("IAM role for SageMaker HyperPod").
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from capserve.core.cluster.naming import ClusterNames, campaign_tags, tag_list
+
+
+class RoleSpec(BaseModel):
+    """One role: who may assume it, and which AWS-managed policies it carries."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, max_length=64, description="IAM role name.")
+    component: str = Field(min_length=1, max_length=64, description="What the role is for (the component tag).")
+    service: str = Field(min_length=1, max_length=128, description="Service principal allowed to assume the role.")
+    managed_policies: tuple[str, ...] = Field(
+        min_length=1, max_length=10, description="Names of AWS-managed policies to attach."
+    )
+
+    def policy_arns(self, partition: str) -> list[str]:
+        return [f"arn:{partition}:iam::aws:policy/{policy}" for policy in self.managed_policies]
+
+
+def eks_roles(names: ClusterNames) -> list[RoleSpec]:
+    return [
+        RoleSpec(
+            name=names.cluster_role,
+            component="eks-cluster-role",
+            service="eks.amazonaws.com",
+            managed_policies=("AmazonEKSClusterPolicy",),
+        ),
+        RoleSpec(
+            name=names.node_role,
+            component="eks-node-role",
+            service="ec2.amazonaws.com",
+            managed_policies=(
+                "AmazonEKSWorkerNodePolicy",
+                "AmazonEKS_CNI_Policy",
+                "AmazonEC2ContainerRegistryReadOnly",
+            ),
+        ),
+    ]
+
+
+def hyperpod_role(names: ClusterNames) -> RoleSpec:
+    return RoleSpec(
+        name=names.hyperpod_role,
+        component="hyperpod-execution-role",
+        service="sagemaker.amazonaws.com",
+        managed_policies=("AmazonSageMakerClusterInstanceRolePolicy",),
+    )
+
+
+def roles_for(kind: str, names: ClusterNames) -> list[RoleSpec]:
+    """EKS needs its two roles in both cases (HyperPod's orchestrator is an EKS cluster)."""
+    roles = eks_roles(names)
+    if kind == "hyperpod":
+        roles.append(hyperpod_role(names))
+    return roles
+
+
+def trust_policy(service: str) -> str:
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}],
+        },
+        sort_keys=True,
+    )
+
+
+def create_role_request(role: RoleSpec, campaign_id: str) -> dict[str, Any]:
+    return {
+        "RoleName": role.name,
+        "AssumeRolePolicyDocument": trust_policy(role.service),
+        "Description": f"capserve {role.component} for campaign {campaign_id}",
+        "Tags": tag_list(campaign_tags(campaign_id, role.component, role.name)),
+    }

@@ -1,0 +1,60 @@
+"""Every timeout and poll interval of bring-up, with bounds, in one place (STYLE.md rule 8)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from capserve.core.cluster.readiness import KubeSettings
+
+
+class BringUpSettings(BaseModel):
+    """How long bring-up waits for each thing, and how often it looks.
+
+    Defaults are sized for AWS: an EKS control plane takes ~10 minutes, a managed node group on a
+    Capacity Block ~10-20 minutes once the block is active, HyperPod with deep health checks up to
+    a few hours (SageMaker HyperPod developer guide, "Deep health checks"). Tests shrink them.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kube: KubeSettings = Field(KubeSettings(), description="Kubernetes-side waits: GPU nodes ready, add-ons ready.")
+    poll_seconds: float = Field(15.0, ge=0.0, le=600.0, description="Delay between polls of AWS and Kubernetes status.")
+    cluster_active_timeout_s: float = Field(
+        1800.0, gt=0, le=4 * 3600, description="How long to wait for the EKS control plane to become ACTIVE."
+    )
+    nodegroup_active_timeout_s: float = Field(
+        2700.0, gt=0, le=6 * 3600, description="How long to wait for the GPU node group to become ACTIVE."
+    )
+    hyperpod_in_service_timeout_s: float = Field(
+        4 * 3600.0,
+        gt=0,
+        le=12 * 3600,
+        description="How long to wait for the HyperPod cluster to be InService (deep health checks are slow).",
+    )
+    hyperpod_threads_per_core: int = Field(
+        1,
+        ge=1,
+        le=2,
+        description="HyperPod ThreadsPerCore: 1 disables hyper-threading (the usual choice for GPU work).",
+    )
+    hyperpod_root_volume_gb: int = Field(
+        500, ge=1, le=16384, description="Extra EBS volume per HyperPod instance, in GB (InstanceStorageConfigs)."
+    )
+    hyperpod_lifecycle_s3_uri: str | None = Field(
+        None,
+        pattern=r"^s3://sagemaker-[a-z0-9.-]+(/.*)?$",
+        max_length=1024,
+        description="S3 folder with the HyperPod lifecycle scripts; the bucket name must start with 'sagemaker-'. "
+        "Default: s3://sagemaker-capserve-<account>-<region>/lifecycle/.",
+    )
+    hyperpod_on_create_script: str = Field(
+        "on_create.sh",
+        min_length=1,
+        max_length=128,
+        description="Lifecycle script run when a HyperPod node is created.",
+    )
+    vpc_cidr: str = Field(
+        "10.64.0.0/16",
+        pattern=r"^\d{1,3}(\.\d{1,3}){3}/(1[6-9]|2[0-4])$",
+        description="CIDR of a VPC bring-up creates.",
+    )
