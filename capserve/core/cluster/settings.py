@@ -17,7 +17,9 @@ class BringUpSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kube: KubeSettings = Field(KubeSettings(), description="Kubernetes-side waits: GPU nodes ready, add-ons ready.")
+    kube: KubeSettings = Field(
+        KubeSettings.model_validate({}), description="Kubernetes-side waits: GPU nodes ready, add-ons ready."
+    )
     poll_seconds: float = Field(15.0, ge=0.0, le=600.0, description="Delay between polls of AWS and Kubernetes status.")
     cluster_active_timeout_s: float = Field(
         1800.0, gt=0, le=4 * 3600, description="How long to wait for the EKS control plane to become ACTIVE."
