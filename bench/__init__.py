@@ -1,0 +1,1 @@
+"""Benchmarks: each module here measures one thing against a baseline measured in the same run."""
