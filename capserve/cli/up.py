@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -68,5 +67,3 @@ def print_summary(result: dict[str, object], out_dir: Path) -> None:
             highlight=False,
         )
     out.print(f"report: {out_dir / 'report.md'}\n        {out_dir / 'report.json'}", highlight=False)
-
-

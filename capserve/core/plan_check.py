@@ -28,7 +28,7 @@ def plan_summary_rows(plan: ServingPlan) -> list[tuple[str, str]]:
         ("instance type", f"{plan.instance_type} ({plan.gpus_per_node} × {plan.gpu})"),
         ("nodes", str(plan.nodes)),
         ("layout", plan.layout),
-        ("parallelism", f"TP {plan.tensor_parallel} · PP {plan.pipeline_parallel} · DP {plan.data_parallel} · EP {plan.expert_parallel}"),
+        ("parallelism", _parallelism(plan)),
         ("weights", f"{plan.weight_bytes / 1e12:.3f} TB ({plan.weight_bytes / _GIB:,.1f} GiB)"),
         ("weights per GPU", f"{plan.weight_bytes_per_gpu / _GIB:,.1f} GiB of {plan.hbm_bytes_per_gpu / _GIB:,.1f} GiB"),
         ("KV per token", f"{plan.kv_bytes_per_token:,} B"),
@@ -38,6 +38,11 @@ def plan_summary_rows(plan: ServingPlan) -> list[tuple[str, str]]:
         ("fits", "yes" if plan.fits else "no"),
         ("why", plan.reason),
     ]
+
+
+def _parallelism(plan: ServingPlan) -> str:
+    tp, pp, dp, ep = plan.tensor_parallel, plan.pipeline_parallel, plan.data_parallel, plan.expert_parallel
+    return f"TP {tp} · PP {pp} · DP {dp} · EP {ep}"
 
 
 def plan_markdown(plan: ServingPlan) -> str:

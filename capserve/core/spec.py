@@ -78,8 +78,10 @@ class ModelRef(StrictModel):
         None, description="Hugging Face repo 'owner/name'; overrides the catalog entry's repo.", pattern=HUB_REPO
     )
     revision: str = Field(
-        "main", description="Branch, tag or commit sha; pinned to a commit sha before anything is fetched.",
-        min_length=1, max_length=100,
+        "main",
+        description="Branch, tag or commit sha; pinned to a commit sha before anything is fetched.",
+        min_length=1,
+        max_length=100,
     )
 
     @model_validator(mode="after")
@@ -103,25 +105,31 @@ class CapacitySpec(StrictModel):
         min_length=1, max_length=16, description="Regions to search for offerings, searched concurrently."
     )
     earliest_start: WindowTime | None = Field(
-        None, description="The reservation may start at or after this instant: ISO time with a timezone, 'now' or 'now+2d'."
+        None,
+        description="The reservation may start at or after this instant: ISO time with a timezone, 'now' or 'now+2d'.",
     )
     latest_end: WindowTime | None = Field(
         None, description="The reservation must end at or before this instant: ISO time with a timezone or 'now+14d'."
     )
     duration_hours: int | None = Field(
-        None, ge=24, le=24 * MAX_RESERVATION_DAYS,
+        None,
+        ge=24,
+        le=24 * MAX_RESERVATION_DAYS,
         description="Reservation length: whole days; beyond 14 days, whole weeks (Capacity Block rule).",
     )
     max_upfront_fee_usd: float | None = Field(
         None, gt=0, le=100_000_000, description="Never buy an offering whose upfront fee is above this."
     )
     approval_threshold_usd: float = Field(
-        0, ge=0, le=100_000_000,
+        0,
+        ge=0,
+        le=100_000_000,
         description="A purchase above this fee waits for a person's approval; 0 asks for every purchase.",
     )
     policy: RankingPolicy = Field("earliest-start", description="How matching offerings are ranked.")
     reservation_id: str | None = Field(
-        None, pattern=r"^(cr-[0-9a-f]{8,17}|arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:training-plan/.+)$",
+        None,
+        pattern=r"^(cr-[0-9a-f]{8,17}|arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:training-plan/.+)$",
         description="For 'existing-reservation': the capacity reservation id (cr-…) or training plan ARN.",
     )
 
@@ -166,11 +174,16 @@ class ClusterSpec(StrictModel):
     kind: Literal["eks", "hyperpod"] = Field("eks", description="EKS managed node group, or SageMaker HyperPod on EKS.")
     kubernetes_version: str = Field("1.34", pattern=r"^1\.(2[89]|3\d)$", description="EKS Kubernetes minor version.")
     existing_cluster_name: str | None = Field(
-        None, min_length=1, max_length=100, pattern=r"^[0-9A-Za-z][A-Za-z0-9_-]*$",
+        None,
+        min_length=1,
+        max_length=100,
+        pattern=r"^[0-9A-Za-z][A-Za-z0-9_-]*$",
         description="Use this existing cluster instead of creating one (nothing of it is deleted at teardown).",
     )
     min_serving_minutes: int = Field(
-        120, ge=0, le=24 * 60,
+        120,
+        ge=0,
+        le=24 * 60,
         description="Refuse to bring up, or stop, when less serving time than this is left before drain.",
     )
 
@@ -180,7 +193,9 @@ class WeightsSpec(StrictModel):
 
     s3_bucket: str = Field(pattern=S3_BUCKET, description="S3 bucket that holds verified checkpoints.")
     s3_prefix: str = Field(
-        "capserve/weights", max_length=512, pattern=r"^[A-Za-z0-9!_.*'()/-]*$",
+        "capserve/weights",
+        max_length=512,
+        pattern=r"^[A-Za-z0-9!_.*'()/-]*$",
         description="Key prefix; files land under <prefix>/<repo>/<sha>/.",
     )
     node_target: Literal["fsx", "nvme"] = Field(
@@ -191,9 +206,7 @@ class WeightsSpec(StrictModel):
 class ServingSpec(StrictModel):
     """How vLLM serves the model."""
 
-    image: str = Field(
-        "vllm/vllm-openai:latest", min_length=1, max_length=255, description="vLLM container image."
-    )
+    image: str = Field("vllm/vllm-openai:latest", min_length=1, max_length=255, description="vLLM container image.")
     extra_args: list[str] = Field(
         default_factory=list, max_length=64, description="Extra `vllm serve` arguments, appended as given."
     )
@@ -208,11 +221,15 @@ class TeardownSpec(StrictModel):
     """When to stop serving and tear down, counted back from the reservation's end."""
 
     drain_before_end_minutes: int = Field(
-        45, ge=31, le=24 * 60,
+        45,
+        ge=31,
+        le=24 * 60,
         description="Stop taking traffic this long before the reservation ends (AWS warns at end − 40 min).",
     )
     hard_teardown_before_end_minutes: int = Field(
-        35, ge=31, le=24 * 60,
+        35,
+        ge=31,
+        le=24 * 60,
         description="Delete everything this long before the end; AWS starts terminating at end − 30 min.",
     )
 
@@ -287,7 +304,9 @@ def load_spec(path: str | Path, *, now: datetime | None = None) -> CampaignSpec:
 
 def parse_spec(data: Any, *, source: str = "spec", now: datetime | None = None) -> CampaignSpec:
     if not isinstance(data, dict):
-        raise SpecError(f"{source}: the spec must be a mapping of fields (name, model, capacity, …), got {type(data).__name__}")
+        raise SpecError(
+            f"{source}: the spec must be a mapping of fields (name, model, capacity, …), got {type(data).__name__}"
+        )
     try:
         return CampaignSpec.model_validate(data, context={"now": now or datetime.now(UTC)})
     except ValidationError as exc:

@@ -19,7 +19,9 @@ from capserve.tasks.reporting import write_report
 
 
 @flow(name="campaign", flow_run_name="campaign-{spec.name}")
-def campaign(spec: CampaignSpec, out_dir: Path = Path("out/campaign"), hub_endpoint: str | None = None) -> dict[str, object]:
+def campaign(
+    spec: CampaignSpec, out_dir: Path = Path("out/campaign"), hub_endpoint: str | None = None
+) -> dict[str, object]:
     """Run a campaign's stages in order and return report.json's content."""
     logger = get_run_logger()
     report = CampaignReport(spec.campaign_id)
@@ -31,7 +33,11 @@ def campaign(spec: CampaignSpec, out_dir: Path = Path("out/campaign"), hub_endpo
             report.add_section("plan", plan.to_json(), title="Plan", markdown=plan_markdown(plan))
             logger.info(
                 "plan: %s on %d × %s, %s (%.1f GiB weights per GPU)",
-                plan.model, plan.nodes, plan.instance_type, plan.layout, plan.weight_bytes_per_gpu / 1024**3,
+                plan.model,
+                plan.nodes,
+                plan.instance_type,
+                plan.layout,
+                plan.weight_bytes_per_gpu / 1024**3,
             )
     finally:
         json_path, md_path = write_report(report.to_json(), report.to_markdown(), out_dir)

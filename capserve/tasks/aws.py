@@ -24,7 +24,9 @@ from capserve.core.errors import CapserveError, PermanentError, RetryableError
 # botocore's "standard" retry mode retries throttling, 5xx and connection errors with exponential
 # backoff and full jitter (botocore docs, "Retries" guide). Our own retries sit above it only for
 # waits; purchases are never retried blindly (see tasks/capacity).
-_RETRY_CONFIG = botocore.config.Config(retries={"mode": "standard", "total_max_attempts": 5}, connect_timeout=10, read_timeout=60)
+_RETRY_CONFIG = botocore.config.Config(
+    retries={"mode": "standard", "total_max_attempts": 5}, connect_timeout=10, read_timeout=60
+)
 
 # Error codes that mean "try again later". Everything else from AWS is permanent for our purposes.
 THROTTLING_CODES = frozenset(

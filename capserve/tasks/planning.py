@@ -9,8 +9,8 @@ from prefect.artifacts import create_table_artifact
 
 from capserve.core.catalog import ModelEntry, get_instance_type, get_model, model_from_hf_config
 from capserve.core.errors import PermanentError
-from capserve.core.planner import ServingPlan, plan_serving
 from capserve.core.plan_check import check_plan_against_capacity, plan_summary_rows
+from capserve.core.planner import ServingPlan, plan_serving
 from capserve.core.spec import CampaignSpec, ModelRef
 
 
@@ -35,7 +35,9 @@ def resolve_model(ref: ModelRef, hub_endpoint: str | None = None) -> ModelEntry:
         ) from exc
     with open(path, encoding="utf-8") as handle:
         config = json.load(handle)
-    return model_from_hf_config(config, name=ref.repo, hf_repo=ref.repo, source=f"{ref.repo}@{ref.revision} config.json")
+    return model_from_hf_config(
+        config, name=ref.repo, hf_repo=ref.repo, source=f"{ref.repo}@{ref.revision} config.json"
+    )
 
 
 @task(name="plan-serving")

@@ -14,7 +14,16 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "capserve"
 SDKS = {"boto3", "botocore", "kubernetes", "huggingface_hub", "httpx", "aiohttp", "moto", "requests", "urllib3"}
 RULES = {
-    "core": SDKS | {"prefect", "prefect_aws", "capserve.tasks", "capserve.flows", "capserve.blocks", "capserve.sandbox", "capserve.cli"},
+    "core": SDKS
+    | {
+        "prefect",
+        "prefect_aws",
+        "capserve.tasks",
+        "capserve.flows",
+        "capserve.blocks",
+        "capserve.sandbox",
+        "capserve.cli",
+    },
     "flows": SDKS | {"capserve.sandbox", "capserve.cli"},
     "tasks": {"capserve.flows", "capserve.sandbox", "capserve.cli"},
 }

@@ -64,9 +64,7 @@ def test_good_spec_resolves_relative_times_and_defaults() -> None:
 
 
 def test_absolute_times_with_timezone_are_kept() -> None:
-    spec = parse_spec(
-        with_change("capacity.earliest_start", "2026-12-01T11:30:00Z"), now=NOW
-    )
+    spec = parse_spec(with_change("capacity.earliest_start", "2026-12-01T11:30:00Z"), now=NOW)
     assert spec.capacity.earliest_start == datetime(2026, 12, 1, 11, 30, tzinfo=UTC)
 
 
@@ -74,25 +72,44 @@ def test_absolute_times_with_timezone_are_kept() -> None:
     ("data", "expected"),
     [
         # 1. a typo in a field name: say where, and what is allowed there
-        (with_change("capacity.instnce_count", 2), "capacity.instnce_count: unknown field; allowed here: provider, instance_type"),
+        (
+            with_change("capacity.instnce_count", 2),
+            "capacity.instnce_count: unknown field; allowed here: provider, instance_type",
+        ),
         # 2. out of bounds
-        (with_change("capacity.instance_count", 100), "capacity.instance_count: Input should be less than or equal to 64 (got 100)"),
+        (
+            with_change("capacity.instance_count", 100),
+            "capacity.instance_count: Input should be less than or equal to 64 (got 100)",
+        ),
         # 3. unknown enum value lists the allowed ones
-        (with_change("capacity.provider", "spot"), "capacity.provider: Input should be 'ec2-capacity-block', 'sagemaker-training-plan' or 'existing-reservation'"),
+        (
+            with_change("capacity.provider", "spot"),
+            "capacity.provider: Input should be 'ec2-capacity-block', 'sagemaker-training-plan' or "
+            "'existing-reservation'",
+        ),
         # 4. a required field is missing
         (with_change("weights.s3_bucket", ...), "weights.s3_bucket: Field required"),
         # 5. name not usable as a tag / label
         (with_change("name", "K3 Demo!"), "name: String should match pattern"),
         # 6. a time without a timezone is ambiguous for a reservation that ends at 11:30 UTC
-        (with_change("capacity.earliest_start", "2026-12-01T11:30:00"), "capacity.earliest_start: Input should have timezone info"),
+        (
+            with_change("capacity.earliest_start", "2026-12-01T11:30:00"),
+            "capacity.earliest_start: Input should have timezone info",
+        ),
         # 7. a Capacity Block longer than 14 days must be whole weeks
         (with_change("capacity.duration_hours", 24 * 15), "Capacity Blocks last whole days up to 14 days"),
         # 8. window shorter than the duration
         (with_change("capacity.latest_end", "now+1d"), "is shorter than duration_hours=48"),
         # 9. teardown inside AWS's own termination lead
-        (with_change("teardown", {"hard_teardown_before_end_minutes": 20}), "teardown.hard_teardown_before_end_minutes: Input should be greater than or equal to 31 (got 20)"),
+        (
+            with_change("teardown", {"hard_teardown_before_end_minutes": 20}),
+            "teardown.hard_teardown_before_end_minutes: Input should be greater than or equal to 31 (got 20)",
+        ),
         # 10. drain after hard teardown
-        (with_change("teardown", {"drain_before_end_minutes": 40, "hard_teardown_before_end_minutes": 50}), "drain (40 min before end) must come before hard teardown"),
+        (
+            with_change("teardown", {"drain_before_end_minutes": 40, "hard_teardown_before_end_minutes": 50}),
+            "drain (40 min before end) must come before hard teardown",
+        ),
         # 11. training plans serve HyperPod only
         (with_change("capacity.provider", "sagemaker-training-plan"), "set cluster.kind to 'hyperpod'"),
         # 12. existing reservation without an id
