@@ -1,0 +1,235 @@
+"""moto extension for EKS: clusters and node groups that take time, and a Kubernetes API behind them.
+
+What stock moto 5.2.5 gets wrong for bring-up (shared/reference/moto.md §2.3, §5.3): clusters and
+node groups are born ACTIVE, the endpoint is a made-up https URL, no nodes ever appear. Here:
+
+- clusters and node groups start ``CREATING`` and become ``ACTIVE`` after ``BEHAVIOUR.describes_until_active``
+  describes, or once ``BEHAVIOUR.seconds_until_active`` have passed on the sandbox clock
+  (``capserve.sandbox.clock.CLOCK``), whichever comes first;
+- ``describe_cluster`` answers with the fake Kubernetes API server's URL (and CA, when it has one), so
+  the production code connects to it exactly as it would to EKS;
+- when a node group (or a HyperPod instance group, see ``hyperpod.py``) becomes ACTIVE, every hook in
+  ``NODE_HOOKS`` is called with what should join the cluster; ``attach_fake_kube`` registers the hook
+  that makes the fake Kubernetes server provision those GPU nodes;
+- ``CALLS`` records every AWS request the moto server handles (service, action), so tests can assert
+  that a converged re-run created nothing.
+
+State lives on moto's objects, so ``/moto-api/reset`` clears it; ``reset()`` restores the behaviour knobs.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from moto.core.responses import BaseResponse
+from moto.eks.models import EKSBackend
+
+from capserve.core.catalog import get_instance_type
+from capserve.sandbox.clock import CLOCK
+
+
+@dataclass(frozen=True)
+class NodePoolActivated:
+    """A pool of instances that has just come up and should join a cluster as Kubernetes nodes."""
+
+    cluster_name: str
+    pool: str
+    count: int
+    instance_type: str
+    labels: dict[str, str]
+    taints: list[dict[str, str]]  # Kubernetes form: {"key", "value", "effect": "NoSchedule"}
+
+
+@dataclass
+class Behaviour:
+    """How the sandbox's EKS (and HyperPod) resources move through their states."""
+
+    describes_until_active: int = 2
+    seconds_until_active: float = 600.0
+    kube_endpoint: str | None = None
+    kube_ca_data: str | None = None
+
+
+@dataclass(frozen=True)
+class Call:
+    service: str
+    action: str
+
+
+@dataclass
+class _CallLog:
+    calls: list[Call] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+BEHAVIOUR = Behaviour()
+NODE_HOOKS: list[Callable[[NodePoolActivated], None]] = []
+_LOG = _CallLog()
+_INSTALLED = False
+_ACTIVE = "ACTIVE"
+_CREATING = "CREATING"
+
+# EKS spells taint effects NO_SCHEDULE; Kubernetes NoSchedule (EKS API reference, Taint).
+_EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
+
+
+def calls(service: str | None = None, prefix: str = "") -> list[Call]:
+    """Recorded requests, optionally only one service's and only actions starting with ``prefix``."""
+    with _LOG.lock:
+        return [c for c in _LOG.calls if (service is None or c.service == service) and c.action.startswith(prefix)]
+
+
+def clear_calls() -> None:
+    with _LOG.lock:
+        _LOG.calls.clear()
+
+
+def reset() -> None:
+    """Default behaviour, no hooks, empty call record (moto's own state: POST /moto-api/reset)."""
+    global BEHAVIOUR
+    BEHAVIOUR = Behaviour()
+    NODE_HOOKS.clear()
+    clear_calls()
+
+
+def activation_due(created: datetime, describes: int) -> bool:
+    behaviour = BEHAVIOUR
+    waited = (CLOCK.now() - created).total_seconds()
+    return describes >= behaviour.describes_until_active or waited >= behaviour.seconds_until_active
+
+
+def fire_node_hooks(event: NodePoolActivated) -> None:
+    for hook in list(NODE_HOOKS):
+        hook(event)
+
+
+def attach_fake_kube(kube: Any, *, failure: str | None = None) -> Callable[[NodePoolActivated], None]:
+    """Point EKS endpoints at ``kube`` (a ``fake_kube()`` server) and provision nodes there on activation.
+
+    GPUs and EFA devices per node come from the catalog's instance type, as the device plugins on a
+    real node would advertise them. ``failure`` is passed through to ``provision_nodes``
+    ("never-ready", "no-gpus", "health-check-failed"). Returns the hook (to remove it again).
+    """
+    BEHAVIOUR.kube_endpoint = kube.url
+    BEHAVIOUR.kube_ca_data = getattr(kube, "ca_data", None)
+
+    def provision(event: NodePoolActivated) -> None:
+        instance = get_instance_type(event.instance_type)
+        kube.provision_nodes(
+            event.pool,
+            event.count,
+            gpus_per_node=instance.gpus_per_node,
+            efa_per_node=len(instance.efa_card_indices),
+            labels=event.labels,
+            taints=event.taints,
+            failure=failure,
+        )
+
+    NODE_HOOKS.append(provision)
+    return provision
+
+
+# ---------------------------------------------------------------- patches
+
+
+def _record_calls() -> None:
+    original = BaseResponse.call_action
+
+    def call_action(self: BaseResponse) -> Any:
+        try:
+            action = str(self._get_action())
+        except Exception:  # noqa: BLE001 - a request moto cannot route is still worth serving as moto would
+            action = "?"
+        with _LOG.lock:
+            _LOG.calls.append(Call(service=str(self.service_name), action=action))
+        return original(self)
+
+    BaseResponse.call_action = call_action  # type: ignore[method-assign]
+
+
+def _nodegroup_instance_type(backend: EKSBackend, nodegroup: Any) -> str:
+    """The EC2 type the node group launches: its launch template's, else its instanceTypes[0]."""
+    template = nodegroup.launch_template or {}
+    if template.get("id") and not getattr(nodegroup, "_capserve_explicit_types", False):
+        from moto.ec2.models import ec2_backends
+
+        ec2 = ec2_backends[backend.account_id][backend.region_name]
+        found = ec2.describe_launch_templates(template_ids=[template["id"]])[0]
+        data = found.get_version(template.get("version") or "$Default").data
+        if data.get("InstanceType"):
+            return str(data["InstanceType"])
+    return str(nodegroup.instance_types[0])
+
+
+def _patch_eks() -> None:
+    create_cluster = EKSBackend.create_cluster
+    describe_cluster = EKSBackend.describe_cluster
+    create_nodegroup = EKSBackend.create_nodegroup
+    describe_nodegroup = EKSBackend.describe_nodegroup
+
+    def _create_cluster(self: EKSBackend, *args: Any, **kwargs: Any) -> Any:
+        cluster = create_cluster(self, *args, **kwargs)
+        cluster.status, cluster._capserve_created, cluster._capserve_describes = _CREATING, CLOCK.now(), 0
+        return cluster
+
+    def _describe_cluster(self: EKSBackend, name: str) -> Any:
+        cluster = describe_cluster(self, name)
+        if cluster.status == _CREATING:
+            cluster._capserve_describes += 1
+            if activation_due(cluster._capserve_created, cluster._capserve_describes):
+                cluster.status = _ACTIVE
+        if BEHAVIOUR.kube_endpoint:
+            cluster.endpoint = BEHAVIOUR.kube_endpoint
+            if BEHAVIOUR.kube_ca_data is not None:
+                cluster.certificate_authority = {"data": BEHAVIOUR.kube_ca_data}
+        return cluster
+
+    def _create_nodegroup(self: EKSBackend, *args: Any, **kwargs: Any) -> Any:
+        cluster = self.clusters.get(kwargs.get("cluster_name", ""))
+        if kwargs.get("version") is None and cluster is not None:
+            kwargs["version"] = cluster.version  # moto defaults to 1.19; EKS uses the cluster's version
+        nodegroup = create_nodegroup(self, *args, **kwargs)
+        nodegroup.status, nodegroup._capserve_created, nodegroup._capserve_describes = _CREATING, CLOCK.now(), 0
+        nodegroup._capserve_explicit_types = bool(kwargs.get("instance_types"))
+        return nodegroup
+
+    def _describe_nodegroup(self: EKSBackend, cluster_name: str, nodegroup_name: str) -> Any:
+        nodegroup = describe_nodegroup(self, cluster_name, nodegroup_name)
+        if nodegroup.status == _CREATING:
+            nodegroup._capserve_describes += 1
+            if activation_due(nodegroup._capserve_created, nodegroup._capserve_describes):
+                nodegroup.status = _ACTIVE
+                fire_node_hooks(
+                    NodePoolActivated(
+                        cluster_name=cluster_name,
+                        pool=nodegroup_name,
+                        count=int(nodegroup.scaling_config.get("desiredSize", 0)),
+                        instance_type=_nodegroup_instance_type(self, nodegroup),
+                        # EKS labels every managed node with its node group (EKS user guide, managed node groups).
+                        labels={**nodegroup.labels, "eks.amazonaws.com/nodegroup": nodegroup_name},
+                        taints=[
+                            {"key": t["key"], "value": t.get("value", ""), "effect": _EFFECTS[t["effect"]]}
+                            for t in nodegroup.taints
+                        ],
+                    )
+                )
+        return nodegroup
+
+    EKSBackend.create_cluster = _create_cluster  # type: ignore[method-assign]
+    EKSBackend.describe_cluster = _describe_cluster  # type: ignore[method-assign]
+    EKSBackend.create_nodegroup = _create_nodegroup  # type: ignore[method-assign]
+    EKSBackend.describe_nodegroup = _describe_nodegroup  # type: ignore[method-assign]
+
+
+def install() -> None:
+    """Patch moto once per process (moto_sandbox calls every extension on each start)."""
+    global _INSTALLED
+    if _INSTALLED:
+        return
+    _record_calls()
+    _patch_eks()
+    _INSTALLED = True
