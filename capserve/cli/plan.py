@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import Any, Literal
 
 from rich.console import Console
 from rich.table import Table
@@ -19,7 +19,7 @@ from capserve.core.catalog import get_instance_type, get_model
 from capserve.core.errors import DoesNotFitError, UnknownCatalogEntryError
 from capserve.core.planner import PlannerSettings, ServingPlan, plan_serving
 
-_KV_DTYPES = {"fp8": 1, "bf16": 2}
+_KV_DTYPES: dict[str, Literal[1, 2]] = {"fp8": 1, "bf16": 2}
 
 
 def _positive(text: str) -> int:

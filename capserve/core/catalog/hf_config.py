@@ -26,6 +26,7 @@ from capserve.core.catalog.models import (
     MlaGeometry,
     ModelEntry,
     MoeGeometry,
+    Provenance,
     Quantization,
 )
 from capserve.core.errors import SpecError
@@ -88,7 +89,7 @@ def model_from_hf_config(
     *,
     name: str,
     hf_repo: str | None = None,
-    provenance: str = "config.json",
+    provenance: Provenance = "config.json",
     source: str | None = None,
 ) -> ModelEntry:
     """Parse a config.json dict into a ModelEntry (``provenance="config.json"`` by default).
@@ -122,7 +123,7 @@ def model_from_hf_config(
         return ModelEntry(
             name=name,
             hf_repo=repo,
-            provenance=provenance,  # type: ignore[arg-type]  # validated by pydantic
+            provenance=provenance,
             source=source or f"config.json of {repo}",
             hidden_size=text.get_int("hidden_size"),
             vocab_size=text.get_int("vocab_size"),
