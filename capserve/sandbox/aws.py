@@ -66,3 +66,6 @@ def moto_sandbox(region: str = "us-east-2") -> Iterator[AwsSandbox]:
             yield AwsSandbox(endpoint_url=endpoint, region=region)
     finally:
         server.stop()
+
+
+import capserve.sandbox.aws_ext  # noqa: E402,F401  (registers the capacity extension in MOTO_EXTENSIONS)
