@@ -60,7 +60,7 @@ def packaged_golden() -> list[GoldenItem]:
     return load_golden(text.splitlines(), "packaged golden set")
 
 
-_ANSWER_LINE = re.compile(r"answer\s*[:：]\s*(.+)", re.IGNORECASE)
+_ANSWER_LINE = re.compile(r"answer\s*\**\s*[:：][\s*_]*(.+)", re.IGNORECASE)
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
@@ -111,7 +111,10 @@ def wilson_interval(correct: int, total: int, confidence: float = 0.95) -> tuple
     denom = 1 + z * z / total
     centre = (p + z * z / (2 * total)) / denom
     half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # At p = 0 or 1 the bounds are exactly 0 or 1 analytically; avoid 1e-17 rounding noise.
+    low = 0.0 if correct == 0 else max(0.0, centre - half)
+    high = 1.0 if correct == total else min(1.0, centre + half)
+    return low, high
 
 
 def quality_messages(item: GoldenItem) -> list[dict[str, Any]]:
