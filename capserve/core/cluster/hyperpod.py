@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
+from capserve.core.cluster.eks import GPU_TAINT, node_labels
 from capserve.core.cluster.naming import ClusterNames, campaign_tags, tag_list
 from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.lease import Lease
@@ -69,6 +70,11 @@ def cluster_request(
                 "InstanceStorageConfigs": [{"EbsVolumeConfig": {"VolumeSizeInGB": settings.hyperpod_root_volume_gb}}],
                 "OnStartDeepHealthChecks": list(DEEP_HEALTH_CHECKS),
                 "TrainingPlanArn": lease.reservation_id,
+                # The same labels and taint as an EKS node group's, so later stages select nodes alike.
+                "KubernetesConfig": {
+                    "Labels": node_labels(names.campaign_id),
+                    "Taints": [{"Key": GPU_TAINT["key"], "Value": GPU_TAINT["value"], "Effect": "NoSchedule"}],
+                },
             }
         ],
         "VpcConfig": {"SecurityGroupIds": [security_group_id], "Subnets": [subnet_id]},

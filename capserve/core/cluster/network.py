@@ -10,6 +10,8 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from capserve.core.cluster.naming import ClusterNames, campaign_tags, tag_list
 from capserve.core.errors import PermanentError
 
@@ -101,3 +103,17 @@ def has_self_reference(permissions: list[dict[str, Any]], group_id: str) -> bool
         and any(pair.get("GroupId") == group_id for pair in rule.get("UserIdGroupPairs", []))
         for rule in permissions
     )
+
+
+class NetworkIds(BaseModel):
+    """What the network step found or made."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    vpc_id: str = Field(min_length=1, max_length=64, description="The campaign's VPC.")
+    node_subnet_id: str = Field(min_length=1, max_length=64, description="Subnet in the reservation's AZ (GPU nodes).")
+    subnet_ids: tuple[str, ...] = Field(
+        min_length=EKS_MIN_AZS, max_length=16, description="Every subnet, node subnet first (EKS control plane)."
+    )
+    security_group_id: str = Field(min_length=1, max_length=64, description="Node security group (EFA self-rule).")
+    created: tuple[str, ...] = Field(default=(), max_length=64, description="'kind/name' of what this run created.")

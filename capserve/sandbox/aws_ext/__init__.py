@@ -9,3 +9,7 @@ from capserve.sandbox.aws_ext import capacity
 
 if capacity.install not in MOTO_EXTENSIONS:
     MOTO_EXTENSIONS.append(capacity.install)
+from capserve.sandbox.aws_ext import hyperpod  # noqa: E402 - EKS + HyperPod; hyperpod.install() installs eks too
+
+if hyperpod.install not in MOTO_EXTENSIONS:
+    MOTO_EXTENSIONS.append(hyperpod.install)

@@ -1,0 +1,44 @@
+"""Small helpers shared by the cluster tasks: tag filters, "created" bookkeeping, waiter settings."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from botocore.exceptions import ClientError, WaiterError
+
+from capserve.core.cluster.naming import CAMPAIGN_TAG
+from capserve.core.errors import CapserveError, PermanentError
+from capserve.tasks import aws
+
+
+def tag_filters(campaign_id: str, name: str) -> list[dict[str, Any]]:
+    """EC2 Filters matching our campaign tag and the deterministic Name tag."""
+    return [
+        {"Name": f"tag:{CAMPAIGN_TAG}", "Values": [campaign_id]},
+        {"Name": "tag:Name", "Values": [name]},
+    ]
+
+
+def only_one(items: list[dict[str, Any]], what: str) -> dict[str, Any] | None:
+    """Converge must be unambiguous: two tagged copies mean someone (or a bug) made a duplicate."""
+    if len(items) > 1:
+        raise PermanentError(
+            f"{what}: found {len(items)} resources with the same campaign tag and name; delete the extras"
+        )
+    return items[0] if items else None
+
+
+def has_code(exc: ClientError, *codes: str) -> bool:
+    return aws.error_code(exc) in codes
+
+
+def waiter_config(timeout_s: float, poll_s: float) -> dict[str, int]:
+    """boto3 waiters count attempts, not time: enough attempts at ``poll_s`` to cover ``timeout_s``."""
+    delay = max(int(math.ceil(poll_s)), 0)
+    return {"Delay": delay, "MaxAttempts": max(2, int(math.ceil(timeout_s / max(delay, 1))))}
+
+
+def waiter_error(exc: WaiterError, what: str, timeout_s: float) -> CapserveError:
+    """A waiter that gave up: a failure state AWS reported, or time ran out (the message says which)."""
+    return PermanentError(f"{what}: not ready within {timeout_s:g} s: {exc}")

@@ -1,0 +1,212 @@
+"""Converge the EKS side: control plane, capacity-block launch template, GPU node group; wait with boto3's waiters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError, WaiterError
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from pydantic import BaseModel, ConfigDict, Field
+
+from capserve.core.catalog import get_instance_type
+from capserve.core.cluster import eks as build
+from capserve.core.cluster.naming import CAMPAIGN_TAG, ClusterNames
+from capserve.core.errors import PermanentError
+from capserve.core.lease import Lease
+from capserve.tasks import aws
+from capserve.tasks.cluster.common import has_code, waiter_config, waiter_error
+
+# Statuses from which waiting cannot help (EKS API reference, Cluster.status / Nodegroup.status).
+_CLUSTER_DEAD = {"FAILED", "DELETING"}
+_NODEGROUP_DEAD = {"CREATE_FAILED", "DELETE_FAILED", "DELETING", "DEGRADED"}
+
+
+class EksCluster(BaseModel):
+    """What later steps need to reach the control plane. ``ca_data`` is public (a CA certificate)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, max_length=100, description="EKS cluster name.")
+    arn: str = Field(min_length=1, max_length=2048, description="EKS cluster ARN (HyperPod's orchestrator).")
+    endpoint: str = Field(min_length=1, max_length=2048, description="Kubernetes API server URL.")
+    ca_data: str | None = Field(None, max_length=65536, description="certificateAuthority.data (base64 PEM).")
+    created: tuple[str, ...] = Field(default=(), description="'kind/name' of what this run created.")
+
+
+def _ours(tags: dict[str, str], campaign_id: str, what: str) -> None:
+    if tags.get(CAMPAIGN_TAG) != campaign_id:
+        raise PermanentError(
+            f"{what} exists but is not tagged {CAMPAIGN_TAG}={campaign_id}: it is not this campaign's. "
+            "Set cluster.existing_cluster_name to use it, or choose another campaign name"
+        )
+
+
+@task(name="converge-eks-cluster", cache_policy=NO_CACHE)
+def converge_cluster(
+    campaign_id: str,
+    region: str,
+    *,
+    kubernetes_version: str,
+    role_arn: str,
+    subnet_ids: list[str],
+    security_group_id: str,
+    timeout_s: float,
+    poll_s: float,
+) -> EksCluster:
+    """Find the campaign's cluster by name (checking our tag) or create it; wait until ACTIVE."""
+    names = ClusterNames(campaign_id=campaign_id)
+    eks = aws.client("eks", region)
+    what = f"EKS cluster {names.eks_cluster}"
+    created: list[str] = []
+    try:
+        try:
+            cluster = eks.describe_cluster(name=names.eks_cluster)["cluster"]
+            _ours(cluster.get("tags", {}), campaign_id, what)
+        except ClientError as exc:
+            if not has_code(exc, "ResourceNotFoundException"):
+                raise
+            request = build.cluster_request(
+                names,
+                kubernetes_version=kubernetes_version,
+                role_arn=role_arn,
+                subnet_ids=subnet_ids,
+                security_group_id=security_group_id,
+            )
+            cluster = eks.create_cluster(**request)["cluster"]
+            created.append(f"eks-cluster/{names.eks_cluster}")
+        return _wait_cluster(eks, names.eks_cluster, cluster, timeout_s, poll_s, tuple(created))
+    except (ClientError, BotoCoreError) as exc:
+        raise aws.convert(exc, what) from exc
+
+
+@task(name="describe-existing-eks-cluster", cache_policy=NO_CACHE)
+def existing_cluster(name: str, region: str, *, timeout_s: float, poll_s: float) -> EksCluster:
+    """A cluster the spec names: never created or changed by us, only waited for."""
+    eks = aws.client("eks", region)
+    try:
+        cluster = eks.describe_cluster(name=name)["cluster"]
+        return _wait_cluster(eks, name, cluster, timeout_s, poll_s, ())
+    except (ClientError, BotoCoreError) as exc:
+        raise aws.convert(
+            exc, f"existing EKS cluster {name}", fix="check cluster.existing_cluster_name and region"
+        ) from exc
+
+
+def _wait_cluster(
+    eks: Any, name: str, cluster: dict[str, Any], timeout_s: float, poll_s: float, created: tuple[str, ...]
+) -> EksCluster:
+    if cluster["status"] in _CLUSTER_DEAD:
+        raise PermanentError(f"EKS cluster {name} is {cluster['status']}: delete it and run bring-up again")
+    if cluster["status"] != "ACTIVE":
+        try:
+            eks.get_waiter("cluster_active").wait(name=name, WaiterConfig=waiter_config(timeout_s, poll_s))
+        except WaiterError as exc:
+            raise waiter_error(exc, f"EKS cluster {name}", timeout_s) from exc
+        cluster = eks.describe_cluster(name=name)["cluster"]
+    return EksCluster(
+        name=name,
+        arn=cluster["arn"],
+        endpoint=cluster["endpoint"],
+        ca_data=(cluster.get("certificateAuthority") or {}).get("data"),
+        created=created,
+    )
+
+
+class LaunchTemplateRef(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(min_length=1, max_length=64, description="LaunchTemplateId.")
+    version: str = Field(min_length=1, max_length=16, description="The version the node group uses.")
+    created: tuple[str, ...] = Field(default=(), description="'kind/name' of what this run created.")
+
+
+@task(name="converge-launch-template", cache_policy=NO_CACHE)
+def converge_launch_template(campaign_id: str, lease: Lease, security_group_id: str) -> LaunchTemplateRef:
+    """The capacity-block template; a new version only when its content (e.g. the reservation) changed."""
+    names = ClusterNames(campaign_id=campaign_id)
+    instance = get_instance_type(lease.instance_type)
+    request = build.launch_template_request(names, lease, instance, security_group_id)
+    ec2 = aws.client("ec2", lease.region)
+    try:
+        try:
+            found = ec2.describe_launch_templates(LaunchTemplateNames=[names.launch_template])["LaunchTemplates"][0]
+        except ClientError as exc:
+            if not has_code(exc, "InvalidLaunchTemplateName.NotFoundException"):
+                raise
+            made = ec2.create_launch_template(**request)["LaunchTemplate"]
+            return LaunchTemplateRef(
+                id=made["LaunchTemplateId"],
+                version=str(made["LatestVersionNumber"]),
+                created=(f"launch-template/{names.launch_template}",),
+            )
+        template_id = found["LaunchTemplateId"]
+        latest = ec2.describe_launch_template_versions(LaunchTemplateId=template_id, Versions=["$Latest"])
+        current = latest["LaunchTemplateVersions"][0]
+        if not build.launch_template_drift(current["LaunchTemplateData"], request["LaunchTemplateData"]):
+            return LaunchTemplateRef(id=template_id, version=str(current["VersionNumber"]))
+        made_version = ec2.create_launch_template_version(
+            LaunchTemplateId=template_id,
+            VersionDescription=request["VersionDescription"],
+            LaunchTemplateData=request["LaunchTemplateData"],
+        )["LaunchTemplateVersion"]
+        return LaunchTemplateRef(
+            id=template_id,
+            version=str(made_version["VersionNumber"]),
+            created=(f"launch-template-version/{names.launch_template}:{made_version['VersionNumber']}",),
+        )
+    except (ClientError, BotoCoreError) as exc:
+        raise aws.convert(exc, f"launch template {names.launch_template}") from exc
+
+
+@task(name="converge-gpu-nodegroup", cache_policy=NO_CACHE)
+def converge_nodegroup(
+    campaign_id: str,
+    lease: Lease,
+    *,
+    cluster_name: str,
+    node_role_arn: str,
+    subnet_id: str,
+    launch_template: LaunchTemplateRef,
+    timeout_s: float,
+    poll_s: float,
+) -> tuple[str, ...]:
+    """The CAPACITY_BLOCK node group sized to the lease; wait until ACTIVE. Returns what it created."""
+    names = ClusterNames(campaign_id=campaign_id)
+    eks = aws.client("eks", lease.region)
+    what = f"node group {names.nodegroup} of {cluster_name}"
+    created: tuple[str, ...] = ()
+    try:
+        try:
+            group = eks.describe_nodegroup(clusterName=cluster_name, nodegroupName=names.nodegroup)["nodegroup"]
+            _ours(group.get("tags", {}), campaign_id, what)
+        except ClientError as exc:
+            if not has_code(exc, "ResourceNotFoundException"):
+                raise
+            request = build.nodegroup_request(
+                names,
+                lease,
+                node_role_arn=node_role_arn,
+                subnet_id=subnet_id,
+                launch_template_id=launch_template.id,
+                launch_template_version=launch_template.version,
+            )
+            request["clusterName"] = cluster_name
+            group = eks.create_nodegroup(**request)["nodegroup"]
+            created = (f"eks-nodegroup/{names.nodegroup}",)
+        if group["status"] in _NODEGROUP_DEAD:
+            issues = "; ".join(i.get("message", "") for i in (group.get("health") or {}).get("issues", []))
+            raise PermanentError(f"{what} is {group['status']}: {issues or 'no health issues reported'}")
+        if group["status"] != "ACTIVE":
+            waiter = eks.get_waiter("nodegroup_active")
+            try:
+                waiter.wait(
+                    clusterName=cluster_name,
+                    nodegroupName=names.nodegroup,
+                    WaiterConfig=waiter_config(timeout_s, poll_s),
+                )
+            except WaiterError as exc:
+                raise waiter_error(exc, what, timeout_s) from exc
+    except (ClientError, BotoCoreError) as exc:
+        raise aws.convert(exc, what) from exc
+    return created

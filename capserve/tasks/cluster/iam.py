@@ -1,0 +1,55 @@
+"""Converge the campaign's IAM roles: get each by name, create what is missing, attach missing policies."""
+
+from __future__ import annotations
+
+from botocore.exceptions import BotoCoreError, ClientError
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from pydantic import BaseModel, ConfigDict, Field
+
+from capserve.core.cluster import iam as build
+from capserve.core.cluster.naming import CAMPAIGN_TAG, ClusterNames, partition_for
+from capserve.core.errors import PermanentError
+from capserve.tasks import aws
+from capserve.tasks.cluster.common import has_code
+
+
+class RoleArns(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    by_component: dict[str, str] = Field(description="Role ARN per component ('eks-cluster-role', ...).")
+    created: tuple[str, ...] = Field(default=(), description="'kind/name' of what this run created.")
+
+
+@task(name="converge-iam-roles", cache_policy=NO_CACHE)
+def converge_roles(campaign_id: str, kind: str, region: str) -> RoleArns:
+    names = ClusterNames(campaign_id=campaign_id)
+    iam = aws.client("iam", region)
+    partition = partition_for(region)
+    arns: dict[str, str] = {}
+    created: list[str] = []
+    for role in build.roles_for(kind, names):
+        try:
+            try:
+                found = iam.get_role(RoleName=role.name)["Role"]
+                tags = {t["Key"]: t["Value"] for t in found.get("Tags", [])}
+                if tags.get(CAMPAIGN_TAG) != campaign_id:
+                    raise PermanentError(
+                        f"IAM role {role.name} exists but is not tagged {CAMPAIGN_TAG}={campaign_id}: it is not ours. "
+                        "Rename the campaign or delete that role"
+                    )
+            except ClientError as exc:
+                if not has_code(exc, "NoSuchEntity"):
+                    raise
+                found = iam.create_role(**build.create_role_request(role, campaign_id))["Role"]
+                created.append(f"iam-role/{role.name}")
+            attached = {p["PolicyArn"] for p in iam.list_attached_role_policies(RoleName=role.name)["AttachedPolicies"]}
+            for policy_arn in role.policy_arns(partition):
+                if policy_arn not in attached:
+                    iam.attach_role_policy(RoleName=role.name, PolicyArn=policy_arn)
+        except (ClientError, BotoCoreError) as exc:
+            raise aws.convert(
+                exc, f"IAM role {role.name}", fix="the caller needs iam:CreateRole/AttachRolePolicy"
+            ) from exc
+        arns[role.component] = str(found["Arn"])
+    return RoleArns(by_component=arns, created=tuple(created))
