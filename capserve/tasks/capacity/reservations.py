@@ -1,0 +1,166 @@
+"""Reading reservations: ours by the campaign tag, anyone's by id, and waiting until one is usable."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any
+
+from prefect import task
+
+from capserve.core.capacity.requests import (
+    describe_training_plan_request,
+    region_from_arn,
+    reservation_by_id_request,
+    reservations_by_campaign_request,
+    training_plan_name,
+    training_plan_name_from_arn,
+)
+from capserve.core.capacity.settings import CapacitySettings
+from capserve.core.capacity.states import (
+    Reservation,
+    ReservationState,
+    reservation_from_ec2,
+    reservation_from_training_plan,
+)
+from capserve.core.errors import PermanentError
+from capserve.core.spec import CapacitySpec
+from capserve.tasks.aws import client
+from capserve.tasks.capacity.errors import capacity_error, is_not_found
+from capserve.tasks.capacity.search import MAX_PAGES
+from capserve.tasks.capacity.waiting import poll
+
+
+def capacity_reservations_by_tag(campaign_id: str, region: str) -> list[Reservation]:
+    """Every capacity reservation in ``region`` tagged with the campaign, in any state."""
+    ec2 = client("ec2", region)
+    found: list[Reservation] = []
+    token: str | None = None
+    for _ in range(MAX_PAGES):
+        try:
+            page: dict[str, Any] = ec2.describe_capacity_reservations(
+                **reservations_by_campaign_request(campaign_id, next_token=token)
+            )
+        except Exception as exc:
+            raise capacity_error(
+                exc, f"looking up capacity reservations tagged {campaign_id} in {region}",
+                iam_action="ec2:DescribeCapacityReservations",
+            ) from exc
+        found += [reservation_from_ec2(region, raw) for raw in page.get("CapacityReservations", [])]
+        token = page.get("NextToken")
+        if not token:
+            return found
+    raise PermanentError(f"looking up reservations tagged {campaign_id} in {region}: more than {MAX_PAGES} pages")
+
+
+def capacity_reservation(region: str, reservation_id: str) -> Reservation | None:
+    """One capacity reservation by id; None only for AWS's NotFound codes."""
+    ec2 = client("ec2", region)
+    try:
+        page: dict[str, Any] = ec2.describe_capacity_reservations(**reservation_by_id_request(reservation_id))
+    except Exception as exc:
+        if is_not_found(exc, "ec2"):
+            return None
+        raise capacity_error(
+            exc, f"describing capacity reservation {reservation_id} in {region}",
+            iam_action="ec2:DescribeCapacityReservations",
+        ) from exc
+    items = page.get("CapacityReservations", [])
+    return reservation_from_ec2(region, items[0]) if items else None
+
+
+def training_plan(region: str, name: str) -> Reservation | None:
+    """One training plan by name, with its tags; None only for ResourceNotFound."""
+    sagemaker = client("sagemaker", region)
+    try:
+        raw: dict[str, Any] = sagemaker.describe_training_plan(**describe_training_plan_request(name))
+        tags = sagemaker.list_tags(ResourceArn=raw["TrainingPlanArn"]).get("Tags", [])
+    except Exception as exc:
+        if is_not_found(exc, "sagemaker"):
+            return None
+        raise capacity_error(
+            exc, f"describing training plan {name} in {region}",
+            iam_action="sagemaker:DescribeTrainingPlan and sagemaker:ListTags",
+        ) from exc
+    return reservation_from_training_plan(region, raw, {t["Key"]: t.get("Value", "") for t in tags})
+
+
+def describe(reservation: Reservation) -> Reservation:
+    """The same reservation, as AWS reports it now."""
+    if reservation.provider == "sagemaker-training-plan":
+        fresh = training_plan(reservation.region, training_plan_name_from_arn(reservation.reservation_id))
+    else:
+        fresh = capacity_reservation(reservation.region, reservation.reservation_id)
+    if fresh is None:
+        raise PermanentError(
+            f"{reservation.reservation_id} in {reservation.region} no longer exists: AWS returned NotFound"
+        )
+    return fresh
+
+
+@task(name="find-campaign-reservations", tags=["aws"])
+def find_campaign_reservations(capacity: CapacitySpec, campaign_id: str) -> list[Reservation]:
+    """What this campaign already owns, searched in every region of the spec concurrently."""
+    if capacity.provider == "sagemaker-training-plan":
+        name = training_plan_name(campaign_id)
+
+        def lookup(region: str) -> list[Reservation]:
+            plan = training_plan(region, name)
+            return [plan] if plan is not None else []
+    else:
+
+        def lookup(region: str) -> list[Reservation]:
+            return capacity_reservations_by_tag(campaign_id, region)
+
+    with ThreadPoolExecutor(max_workers=min(len(capacity.regions), 8), thread_name_prefix="owned") as pool:
+        return [r for found in pool.map(lookup, capacity.regions) for r in found]
+
+
+@task(name="describe-reservation", tags=["aws"])
+def describe_reservation_by_id(reservation_id: str, default_region: str) -> Reservation | None:
+    """A reservation named by id (cr-… in ``default_region``) or by training plan ARN (its own region)."""
+    if reservation_id.startswith("arn:"):
+        return training_plan(region_from_arn(reservation_id), training_plan_name_from_arn(reservation_id))
+    return capacity_reservation(default_region, reservation_id)
+
+
+@task(name="wait-until-usable", tags=["aws"])
+def wait_until_usable(reservation: Reservation, settings: CapacitySettings) -> Reservation:
+    """Follow AWS's states until ``active``; a far-off start returns the ``scheduled`` reservation instead.
+
+    Terminal states (payment-failed, failed, expired, cancelled…) stop at once with what to do.
+    Production code never reads the sandbox clock: it only follows the state AWS reports.
+    """
+    first = describe(reservation)
+    until_start = max((first.start - datetime.now(UTC)).total_seconds(), 0.0)
+    deadline = settings.payment_timeout_seconds + until_start + settings.activation_grace_seconds
+
+    unread = [first]  # the first answer was read above (to size the deadline); use it before asking again
+
+    def check() -> Reservation:
+        current = unread.pop() if unread else describe(reservation)
+        if current.state.is_terminal:
+            raise PermanentError(
+                f"{current.reservation_id} is {current.state.value}: {current.state.failure_hint()}"
+            )
+        return current
+
+    def settled(current: Reservation) -> bool:
+        if current.state.is_usable:
+            return True
+        far = (current.start - datetime.now(UTC)).total_seconds() > settings.max_activation_wait_seconds
+        return current.state is ReservationState.SCHEDULED and far
+
+    def until(current: Reservation) -> float | None:
+        return (current.start - datetime.now(UTC)).total_seconds() if current.state.is_confirmed else None
+
+    return poll(
+        check,
+        done=settled,
+        describe=lambda r: f"{r.reservation_id} is still {r.state.value} (starts {r.start.isoformat()}), wanted active",
+        deadline_seconds=deadline,
+        initial_seconds=settings.poll_initial_seconds,
+        max_seconds=settings.poll_max_seconds,
+        jitter=settings.poll_jitter,
+        next_wait=until,
+    )
