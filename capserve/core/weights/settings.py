@@ -1,0 +1,57 @@
+"""Knobs of the weights stage: parallelism, retries, sizes, timeouts. Bounds say what is sane."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+FIVE_GIB = 5 * 1024**3
+
+
+class WeightsSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fetch_parallelism: int = Field(
+        4,
+        ge=1,
+        le=64,
+        description="Files downloaded (and hashed) at once. Hashing runs ~0.9 GB/s per core (weights.md §2.5).",
+    )
+    fetch_retries: int = Field(
+        3, ge=0, le=10, description="Prefect retries of one file's fetch after a transient error."
+    )
+    fetch_retry_delay_seconds: float = Field(
+        2.0, ge=0, le=600, description="Base delay between fetch retries (jittered)."
+    )
+    hub_timeout_seconds: float = Field(30.0, gt=0, le=600, description="Timeout of one Hub metadata request.")
+    etag_timeout_seconds: float = Field(10.0, gt=0, le=600, description="Timeout of the HEAD before each download.")
+    hash_chunk_bytes: int = Field(8 << 20, ge=64 << 10, le=256 << 20, description="Read size while hashing.")
+    max_output_file_bytes: int = Field(
+        FIVE_GIB,
+        ge=1 << 20,
+        le=FIVE_GIB,
+        description="Largest re-sharded file; 5 GiB is S3's single-request PUT limit (S3 user guide, upload objects).",
+    )
+    allow_reshard: bool = Field(True, description="Re-shard experts per rank when that saves bytes on nodes.")
+    publish_parallelism: int = Field(4, ge=1, le=64, description="Files uploaded to S3 at once.")
+    staging_image: str = Field(
+        "public.ecr.aws/aws-cli/aws-cli:2.27.50",
+        min_length=1,
+        max_length=255,
+        description="Image of the per-node staging Job: needs the aws CLI, sh, xargs and sha256sum.",
+    )
+    staging_parallelism: int = Field(8, ge=1, le=128, description="Files one staging Job copies at once.")
+    staging_deadline_seconds: int = Field(
+        4 * 3600, ge=60, le=48 * 3600, description="activeDeadlineSeconds of a staging Job."
+    )
+    staging_backoff_limit: int = Field(3, ge=0, le=20, description="Pod retries of a staging Job.")
+    nvme_path: str = Field(
+        "/mnt/nvme/weights",
+        pattern=r"^/[A-Za-z0-9._/-]+$",
+        max_length=255,
+        description="Host directory on each node's local NVMe where weights are staged.",
+    )
+    fsx_claim: str = Field(
+        "capserve-fsx",
+        pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
+        description="PersistentVolumeClaim of the FSx for Lustre file system (node_target 'fsx').",
+    )

@@ -1,0 +1,119 @@
+"""The per-node staging Job: copy only this node's files from S3 to its weight directory, verifying each.
+
+Rendered here (pure); applied by the cluster stage. One Job per node, pinned to the node by hostname,
+named deterministically so a re-apply converges. The container copies each file to ``<dest>.partial``,
+checks its sha256 against the manifest and renames it into place, so a killed pod never leaves a file
+that a later run trusts; files already present with the right sha256 are skipped.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from capserve.core.weights.manifest import WeightsManifest, s3_base
+from capserve.core.weights.settings import WeightsSettings
+
+CAMPAIGN_LABEL = "capserve.io/campaign"
+COMPONENT_LABEL = "capserve.io/component"
+NODE_LABEL = "capserve.io/weights-node"
+CONTAINER_DIR = "/weights"
+
+# Reads "sha256 key dest" lines from $FILES; each line is copied by one `sh -c` under xargs -P.
+# `aws s3 cp` retries transient S3 errors itself (AWS CLI retry modes, "standard" by default).
+_COPY_ONE = r"""set -eu
+sha="$1"; key="$2"; dest="$3"
+mkdir -p "$(dirname "$dest")"
+if [ -f "$dest" ] && printf '%s  %s\n' "$sha" "$dest" | sha256sum -c --status; then exit 0; fi
+rm -f "$dest.partial"
+aws s3 cp --only-show-errors "s3://$BUCKET/$BASE/$key" "$dest.partial"
+if ! printf '%s  %s\n' "$sha" "$dest.partial" | sha256sum -c --status; then
+  echo "sha256 mismatch for $dest (s3://$BUCKET/$BASE/$key)" >&2; rm -f "$dest.partial"; exit 1
+fi
+mv "$dest.partial" "$dest"
+"""
+
+_SCRIPT = r"""set -eu
+mkdir -p "$TARGET" && cd "$TARGET"
+printf '%s\n' "$FILES" | xargs -P "$PARALLEL" -L 1 sh -c "$COPY_ONE" copy
+echo "staged $(printf '%s\n' "$FILES" | wc -l) files into $TARGET"
+"""
+
+
+def staging_job_name(campaign_id: str, node: int) -> str:
+    return f"capserve-weights-{campaign_id}-n{node}"
+
+
+def render_staging_job(
+    manifest: WeightsManifest,
+    *,
+    node: int,
+    campaign_id: str,
+    namespace: str,
+    bucket: str,
+    prefix: str,
+    node_target: Literal["fsx", "nvme"],
+    node_name: str | None = None,
+    service_account: str | None = None,
+    settings: WeightsSettings | None = None,
+) -> dict[str, Any]:
+    """A batch/v1 Job that stages ``manifest``'s files for ``node`` into ``<root>/<repo>/<sha>/``.
+
+    ``node_name`` pins the pod to that Kubernetes node (needed for local NVMe); ``service_account``
+    carries the S3 read permission (IRSA / EKS Pod Identity).
+    """
+    settings = settings or WeightsSettings()
+    files = manifest.for_node(node)
+    lines = "\n".join(f"{f.sha256} {f.key} {f.dest}" for f in files)
+    labels = {CAMPAIGN_LABEL: campaign_id, COMPONENT_LABEL: "weights-staging", NODE_LABEL: str(node)}
+    target = f"{CONTAINER_DIR}/{manifest.repo}/{manifest.revision_sha}"
+    if node_target == "nvme":
+        volume: dict[str, Any] = {
+            "name": "weights",
+            "hostPath": {"path": settings.nvme_path, "type": "DirectoryOrCreate"},
+        }
+    else:
+        volume = {"name": "weights", "persistentVolumeClaim": {"claimName": settings.fsx_claim}}
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        # GPU nodes carry the nvidia.com/gpu NoSchedule taint (EKS GPU AMIs / GPU operator); staging needs no GPU
+        # but must run on that node.
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "containers": [
+            {
+                "name": "stage",
+                "image": settings.staging_image,
+                "command": ["/bin/sh", "-c", _SCRIPT],
+                "env": [
+                    {"name": "BUCKET", "value": bucket},
+                    {"name": "BASE", "value": s3_base(prefix, manifest.repo, manifest.revision_sha)},
+                    {"name": "TARGET", "value": target},
+                    {"name": "PARALLEL", "value": str(settings.staging_parallelism)},
+                    {"name": "FILES", "value": lines},
+                    {"name": "COPY_ONE", "value": _COPY_ONE},
+                ],
+                "volumeMounts": [{"name": "weights", "mountPath": CONTAINER_DIR}],
+                "resources": {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "8Gi"}},
+            }
+        ],
+        "volumes": [volume],
+    }
+    if node_name is not None:
+        pod_spec["nodeSelector"] = {"kubernetes.io/hostname": node_name}
+    if service_account is not None:
+        pod_spec["serviceAccountName"] = service_account
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": staging_job_name(campaign_id, node), "namespace": namespace, "labels": labels},
+        "spec": {
+            "backoffLimit": settings.staging_backoff_limit,
+            "activeDeadlineSeconds": settings.staging_deadline_seconds,
+            "ttlSecondsAfterFinished": 24 * 3600,
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        },
+    }
+
+
+def node_weight_path(root: str, repo: str, sha: str) -> str:
+    """Where a node's weights end up on the host (what vLLM's --model points at)."""
+    return f"{root.rstrip('/')}/{repo}/{sha}"

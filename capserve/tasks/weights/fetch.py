@@ -1,0 +1,102 @@
+"""Download one file from the Hub into the staging area and verify its sha256 right after it lands.
+
+huggingface_hub checks only the size after a download, and trusts its own metadata on a re-run even if
+the bytes were corrupted (weights.md §2.5, measured), so the content check is ours: LFS files against
+the listing's sha256, small git files against their git blob sha1. A mismatch deletes the file and
+fetches it again; a second mismatch is permanent. Partial downloads of a killed process are
+``*.incomplete`` files under ``.cache/huggingface/download`` that huggingface_hub never resumes across
+processes (weights.md §2.4): ``sweep_incomplete`` removes them before any fetch starts.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from huggingface_hub import hf_hub_download
+from huggingface_hub.utils import disable_progress_bars
+from prefect import task
+from pydantic import BaseModel, ConfigDict, Field
+
+from capserve.core.errors import PermanentError
+from capserve.core.weights.listing import SHA256_HEX, RepoFile
+from capserve.tasks.weights.hub import HubConnection, _is_retryable, convert_hub_error
+from capserve.tasks.weights.localfiles import Digest, forget, hash_file, mark_verified, trusted_sha256
+
+log = logging.getLogger(__name__)
+
+# Our progress is the Prefect artifact and the CLI's rich bar; tqdm bars from worker threads only add noise.
+disable_progress_bars()
+
+HF_DOWNLOAD_DIR = ".cache/huggingface/download"
+
+
+class FetchedFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str = Field(min_length=1, max_length=1000, description="Path in the repo and under the source dir.")
+    size: int = Field(ge=0, description="Bytes.")
+    sha256: str = Field(pattern=SHA256_HEX, description="Verified sha256.")
+    downloaded_bytes: int = Field(ge=0, description="Bytes downloaded by this call (0 when already verified).")
+    refetched: bool = Field(False, description="A first download failed verification and was fetched again.")
+
+
+@task(name="weights-sweep-incomplete")
+def sweep_incomplete(source_dir: Path) -> int:
+    """Delete orphaned partial downloads; call only when no fetch is running in this directory."""
+    removed = 0
+    for leftover in (source_dir / HF_DOWNLOAD_DIR).rglob("*.incomplete") if source_dir.exists() else ():
+        leftover.unlink(missing_ok=True)
+        removed += 1
+    return removed
+
+
+def matches(file: RepoFile, digest: Digest) -> bool:
+    if digest.size != file.size:
+        return False
+    if file.sha256 is not None:
+        return digest.sha256 == file.sha256
+    return file.git_oid is not None and digest.git_sha1 == file.git_oid
+
+
+@task(name="weights-fetch-file", retries=3, retry_delay_seconds=[2, 8, 30], retry_jitter_factor=0.5,
+      retry_condition_fn=lambda task, run, state: _is_retryable(state))
+def fetch_file(conn: HubConnection, repo: str, sha: str, file: RepoFile, source_dir: Path,
+               etag_timeout: float = 10.0) -> FetchedFile:
+    """Make ``source_dir/<file.path>`` hold the verified content of ``file`` at ``sha``, downloading only if needed."""
+    rel = file.path
+    known = trusted_sha256(source_dir, rel)
+    if known is not None and (file.sha256 is None or known == file.sha256):
+        return FetchedFile(path=rel, size=file.size, sha256=known, downloaded_bytes=0)
+    if (source_dir / rel).exists():
+        # Present but unverified (a killed run, or a copy from elsewhere): hash before trusting it.
+        digest = hash_file(source_dir / rel)
+        if matches(file, digest):
+            mark_verified(source_dir, rel, digest.sha256)
+            return FetchedFile(path=rel, size=file.size, sha256=digest.sha256, downloaded_bytes=0)
+        log.warning("%s: present but its content does not match %s@%s; fetching again", rel, repo, sha[:12])
+    downloaded = 0
+    for attempt in (1, 2):
+        forget(source_dir, rel)
+        _download(conn, repo, sha, rel, source_dir, etag_timeout)
+        downloaded += file.size
+        digest = hash_file(source_dir / rel)
+        if matches(file, digest):
+            mark_verified(source_dir, rel, digest.sha256)
+            return FetchedFile(path=rel, size=file.size, sha256=digest.sha256, downloaded_bytes=downloaded,
+                               refetched=attempt == 2)
+        log.warning("%s: sha256 mismatch after download %d of 2 (%s@%s)", rel, attempt, repo, sha[:12])
+    forget(source_dir, rel)
+    raise PermanentError(
+        f"{repo}@{sha}: {rel} failed sha256 verification twice (expected {file.sha256 or file.git_oid}); "
+        "the Hub copy or the path to it is corrupting data: check the endpoint/proxy and retry later"
+    )
+
+
+def _download(conn: HubConnection, repo: str, sha: str, rel: str, source_dir: Path, etag_timeout: float) -> None:
+    try:
+        # force_download: we decided to fetch; do not let huggingface_hub's metadata call a bad file fine.
+        hf_hub_download(repo, rel, revision=sha, local_dir=source_dir, endpoint=conn.endpoint,
+                        token=conn.secret(), force_download=True, etag_timeout=etag_timeout)
+    except Exception as exc:
+        raise convert_hub_error(exc, f"downloading {repo}@{sha[:12]}/{rel}") from exc
