@@ -1,0 +1,262 @@
+"""The acquire stage: find, approve and buy GPU capacity exactly once (or adopt what the campaign already has).
+
+Order, and why:
+1. the campaign record, then AWS by the campaign tag: a run that died after buying (even before it
+   recorded anything) adopts instead of buying again — PurchaseCapacityBlock has no idempotency token;
+2. offers from every region, ranked by the spec's policy (the decision is data, shown in the report);
+3. a person's approval when the fee is above the spec's threshold (suspend/pause frees or parks the
+   run; an interactive CLI run asks on the terminal); rejected or timed out → stop, nothing bought;
+4. the purchase under a Prefect concurrency limit of one per campaign, after a second tag lookup
+   inside the limit and a DryRun permission check;
+5. the lease into the campaign record, then wait until AWS says ``active``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_markdown_artifact
+from prefect.client.orchestration import get_client
+from prefect.concurrency.sync import concurrency
+from prefect.context import FlowRunContext
+from prefect.exceptions import FlowPauseTimeout
+from prefect.flow_runs import pause_flow_run, suspend_flow_run
+from prefect.input import RunInput
+
+from capserve.core.capacity.adoption import adoption_problems, lease_from_reservation
+from capserve.core.capacity.approval import ApprovalDecision, ApprovalRequest, needs_approval
+from capserve.core.capacity.offers import Offer
+from capserve.core.capacity.ranking import Ranking, rank_offers
+from capserve.core.capacity.result import AcquireResult, Outcome
+from capserve.core.capacity.settings import CapacitySettings
+from capserve.core.capacity.states import Reservation
+from capserve.core.catalog import get_instance_type
+from capserve.core.errors import PermanentError
+from capserve.core.lease import Lease
+from capserve.core.record import StageOutcome
+from capserve.core.spec import CampaignSpec
+from capserve.tasks.capacity.purchase import preflight_purchase, purchase
+from capserve.tasks.capacity.reservations import (
+    describe_reservation_by_id,
+    find_campaign_reservations,
+    wait_until_usable,
+)
+from capserve.tasks.capacity.search import search_offers
+from capserve.tasks.record_store import save_lease, save_stage_outcome
+
+
+class PurchaseApproval(RunInput, ApprovalDecision):
+    """The form a person fills in (Prefect UI, ``resume_flow_run``), typed by ApprovalDecision."""
+
+
+def purchase_limit_name(campaign_id: str) -> str:
+    return f"capserve-purchase-{campaign_id}"
+
+
+@flow(name="acquire")
+def acquire(
+    spec: CampaignSpec,
+    *,
+    interactive: bool = False,
+    dry_run: bool = False,
+    settings: CapacitySettings | None = None,
+) -> AcquireResult:
+    """Obtain the campaign's capacity. ``dry_run``: search, rank and check permissions, buy nothing."""
+    settings = settings or CapacitySettings()
+    logger = get_run_logger()
+    capacity, campaign_id = spec.capacity, spec.campaign_id
+    bucket, record_region = spec.weights.s3_bucket, capacity.regions[0]
+
+    adopted = _already_ours(spec)
+    if adopted is not None:
+        logger.info("campaign %s already holds %s: adopting it, buying nothing", campaign_id, adopted.reservation_id)
+        return _finish(spec, adopted, None, settings, outcome="adopted", offering_id=adopted.offering_id)
+
+    gpus = get_instance_type(capacity.instance_type).gpus_per_node
+    ranking = rank_offers(search_offers(capacity), capacity, regions=capacity.regions, gpus_per_instance=gpus)
+    offer = ranking.chosen
+    if offer is None:
+        raise PermanentError(f"campaign {campaign_id}: {ranking.why_nothing()}")
+    logger.info("chosen offer %s (%s)", offer.offering_id, offer.label())
+
+    if dry_run:
+        preflight_purchase(offer, campaign_id)
+        return _stopped(spec, ranking, "dry-run", f"dry run: would buy {offer.label()}; permissions check passed")
+
+    if needs_approval(offer, capacity.approval_threshold_usd):
+        decision = _ask_for_approval(spec, offer, ranking, settings, interactive=interactive)
+        if decision is None or not decision.approved:
+            outcome: Outcome = "approval-timed-out" if decision is None else "rejected"
+            why = (
+                f"nobody approved within {settings.approval_timeout_seconds} s"
+                if decision is None
+                else f"rejected by {decision.approver or 'the approver'}{': ' + decision.note if decision.note else ''}"
+            )
+            message = f"purchase of {offer.label()} {why}; nothing was bought"
+            save_stage_outcome(
+                bucket, campaign_id, "acquire",
+                StageOutcome(status="stopped", finished_at=datetime.now(UTC), detail=message),
+                record_region, attempts=settings.record_write_attempts,
+            )
+            return _stopped(spec, ranking, outcome, message)
+
+    _ensure_purchase_limit(campaign_id)
+    with concurrency(
+        purchase_limit_name(campaign_id),
+        occupy=1,
+        strict=True,
+        timeout_seconds=settings.purchase_slot_timeout_seconds,
+        lease_duration=settings.purchase_slot_lease_seconds,
+    ):
+        # Another run may have bought while this one searched or waited for approval.
+        adopted = _already_ours(spec)
+        if adopted is not None:
+            logger.info("another run bought %s meanwhile: adopting it", adopted.reservation_id)
+            return _finish(spec, adopted, ranking, settings, outcome="adopted", offering_id=adopted.offering_id)
+        preflight_purchase(offer, campaign_id)
+        bought = purchase(offer, campaign_id)
+    logger.info("bought %s for $%.2f", bought.reservation_id, offer.upfront_fee)
+    return _finish(
+        spec, bought, ranking, settings, outcome="bought", offering_id=offer.offering_id, fee=offer.upfront_fee
+    )
+
+
+def _already_ours(spec: CampaignSpec) -> Reservation | None:
+    """A reservation this campaign may use without buying: the one named in the spec, or one tagged for it."""
+    capacity, campaign_id = spec.capacity, spec.campaign_id
+    now = datetime.now(UTC)
+    if capacity.provider == "existing-reservation":
+        assert capacity.reservation_id is not None  # the spec's validator guarantees it
+        found = describe_reservation_by_id(capacity.reservation_id, capacity.regions[0])
+        if found is None:
+            raise PermanentError(
+                f"reservation {capacity.reservation_id} not found in {capacity.regions[0]}: check "
+                "capacity.reservation_id and put its region first in capacity.regions"
+            )
+        _refuse_unless_adoptable(found, adoption_problems(found, capacity, now=now))
+        return found
+    owned = find_campaign_reservations(capacity, campaign_id)
+    live = sorted((r for r in owned if not r.state.is_terminal and r.end > now), key=lambda r: (r.start, r.region))
+    if len(live) > 1:
+        get_run_logger().warning(
+            "campaign %s holds %d live reservations (%s): adopting the earliest; the others still bill",
+            campaign_id, len(live), ", ".join(r.reservation_id for r in live),
+        )
+    if not live:
+        return None
+    _refuse_unless_adoptable(live[0], adoption_problems(live[0], capacity, now=now, campaign_id=campaign_id))
+    return live[0]
+
+
+def _refuse_unless_adoptable(reservation: Reservation, problems: list[str]) -> None:
+    if problems:
+        raise PermanentError(f"cannot use {reservation.reservation_id}: " + "; ".join(problems))
+
+
+def _finish(
+    spec: CampaignSpec,
+    reservation: Reservation,
+    ranking: Ranking | None,
+    settings: CapacitySettings,
+    *,
+    outcome: str,
+    offering_id: str | None,
+    fee: float | None = None,
+) -> AcquireResult:
+    """Record the lease, wait until AWS says it is usable, publish the artifact."""
+    provider = spec.capacity.provider
+    lease: Lease = lease_from_reservation(reservation, provider=provider, adopted=outcome == "adopted", fee=fee)
+    save_lease(
+        spec.weights.s3_bucket, spec.campaign_id, lease, offering_id, spec.capacity.regions[0],
+        attempts=settings.record_write_attempts,
+    )
+    current = wait_until_usable(reservation, settings)
+    verb = "Adopted" if outcome == "adopted" else "Bought"
+    message = f"{verb} {lease.reservation_id} ({current.state.value}); it ends {lease.end.isoformat()}."
+    result = AcquireResult(
+        campaign_id=spec.campaign_id,
+        outcome="adopted" if outcome == "adopted" else "bought",
+        lease=lease,
+        state=current.state,
+        ranking=ranking,
+        message=message,
+    )
+    _publish(result)
+    return result
+
+
+def _stopped(spec: CampaignSpec, ranking: Ranking, outcome: Outcome, message: str) -> AcquireResult:
+    result = AcquireResult(
+        campaign_id=spec.campaign_id,
+        outcome=outcome,
+        ranking=ranking,
+        message=message,
+    )
+    _publish(result)
+    return result
+
+
+def _publish(result: AcquireResult) -> None:
+    create_markdown_artifact(
+        key=f"capacity-{result.campaign_id}", markdown=result.markdown(), description="acquire stage: lease and offers"
+    )
+
+
+def _ensure_purchase_limit(campaign_id: str) -> None:
+    """The per-campaign limit of one purchase at a time must exist before a strict acquire (prefect.md §8)."""
+    with get_client(sync_client=True) as client:
+        client.upsert_global_concurrency_limit_by_name(purchase_limit_name(campaign_id), 1)
+
+
+def _ask_for_approval(
+    spec: CampaignSpec, offer: Offer, ranking: Ranking, settings: CapacitySettings, *, interactive: bool
+) -> ApprovalDecision | None:
+    """A person's decision about ``offer``; None when nobody answered in time."""
+    request = ApprovalRequest(
+        campaign_id=spec.campaign_id,
+        offer=offer,
+        approval_threshold_usd=spec.capacity.approval_threshold_usd,
+        max_upfront_fee_usd=spec.capacity.max_upfront_fee_usd,
+        alternatives=len(ranking.considered) - 1,
+        plan=f"serve {spec.model.catalog or spec.model.repo} on {offer.instance_count} × {offer.instance_type}",
+    )
+    if interactive:
+        return _ask_on_terminal(request)
+    form = PurchaseApproval.with_initial_data(
+        description=request.markdown(), approved=False, offering_id=offer.offering_id
+    )
+    key = f"approve-{offer.offering_id}"
+    context = FlowRunContext.get()
+    deployed = context is not None and context.flow_run is not None and context.flow_run.deployment_id is not None
+    try:
+        if deployed:
+            # Frees the process while a person decides; the resumed run re-enters here with the answer
+            # and does not redo finished tasks (prefect.md §10).
+            answer = suspend_flow_run(wait_for_input=form, timeout=settings.approval_timeout_seconds, key=key)
+        else:
+            # Without a deployment nothing could restart a suspended run: park this process instead.
+            answer = pause_flow_run(wait_for_input=form, timeout=settings.approval_timeout_seconds, key=key)
+    except FlowPauseTimeout:
+        return None
+    if answer is None:
+        return None
+    decision = ApprovalDecision.model_validate(answer.model_dump(include=set(ApprovalDecision.model_fields)))
+    if decision.offering_id != offer.offering_id:
+        raise PermanentError(
+            f"the approval was for offering {decision.offering_id}, but {offer.offering_id} is the one on the table: "
+            "re-run and approve the offer shown"
+        )
+    return decision
+
+
+def _ask_on_terminal(request: ApprovalRequest) -> ApprovalDecision:
+    from rich.console import Console
+    from rich.markdown import Markdown
+    from rich.prompt import Confirm, Prompt
+
+    console = Console()
+    console.print(Markdown(request.markdown()))
+    approved = Confirm.ask("Buy it?", default=False, console=console)
+    approver = Prompt.ask("Your name (for the record)", default="", console=console) if approved else ""
+    return ApprovalDecision(approved=approved, offering_id=request.offer.offering_id, approver=approver)
