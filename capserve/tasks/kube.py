@@ -1,0 +1,427 @@
+"""Kubernetes access: in-memory clients, EKS tokens, server-side apply, and watches that wait.
+
+Everything that talks to a Kubernetes API server goes through here. Decisions (is this node
+ready? is this DaemonSet done?) are made by the pure functions in ``capserve.core.cluster``.
+
+Clients are built in memory: no kubeconfig is written and the bearer token never reaches a log,
+an error message or an artifact. EKS tokens last ~15 minutes, so the client refreshes its token
+before every request that would otherwise go out with an expiring one.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import math
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import urllib3
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.discovery import LazyDiscoverer
+from kubernetes.dynamic.exceptions import ResourceNotFoundError
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from pydantic import SecretStr
+
+from capserve.core.cluster.readiness import (
+    KubeSettings,
+    NodeExpectation,
+    Readiness,
+    WorkloadState,
+    assess_nodes,
+    workload_state,
+)
+from capserve.core.errors import CapserveError, PermanentError, RetryableError
+from capserve.tasks import aws
+
+DEFAULT_FIELD_MANAGER = "capserve"
+
+# `aws eks get-token` (awscli customizations/eks/get_token.py): presign STS GetCallerIdentity with
+# the cluster name in the signed header x-k8s-aws-id, URL valid 60 s, token = "k8s-aws-v1." +
+# unpadded base64url(URL). aws-iam-authenticator accepts a token for 15 minutes after signing;
+# the CLI reports expiry after 14, and so do we.
+EKS_TOKEN_PREFIX = "k8s-aws-v1."
+EKS_CLUSTER_ID_HEADER = "x-k8s-aws-id"
+EKS_PRESIGN_EXPIRES_S = 60
+EKS_TOKEN_LIFETIME_S = 14 * 60.0
+
+TokenProvider = Callable[[], SecretStr]
+
+# Status codes where the API server asks us to come back later (API conventions, "HTTP status codes").
+_RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def convert(exc: BaseException, what: str, *, fix: str | None = None) -> CapserveError:
+    """A Kubernetes client error as ours: retryable (429, 5xx, connection trouble) or permanent.
+
+    The API server's ``Status.message`` is kept; response headers are dropped (noise, and they
+    could carry cookies). Nothing of the request, so never the bearer token.
+    """
+    if isinstance(exc, CapserveError):
+        return exc
+    if isinstance(exc, k8s.ApiException):
+        status = int(exc.status or 0)
+        text = f"{what}: Kubernetes said {status} {exc.reason or ''}".rstrip() + _status_message(exc.body)
+        if status in _RETRYABLE_STATUS:
+            return RetryableError(text + " (transient; will be retried)")
+        if status == 401 and not fix:
+            fix = "The API server rejected the credentials: check the caller's IAM identity has an EKS access entry."
+        return PermanentError(text + (f". {fix}" if fix else ""))
+    if isinstance(exc, ResourceNotFoundError):
+        return PermanentError(
+            f"{what}: the API server does not serve this kind ({exc}). " + (fix or "Install its CRD first.")
+        )
+    if isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError):
+        return RetryableError(f"{what}: {type(exc).__name__}: {exc} (transient; will be retried)")
+    return PermanentError(f"{what}: {type(exc).__name__}: {exc}" + (f". {fix}" if fix else ""))
+
+
+def _status_message(body: object) -> str:
+    import json
+
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    if not isinstance(body, str) or not body:
+        return ""
+    try:
+        message = json.loads(body).get("message")
+    except (ValueError, AttributeError):
+        return ""
+    return f": {message}" if message else ""
+
+
+# --------------------------------------------------------------------------- clients
+
+
+def eks_token(cluster_name: str, region: str) -> SecretStr:
+    """A bearer token for an EKS cluster, made as ``aws eks get-token`` makes it (no shelling out).
+
+    The token is a presigned STS GetCallerIdentity URL; the cluster's authenticator calls it to
+    learn who we are. Only the signature is computed here: no request is sent.
+    """
+    sts = aws.client("sts", region)
+
+    def sign_cluster_id(request: Any, **_: Any) -> None:
+        # The header is signed but not sent: the authenticator re-adds it with its own cluster id,
+        # so a token made for one cluster does not work on another.
+        request.headers[EKS_CLUSTER_ID_HEADER] = cluster_name
+
+    sts.meta.events.register("before-sign.sts.GetCallerIdentity", sign_cluster_id)
+    url = sts.generate_presigned_url(
+        "get_caller_identity", Params={}, ExpiresIn=EKS_PRESIGN_EXPIRES_S, HttpMethod="GET"
+    )
+    encoded = base64.urlsafe_b64encode(url.encode("utf-8")).decode("ascii").rstrip("=")
+    return SecretStr(EKS_TOKEN_PREFIX + encoded)
+
+
+class _RefreshingToken:
+    """The ``refresh_api_key_hook`` of a client Configuration: a fresh token before the old one expires.
+
+    The official client calls the hook before every request (``Configuration.get_api_key_with_prefix``).
+    """
+
+    def __init__(self, provider: TokenProvider, lifetime_s: float, margin_s: float, clock: Callable[[], float]) -> None:
+        self._provider = provider
+        self._lifetime_s = lifetime_s
+        self._margin_s = margin_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._refresh_at: float | None = None
+        self.refreshes = 0
+
+    def __call__(self, configuration: k8s.Configuration) -> None:
+        with self._lock:
+            now = self._clock()
+            if self._refresh_at is not None and now < self._refresh_at:
+                return
+            token = self._provider()
+            configuration.api_key["authorization"] = token.get_secret_value()
+            self._refresh_at = now + max(self._lifetime_s - self._margin_s, 0.0)
+            self.refreshes += 1
+
+
+def _pem(ca_data: str | bytes | None) -> str | None:
+    """EKS returns the cluster CA base64-encoded (``certificateAuthority.data``); kubeconfig does too."""
+    if ca_data is None:
+        return None
+    text = ca_data.decode("ascii") if isinstance(ca_data, bytes) else ca_data
+    if text.lstrip().startswith("-----BEGIN"):
+        return text
+    try:
+        return base64.b64decode(text, validate=True).decode("ascii")
+    except (binascii.Error, UnicodeDecodeError) as exc:
+        raise PermanentError("cluster CA data is neither PEM nor base64-encoded PEM") from exc
+
+
+def api_client(
+    endpoint: str,
+    ca_data: str | bytes | None,
+    token_provider: TokenProvider,
+    *,
+    token_lifetime_s: float = EKS_TOKEN_LIFETIME_S,
+    settings: KubeSettings | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> k8s.ApiClient:
+    """An official-client ``ApiClient`` for ``endpoint``, entirely in memory.
+
+    ``ca_data`` (PEM or base64 PEM) is handed to urllib3 as data, never written to a file; it is
+    ignored for ``http://`` endpoints (the sandbox). The token comes from ``token_provider`` and
+    is replaced ``settings.token_refresh_margin_s`` before ``token_lifetime_s`` runs out.
+    """
+    settings = settings or KubeSettings()
+    configuration = k8s.Configuration(host=endpoint.rstrip("/"))
+    if endpoint.startswith("https://"):
+        configuration.ca_cert_data = _pem(ca_data)
+        configuration.verify_ssl = True
+    configuration.api_key_prefix = {"authorization": "Bearer"}
+    hook = _RefreshingToken(token_provider, token_lifetime_s, settings.token_refresh_margin_s, clock)
+    hook(configuration)  # auth_settings() only sends a key that is already present
+    configuration.refresh_api_key_hook = hook
+    return k8s.ApiClient(configuration)
+
+
+def api_client_for_eks(
+    endpoint: str, ca_data: str | bytes | None, cluster_name: str, region: str, *, settings: KubeSettings | None = None
+) -> k8s.ApiClient:
+    """A client for an EKS cluster, authenticated as the caller's AWS identity (as ``aws eks get-token``)."""
+    return api_client(endpoint, ca_data, lambda: eks_token(cluster_name, region), settings=settings)
+
+
+def api_client_from_kubeconfig(path: str | Path, context: str | None = None) -> k8s.ApiClient:
+    """A client for a cluster the spec names, from an existing kubeconfig (read, never written).
+
+    Exec plugins in the kubeconfig (e.g. ``aws eks get-token``) run as kubectl would run them.
+    """
+    try:
+        return k8s_config.new_client_from_config(config_file=str(path), context=context)
+    except (k8s_config.ConfigException, OSError) as exc:
+        raise PermanentError(
+            f"kubeconfig {path} (context {context or 'current'}): {exc}. Check the path and context name."
+        ) from exc
+
+
+class _InMemoryDiscoverer(LazyDiscoverer):  # type: ignore[misc]
+    """DynamicClient's discovery, without its cache file (it writes /tmp/osrcp-<hash>.json by default)."""
+
+    def _write_cache(self) -> None:
+        return None
+
+
+def dynamic_client(api: k8s.ApiClient) -> DynamicClient:
+    # A path that never exists makes the discoverer start empty instead of reading someone's cache.
+    never = str(Path(tempfile.gettempdir()) / "capserve-discovery-is-in-memory")
+    try:
+        return DynamicClient(api, cache_file=never, discoverer=_InMemoryDiscoverer)
+    except Exception as exc:  # discovery: ApiException or a connection error, converted below
+        raise convert(exc, f"API discovery at {api.configuration.host}") from exc
+
+
+# --------------------------------------------------------------------------- apply
+
+
+def _describe(manifest: Mapping[str, Any]) -> str:
+    metadata = manifest.get("metadata") or {}
+    namespace = metadata.get("namespace")
+    return f"{manifest.get('kind')} {namespace + '/' if namespace else ''}{metadata.get('name')}"
+
+
+def _resource(dyn: DynamicClient, api_version: str, kind: str) -> Any:
+    try:
+        return dyn.resources.get(api_version=api_version, kind=kind)
+    except ResourceNotFoundError as exc:
+        raise convert(exc, f"{kind} ({api_version})") from exc
+
+
+def _apply(dyn: DynamicClient, manifest: Mapping[str, Any], field_manager: str) -> dict[str, Any]:
+    resource = _resource(dyn, str(manifest["apiVersion"]), str(manifest["kind"]))
+    namespace = (manifest.get("metadata") or {}).get("namespace")
+    try:
+        # force: we are the owner of what we render; another manager's edit of one of our fields
+        # is drift to correct, not a conflict to stop on (kubernetes-client/python#1555: "usually
+        # force=true" for controllers).
+        result = dyn.server_side_apply(
+            resource, body=dict(manifest), namespace=namespace, field_manager=field_manager, force_conflicts=True
+        )
+    except Exception as exc:
+        raise convert(exc, f"server-side apply of {_describe(manifest)}") from exc
+    applied: dict[str, Any] = result.to_dict()
+    return applied
+
+
+def apply(
+    api: k8s.ApiClient, manifest: Mapping[str, Any], field_manager: str = DEFAULT_FIELD_MANAGER
+) -> dict[str, Any]:
+    """Server-side apply one object of any kind (CRDs' kinds included); returns it as the server has it."""
+    return _apply(dynamic_client(api), manifest, field_manager)
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    metadata = obj.get("metadata") or {}
+    return f"{metadata.get('namespace') or ''}/{metadata.get('name')}"
+
+
+def _watch_until(
+    dyn: DynamicClient,
+    resource: Any,
+    *,
+    done: Callable[[dict[str, dict[str, Any]]], bool],
+    deadline: float,
+    settings: KubeSettings,
+    what: str,
+    namespace: str | None = None,
+    label_selector: str | None = None,
+    field_selector: str | None = None,
+) -> dict[str, dict[str, Any]]:
+    """List, then watch from the list's resourceVersion, until ``done(objects)`` or the deadline.
+
+    Returns the objects last seen (by namespace/name) either way; the caller decides what a
+    timeout means. A watch that expires (410 Gone) is answered by listing again, as client-go's
+    reflector does.
+    """
+    objects: dict[str, dict[str, Any]] = {}
+    version: str | None = None
+    selectors = {"namespace": namespace, "label_selector": label_selector, "field_selector": field_selector}
+    while True:
+        try:
+            if version is None:
+                listing = resource.get(**selectors, _request_timeout=settings.request_timeout_s).to_dict()
+                objects = {_key(item): item for item in listing.get("items") or []}
+                version = str(listing["metadata"]["resourceVersion"])
+                if done(objects):
+                    return objects
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return objects
+            window = max(1, math.ceil(min(remaining, settings.watch_window_s)))
+            for event in dyn.watch(
+                resource, **selectors, resource_version=version, timeout=window, allow_watch_bookmarks=True
+            ):
+                raw = event["raw_object"]
+                version = str((raw.get("metadata") or {}).get("resourceVersion") or version)
+                if event["type"] == "DELETED":
+                    objects.pop(_key(raw), None)
+                elif event["type"] in ("ADDED", "MODIFIED"):
+                    objects[_key(raw)] = raw
+                if done(objects) or time.monotonic() >= deadline:
+                    return objects
+        except k8s.ApiException as exc:
+            if exc.status == 410:  # our resourceVersion was compacted away: start over from a list
+                version = None
+                continue
+            raise convert(exc, what) from exc
+        except (urllib3.exceptions.HTTPError, ConnectionError) as exc:
+            raise convert(exc, what) from exc
+
+
+# --------------------------------------------------------------------------- waits (Prefect tasks)
+
+
+@task(name="wait-gpu-nodes-ready", cache_policy=NO_CACHE)
+def wait_gpu_nodes_ready(api: k8s.ApiClient, expectation: NodeExpectation, settings: KubeSettings) -> Readiness:
+    """Watch the nodes until ``expectation`` holds; on timeout raise naming each node and its cause.
+
+    A watch, not a poll: the API server pushes every node change. The deadline is monotonic and
+    covers the whole wait, including re-listing after an expired watch.
+    """
+    deadline = time.monotonic() + settings.nodes_ready_timeout_s
+    dyn = dynamic_client(api)
+    nodes = _resource(dyn, "v1", "Node")
+    objects = _watch_until(
+        dyn,
+        nodes,
+        done=lambda seen: assess_nodes(list(seen.values()), expectation).ready,
+        deadline=deadline,
+        settings=settings,
+        what="watch of GPU nodes",
+        label_selector=expectation.label_selector() or None,
+    )
+    readiness = assess_nodes(list(objects.values()), expectation)
+    if not readiness.ready:
+        raise PermanentError(f"GPU nodes not ready after {settings.nodes_ready_timeout_s:g} s: {readiness.describe()}")
+    return readiness
+
+
+@task(name="apply-addons", cache_policy=NO_CACHE)
+def apply_addons(
+    api: k8s.ApiClient,
+    manifests: Sequence[Mapping[str, Any]],
+    settings: KubeSettings,
+    field_manager: str = DEFAULT_FIELD_MANAGER,
+) -> list[dict[str, Any]]:
+    """Server-side apply the add-ons: CRDs first, each waited for until Established, then the rest.
+
+    An object of a CRD's kind is rejected by the API server until the CRD is Established
+    (Kubernetes docs, "Extend the Kubernetes API with CustomResourceDefinitions").
+    """
+    dyn = dynamic_client(api)
+    crds = [m for m in manifests if m.get("kind") == "CustomResourceDefinition"]
+    rest = [m for m in manifests if m.get("kind") != "CustomResourceDefinition"]
+    applied = [_apply(dyn, manifest, field_manager) for manifest in crds]
+    if crds:
+        _wait_objects(dyn, crds, settings, time.monotonic() + settings.addons_ready_timeout_s)
+    applied += [_apply(dyn, manifest, field_manager) for manifest in rest]
+    return applied
+
+
+def _wait_objects(
+    dyn: DynamicClient, manifests: Iterable[Mapping[str, Any]], settings: KubeSettings, deadline: float
+) -> dict[str, str]:
+    """Watch each object until it is ready; raise at the first failure or when the deadline passes."""
+    outcome: dict[str, str] = {}
+    pending: list[str] = []
+    for manifest in manifests:
+        name = str((manifest.get("metadata") or {}).get("name"))
+        namespace = (manifest.get("metadata") or {}).get("namespace")
+        resource = _resource(dyn, str(manifest["apiVersion"]), str(manifest["kind"]))
+        what = _describe(manifest)
+        last: dict[str, tuple[WorkloadState, str]] = {}
+
+        def settled(seen: dict[str, dict[str, Any]], last: dict[str, tuple[WorkloadState, str]] = last) -> bool:
+            if not seen:
+                last["state"] = (WorkloadState.PROGRESSING, "not found")
+                return False
+            last["state"] = workload_state(next(iter(seen.values())))
+            return last["state"][0].is_terminal
+
+        _watch_until(
+            dyn,
+            resource,
+            done=settled,
+            deadline=deadline,
+            settings=settings,
+            what=f"watch of {what}",
+            namespace=namespace,
+            field_selector=f"metadata.name={name}",
+        )
+        state, reason = last.get("state", (WorkloadState.PROGRESSING, "not observed"))
+        if state is WorkloadState.FAILED:
+            raise PermanentError(f"{what} failed: {reason}")
+        if state is WorkloadState.PROGRESSING:
+            pending.append(f"{what}: {reason}")
+        outcome[what] = reason
+    if pending:
+        raise PermanentError(f"add-ons not ready after {settings.addons_ready_timeout_s:g} s: " + "; ".join(pending))
+    return outcome
+
+
+@task(name="wait-addons-ready", cache_policy=NO_CACHE)
+def wait_addons_ready(
+    api: k8s.ApiClient, manifests: Sequence[Mapping[str, Any]], settings: KubeSettings
+) -> dict[str, str]:
+    """Wait until every applied add-on reports ready (DaemonSets, Deployments, Jobs, CRDs).
+
+    Returns ``{"<Kind> <ns>/<name>": reason}``. Raises PermanentError naming every object still
+    not ready at the deadline, or the first that failed (a Job's BackoffLimitExceeded, a
+    Deployment's ProgressDeadlineExceeded).
+    """
+    return _wait_objects(dynamic_client(api), manifests, settings, time.monotonic() + settings.addons_ready_timeout_s)
