@@ -108,9 +108,19 @@ def launch_template_request(
     }
 
 
+# What decides where and how the nodes launch. Tags and metadata options are left out: EC2 may echo
+# them back reordered, and a difference there is not worth a new template version.
+MATERIAL_TEMPLATE_FIELDS = (
+    "InstanceType",
+    "InstanceMarketOptions",
+    "CapacityReservationSpecification",
+    "NetworkInterfaces",
+)
+
+
 def launch_template_drift(current: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
-    """Top-level template fields whose content differs (the reservation, the layout, the type)."""
-    return sorted(key for key in wanted if current.get(key) != wanted[key])
+    """Material template fields whose content differs (the reservation, the interface layout, the type)."""
+    return [key for key in MATERIAL_TEMPLATE_FIELDS if current.get(key) != wanted.get(key)]
 
 
 def node_labels(campaign_id: str) -> dict[str, str]:

@@ -19,6 +19,7 @@ State lives on moto's objects, so ``/moto-api/reset`` clears it; ``reset()`` res
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -230,6 +231,9 @@ def install() -> None:
     global _INSTALLED
     if _INSTALLED:
         return
+    # Bring-up attaches AWS-managed policies (AmazonEKSClusterPolicy, ...); moto only knows them when
+    # this is set before its IAM backend starts (shared/reference/moto.md §2.6).
+    os.environ.setdefault("MOTO_IAM_LOAD_MANAGED_POLICIES", "true")
     _record_calls()
     _patch_eks()
     _INSTALLED = True

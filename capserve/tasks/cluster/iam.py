@@ -48,8 +48,6 @@ def converge_roles(campaign_id: str, kind: str, region: str) -> RoleArns:
                 if policy_arn not in attached:
                     iam.attach_role_policy(RoleName=role.name, PolicyArn=policy_arn)
         except (ClientError, BotoCoreError) as exc:
-            raise aws.convert(
-                exc, f"IAM role {role.name}", fix="the caller needs iam:CreateRole/AttachRolePolicy"
-            ) from exc
+            raise aws.convert(exc, f"IAM role {role.name}") from exc
         arns[role.component] = str(found["Arn"])
     return RoleArns(by_component=arns, created=tuple(created))

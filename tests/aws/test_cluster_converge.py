@@ -1,0 +1,166 @@
+"""Bring-up's AWS tasks against the sandbox's moto (with the EKS/HyperPod extensions).
+
+moto parses every request with botocore's service model, so each call here is also a request
+validation. Campaign ids differ per test: moto's backends live for the whole process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import boto3
+import pytest
+
+import capserve.sandbox.aws_ext  # noqa: F401 - registers the moto extensions
+from capserve.core.catalog import get_instance_type
+from capserve.core.cluster.naming import CAMPAIGN_TAG, ClusterNames
+from capserve.core.cluster.settings import BringUpSettings
+from capserve.core.errors import PermanentError
+from capserve.core.lease import Lease
+from capserve.sandbox.aws import moto_sandbox
+from capserve.sandbox.aws_ext import eks as eks_ext
+from capserve.tasks.cluster.eks import converge_cluster, converge_launch_template, converge_nodegroup
+from capserve.tasks.cluster.hyperpod import converge_hyperpod
+from capserve.tasks.cluster.iam import converge_roles
+from capserve.tasks.cluster.network import converge_network
+
+REGION = "us-east-2"
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[None]:
+    with moto_sandbox(REGION):
+        yield
+
+
+@pytest.fixture
+def events(sandbox: None) -> Iterator[list[eks_ext.NodePoolActivated]]:
+    eks_ext.reset()
+    seen: list[eks_ext.NodePoolActivated] = []
+    eks_ext.NODE_HOOKS.append(seen.append)
+    yield seen
+    eks_ext.reset()
+
+
+def make_lease(**changes: object) -> Lease:
+    now = datetime.now(UTC)
+    base: dict[str, object] = dict(
+        provider="ec2-capacity-block", region=REGION, availability_zone=f"{REGION}b",
+        reservation_id="cr-0123456789abcdef0", start=now - timedelta(hours=1), end=now + timedelta(days=1),
+        instance_type="p6-b300.48xlarge", instance_count=2, upfront_fee=1.0,
+    )
+    return Lease.model_validate({**base, **changes})
+
+
+def creates() -> list[str]:
+    return [f"{c.service}:{c.action}" for c in eks_ext.calls() if c.action.startswith(("Create", "Attach", "Associate"))]
+
+
+def bring_up_eks(campaign: str, lease: Lease) -> list[str]:
+    network = converge_network.fn(campaign, REGION, lease.availability_zone, "10.64.0.0/16")
+    roles = converge_roles.fn(campaign, "eks", REGION)
+    cluster = converge_cluster.fn(
+        campaign, REGION, kubernetes_version="1.34", role_arn=roles.by_component["eks-cluster-role"],
+        subnet_ids=list(network.subnet_ids), security_group_id=network.security_group_id, timeout_s=60, poll_s=0,
+    )
+    template = converge_launch_template.fn(campaign, lease, network.security_group_id)
+    made = converge_nodegroup.fn(
+        campaign, lease, cluster_name=cluster.name, node_role_arn=roles.by_component["eks-node-role"],
+        subnet_id=network.node_subnet_id, launch_template=template, timeout_s=60, poll_s=0,
+    )
+    return [*network.created, *roles.created, *cluster.created, *template.created, *made]
+
+
+def test_eks_bring_up_converges_and_a_rerun_creates_nothing(events: list[eks_ext.NodePoolActivated]) -> None:
+    campaign, lease = "conv-eks", make_lease()
+    first = bring_up_eks(campaign, lease)
+    assert first == [
+        "vpc/capserve-conv-eks-vpc", "subnet/capserve-conv-eks-us-east-2b", "subnet/capserve-conv-eks-us-east-2a",
+        "internet-gateway/capserve-conv-eks-igw", "route-table/capserve-conv-eks-public",
+        "security-group/capserve-conv-eks-nodes", "iam-role/capserve-conv-eks-eks-cluster",
+        "iam-role/capserve-conv-eks-eks-node", "eks-cluster/capserve-conv-eks",
+        "launch-template/capserve-conv-eks-gpu", "eks-nodegroup/capserve-conv-eks-gpu",
+    ]
+    # The node group became ACTIVE through the waiter, and the sandbox announced its GPU nodes.
+    assert [(e.pool, e.count, e.instance_type) for e in events] == [("capserve-conv-eks-gpu", 2, "p6-b300.48xlarge")]
+    assert events[0].labels[CAMPAIGN_TAG] == campaign
+    assert events[0].taints == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+
+    eks_ext.clear_calls()
+    assert bring_up_eks(campaign, lease) == []
+    assert creates() == []  # nothing created, attached or associated: asserted on the server's call record
+    ec2 = boto3.client("ec2")
+    vpcs = ec2.describe_vpcs(Filters=[{"Name": f"tag:{CAMPAIGN_TAG}", "Values": [campaign]}])["Vpcs"]
+    assert len(vpcs) == 1
+    groups = boto3.client("eks").list_nodegroups(clusterName="capserve-conv-eks")["nodegroups"]
+    assert groups == ["capserve-conv-eks-gpu"]
+
+
+def test_launch_template_content_and_new_version_for_a_new_reservation(sandbox: None) -> None:
+    campaign = "conv-lt"
+    network = converge_network.fn(campaign, REGION, f"{REGION}b", "10.64.0.0/16")
+    first = converge_launch_template.fn(campaign, make_lease(), network.security_group_id)
+    data = boto3.client("ec2").describe_launch_template_versions(LaunchTemplateId=first.id, Versions=["$Latest"])[
+        "LaunchTemplateVersions"
+    ][0]["LaunchTemplateData"]
+    assert data["InstanceMarketOptions"]["MarketType"] == "capacity-block"
+    cards = data["NetworkInterfaces"]
+    assert (cards[0]["NetworkCardIndex"], cards[0]["InterfaceType"]) == (0, "interface")
+    assert len(cards) == len(get_instance_type("p6-b300.48xlarge").network_cards)
+
+    same = converge_launch_template.fn(campaign, make_lease(), network.security_group_id)
+    assert (same.version, same.created) == (first.version, ())
+    moved = converge_launch_template.fn(
+        campaign, make_lease(reservation_id="cr-0fedcba9876543210"), network.security_group_id
+    )
+    assert moved.id == first.id and int(moved.version) == int(first.version) + 1
+
+
+def test_a_cluster_with_our_name_but_not_our_tag_is_refused(sandbox: None) -> None:
+    names = ClusterNames(campaign_id="conv-foreign")
+    ec2 = boto3.client("ec2")
+    vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.0.0/20", AvailabilityZone=f"{REGION}a")["Subnet"]["SubnetId"]
+    boto3.client("eks").create_cluster(
+        name=names.eks_cluster, roleArn="arn:aws:iam::123456789012:role/x", resourcesVpcConfig={"subnetIds": [subnet]}
+    )
+    with pytest.raises(PermanentError, match="not tagged capserve.io/campaign=conv-foreign"):
+        converge_cluster.fn(
+            "conv-foreign", REGION, kubernetes_version="1.34", role_arn="arn:aws:iam::123456789012:role/x",
+            subnet_ids=[subnet], security_group_id="sg-1", timeout_s=60, poll_s=0,
+        )
+
+
+def test_hyperpod_path_on_a_training_plan(events: list[eks_ext.NodePoolActivated]) -> None:
+    campaign = "conv-hp"
+    plan = f"arn:aws:sagemaker:{REGION}:123456789012:training-plan/{campaign}"
+    lease = make_lease(provider="sagemaker-training-plan", reservation_id=plan, instance_count=1)
+    network = converge_network.fn(campaign, REGION, lease.availability_zone, "10.64.0.0/16")
+    roles = converge_roles.fn(campaign, "hyperpod", REGION)
+    cluster = converge_cluster.fn(
+        campaign, REGION, kubernetes_version="1.34", role_arn=roles.by_component["eks-cluster-role"],
+        subnet_ids=list(network.subnet_ids), security_group_id=network.security_group_id, timeout_s=60, poll_s=0,
+    )
+    settings = BringUpSettings(poll_seconds=0)
+
+    def run() -> tuple[str, ...]:
+        return converge_hyperpod.fn(
+            campaign, lease, settings, eks_cluster_arn=cluster.arn,
+            execution_role_arn=roles.by_component["hyperpod-execution-role"], subnet_id=network.node_subnet_id,
+            security_group_id=network.security_group_id, timeout_s=60,
+        )
+
+    assert run() == ("hyperpod-cluster/capserve-conv-hp-hp",)
+    described = boto3.client("sagemaker").describe_cluster(ClusterName="capserve-conv-hp-hp")
+    assert described["ClusterStatus"] == "InService"
+    group = described["InstanceGroups"][0]
+    assert group["InstanceType"] == "ml.p6-b300.48xlarge" and group["TrainingPlanArn"] == plan
+    assert described["Orchestrator"]["Eks"]["ClusterArn"] == cluster.arn
+    assert [(e.cluster_name, e.count) for e in events] == [("capserve-conv-hp", 1)]
+    assert events[0].labels["sagemaker.amazonaws.com/node-health-status"] == "Schedulable"
+    assert events[0].labels[CAMPAIGN_TAG] == campaign
+
+    eks_ext.clear_calls()
+    assert run() == ()
+    assert creates() == []
