@@ -46,28 +46,48 @@ def events(sandbox: None) -> Iterator[list[eks_ext.NodePoolActivated]]:
 def make_lease(**changes: object) -> Lease:
     now = datetime.now(UTC)
     base: dict[str, object] = dict(
-        provider="ec2-capacity-block", region=REGION, availability_zone=f"{REGION}b",
-        reservation_id="cr-0123456789abcdef0", start=now - timedelta(hours=1), end=now + timedelta(days=1),
-        instance_type="p6-b300.48xlarge", instance_count=2, upfront_fee=1.0,
+        provider="ec2-capacity-block",
+        region=REGION,
+        availability_zone=f"{REGION}b",
+        reservation_id="cr-0123456789abcdef0",
+        start=now - timedelta(hours=1),
+        end=now + timedelta(days=1),
+        instance_type="p6-b300.48xlarge",
+        instance_count=2,
+        upfront_fee=1.0,
     )
     return Lease.model_validate({**base, **changes})
 
 
 def creates() -> list[str]:
-    return [f"{c.service}:{c.action}" for c in eks_ext.calls() if c.action.startswith(("Create", "Attach", "Associate"))]
+    return [
+        f"{c.service}:{c.action}" for c in eks_ext.calls() if c.action.startswith(("Create", "Attach", "Associate"))
+    ]
 
 
 def bring_up_eks(campaign: str, lease: Lease) -> list[str]:
     network = converge_network.fn(campaign, REGION, lease.availability_zone, "10.64.0.0/16")
     roles = converge_roles.fn(campaign, "eks", REGION)
     cluster = converge_cluster.fn(
-        campaign, REGION, kubernetes_version="1.34", role_arn=roles.by_component["eks-cluster-role"],
-        subnet_ids=list(network.subnet_ids), security_group_id=network.security_group_id, timeout_s=60, poll_s=0,
+        campaign,
+        REGION,
+        kubernetes_version="1.34",
+        role_arn=roles.by_component["eks-cluster-role"],
+        subnet_ids=list(network.subnet_ids),
+        security_group_id=network.security_group_id,
+        timeout_s=60,
+        poll_s=0,
     )
     template = converge_launch_template.fn(campaign, lease, network.security_group_id)
     made = converge_nodegroup.fn(
-        campaign, lease, cluster_name=cluster.name, node_role_arn=roles.by_component["eks-node-role"],
-        subnet_id=network.node_subnet_id, launch_template=template, timeout_s=60, poll_s=0,
+        campaign,
+        lease,
+        cluster_name=cluster.name,
+        node_role_arn=roles.by_component["eks-node-role"],
+        subnet_id=network.node_subnet_id,
+        launch_template=template,
+        timeout_s=60,
+        poll_s=0,
     )
     return [*network.created, *roles.created, *cluster.created, *template.created, *made]
 
@@ -76,15 +96,21 @@ def test_eks_bring_up_converges_and_a_rerun_creates_nothing(events: list[eks_ext
     campaign, lease = "conv-eks", make_lease()
     first = bring_up_eks(campaign, lease)
     assert first == [
-        "vpc/capserve-conv-eks-vpc", "subnet/capserve-conv-eks-us-east-2b", "subnet/capserve-conv-eks-us-east-2a",
-        "internet-gateway/capserve-conv-eks-igw", "route-table/capserve-conv-eks-public",
-        "security-group/capserve-conv-eks-nodes", "iam-role/capserve-conv-eks-eks-cluster",
-        "iam-role/capserve-conv-eks-eks-node", "eks-cluster/capserve-conv-eks",
-        "launch-template/capserve-conv-eks-gpu", "eks-nodegroup/capserve-conv-eks-gpu",
+        "vpc/capserve-conv-eks-vpc",
+        "subnet/capserve-conv-eks-us-east-2b",
+        "subnet/capserve-conv-eks-us-east-2a",
+        "internet-gateway/capserve-conv-eks-igw",
+        "route-table/capserve-conv-eks-public",
+        "security-group/capserve-conv-eks-nodes",
+        "iam-role/capserve-conv-eks-eks-cluster",
+        "iam-role/capserve-conv-eks-eks-node",
+        "eks-cluster/capserve-conv-eks",
+        "launch-template/capserve-conv-eks-gpu",
+        "eks-nodegroup/capserve-conv-eks-gpu",
     ]
     # The node group became ACTIVE through the waiter, and the sandbox announced its GPU nodes.
     assert [(e.pool, e.count, e.instance_type) for e in events] == [("capserve-conv-eks-gpu", 2, "p6-b300.48xlarge")]
-    assert events[0].labels[CAMPAIGN_TAG] == campaign
+    assert events[0].labels[CAMPAIGN_TAG] == campaign and events[0].zone == f"{REGION}b"
     assert events[0].taints == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
 
     eks_ext.clear_calls()
@@ -127,8 +153,14 @@ def test_a_cluster_with_our_name_but_not_our_tag_is_refused(sandbox: None) -> No
     )
     with pytest.raises(PermanentError, match="not tagged capserve.io/campaign=conv-foreign"):
         converge_cluster.fn(
-            "conv-foreign", REGION, kubernetes_version="1.34", role_arn="arn:aws:iam::123456789012:role/x",
-            subnet_ids=[subnet], security_group_id="sg-1", timeout_s=60, poll_s=0,
+            "conv-foreign",
+            REGION,
+            kubernetes_version="1.34",
+            role_arn="arn:aws:iam::123456789012:role/x",
+            subnet_ids=[subnet],
+            security_group_id="sg-1",
+            timeout_s=60,
+            poll_s=0,
         )
 
 
@@ -139,16 +171,27 @@ def test_hyperpod_path_on_a_training_plan(events: list[eks_ext.NodePoolActivated
     network = converge_network.fn(campaign, REGION, lease.availability_zone, "10.64.0.0/16")
     roles = converge_roles.fn(campaign, "hyperpod", REGION)
     cluster = converge_cluster.fn(
-        campaign, REGION, kubernetes_version="1.34", role_arn=roles.by_component["eks-cluster-role"],
-        subnet_ids=list(network.subnet_ids), security_group_id=network.security_group_id, timeout_s=60, poll_s=0,
+        campaign,
+        REGION,
+        kubernetes_version="1.34",
+        role_arn=roles.by_component["eks-cluster-role"],
+        subnet_ids=list(network.subnet_ids),
+        security_group_id=network.security_group_id,
+        timeout_s=60,
+        poll_s=0,
     )
     settings = BringUpSettings(poll_seconds=0)
 
     def run() -> tuple[str, ...]:
         return converge_hyperpod.fn(
-            campaign, lease, settings, eks_cluster_arn=cluster.arn,
-            execution_role_arn=roles.by_component["hyperpod-execution-role"], subnet_id=network.node_subnet_id,
-            security_group_id=network.security_group_id, timeout_s=60,
+            campaign,
+            lease,
+            settings,
+            eks_cluster_arn=cluster.arn,
+            execution_role_arn=roles.by_component["hyperpod-execution-role"],
+            subnet_id=network.node_subnet_id,
+            security_group_id=network.security_group_id,
+            timeout_s=60,
         )
 
     assert run() == ("hyperpod-cluster/capserve-conv-hp-hp",)
@@ -158,7 +201,7 @@ def test_hyperpod_path_on_a_training_plan(events: list[eks_ext.NodePoolActivated
     assert group["InstanceType"] == "ml.p6-b300.48xlarge" and group["TrainingPlanArn"] == plan
     assert described["Orchestrator"]["Eks"]["ClusterArn"] == cluster.arn
     assert [(e.cluster_name, e.count) for e in events] == [("capserve-conv-hp", 1)]
-    assert events[0].labels["sagemaker.amazonaws.com/node-health-status"] == "Schedulable"
+    assert events[0].hyperpod and events[0].zone == f"{REGION}b"
     assert events[0].labels[CAMPAIGN_TAG] == campaign
 
     eks_ext.clear_calls()

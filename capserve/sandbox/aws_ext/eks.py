@@ -43,6 +43,8 @@ class NodePoolActivated:
     instance_type: str
     labels: dict[str, str]
     taints: list[dict[str, str]]  # Kubernetes form: {"key", "value", "effect": "NoSchedule"}
+    zone: str | None = None
+    hyperpod: bool = False  # HyperPod nodes carry health labels (set by the fake Kubernetes server)
 
 
 @dataclass
@@ -120,6 +122,7 @@ def attach_fake_kube(kube: Any, *, failure: str | None = None) -> Callable[[Node
 
     def provision(event: NodePoolActivated) -> None:
         instance = get_instance_type(event.instance_type)
+        where = {"zone": event.zone} if event.zone else {}
         kube.provision_nodes(
             event.pool,
             event.count,
@@ -128,6 +131,9 @@ def attach_fake_kube(kube: Any, *, failure: str | None = None) -> Callable[[Node
             labels=event.labels,
             taints=event.taints,
             failure=failure,
+            health_labels=event.hyperpod,
+            instance_type=instance.name,
+            **where,
         )
 
     NODE_HOOKS.append(provision)
@@ -152,6 +158,16 @@ def _record_calls() -> None:
     BaseResponse.call_action = call_action  # type: ignore[method-assign]
 
 
+def subnet_zone(account_id: str, region: str, subnet_id: str) -> str | None:
+    """The AZ of a sandbox subnet (None when moto does not know it)."""
+    from moto.ec2.models import ec2_backends
+
+    try:
+        return str(ec2_backends[account_id][region].get_subnet(subnet_id).availability_zone)
+    except Exception:  # noqa: BLE001 - an unknown subnet only loses the zone label in the sandbox
+        return None
+
+
 def _nodegroup_instance_type(backend: EKSBackend, nodegroup: Any) -> str:
     """The EC2 type the node group launches: its launch template's, else its instanceTypes[0]."""
     template = nodegroup.launch_template or {}
@@ -173,12 +189,12 @@ def _patch_eks() -> None:
     describe_nodegroup = EKSBackend.describe_nodegroup
 
     def _create_cluster(self: EKSBackend, *args: Any, **kwargs: Any) -> Any:
-        cluster = create_cluster(self, *args, **kwargs)
+        cluster: Any = create_cluster(self, *args, **kwargs)
         cluster.status, cluster._capserve_created, cluster._capserve_describes = _CREATING, CLOCK.now(), 0
         return cluster
 
     def _describe_cluster(self: EKSBackend, name: str) -> Any:
-        cluster = describe_cluster(self, name)
+        cluster: Any = describe_cluster(self, name)
         if cluster.status == _CREATING:
             cluster._capserve_describes += 1
             if activation_due(cluster._capserve_created, cluster._capserve_describes):
@@ -193,13 +209,13 @@ def _patch_eks() -> None:
         cluster = self.clusters.get(kwargs.get("cluster_name", ""))
         if kwargs.get("version") is None and cluster is not None:
             kwargs["version"] = cluster.version  # moto defaults to 1.19; EKS uses the cluster's version
-        nodegroup = create_nodegroup(self, *args, **kwargs)
+        nodegroup: Any = create_nodegroup(self, *args, **kwargs)
         nodegroup.status, nodegroup._capserve_created, nodegroup._capserve_describes = _CREATING, CLOCK.now(), 0
         nodegroup._capserve_explicit_types = bool(kwargs.get("instance_types"))
         return nodegroup
 
     def _describe_nodegroup(self: EKSBackend, cluster_name: str, nodegroup_name: str) -> Any:
-        nodegroup = describe_nodegroup(self, cluster_name, nodegroup_name)
+        nodegroup: Any = describe_nodegroup(self, cluster_name, nodegroup_name)
         if nodegroup.status == _CREATING:
             nodegroup._capserve_describes += 1
             if activation_due(nodegroup._capserve_created, nodegroup._capserve_describes):
@@ -216,6 +232,7 @@ def _patch_eks() -> None:
                             {"key": t["key"], "value": t.get("value", ""), "effect": _EFFECTS[t["effect"]]}
                             for t in nodegroup.taints
                         ],
+                        zone=subnet_zone(self.account_id, self.region_name, nodegroup.subnets[0]),
                     )
                 )
         return nodegroup

@@ -62,11 +62,12 @@ class _HyperPodCluster:
 
 def _valid_instance_types() -> set[str]:
     model = botocore.session.get_session().get_service_model("sagemaker")
-    return set(model.shape_for("ClusterInstanceType").enum)
+    shape: Any = model.shape_for("ClusterInstanceType")
+    return set(shape.enum)
 
 
 def _clusters(response: SageMakerResponse) -> dict[str, _HyperPodCluster]:
-    backend = sagemaker_backends[response.current_account][response.region]
+    backend: Any = sagemaker_backends[response.current_account][response.region]
     if not hasattr(backend, "_capserve_hyperpod"):
         backend._capserve_hyperpod = {}
     clusters: dict[str, _HyperPodCluster] = backend._capserve_hyperpod
@@ -114,23 +115,25 @@ def _advance(response: SageMakerResponse, cluster: _HyperPodCluster) -> None:
         if eks_name is None:
             continue
         kube = group.get("KubernetesConfig") or {}
+        subnets = (cluster.request.get("VpcConfig") or {}).get("Subnets") or []
         eks_ext.fire_node_hooks(
             eks_ext.NodePoolActivated(
                 cluster_name=eks_name,
                 pool=f"{cluster.name}-{group['InstanceGroupName']}",
                 count=group["InstanceCount"],
                 instance_type=group["InstanceType"].removeprefix("ml."),
-                # HyperPod labels its nodes with the instance group and, after the checks, their health
-                # (HyperPod developer guide, "Resiliency: node health labels").
+                # HyperPod labels its nodes with the instance group; the health labels are the fake
+                # Kubernetes server's (hyperpod=True), so its "health-check-failed" failure applies.
                 labels={
                     **kube.get("Labels", {}),
                     "sagemaker.amazonaws.com/instance-group-name": group["InstanceGroupName"],
-                    "sagemaker.amazonaws.com/node-health-status": "Schedulable",
                 },
                 taints=[
                     {"key": t["Key"], "value": t.get("Value", ""), "effect": t["Effect"]}
                     for t in kube.get("Taints", [])
                 ],
+                zone=eks_ext.subnet_zone(response.current_account, response.region, subnets[0]) if subnets else None,
+                hyperpod=True,
             )
         )
 

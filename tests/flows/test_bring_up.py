@@ -1,0 +1,108 @@
+"""The bring_up flow end to end on the sandbox: moto (+ EKS/HyperPod extensions) and the fake Kubernetes API."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+import capserve.sandbox.aws_ext  # noqa: F401 - registers the moto extensions
+from capserve.core.cluster.readiness import KubeSettings
+from capserve.core.cluster.settings import BringUpSettings
+from capserve.core.errors import DeadlineError, PermanentError
+from capserve.core.lease import Lease
+from capserve.core.spec import CampaignSpec, parse_spec
+from capserve.flows.bring_up import bring_up
+from capserve.sandbox.aws import moto_sandbox
+from capserve.sandbox.aws_ext import eks as eks_ext
+from capserve.sandbox.kube import FakeKube, fake_kube
+
+REGION = "us-east-2"
+FAST = BringUpSettings(poll_seconds=0, kube=KubeSettings(nodes_ready_timeout_s=20, addons_ready_timeout_s=20))
+
+
+@pytest.fixture(scope="module")
+def aws() -> Iterator[None]:
+    with moto_sandbox(REGION):
+        yield
+
+
+@pytest.fixture
+def kube(aws: None) -> Iterator[FakeKube]:
+    eks_ext.reset()
+    with fake_kube() as server:
+        yield server
+    eks_ext.reset()
+
+
+def make_spec(name: str, kind: str = "eks", reservation: str = "cr-0123456789abcdef0", **cluster: Any) -> CampaignSpec:
+    return parse_spec(
+        {
+            "name": name,
+            "model": {"catalog": "tiny-k3"},
+            "capacity": {"provider": "existing-reservation", "instance_type": "p6-b300.48xlarge",
+                         "regions": [REGION], "reservation_id": reservation},
+            "cluster": {"kind": kind, **cluster},
+            "weights": {"s3_bucket": "capserve-weights"},
+        }
+    )
+
+
+def make_lease(reservation: str = "cr-0123456789abcdef0", count: int = 2, hours_left: float = 48) -> Lease:
+    now = datetime.now(UTC)
+    provider = "sagemaker-training-plan" if reservation.startswith("arn:") else "ec2-capacity-block"
+    return Lease(
+        provider=provider, region=REGION, availability_zone=f"{REGION}a", reservation_id=reservation,
+        start=now - timedelta(hours=1), end=now + timedelta(hours=hours_left), instance_type="p6-b300.48xlarge",
+        instance_count=count, upfront_fee=1.0,
+    )
+
+
+def test_eks_bring_up_then_a_rerun_creates_nothing(kube: FakeKube) -> None:
+    eks_ext.attach_fake_kube(kube)
+    spec, lease = make_spec("flow-eks"), make_lease()
+    result = bring_up(spec, lease, FAST)
+    assert result.report_section() == {"kind": "eks", "name": "capserve-flow-eks", "nodes_ready": 2,
+                                       "gpus_allocatable": 16}
+    assert "eks-nodegroup/capserve-flow-eks-gpu" in result.created and result.endpoint == kube.url
+    # The add-ons the serving stage needs were applied.
+    daemonsets = {o["metadata"]["name"] for o in kube.objects("daemonsets", "apps")}
+    assert any("nvidia" in name for name in daemonsets) and any("efa" in name for name in daemonsets)
+
+    eks_ext.clear_calls()
+    again = bring_up(spec, lease, FAST)
+    assert again.created == () and again.nodes_ready == 2
+    assert [c for c in eks_ext.calls() if c.action.startswith(("Create", "Attach", "Associate"))] == []
+    assert len(kube.objects("nodes")) == 2  # no second node group, no second set of nodes
+
+
+@pytest.mark.parametrize(
+    ("failure", "cause"), [("no-gpus", "GPUs not advertised"), ("never-ready", "NotReady")]
+)
+def test_a_broken_node_ends_the_stage_naming_node_and_cause(kube: FakeKube, failure: str, cause: str) -> None:
+    eks_ext.attach_fake_kube(kube, failure=failure)
+    settings = FAST.model_copy(update={"kube": KubeSettings(nodes_ready_timeout_s=2, addons_ready_timeout_s=20)})
+    with pytest.raises(PermanentError) as raised:
+        bring_up(make_spec(f"flow-{failure}"), make_lease(count=1), settings)
+    message = str(raised.value)
+    assert "not ready after 2 s" in message and cause in message
+    node = kube.objects("nodes")[0]["metadata"]["name"]
+    assert node in message
+
+
+def test_hyperpod_bring_up_on_a_training_plan(kube: FakeKube) -> None:
+    eks_ext.attach_fake_kube(kube)
+    plan = f"arn:aws:sagemaker:{REGION}:123456789012:training-plan/flow-hp"
+    result = bring_up(make_spec("flow-hp", kind="hyperpod", reservation=plan), make_lease(plan, count=1), FAST)
+    assert (result.kind, result.nodes_ready, result.gpus_allocatable) == ("hyperpod", 1, 8)
+    assert "hyperpod-cluster/capserve-flow-hp-hp" in result.created
+
+
+def test_bring_up_refuses_when_the_drain_is_too_near(aws: None) -> None:
+    eks_ext.clear_calls()
+    spec = make_spec("flow-late", min_serving_minutes=120)
+    with pytest.raises(DeadlineError, match="min_serving_minutes is 120"):
+        bring_up(spec, make_lease(hours_left=2), FAST)  # drain at end-45min leaves 75 min
+    assert eks_ext.calls() == []  # refused before touching AWS
