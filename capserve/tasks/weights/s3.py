@@ -81,8 +81,9 @@ def publish_file(bucket: str, key: str, path: Path, sha256: str, region: str) ->
             raise convert(exc, f"checking s3://{bucket}/{key}") from exc
     try:
         with open(path, "rb") as body:
-            s3.put_object(Bucket=bucket, Key=key, Body=body, ChecksumSHA256=checksum,
-                          Metadata={"sha256": sha256})
+            # ChecksumAlgorithm with the precomputed value: S3 checks the bytes and stores the full-object SHA256.
+            s3.put_object(Bucket=bucket, Key=key, Body=body, ChecksumAlgorithm="SHA256",
+                          ChecksumSHA256=checksum, Metadata={"sha256": sha256})
     except ClientError as exc:
         if error_code(exc) in ("BadDigest", "InvalidRequest") and not is_retryable(exc):
             raise PermanentError(f"s3://{bucket}/{key}: S3 rejected the SHA256 of {path}: changed on disk?") from exc
@@ -96,7 +97,7 @@ def publish_document(bucket: str, key: str, body: bytes, region: str) -> None:
     """Put a small JSON document (the manifest), with its SHA256 checked by S3."""
     digest = base64.b64encode(hashlib.sha256(body).digest()).decode()
     try:
-        client("s3", region).put_object(Bucket=bucket, Key=key, Body=body, ChecksumSHA256=digest,
-                                        ContentType="application/json")
+        client("s3", region).put_object(Bucket=bucket, Key=key, Body=body, ChecksumAlgorithm="SHA256",
+                                        ChecksumSHA256=digest, ContentType="application/json")
     except ClientError as exc:
         raise convert(exc, f"uploading s3://{bucket}/{key}") from exc
