@@ -15,7 +15,9 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import random
+import socket
 import subprocess
 import sys
 import time
@@ -47,8 +49,8 @@ class Dist(BaseModel):
         else:
             # lognormal parametrised by its own mean and std
             mu2 = max(self.mean_ms, 1e-6) ** 2
-            sigma2 = __import__("math").log(1 + self.spread_ms**2 / mu2)
-            value = rng.lognormvariate(__import__("math").log(mu2) / 2 - sigma2 / 2, sigma2**0.5)
+            sigma2 = math.log(1 + self.spread_ms**2 / mu2)
+            value = rng.lognormvariate(math.log(mu2) / 2 - sigma2 / 2, sigma2**0.5)
         return max(0.0, value) / 1000
 
 
@@ -278,10 +280,13 @@ async def _run(config: SandboxConfig, port: int) -> None:
     app.router.add_get("/sandbox/timings", server.timings_view)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", port, backlog=4096)
+    # Bind ourselves so the chosen port (0 = any free one) can be reported without private attributes.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    site = web.SockSite(runner, sock, backlog=4096)
     await site.start()
-    sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
-    print(f"PORT {sockets[0].getsockname()[1]}", flush=True)
+    print(f"PORT {sock.getsockname()[1]}", flush=True)
     await asyncio.Event().wait()
 
 

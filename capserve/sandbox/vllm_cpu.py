@@ -43,6 +43,12 @@ class VllmCpuSettings(BaseModel):
     poll_interval_s: float = Field(default=1.0, gt=0, le=60, description="Readiness poll interval.")
     stop_timeout_s: float = Field(default=30.0, gt=0, le=600, description="Wait after SIGTERM before SIGKILL.")
     log_path: Path | None = Field(default=None, description="Server output file (default: a temp file).")
+    # vLLM 0.32 refuses any tool_choice but "none" without a parser ("tool_choice=\"required\" requires
+    # --tool-call-parser to be set"); hermes is the generic JSON-in-tags parser.
+    extra_args: tuple[str, ...] = Field(
+        default=("--enable-auto-tool-choice", "--tool-call-parser", "hermes"),
+        description="More `vllm serve` arguments.",
+    )
 
 
 def unavailable_reason(settings: VllmCpuSettings | None = None) -> str | None:
@@ -103,6 +109,7 @@ def serve_vllm(settings: VllmCpuSettings | None = None) -> Iterator[str]:
         "--max-model-len",
         str(settings.max_model_len),
         "--enforce-eager",
+        *settings.extra_args,
     ]
     log_path = settings.log_path or Path(os.environ.get("TMPDIR", "/tmp")) / f"capserve-vllm-{port}.log"
     url = f"http://127.0.0.1:{port}"

@@ -63,7 +63,10 @@ def test_evaluate_real_vllm(vllm_url: str, tmp_path: Path) -> None:
         m = point.metrics
         assert m.failed == 0 and m.completed > 0
         assert m.total_output_tokens == 16 * m.completed  # ignore_eos + usage from vLLM
-        assert 0 < m.ttft_ms.p50 < m.e2el_ms.p50 and m.tpot_ms.count == m.completed
+        # On 2 shared cores vLLM's busy threads can starve the client: the run is then flagged invalid
+        # (its loop lag says so) and chunks may arrive in one read, so TTFT may equal E2EL.
+        assert 0 < m.ttft_ms.p50 <= m.e2el_ms.p50 and m.tpot_ms.count == m.completed
+        assert point.valid or point.invalid_reasons
     section = result.report_section()
     assert section["verdict"] in {"pass", "fail", "invalid"} and section["gates"]
     assert (tmp_path / "evaluation.json").exists() and all(Path(p).exists() for p in result.plots)

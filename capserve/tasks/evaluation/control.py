@@ -151,7 +151,7 @@ def run_smoke_checks(client: httpx.Client, model: str, spec: SmokeSpec) -> Smoke
         except (ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
             status, detail = "failed", f"malformed answer: {type(exc).__name__}: {str(exc)[:200]}"
         elapsed = (time.perf_counter() - started) * 1000
-        checks.append(SmokeCheck(name=name, status=status, detail=detail[:1000], duration_ms=elapsed))  # type: ignore[arg-type]
+        checks.append(SmokeCheck(name=name, status=status, detail=detail[:1000], duration_ms=elapsed))
     return SmokeResult(checks=checks)
 
 

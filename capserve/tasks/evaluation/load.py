@@ -50,7 +50,7 @@ def _merge(
     )
     return RunRecord(
         name=name,
-        mode=mode,  # type: ignore[arg-type]
+        mode=mode,
         concurrency=concurrency,
         request_rate=rate,
         start=start,
@@ -130,16 +130,13 @@ def run_point(
         planned = plan_requests(spec, spec.requests_for(concurrency), salt=salt)
         shares = split_concurrency(concurrency, spec.processes)
         parts = split_requests(planned, len(shares))
-        jobs = [
-            LoadJob(mode="closed", concurrency=c, requests=p, **common)  # type: ignore[arg-type]
-            for c, p in zip(shares, parts, strict=True)
-        ]
+        jobs = [LoadJob(mode="closed", concurrency=c, requests=p, **common) for c, p in zip(shares, parts, strict=True)]
     elif rate is not None:
         planned = plan_requests(spec, spec.open_loop_requests, rate=rate, salt=salt)
         shares = split_concurrency(spec.open_loop_max_concurrency, spec.processes)
         parts = split_requests(planned, len(shares))
         jobs = [
-            LoadJob(mode="open", concurrency=c, request_rate=rate, requests=p, **common)  # type: ignore[arg-type]
+            LoadJob(mode="open", concurrency=c, request_rate=rate, requests=p, **common)
             for c, p in zip(shares, parts, strict=True)
             if p
         ]

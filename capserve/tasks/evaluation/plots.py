@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")  # no display here or in CI; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
 
 from capserve.core.evaluation import metrics as m  # noqa: E402
 from capserve.core.evaluation.records import RunRecord  # noqa: E402
 from capserve.core.evaluation.result import LoadResult  # noqa: E402
 
 
-def _cdf(ax: plt.Axes, values_ms: list[float], label: str) -> None:
+def _cdf(ax: Axes, values_ms: list[float], label: str) -> None:
     if not values_ms:
         return
     ordered = sorted(values_ms)
@@ -24,7 +26,7 @@ def _cdf(ax: plt.Axes, values_ms: list[float], label: str) -> None:
 def latency_cdfs(runs: list[RunRecord], path: Path) -> Path:
     """One panel per metric (TTFT, TPOT, ITL, E2EL), one curve per run."""
     fig, axes = plt.subplots(2, 2, figsize=(11, 8))
-    panels = [
+    panels: list[tuple[str, Callable[[RunRecord], list[float]]]] = [
         ("TTFT (ms)", lambda r: [m.ttft(x) * 1000 for x in r.requests if x.success and x.chunk_times]),
         (
             "TPOT (ms)",
