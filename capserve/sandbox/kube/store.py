@@ -52,6 +52,9 @@ log = logging.getLogger(__name__)
 SEEDED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 # DNS-1123 subdomain (API conventions, "Names").
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+_INITIAL_STATUS: dict[str, dict[str, Any]] = {
+    "DaemonSet": {"currentNumberScheduled": 0, "desiredNumberScheduled": 0, "numberMisscheduled": 0, "numberReady": 0},
+}
 ObjectKey = tuple[str, str, str | None, str]  # group, plural, namespace, name
 
 
@@ -69,7 +72,7 @@ class Event:
 
 
 class Store:
-    def __init__(self, *, k8s_version: str = "1.33", validate: bool = True, history: int = 10_000) -> None:
+    def __init__(self, *, k8s_version: str = "1.34", validate: bool = True, history: int = 10_000) -> None:
         self.k8s_version = k8s_version
         self.validate = validate
         self.history = history
@@ -442,7 +445,8 @@ class Store:
             else:
                 obj.pop("status", None)
                 if resource.schema is None:
-                    obj["status"] = {}  # built-ins come back with an empty status after create
+                    # Built-ins come back with a zero status after create (DaemonSetStatus has required counters).
+                    obj["status"] = copy.deepcopy(_INITIAL_STATUS.get(resource.kind, {}))
         self._default(resource, obj)
         self._validate(resource, obj)
         if old is None:

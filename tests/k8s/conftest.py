@@ -1,0 +1,32 @@
+"""Fixtures for the Kubernetes layer: a fake API server per test and a client built by our code."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client as k8s
+from pydantic import SecretStr
+
+from capserve.core.cluster.readiness import KubeSettings
+from capserve.sandbox.kube import FakeKube, fake_kube
+from capserve.tasks import kube as tasks_kube
+
+
+@pytest.fixture
+def kube() -> Iterator[FakeKube]:
+    with fake_kube() as server:
+        yield server
+
+
+@pytest.fixture
+def api(kube: FakeKube) -> Iterator[k8s.ApiClient]:
+    client = tasks_kube.api_client(kube.url, kube.ca_data, lambda: SecretStr(kube.token))
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def quick() -> KubeSettings:
+    """Short timeouts: the waits under test either succeed at once or are meant to time out."""
+    return KubeSettings(nodes_ready_timeout_s=2, addons_ready_timeout_s=2, watch_window_s=1, request_timeout_s=5)

@@ -1,0 +1,236 @@
+"""capserve.tasks.kube against the fake API server: clients, tokens, apply, and the waits."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+from pydantic import SecretStr
+
+from capserve.core.cluster.addons import AddonOptions, render_addons
+from capserve.core.cluster.readiness import KubeSettings, NodeExpectation
+from capserve.core.errors import PermanentError
+from capserve.sandbox.aws import patched_environ
+from capserve.sandbox.kube import FakeKube
+from capserve.sandbox.kube.auth import eks_token_problem
+from capserve.tasks import kube as tasks_kube
+
+AWS_ENV = {"AWS_ACCESS_KEY_ID": "AKIDSANDBOX", "AWS_SECRET_ACCESS_KEY": "sandbox-secret", "AWS_SESSION_TOKEN": "",
+           "AWS_EC2_METADATA_DISABLED": "true"}
+GPU = {"capserve.io/pool": "gpu"}
+EXPECT = NodeExpectation(count=2, gpus_per_node=8, efa_per_node=16, node_labels=GPU)
+
+
+def deployment(name: str = "web", image: str = "busybox:1") -> dict:
+    labels = {"app": name}
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": "default", "labels": {"capserve.io/campaign": "t"}},
+            "spec": {"selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "image": image}]}}}}
+
+
+# ----------------------------------------------------------------------------- tokens and clients
+
+
+def test_eks_token_is_what_aws_eks_get_token_makes() -> None:
+    with patched_environ(AWS_ENV):
+        token = tasks_kube.eks_token("capserve-demo", "us-east-2")
+    value = token.get_secret_value()
+    assert "k8s-aws-v1." not in repr(token)  # SecretStr hides it
+    assert value.startswith("k8s-aws-v1.") and "=" not in value
+    encoded = value[len("k8s-aws-v1."):]
+    url = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+    query = {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}
+    assert query["Action"] == "GetCallerIdentity" and query["X-Amz-Expires"] == "60"
+    assert "x-k8s-aws-id" in query["X-Amz-SignedHeaders"].split(";")
+    assert "sts" in urlsplit(url).netloc and "us-east-2" in query["X-Amz-Credential"]
+    assert eks_token_problem(value) is None
+
+
+def test_eks_client_authenticates_with_a_fresh_token(kube: FakeKube) -> None:
+    with patched_environ(AWS_ENV):
+        api = tasks_kube.api_client_for_eks(kube.url, None, "capserve-demo", "us-east-2")
+        k8s.CoreV1Api(api).list_namespace()
+    assert kube.requests[-1].auth == "eks"
+    assert "k8s-aws-v1." not in str(api.configuration.to_debug_report())
+
+
+def test_token_is_refreshed_before_it_expires(kube: FakeKube) -> None:
+    now = [0.0]
+    issued: list[str] = []
+
+    def provider() -> SecretStr:
+        issued.append(kube.token)
+        return SecretStr(kube.token)
+
+    api = tasks_kube.api_client(kube.url, None, provider, token_lifetime_s=840,
+                                settings=KubeSettings(token_refresh_margin_s=120), clock=lambda: now[0])
+    v1 = k8s.CoreV1Api(api)
+    v1.list_namespace()
+    v1.list_namespace()
+    assert len(issued) == 1
+    now[0] = 719  # 840 - 120 - 1: still fresh
+    v1.list_namespace()
+    assert len(issued) == 1
+    now[0] = 721
+    v1.list_namespace()
+    assert len(issued) == 2
+
+
+def test_requests_without_an_accepted_token_are_refused(kube: FakeKube) -> None:
+    anonymous = k8s.ApiClient(k8s.Configuration(host=kube.url))
+    with pytest.raises(k8s.ApiException) as refused:
+        k8s.CoreV1Api(anonymous).list_node()
+    assert refused.value.status == 401
+    forged = tasks_kube.api_client(kube.url, None, lambda: SecretStr("k8s-aws-v1.bm90LWEtdXJs"))
+    with pytest.raises(PermanentError, match="401.*access entry"):
+        tasks_kube.apply(forged, deployment())
+
+
+def test_kubeconfig_client_reads_an_existing_file(kube: FakeKube, tmp_path: Path) -> None:
+    config = {"apiVersion": "v1", "kind": "Config", "current-context": "other",
+              "clusters": [{"name": "sandbox", "cluster": {"server": kube.url}}],
+              "users": [{"name": "me", "user": {"token": kube.token}}],
+              "contexts": [{"name": "sandbox", "context": {"cluster": "sandbox", "user": "me"}},
+                           {"name": "other", "context": {"cluster": "nowhere", "user": "me"}}]}
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    api = tasks_kube.api_client_from_kubeconfig(path, "sandbox")
+    assert k8s.CoreV1Api(api).read_namespace("default").metadata.name == "default"
+    with pytest.raises(PermanentError, match="context missing"):
+        tasks_kube.api_client_from_kubeconfig(path, "missing")
+
+
+def test_ca_data_is_decoded_in_memory() -> None:
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    api = tasks_kube.api_client("https://example.invalid", base64.b64encode(pem.encode()).decode(),
+                                lambda: SecretStr("t"))
+    assert api.configuration.ca_cert_data == pem and api.configuration.ssl_ca_cert is None
+    with pytest.raises(PermanentError, match="neither PEM nor base64"):
+        tasks_kube.api_client("https://example.invalid", "not base64!", lambda: SecretStr("t"))
+
+
+# ----------------------------------------------------------------------------- apply
+
+
+def test_apply_is_server_side_and_idempotent(kube: FakeKube, api: k8s.ApiClient) -> None:
+    first = tasks_kube.apply(api, deployment())
+    second = tasks_kube.apply(api, deployment())
+    assert first["metadata"]["generation"] == second["metadata"]["generation"] == 1
+    assert first["metadata"]["resourceVersion"] == second["metadata"]["resourceVersion"]
+    managers = {(m["manager"], m["operation"]) for m in second["metadata"]["managedFields"]}
+    assert ("capserve", "Apply") in managers
+    patches = [r for r in kube.requests if r.method == "PATCH"]
+    assert patches and all(r.content_type == "application/apply-patch+yaml" for r in patches)
+    assert all("fieldManager=capserve" in r.path and "force=true" in r.path.lower() for r in patches)
+    changed = tasks_kube.apply(api, deployment(image="busybox:2"))
+    assert changed["metadata"]["generation"] == 2
+
+
+def test_apply_of_an_unknown_kind_names_the_missing_crd(api: k8s.ApiClient) -> None:
+    lws = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+           "metadata": {"name": "x", "namespace": "default"}, "spec": {}}
+    with pytest.raises(PermanentError, match="does not serve this kind.*CRD"):
+        tasks_kube.apply(api, lws)
+
+
+def test_invalid_objects_are_rejected_permanently(api: k8s.ApiClient) -> None:
+    bad = deployment()
+    bad["spec"]["replcas"] = 2  # a typo: strict validation catches it
+    with pytest.raises(PermanentError, match="422"):
+        tasks_kube.apply(api, bad)
+
+
+# ----------------------------------------------------------------------------- GPU node wait
+
+
+def test_wait_returns_once_late_nodes_turn_ready(kube: FakeKube, api: k8s.ApiClient, quick: KubeSettings) -> None:
+    kube.provision_nodes("gpu", 2, gpus_per_node=8, efa_per_node=16, labels=GPU, ready_after_s=0.3)
+    kube.provision_nodes("system", 1, gpus_per_node=0, labels={"capserve.io/pool": "system"})
+    readiness = tasks_kube.wait_gpu_nodes_ready.fn(api, EXPECT, quick)
+    assert readiness.ready and readiness.gpus_allocatable == 16
+    watches = [r for r in kube.requests if "watch=true" in r.path]
+    assert watches and all("labelSelector=capserve.io/pool=gpu" in unquote(r.path) for r in watches)
+
+
+@pytest.mark.parametrize(
+    ("failure", "cause"),
+    [("never-ready", "NotReady (KubeletNotReady)"), ("no-gpus", "GPUs not advertised (nvidia.com/gpu 0 of 8)"),
+     ("health-check-failed", "health check failed")],
+)
+def test_a_broken_node_ends_the_wait_naming_node_and_cause(
+    kube: FakeKube, api: k8s.ApiClient, quick: KubeSettings, failure: str, cause: str
+) -> None:
+    (good,) = kube.provision_nodes("gpu", 1, gpus_per_node=8, efa_per_node=16, labels=GPU)
+    (bad,) = kube.provision_nodes("gpu", 1, gpus_per_node=8, efa_per_node=16, labels=GPU, failure=failure)
+    with pytest.raises(PermanentError) as ended:
+        tasks_kube.wait_gpu_nodes_ready.fn(api, EXPECT, quick)
+    message = str(ended.value)
+    assert f"{bad}: {cause}" in message and "1 of 2 GPU nodes ready" in message
+    assert good not in message.split("ready;")[-1]
+
+
+def test_nodes_that_never_join_are_reported(api: k8s.ApiClient, quick: KubeSettings) -> None:
+    with pytest.raises(PermanentError, match=r"0 of 2 GPU nodes ready.*<not joined #2>: not joined"):
+        tasks_kube.wait_gpu_nodes_ready.fn(api, EXPECT, quick)
+
+
+def test_an_expired_watch_is_answered_by_listing_again(kube: FakeKube, api: k8s.ApiClient) -> None:
+    kube.provision_nodes("gpu", 1, gpus_per_node=8, efa_per_node=16, labels=GPU)
+    kube.compact()  # any resourceVersion the wait lists at is now at the edge of history
+    kube.provision_nodes("gpu", 1, gpus_per_node=8, efa_per_node=16, labels=GPU, ready_after_s=0.5)
+    loop = kube._api.loop
+    assert loop is not None
+    loop.call_soon_threadsafe(loop.call_later, 0.2, kube.compact)  # expires the watch in flight
+    settings = KubeSettings(nodes_ready_timeout_s=5, watch_window_s=1)
+    assert tasks_kube.wait_gpu_nodes_ready.fn(api, EXPECT, settings).ready
+
+
+# ----------------------------------------------------------------------------- add-ons
+
+
+def test_addons_apply_and_report_ready(kube: FakeKube, api: k8s.ApiClient, quick: KubeSettings) -> None:
+    kube.provision_nodes("gpu", 2, gpus_per_node=8, efa_per_node=16, labels=GPU)
+    manifests = render_addons(AddonOptions(campaign_id="demo", gpu_node_labels=GPU))
+    applied = tasks_kube.apply_addons.fn(api, manifests, quick)
+    assert len(applied) == len(manifests)
+    outcome = tasks_kube.wait_addons_ready.fn(api, manifests, quick)
+    assert outcome["DaemonSet kube-system/nvidia-device-plugin-daemonset"] == "2/2 ready"
+    assert outcome["CustomResourceDefinition leaderworkersets.leaderworkerset.x-k8s.io"] == "Established"
+    # The LWS kind is served once its CRD is in: roll-out can apply LeaderWorkerSets.
+    assert tasks_kube.apply_addons.fn(api, manifests, quick)[0]["metadata"]["generation"] == 1
+
+
+def test_a_failed_addon_is_reported_with_its_reason(kube: FakeKube, api: k8s.ApiClient, quick: KubeSettings) -> None:
+    kube.set_outcome("fail", kind="Deployment", name="fsx-csi-controller")
+    manifests = render_addons(AddonOptions(campaign_id="demo", lws=False))
+    tasks_kube.apply_addons.fn(api, manifests, quick)
+    with pytest.raises(PermanentError, match="Deployment kube-system/fsx-csi-controller failed: ProgressDeadlineExceeded"):
+        tasks_kube.wait_addons_ready.fn(api, manifests, quick)
+
+
+def test_addons_still_progressing_at_the_deadline_are_named(
+    kube: FakeKube, api: k8s.ApiClient, quick: KubeSettings
+) -> None:
+    kube.provision_nodes("gpu", 1, gpus_per_node=8, labels=GPU)
+    kube.set_outcome("never", kind="DaemonSet", name="nvidia-device-plugin-daemonset")
+    manifests = render_addons(AddonOptions(campaign_id="demo", gpu_node_labels=GPU, efa=False, fsx=False, lws=False))
+    tasks_kube.apply_addons.fn(api, manifests, quick)
+    with pytest.raises(PermanentError, match="not ready after 2 s: DaemonSet kube-system/nvidia-device-plugin-daemonset: 0/1"):
+        tasks_kube.wait_addons_ready.fn(api, manifests, quick)
+
+
+def test_job_outcomes(kube: FakeKube, api: k8s.ApiClient, quick: KubeSettings) -> None:
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "stage", "namespace": "default"},
+           "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}}
+    tasks_kube.apply(api, job)
+    assert tasks_kube.wait_addons_ready.fn(api, [job], quick) == {"Job default/stage": "Complete"}
+    kube.set_outcome("fail", kind="Job", name="stage-2")
+    failing = {**job, "metadata": {"name": "stage-2", "namespace": "default"}}
+    tasks_kube.apply(api, failing)
+    with pytest.raises(PermanentError, match="Job default/stage-2 failed: BackoffLimitExceeded"):
+        tasks_kube.wait_addons_ready.fn(api, [failing], quick)
