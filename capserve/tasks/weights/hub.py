@@ -49,6 +49,11 @@ def convert_hub_error(exc: BaseException, what: str) -> CapserveError:
     """Hub/HTTP errors become ours: missing repo/revision/file and gating are permanent; 429/5xx/network retry."""
     if isinstance(exc, CapserveError):
         return exc
+    # hf_hub_download(force_download=True) wraps the HTTP error in "ValueError: Force download failed due to
+    # the above error" (huggingface_hub 2.4 file_download.py): classify by the error underneath.
+    cause = exc.__cause__ or exc.__context__
+    if isinstance(exc, ValueError) and cause is not None:
+        return convert_hub_error(cause, what)
     if isinstance(exc, GatedRepoError):
         return PermanentError(f"{what}: the repo is gated; accept its terms on the Hub and give a token with access")
     if isinstance(exc, RepositoryNotFoundError):
