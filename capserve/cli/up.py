@@ -25,6 +25,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run against local stand-ins on 127.0.0.1 (moto, …) instead of AWS; nothing leaves this machine",
     )
     parser.add_argument("--out", type=Path, default=None, help="report folder (default: out/<campaign>)")
+    parser.add_argument(
+        "--evaluate-url",
+        default=None,
+        metavar="URL",
+        help="OpenAI-compatible endpoint to evaluate (with --sandbox: the sandbox's local server)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -40,14 +46,21 @@ def run(args: argparse.Namespace) -> int:
     # Imported here: prefect takes a second to import, and `capserve up --help` should not wait.
     from capserve.flows.campaign import campaign
 
+    endpoint_url: str | None = args.evaluate_url
+    endpoint_note: str | None = None
     with ExitStack() as stack:
         if args.sandbox:
             from capserve.sandbox.environment import sandbox
 
-            endpoints = stack.enter_context(sandbox())
-            console.print(f"sandbox: AWS at {endpoints.aws} (region {endpoints.region})", highlight=False)
+            endpoints = stack.enter_context(sandbox(served_model_name=spec.served_model_name))
+            console.print(
+                f"sandbox: AWS at {endpoints.aws} (region {endpoints.region}), inference at {endpoints.inference}",
+                highlight=False,
+            )
+            if endpoint_url is None:
+                endpoint_url, endpoint_note = endpoints.inference, endpoints.inference_note
         try:
-            result = campaign(spec, out_dir=out_dir)
+            result = campaign(spec, out_dir=out_dir, endpoint_url=endpoint_url, endpoint_note=endpoint_note)
         except CapserveError as exc:
             console.print(f"[red]campaign {spec.campaign_id} stopped:[/red] {exc}", highlight=False)
             console.print(f"report: {out_dir / 'report.md'}", highlight=False)
@@ -64,6 +77,15 @@ def print_summary(result: dict[str, object], out_dir: Path) -> None:
             f"[bold]{plan['model']}[/bold] on {plan['nodes']} × {plan['instance_type']}: "
             f"TP {plan['tensor_parallel']}, PP {plan['pipeline_parallel']}, DP {plan['data_parallel']}, "
             f"EP {plan['expert_parallel']} — {int(plan['weight_bytes_per_gpu']) / 1024**3:,.1f} GiB of weights per GPU",
+            highlight=False,
+        )
+    evaluation = result.get("evaluation")
+    if isinstance(evaluation, dict):
+        gates = evaluation.get("gates", [])
+        failed = [g["name"] for g in gates if g.get("passed") is False]
+        out.print(
+            f"evaluation: [bold]{str(evaluation['verdict']).upper()}[/bold] "
+            f"({len(gates)} gates{', failed: ' + ', '.join(failed) if failed else ''})",
             highlight=False,
         )
     out.print(f"report: {out_dir / 'report.md'}\n        {out_dir / 'report.json'}", highlight=False)

@@ -45,7 +45,7 @@ class CampaignReport:
         self.campaign = campaign
         self.stages: list[StageRecord] = []
         self._sections: dict[str, Any] = {}
-        self._markdown: list[tuple[str, str]] = []
+        self._markdown: list[tuple[str | None, str]] = []
         self._clock = clock or (lambda: datetime.now(UTC))
 
     @contextmanager
@@ -64,8 +64,11 @@ class CampaignReport:
             record.status = StageStatus.COMPLETED
         record.ended_at = self._clock()
 
-    def add_section(self, key: str, data: Any, *, title: str, markdown: str) -> None:
-        """Record one stage's top-level JSON key and its human-readable section."""
+    def add_section(self, key: str, data: Any, *, title: str | None, markdown: str) -> None:
+        """Record one stage's top-level JSON key and its human-readable section.
+
+        ``title=None`` when ``markdown`` starts with its own ``##`` heading.
+        """
         if key in RESERVED_KEYS or key in self._sections:
             raise ValueError(f"report key {key!r} is already taken")
         self._sections[key] = data
@@ -99,7 +102,8 @@ class CampaignReport:
         for s in failed:
             lines += ["", f"**{s.name} failed:** {s.detail}"]
         for title, body in self._markdown:
-            lines += ["", f"## {title}", "", body.rstrip()]
+            lines += ["", f"## {title}", ""] if title else [""]
+            lines.append(body.rstrip())
         return "\n".join(lines) + "\n"
 
 

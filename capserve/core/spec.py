@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from capserve.core.errors import SpecError
+from capserve.core.evaluation.spec import EvaluationSpec
 
 # AWS begins terminating Capacity Block instances 30 minutes before the block ends
 # (EC2 user guide, capacity-blocks-using.html); no teardown margin may be at or inside that line.
@@ -215,6 +216,9 @@ class ServingSpec(StrictModel):
         None, ge=256, le=16 * 1024 * 1024, description="Context length to serve; default: the model's maximum."
     )
     max_num_seqs: int = Field(16, ge=1, le=4096, description="Concurrent sequences the KV budget must hold.")
+    served_model_name: str | None = Field(
+        None, min_length=1, max_length=200, description="Name clients ask for; default: the Hub repo id."
+    )
 
 
 class TeardownSpec(StrictModel):
@@ -261,6 +265,9 @@ class CampaignSpec(StrictModel):
     cluster: ClusterSpec = Field(default_factory=ClusterSpec, description="The Kubernetes cluster.")
     weights: WeightsSpec = Field(description="Checkpoint staging.")
     serving: ServingSpec = Field(default_factory=ServingSpec, description="vLLM serving.")
+    evaluation: EvaluationSpec = Field(
+        default_factory=EvaluationSpec, description="Smoke, quality and load profiles, and the gates that judge them."
+    )
     teardown: TeardownSpec = Field(default_factory=TeardownSpec, description="Drain and teardown margins.")
 
     @property
@@ -272,6 +279,11 @@ class CampaignSpec(StrictModel):
         name finds (and never re-buys) what the first run made.
         """
         return self.name
+
+    @property
+    def served_model_name(self) -> str:
+        """The model name the endpoint serves (vLLM's --served-model-name)."""
+        return self.serving.served_model_name or self.model.repo or self.model.catalog or self.name
 
     @model_validator(mode="after")
     def _cluster_matches_capacity(self) -> CampaignSpec:

@@ -12,17 +12,26 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 
 from capserve.core.plan_check import plan_markdown
-from capserve.core.report import CampaignReport
+from capserve.core.report import CampaignReport, StageStatus
 from capserve.core.spec import CampaignSpec
+from capserve.flows.evaluate import evaluate_endpoint
 from capserve.tasks.planning import plan_campaign, publish_plan, resolve_model
 from capserve.tasks.reporting import write_report
 
 
 @flow(name="campaign", flow_run_name="campaign-{spec.name}")
 def campaign(
-    spec: CampaignSpec, out_dir: Path = Path("out/campaign"), hub_endpoint: str | None = None
+    spec: CampaignSpec,
+    out_dir: Path = Path("out/campaign"),
+    hub_endpoint: str | None = None,
+    endpoint_url: str | None = None,
+    endpoint_note: str | None = None,
 ) -> dict[str, object]:
-    """Run a campaign's stages in order and return report.json's content."""
+    """Run a campaign's stages in order and return report.json's content.
+
+    ``endpoint_url`` names the OpenAI-compatible endpoint to evaluate when the campaign has not rolled
+    one out itself; ``endpoint_note`` says in the report what that endpoint is.
+    """
     logger = get_run_logger()
     report = CampaignReport(spec.campaign_id)
     try:
@@ -39,6 +48,20 @@ def campaign(
                 plan.layout,
                 plan.weight_bytes_per_gpu / 1024**3,
             )
+
+        with report.stage("evaluate") as record:
+            if endpoint_url is None:
+                record.status = StageStatus.SKIPPED
+                record.detail = "no endpoint to evaluate: nothing was rolled out and no endpoint_url was given"
+            else:
+                result = evaluate_endpoint(
+                    endpoint_url,
+                    spec.served_model_name,
+                    spec.evaluation,
+                    out_dir=out_dir / "evaluation",
+                    notes=[endpoint_note] if endpoint_note else [],
+                )
+                report.add_section("evaluation", result.report_section(), title=None, markdown=result.markdown())
     finally:
         json_path, md_path = write_report(report.to_json(), report.to_markdown(), out_dir)
         logger.info("report: %s and %s", json_path, md_path)

@@ -22,9 +22,12 @@ def test_campaign_plans_k3_on_one_b300_node_and_writes_the_report(tmp_path: Path
     written = json.loads((tmp_path / "report.json").read_text())
     assert written == json.loads(json.dumps(result))
     assert written["campaign"] == "k3-demo"
-    assert [s["name"] for s in written["stages"]][0] == "plan"
-    assert all(s["status"] == "completed" for s in written["stages"])
-    assert written["stages"][0]["ended_at"] >= written["stages"][0]["started_at"]
+    stages = {s["name"]: s for s in written["stages"]}
+    assert stages["plan"]["status"] == "completed"
+    assert stages["plan"]["ended_at"] >= stages["plan"]["started_at"]
+    # Nothing rolled out and no endpoint given: evaluation says why it did not run.
+    assert stages["evaluate"]["status"] == "skipped" and "no endpoint" in stages["evaluate"]["detail"]
+    assert "evaluation" not in written
     plan = written["plan"]
     assert (plan["nodes"], plan["tensor_parallel"], plan["fits"]) == (1, 8, True)
     markdown = (tmp_path / "report.md").read_text()
@@ -55,3 +58,26 @@ def test_up_with_a_bad_spec_exits_2_and_names_the_field(tmp_path: Path, capsys: 
     assert main(["up", str(spec_path), "--sandbox"]) == 2
     err = capsys.readouterr().err
     assert "capacity.instance_count" in err and "greater than or equal to 1" in err
+
+
+def test_up_on_the_sandbox_plans_and_evaluates_the_stand_in_endpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = yaml.safe_load(EXAMPLE.read_text())
+    # A small load profile: this test is about the wiring, tests/eval about the measurements.
+    data["evaluation"] = {
+        "load": {"concurrency_levels": [2], "request_rates": [], "requests_per_stream": 2, "min_requests": 4}
+    }
+    spec_path = tmp_path / "spec.yaml"
+    spec_path.write_text(yaml.safe_dump(data))
+
+    assert main(["up", str(spec_path), "--sandbox", "--out", str(tmp_path / "out")]) == 0
+
+    written = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [(s["name"], s["status"]) for s in written["stages"]] == [("plan", "completed"), ("evaluate", "completed")]
+    evaluation = written["evaluation"]
+    assert evaluation["verdict"] in {"pass", "invalid"}  # invalid only when this machine starves the client
+    assert {"name", "value", "threshold", "passed"} <= set(evaluation["gates"][0])
+    assert "standing in for the vLLM endpoint" in (tmp_path / "out" / "report.md").read_text()
+    out = capsys.readouterr().out
+    assert "report:" in out and "TP 8" in out
