@@ -48,19 +48,24 @@ def run(args: argparse.Namespace) -> int:
 
     endpoint_url: str | None = args.evaluate_url
     endpoint_note: str | None = None
+    hub_endpoint: str | None = None
     with ExitStack() as stack:
         if args.sandbox:
             from capserve.sandbox.environment import sandbox
 
             endpoints = stack.enter_context(sandbox(served_model_name=spec.served_model_name))
             console.print(
-                f"sandbox: AWS at {endpoints.aws} (region {endpoints.region}), inference at {endpoints.inference}",
+                f"sandbox: AWS {endpoints.aws} ({endpoints.region}), Hub {endpoints.hub}, "
+                f"inference {endpoints.inference}",
                 highlight=False,
             )
+            hub_endpoint = endpoints.hub
             if endpoint_url is None:
                 endpoint_url, endpoint_note = endpoints.inference, endpoints.inference_note
         try:
-            result = campaign(spec, out_dir=out_dir, endpoint_url=endpoint_url, endpoint_note=endpoint_note)
+            result = campaign(
+                spec, out_dir=out_dir, hub_endpoint=hub_endpoint, endpoint_url=endpoint_url, endpoint_note=endpoint_note
+            )
         except CapserveError as exc:
             console.print(f"[red]campaign {spec.campaign_id} stopped:[/red] {exc}", highlight=False)
             console.print(f"report: {out_dir / 'report.md'}", highlight=False)

@@ -199,6 +199,9 @@ class WeightsSpec(StrictModel):
         pattern=r"^[A-Za-z0-9!_.*'()/-]*$",
         description="Key prefix; files land under <prefix>/<repo>/<sha>/.",
     )
+    s3_region: str | None = Field(
+        None, pattern=AWS_REGION, description="Region of the bucket; default: the first of capacity.regions."
+    )
     node_target: Literal["fsx", "nvme"] = Field(
         "nvme", description="Per-node copy target: the instance's local NVMe, or an FSx for Lustre file system."
     )

@@ -15,6 +15,7 @@ from capserve.core.plan_check import plan_markdown
 from capserve.core.report import CampaignReport, StageStatus
 from capserve.core.spec import CampaignSpec
 from capserve.flows.evaluate import evaluate_endpoint
+from capserve.flows.stage_weights import stage_weights
 from capserve.tasks.planning import plan_campaign, publish_plan, resolve_model
 from capserve.tasks.reporting import write_report
 
@@ -23,14 +24,17 @@ from capserve.tasks.reporting import write_report
 def campaign(
     spec: CampaignSpec,
     out_dir: Path = Path("out/campaign"),
+    staging_dir: Path | None = None,
     hub_endpoint: str | None = None,
     endpoint_url: str | None = None,
     endpoint_note: str | None = None,
 ) -> dict[str, object]:
     """Run a campaign's stages in order and return report.json's content.
 
-    ``endpoint_url`` names the OpenAI-compatible endpoint to evaluate when the campaign has not rolled
-    one out itself; ``endpoint_note`` says in the report what that endpoint is.
+    ``staging_dir`` is where checkpoint files are downloaded and verified (default: under ``out_dir``);
+    ``hub_endpoint`` overrides the Hugging Face endpoint. ``endpoint_url`` names the OpenAI-compatible
+    endpoint to evaluate when the campaign has not rolled one out itself; ``endpoint_note`` says in the
+    report what that endpoint is.
     """
     logger = get_run_logger()
     report = CampaignReport(spec.campaign_id)
@@ -48,6 +52,17 @@ def campaign(
                 plan.layout,
                 plan.weight_bytes_per_gpu / 1024**3,
             )
+
+        # Weights need no GPU: in a real campaign this stage can run before the reservation starts.
+        with report.stage("stage_weights"):
+            weights = stage_weights(
+                spec,
+                nodes=plan.nodes,
+                expert_parallel=plan.expert_parallel,
+                staging_dir=staging_dir or out_dir / "staging",
+                hub_endpoint=hub_endpoint,
+            )
+            report.add_section("weights", weights.report_section(), title="Weights", markdown=weights.markdown())
 
         with report.stage("evaluate") as record:
             if endpoint_url is None:
