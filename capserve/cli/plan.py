@@ -10,13 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any, Literal
 
 from rich.console import Console
 from rich.table import Table
 
-from capserve.core.catalog import get_instance_type, get_model
-from capserve.core.errors import DoesNotFitError, UnknownCatalogEntryError
+from capserve.core.catalog import ModelEntry, get_instance_type, get_model
+from capserve.core.errors import CapserveError, DoesNotFitError, UnknownCatalogEntryError
 from capserve.core.planner import PlannerSettings, ServingPlan, plan_serving
 
 _KV_DTYPES: dict[str, Literal[1, 2]] = {"fp8": 1, "bf16": 2}
@@ -41,7 +42,16 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("model", help="Catalog model name, e.g. kimi-k3.")
+    parser.add_argument(
+        "model",
+        help="Catalog model name (e.g. kimi-k3), or a Hub repo 'owner/name[@revision]' whose config.json is read.",
+    )
+    parser.add_argument(
+        "--config", type=Path, default=None, help="Read the model's geometry from this config.json instead."
+    )
+    parser.add_argument(
+        "--hub-endpoint", default=None, help="Hugging Face endpoint for a Hub repo (default: huggingface.co)."
+    )
     parser.add_argument("--instance-type", required=True, help="EC2 instance type, e.g. p6-b300.48xlarge.")
     parser.add_argument(
         "--context", type=_positive, default=None, help="Tokens per sequence (default: the model's maximum)."
@@ -65,13 +75,13 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        model = get_model(args.model)
+        model = _model(args)
         instance = get_instance_type(args.instance_type)
         settings = PlannerSettings(max_nodes=args.max_nodes, kv_cache_dtype_bytes=_KV_DTYPES[args.kv_cache_dtype])
     except UnknownCatalogEntryError as exc:
         print(f"capserve plan: {exc}", file=sys.stderr)
         return 2
-    except ValueError as exc:  # a setting out of bounds (pydantic)
+    except (ValueError, CapserveError) as exc:  # a setting out of bounds, an unreadable config.json
         print(f"capserve plan: {exc}", file=sys.stderr)
         return 2
     plan = plan_serving(model, instance, context_length=args.context, concurrency=args.concurrency, settings=settings)
@@ -85,6 +95,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"capserve plan: does not fit: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _model(args: argparse.Namespace) -> ModelEntry:
+    """The catalog entry, a local config.json, or the config.json of a Hub repo (read at run time)."""
+    # tasks/ holds the Hub and file I/O; imported here so catalog-only plans stay quick to start.
+    from capserve.tasks.planning import model_from_config_file, model_from_hub
+
+    if args.config is not None:
+        return model_from_config_file(args.config, name=args.model)
+    if "/" in args.model:
+        repo, _, revision = args.model.partition("@")
+        return model_from_hub(repo, revision or "main", endpoint=args.hub_endpoint)
+    return get_model(args.model)
 
 
 def _gib(nbytes: int) -> str:

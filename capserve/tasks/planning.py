@@ -3,41 +3,55 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from prefect import task
 from prefect.artifacts import create_table_artifact
 
 from capserve.core.catalog import ModelEntry, get_instance_type, get_model, model_from_hf_config
-from capserve.core.errors import PermanentError
+from capserve.core.errors import PermanentError, RetryableError
 from capserve.core.plan_check import check_plan_against_capacity, plan_summary_rows
 from capserve.core.planner import ServingPlan, plan_serving
 from capserve.core.spec import CampaignSpec, ModelRef
+
+
+def model_from_hub(repo: str, revision: str = "main", *, endpoint: str | None = None) -> ModelEntry:
+    """The model's geometry read from its own config.json on the Hub (or a Hub-compatible endpoint)."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        path = hf_hub_download(repo, "config.json", revision=revision, endpoint=endpoint)
+    except HfHubHTTPError as exc:
+        status = exc.response.status_code if exc.response is not None else None
+        failure = RetryableError if status is None or status >= 500 or status == 429 else PermanentError
+        raise failure(
+            f"cannot read config.json of {repo}@{revision} from the Hub (HTTP {status}): check model.repo and "
+            "model.revision (and the Hub token for gated repos), or name a catalog model with model.catalog"
+        ) from exc
+    return model_from_config_file(Path(path), name=repo, hf_repo=repo, source=f"{repo}@{revision} config.json")
+
+
+def model_from_config_file(
+    path: Path, *, name: str, hf_repo: str | None = None, source: str | None = None
+) -> ModelEntry:
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise PermanentError(f"{path}: not a readable config.json ({exc})") from exc
+    return model_from_hf_config(config, name=name, hf_repo=hf_repo, source=source or str(path))
 
 
 @task(name="resolve-model")
 def resolve_model(ref: ModelRef, hub_endpoint: str | None = None) -> ModelEntry:
     """The model's geometry: the catalog entry, or the repo's own config.json read from the Hub.
 
-    A catalog id wins when both are given (its repo may be overridden for the weights stage only).
+    A catalog id wins when both are given (the repo then only says where the weights come from).
     """
     if ref.catalog is not None:
         return get_model(ref.catalog)
     assert ref.repo is not None  # the spec guarantees one of the two
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import HfHubHTTPError
-
-    try:
-        path = hf_hub_download(ref.repo, "config.json", revision=ref.revision, endpoint=hub_endpoint)
-    except HfHubHTTPError as exc:
-        raise PermanentError(
-            f"cannot read config.json of {ref.repo}@{ref.revision} from the Hub: {exc.__class__.__name__}. "
-            "Check model.repo / model.revision, or name a catalog model with model.catalog"
-        ) from exc
-    with open(path, encoding="utf-8") as handle:
-        config = json.load(handle)
-    return model_from_hf_config(
-        config, name=ref.repo, hf_repo=ref.repo, source=f"{ref.repo}@{ref.revision} config.json"
-    )
+    return model_from_hub(ref.repo, ref.revision, endpoint=hub_endpoint)
 
 
 @task(name="plan-serving")
