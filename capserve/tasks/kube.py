@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import math
 import tempfile
 import threading
@@ -87,8 +88,6 @@ def convert(exc: BaseException, what: str, *, fix: str | None = None) -> Capserv
 
 
 def _status_message(body: object) -> str:
-    import json
-
     if isinstance(body, bytes):
         body = body.decode("utf-8", "replace")
     if not isinstance(body, str) or not body:
@@ -186,7 +185,7 @@ def api_client(
     configuration.api_key_prefix = {"authorization": "Bearer"}
     hook = _RefreshingToken(token_provider, token_lifetime_s, settings.token_refresh_margin_s, clock)
     hook(configuration)  # auth_settings() only sends a key that is already present
-    configuration.refresh_api_key_hook = hook
+    configuration.refresh_api_key_hook = hook  # type: ignore[assignment]
     return k8s.ApiClient(configuration)
 
 
@@ -203,14 +202,17 @@ def api_client_from_kubeconfig(path: str | Path, context: str | None = None) -> 
     Exec plugins in the kubeconfig (e.g. ``aws eks get-token``) run as kubectl would run them.
     """
     try:
-        return k8s_config.new_client_from_config(config_file=str(path), context=context)
+        api: k8s.ApiClient = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=str(path), context=context
+        )
+        return api
     except (k8s_config.ConfigException, OSError) as exc:
         raise PermanentError(
             f"kubeconfig {path} (context {context or 'current'}): {exc}. Check the path and context name."
         ) from exc
 
 
-class _InMemoryDiscoverer(LazyDiscoverer):  # type: ignore[misc]
+class _InMemoryDiscoverer(LazyDiscoverer):
     """DynamicClient's discovery, without its cache file (it writes /tmp/osrcp-<hash>.json by default)."""
 
     def _write_cache(self) -> None:
@@ -221,7 +223,7 @@ def dynamic_client(api: k8s.ApiClient) -> DynamicClient:
     # A path that never exists makes the discoverer start empty instead of reading someone's cache.
     never = str(Path(tempfile.gettempdir()) / "capserve-discovery-is-in-memory")
     try:
-        return DynamicClient(api, cache_file=never, discoverer=_InMemoryDiscoverer)
+        return DynamicClient(api, cache_file=never, discoverer=_InMemoryDiscoverer)  # type: ignore[no-untyped-call]
     except Exception as exc:  # discovery: ApiException or a connection error, converted below
         raise convert(exc, f"API discovery at {api.configuration.host}") from exc
 
@@ -249,7 +251,7 @@ def _apply(dyn: DynamicClient, manifest: Mapping[str, Any], field_manager: str) 
         # force: we are the owner of what we render; another manager's edit of one of our fields
         # is drift to correct, not a conflict to stop on (kubernetes-client/python#1555: "usually
         # force=true" for controllers).
-        result = dyn.server_side_apply(
+        result = dyn.server_side_apply(  # type: ignore[no-untyped-call]
             resource, body=dict(manifest), namespace=namespace, field_manager=field_manager, force_conflicts=True
         )
     except Exception as exc:
@@ -303,7 +305,7 @@ def _watch_until(
             if remaining <= 0:
                 return objects
             window = max(1, math.ceil(min(remaining, settings.watch_window_s)))
-            for event in dyn.watch(
+            for event in dyn.watch(  # type: ignore[no-untyped-call]
                 resource, **selectors, resource_version=version, timeout=window, allow_watch_bookmarks=True
             ):
                 raw = event["raw_object"]

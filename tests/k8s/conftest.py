@@ -30,3 +30,9 @@ def api(kube: FakeKube) -> Iterator[k8s.ApiClient]:
 def quick() -> KubeSettings:
     """Short timeouts: the waits under test either succeed at once or are meant to time out."""
     return KubeSettings(nodes_ready_timeout_s=2, addons_ready_timeout_s=2, watch_window_s=1, request_timeout_s=5)
+
+
+@pytest.fixture
+def patient() -> KubeSettings:
+    """Generous timeouts for waits expected to succeed (or fail terminally): a loaded CI box must not flake them."""
+    return KubeSettings(nodes_ready_timeout_s=60, addons_ready_timeout_s=60, watch_window_s=5, request_timeout_s=30)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import threading
+import time
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -12,25 +14,34 @@ from kubernetes import client as k8s
 from pydantic import SecretStr
 
 from capserve.core.cluster.addons import AddonOptions, render_addons
-from capserve.core.cluster.readiness import KubeSettings, NodeExpectation
+from capserve.core.cluster.readiness import KubeSettings, NodeExpectation, Readiness
 from capserve.core.errors import PermanentError
 from capserve.sandbox.aws import patched_environ
 from capserve.sandbox.kube import FakeKube
 from capserve.sandbox.kube.auth import eks_token_problem
 from capserve.tasks import kube as tasks_kube
 
-AWS_ENV = {"AWS_ACCESS_KEY_ID": "AKIDSANDBOX", "AWS_SECRET_ACCESS_KEY": "sandbox-secret", "AWS_SESSION_TOKEN": "",
-           "AWS_EC2_METADATA_DISABLED": "true"}
+AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "AKIDSANDBOX",
+    "AWS_SECRET_ACCESS_KEY": "sandbox-secret",
+    "AWS_SESSION_TOKEN": "",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
 GPU = {"capserve.io/pool": "gpu"}
 EXPECT = NodeExpectation(count=2, gpus_per_node=8, efa_per_node=16, node_labels=GPU)
 
 
 def deployment(name: str = "web", image: str = "busybox:1") -> dict:
     labels = {"app": name}
-    return {"apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": name, "namespace": "default", "labels": {"capserve.io/campaign": "t"}},
-            "spec": {"selector": {"matchLabels": labels},
-                     "template": {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "image": image}]}}}}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "default", "labels": {"capserve.io/campaign": "t"}},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "c", "image": image}]}},
+        },
+    }
 
 
 # ----------------------------------------------------------------------------- tokens and clients
@@ -42,7 +53,7 @@ def test_eks_token_is_what_aws_eks_get_token_makes() -> None:
     value = token.get_secret_value()
     assert "k8s-aws-v1." not in repr(token)  # SecretStr hides it
     assert value.startswith("k8s-aws-v1.") and "=" not in value
-    encoded = value[len("k8s-aws-v1."):]
+    encoded = value[len("k8s-aws-v1.") :]
     url = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
     query = {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}
     assert query["Action"] == "GetCallerIdentity" and query["X-Amz-Expires"] == "60"
@@ -67,8 +78,14 @@ def test_token_is_refreshed_before_it_expires(kube: FakeKube) -> None:
         issued.append(kube.token)
         return SecretStr(kube.token)
 
-    api = tasks_kube.api_client(kube.url, None, provider, token_lifetime_s=840,
-                                settings=KubeSettings(token_refresh_margin_s=120), clock=lambda: now[0])
+    api = tasks_kube.api_client(
+        kube.url,
+        None,
+        provider,
+        token_lifetime_s=840,
+        settings=KubeSettings(token_refresh_margin_s=120),
+        clock=lambda: now[0],
+    )
     v1 = k8s.CoreV1Api(api)
     v1.list_namespace()
     v1.list_namespace()
@@ -92,11 +109,17 @@ def test_requests_without_an_accepted_token_are_refused(kube: FakeKube) -> None:
 
 
 def test_kubeconfig_client_reads_an_existing_file(kube: FakeKube, tmp_path: Path) -> None:
-    config = {"apiVersion": "v1", "kind": "Config", "current-context": "other",
-              "clusters": [{"name": "sandbox", "cluster": {"server": kube.url}}],
-              "users": [{"name": "me", "user": {"token": kube.token}}],
-              "contexts": [{"name": "sandbox", "context": {"cluster": "sandbox", "user": "me"}},
-                           {"name": "other", "context": {"cluster": "nowhere", "user": "me"}}]}
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "other",
+        "clusters": [{"name": "sandbox", "cluster": {"server": kube.url}}],
+        "users": [{"name": "me", "user": {"token": kube.token}}],
+        "contexts": [
+            {"name": "sandbox", "context": {"cluster": "sandbox", "user": "me"}},
+            {"name": "other", "context": {"cluster": "nowhere", "user": "me"}},
+        ],
+    }
     path = tmp_path / "kubeconfig"
     path.write_text(yaml.safe_dump(config))
     api = tasks_kube.api_client_from_kubeconfig(path, "sandbox")
@@ -107,8 +130,9 @@ def test_kubeconfig_client_reads_an_existing_file(kube: FakeKube, tmp_path: Path
 
 def test_ca_data_is_decoded_in_memory() -> None:
     pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
-    api = tasks_kube.api_client("https://example.invalid", base64.b64encode(pem.encode()).decode(),
-                                lambda: SecretStr("t"))
+    api = tasks_kube.api_client(
+        "https://example.invalid", base64.b64encode(pem.encode()).decode(), lambda: SecretStr("t")
+    )
     assert api.configuration.ca_cert_data == pem and api.configuration.ssl_ca_cert is None
     with pytest.raises(PermanentError, match="neither PEM nor base64"):
         tasks_kube.api_client("https://example.invalid", "not base64!", lambda: SecretStr("t"))
@@ -132,8 +156,12 @@ def test_apply_is_server_side_and_idempotent(kube: FakeKube, api: k8s.ApiClient)
 
 
 def test_apply_of_an_unknown_kind_names_the_missing_crd(api: k8s.ApiClient) -> None:
-    lws = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-           "metadata": {"name": "x", "namespace": "default"}, "spec": {}}
+    lws = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "x", "namespace": "default"},
+        "spec": {},
+    }
     with pytest.raises(PermanentError, match="does not serve this kind.*CRD"):
         tasks_kube.apply(api, lws)
 
@@ -148,19 +176,31 @@ def test_invalid_objects_are_rejected_permanently(api: k8s.ApiClient) -> None:
 # ----------------------------------------------------------------------------- GPU node wait
 
 
-def test_wait_returns_once_late_nodes_turn_ready(kube: FakeKube, api: k8s.ApiClient, quick: KubeSettings) -> None:
-    kube.provision_nodes("gpu", 2, gpus_per_node=8, efa_per_node=16, labels=GPU, ready_after_s=0.3)
+def test_wait_follows_nodes_turning_ready_through_the_watch(
+    kube: FakeKube, api: k8s.ApiClient, patient: KubeSettings
+) -> None:
+    names = kube.provision_nodes("gpu", 2, gpus_per_node=8, efa_per_node=16, labels=GPU, failure="never-ready")
     kube.provision_nodes("system", 1, gpus_per_node=0, labels={"capserve.io/pool": "system"})
-    readiness = tasks_kube.wait_gpu_nodes_ready.fn(api, EXPECT, quick)
-    assert readiness.ready and readiness.gpus_allocatable == 16
-    watches = [r for r in kube.requests if "watch=true" in r.path]
-    assert watches and all("labelSelector=capserve.io/pool=gpu" in unquote(r.path) for r in watches)
+    result: list[Readiness] = []
+    waiter = threading.Thread(target=lambda: result.append(tasks_kube.wait_gpu_nodes_ready.fn(api, EXPECT, patient)))
+    waiter.start()
+    while not any("watch=true" in r.path and "/nodes" in r.path for r in kube.requests) and waiter.is_alive():
+        time.sleep(0.02)  # until the wait is watching: then the change below must reach it as an event
+    for name in names:
+        kube.set_node_ready(name)
+    waiter.join(timeout=120)
+    assert result and result[0].ready and result[0].gpus_allocatable == 16
+    node_requests = [r for r in kube.requests if r.path.startswith("/api/v1/nodes")]
+    assert all("labelSelector=capserve.io/pool=gpu" in unquote(r.path) for r in node_requests)
 
 
 @pytest.mark.parametrize(
     ("failure", "cause"),
-    [("never-ready", "NotReady (KubeletNotReady)"), ("no-gpus", "GPUs not advertised (nvidia.com/gpu 0 of 8)"),
-     ("health-check-failed", "health check failed")],
+    [
+        ("never-ready", "NotReady (KubeletNotReady)"),
+        ("no-gpus", "GPUs not advertised (nvidia.com/gpu 0 of 8)"),
+        ("health-check-failed", "health check failed"),
+    ],
 )
 def test_a_broken_node_ends_the_wait_naming_node_and_cause(
     kube: FakeKube, api: k8s.ApiClient, quick: KubeSettings, failure: str, cause: str
@@ -193,24 +233,26 @@ def test_an_expired_watch_is_answered_by_listing_again(kube: FakeKube, api: k8s.
 # ----------------------------------------------------------------------------- add-ons
 
 
-def test_addons_apply_and_report_ready(kube: FakeKube, api: k8s.ApiClient, quick: KubeSettings) -> None:
+def test_addons_apply_and_report_ready(kube: FakeKube, api: k8s.ApiClient, patient: KubeSettings) -> None:
     kube.provision_nodes("gpu", 2, gpus_per_node=8, efa_per_node=16, labels=GPU)
     manifests = render_addons(AddonOptions(campaign_id="demo", gpu_node_labels=GPU))
-    applied = tasks_kube.apply_addons.fn(api, manifests, quick)
+    applied = tasks_kube.apply_addons.fn(api, manifests, patient)
     assert len(applied) == len(manifests)
-    outcome = tasks_kube.wait_addons_ready.fn(api, manifests, quick)
+    outcome = tasks_kube.wait_addons_ready.fn(api, manifests, patient)
     assert outcome["DaemonSet kube-system/nvidia-device-plugin-daemonset"] == "2/2 ready"
     assert outcome["CustomResourceDefinition leaderworkersets.leaderworkerset.x-k8s.io"] == "Established"
     # The LWS kind is served once its CRD is in: roll-out can apply LeaderWorkerSets.
-    assert tasks_kube.apply_addons.fn(api, manifests, quick)[0]["metadata"]["generation"] == 1
+    assert tasks_kube.apply_addons.fn(api, manifests, patient)[0]["metadata"]["generation"] == 1
 
 
-def test_a_failed_addon_is_reported_with_its_reason(kube: FakeKube, api: k8s.ApiClient, quick: KubeSettings) -> None:
+def test_a_failed_addon_is_reported_with_its_reason(kube: FakeKube, api: k8s.ApiClient, patient: KubeSettings) -> None:
     kube.set_outcome("fail", kind="Deployment", name="fsx-csi-controller")
     manifests = render_addons(AddonOptions(campaign_id="demo", lws=False))
-    tasks_kube.apply_addons.fn(api, manifests, quick)
-    with pytest.raises(PermanentError, match="Deployment kube-system/fsx-csi-controller failed: ProgressDeadlineExceeded"):
-        tasks_kube.wait_addons_ready.fn(api, manifests, quick)
+    tasks_kube.apply_addons.fn(api, manifests, patient)
+    with pytest.raises(
+        PermanentError, match="Deployment kube-system/fsx-csi-controller failed: ProgressDeadlineExceeded"
+    ):
+        tasks_kube.wait_addons_ready.fn(api, manifests, patient)
 
 
 def test_addons_still_progressing_at_the_deadline_are_named(
@@ -220,17 +262,30 @@ def test_addons_still_progressing_at_the_deadline_are_named(
     kube.set_outcome("never", kind="DaemonSet", name="nvidia-device-plugin-daemonset")
     manifests = render_addons(AddonOptions(campaign_id="demo", gpu_node_labels=GPU, efa=False, fsx=False, lws=False))
     tasks_kube.apply_addons.fn(api, manifests, quick)
-    with pytest.raises(PermanentError, match="not ready after 2 s: DaemonSet kube-system/nvidia-device-plugin-daemonset: 0/1"):
+    with pytest.raises(
+        PermanentError, match="not ready after 2 s: DaemonSet kube-system/nvidia-device-plugin-daemonset: 0/1"
+    ):
         tasks_kube.wait_addons_ready.fn(api, manifests, quick)
 
 
-def test_job_outcomes(kube: FakeKube, api: k8s.ApiClient, quick: KubeSettings) -> None:
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "stage", "namespace": "default"},
-           "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}}
+def test_job_outcomes(kube: FakeKube, api: k8s.ApiClient, patient: KubeSettings) -> None:
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "stage", "namespace": "default"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}},
+    }
     tasks_kube.apply(api, job)
-    assert tasks_kube.wait_addons_ready.fn(api, [job], quick) == {"Job default/stage": "Complete"}
+    assert tasks_kube.wait_addons_ready.fn(api, [job], patient) == {"Job default/stage": "Complete"}
     kube.set_outcome("fail", kind="Job", name="stage-2")
     failing = {**job, "metadata": {"name": "stage-2", "namespace": "default"}}
     tasks_kube.apply(api, failing)
     with pytest.raises(PermanentError, match="Job default/stage-2 failed: BackoffLimitExceeded"):
-        tasks_kube.wait_addons_ready.fn(api, [failing], quick)
+        tasks_kube.wait_addons_ready.fn(api, [failing], patient)
+
+
+def test_nodes_registering_not_ready_turn_ready_later(
+    kube: FakeKube, api: k8s.ApiClient, patient: KubeSettings
+) -> None:
+    kube.provision_nodes("gpu", 2, gpus_per_node=8, efa_per_node=16, labels=GPU, ready_after_s=0.1)
+    assert tasks_kube.wait_gpu_nodes_ready.fn(api, EXPECT, patient).ready_nodes == 2

@@ -18,8 +18,15 @@ from capserve.core.cluster.readiness import (
 EXPECT = NodeExpectation(count=2, gpus_per_node=8, efa_per_node=16, node_labels={"pool": "gpu"})
 
 
-def node(name: str, *, ready: str = "True", gpus: str | None = "8", efa: str | None = "16",
-         labels: dict[str, str] | None = None, unschedulable: bool = False) -> dict[str, Any]:
+def node(
+    name: str,
+    *,
+    ready: str = "True",
+    gpus: str | None = "8",
+    efa: str | None = "16",
+    labels: dict[str, str] | None = None,
+    unschedulable: bool = False,
+) -> dict[str, Any]:
     allocatable = {"cpu": "191"}
     if gpus is not None:
         allocatable["nvidia.com/gpu"] = gpus
@@ -28,8 +35,12 @@ def node(name: str, *, ready: str = "True", gpus: str | None = "8", efa: str | N
     return {
         "metadata": {"name": name, "labels": {"pool": "gpu", **(labels or {})}},
         "spec": {"unschedulable": True} if unschedulable else {},
-        "status": {"allocatable": allocatable,
-                   "conditions": [{"type": "Ready", "status": ready, "reason": "KubeletNotReady" if ready != "True" else "KubeletReady"}]},
+        "status": {
+            "allocatable": allocatable,
+            "conditions": [
+                {"type": "Ready", "status": ready, "reason": "KubeletNotReady" if ready != "True" else "KubeletReady"}
+            ],
+        },
     }
 
 
@@ -46,8 +57,11 @@ def test_all_ready_counts_gpus_of_ready_nodes() -> None:
         (node("b", gpus="0"), NodeProblem.GPUS_NOT_ADVERTISED, "nvidia.com/gpu 0 of 8"),
         (node("b", gpus=None), NodeProblem.GPUS_NOT_ADVERTISED, "nvidia.com/gpu 0 of 8"),
         (node("b", efa="8"), NodeProblem.EFA_MISSING, "vpc.amazonaws.com/efa 8 of 16"),
-        (node("b", labels={"sagemaker.amazonaws.com/node-health-status": "UnschedulablePendingReplacement"}),
-         NodeProblem.HEALTH_CHECK_FAILED, "UnschedulablePendingReplacement"),
+        (
+            node("b", labels={"sagemaker.amazonaws.com/node-health-status": "UnschedulablePendingReplacement"}),
+            NodeProblem.HEALTH_CHECK_FAILED,
+            "UnschedulablePendingReplacement",
+        ),
     ],
 )
 def test_each_cause_is_named_per_node(broken: dict[str, Any], problem: NodeProblem, detail: str) -> None:
@@ -67,8 +81,9 @@ def test_missing_nodes_are_not_joined_and_other_pools_ignored() -> None:
 
 
 def test_several_problems_on_one_node_all_reported() -> None:
-    readiness = assess_nodes([node("a", ready="Unknown", gpus="0", unschedulable=True)],
-                             NodeExpectation(count=1, gpus_per_node=8))
+    readiness = assess_nodes(
+        [node("a", ready="Unknown", gpus="0", unschedulable=True)], NodeExpectation(count=1, gpus_per_node=8)
+    )
     assert readiness.nodes[0].problems == (NodeProblem.NOT_READY, NodeProblem.CORDONED, NodeProblem.GPUS_NOT_ADVERTISED)
 
 
@@ -76,10 +91,17 @@ def test_hyperpod_health_label_required_when_asked() -> None:
     expectation = NodeExpectation(count=1, gpus_per_node=8, require_health_label=True)
     pending = assess_nodes([node("a")], expectation)
     assert pending.nodes[0].problems == (NodeProblem.HEALTH_CHECK_PENDING,)
-    healthy = assess_nodes([node("a", labels={"sagemaker.amazonaws.com/node-health-status": "Schedulable"})], expectation)
+    healthy = assess_nodes(
+        [node("a", labels={"sagemaker.amazonaws.com/node-health-status": "Schedulable"})], expectation
+    )
     assert healthy.ready
-    failed_deep = node("a", labels={"sagemaker.amazonaws.com/node-health-status": "Schedulable",
-                                    "sagemaker.amazonaws.com/deep-health-check-status": "Failed"})
+    failed_deep = node(
+        "a",
+        labels={
+            "sagemaker.amazonaws.com/node-health-status": "Schedulable",
+            "sagemaker.amazonaws.com/deep-health-check-status": "Failed",
+        },
+    )
     assert assess_nodes([failed_deep], expectation).nodes[0].problems == (NodeProblem.HEALTH_CHECK_FAILED,)
 
 
@@ -98,8 +120,14 @@ def test_label_selector_matches_node_labels() -> None:
     assert NodeExpectation(count=1, gpus_per_node=8, node_labels={"b": "2", "a": "1"}).label_selector() == "a=1,b=2"
 
 
-def _deployment(generation: int, observed: int | None, available: int, conditions: list[dict[str, str]] | None = None) -> dict[str, Any]:
-    status: dict[str, Any] = {"availableReplicas": available, "updatedReplicas": available, "conditions": conditions or []}
+def _deployment(
+    generation: int, observed: int | None, available: int, conditions: list[dict[str, str]] | None = None
+) -> dict[str, Any]:
+    status: dict[str, Any] = {
+        "availableReplicas": available,
+        "updatedReplicas": available,
+        "conditions": conditions or [],
+    }
     if observed is not None:
         status["observedGeneration"] = observed
     return {"kind": "Deployment", "metadata": {"generation": generation}, "spec": {"replicas": 2}, "status": status}
@@ -111,10 +139,16 @@ def test_workload_state_rules() -> None:
     assert workload_state(_deployment(1, 1, 1))[0] is WorkloadState.PROGRESSING
     deadline = [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]
     assert workload_state(_deployment(1, 1, 0, deadline)) == (WorkloadState.FAILED, "ProgressDeadlineExceeded")
-    daemonset = {"kind": "DaemonSet", "metadata": {"generation": 1},
-                 "status": {"observedGeneration": 1, "desiredNumberScheduled": 2, "numberReady": 1, "updatedNumberScheduled": 2}}
+    daemonset = {
+        "kind": "DaemonSet",
+        "metadata": {"generation": 1},
+        "status": {"observedGeneration": 1, "desiredNumberScheduled": 2, "numberReady": 1, "updatedNumberScheduled": 2},
+    }
     assert workload_state(daemonset) == (WorkloadState.PROGRESSING, "1/2 ready")
-    failed_job = {"kind": "Job", "status": {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]}}
+    failed_job = {
+        "kind": "Job",
+        "status": {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]},
+    }
     assert workload_state(failed_job) == (WorkloadState.FAILED, "BackoffLimitExceeded")
     assert WorkloadState.FAILED.is_terminal and not WorkloadState.PROGRESSING.is_terminal
     assert workload_state({"kind": "ConfigMap"})[0] is WorkloadState.READY

@@ -12,6 +12,7 @@ is modelled and what is not.
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 from collections.abc import Iterator, Mapping, Sequence
@@ -34,7 +35,7 @@ class FakeKube:
     def __init__(
         self,
         *,
-        k8s_version: str = "1.33",
+        k8s_version: str = "1.34",
         controller_delay_s: float = 0.05,
         bookmark_interval_s: float = 60.0,
         validate: bool = True,
@@ -97,26 +98,41 @@ class FakeKube:
         register NotReady and turn Ready later, so watches see the transition.
         """
         failure = NodeFailure(failure) if failure is not None else None
+        make = functools.partial(
+            node_object,
+            pool=pool,
+            gpus=gpus_per_node,
+            efa=efa_per_node,
+            labels=dict(labels or {}),
+            taints=[dict(t) for t in taints or ()],
+            failure=failure,
+            health_labels=health_labels,
+            instance_type=instance_type,
+            zone=zone,
+        )
         made = []
         for _ in range(count):
             name = node_name(self._nodes_made)
             self._nodes_made += 1
-            spec = {
-                "gpus": gpus_per_node,
-                "efa": efa_per_node,
-                "labels": dict(labels or {}),
-                "taints": [dict(t) for t in taints or ()],
-                "failure": failure,
-                "health_labels": health_labels,
-                "instance_type": instance_type,
-                "zone": zone,
-            }
-            self._put_node(node_object(name, pool, ready=ready_after_s <= 0, **spec))
+            self._put_node(make(name, ready=ready_after_s <= 0))
             if ready_after_s > 0 and failure is not NodeFailure.NEVER_READY:
-                self._later(ready_after_s, lambda n=name, s=spec: self._put_node(node_object(n, pool, ready=True, **s)))
+                self._later(ready_after_s, lambda n=name: self._put_node(make(n, ready=True)))
             made.append(name)
         self._pools.setdefault(pool, []).extend(made)
         return made
+
+    def set_node_ready(self, name: str, ready: bool = True) -> None:
+        """Flip a node's Ready condition, as its kubelet would on (re)connecting or failing."""
+        with self.store.lock:
+            node = self.store.get(self.store.resource("", "v1", "nodes"), None, name)
+            for condition in node["status"]["conditions"]:
+                if condition["type"] == "Ready":
+                    condition.update(
+                        {"status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status"}
+                        if ready
+                        else {"status": "False", "reason": "KubeletNotReady", "message": "kubelet stopped posting"}
+                    )
+            self._put_node(node)
 
     def remove_nodes(self, pool: str) -> list[str]:
         """The pool's instances are gone (node group deleted, reservation over): their Nodes go too."""

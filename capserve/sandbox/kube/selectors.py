@@ -32,17 +32,29 @@ def parse_label_selector(selector: str | None) -> list[LabelTest]:
             tests.append(_in(key, values) if op == "in" else _not_in(key, values))
         elif "!=" in term:
             key, value = (part.strip() for part in term.split("!=", 1))
-            tests.append(lambda labels, k=key, v=value: labels.get(k) != v)
+            tests.append(_not_equals(key, value))
         elif "=" in term:
             key, value = (part.strip() for part in term.replace("==", "=").split("=", 1))
-            tests.append(lambda labels, k=key, v=value: labels.get(k) == v)
+            tests.append(_equals(key, value))
         elif term.startswith("!"):
             tests.append(_absent(term[1:].strip()))
         elif re.match(r"^[A-Za-z0-9./_-]+$", term):
-            tests.append(lambda labels, k=term: k in labels)
+            tests.append(_present(term))
         else:
             raise ApiError(400, "BadRequest", f"unable to parse requirement: {term!r}")
     return tests
+
+
+def _equals(key: str, value: str) -> LabelTest:
+    return lambda labels: labels.get(key) == value
+
+
+def _not_equals(key: str, value: str) -> LabelTest:
+    return lambda labels: labels.get(key) != value
+
+
+def _present(key: str) -> LabelTest:
+    return lambda labels: key in labels
 
 
 def _absent(key: str) -> LabelTest:

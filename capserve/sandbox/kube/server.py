@@ -104,7 +104,9 @@ class ApiServer:
                 return await self.watch(request, target)
             if name:
                 return web.json_response(store.get(resource, namespace, name))
-            items, revision = store.list(resource, namespace, query.get("labelSelector"), query.get("fieldSelector"))
+            items, revision = store.list_objects(
+                resource, namespace, query.get("labelSelector"), query.get("fieldSelector")
+            )
             return web.json_response(
                 {
                     "apiVersion": resource.api_version,
@@ -263,7 +265,7 @@ class ApiServer:
         start = query.get("resourceVersion")
         with self.store.lock:
             if not start or start == "0":
-                items, revision = self.store.list(
+                items, revision = self.store.list_objects(
                     resource, target.namespace, query.get("labelSelector"), field_selector
                 )
                 last = int(revision)
@@ -376,8 +378,7 @@ class ServerThread:
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
-        sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
-        self.port = sockets[0].getsockname()[1]
+        self.port = int(runner.addresses[0][1])
         self._started.set()
         await self._stop.wait()
         await runner.cleanup()

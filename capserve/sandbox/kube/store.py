@@ -121,14 +121,14 @@ class Store:
                 raise not_found(resource.plural, name)
             return copy.deepcopy(obj)
 
-    def list(
+    def list_objects(
         self, resource: Resource, namespace: str | None, label_selector: str | None, field_selector: str | None
     ) -> tuple[list[dict[str, Any]], str]:
         tests = parse_label_selector(label_selector)
         with self.lock:
             items = [
                 copy.deepcopy(obj)
-                for (group, plural, obj_namespace, _), obj in sorted(self.objects.items(), key=lambda kv: (kv[0][2] or "", kv[0][3]))
+                for (group, plural, obj_namespace, _), obj in sorted(self.objects.items(), key=_by_namespace_and_name)
                 if (group, plural) == (resource.group, resource.plural)
                 and (namespace is None or obj_namespace == namespace)
                 and matches(obj, tests, field_selector)
@@ -163,7 +163,7 @@ class Store:
             if (resource.group, resource.plural, namespace, name) in self.objects:
                 raise ApiError(409, "AlreadyExists", f'{resource.plural} "{name}" already exists')
             self._require_namespace(resource, namespace)
-            owned = {manager: self._paths(body)} if manager else {}
+            owned = {manager: set(self._paths(body))} if manager else {}
             return self._store(
                 resource, namespace, copy.deepcopy(body), old=None, manager=manager, operation="Update", owned=owned
             )
@@ -317,8 +317,8 @@ class Store:
             if resource.plural == "customresourcedefinitions":
                 self._unregister_crd(old)
             if resource.plural == "namespaces":
-                for other in [k for k in self.objects if k[2] == name]:
-                    self.delete(self.resource_for(other[0], other[1]), other[2], other[3], propagation)
+                for inside in [k for k in self.objects if k[2] == name]:
+                    self.delete(self.resource_for(inside[0], inside[1]), inside[2], inside[3], propagation)
             uid = old["metadata"]["uid"]
             for other_key, other in list(self.objects.items()):
                 references = other["metadata"].get("ownerReferences") or []
@@ -490,12 +490,12 @@ class Store:
         api_version: str,
         subresource: str | None,
     ) -> list[dict[str, Any]]:
-        previous = {
+        previous: dict[tuple[str, str], dict[str, Any]] = {
             (entry["manager"], entry["operation"]): entry
             for entry in ((old or {}).get("metadata") or {}).get("managedFields") or []
         }
         if manager:
-            entry = {
+            entry: dict[str, Any] = {
                 "manager": manager,
                 "operation": operation,
                 "apiVersion": api_version,
@@ -507,11 +507,9 @@ class Store:
             previous[(manager, operation)] = entry
         owned = self.owners.get(key, {})
         entries = []
-        for (name, _operation), entry in sorted(previous.items()):
+        for (name, _operation), current in sorted(previous.items()):
             paths = owned.get(name)
-            if paths:
-                entry = {**entry, "fieldsV1": fields_v1(paths)}
-            entries.append(entry)
+            entries.append({**current, "fieldsV1": fields_v1(paths)} if paths else current)
         return entries
 
     def _default(self, resource: Resource, obj: dict[str, Any]) -> None:
@@ -588,8 +586,12 @@ class Store:
         spec = crd["spec"]
         for key in [k for k in self.resources if (k[0], k[2]) == (spec["group"], spec["names"]["plural"])]:
             del self.resources[key]
-        for key in [k for k in self.objects if (k[0], k[1]) == (spec["group"], spec["names"]["plural"])]:
-            del self.objects[key]
+        for object_key in [k for k in self.objects if (k[0], k[1]) == (spec["group"], spec["names"]["plural"])]:
+            del self.objects[object_key]
+
+
+def _by_namespace_and_name(item: tuple[ObjectKey, dict[str, Any]]) -> tuple[str, str]:
+    return item[0][2] or "", item[0][3]
 
 
 def _load_apply(raw: bytes) -> Any:
