@@ -92,6 +92,7 @@ class Wait(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["waiter", "absent"] = Field(description="'waiter': boto3 waiter; 'absent': poll until NotFound.")
+    service: Service = Field(description="Which API the waiter / read goes to.")
     name: str = Field(min_length=1, max_length=64, description="Waiter name, or the read operation to poll.")
     params: dict[str, Any] = Field(description="Arguments of the waiter / read.")
     gone_codes: tuple[str, ...] = Field(default=(), max_length=8, description="'absent': codes that mean gone.")
@@ -160,7 +161,7 @@ def plan_teardown(inventory: Inventory, settings: TeardownSettings) -> TeardownP
         ids = [i.id for i in inventory.instances]
         step = _step(Phase.INSTANCES, label("instances", inventory.campaign_id, ", ".join(ids)), "ec2",
                      "terminate_instances", InstanceIds=ids)
-        wait = Wait(kind="waiter", name="instance_terminated", params={"InstanceIds": ids},
+        wait = Wait(kind="waiter", service="ec2", name="instance_terminated", params={"InstanceIds": ids},
                     timeout_s=settings.instances_gone_timeout_s)
         steps.append(step.model_copy(update={"wait": wait}))
     for template in inventory.launch_templates:
@@ -168,7 +169,7 @@ def plan_teardown(inventory: Inventory, settings: TeardownSettings) -> TeardownP
                            "delete_launch_template", LaunchTemplateId=template.id))
     if inventory.eks_cluster is not None:
         name = inventory.eks_cluster.name
-        wait = Wait(kind="waiter", name="cluster_deleted", params={"name": name},
+        wait = Wait(kind="waiter", service="eks", name="cluster_deleted", params={"name": name},
                     timeout_s=settings.cluster_gone_timeout_s)
         steps.append(_step(Phase.CLUSTER, label("eks-cluster", name), "eks", "delete_cluster", name=name)
                      .model_copy(update={"wait": wait}))
@@ -182,7 +183,7 @@ def _workloads(inventory: Inventory, settings: TeardownSettings) -> list[Step]:
     for obj in inventory.workloads:
         where = f"{obj.namespace}/" if obj.namespace else ""
         params = {"api_version": obj.api_version, "kind": obj.kind, "namespace": obj.namespace, "name": obj.name}
-        wait = Wait(kind="absent", name="get", params=params, gone_codes=("404",),
+        wait = Wait(kind="absent", service="kubernetes", name="get", params=params, gone_codes=("404",),
                     timeout_s=settings.workloads_gone_timeout_s)
         steps.append(_step(Phase.WORKLOADS, f"k8s-{obj.kind.lower()}/{where}{obj.name}", "kubernetes", "delete",
                            **params).model_copy(update={"wait": wait}))
@@ -195,13 +196,13 @@ def _nodes(inventory: Inventory, settings: TeardownSettings) -> list[Step]:
     if inventory.hyperpod is not None:
         name = inventory.hyperpod.name
         # SageMaker has no waiter for HyperPod clusters (botocore sagemaker waiters): poll DescribeCluster.
-        wait = Wait(kind="absent", name="describe_cluster", params={"ClusterName": name},
+        wait = Wait(kind="absent", service="sagemaker", name="describe_cluster", params={"ClusterName": name},
                     gone_codes=NOT_FOUND["sagemaker.delete_cluster"], timeout_s=timeout)
         steps.append(_step(Phase.NODES, label("hyperpod-cluster", name), "sagemaker", "delete_cluster",
                            ClusterName=name).model_copy(update={"wait": wait}))
     for group in inventory.nodegroups:
         params = {"clusterName": group.cluster, "nodegroupName": group.name}
-        wait = Wait(kind="waiter", name="nodegroup_deleted", params=params, timeout_s=timeout)
+        wait = Wait(kind="waiter", service="eks", name="nodegroup_deleted", params=params, timeout_s=timeout)
         steps.append(_step(Phase.NODES, label("eks-nodegroup", group.name), "eks", "delete_nodegroup", **params)
                      .model_copy(update={"wait": wait}))
     return steps

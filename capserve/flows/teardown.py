@@ -1,0 +1,109 @@
+"""The teardown stage: back to nothing left running.
+
+Deletes everything that carries this campaign's tag (and only that), in order: workloads → node groups /
+HyperPod cluster → leftover instances → launch templates → EKS cluster → IAM roles → network. Each delete
+tolerates only its NotFound codes; a second run finds nothing and reports it all as already gone.
+Reservations are never deleted (a Capacity Block cannot be cancelled; AWS ends it), and neither is the
+weights bucket (verified checkpoints, shared across campaigns): both are reported as kept.
+
+Teardown never relies on flow hooks (DESIGN.md, "Prefect, as measured"): the campaign runs it as its last
+stage, a one-off run is scheduled at the hard teardown point, and the reaper reconciles on a cron.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from prefect import flow, get_run_logger
+
+from capserve.core.cluster.naming import ClusterNames
+from capserve.core.spec import CampaignSpec
+from capserve.core.teardown.inventory import ClusterKind, Inventory
+from capserve.core.teardown.plan import label, plan_teardown
+from capserve.core.teardown.result import KeptResource, TeardownIncompleteError, TeardownReason, TeardownResult
+from capserve.core.teardown.settings import TeardownSettings
+from capserve.tasks.teardown.execute import execute_plan
+from capserve.tasks.teardown.inventory import inventory_campaign
+
+RESERVATION_KEPT = (
+    "reservations cannot be cancelled or deleted: AWS ends it at its end date (its instances are "
+    "terminated 30 minutes before); the campaign record notes it as ended"
+)
+WEIGHTS_KEPT = "verified checkpoints are shared across campaigns: teardown never deletes the weights bucket"
+
+
+@flow(name="teardown", validate_parameters=True)
+def teardown(
+    spec: CampaignSpec,
+    region: str,
+    *,
+    reason: TeardownReason,
+    dry_run: bool = False,
+    settings: TeardownSettings | None = None,
+) -> TeardownResult:
+    """Delete everything of ``spec``'s campaign in ``region``; ``dry_run`` lists it and deletes nothing.
+
+    Raises ``TeardownIncompleteError`` (its ``.result`` says what was done and what is still there) when a
+    wait runs out; any delete failing with other than its NotFound codes raises, naming the resource.
+    """
+    weights = KeptResource(resource=label("s3-bucket", spec.weights.s3_bucket), why=WEIGHTS_KEPT)
+    return run_teardown(
+        spec.campaign_id,
+        region,
+        reason=reason,
+        dry_run=dry_run,
+        kind=spec.cluster.kind,
+        existing_cluster=spec.cluster.existing_cluster_name,
+        kept=[weights],
+        settings=settings or TeardownSettings(),
+    )
+
+
+def run_teardown(
+    campaign_id: str,
+    region: str,
+    *,
+    reason: TeardownReason,
+    dry_run: bool,
+    kind: ClusterKind | None,
+    existing_cluster: str | None = None,
+    kept: list[KeptResource] | None = None,
+    settings: TeardownSettings,
+    inventory: Inventory | None = None,
+) -> TeardownResult:
+    """Inventory → plan → execute, inside the calling flow (teardown, or the reaper for each campaign)."""
+    logger = get_run_logger()
+    ClusterNames(campaign_id=campaign_id)  # validates the id before anything is looked up
+    found = inventory or inventory_campaign(
+        campaign_id, region, kind=kind, existing_cluster=existing_cluster, settings=settings
+    )
+    plan = plan_teardown(found, settings)
+    all_kept = [
+        *found.kept,
+        *(KeptResource(resource=label("reservation", r), why=RESERVATION_KEPT) for r in found.reservation_ids),
+        *(kept or []),
+    ]
+    logger.info(
+        "teardown of %s in %s (%s%s): %d resources to delete",
+        campaign_id, region, reason, ", dry run" if dry_run else "", len(plan.resources()),
+    )
+    if dry_run:
+        return TeardownResult(
+            campaign_id=campaign_id, region=region, reason=reason, dry_run=True, deleted=tuple(plan.resources()),
+            already_gone=found.missing, kept=tuple(all_kept), finished_at=datetime.now(UTC),
+        )
+    outcome = execute_plan(plan, settings, found.workload_cluster)
+    result = TeardownResult(
+        campaign_id=campaign_id, region=region, reason=reason, dry_run=False, deleted=outcome.deleted,
+        already_gone=(*found.missing, *outcome.already_gone), kept=tuple(all_kept), remaining=outcome.remaining,
+        finished_at=datetime.now(UTC),
+    )
+    if result.remaining:
+        raise TeardownIncompleteError(
+            f"teardown of campaign {campaign_id} in {region} stopped: still there when the wait ran out: "
+            f"{'; '.join(result.remaining)}. Re-run teardown (it continues where this one stopped)",
+            result,
+        )
+    logger.info("teardown of %s: %d deleted, %d already gone", campaign_id, len(result.deleted),
+                len(result.already_gone))
+    return result
