@@ -3,11 +3,13 @@ deadline, boto3 waiters where they exist) until its deletions are done and repor
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError, WaiterError
 from prefect import get_run_logger, task
+from prefect.exceptions import MissingContextError
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -54,7 +56,7 @@ def execute_plan(
     plan: TeardownPlan, settings: TeardownSettings, workload_cluster: ClusterFound | None = None
 ) -> Outcome:
     """Run ``plan`` phase by phase; stop after a phase whose waits ran out (the next phase would fail on it)."""
-    logger = get_run_logger()
+    logger = _logger()
     clients = _Clients(plan.region, workload_cluster)
     deleted: list[str] = []
     gone: list[str] = []
@@ -71,6 +73,14 @@ def execute_plan(
         if remaining:
             return Outcome(deleted=tuple(deleted), already_gone=tuple(gone), remaining=tuple(remaining))
     return Outcome(deleted=tuple(deleted), already_gone=tuple(gone))
+
+
+def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
+    """The run logger (shown in the UI); a plain one when called outside a run (``execute_plan.fn``)."""
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return logging.getLogger(__name__)
 
 
 def _call(step: Step, clients: _Clients, settings: TeardownSettings, region: str) -> bool:

@@ -1,0 +1,155 @@
+"""Teardown's tasks against the sandbox's moto (+ EKS/HyperPod extensions): inventory, plan, execute.
+
+moto parses every request with botocore's service model, so each delete/describe here is also a
+request validation. Campaign ids differ per test: moto's backends live for the whole module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import boto3
+import pytest
+
+import capserve.sandbox.aws_ext  # noqa: F401 - registers the moto extensions
+from capserve.core.cluster.naming import CAMPAIGN_TAG
+from capserve.core.errors import PermanentError
+from capserve.core.lease import Lease
+from capserve.core.teardown import TeardownSettings, plan_teardown
+from capserve.core.teardown.plan import Phase
+from capserve.sandbox.aws import moto_sandbox
+from capserve.sandbox.aws_ext import eks as eks_ext
+from capserve.tasks.cluster.eks import converge_cluster, converge_launch_template, converge_nodegroup
+from capserve.tasks.cluster.iam import converge_roles
+from capserve.tasks.cluster.network import converge_network
+from capserve.tasks.teardown.execute import execute_plan
+from capserve.tasks.teardown.inventory import inventory_campaign
+
+REGION = "us-east-2"
+FAST = TeardownSettings(poll_seconds=0, dependency_retry_timeout_s=0, delete_workloads=False)
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[None]:
+    with moto_sandbox(REGION):
+        eks_ext.reset()
+        yield
+        eks_ext.reset()
+
+
+def lease() -> Lease:
+    now = datetime.now(UTC)
+    return Lease(
+        provider="ec2-capacity-block", region=REGION, availability_zone=f"{REGION}b",
+        reservation_id="cr-0123456789abcdef0", start=now - timedelta(hours=1), end=now + timedelta(days=1),
+        instance_type="p6-b300.48xlarge", instance_count=1, upfront_fee=1.0,
+    )
+
+
+def bring_up_eks(campaign: str) -> None:
+    """Bring-up's own converge tasks, as the bring_up flow runs them (without Kubernetes)."""
+    network = converge_network.fn(campaign, REGION, f"{REGION}b", "10.64.0.0/16")
+    roles = converge_roles.fn(campaign, "eks", REGION)
+    cluster = converge_cluster.fn(
+        campaign, REGION, kubernetes_version="1.34", role_arn=roles.by_component["eks-cluster-role"],
+        subnet_ids=list(network.subnet_ids), security_group_id=network.security_group_id, timeout_s=60, poll_s=0,
+    )
+    template = converge_launch_template.fn(campaign, lease(), network.security_group_id)
+    converge_nodegroup.fn(
+        campaign, lease(), cluster_name=cluster.name, node_role_arn=roles.by_component["eks-node-role"],
+        subnet_id=network.node_subnet_id, launch_template=template, timeout_s=60, poll_s=0,
+    )
+
+
+def tagged_vpcs(campaign: str) -> list[str]:
+    found = boto3.client("ec2").describe_vpcs(Filters=[{"Name": f"tag:{CAMPAIGN_TAG}", "Values": [campaign]}])
+    return [v["VpcId"] for v in found["Vpcs"]]
+
+
+def role_exists(name: str) -> bool:
+    try:
+        boto3.client("iam").get_role(RoleName=name)
+    except boto3.client("iam").exceptions.NoSuchEntityException:
+        return False
+    return True
+
+
+def test_eks_campaign_is_deleted_in_order_and_nothing_else_is(sandbox: None) -> None:
+    bring_up_eks("td-a")
+    bring_up_eks("td-other")
+    ec2 = boto3.client("ec2")
+    untagged = ec2.create_vpc(CidrBlock="10.99.0.0/16")["Vpc"]["VpcId"]
+
+    inventory = inventory_campaign.fn("td-a", REGION, kind="eks", settings=FAST)
+    assert inventory.missing == () and inventory.reservation_ids == ("cr-0123456789abcdef0",)
+    plan = plan_teardown(inventory, FAST)
+    assert [phase for phase, _ in plan.phases()] == [
+        Phase.NODES, Phase.LAUNCH_TEMPLATES, Phase.CLUSTER, Phase.IAM, Phase.NETWORK
+    ]
+
+    eks_ext.clear_calls()
+    outcome = execute_plan.fn(plan, FAST)
+    assert outcome.remaining == () and outcome.already_gone == ()
+    assert outcome.deleted[:3] == (
+        "eks-nodegroup/capserve-td-a-gpu", f"launch-template/capserve-td-a-gpu ({inventory.launch_templates[0].id})",
+        "eks-cluster/capserve-td-a",
+    )
+    assert outcome.deleted[-1].startswith("vpc/capserve-td-a-vpc")
+    deletes = [c.action for c in eks_ext.calls() if c.action.startswith(("Delete", "Detach", "Disassociate"))]
+    # Node group before cluster, cluster before roles, policies before roles, the VPC last.
+    assert deletes.index("DeleteNodegroup") < deletes.index("DeleteCluster") < deletes.index("DeleteRole")
+    assert deletes.index("DetachRolePolicy") < deletes.index("DeleteRole") and deletes[-1] == "DeleteVpc"
+
+    assert tagged_vpcs("td-a") == []
+    assert "capserve-td-a" not in boto3.client("eks").list_clusters()["clusters"]
+    assert not role_exists("capserve-td-a-eks-node") and not role_exists("capserve-td-a-eks-cluster")
+    # Another campaign's resources and untagged ones are untouched.
+    assert len(tagged_vpcs("td-other")) == 1 and role_exists("capserve-td-other-eks-node")
+    assert "capserve-td-other" in boto3.client("eks").list_clusters()["clusters"]
+    assert ec2.describe_vpcs(VpcIds=[untagged])["Vpcs"]
+
+    # A second run finds nothing, sends no delete, and names what the campaign had as already gone.
+    eks_ext.clear_calls()
+    again = inventory_campaign.fn("td-a", REGION, kind="eks", settings=FAST)
+    assert again.is_empty and "eks-cluster/capserve-td-a" in again.missing and "vpc/capserve-td-a-vpc" in again.missing
+    assert execute_plan.fn(plan_teardown(again, FAST), FAST).deleted == ()
+    assert [c for c in eks_ext.calls() if c.action.startswith("Delete")] == []
+
+
+def test_already_gone_between_inventory_and_delete_is_tolerated(sandbox: None) -> None:
+    bring_up_eks("td-race")
+    inventory = inventory_campaign.fn("td-race", REGION, kind="eks", settings=FAST)
+    boto3.client("ec2").delete_launch_template(LaunchTemplateId=inventory.launch_templates[0].id)
+    outcome = execute_plan.fn(plan_teardown(inventory, FAST), FAST)
+    assert outcome.already_gone == (f"launch-template/capserve-td-race-gpu ({inventory.launch_templates[0].id})",)
+    assert tagged_vpcs("td-race") == []
+
+
+def test_a_delete_failing_otherwise_raises_naming_the_resource(sandbox: None) -> None:
+    bring_up_eks("td-dep")
+    ec2 = boto3.client("ec2")
+    vpc_id = tagged_vpcs("td-dep")[0]
+    # Someone else's subnet in our VPC: it carries no campaign tag, so teardown must not delete it,
+    # and the VPC delete fails with DependencyViolation (retried, then raised with the VPC's name).
+    ec2.create_subnet(VpcId=vpc_id, CidrBlock="10.64.200.0/24", AvailabilityZone=f"{REGION}c")
+    inventory = inventory_campaign.fn("td-dep", REGION, kind="eks", settings=FAST)
+    with pytest.raises(PermanentError) as raised:
+        execute_plan.fn(plan_teardown(inventory, FAST), FAST)
+    message = str(raised.value)
+    assert "delete_vpc of vpc/capserve-td-dep-vpc" in message and "DependencyViolation" in message
+    assert tagged_vpcs("td-dep") == [vpc_id]
+
+
+def test_a_same_named_cluster_without_our_tag_is_kept(sandbox: None) -> None:
+    ec2 = boto3.client("ec2")
+    vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.0.0/20", AvailabilityZone=f"{REGION}a")["Subnet"]["SubnetId"]
+    boto3.client("eks").create_cluster(
+        name="capserve-td-foreign", roleArn="arn:aws:iam::123456789012:role/x",
+        resourcesVpcConfig={"subnetIds": [subnet]}, tags={CAMPAIGN_TAG: "someone-else"},
+    )
+    inventory = inventory_campaign.fn("td-foreign", REGION, kind="eks", settings=FAST)
+    assert inventory.eks_cluster is None and inventory.is_empty
+    assert [k.resource for k in inventory.kept] == ["eks-cluster/capserve-td-foreign"]
+    assert "someone-else" in inventory.kept[0].why
