@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -19,7 +20,6 @@ from capserve.core.capacity.requests import (
 from capserve.core.capacity.settings import CapacitySettings
 from capserve.core.capacity.states import (
     Reservation,
-    ReservationState,
     reservation_from_ec2,
     reservation_from_training_plan,
 )
@@ -128,39 +128,39 @@ def describe_reservation_by_id(reservation_id: str, default_region: str) -> Rese
 def wait_until_usable(reservation: Reservation, settings: CapacitySettings) -> Reservation:
     """Follow AWS's states until ``active``; a far-off start returns the ``scheduled`` reservation instead.
 
-    Terminal states (payment-failed, failed, expired, cancelled…) stop at once with what to do.
-    Production code never reads the sandbox clock: it only follows the state AWS reports.
+    Two bounded waits: payment (``payment-pending`` → ``scheduled``) within ``payment_timeout_seconds``,
+    then, if the start is near, until ``active`` by start + ``activation_grace_seconds``. Terminal
+    states (payment-failed, failed, expired, cancelled…) stop at once with what to do. Production
+    code never reads the sandbox clock: it only follows the state AWS reports.
     """
-    first = describe(reservation)
-    until_start = max((first.start - datetime.now(UTC)).total_seconds(), 0.0)
-    deadline = settings.payment_timeout_seconds + until_start + settings.activation_grace_seconds
-
-    unread = [first]  # the first answer was read above (to size the deadline); use it before asking again
 
     def check() -> Reservation:
-        current = unread.pop() if unread else describe(reservation)
+        current = describe(reservation)
         if current.state.is_terminal:
-            raise PermanentError(
-                f"{current.reservation_id} is {current.state.value}: {current.state.failure_hint()}"
-            )
+            raise PermanentError(f"{current.reservation_id} is {current.state.value}: {current.state.failure_hint()}")
         return current
 
-    def settled(current: Reservation) -> bool:
-        if current.state.is_usable:
-            return True
-        far = (current.start - datetime.now(UTC)).total_seconds() > settings.max_activation_wait_seconds
-        return current.state is ReservationState.SCHEDULED and far
+    def seconds_to_start(current: Reservation) -> float:
+        return (current.start - datetime.now(UTC)).total_seconds()
 
-    def until(current: Reservation) -> float | None:
-        return (current.start - datetime.now(UTC)).total_seconds() if current.state.is_confirmed else None
+    def still(wanted: str) -> Callable[[Reservation], str]:
+        return lambda r: f"{r.reservation_id} is still {r.state.value} (starts {r.start.isoformat()}), wanted {wanted}"
 
-    return poll(
-        check,
-        done=settled,
-        describe=lambda r: f"{r.reservation_id} is still {r.state.value} (starts {r.start.isoformat()}), wanted active",
-        deadline_seconds=deadline,
-        initial_seconds=settings.poll_initial_seconds,
-        max_seconds=settings.poll_max_seconds,
-        jitter=settings.poll_jitter,
-        next_wait=until,
-    )
+    def wait(wanted: str, done: Callable[[Reservation], bool], deadline: float, hint: bool = False) -> Reservation:
+        return poll(
+            check,
+            done=done,
+            describe=still(wanted),
+            deadline_seconds=deadline,
+            initial_seconds=settings.poll_initial_seconds,
+            max_seconds=settings.poll_max_seconds,
+            jitter=settings.poll_jitter,
+            next_wait=seconds_to_start if hint else lambda _: None,
+        )
+
+    paid = wait("scheduled or active (payment confirmed)", lambda r: r.state.is_confirmed,
+                settings.payment_timeout_seconds)
+    if paid.state.is_usable or seconds_to_start(paid) > settings.max_activation_wait_seconds:
+        return paid
+    deadline = max(seconds_to_start(paid), 0.0) + settings.activation_grace_seconds
+    return wait("active", lambda r: r.state.is_usable, deadline, hint=True)
