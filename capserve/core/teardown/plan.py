@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from capserve.core.cluster.addons import LWS_NAMESPACE, SYSTEM_NAMESPACE
 from capserve.core.cluster.naming import CAMPAIGN_TAG
 from capserve.core.teardown.inventory import Inventory, SecurityGroupFound
 from capserve.core.teardown.settings import TeardownSettings
@@ -69,6 +70,16 @@ WORKLOAD_KINDS: tuple[tuple[str, str], ...] = (
     ("batch/v1", "Job"),
     ("v1", "PersistentVolumeClaim"),
 )
+
+
+# Bring-up's add-ons (device plugins, FSx CSI driver, LWS controller) carry the campaign label too but are
+# not workloads: they go with our cluster, and in a spec's existing cluster they may serve others.
+ADDON_NAMESPACES: frozenset[str] = frozenset({SYSTEM_NAMESPACE, LWS_NAMESPACE})
+
+
+def is_workload(namespace: str | None) -> bool:
+    """A labelled object teardown deletes: anything outside the add-on namespaces."""
+    return namespace not in ADDON_NAMESPACES
 
 
 def workload_selector(campaign_id: str) -> str:

@@ -9,7 +9,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
 from capserve.core.teardown.inventory import ClusterFound, WorkloadFound
-from capserve.core.teardown.plan import WORKLOAD_KINDS, workload_selector
+from capserve.core.teardown.plan import WORKLOAD_KINDS, is_workload, workload_selector
 from capserve.tasks.kube import api_client_for_eks, dynamic_client
 from capserve.tasks.kube import convert as kube_convert
 
@@ -36,6 +36,8 @@ def list_workloads(dyn: DynamicClient, campaign_id: str) -> list[WorkloadFound]:
             raise kube_convert(exc, f"listing {kind} labelled {workload_selector(campaign_id)}") from exc
         for item in listed.to_dict().get("items", []):
             metadata = item.get("metadata") or {}
+            if not is_workload(metadata.get("namespace")):
+                continue
             found.append(
                 WorkloadFound(
                     api_version=api_version, kind=kind, namespace=metadata.get("namespace"), name=metadata["name"]
