@@ -9,8 +9,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError, WaiterError
 from prefect import get_run_logger, task
-from prefect.exceptions import MissingContextError
 from prefect.cache_policies import NO_CACHE
+from prefect.exceptions import MissingContextError
 from pydantic import BaseModel, ConfigDict, Field
 
 from capserve.core.teardown.inventory import ClusterFound
