@@ -1,0 +1,162 @@
+"""The acquire flow end to end against the sandbox (moto + the capacity extension) and the Prefect test harness."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
+from prefect.client.schemas.objects import StateType
+from prefect.flow_runs import resume_flow_run
+
+from capserve.core.capacity.ranking import rank_offers
+from capserve.core.capacity.result import AcquireResult
+from capserve.core.capacity.settings import CapacitySettings
+from capserve.core.errors import PermanentError
+from capserve.core.spec import CampaignSpec, parse_spec
+from capserve.flows.acquire import acquire
+from capserve.sandbox.aws import moto_sandbox
+from capserve.sandbox.aws_ext import capacity as ext
+from capserve.sandbox.clock import CLOCK
+from capserve.tasks.capacity.purchase import purchase
+from capserve.tasks.capacity.search import search_offers
+from capserve.tasks.record_store import read_record
+
+FAST = CapacitySettings(poll_initial_seconds=0.01, poll_max_seconds=0.05, approval_timeout_seconds=1)
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[None]:
+    with moto_sandbox("us-east-2"):
+        yield
+
+
+@pytest.fixture(autouse=True)
+def clean(sandbox: None) -> Iterator[None]:
+    ext.reset()
+    CLOCK.reset()
+    ext.SETTINGS.auto_activate = True  # as the demo runs it: scheduled → active without waiting
+    yield
+    ext.reset()
+    CLOCK.reset()
+
+
+def make_spec(name: str, **capacity: Any) -> CampaignSpec:
+    data: dict[str, Any] = {
+        "name": name,
+        "model": {"catalog": "kimi-k3"},
+        "capacity": {
+            "provider": "ec2-capacity-block", "instance_type": "p6-b300.48xlarge", "instance_count": 1,
+            "regions": ["us-east-2", "us-west-2"], "earliest_start": "now", "latest_end": "now+14d",
+            "duration_hours": 24, "max_upfront_fee_usd": 4000, "approval_threshold_usd": 3500,
+            **capacity,
+        },
+        "weights": {"s3_bucket": f"{name}-bucket"},
+    }
+    return parse_spec(data)
+
+
+def test_buys_once_records_the_lease_and_a_rerun_adopts() -> None:
+    spec = make_spec("acq-buy")
+    result = acquire(spec, settings=FAST)
+    assert result.outcome == "bought" and result.state is not None and result.state.value == "active"
+    assert result.lease is not None and result.ranking is not None and result.ranking.chosen is not None
+    assert result.lease.upfront_fee == result.ranking.chosen.upfront_fee
+    sections = result.report_sections()
+    assert sections["lease"] == result.lease.report_section()
+    assert sum(1 for c in sections["offers_considered"] if c["chosen"]) == 1  # type: ignore[union-attr]
+    assert "**chosen**" in result.markdown()
+    stored = read_record(spec.weights.s3_bucket, spec.campaign_id, region="us-east-2")
+    assert stored is not None and stored.record.lease == result.lease
+
+    again = acquire(spec, settings=FAST)
+    assert again.outcome == "adopted" and again.lease is not None
+    assert again.lease.reservation_id == result.lease.reservation_id and again.lease.adopted
+    assert again.lease.upfront_fee == result.lease.upfront_fee  # read back from the purchase's tag
+    assert len(ext.calls("purchase_capacity_block")) == 1
+
+
+def test_dry_run_checks_permissions_and_buys_nothing() -> None:
+    result = acquire(make_spec("acq-dry"), dry_run=True, settings=FAST)
+    assert result.outcome == "dry-run" and result.stopped
+    assert ext.calls("purchase_capacity_block") == []
+    assert len(ext.calls("purchase_capacity_block", include_dry_run=True)) == 1
+
+
+def test_nothing_matching_says_why_per_region() -> None:
+    ext.SETTINGS.regions_without_capacity.add("us-west-2")
+    with pytest.raises(PermanentError) as caught:
+        acquire(make_spec("acq-none", max_upfront_fee_usd=100, approval_threshold_usd=50), settings=FAST)
+    text = str(caught.value)
+    assert "us-east-2:" in text and "over budget" in text
+    assert "us-west-2: no offers" in text
+    assert ext.calls("purchase_capacity_block", include_dry_run=True) == []
+
+
+def test_an_existing_reservation_is_validated_and_adopted() -> None:
+    spec = make_spec("acq-existing")
+    offer = search_offers.fn(spec.capacity)[0]
+    bought = purchase.fn(offer, "someone-else")
+    existing = make_spec(
+        "acq-existing", provider="existing-reservation", reservation_id=bought.reservation_id,
+        regions=[offer.region], earliest_start=None, latest_end=None, duration_hours=None, max_upfront_fee_usd=None,
+    )
+    result = acquire(existing, settings=FAST)
+    assert result.outcome == "adopted" and result.lease is not None
+    assert result.lease.provider == "existing-reservation" and result.lease.reservation_id == bought.reservation_id
+    wrong = existing.model_copy(
+        update={"capacity": existing.capacity.model_copy(update={"instance_type": "p5.48xlarge"})}
+    )
+    with pytest.raises(PermanentError, match="fix capacity.instance_type"):
+        acquire(wrong, settings=FAST)
+    assert len(ext.calls("purchase_capacity_block")) == 1  # only the setup purchase
+
+
+def _resume_when_paused(answer: dict[str, Any], done: threading.Event) -> None:
+    """Play the approver: wait for the run to pause, then answer through Prefect's API."""
+    with get_client(sync_client=True) as client:
+        while not done.is_set():
+            paused = client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(
+                    state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.PAUSED]))
+                )
+            )
+            if paused:
+                resume_flow_run(paused[0].id, run_input=answer)
+                return
+            time.sleep(0.5)
+
+
+def test_a_rejected_purchase_stops_cleanly_with_nothing_bought() -> None:
+    spec = make_spec("acq-reject", approval_threshold_usd=100)
+    done = threading.Event()
+    results: list[AcquireResult] = []
+    # The answer names the offer it is about (the UI form carries it as initial data). Ranking is a
+    # deterministic function of the sandbox's offers, so the approver can work out the same choice.
+    chosen = rank_offers(search_offers.fn(spec.capacity), spec.capacity, regions=spec.capacity.regions,
+                         gpus_per_instance=8).chosen
+    assert chosen is not None
+    answer = {"approved": False, "offering_id": chosen.offering_id, "approver": "alice", "note": "too early"}
+    approver = threading.Thread(target=_resume_when_paused, args=(answer, done))
+    approver.start()
+    try:
+        results.append(acquire(spec, settings=FAST.model_copy(update={"approval_timeout_seconds": 120})))
+    finally:
+        done.set()
+        approver.join()
+    [result] = results
+    assert result.outcome == "rejected" and result.lease is None
+    assert "alice" in result.message and "nothing was bought" in result.message
+    assert ext.calls("purchase_capacity_block", include_dry_run=True) == []
+    stored = read_record(spec.weights.s3_bucket, spec.campaign_id, region="us-east-2")
+    assert stored is not None and stored.record.stages["acquire"].status == "stopped"
+
+
+def test_an_unanswered_approval_times_out_with_nothing_bought() -> None:
+    result = acquire(make_spec("acq-timeout", approval_threshold_usd=100), settings=FAST)
+    assert result.outcome == "approval-timed-out" and result.stopped
+    assert ext.calls("purchase_capacity_block", include_dry_run=True) == []
