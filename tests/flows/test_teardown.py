@@ -5,12 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import boto3
 import pytest
-from moto.core.responses import ActionResult
-from moto.sagemaker.responses import SageMakerResponse
 
 import capserve.sandbox.aws_ext  # noqa: F401 - registers the moto extensions
 from capserve.core.cluster.naming import CAMPAIGN_TAG
@@ -24,7 +21,6 @@ from capserve.flows.reaper import reaper
 from capserve.flows.teardown import teardown
 from capserve.sandbox.aws import moto_sandbox
 from capserve.sandbox.aws_ext import eks as eks_ext
-from capserve.sandbox.aws_ext import hyperpod as hyperpod_ext
 from capserve.sandbox.kube import FakeKube, fake_kube
 from capserve.tasks.kube import api_client_for_eks, apply
 
@@ -33,27 +29,9 @@ UP = BringUpSettings(poll_seconds=0, kube=KubeSettings(nodes_ready_timeout_s=20,
 DOWN = TeardownSettings(poll_seconds=0, dependency_retry_timeout_s=0, workloads_gone_timeout_s=20)
 
 
-def _list_tags_with_hyperpod_clusters(original: Any) -> Any:
-    """SageMaker ListTags for HyperPod cluster ARNs, which the sandbox's HyperPod extension lacks (moto
-    answers 500). DescribeCluster carries no tags (SageMaker API reference), so ListTags is how teardown
-    and the reaper check a HyperPod cluster is the campaign's. To move into aws_ext/hyperpod.py."""
-
-    def list_tags(self: Any) -> Any:
-        arn = str(self._get_param("ResourceArn") or "")
-        if ":cluster/" not in arn:
-            return original(self)
-        for cluster in hyperpod_ext._clusters(self).values():
-            if cluster.arn == arn:
-                return ActionResult({"Tags": cluster.request["Tags"]})
-        raise hyperpod_ext.ResourceNotFound(f"{arn} does not exist")
-
-    return list_tags
-
-
 @pytest.fixture(scope="module")
 def kube() -> Iterator[FakeKube]:
-    with pytest.MonkeyPatch.context() as patch, moto_sandbox(REGION), fake_kube() as server:
-        patch.setattr(SageMakerResponse, "list_tags", _list_tags_with_hyperpod_clusters(SageMakerResponse.list_tags))
+    with moto_sandbox(REGION), fake_kube() as server:
         eks_ext.reset()
         eks_ext.attach_fake_kube(server)
         yield server

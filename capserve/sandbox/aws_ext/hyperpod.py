@@ -214,12 +214,31 @@ def delete_cluster(self: SageMakerResponse) -> ActionResult:
     return ActionResult({"ClusterArn": cluster.arn})
 
 
+_MOTO_LIST_TAGS = SageMakerResponse.list_tags
+
+
+def list_tags(self: SageMakerResponse) -> ActionResult | Any:
+    """ListTags for HyperPod cluster ARNs (moto answers 500 for them); other ARNs go to moto.
+
+    DescribeCluster carries no tags (SageMaker API reference), so ListTags is how teardown and the
+    reaper check that a HyperPod cluster is the campaign's.
+    """
+    arn = str(self._get_param("ResourceArn") or "")
+    if ":cluster/" not in arn:
+        return _MOTO_LIST_TAGS(self)
+    for cluster in _clusters(self).values():
+        if cluster.arn == arn:
+            return ActionResult({"Tags": cluster.request["Tags"]})
+    raise ResourceNotFound(f"{arn} does not exist")
+
+
 def install() -> None:
     """Replace moto's HyperPod cluster operations once per process."""
     global _INSTALLED
     if _INSTALLED:
         return
     eks_ext.install()
-    for operation in (create_cluster, describe_cluster, list_clusters, list_cluster_nodes, delete_cluster):
+    operations = (create_cluster, describe_cluster, list_clusters, list_cluster_nodes, delete_cluster, list_tags)
+    for operation in operations:
         setattr(SageMakerResponse, operation.__name__, operation)
     _INSTALLED = True
