@@ -150,3 +150,11 @@ def test_training_plans(sandbox: None) -> None:
         sagemaker.describe_training_plan(TrainingPlanName="nope")
     assert [p["TrainingPlanName"] for p in sagemaker.list_training_plans()["TrainingPlanSummaries"]] == ["capserve-c1"]
     ext.reset()
+
+
+def test_the_demo_turns_auto_activate_on_through_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    ext.reset()
+    monkeypatch.setenv(ext.AUTO_ACTIVATE_ENV, "1")
+    ext.install()
+    assert ext.SETTINGS.auto_activate
+    ext.reset()

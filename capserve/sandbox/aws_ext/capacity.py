@@ -18,6 +18,7 @@ recorded in ``CALLS`` so tests can count purchases. ``reset()`` clears state, ca
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 import uuid
 from collections.abc import Callable
@@ -150,7 +151,7 @@ def _block_starts(lower: datetime, upper: datetime, hours: int) -> list[datetime
     start = lower.astimezone(UTC).replace(hour=BLOCK_HOUR, minute=BLOCK_MINUTE, second=0, microsecond=0)
     if start < lower:
         start += timedelta(days=1)
-    starts = []
+    starts: list[datetime] = []
     while start + timedelta(hours=hours) <= upper and len(starts) < MAX_OFFERINGS:
         starts.append(start)
         start += timedelta(days=1)
@@ -403,7 +404,7 @@ def search_training_plan_offerings(self: Any) -> Any:
     now = CLOCK.now()
     lower = max(_utc(self._get_param("StartTimeAfter")) or now, now)
     upper = min(_utc(self._get_param("EndTimeBefore")) or now + MAX_AHEAD, now + MAX_AHEAD)
-    offerings = []
+    offerings: list[dict[str, Any]] = []
     if self.region not in SETTINGS.regions_without_capacity:
         for start in _block_starts(lower, upper, hours)[:3]:
             digest = hashlib.sha256(f"{self.region}|{instance_type}|{count}|{hours}|{start.isoformat()}".encode())
@@ -533,8 +534,16 @@ def _list_tags(self: Any) -> Any:
     return ActionResult({"Tags": plan["_tags"]})
 
 
+AUTO_ACTIVATE_ENV = "CAPSERVE_SANDBOX_AUTO_ACTIVATE"
+
+
 def install() -> None:
-    """Add the operations to moto's response classes (moto looks methods up by name on every request)."""
+    """Add the operations to moto's response classes (moto looks methods up by name on every request).
+
+    ``CAPSERVE_SANDBOX_AUTO_ACTIVATE=1`` in the environment turns ``SETTINGS.auto_activate`` on (the demo's knob).
+    """
+    if os.environ.get(AUTO_ACTIVATE_ENV) == "1":
+        SETTINGS.auto_activate = True
     for operation in (describe_capacity_block_offerings, purchase_capacity_block, describe_capacity_reservations):
         setattr(EC2Response, operation.__name__, operation)
     for operation in (search_training_plan_offerings, create_training_plan, describe_training_plan,
