@@ -519,14 +519,16 @@ def list_training_plans(self: Any) -> Any:
     return ActionResult({"TrainingPlanSummaries": [{k: v[k] for k in keep if k in v} for v in views]})
 
 
-_ORIGINAL_LIST_TAGS = SageMakerResponse.list_tags
+# Whatever answered ListTags before this extension took over (moto, or another extension): ARNs that are
+# not training plans go there. Captured at install time, so extensions installed earlier stay in the chain.
+_NEXT_LIST_TAGS: list[Callable[[Any], Any]] = [SageMakerResponse.list_tags]
 
 
 def _list_tags(self: Any) -> Any:
     """moto's ListTags knows nothing of training plans: answer for ours, defer to moto for the rest."""
     arn = str(self._get_param("ResourceArn") or "")
     if ":training-plan/" not in arn:
-        return _ORIGINAL_LIST_TAGS(self)
+        return _NEXT_LIST_TAGS[0](self)
     with _LOCK:
         plan = _PLANS.get(_key(self), {}).get(arn.rpartition("training-plan/")[2])
     if plan is None or plan["TrainingPlanArn"] != arn:
@@ -549,4 +551,6 @@ def install() -> None:
     for operation in (search_training_plan_offerings, create_training_plan, describe_training_plan,
                       list_training_plans):
         setattr(SageMakerResponse, operation.__name__, operation)
-    SageMakerResponse.list_tags = _list_tags  # type: ignore[method-assign]
+    if SageMakerResponse.list_tags is not _list_tags:
+        _NEXT_LIST_TAGS[0] = SageMakerResponse.list_tags
+        SageMakerResponse.list_tags = _list_tags  # type: ignore[method-assign]
