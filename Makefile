@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: install
-	$(VENV)/bin/capserve up examples/kimi-k3-sandbox.yaml --sandbox --out out/demo
+	$(VENV)/bin/capserve up examples/kimi-k3-sandbox.yaml --sandbox --teardown-when-done --out out/demo
 
 lint: install
 	$(VENV)/bin/ruff check capserve tests bench

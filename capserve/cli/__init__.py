@@ -6,10 +6,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from capserve.cli import eval, plan, up
+from capserve.cli import down, eval, plan, up
 
 # Each module exposes ``register(subparsers)``; the parser it adds sets ``func(args) -> int``.
-SUBCOMMANDS = [plan, up, eval]
+SUBCOMMANDS = [plan, up, down, eval]
 
 
 def build_parser() -> argparse.ArgumentParser:

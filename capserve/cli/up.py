@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -25,6 +26,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run against local stand-ins on 127.0.0.1 (moto, …) instead of AWS; nothing leaves this machine",
     )
     parser.add_argument("--out", type=Path, default=None, help="report folder (default: out/<campaign>)")
+    parser.add_argument(
+        "--teardown-when-done",
+        action="store_true",
+        help="tear down as soon as the stages finish, instead of at the lease's hard-teardown time",
+    )
+    parser.add_argument(
+        "--yes",
+        dest="interactive",
+        action="store_false",
+        help="never prompt: purchases above the approval threshold wait for approval in the Prefect UI",
+    )
     parser.add_argument(
         "--evaluate-url",
         default=None,
@@ -64,7 +76,13 @@ def run(args: argparse.Namespace) -> int:
                 endpoint_url, endpoint_note = endpoints.inference, endpoints.inference_note
         try:
             result = campaign(
-                spec, out_dir=out_dir, hub_endpoint=hub_endpoint, endpoint_url=endpoint_url, endpoint_note=endpoint_note
+                spec,
+                out_dir=out_dir,
+                hub_endpoint=hub_endpoint,
+                endpoint_url=endpoint_url,
+                endpoint_note=endpoint_note,
+                interactive=args.interactive and sys.stdin.isatty(),
+                teardown_when_done=args.teardown_when_done,
             )
         except CapserveError as exc:
             console.print(f"[red]campaign {spec.campaign_id} stopped:[/red] {exc}", highlight=False)

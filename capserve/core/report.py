@@ -72,7 +72,13 @@ class CampaignReport:
         if key in RESERVED_KEYS or key in self._sections:
             raise ValueError(f"report key {key!r} is already taken")
         self._sections[key] = data
-        self._markdown.append((title, markdown))
+        if markdown:
+            self._markdown.append((title, markdown))
+
+    def skip(self, name: str, why: str) -> None:
+        """Record a stage that did not run, and why (a person reading the report must not have to guess)."""
+        now = self._clock()
+        self.stages.append(StageRecord(name=name, status=StageStatus.SKIPPED, started_at=now, ended_at=now, detail=why))
 
     def section(self, key: str) -> Any:
         return self._sections[key]

@@ -1,8 +1,15 @@
 """The campaign: one flow that chains the stages, from a spec to a report.
 
+    plan ─► acquire ─► stage_weights ─► bring_up ─► evaluate ─► (teardown)
+
 A stage appears here only when it works end to end. Each stage records its timing and outcome in the
-report and adds one top-level key to report.json; the report is written even when a stage fails, so
+report and adds its top-level keys to report.json; the report is written even when a stage fails, so
 a person always sees how far the campaign got and why it stopped.
+
+Teardown: once bring-up has created anything, a failure anywhere tears the campaign down at once
+(reason "failed-stage"). A successful campaign keeps serving until the lease's hard-teardown time,
+when the one-off teardown run scheduled right after the purchase fires; ``teardown_when_done`` tears
+down as soon as the stages finish instead (the demo and tests: nothing left running).
 """
 
 from __future__ import annotations
@@ -11,13 +18,20 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger
 
+from capserve.core.errors import CapserveError
+from capserve.core.lease import Lease
 from capserve.core.plan_check import plan_markdown
 from capserve.core.report import CampaignReport, StageStatus
 from capserve.core.spec import CampaignSpec
+from capserve.core.teardown.result import TeardownIncompleteError, TeardownReason, TeardownResult
+from capserve.flows.acquire import acquire
+from capserve.flows.bring_up import bring_up
 from capserve.flows.evaluate import evaluate_endpoint
 from capserve.flows.stage_weights import stage_weights
+from capserve.flows.teardown import teardown
 from capserve.tasks.planning import plan_campaign, publish_plan, resolve_model
 from capserve.tasks.reporting import write_report
+from capserve.tasks.scheduling import schedule_teardown
 
 
 @flow(name="campaign", flow_run_name="campaign-{spec.name}")
@@ -28,16 +42,22 @@ def campaign(
     hub_endpoint: str | None = None,
     endpoint_url: str | None = None,
     endpoint_note: str | None = None,
+    interactive: bool = False,
+    teardown_when_done: bool = False,
 ) -> dict[str, object]:
     """Run a campaign's stages in order and return report.json's content.
 
     ``staging_dir`` is where checkpoint files are downloaded and verified (default: under ``out_dir``);
     ``hub_endpoint`` overrides the Hugging Face endpoint. ``endpoint_url`` names the OpenAI-compatible
-    endpoint to evaluate when the campaign has not rolled one out itself; ``endpoint_note`` says in the
-    report what that endpoint is.
+    endpoint to evaluate (until the rollout stage exists, the campaign rolls out none itself);
+    ``endpoint_note`` says in the report what that endpoint is. ``interactive`` lets a person at a
+    terminal approve a purchase above the threshold.
     """
     logger = get_run_logger()
     report = CampaignReport(spec.campaign_id)
+    lease: Lease | None = None
+    cluster_started = False
+    failed = False
     try:
         with report.stage("plan"):
             model = resolve_model(spec.model, hub_endpoint)
@@ -53,7 +73,26 @@ def campaign(
                 plan.weight_bytes_per_gpu / 1024**3,
             )
 
-        # Weights need no GPU: in a real campaign this stage can run before the reservation starts.
+        with report.stage("acquire") as record:
+            obtained = acquire(spec, interactive=interactive)
+            sections = obtained.report_sections()
+            report.add_section("lease", sections["lease"], title=None, markdown=obtained.markdown())
+            report.add_section("offers_considered", sections["offers_considered"], title=None, markdown="")
+            if obtained.stopped:
+                record.detail = obtained.message
+        if obtained.lease is None:
+            for name in ("stage_weights", "bring_up", "evaluate"):
+                report.skip(name, f"no capacity: {obtained.message}")
+            return report.to_json()
+        lease = obtained.lease
+        report.add_section(
+            "teardown_schedule",
+            schedule_teardown(spec, lease),
+            title="Schedule",
+            markdown=_schedule_markdown(lease, spec),
+        )
+
+        # Weights need no GPU: this stage runs while the reservation is still scheduled.
         with report.stage("stage_weights"):
             weights = stage_weights(
                 spec,
@@ -63,6 +102,21 @@ def campaign(
                 hub_endpoint=hub_endpoint,
             )
             report.add_section("weights", weights.report_section(), title="Weights", markdown=weights.markdown())
+
+        if obtained.state is None or not obtained.state.is_usable:
+            why = (
+                f"reservation {lease.reservation_id} is {obtained.state.value if obtained.state else 'unknown'} "
+                f"until {lease.start.isoformat()}: run the campaign again then (it adopts the reservation and "
+                "skips finished work)"
+            )
+            report.skip("bring_up", why)
+            report.skip("evaluate", why)
+            return report.to_json()
+
+        with report.stage("bring_up"):
+            cluster_started = True
+            cluster = bring_up(spec, lease)
+            report.add_section("cluster", cluster.report_section(), title="Cluster", markdown=cluster.markdown())
 
         with report.stage("evaluate") as record:
             if endpoint_url is None:
@@ -77,7 +131,41 @@ def campaign(
                     notes=[endpoint_note] if endpoint_note else [],
                 )
                 report.add_section("evaluation", result.report_section(), title=None, markdown=result.markdown())
+    except BaseException:
+        failed = True
+        raise
     finally:
+        if lease is not None and cluster_started and (failed or teardown_when_done):
+            reason: TeardownReason = "failed-stage" if failed else "campaign-finished"
+            _tear_down(report, spec, lease, reason, raise_errors=not failed)
         json_path, md_path = write_report(report.to_json(), report.to_markdown(), out_dir)
         logger.info("report: %s and %s", json_path, md_path)
     return report.to_json()
+
+
+def _tear_down(
+    report: CampaignReport, spec: CampaignSpec, lease: Lease, reason: TeardownReason, *, raise_errors: bool
+) -> None:
+    """Tear the campaign down and record it. While another failure is propagating, a teardown failure
+    is recorded and logged but does not replace that first error (the reaper and the scheduled run
+    still stand behind it)."""
+    try:
+        with report.stage("teardown"):
+            try:
+                done: TeardownResult = teardown(spec, lease.region, reason=reason)
+            except TeardownIncompleteError as exc:
+                report.add_section("teardown", exc.result.report_section(), title=None, markdown=exc.result.markdown())
+                raise
+            report.add_section("teardown", done.report_section(), title=None, markdown=done.markdown())
+    except CapserveError:
+        if raise_errors:
+            raise
+        get_run_logger().exception("teardown after a failed stage did not finish; the reaper will retry")
+
+
+def _schedule_markdown(lease: Lease, spec: CampaignSpec) -> str:
+    return (
+        f"Drain at **{lease.drain_at(spec.teardown).isoformat()}**, hard teardown at "
+        f"**{lease.teardown_at(spec.teardown).isoformat()}** (AWS terminates instances at "
+        f"{lease.end.isoformat()} − 30 min)."
+    )

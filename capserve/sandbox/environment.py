@@ -1,7 +1,8 @@
 """The whole sandbox: every far end the campaign talks to, started on loopback, torn down on exit.
 
 Production code only sees configuration: environment variables and the endpoints in
-``SandboxEndpoints``. Stand-ins: moto (AWS, extended where moto lacks an API), a local Hub serving a
+``SandboxEndpoints``. Stand-ins: moto (AWS, extended where moto lacks an API: capacity
+blocks, training plans, EKS/HyperPod state transitions), a fake Kubernetes API, a local Hub serving a
 tiny K3-shaped checkpoint, and a local OpenAI-compatible server standing in for the endpoint the
 rollout stage will create.
 """
@@ -13,7 +14,11 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from capserve.sandbox.aws import moto_sandbox, patched_environ
+from capserve.sandbox.aws_ext import capacity as capacity_ext
+from capserve.sandbox.aws_ext import eks as eks_ext
+from capserve.sandbox.clock import CLOCK
 from capserve.sandbox.hub import local_hub
+from capserve.sandbox.kube import FakeKube, fake_kube
 from capserve.sandbox.openai_server import SandboxConfig, serve
 
 
@@ -21,6 +26,8 @@ from capserve.sandbox.openai_server import SandboxConfig, serve
 class SandboxEndpoints:
     aws: str
     region: str
+    kube: str
+    kube_server: FakeKube  # for tests that inject Kubernetes-side failures
     hub: str
     inference: str
     inference_note: str
@@ -29,7 +36,19 @@ class SandboxEndpoints:
 @contextmanager
 def sandbox(*, served_model_name: str, region: str = "us-east-2") -> Iterator[SandboxEndpoints]:
     with ExitStack() as stack:
+        # A bought block starts at the next 11:30 UTC or later; the sandbox's AWS jumps its own clock to
+        # the start on the first look instead of making the demo wait. Production code never reads this
+        # clock: it follows the states AWS reports.
+        capacity_ext.reset()  # its reservations live beside moto's state, not in it
+        capacity_ext.SETTINGS.auto_activate = True
+        stack.callback(CLOCK.reset)
+        stack.callback(capacity_ext.reset)
         aws = stack.enter_context(moto_sandbox(region))
+        # EKS clusters in the sandbox answer at the fake Kubernetes API; node groups that become
+        # ACTIVE make GPU nodes appear there, as a real node group's instances would join.
+        kube = stack.enter_context(fake_kube())
+        eks_ext.attach_fake_kube(kube)
+        stack.callback(eks_ext.reset)
         hub = stack.enter_context(local_hub())
         # The local Hub serves plain files; the Xet protocol is for hf.co's storage only.
         stack.enter_context(patched_environ({"HF_HUB_DISABLE_XET": "1"}))
@@ -37,6 +56,8 @@ def sandbox(*, served_model_name: str, region: str = "us-east-2") -> Iterator[Sa
         yield SandboxEndpoints(
             aws=aws.endpoint_url,
             region=aws.region,
+            kube=kube.url,
+            kube_server=kube,
             hub=hub,
             inference=inference,
             inference_note=(

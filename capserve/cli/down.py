@@ -1,0 +1,58 @@
+"""``capserve down SPEC.yaml``: tear a campaign down now (everything tagged with its id, nothing else)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.console import Console
+
+from capserve.core.errors import CapserveError
+from capserve.core.spec import load_spec
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "down",
+        help="tear a campaign down now",
+        description=(
+            "Delete everything the campaign made (by its capserve.io/campaign tag), in order. The reservation "
+            "itself cannot be cancelled and the weights bucket is shared: both are kept and listed."
+        ),
+    )
+    parser.add_argument("spec", help="the campaign's spec (YAML)")
+    parser.add_argument(
+        "--region", default=None, help="region of the campaign's resources (default: from the campaign record)"
+    )
+    parser.add_argument("--dry-run", action="store_true", help="list what would be deleted; delete nothing")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    console = Console(stderr=True, highlight=False)
+    try:
+        spec = load_spec(args.spec)
+    except CapserveError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+
+    from capserve.flows.teardown import teardown
+    from capserve.tasks.record_store import load_record
+
+    try:
+        region = args.region
+        if region is None:
+            record = load_record.fn(spec.weights.s3_bucket, spec.campaign_id, spec.capacity.regions[0])
+            if record is None or record.lease is None:
+                console.print(
+                    f"[red]error:[/red] no lease recorded for campaign {spec.campaign_id!r} in "
+                    f"s3://{spec.weights.s3_bucket}: pass --region to say where its resources are"
+                )
+                return 2
+            region = record.lease.region
+        result = teardown(spec, region, reason="manual", dry_run=args.dry_run)
+    except CapserveError as exc:
+        console.print(f"[red]teardown of {spec.campaign_id} did not finish:[/red] {exc}")
+        return 1
+    Console(highlight=False).print(result.markdown())
+    return 0

@@ -1,0 +1,51 @@
+"""Scheduling the one-off teardown run the moment capacity is bought.
+
+Hooks and `finally` blocks are best effort (a SIGKILL or a lost host skips them: shared/reference/
+prefect.md §hooks), so the campaign's safety net is a teardown flow run scheduled on the Prefect server
+at the lease's hard-teardown time, with an idempotency key so a re-run never schedules a second one.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from prefect import get_run_logger, task
+from prefect.deployments import run_deployment
+from prefect.exceptions import ObjectNotFound
+
+from capserve.core.lease import Lease
+from capserve.core.spec import CampaignSpec
+
+TEARDOWN_DEPLOYMENT = "teardown/teardown"
+
+
+def teardown_idempotency_key(campaign_id: str, reservation_id: str) -> str:
+    return f"capserve-teardown-{campaign_id}-{reservation_id}"
+
+
+@task(name="schedule-teardown")
+def schedule_teardown(spec: CampaignSpec, lease: Lease, deployment: str = TEARDOWN_DEPLOYMENT) -> dict[str, Any]:
+    """Schedule ``deployment`` at the lease's hard-teardown time; say plainly when it could not be."""
+    at: datetime = lease.teardown_at(spec.teardown)
+    entry: dict[str, Any] = {"scheduled_at": at.isoformat(), "deployment": deployment}
+    try:
+        run = run_deployment(
+            deployment,
+            parameters={"spec": spec.model_dump(mode="json"), "region": lease.region, "reason": "drain-deadline"},
+            scheduled_time=at,
+            idempotency_key=teardown_idempotency_key(spec.campaign_id, lease.reservation_id),
+            timeout=0,  # schedule it; do not wait for it
+            as_subflow=False,
+        )
+    except ObjectNotFound:
+        get_run_logger().warning(
+            "no %s deployment on this Prefect server: teardown at %s is NOT scheduled; register deployments/ "
+            "(see README) or run `capserve down` before then",
+            deployment,
+            at.isoformat(),
+        )
+        entry.update(flow_run_id=None, note=f"not scheduled: no deployment {deployment!r} on this Prefect server")
+        return entry
+    entry.update(flow_run_id=str(run.id), note="scheduled")
+    return entry
