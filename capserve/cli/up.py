@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -55,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     out_dir: Path = args.out or Path("out") / spec.campaign_id
 
+    if args.sandbox:
+        # The sandbox is offline by design: Prefect's temporary server would only log failed telemetry.
+        os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     # Imported here: prefect takes a second to import, and `capserve up --help` should not wait.
     from capserve.flows.campaign import campaign
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -61,11 +62,20 @@ def moto_sandbox(region: str = "us-east-2") -> Iterator[AwsSandbox]:
     try:
         host, port = server.get_host_and_port()
         endpoint = f"http://{host}:{port}"
+        # moto keeps its state in process-wide backends: a new server would see the last one's
+        # clusters and VPCs. Every sandbox starts empty.
+        _reset_moto(endpoint)
         env = {**SANDBOX_ENV, "AWS_ENDPOINT_URL": endpoint, "AWS_DEFAULT_REGION": region, "AWS_REGION": region}
         with patched_environ(env):
             yield AwsSandbox(endpoint_url=endpoint, region=region)
     finally:
         server.stop()
+
+
+def _reset_moto(endpoint: str) -> None:
+    request = urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST", data=b"")
+    with urllib.request.urlopen(request, timeout=30) as response:  # loopback only
+        response.read()
 
 
 import capserve.sandbox.aws_ext  # noqa: E402,F401  (registers the capacity extension in MOTO_EXTENSIONS)

@@ -49,6 +49,9 @@ def sandbox(*, served_model_name: str, region: str = "us-east-2") -> Iterator[Sa
         kube = stack.enter_context(fake_kube())
         eks_ext.attach_fake_kube(kube)
         stack.callback(eks_ext.reset)
+        # Clusters and node groups still pass through CREATING, but turn ACTIVE at the first status
+        # poll after creation: a real EKS cluster's ~10 minutes would only make the demo wait.
+        eks_ext.BEHAVIOUR.describes_until_active = 1
         hub = stack.enter_context(local_hub())
         # The local Hub serves plain files; the Xet protocol is for hf.co's storage only.
         stack.enter_context(patched_environ({"HF_HUB_DISABLE_XET": "1"}))

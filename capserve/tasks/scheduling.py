@@ -47,5 +47,5 @@ def schedule_teardown(spec: CampaignSpec, lease: Lease, deployment: str = TEARDO
         )
         entry.update(flow_run_id=None, note=f"not scheduled: no deployment {deployment!r} on this Prefect server")
         return entry
-    entry.update(flow_run_id=str(run.id), note="scheduled")
+    entry.update(flow_run_id=str(run.id), note="scheduled")  # type: ignore[union-attr]  # sync call: a FlowRun
     return entry

@@ -42,4 +42,5 @@ def dequantize(packed: npt.NDArray[np.uint8], scales: npt.NDArray[np.uint8]) -> 
     codes[:, 1::2] = packed >> 4
     values = FP4_VALUES[codes].reshape(rows, -1, BLOCK)
     scale = np.exp2(scales.astype(np.float32) - 127.0)[..., None]
-    return (values * scale).reshape(rows, half * 2).astype(np.float32)
+    result: npt.NDArray[np.float32] = (values * scale).reshape(rows, half * 2).astype(np.float32)
+    return result

@@ -38,7 +38,10 @@ class Progress:
     def __init__(self, key: str, total: int, description: str) -> None:
         self.total = max(total, 1)
         self.done = 0
-        self.id: UUID = create_progress_artifact(progress=0.0, key=artifact_key(key), description=description)
+        # Called from sync tasks, where Prefect's sync_compatible helper returns the value, not a coroutine.
+        created = create_progress_artifact(progress=0.0, key=artifact_key(key), description=description)
+        assert isinstance(created, UUID)
+        self.id = created
 
     def advance(self, nbytes: int) -> None:
         self.done += nbytes

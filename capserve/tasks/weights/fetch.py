@@ -14,7 +14,7 @@ import logging
 from pathlib import Path
 
 from huggingface_hub import hf_hub_download
-from huggingface_hub.utils import disable_progress_bars
+from huggingface_hub.utils import disable_progress_bars  # type: ignore[attr-defined]
 from prefect import task
 from pydantic import BaseModel, ConfigDict, Field
 
