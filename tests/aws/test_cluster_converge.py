@@ -14,10 +14,11 @@ import pytest
 
 import capserve.sandbox.aws_ext  # noqa: F401 - registers the moto extensions
 from capserve.core.catalog import get_instance_type
-from capserve.core.cluster.naming import CAMPAIGN_TAG, ClusterNames
+from capserve.core.cluster.naming import ClusterNames
 from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.errors import PermanentError
 from capserve.core.lease import Lease
+from capserve.core.tags import CAMPAIGN_TAG
 from capserve.sandbox.aws import moto_sandbox
 from capserve.sandbox.aws_ext import eks as eks_ext
 from capserve.tasks.cluster.eks import converge_cluster, converge_launch_template, converge_nodegroup

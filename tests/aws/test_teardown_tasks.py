@@ -13,9 +13,9 @@ import boto3
 import pytest
 
 import capserve.sandbox.aws_ext  # noqa: F401 - registers the moto extensions
-from capserve.core.cluster.naming import CAMPAIGN_TAG
 from capserve.core.errors import PermanentError
 from capserve.core.lease import Lease
+from capserve.core.tags import CAMPAIGN_TAG
 from capserve.core.teardown import TeardownSettings, plan_teardown
 from capserve.core.teardown.plan import Phase
 from capserve.sandbox.aws import moto_sandbox

@@ -10,11 +10,11 @@ import boto3
 import pytest
 
 import capserve.sandbox.aws_ext  # noqa: F401 - registers the moto extensions
-from capserve.core.cluster.naming import CAMPAIGN_TAG
 from capserve.core.cluster.readiness import KubeSettings
 from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.lease import Lease
 from capserve.core.spec import CampaignSpec, parse_spec
+from capserve.core.tags import CAMPAIGN_TAG
 from capserve.core.teardown import ReaperSettings, TeardownSettings
 from capserve.flows.bring_up import bring_up
 from capserve.flows.reaper import reaper

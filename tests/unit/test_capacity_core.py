@@ -11,7 +11,6 @@ from capserve.core.capacity.approval import ApprovalRequest, needs_approval
 from capserve.core.capacity.offers import offer_from_capacity_block, offers_from_training_plan
 from capserve.core.capacity.ranking import rank_offers
 from capserve.core.capacity.requests import (
-    CAMPAIGN_TAG,
     FEE_TAG,
     create_training_plan_request,
     purchase_capacity_block_request,
@@ -29,6 +28,7 @@ from capserve.core.capacity.states import (
 )
 from capserve.core.record import CampaignRecord, StageOutcome, record_key
 from capserve.core.spec import CapacitySpec
+from capserve.core.tags import CAMPAIGN_TAG
 
 START = datetime(2026, 12, 1, 11, 30, tzinfo=UTC)
 CAPACITY = CapacitySpec(

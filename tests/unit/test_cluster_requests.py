@@ -9,12 +9,13 @@ import pytest
 from capserve.core.catalog import get_instance_type
 from capserve.core.cluster import eks, hyperpod, iam, network
 from capserve.core.cluster.deadline import bring_up_budget
-from capserve.core.cluster.naming import CAMPAIGN_TAG, ClusterNames
+from capserve.core.cluster.naming import ClusterNames
 from capserve.core.cluster.result import ClusterResult
 from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.errors import DeadlineError, PermanentError
 from capserve.core.lease import Lease
 from capserve.core.spec import parse_spec
+from capserve.core.tags import CAMPAIGN_TAG
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 

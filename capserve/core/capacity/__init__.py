@@ -4,10 +4,11 @@ from capserve.core.capacity.adoption import adoption_problems, lease_from_reserv
 from capserve.core.capacity.approval import ApprovalDecision, ApprovalRequest, needs_approval
 from capserve.core.capacity.offers import Offer, offer_from_capacity_block, offers_from_training_plan
 from capserve.core.capacity.ranking import ConsideredOffer, Ranking, rank_offers
-from capserve.core.capacity.requests import CAMPAIGN_TAG, training_plan_name
+from capserve.core.capacity.requests import training_plan_name
 from capserve.core.capacity.result import AcquireResult
 from capserve.core.capacity.settings import CapacitySettings
 from capserve.core.capacity.states import Reservation, ReservationState
+from capserve.core.tags import CAMPAIGN_TAG
 
 __all__ = [
     "CAMPAIGN_TAG",

@@ -10,8 +10,8 @@ from typing import Any
 
 from capserve.core.capacity.offers import SAGEMAKER_PREFIX, Offer
 from capserve.core.spec import CapacitySpec
+from capserve.core.tags import CAMPAIGN_TAG
 
-CAMPAIGN_TAG = "capserve.io/campaign"
 # Written at purchase time so that a run that died between "bought" and "recorded" can still show
 # what was paid when it adopts the reservation (DescribeCapacityReservations has no fee field).
 OFFERING_TAG = "capserve.io/offering-id"

@@ -16,7 +16,8 @@ from typing import Any
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from capserve.core.capacity.offers import SAGEMAKER_PREFIX, PurchasableProvider
-from capserve.core.capacity.requests import CAMPAIGN_TAG, FEE_TAG, OFFERING_TAG
+from capserve.core.capacity.requests import FEE_TAG, OFFERING_TAG
+from capserve.core.tags import CAMPAIGN_TAG
 
 
 class ReservationState(StrEnum):

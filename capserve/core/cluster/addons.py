@@ -25,7 +25,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-CAMPAIGN_LABEL = "capserve.io/campaign"
+from capserve.core.tags import CAMPAIGN_TAG
+
+CAMPAIGN_LABEL = CAMPAIGN_TAG  # the same key, as a Kubernetes label
 MANAGED_BY = {"app.kubernetes.io/managed-by": "capserve"}
 SYSTEM_NAMESPACE = "kube-system"
 LWS_NAMESPACE = "lws-system"

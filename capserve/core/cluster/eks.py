@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from capserve.core.catalog import InstanceType
-from capserve.core.cluster.naming import CAMPAIGN_TAG, GPU_POOL, POOL_LABEL, ClusterNames, campaign_tags, tag_list
+from capserve.core.cluster.naming import GPU_POOL, POOL_LABEL, ClusterNames, campaign_tags, tag_list
 from capserve.core.lease import Lease
+from capserve.core.tags import CAMPAIGN_TAG
 
 # The NVIDIA-accelerated AL2023 AMI family ships the driver, the container toolkit and the EFA
 # installer (EKS user guide, "Amazon EKS optimized accelerated Amazon Linux AMIs").

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-CAMPAIGN_TAG = "capserve.io/campaign"
+from capserve.core.tags import CAMPAIGN_TAG
+
 COMPONENT_TAG = "capserve.io/component"
 POOL_LABEL = "capserve.io/pool"
 GPU_POOL = "gpu"

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from capserve.core.cluster.addons import LWS_NAMESPACE, SYSTEM_NAMESPACE
-from capserve.core.cluster.naming import CAMPAIGN_TAG
+from capserve.core.tags import CAMPAIGN_TAG
 from capserve.core.teardown.inventory import Inventory, SecurityGroupFound
 from capserve.core.teardown.settings import TeardownSettings
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from capserve.core.tags import CAMPAIGN_TAG
 from capserve.core.weights.manifest import WeightsManifest, s3_base
 from capserve.core.weights.settings import WeightsSettings
 
-CAMPAIGN_LABEL = "capserve.io/campaign"
+CAMPAIGN_LABEL = CAMPAIGN_TAG  # the same key, as a Kubernetes label
 COMPONENT_LABEL = "capserve.io/component"
 NODE_LABEL = "capserve.io/weights-node"
 CONTAINER_DIR = "/weights"

@@ -7,8 +7,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError, WaiterError
 
-from capserve.core.cluster.naming import CAMPAIGN_TAG
 from capserve.core.errors import CapserveError, PermanentError
+from capserve.core.tags import CAMPAIGN_TAG
 from capserve.tasks import aws
 
 

@@ -11,9 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from capserve.core.catalog import get_instance_type
 from capserve.core.cluster import eks as build
-from capserve.core.cluster.naming import CAMPAIGN_TAG, ClusterNames
+from capserve.core.cluster.naming import ClusterNames
 from capserve.core.errors import PermanentError
 from capserve.core.lease import Lease
+from capserve.core.tags import CAMPAIGN_TAG
 from capserve.tasks import aws
 from capserve.tasks.cluster.common import has_code, waiter_config, waiter_error
 

@@ -8,8 +8,9 @@ from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, ConfigDict, Field
 
 from capserve.core.cluster import iam as build
-from capserve.core.cluster.naming import CAMPAIGN_TAG, ClusterNames, partition_for
+from capserve.core.cluster.naming import ClusterNames, partition_for
 from capserve.core.errors import PermanentError
+from capserve.core.tags import CAMPAIGN_TAG
 from capserve.tasks import aws
 from capserve.tasks.cluster.common import has_code
 

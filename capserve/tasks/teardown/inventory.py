@@ -12,7 +12,8 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from capserve.core.cluster.iam import roles_for
-from capserve.core.cluster.naming import CAMPAIGN_TAG, ClusterNames
+from capserve.core.cluster.naming import ClusterNames
+from capserve.core.tags import CAMPAIGN_TAG
 from capserve.core.teardown.inventory import (
     ClusterFound,
     ClusterKind,

@@ -13,7 +13,7 @@ from prefect.cache_policies import NO_CACHE
 
 from capserve.core.capacity.requests import region_from_arn, training_plan_name, training_plan_name_from_arn
 from capserve.core.capacity.states import Reservation
-from capserve.core.cluster.naming import CAMPAIGN_TAG
+from capserve.core.tags import CAMPAIGN_TAG
 from capserve.core.teardown.plan import label
 from capserve.tasks import aws
 from capserve.tasks.capacity.reservations import capacity_reservation, capacity_reservations_by_tag, training_plan
