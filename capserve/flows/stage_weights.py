@@ -76,13 +76,16 @@ def stage_weights(
     progress = Progress(f"weights-download-{repo}", plan.bytes_total, f"{repo}@{sha[:12]}: fetch + sha256 verify")
     fetch = fetch_file.with_options(retries=settings.fetch_retries,
                                     retry_delay_seconds=settings.fetch_retry_delay_seconds)
-    fetched = _bounded(
-        fetch,
-        [{"conn": conn, "repo": repo, "sha": sha, "file": f, "source_dir": source_dir,
-          "etag_timeout": settings.etag_timeout_seconds} for f in plan.files],
-        settings.fetch_parallelism,
-        on_done=lambda r: progress.advance(r.size),
-    )
+    try:
+        fetched = _bounded(
+            fetch,
+            [{"conn": conn, "repo": repo, "sha": sha, "file": f, "source_dir": source_dir,
+              "etag_timeout": settings.etag_timeout_seconds} for f in plan.files],
+            settings.fetch_parallelism,
+            on_done=lambda r: progress.advance(r.size),
+        )
+    finally:
+        progress.close()
     verified = {f.path: f for f in fetched}
 
     local_headers = read_local_headers(source_dir, sorted(hub_headers))

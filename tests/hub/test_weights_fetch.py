@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -126,3 +127,21 @@ def test_transient_5xx_is_retried_by_the_client(tmp_path: Path) -> None:
 def test_missing_repo_is_permanent() -> None:
     with local_hub() as url, pytest.raises(PermanentError, match="not found"):
         resolve_revision.fn(HubConnection(endpoint=url), "nobody/nothing", "main")
+
+
+def test_progress_shows_in_a_terminal_and_in_the_ui(monkeypatch: pytest.MonkeyPatch) -> None:
+    from capserve.tasks.weights import artifacts
+
+    updates: list[float] = []
+    monkeypatch.setattr(artifacts, "create_progress_artifact", lambda **_: uuid.uuid4())
+    monkeypatch.setattr(artifacts, "update_progress_artifact", lambda artifact_id, progress: updates.append(progress))
+
+    progress = artifacts.Progress("weights-download-x", 300, "x: fetch + verify", terminal=True)
+    bar = progress._bar
+    assert bar is not None
+    progress.advance(100)
+    progress.advance(200)
+    assert updates == [pytest.approx(100 / 3), 100.0]
+    assert bar.tasks[0].completed == 300
+    progress.close()
+    assert progress._bar is None

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import re
+import sys
 from uuid import UUID
 
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+from rich.progress import Progress as RichProgress
 
 from capserve.core.report import markdown_table
 from capserve.core.weights.plan import WeightsPlan
@@ -33,11 +37,24 @@ def publish_plan(plan: WeightsPlan) -> None:
 
 
 class Progress:
-    """A Prefect progress artifact (0–100) for bytes done out of a total."""
+    """Bytes done out of a total: a Prefect progress artifact (0–100) for the UI and, when a person is
+    watching a terminal, a rich progress bar there too. ``close()`` when done."""
 
-    def __init__(self, key: str, total: int, description: str) -> None:
+    def __init__(self, key: str, total: int, description: str, *, terminal: bool | None = None) -> None:
         self.total = max(total, 1)
         self.done = 0
+        self._bar: RichProgress | None = None
+        if sys.stderr.isatty() if terminal is None else terminal:
+            self._bar = RichProgress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+            )
+            self._bar_task = self._bar.add_task(description, total=self.total)
+            self._bar.start()
         # Called from sync tasks, where Prefect's sync_compatible helper returns the value, not a coroutine.
         created = create_progress_artifact(progress=0.0, key=artifact_key(key), description=description)
         assert isinstance(created, UUID)
@@ -46,3 +63,10 @@ class Progress:
     def advance(self, nbytes: int) -> None:
         self.done += nbytes
         update_progress_artifact(artifact_id=self.id, progress=min(100.0, 100.0 * self.done / self.total))
+        if self._bar is not None:
+            self._bar.update(self._bar_task, completed=self.done)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
