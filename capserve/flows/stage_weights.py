@@ -10,12 +10,14 @@ cluster stage from the published manifest.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from prefect import Task, flow, get_run_logger
 from prefect.futures import PrefectFuture, as_completed
+from pydantic import SecretStr
 
 from capserve.blocks.hub import HUB_ENDPOINT, HubCredentials
 from capserve.core.catalog import get_model
@@ -151,7 +153,9 @@ def _connection(hub_endpoint: str | None, hub_block: str | None, settings: Weigh
     credentials = HubCredentials.load(hub_block) if hub_block else HubCredentials()
     assert isinstance(credentials, HubCredentials)
     endpoint = hub_endpoint or credentials.endpoint or HUB_ENDPOINT
-    return HubConnection(endpoint=endpoint, token=credentials.token, timeout_seconds=settings.hub_timeout_seconds)
+    # Without a block, the token may come from the environment, as huggingface_hub's own tools read it.
+    token = credentials.token or (SecretStr(os.environ["HF_TOKEN"]) if os.environ.get("HF_TOKEN") else None)
+    return HubConnection(endpoint=endpoint, token=token, timeout_seconds=settings.hub_timeout_seconds)
 
 
 def _staged(f: FetchedFile, *, key: str, nodes: tuple[int, ...], dest: str | None = None) -> StagedFile:
