@@ -93,7 +93,10 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"report: {out_dir / 'report.md'}", highlight=False)
             return 1
     print_summary(result, out_dir)
-    return 0
+    evaluation = result.get("evaluation")
+    # A campaign whose endpoint failed its gates did its job, but what it serves is not acceptable:
+    # scripts and schedules must be able to tell.
+    return 1 if isinstance(evaluation, dict) and evaluation.get("verdict") == "fail" else 0
 
 
 def print_summary(result: dict[str, object], out_dir: Path) -> None:
