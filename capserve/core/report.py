@@ -107,6 +107,8 @@ class CampaignReport:
         failed = [s for s in self.stages if s.status is StageStatus.FAILED]
         for s in failed:
             lines += ["", f"**{s.name} failed:** {s.detail}"]
+        if self.stages:
+            lines += ["", "![timeline](timeline.png)"]
         for title, body in self._markdown:
             lines += ["", f"## {title}", ""] if title else [""]
             lines.append(body.rstrip())

@@ -154,9 +154,11 @@ def _tear_down(
             try:
                 done: TeardownResult = teardown(spec, lease.region, reason=reason)
             except TeardownIncompleteError as exc:
-                report.add_section("teardown", exc.result.report_section(), title=None, markdown=exc.result.markdown())
+                report.add_section(
+                    "teardown", exc.result.report_section(), title="Teardown", markdown=exc.result.markdown()
+                )
                 raise
-            report.add_section("teardown", done.report_section(), title=None, markdown=done.markdown())
+            report.add_section("teardown", done.report_section(), title="Teardown", markdown=done.markdown())
     except CapserveError:
         if raise_errors:
             raise

@@ -94,6 +94,8 @@ def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
     assert written["teardown"]["reason"] == "campaign-finished" and written["teardown"]["remaining"] == []
     assert tagged_vpcs("k3-demo", lease["region"]) == []
     assert purchases() == 1
+    assert (tmp_path / "out" / "timeline.png").read_bytes().startswith(b"\x89PNG")
+    assert "## Teardown" in (tmp_path / "out" / "report.md").read_text()
 
     # A re-run finds the reservation by its tag: nothing is bought twice.
     again = campaign(spec, out_dir=tmp_path / "again", hub_endpoint=far_ends.hub, teardown_when_done=True)
