@@ -1,7 +1,7 @@
 """A K3-shaped checkpoint generator: K3's tensor names, classes and MXFP4 expert layout at any size.
 
-The tiny default (``TINY_K3``) mirrors the catalog's ``tiny-k3`` entry and is a few MB; with K3's own
-geometry (``K3``) the same code lists K3's ~497k tensors without writing a byte (for plans and benches).
+The geometry is a catalog ModelEntry: the tiny default (``TINY_K3``) is the catalog's ``tiny-k3`` and is a few
+MB; with ``kimi-k3`` (``K3``) the same code lists K3's ~497k tensors without writing a byte (for plans and benches).
 Tensor names follow weights.md §1.1 (``language_model.model.layers.L.block_sparse_moe.experts.E.w1
 .weight_packed`` ...); shards are layer-ordered like an HF upload, so every shard mixes experts of every
 EP rank — which is what makes a per-node re-shard worth it.
@@ -10,13 +10,16 @@ EP rank — which is what makes a per-node re-shard worth it.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from math import prod
 from pathlib import Path
+from typing import Any, Self
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from capserve.core.catalog import get_model, model_to_hf_config
+from capserve.core.catalog.models import ModelEntry
 from capserve.core.weights.safetensors import DTYPE_BYTES, TensorEntry, encode_header
 from capserve.sandbox.hub import mxfp4
 
@@ -25,208 +28,135 @@ PREFIX = "language_model."
 
 
 class CheckpointGeometry(BaseModel):
-    """The geometry of a K3-shaped checkpoint (keys as in K3's config.json ``text_config``)."""
+    """A K3-shaped checkpoint to generate: a catalog ModelEntry (the geometry) plus how to write it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    model: ModelEntry = Field(description="The geometry; config.json is model_to_hf_config(model).")
     repo: str = Field(min_length=3, max_length=200, description="Repo id written as _name_or_path.")
-    hidden_size: int = Field(ge=32, le=65536, description="Model width.")
-    vocab_size: int = Field(ge=32, le=1 << 20, description="Vocabulary.")
-    max_position_embeddings: int = Field(ge=256, le=1 << 24, description="Maximum context.")
-    num_layers: int = Field(ge=1, le=512, description="Decoder layers.")
-    full_attn_layers: tuple[int, ...] = Field(description="1-based MLA layers; the others are KDA.")
-    mla_heads: int = Field(ge=1, le=1024, description="MLA attention heads.")
-    q_lora_rank: int = Field(ge=1, le=65536, description="MLA query LoRA rank.")
-    kv_lora_rank: int = Field(ge=1, le=65536, description="MLA KV LoRA rank.")
-    qk_nope_head_dim: int = Field(ge=1, le=1024, description="MLA non-rotary head dim.")
-    qk_rope_head_dim: int = Field(ge=1, le=1024, description="MLA rotary head dim.")
-    v_head_dim: int = Field(ge=1, le=1024, description="MLA value head dim.")
-    kda_heads: int = Field(ge=1, le=1024, description="KDA heads.")
-    kda_head_dim: int = Field(ge=1, le=1024, description="KDA head dim.")
-    short_conv_kernel_size: int = Field(ge=1, le=16, description="KDA short convolution width.")
-    num_experts: int = Field(ge=1, le=65536, description="Routed experts per MoE layer.")
-    experts_per_token: int = Field(ge=1, le=256, description="Routed experts per token.")
-    shared_experts: int = Field(ge=0, le=16, description="Shared experts per MoE layer.")
-    moe_intermediate_size: int = Field(ge=32, le=65536, description="Expert intermediate size (multiple of 32).")
-    expert_hidden_size: int = Field(ge=32, le=65536, description="Latent width experts run at (multiple of 32).")
-    first_k_dense: int = Field(ge=0, le=512, description="Leading dense-MLP layers.")
-    dense_intermediate_size: int = Field(ge=1, le=1 << 20, description="Dense MLP intermediate size.")
+    # Not model geometry: how the generator lays the bytes out.
     shard_bytes: int = Field(ge=1024, le=50 * 1024**3, description="Target tensor bytes per shard file.")
     seed: int = Field(0, ge=0, description="RNG seed: the same geometry and seed give the same bytes.")
 
-    def config_json(self) -> dict[str, object]:
-        """K3-style config.json: a multimodal wrapper with ``text_config`` (model_type kimi_linear)."""
-        full = sorted(self.full_attn_layers)
-        return {
-            "architectures": ["KimiK3ForConditionalGeneration"],
-            "model_type": "kimi_k3",
-            "_name_or_path": self.repo,
-            "quantization_config": {
-                "quant_method": "compressed-tensors",
-                "format": "mxfp4-pack-quantized",
-                "config_groups": {
-                    "group_0": {
-                        "targets": ["Linear"],
-                        "weights": {
-                            "num_bits": 4,
-                            "type": "float",
-                            "group_size": 32,
-                            "strategy": "group",
-                            "symmetric": True,
-                        },
-                    }
-                },
-                "ignore": ["re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp.*", "lm_head"],
-            },
-            "text_config": {
-                "model_type": "kimi_linear",
-                "architectures": ["KimiLinearForCausalLM"],
-                "hidden_size": self.hidden_size,
-                "vocab_size": self.vocab_size,
-                "max_position_embeddings": self.max_position_embeddings,
-                "num_hidden_layers": self.num_layers,
-                "tie_word_embeddings": False,
-                "num_attention_heads": self.mla_heads,
-                "q_lora_rank": self.q_lora_rank,
-                "kv_lora_rank": self.kv_lora_rank,
-                "qk_nope_head_dim": self.qk_nope_head_dim,
-                "qk_rope_head_dim": self.qk_rope_head_dim,
-                "v_head_dim": self.v_head_dim,
-                "mla_use_nope": True,
-                "mla_use_output_gate": True,
-                "linear_attn_config": {
-                    "full_attn_layers": full,
-                    "kda_layers": [i for i in range(1, self.num_layers + 1) if i not in full],
-                    "num_heads": self.kda_heads,
-                    "head_dim": self.kda_head_dim,
-                    "short_conv_kernel_size": self.short_conv_kernel_size,
-                    "use_full_rank_gate": True,
-                },
-                "num_experts": self.num_experts,
-                "num_experts_per_token": self.experts_per_token,
-                "num_shared_experts": self.shared_experts,
-                "moe_intermediate_size": self.moe_intermediate_size,
-                "routed_expert_hidden_size": self.expert_hidden_size,
-                "first_k_dense_replace": self.first_k_dense,
-                "intermediate_size": self.dense_intermediate_size,
-                "moe_router_activation_func": "sigmoid",
-            },
-        }
+    @classmethod
+    def from_model(
+        cls, model: ModelEntry, *, repo: str | None = None, shard_bytes: int, seed: int = 0
+    ) -> CheckpointGeometry:
+        """The checkpoint of catalog entry ``model``, served as ``repo`` (default: its hf_repo)."""
+        return cls(model=model, repo=repo or model.hf_repo, shard_bytes=shard_bytes, seed=seed)
+
+    @model_validator(mode="after")
+    def _k3_shaped(self) -> Self:
+        """tensor_specs writes K3's tensor set only: refuse entries it would misrepresent."""
+        m = self.model
+        problems = [
+            text
+            for bad, text in (
+                (m.mla is None or m.kda is None or m.gqa is not None, "needs MLA + KDA layers and no GQA"),
+                (m.mla is not None and (m.mla.q_lora_rank == 0 or not m.mla.output_gate),
+                 "needs MLA with a q LoRA and an output gate"),
+                (m.quantization.routed_experts != "mxfp4" or m.quantization.dense != "bf16",
+                 "writes MXFP4 experts and bf16 elsewhere"),
+                (m.moe.expert_bias or m.moe.router_bias or not m.moe.score_correction_bias,
+                 "writes a bias-free router with e_score_correction_bias and bias-free experts"),
+                (m.tie_word_embeddings, "writes an untied lm_head"),
+                (m.moe.moe_intermediate_size % 32 or m.expert_hidden_size % 32,
+                 "MXFP4 needs expert dims that are multiples of 32"),
+            )
+            if bad
+        ]
+        if problems:
+            raise ValueError(f"{m.name} is not K3-shaped: the generator " + "; ".join(problems))
+        return self
+
+    @property
+    def num_experts(self) -> int:
+        return self.model.moe.n_routed_experts
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """pydantic's model_copy, also taking ``num_experts`` (bench/weights_bench.py scales tiny-k3 that way).
+
+        ``num_experts`` goes into the ModelEntry, so config.json follows; any other non-field key is refused.
+        """
+        update = dict(update or {})
+        if "num_experts" in update:
+            moe = self.model.moe.model_copy(update={"n_routed_experts": update.pop("num_experts")})
+            update["model"] = self.model.model_copy(update={"moe": moe})
+        unknown = set(update) - set(type(self).model_fields)
+        if unknown:
+            raise TypeError(f"CheckpointGeometry has no field(s) {sorted(unknown)}")
+        return super().model_copy(update=update, deep=deep)
+
+    def config_json(self) -> dict[str, Any]:
+        """K3-style config.json, written from the catalog entry (``_name_or_path`` = ``repo``)."""
+        return model_to_hf_config(self.model.model_copy(update={"hf_repo": self.repo}))
 
 
-# Mirrors the catalog's tiny-k3 entry (capserve/core/catalog/entries.py); a test checks they agree.
-TINY_K3 = CheckpointGeometry(
-    repo="capserve-sandbox/tiny-k3",
-    hidden_size=256,
-    vocab_size=1024,
-    max_position_embeddings=8192,
-    num_layers=6,
-    full_attn_layers=(4, 6),
-    mla_heads=8,
-    q_lora_rank=64,
-    kv_lora_rank=64,
-    qk_nope_head_dim=32,
-    qk_rope_head_dim=16,
-    v_head_dim=32,
-    kda_heads=8,
-    kda_head_dim=32,
-    short_conv_kernel_size=4,
-    num_experts=8,
-    experts_per_token=2,
-    shared_experts=2,
-    moe_intermediate_size=64,
-    expert_hidden_size=128,
-    first_k_dense=1,
-    dense_intermediate_size=512,
-    shard_bytes=1024 * 1024,
-)
-
-# K3 as reported by third-party mirrors of its config.json (weights.md §1.1; unverified against the real file).
-K3 = CheckpointGeometry(
-    repo="moonshotai/Kimi-K3",
-    hidden_size=7168,
-    vocab_size=163840,
-    max_position_embeddings=1 << 20,
-    num_layers=93,
-    full_attn_layers=(*range(4, 93, 4), 93),
-    mla_heads=64,
-    q_lora_rank=1536,
-    kv_lora_rank=512,
-    qk_nope_head_dim=128,
-    qk_rope_head_dim=64,
-    v_head_dim=128,
-    kda_heads=96,
-    kda_head_dim=128,
-    short_conv_kernel_size=4,
-    num_experts=896,
-    experts_per_token=16,
-    shared_experts=2,
-    moe_intermediate_size=3072,
-    expert_hidden_size=3584,
-    first_k_dense=1,
-    dense_intermediate_size=18432,
-    shard_bytes=5 * 10**9,
-)
+TINY_K3 = CheckpointGeometry.from_model(get_model("tiny-k3"), shard_bytes=1024 * 1024)
+K3 = CheckpointGeometry.from_model(get_model("kimi-k3"), shard_bytes=5 * 10**9)
 
 
 def tensor_specs(g: CheckpointGeometry) -> Iterator[Spec]:
     """Every tensor of the checkpoint in file order (layer-major)."""
-    h, lat, inter = g.hidden_size, g.expert_hidden_size, g.moe_intermediate_size
-    yield f"{PREFIX}model.embed_tokens.weight", "BF16", (g.vocab_size, h)
-    full = set(g.full_attn_layers)
-    for layer in range(g.num_layers):
+    m = g.model
+    assert m.mla is not None and m.kda is not None  # CheckpointGeometry checks the entry is K3-shaped
+    mla, kda, moe = m.mla, m.kda, m.moe
+    h, lat, inter = m.hidden_size, m.expert_hidden_size, moe.moe_intermediate_size
+    yield f"{PREFIX}model.embed_tokens.weight", "BF16", (m.vocab_size, h)
+    full = set(m.mla_layers)
+    for layer in range(m.num_layers):
         p = f"{PREFIX}model.layers.{layer}."
         yield p + "input_layernorm.weight", "BF16", (h,)
         yield p + "post_attention_layernorm.weight", "BF16", (h,)
         a = p + "self_attn."
-        if layer + 1 in full:
-            heads = g.mla_heads
-            yield a + "q_a_proj.weight", "BF16", (g.q_lora_rank, h)
-            yield a + "q_a_layernorm.weight", "BF16", (g.q_lora_rank,)
-            yield a + "q_b_proj.weight", "BF16", (heads * (g.qk_nope_head_dim + g.qk_rope_head_dim), g.q_lora_rank)
-            yield a + "kv_a_proj_with_mqa.weight", "BF16", (g.kv_lora_rank + g.qk_rope_head_dim, h)
-            yield a + "kv_a_layernorm.weight", "BF16", (g.kv_lora_rank,)
-            yield a + "kv_b_proj.weight", "BF16", (heads * (g.qk_nope_head_dim + g.v_head_dim), g.kv_lora_rank)
-            yield a + "g_proj.weight", "BF16", (heads * g.v_head_dim, h)
-            yield a + "o_proj.weight", "BF16", (h, heads * g.v_head_dim)
+        if layer in full:
+            heads, q_rank, kv_rank = mla.num_heads, mla.q_lora_rank, mla.kv_lora_rank
+            yield a + "q_a_proj.weight", "BF16", (q_rank, h)
+            yield a + "q_a_layernorm.weight", "BF16", (q_rank,)
+            yield a + "q_b_proj.weight", "BF16", (heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim), q_rank)
+            yield a + "kv_a_proj_with_mqa.weight", "BF16", (kv_rank + mla.qk_rope_head_dim, h)
+            yield a + "kv_a_layernorm.weight", "BF16", (kv_rank,)
+            yield a + "kv_b_proj.weight", "BF16", (heads * (mla.qk_nope_head_dim + mla.v_head_dim), kv_rank)
+            yield a + "g_proj.weight", "BF16", (heads * mla.v_head_dim, h)
+            yield a + "o_proj.weight", "BF16", (h, heads * mla.v_head_dim)
         else:
-            width, d = g.kda_heads * g.kda_head_dim, g.kda_head_dim
+            width, d = kda.num_heads * kda.head_dim, kda.head_dim
             for proj in ("q_proj", "k_proj", "v_proj"):
                 yield a + f"{proj}.weight", "BF16", (width, h)
             for conv in ("q_conv1d", "k_conv1d", "v_conv1d"):
-                yield a + f"{conv}.weight", "BF16", (width, 1, g.short_conv_kernel_size)
-            yield a + "A_log", "F32", (g.kda_heads,)
+                yield a + f"{conv}.weight", "BF16", (width, 1, kda.short_conv_kernel_size)
+            yield a + "A_log", "F32", (kda.num_heads,)
             yield a + "dt_bias", "F32", (width,)
             yield a + "f_a_proj.weight", "BF16", (d, h)
             yield a + "f_b_proj.weight", "BF16", (width, d)
-            yield a + "b_proj.weight", "BF16", (g.kda_heads, h)
+            yield a + "b_proj.weight", "BF16", (kda.num_heads, h)
             yield a + "g_a_proj.weight", "BF16", (d, h)
             yield a + "g_b_proj.weight", "BF16", (width, d)
             yield a + "o_norm.weight", "BF16", (d,)
             yield a + "o_proj.weight", "BF16", (h, width)
-        if layer < g.first_k_dense:
-            yield p + "mlp.gate_proj.weight", "BF16", (g.dense_intermediate_size, h)
-            yield p + "mlp.up_proj.weight", "BF16", (g.dense_intermediate_size, h)
-            yield p + "mlp.down_proj.weight", "BF16", (h, g.dense_intermediate_size)
+        if layer < moe.first_k_dense:
+            yield p + "mlp.gate_proj.weight", "BF16", (moe.dense_intermediate_size, h)
+            yield p + "mlp.up_proj.weight", "BF16", (moe.dense_intermediate_size, h)
+            yield p + "mlp.down_proj.weight", "BF16", (h, moe.dense_intermediate_size)
             continue
-        m = p + "block_sparse_moe."
-        yield m + "gate.weight", "BF16", (g.num_experts, h)
-        yield m + "gate.e_score_correction_bias", "F32", (g.num_experts,)
-        yield m + "routed_expert_down_proj.weight", "BF16", (lat, h)
-        yield m + "routed_expert_up_proj.weight", "BF16", (h, lat)
-        yield m + "routed_expert_norm.weight", "BF16", (lat,)
-        if g.shared_experts:
-            shared = g.shared_experts * inter
-            yield m + "shared_experts.gate_proj.weight", "BF16", (shared, h)
-            yield m + "shared_experts.up_proj.weight", "BF16", (shared, h)
-            yield m + "shared_experts.down_proj.weight", "BF16", (h, shared)
-        for e in range(g.num_experts):
+        b = p + "block_sparse_moe."
+        yield b + "gate.weight", "BF16", (moe.n_routed_experts, h)
+        yield b + "gate.e_score_correction_bias", "F32", (moe.n_routed_experts,)
+        yield b + "routed_expert_down_proj.weight", "BF16", (lat, h)
+        yield b + "routed_expert_up_proj.weight", "BF16", (h, lat)
+        yield b + "routed_expert_norm.weight", "BF16", (lat,)
+        if moe.n_shared_experts:
+            shared = moe.n_shared_experts * inter
+            yield b + "shared_experts.gate_proj.weight", "BF16", (shared, h)
+            yield b + "shared_experts.up_proj.weight", "BF16", (shared, h)
+            yield b + "shared_experts.down_proj.weight", "BF16", (h, shared)
+        for e in range(moe.n_routed_experts):
             # compressed-tensors MXFP4: packed [out, in/2] + E8M0 scales [out, in/32] (weights.md §1.1)
             for w, (rows, cols) in (("w1", (inter, lat)), ("w2", (lat, inter)), ("w3", (inter, lat))):
-                yield m + f"experts.{e}.{w}.weight_packed", "U8", (rows, cols // 2)
-                yield m + f"experts.{e}.{w}.weight_scale", "U8", (rows, cols // 32)
+                yield b + f"experts.{e}.{w}.weight_packed", "U8", (rows, cols // 2)
+                yield b + f"experts.{e}.{w}.weight_scale", "U8", (rows, cols // 32)
     yield f"{PREFIX}model.norm.weight", "BF16", (h,)
-    yield f"{PREFIX}lm_head.weight", "BF16", (g.vocab_size, h)
+    yield f"{PREFIX}lm_head.weight", "BF16", (m.vocab_size, h)
 
 
 def shard(g: CheckpointGeometry) -> list[list[Spec]]:
@@ -282,7 +212,7 @@ def write_checkpoint(g: CheckpointGeometry, out: Path) -> Path:
         json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1)
     )
     (out / "config.json").write_text(json.dumps(g.config_json(), indent=1))
-    (out / "tokenizer_config.json").write_text(json.dumps({"model_max_length": g.max_position_embeddings}))
+    (out / "tokenizer_config.json").write_text(json.dumps({"model_max_length": g.model.max_context}))
     return out
 
 
