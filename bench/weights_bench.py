@@ -25,7 +25,7 @@ from capserve.core.weights.listing import RepoFile, RepoListing  # noqa: E402
 from capserve.core.weights.placement import Layout  # noqa: E402
 from capserve.core.weights.plan import plan_weights  # noqa: E402
 from capserve.core.weights.reshard import plan_reshard  # noqa: E402
-from capserve.sandbox.hub import K3, TINY_K3, local_hub, write_checkpoint  # noqa: E402
+from capserve.sandbox.hub import K3, TINY_K3, CheckpointGeometry, local_hub, write_checkpoint  # noqa: E402
 from capserve.sandbox.hub.checkpoint import virtual_tensors_by_file  # noqa: E402
 from capserve.tasks.weights.fetch import fetch_file  # noqa: E402
 from capserve.tasks.weights.hub import HubConnection, list_repo_files, resolve_revision  # noqa: E402
@@ -44,7 +44,10 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=128, help="Approximate checkpoint size in MB.")
     args = parser.parse_args()
     # Scale tiny-k3 by experts (~65 KB per expert over its 5 MoE layers) to reach the requested size.
-    geometry = TINY_K3.model_copy(update={"num_experts": max(8, args.mb * 15), "shard_bytes": 16 << 20})
+    # tiny-k3 with more experts: the checkpoint grows to about --mb while keeping K3's layout.
+    tiny = TINY_K3.model
+    scaled = tiny.model_copy(update={"moe": tiny.moe.model_copy(update={"n_routed_experts": max(8, args.mb * 15)})})
+    geometry = CheckpointGeometry.from_model(scaled, repo=TINY_K3.repo, shard_bytes=16 << 20)
     with tempfile.TemporaryDirectory(prefix="capserve-bench-", dir=os.environ.get("BENCH_DIR")) as tmp:
         root = Path(tmp)
         source = write_checkpoint(geometry, root / "repo")

@@ -10,7 +10,7 @@ EP rank — which is what makes a per-node re-shard worth it.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from math import prod
 from pathlib import Path
 from typing import Any, Self
@@ -72,20 +72,6 @@ class CheckpointGeometry(BaseModel):
     @property
     def num_experts(self) -> int:
         return self.model.moe.n_routed_experts
-
-    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
-        """pydantic's model_copy, also taking ``num_experts`` (bench/weights_bench.py scales tiny-k3 that way).
-
-        ``num_experts`` goes into the ModelEntry, so config.json follows; any other non-field key is refused.
-        """
-        update = dict(update or {})
-        if "num_experts" in update:
-            moe = self.model.moe.model_copy(update={"n_routed_experts": update.pop("num_experts")})
-            update["model"] = self.model.model_copy(update={"moe": moe})
-        unknown = set(update) - set(type(self).model_fields)
-        if unknown:
-            raise TypeError(f"CheckpointGeometry has no field(s) {sorted(unknown)}")
-        return super().model_copy(update=update, deep=deep)
 
     def config_json(self) -> dict[str, Any]:
         """K3-style config.json, written from the catalog entry (``_name_or_path`` = ``repo``)."""
