@@ -16,9 +16,10 @@ from dataclasses import dataclass
 
 from moto.server import ThreadedMotoServer
 
-# Functions that patch moto before its server starts (operations moto lacks). Extension modules
-# register themselves here; see capserve/sandbox/aws_ext/.
-MOTO_EXTENSIONS: list[Callable[[], None]] = []
+from capserve.sandbox.aws_ext import INSTALLERS
+
+# Functions that patch moto before its server starts (operations moto lacks): capserve/sandbox/aws_ext/.
+MOTO_EXTENSIONS: tuple[Callable[[], None], ...] = INSTALLERS
 
 SANDBOX_ENV = {
     "AWS_ACCESS_KEY_ID": "sandbox",
@@ -77,5 +78,3 @@ def _reset_moto(endpoint: str) -> None:
     with urllib.request.urlopen(request, timeout=30) as response:  # loopback only
         response.read()
 
-
-import capserve.sandbox.aws_ext  # noqa: E402,F401  (registers the capacity extension in MOTO_EXTENSIONS)
