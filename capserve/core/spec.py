@@ -284,6 +284,11 @@ class CampaignSpec(StrictModel):
         return self.name
 
     @property
+    def weights_region(self) -> str:
+        """Region of the weights bucket: weights.s3_region, or the first region searched for capacity."""
+        return self.weights.s3_region or self.capacity.regions[0]
+
+    @property
     def served_model_name(self) -> str:
         """The model name the endpoint serves (vLLM's --served-model-name)."""
         return self.serving.served_model_name or self.model.repo or self.model.catalog or self.name

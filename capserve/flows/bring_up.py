@@ -179,6 +179,7 @@ def bring_up(
         name=cluster.name,
         region=region,
         endpoint=cluster.endpoint,
+        ca_data=cluster.ca_data,
         gpu_pool=gpu_pool,
         nodes_ready=readiness.ready_nodes,
         gpus_allocatable=readiness.gpus_allocatable,

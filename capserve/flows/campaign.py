@@ -1,6 +1,6 @@
 """The campaign: one flow that chains the stages, from a spec to a report.
 
-    plan ─► acquire ─► stage_weights ─► bring_up ─► evaluate ─► (teardown)
+    plan ─► acquire ─► stage_weights ─► bring_up ─► weights_to_nodes ─► evaluate ─► (teardown)
 
 A stage appears here only when it works end to end. Each stage records its timing and outcome in the
 report and adds its top-level keys to report.json; the report is written even when a stage fails, so
@@ -32,6 +32,8 @@ from capserve.flows.teardown import teardown
 from capserve.tasks.planning import plan_campaign, publish_plan, resolve_model
 from capserve.tasks.reporting import write_report
 from capserve.tasks.scheduling import schedule_teardown
+from capserve.tasks.weights.node_staging import stage_on_nodes
+from capserve.tasks.weights.s3 import read_manifest
 
 
 @flow(name="campaign", flow_run_name="campaign-{spec.name}")
@@ -109,14 +111,22 @@ def campaign(
                 f"until {lease.start.isoformat()}: run the campaign again then (it adopts the reservation and "
                 "skips finished work)"
             )
-            report.skip("bring_up", why)
-            report.skip("evaluate", why)
+            for name in ("bring_up", "weights_to_nodes", "evaluate"):
+                report.skip(name, why)
             return report.to_json()
 
         with report.stage("bring_up"):
             cluster_started = True
             cluster = bring_up(spec, lease)
             report.add_section("cluster", cluster.report_section(), title="Cluster", markdown=cluster.markdown())
+
+        # Each GPU node copies only its own files from S3 (a Job per node), verifying every sha256.
+        with report.stage("weights_to_nodes"):
+            manifest = read_manifest(weights.manifest_uri, spec.weights_region)
+            staged = stage_on_nodes(spec, cluster, manifest)
+            report.add_section(
+                "node_staging", staged.report_section(), title="Weights on the nodes", markdown=staged.markdown()
+            )
 
         with report.stage("evaluate") as record:
             if endpoint_url is None:

@@ -62,7 +62,7 @@ def stage_weights(
     except ValueError as exc:
         raise SpecError(f"weights layout: {exc}") from None
     repo = spec.model.repo or get_model(spec.model.catalog or "").hf_repo
-    region = spec.weights.s3_region or spec.capacity.regions[0]
+    region = spec.weights_region
 
     sha = resolve_revision(conn, repo, spec.model.revision)
     listing = list_repo_files(conn, repo, sha)

@@ -69,7 +69,8 @@ def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
     assert written == json.loads(json.dumps(result))
     assert written["campaign"] == "k3-demo"
     assert [(s["name"], s["status"]) for s in written["stages"]] == [
-        (name, "completed") for name in ("plan", "acquire", "stage_weights", "bring_up", "evaluate", "teardown")
+        (name, "completed")
+        for name in ("plan", "acquire", "stage_weights", "bring_up", "weights_to_nodes", "evaluate", "teardown")
     ]
     assert all(s["ended_at"] >= s["started_at"] for s in written["stages"])
     assert (written["plan"]["nodes"], written["plan"]["tensor_parallel"]) == (1, 8)
@@ -90,6 +91,15 @@ def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
     assert all(o["reason"] for o in written["offers_considered"])
     assert written["weights"]["verified"] is True
     assert written["cluster"] == {"kind": "eks", "name": "capserve-k3-demo", "nodes_ready": 1, "gpus_allocatable": 8}
+    [job] = written["node_staging"]["jobs"]
+    assert job["files"] == written["weights"]["files"] and job["bytes"] > 0
+    # Applied server-side with an EKS token (the Job is gone now: teardown deletes the campaign's workloads).
+    applies = [
+        r
+        for r in far_ends.kube_server.requests
+        if r.method == "PATCH" and r.path.split("?")[0].endswith(f"/namespaces/capserve-k3-demo/jobs/{job['job']}")
+    ]
+    assert applies and applies[0].content_type == "application/apply-patch+yaml" and applies[0].auth == "eks"
     assert written["evaluation"]["verdict"] in {"pass", "invalid"}  # invalid only when the machine starves the client
     assert written["teardown"]["reason"] == "campaign-finished" and written["teardown"]["remaining"] == []
     assert tagged_vpcs("k3-demo", lease["region"]) == []

@@ -41,3 +41,32 @@ def test_job_validates_strictly_and_names_only_its_files(target: str) -> None:
     ]
     assert env["BASE"] == f"capserve/weights/org/model/{SHA}"
     assert MANIFEST.bytes_for_node(1) == 10 + 100 + 50 + 5
+
+
+def test_every_replica_gets_each_layout_node_on_its_own_kubernetes_node() -> None:
+    from capserve.core.weights.node_staging import staging_workloads
+
+    kube_nodes = ("ip-d", "ip-b", "ip-a", "ip-c", "ip-e")  # one spare
+    objects, result = staging_workloads(
+        MANIFEST, kube_nodes=kube_nodes, replicas=2, campaign_id="demo", bucket="bkt", prefix="w",
+        node_target="nvme",
+    )
+    namespace, *jobs = objects
+    assert namespace["kind"] == "Namespace" and namespace["metadata"]["labels"] == {"capserve.io/campaign": "demo"}
+    for obj in objects:
+        kubernetes_validate.validate(obj, "1.34", strict=True)
+    pinned = [j["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/hostname"] for j in jobs]
+    assert pinned == ["ip-a", "ip-b", "ip-c", "ip-d"]  # name order: a re-run maps the same way
+    assert [(j.replica, j.node) for j in result.jobs] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert len({j.job for j in result.jobs}) == 4
+    assert [j.files for j in result.jobs] == [3, 4, 3, 4]
+    assert result.report_section()["namespace"] == "capserve-demo"
+
+
+def test_too_few_ready_nodes_for_the_layout_is_refused() -> None:
+    from capserve.core.errors import PermanentError
+    from capserve.core.weights.node_staging import staging_workloads
+
+    with pytest.raises(PermanentError, match=r"2 node\(s\) × 1 replica\(s\) need 2 GPU nodes, but only 1 are ready"):
+        staging_workloads(MANIFEST, kube_nodes=("ip-a",), replicas=1, campaign_id="demo", bucket="bkt", prefix="w",
+                          node_target="fsx")

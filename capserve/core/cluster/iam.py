@@ -46,6 +46,9 @@ def eks_roles(names: ClusterNames) -> list[RoleSpec]:
                 "AmazonEKSWorkerNodePolicy",
                 "AmazonEKS_CNI_Policy",
                 "AmazonEC2ContainerRegistryReadOnly",
+                # The per-node weight staging Jobs copy from the weights bucket with the node's role.
+                # Narrower: an inline policy on that one bucket, or EKS Pod Identity for the Job.
+                "AmazonS3ReadOnlyAccess",
             ),
         ),
     ]

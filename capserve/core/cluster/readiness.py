@@ -39,7 +39,10 @@ class KubeSettings(BaseModel):
         1800.0, gt=0, le=6 * 3600, description="How long to wait for every GPU node to be Ready with its GPUs."
     )
     addons_ready_timeout_s: float = Field(
-        900.0, gt=0, le=3600, description="How long to wait for the add-ons to report ready."
+        900.0,
+        gt=0,
+        le=48 * 3600,
+        description="How long to wait for applied workloads (add-ons, staging Jobs) to report ready.",
     )
     watch_window_s: float = Field(
         300.0,

@@ -18,6 +18,9 @@ class ClusterResult(BaseModel):
     name: str = Field(min_length=1, max_length=100, description="EKS cluster name (HyperPod's orchestrator too).")
     region: str = Field(min_length=1, max_length=32, description="AWS region of the cluster.")
     endpoint: str = Field(min_length=1, max_length=2048, description="Kubernetes API server URL.")
+    ca_data: str | None = Field(
+        None, max_length=65536, description="The API server's CA bundle, base64 (public, not a secret)."
+    )
     gpu_pool: str = Field(
         min_length=1, max_length=100, description="The GPU node group (EKS) or HyperPod cluster/instance group."
     )

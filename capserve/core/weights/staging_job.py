@@ -40,8 +40,10 @@ echo "staged $(printf '%s\n' "$FILES" | wc -l) files into $TARGET"
 """
 
 
-def staging_job_name(campaign_id: str, node: int) -> str:
-    return f"capserve-weights-{campaign_id}-n{node}"
+def staging_job_name(campaign_id: str, node: int, replica: int = 0) -> str:
+    """One Job per node of each serving replica (every replica holds a full copy of its nodes' files)."""
+    replica_part = f"-r{replica}" if replica else ""
+    return f"capserve-weights-{campaign_id}{replica_part}-n{node}"
 
 
 def render_staging_job(
@@ -56,6 +58,7 @@ def render_staging_job(
     node_name: str | None = None,
     service_account: str | None = None,
     settings: WeightsSettings | None = None,
+    replica: int = 0,
 ) -> dict[str, Any]:
     """A batch/v1 Job that stages ``manifest``'s files for ``node`` into ``<root>/<repo>/<sha>/``.
 
@@ -105,7 +108,7 @@ def render_staging_job(
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": staging_job_name(campaign_id, node), "namespace": namespace, "labels": labels},
+        "metadata": {"name": staging_job_name(campaign_id, node, replica), "namespace": namespace, "labels": labels},
         "spec": {
             "backoffLimit": settings.staging_backoff_limit,
             "activeDeadlineSeconds": settings.staging_deadline_seconds,

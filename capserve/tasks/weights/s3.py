@@ -17,6 +17,7 @@ from botocore.exceptions import ClientError
 from prefect import task
 
 from capserve.core.errors import PermanentError
+from capserve.core.weights.manifest import WeightsManifest
 from capserve.core.weights.staging_job import CAMPAIGN_LABEL
 from capserve.tasks.aws import client, convert, error_code, is_retryable
 from capserve.tasks.weights.hub import _is_retryable
@@ -101,3 +102,15 @@ def publish_document(bucket: str, key: str, body: bytes, region: str) -> None:
                                         ChecksumSHA256=digest, ContentType="application/json")
     except ClientError as exc:
         raise convert(exc, f"uploading s3://{bucket}/{key}") from exc
+
+
+@task(name="weights-read-manifest", retries=3, retry_delay_seconds=[1, 4, 10], retry_jitter_factor=0.5,
+      retry_condition_fn=lambda task, run, state: _is_retryable(state))
+def read_manifest(manifest_uri: str, region: str) -> WeightsManifest:
+    """The manifest the weights stage published (``s3://bucket/key``)."""
+    bucket, _, key = manifest_uri.removeprefix("s3://").partition("/")
+    try:
+        body = client("s3", region).get_object(Bucket=bucket, Key=key)["Body"].read()
+    except ClientError as exc:
+        raise convert(exc, f"reading {manifest_uri}", fix="run the weights stage for this layout first") from exc
+    return WeightsManifest.model_validate_json(body)

@@ -1,0 +1,43 @@
+"""Per-node staging on the cluster: a Job on each GPU node copies that node's files from S3 and
+verifies each sha256 (the Job's script), then the stage waits for every Job to succeed."""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from capserve.core.cluster.readiness import KubeSettings
+from capserve.core.cluster.result import ClusterResult
+from capserve.core.spec import CampaignSpec
+from capserve.core.weights.manifest import WeightsManifest
+from capserve.core.weights.node_staging import NodeStagingResult, staging_workloads
+from capserve.core.weights.settings import WeightsSettings
+from capserve.tasks.kube import api_client_for_eks, apply, wait_addons_ready
+
+
+@task(name="stage-weights-on-nodes", cache_policy=NO_CACHE)
+def stage_on_nodes(
+    spec: CampaignSpec,
+    cluster: ClusterResult,
+    manifest: WeightsManifest,
+    settings: WeightsSettings | None = None,
+) -> NodeStagingResult:
+    """Apply the namespace and one staging Job per node (server-side, so a re-run converges), then wait."""
+    settings = settings or WeightsSettings()
+    objects, result = staging_workloads(
+        manifest,
+        kube_nodes=cluster.node_names,
+        replicas=spec.serving.replicas,
+        campaign_id=spec.campaign_id,
+        bucket=spec.weights.s3_bucket,
+        prefix=spec.weights.s3_prefix,
+        node_target=spec.weights.node_target,
+        settings=settings,
+    )
+    api = api_client_for_eks(cluster.endpoint, cluster.ca_data, cluster.name, cluster.region)
+    for obj in objects:
+        apply(api, obj)
+    # A Job's activeDeadlineSeconds bounds each copy; the wait may take as long, not longer.
+    wait = KubeSettings(addons_ready_timeout_s=settings.staging_deadline_seconds)
+    wait_addons_ready.fn(api, [o for o in objects if o["kind"] == "Job"], wait)
+    return result
