@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import boto3
 import pytest
 
-import capserve.sandbox.aws_ext  # noqa: F401 - registers the moto extensions
 from capserve.core.catalog import get_instance_type
 from capserve.core.cluster.naming import ClusterNames
 from capserve.core.cluster.settings import BringUpSettings
@@ -66,9 +66,10 @@ def creates() -> list[str]:
     ]
 
 
-def bring_up_eks(campaign: str, lease: Lease) -> list[str]:
+def control_plane(campaign: str, lease: Lease, kind: str) -> tuple[Any, Any, Any]:
+    """Network, roles and the EKS cluster: what both the EKS and the HyperPod paths stand on."""
     network = converge_network.fn(campaign, REGION, lease.availability_zone, "10.64.0.0/16")
-    roles = converge_roles.fn(campaign, "eks", REGION)
+    roles = converge_roles.fn(campaign, kind, REGION)
     cluster = converge_cluster.fn(
         campaign,
         REGION,
@@ -79,6 +80,11 @@ def bring_up_eks(campaign: str, lease: Lease) -> list[str]:
         timeout_s=60,
         poll_s=0,
     )
+    return network, roles, cluster
+
+
+def bring_up_eks(campaign: str, lease: Lease) -> list[str]:
+    network, roles, cluster = control_plane(campaign, lease, "eks")
     template = converge_launch_template.fn(campaign, lease, network.security_group_id)
     made = converge_nodegroup.fn(
         campaign,
@@ -169,18 +175,7 @@ def test_hyperpod_path_on_a_training_plan(events: list[eks_ext.NodePoolActivated
     campaign = "conv-hp"
     plan = f"arn:aws:sagemaker:{REGION}:123456789012:training-plan/{campaign}"
     lease = make_lease(provider="sagemaker-training-plan", reservation_id=plan, instance_count=1)
-    network = converge_network.fn(campaign, REGION, lease.availability_zone, "10.64.0.0/16")
-    roles = converge_roles.fn(campaign, "hyperpod", REGION)
-    cluster = converge_cluster.fn(
-        campaign,
-        REGION,
-        kubernetes_version="1.34",
-        role_arn=roles.by_component["eks-cluster-role"],
-        subnet_ids=list(network.subnet_ids),
-        security_group_id=network.security_group_id,
-        timeout_s=60,
-        poll_s=0,
-    )
+    network, roles, cluster = control_plane(campaign, lease, "hyperpod")
     settings = BringUpSettings(poll_seconds=0)
 
     def run() -> tuple[str, ...]:

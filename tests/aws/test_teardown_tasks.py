@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 import boto3
 import pytest
 
-import capserve.sandbox.aws_ext  # noqa: F401 - registers the moto extensions
 from capserve.core.errors import PermanentError
 from capserve.core.lease import Lease
 from capserve.core.tags import CAMPAIGN_TAG

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-import capserve.sandbox.aws_ext  # noqa: F401 - registers the moto extensions
 from capserve.core.cluster.readiness import KubeSettings
 from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.errors import DeadlineError, PermanentError

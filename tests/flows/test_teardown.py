@@ -9,7 +9,6 @@ from datetime import UTC, datetime, timedelta
 import boto3
 import pytest
 
-import capserve.sandbox.aws_ext  # noqa: F401 - registers the moto extensions
 from capserve.core.cluster.readiness import KubeSettings
 from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.lease import Lease
