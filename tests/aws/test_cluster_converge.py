@@ -6,6 +6,7 @@ validation. Campaign ids differ per test: moto's backends live for the whole pro
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,7 +22,12 @@ from capserve.core.lease import Lease
 from capserve.core.tags import CAMPAIGN_TAG
 from capserve.sandbox.aws import moto_sandbox
 from capserve.sandbox.aws_ext import eks as eks_ext
-from capserve.tasks.cluster.eks import converge_cluster, converge_launch_template, converge_nodegroup
+from capserve.tasks.cluster.eks import (
+    converge_cluster,
+    converge_launch_template,
+    converge_nodegroup,
+    converge_system_nodegroup,
+)
 from capserve.tasks.cluster.hyperpod import converge_hyperpod
 from capserve.tasks.cluster.iam import converge_roles
 from capserve.tasks.cluster.network import converge_network
@@ -96,7 +102,20 @@ def bring_up_eks(campaign: str, lease: Lease) -> list[str]:
         timeout_s=60,
         poll_s=0,
     )
-    return [*network.created, *roles.created, *cluster.created, *template.created, *made]
+    system = converge_system_nodegroup.fn(
+        campaign,
+        REGION,
+        cluster_name=cluster.name,
+        node_role_arn=roles.by_component["eks-node-role"],
+        subnet_ids=list(network.subnet_ids),
+        instance_type="m7i.large",
+        node_count=2,
+        timeout_s=60,
+        poll_s=0,
+    )
+    assert (system.name, system.instance_type, system.node_count) == (f"capserve-{campaign}-system", "m7i.large", 2)
+    assert system.active_at is not None
+    return [*network.created, *roles.created, *cluster.created, *template.created, *made, *system.created]
 
 
 def test_eks_bring_up_converges_and_a_rerun_creates_nothing(events: list[eks_ext.NodePoolActivated]) -> None:
@@ -114,11 +133,20 @@ def test_eks_bring_up_converges_and_a_rerun_creates_nothing(events: list[eks_ext
         "eks-cluster/capserve-conv-eks",
         "launch-template/capserve-conv-eks-gpu",
         "eks-nodegroup/capserve-conv-eks-gpu",
+        "eks-nodegroup/capserve-conv-eks-system",
     ]
-    # The node group became ACTIVE through the waiter, and the sandbox announced its GPU nodes.
-    assert [(e.pool, e.count, e.instance_type) for e in events] == [("capserve-conv-eks-gpu", 2, "p6-b300.48xlarge")]
+    # The node groups became ACTIVE through the waiter, and the sandbox announced their nodes:
+    # GPU nodes tainted in the reservation's AZ, system nodes untainted.
+    assert [(e.pool, e.count, e.instance_type) for e in events] == [
+        ("capserve-conv-eks-gpu", 2, "p6-b300.48xlarge"),
+        ("capserve-conv-eks-system", 2, "m7i.large"),
+    ]
     assert events[0].labels[CAMPAIGN_TAG] == campaign and events[0].zone == f"{REGION}b"
     assert events[0].taints == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+    assert events[1].taints == [] and events[1].labels["capserve.io/pool"] == "system"
+    # Managed node groups in public subnets need public addresses on launch.
+    subnets = boto3.client("ec2").describe_subnets(Filters=[{"Name": f"tag:{CAMPAIGN_TAG}", "Values": [campaign]}])
+    assert all(subnet["MapPublicIpOnLaunch"] for subnet in subnets["Subnets"])
 
     eks_ext.clear_calls()
     assert bring_up_eks(campaign, lease) == []
@@ -127,7 +155,7 @@ def test_eks_bring_up_converges_and_a_rerun_creates_nothing(events: list[eks_ext
     vpcs = ec2.describe_vpcs(Filters=[{"Name": f"tag:{CAMPAIGN_TAG}", "Values": [campaign]}])["Vpcs"]
     assert len(vpcs) == 1
     groups = boto3.client("eks").list_nodegroups(clusterName="capserve-conv-eks")["nodegroups"]
-    assert groups == ["capserve-conv-eks-gpu"]
+    assert sorted(groups) == ["capserve-conv-eks-gpu", "capserve-conv-eks-system"]
 
 
 def test_launch_template_content_and_new_version_for_a_new_reservation(sandbox: None) -> None:
@@ -141,6 +169,8 @@ def test_launch_template_content_and_new_version_for_a_new_reservation(sandbox: 
     cards = data["NetworkInterfaces"]
     assert (cards[0]["NetworkCardIndex"], cards[0]["InterfaceType"]) == (0, "interface")
     assert len(cards) == len(get_instance_type("p6-b300.48xlarge").network_cards)
+    # The NVMe RAID0 NodeConfig travels as user data and comes back as sent (so re-runs see no drift).
+    assert "strategy: RAID0" in base64.b64decode(data["UserData"]).decode()
 
     same = converge_launch_template.fn(campaign, make_lease(), network.security_group_id)
     assert (same.version, same.created) == (first.version, ())

@@ -19,11 +19,17 @@ from capserve.core.teardown import TeardownSettings, plan_teardown
 from capserve.core.teardown.plan import Phase
 from capserve.sandbox.aws import moto_sandbox
 from capserve.sandbox.aws_ext import eks as eks_ext
-from capserve.tasks.cluster.eks import converge_cluster, converge_launch_template, converge_nodegroup
+from capserve.tasks.cluster.eks import (
+    converge_cluster,
+    converge_launch_template,
+    converge_nodegroup,
+    converge_system_nodegroup,
+)
 from capserve.tasks.cluster.iam import converge_roles
 from capserve.tasks.cluster.network import converge_network
 from capserve.tasks.teardown.execute import execute_plan
 from capserve.tasks.teardown.inventory import inventory_campaign
+from capserve.tasks.teardown.sightings import find_campaigns
 
 REGION = "us-east-2"
 FAST = TeardownSettings(poll_seconds=0, dependency_retry_timeout_s=0, delete_workloads=False)
@@ -59,6 +65,10 @@ def bring_up_eks(campaign: str) -> None:
         campaign, lease(), cluster_name=cluster.name, node_role_arn=roles.by_component["eks-node-role"],
         subnet_id=network.node_subnet_id, launch_template=template, timeout_s=60, poll_s=0,
     )
+    converge_system_nodegroup.fn(
+        campaign, REGION, cluster_name=cluster.name, node_role_arn=roles.by_component["eks-node-role"],
+        subnet_ids=list(network.subnet_ids), instance_type="m7i.large", node_count=2, timeout_s=60, poll_s=0,
+    )
 
 
 def tagged_vpcs(campaign: str) -> list[str]:
@@ -90,9 +100,10 @@ def test_eks_campaign_is_deleted_in_order_and_nothing_else_is(sandbox: None) -> 
     eks_ext.clear_calls()
     outcome = execute_plan.fn(plan, FAST)
     assert outcome.remaining == () and outcome.already_gone == ()
-    assert outcome.deleted[:3] == (
-        "eks-nodegroup/capserve-td-a-gpu", f"launch-template/capserve-td-a-gpu ({inventory.launch_templates[0].id})",
-        "eks-cluster/capserve-td-a",
+    # Both node groups (GPU and system) go in the nodes phase, before the launch template and the cluster.
+    assert sorted(outcome.deleted[:2]) == ["eks-nodegroup/capserve-td-a-gpu", "eks-nodegroup/capserve-td-a-system"]
+    assert outcome.deleted[2:4] == (
+        f"launch-template/capserve-td-a-gpu ({inventory.launch_templates[0].id})", "eks-cluster/capserve-td-a",
     )
     assert outcome.deleted[-1].startswith("vpc/capserve-td-a-vpc")
     deletes = [c.action for c in eks_ext.calls() if c.action.startswith(("Delete", "Detach", "Disassociate"))]
@@ -112,6 +123,7 @@ def test_eks_campaign_is_deleted_in_order_and_nothing_else_is(sandbox: None) -> 
     eks_ext.clear_calls()
     again = inventory_campaign.fn("td-a", REGION, kind="eks", settings=FAST)
     assert again.is_empty and "eks-cluster/capserve-td-a" in again.missing and "vpc/capserve-td-a-vpc" in again.missing
+    assert "eks-nodegroup/capserve-td-a-system" in again.missing
     assert execute_plan.fn(plan_teardown(again, FAST), FAST).deleted == ()
     assert [c for c in eks_ext.calls() if c.action.startswith("Delete")] == []
 
@@ -152,3 +164,10 @@ def test_a_same_named_cluster_without_our_tag_is_kept(sandbox: None) -> None:
     assert inventory.eks_cluster is None and inventory.is_empty
     assert [k.resource for k in inventory.kept] == ["eks-cluster/capserve-td-foreign"]
     assert "someone-else" in inventory.kept[0].why
+
+
+def test_the_reaper_sees_both_node_groups(sandbox: None) -> None:
+    bring_up_eks("td-reap")
+    seen = find_campaigns.fn(REGION)["td-reap"]
+    assert {"eks-nodegroup/capserve-td-reap-gpu", "eks-nodegroup/capserve-td-reap-system"} <= set(seen)
+    assert "eks-cluster/capserve-td-reap" in seen

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import base64
+import email
 from datetime import UTC, datetime, timedelta
 
+import boto3
 import pytest
+import yaml
+from botocore.stub import Stubber
 
 from capserve.core.catalog import get_instance_type
-from capserve.core.cluster import eks, hyperpod, iam, network
+from capserve.core.cluster import eks, hyperpod, iam, network, nvme
 from capserve.core.cluster.deadline import bring_up_budget
 from capserve.core.cluster.naming import ClusterNames
 from capserve.core.cluster.result import ClusterResult
@@ -126,3 +131,57 @@ def test_report_section_has_exactly_the_contract_keys() -> None:
     assert result.report_section() == {"kind": "eks", "name": "capserve-k3-demo", "nodes_ready": 2,
                                        "gpus_allocatable": 16}
     assert "| eks | capserve-k3-demo |" in result.markdown()
+
+
+def _stubbed(service: str, operation: str, request: dict[str, object], response: dict[str, object]) -> None:
+    """Send ``request`` through a real client with a Stubber: botocore validates it against the service model."""
+    client = boto3.client(service, region_name="us-east-2", aws_access_key_id="x", aws_secret_access_key="x")
+    with Stubber(client) as stub:
+        stub.add_response(operation, response)
+        getattr(client, operation)(**request)
+
+
+def test_system_nodegroup_is_small_on_demand_untainted_and_labelled() -> None:
+    names = ClusterNames(campaign_id="k3-demo")
+    request = eks.system_nodegroup_request(
+        names, node_role_arn="arn:aws:iam::123456789012:role/n", subnet_ids=["subnet-1", "subnet-2"],
+        instance_type="m7i.large", node_count=2,
+    )
+    assert request["nodegroupName"] == "capserve-k3-demo-system" and len(request["nodegroupName"]) <= 63
+    assert request["capacityType"] == "ON_DEMAND" and request["amiType"] == "AL2023_x86_64_STANDARD"
+    assert request["instanceTypes"] == ["m7i.large"] and request["subnets"] == ["subnet-1", "subnet-2"]
+    assert request["scalingConfig"] == {"minSize": 2, "maxSize": 2, "desiredSize": 2}
+    assert "taints" not in request and "launchTemplate" not in request
+    assert request["labels"] == {CAMPAIGN_TAG: "k3-demo", "capserve.io/pool": "system"}
+    assert request["tags"][CAMPAIGN_TAG] == "k3-demo"
+    _stubbed("eks", "create_nodegroup", request, {})
+
+
+def test_gpu_requests_match_the_service_model() -> None:
+    names = ClusterNames(campaign_id="k3-demo")
+    template = eks.launch_template_request(names, lease(), get_instance_type("p6-b300.48xlarge"), "sg-1")
+    _stubbed("ec2", "create_launch_template", template, {})
+    group = eks.nodegroup_request(
+        names, lease(), node_role_arn="arn:aws:iam::1:role/n", subnet_id="subnet-1",
+        launch_template_id="lt-1", launch_template_version="3",
+    )
+    _stubbed("eks", "create_nodegroup", group, {})
+    assert group["labels"]["nvidia.com/gpu.present"] == "true"  # what the upstream NVIDIA chart selects on
+
+
+def test_gpu_user_data_is_a_nodeadm_raid0_node_config_and_part_of_drift() -> None:
+    names = ClusterNames(campaign_id="k3-demo")
+    data = eks.launch_template_request(names, lease(), get_instance_type("p6-b300.48xlarge"), "sg-1")[
+        "LaunchTemplateData"
+    ]
+    message = email.message_from_bytes(base64.b64decode(data["UserData"]))
+    assert message.get_content_type() == "multipart/mixed"
+    parts = [part for part in message.walk() if not part.is_multipart()]
+    assert [part.get_content_type() for part in parts] == ["application/node.eks.aws"]
+    config = yaml.safe_load(parts[0].get_payload())
+    assert config["apiVersion"] == "node.eks.aws/v1alpha1" and config["kind"] == "NodeConfig"
+    assert config["spec"] == {"instance": {"localStorage": {"strategy": "RAID0"}}}
+    # Deterministic, and a template without it (or with other user data) is drift.
+    assert data["UserData"] == nvme.gpu_user_data_base64()
+    assert eks.launch_template_drift({**data, "UserData": "e30="}, data) == ["UserData"]
+    assert "UserData" in eks.MATERIAL_TEMPLATE_FIELDS

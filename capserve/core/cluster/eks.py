@@ -1,10 +1,12 @@
-"""EKS requests: the control plane, the capacity-block launch template and the GPU node group.
+"""EKS requests: the control plane, the capacity-block launch template, the GPU and system node groups.
 
 Sources: EKS user guide "Create a managed node group with Capacity Blocks for ML" (launch template with
 ``InstanceMarketOptions.MarketType=capacity-block`` and the reservation as ``CapacityReservationTarget``,
 node group ``capacityType=CAPACITY_BLOCK``, no ``instanceTypes`` on the node group: the template names
 the type); EKS user guide "Run machine learning training on Amazon EKS with Elastic Fabric Adapter"
-(EFA interfaces declared in the launch template, no subnet in them: the node group supplies subnets).
+(EFA interfaces declared in the launch template, no subnet in them: the node group supplies subnets);
+EKS API reference ``CreateNodegroup`` (``instanceTypes``, ``amiType``, ``capacityType``, ``labels``,
+``taints``) for the system node group.
 """
 
 from __future__ import annotations
@@ -12,13 +14,21 @@ from __future__ import annotations
 from typing import Any
 
 from capserve.core.catalog import InstanceType
-from capserve.core.cluster.naming import GPU_POOL, POOL_LABEL, ClusterNames, campaign_tags, tag_list
+from capserve.core.cluster.naming import GPU_POOL, POOL_LABEL, SYSTEM_POOL, ClusterNames, campaign_tags, tag_list
+from capserve.core.cluster.nvme import gpu_user_data_base64
 from capserve.core.lease import Lease
 from capserve.core.tags import CAMPAIGN_TAG
 
 # The NVIDIA-accelerated AL2023 AMI family ships the driver, the container toolkit and the EFA
 # installer (EKS user guide, "Amazon EKS optimized accelerated Amazon Linux AMIs").
 GPU_AMI_TYPE = "AL2023_x86_64_NVIDIA"
+# The standard AL2023 AMI for the CPU-only system nodes (EKS API reference, Nodegroup.amiType).
+SYSTEM_AMI_TYPE = "AL2023_x86_64_STANDARD"
+
+# The label the NVIDIA device plugin's published Helm chart requires on a GPU node (its default
+# nodeAffinity, when Node Feature Discovery is not installed) and the EKS GPU blueprint sets; our
+# GPU nodes carry it so that chart, too, finds them (docs/serving.md §5.2).
+NVIDIA_GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 
 # Keep ordinary pods off the GPU nodes; the vLLM pods tolerate this (k8s convention used by the
 # NVIDIA device plugin docs and the EKS GPU guides).
@@ -88,6 +98,9 @@ def launch_template_data(
             "CapacityReservationTarget": {"CapacityReservationId": lease.reservation_id}
         },
         "NetworkInterfaces": network_interfaces(instance, security_group_id),
+        # nodeadm assembles the instance-store NVMe into one RAID0 array at /mnt/k8s-disks/0, where
+        # the weights and compile caches live (docs/serving.md §5.3; capserve.core.cluster.nvme).
+        "UserData": gpu_user_data_base64(),
         # IMDSv2 only; hop limit 2 so pods (one hop further) can still reach it (EKS best practices guide).
         "MetadataOptions": {"HttpTokens": "required", "HttpPutResponseHopLimit": 2},
         "TagSpecifications": [
@@ -116,6 +129,7 @@ MATERIAL_TEMPLATE_FIELDS = (
     "InstanceMarketOptions",
     "CapacityReservationSpecification",
     "NetworkInterfaces",
+    "UserData",
 )
 
 
@@ -125,7 +139,22 @@ def launch_template_drift(current: dict[str, Any], wanted: dict[str, Any]) -> li
 
 
 def node_labels(campaign_id: str) -> dict[str, str]:
+    """The labels every GPU node carries (EKS node group or HyperPod instance group alike).
+
+    ``capserve.io/pool=gpu`` and the campaign select our GPU nodes (readiness, device plugins, vLLM);
+    ``nvidia.com/gpu.present=true`` is what the upstream NVIDIA device plugin chart looks for.
+    """
+    return {CAMPAIGN_TAG: campaign_id, POOL_LABEL: GPU_POOL, NVIDIA_GPU_PRESENT_LABEL: "true"}
+
+
+def gpu_pool_selector(campaign_id: str) -> dict[str, str]:
+    """The nodeSelector of everything that must run on this campaign's GPU nodes."""
     return {CAMPAIGN_TAG: campaign_id, POOL_LABEL: GPU_POOL}
+
+
+def system_node_labels(campaign_id: str) -> dict[str, str]:
+    """The labels every system node carries; also the controllers' nodeSelector."""
+    return {CAMPAIGN_TAG: campaign_id, POOL_LABEL: SYSTEM_POOL}
 
 
 def nodegroup_request(
@@ -154,4 +183,33 @@ def nodegroup_request(
         "labels": node_labels(names.campaign_id),
         "taints": [GPU_TAINT],
         "tags": campaign_tags(names.campaign_id, "nodegroup", names.nodegroup),
+    }
+
+
+def system_nodegroup_request(
+    names: ClusterNames,
+    *,
+    node_role_arn: str,
+    subnet_ids: list[str],
+    instance_type: str,
+    node_count: int,
+) -> dict[str, Any]:
+    """Small on-demand CPU nodes, untainted, for CoreDNS and the add-on controllers.
+
+    Every GPU node is tainted ``nvidia.com/gpu``; CoreDNS (created by EKS) and the LWS and FSx
+    controllers tolerate only ``CriticalAddonsOnly``, so without these nodes they stay Pending and
+    bring-up times out while the block bills. Fixed size (min = max = desired): nothing here scales.
+    Spread over every campaign subnet (two AZs): the system nodes need no reservation's AZ.
+    """
+    return {
+        "clusterName": names.eks_cluster,
+        "nodegroupName": names.system_nodegroup,
+        "scalingConfig": {"minSize": node_count, "maxSize": node_count, "desiredSize": node_count},
+        "subnets": list(subnet_ids),
+        "instanceTypes": [instance_type],
+        "amiType": SYSTEM_AMI_TYPE,
+        "capacityType": "ON_DEMAND",
+        "nodeRole": node_role_arn,
+        "labels": system_node_labels(names.campaign_id),
+        "tags": campaign_tags(names.campaign_id, "system-nodegroup", names.system_nodegroup),
     }

@@ -15,6 +15,8 @@ from capserve.core.tags import CAMPAIGN_TAG
 COMPONENT_TAG = "capserve.io/component"
 POOL_LABEL = "capserve.io/pool"
 GPU_POOL = "gpu"
+# Small untainted CPU nodes for CoreDNS and the add-on controllers (docs/serving.md §5.1).
+SYSTEM_POOL = "system"
 
 
 class ClusterNames(BaseModel):
@@ -70,6 +72,10 @@ class ClusterNames(BaseModel):
     @property
     def nodegroup(self) -> str:
         return f"{self.prefix}-{GPU_POOL}"
+
+    @property
+    def system_nodegroup(self) -> str:
+        return f"{self.prefix}-{SYSTEM_POOL}"
 
     @property
     def hyperpod_cluster(self) -> str:

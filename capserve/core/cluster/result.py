@@ -4,9 +4,35 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from capserve.core.report import markdown_table
+
+
+class SystemPool(BaseModel):
+    """The system node group: small on-demand CPU nodes for CoreDNS and the controllers (and their cost)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, max_length=63, description="EKS node group name.")
+    instance_type: str = Field(min_length=1, max_length=64, description="EC2 instance type of its nodes.")
+    node_count: int = Field(ge=0, le=100, description="Nodes it runs (desired size).")
+    capacity_type: Literal["ON_DEMAND"] = Field("ON_DEMAND", description="Billed on demand, per second.")
+    created_at: AwareDatetime | None = Field(
+        None, description="When EKS created the node group (its instances bill from about then)."
+    )
+    active_at: AwareDatetime | None = Field(None, description="When bring-up saw it ACTIVE.")
+    created: tuple[str, ...] = Field(default=(), max_length=8, description="'kind/name' of what this run created.")
+
+    def report_section(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "instance_type": self.instance_type,
+            "node_count": self.node_count,
+            "capacity_type": self.capacity_type,
+            "created_at": self.created_at.isoformat() if self.created_at else None,
+            "active_at": self.active_at.isoformat() if self.active_at else None,
+        }
 
 
 class ClusterResult(BaseModel):
@@ -27,18 +53,28 @@ class ClusterResult(BaseModel):
     nodes_ready: int = Field(ge=0, le=4096, description="GPU nodes Ready, schedulable, with every GPU allocatable.")
     gpus_allocatable: int = Field(ge=0, le=4096 * 64, description="Sum of nvidia.com/gpu allocatable on those nodes.")
     node_names: tuple[str, ...] = Field(default=(), max_length=4096, description="The ready GPU nodes.")
+    node_storage_bytes: dict[str, int] = Field(
+        default_factory=dict,
+        description="ephemeral-storage capacity of each ready GPU node (the RAID0 NVMe array when configured).",
+    )
+    system_pool: SystemPool | None = Field(
+        None, description="The system node group (None: an existing cluster, whose nodes are not ours)."
+    )
     created: tuple[str, ...] = Field(
         default=(), max_length=256, description="Resources this run created ('kind/name'); empty on a converged re-run."
     )
 
     def report_section(self) -> dict[str, object]:
         """report.json ``"cluster"``."""
-        return {
+        section: dict[str, object] = {
             "kind": self.kind,
             "name": self.name,
             "nodes_ready": self.nodes_ready,
             "gpus_allocatable": self.gpus_allocatable,
         }
+        if self.system_pool is not None:
+            section["system_pool"] = self.system_pool.report_section()
+        return section
 
     def markdown(self) -> str:
         rows: list[dict[str, object]] = [
@@ -52,4 +88,12 @@ class ClusterResult(BaseModel):
             }
         ]
         created = ", ".join(self.created) if self.created else "nothing (everything already existed)"
-        return f"{markdown_table(rows)}\n\nCreated in this run: {created}\n"
+        system = ""
+        if self.system_pool is not None:
+            pool = self.system_pool
+            since = f", active since {pool.active_at.isoformat()}" if pool.active_at else ""
+            system = (
+                f"\n\nSystem nodes (CoreDNS, controllers): {pool.node_count} × {pool.instance_type} on demand "
+                f"in node group {pool.name}{since}."
+            )
+        return f"{markdown_table(rows)}{system}\n\nCreated in this run: {created}\n"

@@ -27,6 +27,22 @@ class BringUpSettings(BaseModel):
     nodegroup_active_timeout_s: float = Field(
         2700.0, gt=0, le=6 * 3600, description="How long to wait for the GPU node group to become ACTIVE."
     )
+    system_nodegroup_active_timeout_s: float = Field(
+        1800.0, gt=0, le=4 * 3600, description="How long to wait for the system (CPU) node group to become ACTIVE."
+    )
+    system_instance_type: str = Field(
+        "m7i.large",
+        pattern=r"^[a-z][a-z0-9-]*\.[a-z0-9]+$",
+        max_length=64,
+        description="On-demand CPU instance type of the system node group (CoreDNS, LWS and FSx controllers). "
+        "m7i.large: 2 vCPU, 8 GiB, 29 pods with the VPC CNI; the controllers need a fraction of it.",
+    )
+    system_node_count: int = Field(
+        2,
+        ge=1,
+        le=10,
+        description="System nodes. 2: CoreDNS runs 2 replicas spread over nodes, so losing one node keeps DNS up.",
+    )
     hyperpod_in_service_timeout_s: float = Field(
         4 * 3600.0,
         gt=0,

@@ -1,7 +1,9 @@
-"""Converge the EKS side: control plane, capacity-block launch template, GPU node group; wait with boto3's waiters."""
+"""Converge the EKS side: control plane, capacity-block launch template, GPU and system node groups;
+wait with boto3's waiters."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError, WaiterError
@@ -12,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from capserve.core.catalog import get_instance_type
 from capserve.core.cluster import eks as build
 from capserve.core.cluster.naming import ClusterNames
+from capserve.core.cluster.result import SystemPool
 from capserve.core.errors import PermanentError
 from capserve.core.lease import Lease
 from capserve.core.tags import CAMPAIGN_TAG
@@ -174,27 +177,82 @@ def converge_nodegroup(
 ) -> tuple[str, ...]:
     """The CAPACITY_BLOCK node group sized to the lease; wait until ACTIVE. Returns what it created."""
     names = ClusterNames(campaign_id=campaign_id)
-    eks = aws.client("eks", lease.region)
-    what = f"node group {names.nodegroup} of {cluster_name}"
+    request = build.nodegroup_request(
+        names,
+        lease,
+        node_role_arn=node_role_arn,
+        subnet_id=subnet_id,
+        launch_template_id=launch_template.id,
+        launch_template_version=launch_template.version,
+    )
+    request["clusterName"] = cluster_name
+    _, created = _converge_nodegroup(
+        aws.client("eks", lease.region), campaign_id, request, timeout_s=timeout_s, poll_s=poll_s
+    )
+    return created
+
+
+@task(name="converge-system-nodegroup", cache_policy=NO_CACHE)
+def converge_system_nodegroup(
+    campaign_id: str,
+    region: str,
+    *,
+    cluster_name: str,
+    node_role_arn: str,
+    subnet_ids: list[str],
+    instance_type: str,
+    node_count: int,
+    timeout_s: float,
+    poll_s: float,
+) -> SystemPool:
+    """The untainted on-demand CPU node group for CoreDNS and the controllers; wait until ACTIVE.
+
+    Converged by name with our tag checked, like the GPU group. An existing group keeps the instance
+    type it was made with (EKS cannot change it in place); the result reports what really runs.
+    """
+    names = ClusterNames(campaign_id=campaign_id)
+    request = build.system_nodegroup_request(
+        names,
+        node_role_arn=node_role_arn,
+        subnet_ids=subnet_ids,
+        instance_type=instance_type,
+        node_count=node_count,
+    )
+    request["clusterName"] = cluster_name
+    group, created = _converge_nodegroup(
+        aws.client("eks", region), campaign_id, request, timeout_s=timeout_s, poll_s=poll_s
+    )
+    scaling = group.get("scalingConfig") or {}
+    created_at = group.get("createdAt")
+    return SystemPool(
+        name=names.system_nodegroup,
+        instance_type=(group.get("instanceTypes") or [instance_type])[0],
+        node_count=int(scaling.get("desiredSize", node_count)),
+        created_at=created_at if isinstance(created_at, datetime) and created_at.tzinfo else None,
+        active_at=datetime.now(UTC),
+        created=created,
+    )
+
+
+def _converge_nodegroup(
+    eks: Any, campaign_id: str, request: dict[str, Any], *, timeout_s: float, poll_s: float
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """Find the node group ``request`` names (checking our tag) or create it; wait until ACTIVE.
+
+    Returns the node group as EKS describes it once ACTIVE, and what this call created.
+    """
+    cluster_name, group_name = request["clusterName"], request["nodegroupName"]
+    what = f"node group {group_name} of {cluster_name}"
     created: tuple[str, ...] = ()
     try:
         try:
-            group = eks.describe_nodegroup(clusterName=cluster_name, nodegroupName=names.nodegroup)["nodegroup"]
+            group = eks.describe_nodegroup(clusterName=cluster_name, nodegroupName=group_name)["nodegroup"]
             _ours(group.get("tags", {}), campaign_id, what)
         except ClientError as exc:
             if not has_code(exc, "ResourceNotFoundException"):
                 raise
-            request = build.nodegroup_request(
-                names,
-                lease,
-                node_role_arn=node_role_arn,
-                subnet_id=subnet_id,
-                launch_template_id=launch_template.id,
-                launch_template_version=launch_template.version,
-            )
-            request["clusterName"] = cluster_name
             group = eks.create_nodegroup(**request)["nodegroup"]
-            created = (f"eks-nodegroup/{names.nodegroup}",)
+            created = (f"eks-nodegroup/{group_name}",)
         if group["status"] in _NODEGROUP_DEAD:
             issues = "; ".join(i.get("message", "") for i in (group.get("health") or {}).get("issues", []))
             raise PermanentError(f"{what} is {group['status']}: {issues or 'no health issues reported'}")
@@ -203,11 +261,12 @@ def converge_nodegroup(
             try:
                 waiter.wait(
                     clusterName=cluster_name,
-                    nodegroupName=names.nodegroup,
+                    nodegroupName=group_name,
                     WaiterConfig=waiter_config(timeout_s, poll_s),
                 )
             except WaiterError as exc:
                 raise waiter_error(exc, what, timeout_s) from exc
+            group = eks.describe_nodegroup(clusterName=cluster_name, nodegroupName=group_name)["nodegroup"]
     except (ClientError, BotoCoreError) as exc:
         raise aws.convert(exc, what) from exc
-    return created
+    return group, created

@@ -43,6 +43,11 @@ def converge_network(campaign_id: str, region: str, availability_zone: str, vpc_
             if subnet is None:
                 subnet = ec2.create_subnet(**build.subnet_request(names, vpc_id, cidr, zone, index))["Subnet"]
                 created.append(f"subnet/{name}")
+            if not subnet.get("MapPublicIpOnLaunch"):
+                # Managed node groups in a public subnet fail to create unless its instances get a
+                # public address (EKS user guide, "View Amazon EKS networking requirements for VPC
+                # and subnets"; docs/serving.md §5.1): the system nodes reach ECR and the API this way.
+                ec2.modify_subnet_attribute(SubnetId=subnet["SubnetId"], MapPublicIpOnLaunch={"Value": True})
             subnet_ids.append(subnet["SubnetId"])
 
         _converge_routing(ec2, names, vpc_id, subnet_ids, created)

@@ -250,8 +250,7 @@ def _eks(
             raise
         if kind is not None:
             seen.missing.append(label("eks-cluster", names.eks_cluster))
-            if kind == "eks":
-                seen.missing.append(label("eks-nodegroup", names.nodegroup))
+            seen.missing += [label("eks-nodegroup", group) for group in _expected_nodegroups(names, kind)]
         return None, []
     tags = cluster.get("tags") or {}
     if tags.get(CAMPAIGN_TAG) != names.campaign_id:
@@ -273,9 +272,18 @@ def _eks(
                 continue
             seen.created(group.get("createdAt"))
             groups.append(NodegroupFound(cluster=names.eks_cluster, name=group_name))
-    if kind == "eks" and names.nodegroup not in {g.name for g in groups}:
-        seen.missing.append(label("eks-nodegroup", names.nodegroup))
+    found = {g.name for g in groups}
+    seen.missing += [
+        label("eks-nodegroup", group) for group in _expected_nodegroups(names, kind) if group not in found
+    ]
     return _cluster_found(cluster), groups
+
+
+def _expected_nodegroups(names: ClusterNames, kind: ClusterKind | None) -> list[str]:
+    """The node groups bring-up makes: the system group in both kinds, the GPU group on EKS only."""
+    if kind is None:
+        return []
+    return [names.nodegroup, names.system_nodegroup] if kind == "eks" else [names.system_nodegroup]
 
 
 def _existing(name: str, region: str) -> ClusterFound | None:
