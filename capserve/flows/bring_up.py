@@ -1,9 +1,12 @@
 """The bring_up stage: a Kubernetes cluster whose GPU nodes run on the lease's reservation, proven usable.
 
-EKS: network → IAM roles → control plane → capacity-block launch template → CAPACITY_BLOCK node group.
-HyperPod: network → IAM roles → EKS control plane (the orchestrator) → HyperPod cluster on the training plan.
+EKS: network → IAM roles → control plane → system node group → capacity-block launch template →
+CAPACITY_BLOCK node group.
+HyperPod: network → IAM roles → EKS control plane (the orchestrator) → system node group → HyperPod
+cluster on the training plan.
 Then, for both: a Kubernetes client (in memory, EKS token) → add-ons applied → every GPU node Ready with
-its GPUs (and EFA devices) allocatable → add-ons ready.
+its GPUs (and EFA devices) allocatable → add-ons and EKS's CoreDNS ready (on the system nodes: the GPU
+nodes are tainted).
 
 Every AWS step converges (finds by campaign tag/name, creates only what is missing), so re-running the
 flow on a cluster that exists creates nothing. Bring-up refuses to start, and stops, once the lease's
@@ -20,17 +23,23 @@ from datetime import UTC, datetime, timedelta
 from prefect import flow, get_run_logger
 
 from capserve.core.catalog import get_instance_type
-from capserve.core.cluster.addons import AddonOptions, render_addons
+from capserve.core.cluster.addons import bootstrap_workloads, campaign_addon_options, render_addons
 from capserve.core.cluster.deadline import bring_up_budget
-from capserve.core.cluster.eks import node_labels
+from capserve.core.cluster.eks import gpu_pool_selector
 from capserve.core.cluster.naming import ClusterNames
 from capserve.core.cluster.readiness import NodeExpectation
-from capserve.core.cluster.result import ClusterResult
+from capserve.core.cluster.result import ClusterResult, SystemPool
 from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.errors import CapserveError, DeadlineError
 from capserve.core.lease import Lease
 from capserve.core.spec import CampaignSpec
-from capserve.tasks.cluster.eks import converge_cluster, converge_launch_template, converge_nodegroup, existing_cluster
+from capserve.tasks.cluster.eks import (
+    converge_cluster,
+    converge_launch_template,
+    converge_nodegroup,
+    converge_system_nodegroup,
+    existing_cluster,
+)
 from capserve.tasks.cluster.hyperpod import converge_hyperpod
 from capserve.tasks.cluster.iam import converge_roles
 from capserve.tasks.cluster.network import converge_network
@@ -90,6 +99,7 @@ def bring_up(
     instance = get_instance_type(lease.instance_type)
     created: list[str] = []
     poll = settings.poll_seconds
+    system_pool: SystemPool | None = None
 
     if spec.cluster.existing_cluster_name:
         # An existing cluster is only used, never changed: its GPU nodes must already carry the campaign's labels.
@@ -118,6 +128,20 @@ def bring_up(
                 poll_s=poll,
             )
         created += [*network.created, *roles.created, *cluster.created]
+        # CoreDNS and the controllers need untainted nodes: the system group must be ACTIVE before add-ons.
+        with deadline.step("system node group"):
+            system_pool = converge_system_nodegroup(
+                campaign_id,
+                region,
+                cluster_name=cluster.name,
+                node_role_arn=roles.by_component["eks-node-role"],
+                subnet_ids=list(network.subnet_ids),
+                instance_type=settings.system_instance_type,
+                node_count=settings.system_node_count,
+                timeout_s=deadline.cap(settings.system_nodegroup_active_timeout_s, "system node group"),
+                poll_s=poll,
+            )
+        created += system_pool.created
         if kind == "eks":
             with deadline.step("GPU node group"):
                 template = converge_launch_template(campaign_id, lease, network.security_group_id)
@@ -150,15 +174,13 @@ def bring_up(
 
     api = api_client_for_eks(cluster.endpoint, cluster.ca_data, cluster.name, region, settings=settings.kube)
     manifests = render_addons(
-        AddonOptions(
-            campaign_id=campaign_id, gpu_node_labels=node_labels(campaign_id), efa=bool(instance.efa_card_indices)
-        )
+        campaign_addon_options(campaign_id, efa=bool(instance.efa_card_indices), system_pool=system_pool is not None)
     )
     expectation = NodeExpectation(
         count=lease.instance_count,
         gpus_per_node=instance.gpus_per_node,
         efa_per_node=len(instance.efa_card_indices),
-        node_labels=node_labels(campaign_id),
+        node_labels=gpu_pool_selector(campaign_id),
         require_health_label=kind == "hyperpod",
     )
     with deadline.step("add-ons"):
@@ -172,7 +194,7 @@ def bring_up(
         kube = settings.kube.model_copy(
             update={"addons_ready_timeout_s": deadline.cap(settings.kube.addons_ready_timeout_s, "add-ons ready")}
         )
-        wait_addons_ready(api, manifests, kube)
+        wait_addons_ready(api, [*manifests, *bootstrap_workloads()], kube)
 
     return ClusterResult(
         kind=kind,
@@ -184,5 +206,7 @@ def bring_up(
         nodes_ready=readiness.ready_nodes,
         gpus_allocatable=readiness.gpus_allocatable,
         node_names=tuple(node.name for node in readiness.nodes if node.ready),
+        node_storage_bytes=readiness.storage_by_node,
+        system_pool=system_pool,
         created=tuple(created),
     )

@@ -66,6 +66,12 @@ def test_eks_bring_up_then_a_rerun_creates_nothing(kube: FakeKube) -> None:
     assert result.report_section() == {"kind": "eks", "name": "capserve-flow-eks", "nodes_ready": 2,
                                        "gpus_allocatable": 16}
     assert "eks-nodegroup/capserve-flow-eks-gpu" in result.created and result.endpoint == kube.url
+    # The system node group came up before the add-ons: on-demand CPU nodes for CoreDNS and the controllers.
+    assert "eks-nodegroup/capserve-flow-eks-system" in result.created
+    assert result.system_pool is not None
+    assert (result.system_pool.instance_type, result.system_pool.node_count) == ("m7i.large", 2)
+    assert "2 × m7i.large on demand" in result.markdown()
+    assert set(result.node_storage_bytes) == set(result.node_names)
     # The add-ons the serving stage needs were applied.
     daemonsets = {o["metadata"]["name"] for o in kube.objects("daemonsets", "apps")}
     assert any("nvidia" in name for name in daemonsets) and any("efa" in name for name in daemonsets)
@@ -74,7 +80,7 @@ def test_eks_bring_up_then_a_rerun_creates_nothing(kube: FakeKube) -> None:
     again = bring_up(spec, lease, FAST)
     assert again.created == () and again.nodes_ready == 2
     assert [c for c in eks_ext.calls() if c.action.startswith(("Create", "Attach", "Associate"))] == []
-    assert len(kube.objects("nodes")) == 2  # no second node group, no second set of nodes
+    assert len(kube.objects("nodes")) == 4  # 2 GPU + 2 system nodes: no second node group, no second set
 
 
 @pytest.mark.parametrize(
@@ -87,8 +93,8 @@ def test_a_broken_node_ends_the_stage_naming_node_and_cause(kube: FakeKube, fail
         bring_up(make_spec(f"flow-{failure}"), make_lease(count=1), settings)
     message = str(raised.value)
     assert "not ready after 2 s" in message and cause in message
-    node = kube.objects("nodes")[0]["metadata"]["name"]
-    assert node in message
+    gpu_nodes = [n for n in kube.objects("nodes") if n["metadata"]["labels"].get("capserve.io/pool") == "gpu"]
+    assert gpu_nodes[0]["metadata"]["name"] in message
 
 
 def test_hyperpod_bring_up_on_a_training_plan(kube: FakeKube) -> None:

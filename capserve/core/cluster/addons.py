@@ -9,6 +9,12 @@
 - LeaderWorkerSet controller: the CRD (kubernetes-sigs/lws, shipped in ``data/lws-crd.yaml``), its
   RBAC and its manager Deployment.
 
+Placement (docs/serving.md §5.1, §5.2): every GPU node carries the ``nvidia.com/gpu=true:NoSchedule``
+taint. What must run on GPU nodes (both device plugins, the FSx CSI node DaemonSet) tolerates exactly
+that taint and selects the GPU pool; the controllers (LWS manager, FSx controller) tolerate nothing
+extra and select the untainted system pool. CoreDNS is created by EKS itself; bring-up only waits for
+it (``bootstrap_workloads``).
+
 Minimal on purpose: what these objects must contain for the component to run, nothing of the
 upstream charts' options. Not rendered (and needed on a real cluster): LWS's admission webhooks
 and their certificates, FSx's IRSA role (pass ``fsx_role_arn``). Every object carries the campaign
@@ -25,6 +31,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from capserve.core.cluster.eks import gpu_pool_selector, system_node_labels
 from capserve.core.tags import CAMPAIGN_TAG
 
 CAMPAIGN_LABEL = CAMPAIGN_TAG  # the same key, as a Kubernetes label
@@ -83,7 +90,12 @@ class AddonOptions(BaseModel):
 
     campaign_id: str = Field(min_length=1, max_length=63, description="Value of the capserve.io/campaign label.")
     gpu_node_labels: dict[str, str] = Field(
-        default_factory=dict, description="Node labels of the GPU pool: the device plugins run only there."
+        default_factory=dict,
+        description="Node labels of the GPU pool: the device plugins and the FSx node driver run only there.",
+    )
+    system_node_labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Node labels of the system pool: the controllers run only there (empty: anywhere untainted).",
     )
     efa: bool = Field(True, description="Install the EFA device plugin (instance types with EFA interfaces).")
     fsx: bool = Field(True, description="Install the FSx for Lustre CSI driver.")
@@ -95,6 +107,17 @@ class AddonOptions(BaseModel):
         description="IAM role for the FSx CSI controller (IRSA annotation on its service account).",
     )
     images: AddonImages = Field(default_factory=AddonImages, description="Container images.")
+
+
+def campaign_addon_options(campaign_id: str, *, efa: bool, system_pool: bool) -> AddonOptions:
+    """The add-on options bring-up uses: device plugins on the campaign's GPU pool, controllers on its
+    system pool (``system_pool`` False: a cluster we did not make, whose controllers go anywhere untainted)."""
+    return AddonOptions(
+        campaign_id=campaign_id,
+        gpu_node_labels=gpu_pool_selector(campaign_id),
+        system_node_labels=system_node_labels(campaign_id) if system_pool else {},
+        efa=efa,
+    )
 
 
 def _metadata(name: str, namespace: str | None, campaign_id: str, **labels: str) -> dict[str, Any]:
@@ -111,14 +134,25 @@ def _host_path(name: str, path: str, kind: str | None = None) -> dict[str, Any]:
     return {"name": name, "hostPath": host_path}
 
 
-# Device plugins must also run on tainted GPU/EFA nodes; CriticalAddonsOnly is how EKS marks
-# system node groups (EKS best practices, "Running critical add-ons").
-_DEVICE_PLUGIN_TOLERATIONS = [
-    {"key": "CriticalAddonsOnly", "operator": "Exists"},
-    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-    {"key": "aws.amazon.com/efa", "operator": "Exists", "effect": "NoSchedule"},
-]
+# What runs on GPU nodes tolerates the GPU pool's taint (capserve.core.cluster.eks.GPU_TAINT) and
+# nothing else: a toleration we do not need would let the pod land where we did not mean it to.
+GPU_TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 _DROP_ALL = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def _on_gpu_nodes(options: AddonOptions, pod_spec: dict[str, Any]) -> dict[str, Any]:
+    pod_spec["tolerations"] = copy.deepcopy(GPU_TOLERATIONS)
+    if options.gpu_node_labels:
+        pod_spec["nodeSelector"] = dict(options.gpu_node_labels)
+    return pod_spec
+
+
+def _on_system_nodes(options: AddonOptions, pod_spec: dict[str, Any]) -> dict[str, Any]:
+    """Controllers: no toleration, the system pool's labels (they would stay Pending on a GPU-only cluster)."""
+    pod_spec["priorityClassName"] = "system-cluster-critical"
+    if options.system_node_labels:
+        pod_spec["nodeSelector"] = dict(options.system_node_labels)
+    return pod_spec
 
 
 def _daemonset(name: str, namespace: str, options: AddonOptions, pod_spec: dict[str, Any]) -> Manifest:
@@ -138,7 +172,6 @@ def _daemonset(name: str, namespace: str, options: AddonOptions, pod_spec: dict[
 def nvidia_device_plugin(options: AddonOptions) -> list[Manifest]:
     pod_spec: dict[str, Any] = {
         "priorityClassName": "system-node-critical",
-        "tolerations": copy.deepcopy(_DEVICE_PLUGIN_TOLERATIONS),
         "containers": [
             {
                 "name": "nvidia-device-plugin-ctr",
@@ -146,21 +179,19 @@ def nvidia_device_plugin(options: AddonOptions) -> list[Manifest]:
                 # Keep running on a node whose driver is not up yet instead of crash-looping.
                 "env": [{"name": "FAIL_ON_INIT_ERROR", "value": "false"}],
                 "securityContext": copy.deepcopy(_DROP_ALL),
+                "resources": {"requests": {"cpu": "10m", "memory": "20Mi"}},
                 "volumeMounts": [{"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins"}],
             }
         ],
         "volumes": [_host_path("device-plugin", "/var/lib/kubelet/device-plugins")],
     }
-    if options.gpu_node_labels:
-        pod_spec["nodeSelector"] = dict(options.gpu_node_labels)
-    return [_daemonset("nvidia-device-plugin-daemonset", SYSTEM_NAMESPACE, options, pod_spec)]
+    return [_daemonset("nvidia-device-plugin-daemonset", SYSTEM_NAMESPACE, options, _on_gpu_nodes(options, pod_spec))]
 
 
 def efa_device_plugin(options: AddonOptions) -> list[Manifest]:
     pod_spec: dict[str, Any] = {
         "priorityClassName": "system-node-critical",
         "hostNetwork": True,  # the plugin enumerates the host's EFA devices
-        "tolerations": copy.deepcopy(_DEVICE_PLUGIN_TOLERATIONS),
         "containers": [
             {
                 "name": "aws-efa-k8s-device-plugin",
@@ -172,9 +203,9 @@ def efa_device_plugin(options: AddonOptions) -> list[Manifest]:
         ],
         "volumes": [_host_path("device-plugin", "/var/lib/kubelet/device-plugins")],
     }
-    if options.gpu_node_labels:
-        pod_spec["nodeSelector"] = dict(options.gpu_node_labels)
-    return [_daemonset("aws-efa-k8s-device-plugin-daemonset", SYSTEM_NAMESPACE, options, pod_spec)]
+    return [
+        _daemonset("aws-efa-k8s-device-plugin-daemonset", SYSTEM_NAMESPACE, options, _on_gpu_nodes(options, pod_spec))
+    ]
 
 
 def fsx_csi_driver(options: AddonOptions) -> list[Manifest]:
@@ -186,7 +217,6 @@ def fsx_csi_driver(options: AddonOptions) -> list[Manifest]:
         controller_sa["annotations"] = {"eks.amazonaws.com/role-arn": options.fsx_role_arn}
     node_spec: dict[str, Any] = {
         "priorityClassName": "system-node-critical",
-        "tolerations": [{"operator": "Exists"}],  # must mount on every node, GPU nodes included
         "containers": [
             {
                 "name": "fsx-plugin",
@@ -197,6 +227,7 @@ def fsx_csi_driver(options: AddonOptions) -> list[Manifest]:
                     {"name": "CSI_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
                 ],
                 "securityContext": {"privileged": True},  # mounts Lustre on the host
+                "resources": {"requests": {"cpu": "10m", "memory": "40Mi"}},
                 "volumeMounts": [
                     {"name": "kubelet-dir", "mountPath": "/var/lib/kubelet", "mountPropagation": "Bidirectional"},
                     {"name": "plugin-dir", "mountPath": "/csi"},
@@ -232,28 +263,31 @@ def fsx_csi_driver(options: AddonOptions) -> list[Manifest]:
             "selector": {"matchLabels": controller_selector},
             "template": {
                 "metadata": {"labels": controller_selector},
-                "spec": {
-                    "serviceAccountName": "fsx-csi-controller-sa",
-                    "priorityClassName": "system-cluster-critical",
-                    "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}],
-                    "containers": [
-                        {
-                            "name": "fsx-plugin",
-                            "image": images.fsx_csi_driver,
-                            "args": ["--mode=controller", "--endpoint=$(CSI_ENDPOINT)", "--logging-format=text"],
-                            "env": socket_env,
-                            "volumeMounts": [{"name": "socket-dir", "mountPath": "/csi"}],
-                        },
-                        {
-                            "name": "csi-provisioner",
-                            "image": images.csi_provisioner,
-                            "args": ["--csi-address=$(ADDRESS)", "--timeout=5m", "--leader-election=true"],
-                            "env": [{"name": "ADDRESS", "value": "/csi/csi.sock"}],
-                            "volumeMounts": [{"name": "socket-dir", "mountPath": "/csi"}],
-                        },
-                    ],
-                    "volumes": [{"name": "socket-dir", "emptyDir": {}}],
-                },
+                "spec": _on_system_nodes(
+                    options,
+                    {
+                        "serviceAccountName": "fsx-csi-controller-sa",
+                        "containers": [
+                            {
+                                "name": "fsx-plugin",
+                                "image": images.fsx_csi_driver,
+                                "args": ["--mode=controller", "--endpoint=$(CSI_ENDPOINT)", "--logging-format=text"],
+                                "env": socket_env,
+                                "resources": {"requests": {"cpu": "10m", "memory": "40Mi"}},
+                                "volumeMounts": [{"name": "socket-dir", "mountPath": "/csi"}],
+                            },
+                            {
+                                "name": "csi-provisioner",
+                                "image": images.csi_provisioner,
+                                "args": ["--csi-address=$(ADDRESS)", "--timeout=5m", "--leader-election=true"],
+                                "env": [{"name": "ADDRESS", "value": "/csi/csi.sock"}],
+                                "resources": {"requests": {"cpu": "10m", "memory": "40Mi"}},
+                                "volumeMounts": [{"name": "socket-dir", "mountPath": "/csi"}],
+                            },
+                        ],
+                        "volumes": [{"name": "socket-dir", "emptyDir": {}}],
+                    },
+                ),
             },
         },
     }
@@ -266,7 +300,8 @@ def fsx_csi_driver(options: AddonOptions) -> list[Manifest]:
             "spec": {"attachRequired": False, "fsGroupPolicy": "ReadWriteOnceWithFSType"},
         },
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": controller_sa},
-        _daemonset("fsx-csi-node", SYSTEM_NAMESPACE, options, node_spec),
+        # Only GPU pods mount Lustre: the node driver runs on the GPU nodes, tolerating their taint.
+        _daemonset("fsx-csi-node", SYSTEM_NAMESPACE, options, _on_gpu_nodes(options, node_spec)),
         controller,
     ]
 
@@ -333,24 +368,40 @@ def lws_controller(options: AddonOptions) -> list[Manifest]:
                 "selector": {"matchLabels": selector},
                 "template": {
                     "metadata": {"labels": selector},
-                    "spec": {
-                        "serviceAccountName": name,
-                        "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}],
-                        "containers": [
-                            {
-                                "name": "manager",
-                                "image": options.images.lws_controller,
-                                "args": ["--zap-log-level=2", "--leader-elect"],
-                                "ports": [{"name": "health", "containerPort": 8081}],
-                                "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8081}},
-                                "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8081}},
-                                "securityContext": copy.deepcopy(_DROP_ALL),
-                            }
-                        ],
-                    },
+                    "spec": _on_system_nodes(
+                        options,
+                        {
+                            "serviceAccountName": name,
+                            "containers": [
+                                {
+                                    "name": "manager",
+                                    "image": options.images.lws_controller,
+                                    "args": ["--zap-log-level=2", "--leader-elect"],
+                                    "ports": [{"name": "health", "containerPort": 8081}],
+                                    "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8081}},
+                                    "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8081}},
+                                    "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                                    "securityContext": copy.deepcopy(_DROP_ALL),
+                                }
+                            ],
+                        },
+                    ),
                 },
             },
         },
+    ]
+
+
+def bootstrap_workloads() -> list[Manifest]:
+    """What EKS itself runs in a new cluster and bring-up must see ready: the CoreDNS Deployment.
+
+    EKS installs CoreDNS (``kube-system/coredns``, 2 replicas) as a self-managed add-on when it
+    creates a cluster; its pods tolerate ``CriticalAddonsOnly`` and the control-plane taint only,
+    so on our clusters they can only run on the untainted system nodes (docs/serving.md §5.1).
+    Not applied by us; these references (kind, namespace, name) are only waited for.
+    """
+    return [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "coredns", "namespace": SYSTEM_NAMESPACE}}
     ]
 
 

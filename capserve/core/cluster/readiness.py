@@ -19,6 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from capserve.core.cluster.nvme import ephemeral_storage_bytes
+
 GPU_RESOURCE = "nvidia.com/gpu"  # advertised by the NVIDIA device plugin
 EFA_RESOURCE = "vpc.amazonaws.com/efa"  # advertised by the AWS EFA device plugin
 # SageMaker HyperPod labels every node with its health (HyperPod developer guide, "Resiliency:
@@ -101,6 +103,9 @@ class NodeReport(BaseModel):
     details: tuple[str, ...] = Field(default=(), description="Human-readable detail for each problem.")
     gpus_allocatable: int = Field(ge=0, description="nvidia.com/gpu allocatable on the node.")
     efa_allocatable: int = Field(ge=0, description="vpc.amazonaws.com/efa allocatable on the node.")
+    ephemeral_storage_bytes: int = Field(
+        0, ge=0, description="ephemeral-storage capacity: the RAID0 NVMe array when nodeadm built one, else root EBS."
+    )
 
     @property
     def ready(self) -> bool:
@@ -127,6 +132,11 @@ class Readiness(BaseModel):
     def gpus_allocatable(self) -> int:
         """GPUs allocatable on the ready nodes (what report.json's cluster section shows)."""
         return sum(node.gpus_allocatable for node in self.nodes if node.ready)
+
+    @property
+    def storage_by_node(self) -> dict[str, int]:
+        """ephemeral-storage capacity of each ready node (the input of the weights' room check)."""
+        return {node.name: node.ephemeral_storage_bytes for node in self.nodes if node.ready}
 
     def problems(self) -> list[NodeReport]:
         return [node for node in self.nodes if not node.ready]
@@ -216,6 +226,7 @@ def assess_node(node: Mapping[str, Any], expectation: NodeExpectation) -> NodeRe
         details=tuple(details),
         gpus_allocatable=gpus,
         efa_allocatable=efa,
+        ephemeral_storage_bytes=ephemeral_storage_bytes(node),
     )
 
 

@@ -65,16 +65,14 @@ class ClusterResult(BaseModel):
     )
 
     def report_section(self) -> dict[str, object]:
-        """report.json ``"cluster"``."""
-        section: dict[str, object] = {
+        """report.json ``"cluster"`` (its contract keys; the system pool is in ``system_pool`` and the markdown,
+        for the cost section to price)."""
+        return {
             "kind": self.kind,
             "name": self.name,
             "nodes_ready": self.nodes_ready,
             "gpus_allocatable": self.gpus_allocatable,
         }
-        if self.system_pool is not None:
-            section["system_pool"] = self.system_pool.report_section()
-        return section
 
     def markdown(self) -> str:
         rows: list[dict[str, object]] = [

@@ -29,7 +29,7 @@ from typing import Any
 from moto.core.responses import BaseResponse
 from moto.eks.models import EKSBackend
 
-from capserve.core.catalog import get_instance_type
+from capserve.core.catalog import INSTANCE_TYPES
 from capserve.sandbox.clock import CLOCK
 
 
@@ -119,25 +119,55 @@ def attach_fake_kube(kube: Any, *, failure: str | None = None) -> Callable[[Node
     """
     BEHAVIOUR.kube_endpoint = kube.url
     BEHAVIOUR.kube_ca_data = getattr(kube, "ca_data", None)
+    _create_coredns(kube)
 
     def provision(event: NodePoolActivated) -> None:
-        instance = get_instance_type(event.instance_type)
+        # A CPU type (the system node group) is not in the GPU catalog: its nodes have no GPU or EFA.
+        instance = INSTANCE_TYPES.get(event.instance_type.removeprefix("ml."))
         where = {"zone": event.zone} if event.zone else {}
         kube.provision_nodes(
             event.pool,
             event.count,
-            gpus_per_node=instance.gpus_per_node,
-            efa_per_node=len(instance.efa_card_indices),
+            gpus_per_node=instance.gpus_per_node if instance else 0,
+            efa_per_node=len(instance.efa_card_indices) if instance else 0,
             labels=event.labels,
             taints=event.taints,
             failure=failure,
             health_labels=event.hyperpod,
-            instance_type=instance.name,
+            instance_type=event.instance_type.removeprefix("ml."),
             **where,
         )
 
     NODE_HOOKS.append(provision)
     return provision
+
+
+def _create_coredns(kube: Any) -> None:
+    """What EKS creates in every new cluster: the kube-system/coredns Deployment (2 replicas), with
+    EKS's own tolerations (CriticalAddonsOnly, the control-plane taint). A stand-in until the fake
+    Kubernetes bootstraps it itself."""
+    labels = {"k8s-app": "kube-dns", "eks.amazonaws.com/component": "coredns"}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "coredns", "namespace": "kube-system", "labels": labels},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "priorityClassName": "system-cluster-critical",
+                    "tolerations": [
+                        {"key": "CriticalAddonsOnly", "operator": "Exists"},
+                        {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"},
+                    ],
+                    "containers": [{"name": "coredns", "image": "coredns/coredns:1.11.4"}],
+                },
+            },
+        },
+    }
+    kube.store.put_object(kube.store.resource("apps", "v1", "deployments"), deployment, manager="eks")
 
 
 # ---------------------------------------------------------------- patches
