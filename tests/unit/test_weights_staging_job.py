@@ -6,7 +6,7 @@ import kubernetes_validate
 import pytest
 
 from capserve.core.weights.manifest import StagedFile, WeightsManifest
-from capserve.core.weights.staging_job import render_staging_job
+from capserve.core.weights.staging_job import node_model_path, render_staging_job
 
 SHA = "d" * 40
 MANIFEST = WeightsManifest(
@@ -70,3 +70,76 @@ def test_too_few_ready_nodes_for_the_layout_is_refused() -> None:
     with pytest.raises(PermanentError, match=r"2 node\(s\) × 1 replica\(s\) need 2 GPU nodes, but only 1 are ready"):
         staging_workloads(MANIFEST, kube_nodes=("ip-a",), replicas=1, campaign_id="demo", bucket="bkt", prefix="w",
                           node_target="fsx")
+
+
+def test_nvme_jobs_write_under_the_raid0_mount_and_leave_a_node_marker() -> None:
+    job = render_staging_job(MANIFEST, node=1, campaign_id="demo", namespace="capserve", bucket="bkt",
+                             prefix="w", node_target="nvme", node_name="ip-a")
+    pod = job["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "weights", "hostPath": {"path": "/mnt/k8s-disks/0/capserve/weights",
+                                                               "type": "DirectoryOrCreate"}}]
+    env = {e["name"]: e["value"] for e in pod["containers"][0]["env"]}
+    assert env["TARGET"] == node_model_path("org/model", SHA) == f"/weights/org/model/{SHA}"
+    assert (env["NODE_INDEX"], env["NODE_MARKER"]) == ("1", ".capserve-node")
+    script = pod["containers"][0]["command"][2]
+    # The marker is removed first and written only after every file verified (set -eu stops on a mismatch).
+    removed, written = script.index('rm -f "$TARGET/$NODE_MARKER"'), script.index('> "$TARGET/$NODE_MARKER"')
+    assert removed < script.index("xargs") < written
+
+
+def test_nvme_paths_outside_the_raid0_mount_are_refused() -> None:
+    from pydantic import ValidationError
+
+    from capserve.core.weights.settings import WeightsSettings
+
+    with pytest.raises(ValidationError, match="nvme_path"):
+        WeightsSettings(nvme_path="/mnt/nvme/weights")  # the root EBS volume: a checkpoint overflows it
+    with pytest.raises(ValidationError, match="compile_cache_path"):
+        WeightsSettings(compile_cache_path="/var/cache/vllm")
+
+
+def test_a_node_without_room_for_its_share_is_refused_before_any_job() -> None:
+    from capserve.core.errors import PermanentError
+    from capserve.core.weights.node_staging import staging_workloads
+    from capserve.core.weights.settings import WeightsSettings
+
+    settings = WeightsSettings(node_storage_margin_bytes=1000)
+    common = dict(kube_nodes=("ip-a", "ip-b"), replicas=1, campaign_id="demo", bucket="bkt", prefix="w",
+                  settings=settings)
+    # ip-a holds node 0 (10 + 100 + 50 = 160 bytes), ip-b node 1 (165 bytes); each also needs the 1000-byte margin.
+    objects, _ = staging_workloads(MANIFEST, node_target="nvme", node_storage={"ip-a": 1160, "ip-b": 1165},
+                                   **common)  # type: ignore[arg-type]
+    assert len(objects) == 3
+    with pytest.raises(PermanentError) as raised:
+        staging_workloads(MANIFEST, node_target="nvme", node_storage={"ip-a": 1160, "ip-b": 1164},
+                          **common)  # type: ignore[arg-type]
+    message = str(raised.value)
+    assert "ip-b needs 1,165 bytes" in message and "ephemeral-storage is 1,164 bytes" in message
+    assert "ip-a" not in message and "RAID0" in message
+    # A node whose size is unknown (no local disk reported) is refused too.
+    with pytest.raises(PermanentError, match="ip-a needs 1,160 bytes .* ephemeral-storage is 0 bytes"):
+        staging_workloads(MANIFEST, node_target="nvme", node_storage={"ip-b": 10**12}, **common)  # type: ignore[arg-type]
+    # On FSx the weights are not on the node: only the cache margin must fit.
+    staging_workloads(MANIFEST, node_target="fsx", node_storage={"ip-a": 1000, "ip-b": 1000},
+                      **common)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("quantity", "expected"),
+    [("28Ti", 28 * 2**40), ("450Gi", 450 * 2**30), ("30000000k", 30 * 10**9), ("1e12", 10**12), ("1.5Ki", 1536),
+     ("128974848000m", 128974848), ("12345", 12345), (20, 20)],
+)
+def test_quantities(quantity: object, expected: int) -> None:
+    from capserve.core.cluster.nvme import parse_quantity
+
+    assert parse_quantity(quantity) == expected
+
+
+def test_node_storage_is_read_from_capacity() -> None:
+    from capserve.core.cluster.nvme import ephemeral_storage_bytes, parse_quantity
+
+    assert ephemeral_storage_bytes({"status": {"capacity": {"ephemeral-storage": "28Ti"}}}) == 28 * 2**40
+    assert ephemeral_storage_bytes({"status": {"capacity": {}}}) == 0
+    assert ephemeral_storage_bytes({"status": {"capacity": {"ephemeral-storage": "lots"}}}) == 0
+    with pytest.raises(ValueError, match="lots"):
+        parse_quantity("lots")

@@ -7,10 +7,12 @@ nodes ``r × nodes … r × nodes + nodes − 1`` in name order, so a re-run map
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from capserve.core.cluster.nvme import check_node_room
 from capserve.core.errors import PermanentError
 from capserve.core.tags import CAMPAIGN_TAG
 from capserve.core.weights.manifest import WeightsManifest
@@ -54,6 +56,12 @@ class NodeStagingResult(BaseModel):
         )
 
 
+def node_assignment(kube_nodes: Sequence[str], nodes: int, replicas: int) -> dict[tuple[int, int], str]:
+    """(replica, layout node) → Kubernetes node: replica ``r`` takes the ``r``-th run of nodes in name order."""
+    ordered = sorted(kube_nodes)
+    return {(r, n): ordered[r * nodes + n] for r in range(replicas) for n in range(nodes)}
+
+
 def staging_workloads(
     manifest: WeightsManifest,
     *,
@@ -64,8 +72,15 @@ def staging_workloads(
     prefix: str,
     node_target: Literal["fsx", "nvme"],
     settings: WeightsSettings | None = None,
+    node_storage: Mapping[str, int] | None = None,
 ) -> tuple[list[dict[str, Any]], NodeStagingResult]:
-    """The namespace and one Job per (replica, node), pinned to its Kubernetes node, and what they will do."""
+    """The namespace and one Job per (replica, node), pinned to its Kubernetes node, and what they will do.
+
+    ``node_storage`` (each Kubernetes node's ephemeral-storage capacity, from readiness): when given,
+    every node must hold its share of the weights plus ``settings.node_storage_margin_bytes``, or
+    the stage stops here, before anything is copied (``check_node_room``).
+    """
+    settings = settings or WeightsSettings()
     needed = manifest.nodes * replicas
     if len(kube_nodes) < needed:
         raise PermanentError(
@@ -78,32 +93,36 @@ def staging_workloads(
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": labels}}
     ]
     jobs = []
-    ordered = sorted(kube_nodes)
-    for replica in range(replicas):
-        for node in range(manifest.nodes):
-            kube_node = ordered[replica * manifest.nodes + node]
-            job = render_staging_job(
-                manifest,
-                node=node,
+    placement = node_assignment(kube_nodes, manifest.nodes, replicas)
+    if node_storage is not None:
+        needs = {
+            kube_node: manifest.bytes_for_node(node) if node_target == "nvme" else 0
+            for (_, node), kube_node in placement.items()
+        }
+        check_node_room(needs, node_storage, margin_bytes=settings.node_storage_margin_bytes)
+    for (replica, node), kube_node in placement.items():
+        job = render_staging_job(
+            manifest,
+            node=node,
+            replica=replica,
+            campaign_id=campaign_id,
+            namespace=namespace,
+            bucket=bucket,
+            prefix=prefix,
+            node_target=node_target,
+            node_name=kube_node,
+            settings=settings,
+        )
+        objects.append(job)
+        files = manifest.for_node(node)
+        jobs.append(
+            StagingJob(
+                job=job["metadata"]["name"],
                 replica=replica,
-                campaign_id=campaign_id,
-                namespace=namespace,
-                bucket=bucket,
-                prefix=prefix,
-                node_target=node_target,
-                node_name=kube_node,
-                settings=settings,
+                node=node,
+                kube_node=kube_node,
+                files=len(files),
+                bytes=sum(f.size for f in files),
             )
-            objects.append(job)
-            files = manifest.for_node(node)
-            jobs.append(
-                StagingJob(
-                    job=job["metadata"]["name"],
-                    replica=replica,
-                    node=node,
-                    kube_node=kube_node,
-                    files=len(files),
-                    bytes=sum(f.size for f in files),
-                )
-            )
+        )
     return objects, NodeStagingResult(namespace=namespace, target=node_target, jobs=tuple(jobs))

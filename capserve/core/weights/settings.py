@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from capserve.core.cluster.nvme import RAID0_MOUNT
+
 FIVE_GIB = 5 * 1024**3
+# Anything the nodes keep on local NVMe lives under the RAID0 mount: elsewhere it would land on the
+# 20 GiB root EBS volume, which a checkpoint overflows (docs/serving.md §5.3).
+NVME_PATH = rf"^{RAID0_MOUNT}(/[A-Za-z0-9._-]+)+$"
 
 
 class WeightsSettings(BaseModel):
@@ -45,10 +50,24 @@ class WeightsSettings(BaseModel):
     )
     staging_backoff_limit: int = Field(3, ge=0, le=20, description="Pod retries of a staging Job.")
     nvme_path: str = Field(
-        "/mnt/nvme/weights",
-        pattern=r"^/[A-Za-z0-9._/-]+$",
+        f"{RAID0_MOUNT}/capserve/weights",
+        pattern=NVME_PATH,
         max_length=255,
-        description="Host directory on each node's local NVMe where weights are staged.",
+        description=f"Host directory on each node's local NVMe (the RAID0 array nodeadm mounts at {RAID0_MOUNT}) "
+        "where weights are staged; the vLLM pods mount the same directory.",
+    )
+    compile_cache_path: str = Field(
+        f"{RAID0_MOUNT}/capserve/cache",
+        pattern=NVME_PATH,
+        max_length=255,
+        description="Host directory on each node's NVMe for vLLM's compile, JIT and autotune caches.",
+    )
+    node_storage_margin_bytes: int = Field(
+        128 * 1024**3,
+        ge=0,
+        le=16 * 1024**4,
+        description="Room each node's NVMe must have beyond its share of the weights: compile caches "
+        "(torch.compile, Triton/FlashInfer/DeepGEMM JIT, CUDA cache) and container images, which RAID0 also holds.",
     )
     fsx_claim: str = Field(
         "capserve-fsx",

@@ -3,7 +3,13 @@
 Rendered here (pure); applied by the cluster stage. One Job per node, pinned to the node by hostname,
 named deterministically so a re-apply converges. The container copies each file to ``<dest>.partial``,
 checks its sha256 against the manifest and renames it into place, so a killed pod never leaves a file
-that a later run trusts; files already present with the right sha256 are skipped.
+that a later run trusts; files already present with the right sha256 are skipped. Last, it writes
+``.capserve-node`` (the layout node index whose files the folder holds), which the serving pod checks
+before it starts.
+
+The staging Job and the vLLM pods mount the same volume (``weights_volume``) at the same path
+(``CONTAINER_DIR``): the folder vLLM's ``--model`` names (``node_model_path``) is exactly the one the
+Job filled. On NVMe that is a hostPath under the RAID0 array (``WeightsSettings.nvme_path``).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ CAMPAIGN_LABEL = CAMPAIGN_TAG  # the same key, as a Kubernetes label
 COMPONENT_LABEL = "capserve.io/component"
 NODE_LABEL = "capserve.io/weights-node"
 CONTAINER_DIR = "/weights"
+NODE_MARKER = ".capserve-node"
 
 # Reads "sha256 key dest" lines from $FILES; each line is copied by one `sh -c` under xargs -P.
 # `aws s3 cp` retries transient S3 errors itself (AWS CLI retry modes, "standard" by default).
@@ -35,8 +42,10 @@ mv "$dest.partial" "$dest"
 
 _SCRIPT = r"""set -eu
 mkdir -p "$TARGET" && cd "$TARGET"
+rm -f "$TARGET/$NODE_MARKER"
 printf '%s\n' "$FILES" | xargs -P "$PARALLEL" -L 1 sh -c "$COPY_ONE" copy
-echo "staged $(printf '%s\n' "$FILES" | wc -l) files into $TARGET"
+printf '%s\n' "$NODE_INDEX" > "$TARGET/$NODE_MARKER"
+echo "staged $(printf '%s\n' "$FILES" | wc -l) files into $TARGET (node $NODE_INDEX)"
 """
 
 
@@ -69,14 +78,8 @@ def render_staging_job(
     files = manifest.for_node(node)
     lines = "\n".join(f"{f.sha256} {f.key} {f.dest}" for f in files)
     labels = {CAMPAIGN_LABEL: campaign_id, COMPONENT_LABEL: "weights-staging", NODE_LABEL: str(node)}
-    target = f"{CONTAINER_DIR}/{manifest.repo}/{manifest.revision_sha}"
-    if node_target == "nvme":
-        volume: dict[str, Any] = {
-            "name": "weights",
-            "hostPath": {"path": settings.nvme_path, "type": "DirectoryOrCreate"},
-        }
-    else:
-        volume = {"name": "weights", "persistentVolumeClaim": {"claimName": settings.fsx_claim}}
+    target = node_model_path(manifest.repo, manifest.revision_sha)
+    volume = weights_volume(node_target, settings, create=True)
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         # GPU nodes carry the nvidia.com/gpu NoSchedule taint (EKS GPU AMIs / GPU operator); staging needs no GPU
@@ -94,6 +97,8 @@ def render_staging_job(
                     {"name": "PARALLEL", "value": str(settings.staging_parallelism)},
                     {"name": "FILES", "value": lines},
                     {"name": "COPY_ONE", "value": _COPY_ONE},
+                    {"name": "NODE_INDEX", "value": str(node)},
+                    {"name": "NODE_MARKER", "value": NODE_MARKER},
                 ],
                 "volumeMounts": [{"name": "weights", "mountPath": CONTAINER_DIR}],
                 "resources": {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "8Gi"}},
@@ -119,5 +124,29 @@ def render_staging_job(
 
 
 def node_weight_path(root: str, repo: str, sha: str) -> str:
-    """Where a node's weights end up on the host (what vLLM's --model points at)."""
+    """Where a node's weights end up on the host."""
     return f"{root.rstrip('/')}/{repo}/{sha}"
+
+
+def node_model_path(repo: str, sha: str) -> str:
+    """The node's weight folder as the containers see it: what vLLM's ``--model`` names.
+
+    The same string on every node and every run of one (repo, sha): vLLM hashes the model path into
+    its compile-cache key, so a stable path keeps a saved cache valid (docs/serving.md §4).
+    """
+    return node_weight_path(CONTAINER_DIR, repo, sha)
+
+
+def weights_volume(
+    node_target: Literal["fsx", "nvme"], settings: WeightsSettings, *, create: bool = False
+) -> dict[str, Any]:
+    """The pod volume holding the weights: the node's NVMe directory, or the FSx claim.
+
+    ``create``: the staging Job makes the directory; a serving pod requires it to exist already
+    (``Directory``), so a pod on a node that was never staged fails to start instead of serving an
+    empty folder.
+    """
+    if node_target == "nvme":
+        kind = "DirectoryOrCreate" if create else "Directory"
+        return {"name": "weights", "hostPath": {"path": settings.nvme_path, "type": kind}}
+    return {"name": "weights", "persistentVolumeClaim": {"claimName": settings.fsx_claim, "readOnly": not create}}

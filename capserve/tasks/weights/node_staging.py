@@ -33,6 +33,8 @@ def stage_on_nodes(
         prefix=spec.weights.s3_prefix,
         node_target=spec.weights.node_target,
         settings=settings,
+        # Refuses a node too small for its share (plus caches) before any Job is applied.
+        node_storage=cluster.node_storage_bytes,
     )
     api = api_client_for_eks(cluster.endpoint, cluster.ca_data, cluster.name, cluster.region)
     for obj in objects:
