@@ -212,7 +212,10 @@ class ServingSpec(StrictModel):
 
     image: str = Field("vllm/vllm-openai:latest", min_length=1, max_length=255, description="vLLM container image.")
     extra_args: list[str] = Field(
-        default_factory=list, max_length=64, description="Extra `vllm serve` arguments, appended as given."
+        default_factory=list,
+        max_length=64,
+        description="Extra `vllm serve` arguments, appended after the ones derived from the plan; none may repeat "
+        "or contradict those (the layout, lengths, KV dtype, model path, port and API key come from the plan).",
     )
     replicas: int = Field(1, ge=1, le=64, description="Independent serving replicas (each a full model copy).")
     max_model_len: int | None = Field(
@@ -221,6 +224,23 @@ class ServingSpec(StrictModel):
     max_num_seqs: int = Field(16, ge=1, le=4096, description="Concurrent sequences the KV budget must hold.")
     served_model_name: str | None = Field(
         None, min_length=1, max_length=200, description="Name clients ask for; default: the Hub repo id."
+    )
+    endpoint_access: Literal["port-forward", "internal-nlb"] = Field(
+        "port-forward",
+        description="How the campaign reaches the endpoint: a port-forward through the Kubernetes API server "
+        "(nothing exposed), or an internal Network Load Balancer in the VPC (AWS Load Balancer Controller).",
+    )
+    startup_budget_minutes: int | None = Field(
+        None,
+        ge=5,
+        le=24 * 60,
+        description="How long vLLM may take to start before the pod counts as failed; default: computed from the "
+        "weights per node and whether the compile cache is warm (K3 cold: at least 90 minutes).",
+    )
+    compile_cache: bool = Field(
+        True,
+        description="Restore vLLM's compile/JIT/autotune caches from S3 before start and save them once ready, "
+        "so the next reservation's first boot is warm.",
     )
 
 

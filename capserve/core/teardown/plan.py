@@ -61,7 +61,8 @@ DEPENDENCY_CODES: tuple[str, ...] = ("DependencyViolation",)
 
 # Kubernetes objects a serving stage creates, deleted in this order: Services first (a LoadBalancer
 # Service's ELB is deleted by the cloud controller only while the cluster still runs), the workloads,
-# then volume claims (dynamically provisioned EBS/FSx volumes follow their claims).
+# then volume claims (dynamically provisioned EBS/FSx volumes follow their claims), and last the
+# endpoint's API-key Secret (in a cluster the campaign does not own, it must not outlive the campaign).
 WORKLOAD_KINDS: tuple[tuple[str, str], ...] = (
     ("v1", "Service"),
     ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"),
@@ -69,6 +70,7 @@ WORKLOAD_KINDS: tuple[tuple[str, str], ...] = (
     ("apps/v1", "StatefulSet"),
     ("batch/v1", "Job"),
     ("v1", "PersistentVolumeClaim"),
+    ("v1", "Secret"),
 )
 
 

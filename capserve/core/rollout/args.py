@@ -1,0 +1,258 @@
+"""The ``vllm serve`` arguments of every pod, derived from the plan in one function.
+
+``vllm_args`` writes what the plan decides (layout, lengths, KV dtype, model folder, port, the API
+key reference), then appends the spec's ``serving.extra_args``. An extra argument may add anything
+else (``--trust-remote-code``, parsers, load format), but it may neither repeat a flag nor touch one
+the plan owns: ``merge_extra_args`` raises ``SpecError`` naming both sides, before anything runs.
+
+Only flags vLLM 0.32's parser accepts are written (checked against its ``--help`` in the tests).
+Values like ``$(LWS_LEADER_ADDRESS)`` are Kubernetes references: the kubelet substitutes the pod's
+environment before the process starts (Kubernetes docs, "Define dependent environment variables").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from capserve.core.errors import SpecError
+from capserve.core.rollout.layout import ServingLayout
+from capserve.core.rollout.settings import RolloutSettings
+
+API_KEY_ENV = "VLLM_API_KEY"
+LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"  # <lws>-<group>.<lws>.<namespace>: the leader pod's DNS name
+WORKER_INDEX = "$(LWS_WORKER_INDEX)"  # 0 on the leader, 1..size-1 on the workers
+
+# vLLM's short spellings (from `vllm serve --help`), mapped to the long flag they stand for.
+ALIASES = {
+    "tp": "tensor-parallel-size",
+    "pp": "pipeline-parallel-size",
+    "dp": "data-parallel-size",
+    "dpl": "data-parallel-size-local",
+    "dpa": "data-parallel-address",
+    "dpp": "data-parallel-rpc-port",
+    "dpr": "data-parallel-start-rank",
+    "dpb": "data-parallel-backend",
+    "dpn": "data-parallel-rank",
+    "dph": "data-parallel-hybrid-lb",
+    "dpe": "data-parallel-external-lb",
+    "dpm": "data-parallel-multi-port-external-lb",
+    "ep": "enable-expert-parallel",
+    "n": "nnodes",
+    "r": "node-rank",
+    "asc": "api-server-count",
+    "pcp": "prefill-context-parallel-size",
+    "dcp": "decode-context-parallel-size",
+    "q": "quantization",
+}
+
+# Flags the plan (or the rollout) decides: an extra argument naming one contradicts the plan even
+# when this particular pod's arguments leave it at vLLM's default.
+OWNED = frozenset(
+    {
+        "model",
+        "served-model-name",
+        "host",
+        "port",
+        "api-key",
+        "tensor-parallel-size",
+        "pipeline-parallel-size",
+        "data-parallel-size",
+        "data-parallel-size-local",
+        "data-parallel-address",
+        "data-parallel-rpc-port",
+        "data-parallel-start-rank",
+        "data-parallel-backend",
+        "data-parallel-rank",
+        "data-parallel-hybrid-lb",
+        "data-parallel-external-lb",
+        "data-parallel-multi-port-external-lb",
+        "enable-expert-parallel",
+        "distributed-executor-backend",
+        "nnodes",
+        "node-rank",
+        "master-addr",
+        "master-port",
+        "headless",
+        "api-server-count",
+        "max-model-len",
+        "max-num-seqs",
+        "kv-cache-dtype",
+        "gpu-memory-utilization",
+    }
+)
+
+
+class EngineOptions(BaseModel):
+    """What the plan and the spec say about the engine, beyond the layout."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    served_model_name: str = Field(min_length=1, max_length=200, description="--served-model-name.")
+    max_model_len: int = Field(ge=1, le=16 * 1024 * 1024, description="--max-model-len: the plan's context.")
+    max_num_seqs: int = Field(ge=1, le=65_536, description="Sequences the plan holds at once, over all DP ranks.")
+    kv_cache_dtype: Literal["auto", "fp8"] = Field(description="--kv-cache-dtype the plan's KV budget assumed.")
+    gpu_memory_utilization: float = Field(gt=0, le=1, description="--gpu-memory-utilization the plan assumed.")
+    extra_args: tuple[str, ...] = Field(default=(), max_length=64, description="serving.extra_args, as given.")
+
+
+Role = Literal["leader", "worker"]
+
+
+def vllm_args(
+    layout: ServingLayout,
+    engine: EngineOptions,
+    *,
+    role: Role,
+    model_path: str,
+    settings: RolloutSettings | None = None,
+    worker_rank: int | str = WORKER_INDEX,
+) -> list[str]:
+    """The full argument list (after ``vllm serve``) of the leader or of the workers of one group.
+
+    The leader (LWS worker index 0) serves the API and takes the API key from ``$(VLLM_API_KEY)``;
+    workers run ``--headless`` (no HTTP) and join the leader at ``$(LWS_LEADER_ADDRESS)``.
+    ``worker_rank`` is the workers' node rank: ``$(LWS_WORKER_INDEX)`` for TP×PP across nodes, a
+    number where vLLM needs arithmetic on it (the data-parallel start rank).
+    """
+    settings = settings or RolloutSettings()
+    if role == "worker" and layout.nodes == 1:
+        raise ValueError("a single-node layout has no workers")
+    args = [
+        "--model",
+        model_path,
+        "--served-model-name",
+        engine.served_model_name,
+        "--port",
+        str(settings.port),
+        "--tensor-parallel-size",
+        str(layout.tensor_parallel),
+    ]
+    if layout.pipeline_parallel > 1:
+        args += ["--pipeline-parallel-size", str(layout.pipeline_parallel)]
+    if layout.data_parallel > 1:
+        args += [
+            "--data-parallel-size",
+            str(layout.data_parallel),
+            "--data-parallel-size-local",
+            str(layout.data_parallel_local),
+        ]
+    if layout.enable_expert_parallel:
+        args.append("--enable-expert-parallel")
+    if layout.mode == "multi-node-tp-pp":
+        rank = "0" if role == "leader" else str(worker_rank)
+        args += [
+            "--nnodes",
+            str(layout.nodes),
+            "--node-rank",
+            rank,
+            "--master-addr",
+            LEADER_ADDRESS,
+            "--master-port",
+            str(settings.master_port),
+        ]
+    elif layout.mode == "multi-node-dp":
+        args += [
+            "--data-parallel-address",
+            LEADER_ADDRESS,
+            "--data-parallel-rpc-port",
+            str(settings.data_parallel_rpc_port),
+        ]
+        if role == "worker":
+            if not isinstance(worker_rank, int):
+                raise ValueError("data-parallel workers need a numeric node rank (their start rank is derived)")
+            args += ["--data-parallel-start-rank", str(worker_rank * layout.data_parallel_local)]
+    if role == "worker":
+        args.append("--headless")
+    args += [
+        "--max-model-len",
+        str(engine.max_model_len),
+        # vLLM counts --max-num-seqs per data-parallel rank; the plan holds max_num_seqs in total.
+        "--max-num-seqs",
+        str(math.ceil(engine.max_num_seqs / layout.data_parallel)),
+        "--kv-cache-dtype",
+        engine.kv_cache_dtype,
+        "--gpu-memory-utilization",
+        f"{engine.gpu_memory_utilization:g}",
+    ]
+    if role == "leader":
+        # On the command line, not only in the environment: the Rust frontend honours the flag and
+        # probably not VLLM_API_KEY (docs/serving.md §6). The manifest carries only the reference.
+        args += ["--api-key", f"$({API_KEY_ENV})"]
+    return merge_extra_args(args, engine.extra_args)
+
+
+def _flag(token: str) -> tuple[str, str | None] | None:
+    """``--flag`` / ``-f`` / ``--flag=value`` → (canonical long name, inline value); None for a value token."""
+    if not token.startswith("-") or _is_number(token):
+        return None
+    name, _, inline = token.lstrip("-").partition("=")
+    name = ALIASES.get(name, name)
+    # vLLM's parser accepts underscores for dashes in flag names (FlexibleArgumentParser).
+    head, dot, rest = name.partition(".")
+    name = head.replace("_", "-") + dot + rest
+    return name, (inline if "=" in token else None)
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def _parse(args: Sequence[str], what: str) -> list[tuple[str, str, str]]:
+    """(canonical flag, as written, value text) for every flag; positional tokens are refused."""
+    parsed: list[tuple[str, str, str]] = []
+    for token in args:
+        flag = _flag(token)
+        if flag is not None:
+            name, inline = flag
+            positive = name.removeprefix("no-")
+            if positive != name:  # --no-enable-expert-parallel is the same flag as --enable-expert-parallel
+                parsed.append((positive, token, "false"))
+            else:
+                parsed.append((name, token, inline or ""))
+        elif parsed:
+            name, written, value = parsed[-1]
+            parsed[-1] = (name, written, f"{value} {token}".strip())
+        else:
+            raise SpecError(
+                f"{what}: {token!r} is not a flag; the model is not given here (the rollout passes the node's "
+                "staged folder as --model): start every argument with '--'"
+            )
+    return parsed
+
+
+def _shown(written: str, value: str) -> str:
+    return f"{written} {value}".strip() if "=" not in written else written
+
+
+def merge_extra_args(derived: Sequence[str], extra: Sequence[str]) -> list[str]:
+    """``derived`` followed by ``extra``, refusing an extra flag that repeats or overrides the plan's.
+
+    Raises SpecError naming the extra argument and what the plan sets (or that the plan owns it).
+    """
+    ours = {name: (written, value) for name, written, value in _parse(derived, "derived arguments")}
+    seen: dict[str, str] = {}
+    for name, written, value in _parse(extra, "serving.extra_args"):
+        given = _shown(written, value)
+        if name in seen:
+            raise SpecError(f"serving.extra_args gives {name!r} twice: {seen[name]!r} and {given!r}; keep one")
+        seen[name] = given
+        if name in ours:
+            planned = _shown(*ours[name])
+            raise SpecError(
+                f"serving.extra_args gives {given!r}, but the rollout already sets {planned!r} from the plan; "
+                "remove it from serving.extra_args (change the plan or the serving spec instead)"
+            )
+        if name in OWNED:
+            raise SpecError(
+                f"serving.extra_args gives {given!r}, but {name!r} is decided by the plan and the rollout "
+                "(left unset for this layout on purpose); remove it from serving.extra_args"
+            )
+    return [*derived, *extra]

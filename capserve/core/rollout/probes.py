@@ -1,0 +1,91 @@
+"""Startup budgets and the probes of the leader pod.
+
+vLLM calls ``listen()`` only once every engine, remote ones included, is ready: until then a probe
+gets "connection refused", so the startup probe's budget must cover the whole load and compile
+(docs/serving.md §3.1). Kubernetes runs liveness and readiness only after the startup probe has
+succeeded, so a liveness probe can never kill a pod still loading weights; and one liveness kill
+rebuilds the whole LeaderWorkerSet group, so liveness is slow to act (§2, §3.2). ``/health`` needs
+no API key, unlike ``/v1/models`` (§6), so no probe carries the key.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from capserve.core.rollout.settings import RolloutSettings, StartupModel
+
+GB = 1e9
+
+
+def expected_start_s(model_bytes: int, node_bytes: int, *, warm: bool, model: StartupModel | None = None) -> float:
+    """How long vLLM is expected to take from process start to listening (see ``StartupModel``)."""
+    model = model or StartupModel()
+    fixed = model.fixed_warm_s if warm else model.fixed_cold_s
+    compile_rate = model.compile_s_per_gb_warm if warm else model.compile_s_per_gb_cold
+    return fixed + node_bytes / model.load_bytes_per_s + model_bytes / GB * compile_rate
+
+
+def startup_budget_s(
+    model_bytes: int,
+    node_bytes: int,
+    *,
+    warm: bool,
+    model: StartupModel | None = None,
+    override_minutes: int | None = None,
+) -> int:
+    """Seconds the startup probe allows: the spec's override, else safety factor × expected, bounded.
+
+    ``model_bytes``: the whole checkpoint; ``node_bytes``: what the fullest node loads. Kimi K3
+    (1.56 TB) comes out at about 112 min cold on one node and 93 min cold per node on two; a warm
+    cache cuts it to about 54 and 34 min. A 1 GB model gets the 10-minute floor.
+    """
+    if override_minutes is not None:
+        return override_minutes * 60
+    model = model or StartupModel()
+    budget = expected_start_s(model_bytes, node_bytes, warm=warm, model=model) * model.safety_factor
+    return math.ceil(min(max(budget, model.min_budget_s), model.max_budget_s))
+
+
+def engine_ready_timeout_s(model_bytes: int, node_bytes: int, model: StartupModel | None = None) -> int:
+    """``VLLM_ENGINE_READY_TIMEOUT_S``: the cold budget, whether or not this start is warm.
+
+    vLLM hashes this variable into its compile-cache key, so it must not change between a cold and
+    a warm start of the same configuration, or the warm start would miss its own cache (§4).
+    """
+    return startup_budget_s(model_bytes, node_bytes, warm=False, model=model)
+
+
+def _http(path: str) -> dict[str, Any]:
+    return {"httpGet": {"path": path, "port": "http"}}
+
+
+def leader_probes(budget_s: int, settings: RolloutSettings | None = None) -> dict[str, dict[str, Any]]:
+    """``startupProbe``, ``readinessProbe`` and ``livenessProbe`` of the leader's vLLM container."""
+    settings = settings or RolloutSettings()
+    period = settings.probe_period_s
+    return {
+        "startupProbe": {
+            **_http("/health"),
+            "periodSeconds": period,
+            "timeoutSeconds": settings.probe_timeout_s,
+            "failureThreshold": max(1, math.ceil(budget_s / period)),
+        },
+        "readinessProbe": {
+            **_http("/health"),
+            "periodSeconds": period,
+            "timeoutSeconds": settings.probe_timeout_s,
+            "failureThreshold": settings.readiness_failure_threshold,
+        },
+        "livenessProbe": {
+            **_http("/health"),
+            "periodSeconds": settings.liveness_period_s,
+            "timeoutSeconds": settings.liveness_timeout_s,
+            "failureThreshold": settings.liveness_failure_threshold,
+        },
+    }
+
+
+def probe_budget_s(probe: dict[str, Any]) -> int:
+    """A probe's budget as Kubernetes applies it: initialDelaySeconds + failureThreshold × periodSeconds."""
+    return int(probe.get("initialDelaySeconds", 0)) + int(probe["failureThreshold"]) * int(probe["periodSeconds"])

