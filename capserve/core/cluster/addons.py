@@ -79,7 +79,11 @@ class AddonImages(BaseModel):
         description="CSI external-provisioner sidecar.",
     )
     lws_controller: str = Field(
-        "registry.k8s.io/lws/lws:v0.7.0", min_length=3, max_length=300, description="LeaderWorkerSet controller image."
+        # The newest tag, matching the CRD shipped in data/lws-crd.yaml (docs/serving.md §2).
+        "registry.k8s.io/lws/lws:v0.10.0",
+        min_length=3,
+        max_length=300,
+        description="LeaderWorkerSet controller image.",
     )
 
 
