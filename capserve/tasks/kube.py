@@ -37,6 +37,7 @@ from capserve.core.cluster.readiness import (
     Readiness,
     WorkloadState,
     assess_nodes,
+    pod_problems,
     workload_state,
 )
 from capserve.core.errors import CapserveError, PermanentError, RetryableError
@@ -387,12 +388,18 @@ def _wait_objects(
         resource = _resource(dyn, str(manifest["apiVersion"]), str(manifest["kind"]))
         what = _describe(manifest)
         last: dict[str, tuple[WorkloadState, str]] = {}
+        live: dict[str, dict[str, Any]] = {}
 
-        def settled(seen: dict[str, dict[str, Any]], last: dict[str, tuple[WorkloadState, str]] = last) -> bool:
+        def settled(
+            seen: dict[str, dict[str, Any]],
+            last: dict[str, tuple[WorkloadState, str]] = last,
+            live: dict[str, dict[str, Any]] = live,
+        ) -> bool:
             if not seen:
                 last["state"] = (WorkloadState.PROGRESSING, "not found")
                 return False
-            last["state"] = workload_state(next(iter(seen.values())))
+            live["object"] = next(iter(seen.values()))
+            last["state"] = workload_state(live["object"])
             return last["state"][0].is_terminal
 
         _watch_until(
@@ -409,11 +416,31 @@ def _wait_objects(
         if state is WorkloadState.FAILED:
             raise PermanentError(f"{what} failed: {reason}")
         if state is WorkloadState.PROGRESSING:
-            pending.append(f"{what}: {reason}")
+            why = _why_not_ready(dyn, live.get("object"), settings)
+            pending.append(f"{what}: {reason}" + (f" ({why})" if why else ""))
         outcome[what] = reason
     if pending:
         raise PermanentError(f"add-ons not ready after {settings.addons_ready_timeout_s:g} s: " + "; ".join(pending))
     return outcome
+
+
+def _why_not_ready(dyn: DynamicClient, obj: Mapping[str, Any] | None, settings: KubeSettings) -> str:
+    """The pods of a workload that timed out, and what holds each (Pending with the scheduler's reason,
+    image pull, crash loop, OOM). Best effort: a cluster that cannot list them adds nothing."""
+    if not obj:
+        return ""
+    selector = ((obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    namespace = (obj.get("metadata") or {}).get("namespace")
+    if not selector or not namespace:
+        return ""
+    label_selector = ",".join(f"{key}={value}" for key, value in sorted(selector.items()))
+    try:
+        pods = _resource(dyn, "v1", "Pod").get(
+            namespace=namespace, label_selector=label_selector, _request_timeout=settings.request_timeout_s
+        )
+    except (CapserveError, k8s.ApiException, urllib3.exceptions.HTTPError) as exc:
+        return f"its pods could not be listed: {type(exc).__name__}"
+    return "; ".join(pod_problems(pods.to_dict().get("items") or []))
 
 
 @task(name="wait-addons-ready", cache_policy=NO_CACHE)

@@ -327,3 +327,46 @@ def _condition_is(obj: Mapping[str, Any], kind: str, value: str) -> bool:
 def _reason(obj: Mapping[str, Any], kind: str) -> str | None:
     condition = _condition(obj, kind)
     return None if condition is None else condition.get("reason")
+
+
+# Container waiting/terminated reasons that explain a workload that never becomes ready (kubelet
+# reasons as `kubectl describe pod` shows them).
+_STUCK_REASONS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "CrashLoopBackOff",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+        "OOMKilled",
+        "Error",
+    }
+)
+
+
+def pod_problems(pods: Sequence[Mapping[str, Any]], limit: int = 5) -> list[str]:
+    """Why these pods are not running ready, one line each: the scheduler's reason for a Pending pod
+    (``PodScheduled=False``, whose message is the ``FailedScheduling`` text: "0/3 nodes are available:
+    1 node(s) had untolerated taint …"), or a container stuck pulling, crashing or OOM-killed.
+    """
+    lines: list[str] = []
+    for pod in sorted(pods, key=lambda p: str(_mapping(p.get("metadata")).get("name"))):
+        name = str(_mapping(pod.get("metadata")).get("name") or "<pod>")
+        scheduled = _condition(pod, "PodScheduled")
+        if scheduled is not None and scheduled.get("status") == "False":
+            reason = scheduled.get("reason") or "Pending"
+            lines.append(f"pod {name} {reason}: {scheduled.get('message') or 'not scheduled'}")
+            continue
+        status = _mapping(pod.get("status"))
+        for container in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+            state = _mapping(_mapping(container).get("state"))
+            last = _mapping(_mapping(container).get("lastState"))
+            for raw in (state.get("waiting"), state.get("terminated"), last.get("terminated")):
+                stuck = _mapping(raw)
+                if stuck.get("reason") in _STUCK_REASONS:
+                    detail = f": {stuck['message']}" if stuck.get("message") else ""
+                    lines.append(f"pod {name} container {container.get('name')} {stuck['reason']}{detail}")
+                    break
+    return lines[:limit]
