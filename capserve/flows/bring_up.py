@@ -115,7 +115,14 @@ def bring_up(
         with deadline.step("network"):
             network = converge_network(campaign_id, region, lease.availability_zone, settings.vpc_cidr)
         with deadline.step("IAM roles"):
-            roles = converge_roles(campaign_id, kind, region)
+            cache_bucket = spec.weights.s3_bucket if spec.serving.compile_cache else None
+            roles = converge_roles(
+                campaign_id,
+                kind,
+                region,
+                compile_cache_bucket=cache_bucket,
+                compile_cache_prefix=spec.weights.s3_prefix,
+            )
         with deadline.step("EKS control plane"):
             cluster = converge_cluster(
                 campaign_id,

@@ -7,9 +7,11 @@ validation. Campaign ids differ per test: moto's backends live for the whole pro
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import unquote
 
 import boto3
 import pytest
@@ -233,3 +235,19 @@ def test_hyperpod_path_on_a_training_plan(events: list[eks_ext.NodePoolActivated
     eks_ext.clear_calls()
     assert run() == ()
     assert creates() == []
+
+
+def test_node_role_may_write_compile_caches_beside_the_weights_only(sandbox: None) -> None:
+    campaign = "conv-iam"
+    converge_roles.fn(campaign, "eks", REGION, compile_cache_bucket="capserve-weights",
+                      compile_cache_prefix="capserve/weights")
+    document = boto3.client("iam").get_role_policy(
+        RoleName=f"capserve-{campaign}-eks-node", PolicyName="capserve-compile-cache"
+    )["PolicyDocument"]
+    statement = (json.loads(unquote(document)) if isinstance(document, str) else document)["Statement"][0]
+    assert statement["Action"] == ["s3:PutObject"]
+    assert statement["Resource"] == ["arn:aws:s3:::capserve-weights/capserve/weights/compile-cache/*"]
+    eks_ext.clear_calls()
+    converge_roles.fn(campaign, "eks", REGION, compile_cache_bucket="capserve-weights",
+                      compile_cache_prefix="capserve/weights")
+    assert [c.action for c in eks_ext.calls("iam") if c.action.startswith(("Create", "Put", "Attach"))] == []

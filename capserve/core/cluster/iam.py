@@ -88,3 +88,23 @@ def create_role_request(role: RoleSpec, campaign_id: str) -> dict[str, Any]:
         "Description": f"capserve {role.component} for campaign {campaign_id}",
         "Tags": tag_list(campaign_tags(campaign_id, role.component, role.name)),
     }
+
+
+COMPILE_CACHE_POLICY = "capserve-compile-cache"
+
+
+def compile_cache_policy(partition: str, bucket: str, prefix: str) -> str:
+    """Inline policy of the node role: write the compile caches beside the weights, nothing else.
+
+    The node role can already read the bucket (AmazonS3ReadOnlyAccess, for the weights and the cache
+    restore); the save Jobs also need to upload under ``<prefix>/compile-cache/`` (docs/serving.md §4).
+    """
+    parts = [p for p in prefix.split("/") if p] + ["compile-cache"]
+    resource = f"arn:{partition}:s3:::{bucket}/{'/'.join(parts)}/*"
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Action": ["s3:PutObject"], "Resource": [resource]}],
+        },
+        sort_keys=True,
+    )

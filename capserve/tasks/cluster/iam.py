@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+from urllib.parse import unquote
+
 from botocore.exceptions import BotoCoreError, ClientError
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -23,7 +27,11 @@ class RoleArns(BaseModel):
 
 
 @task(name="converge-iam-roles", cache_policy=NO_CACHE)
-def converge_roles(campaign_id: str, kind: str, region: str) -> RoleArns:
+def converge_roles(
+    campaign_id: str, kind: str, region: str, *, compile_cache_bucket: str | None = None, compile_cache_prefix: str = ""
+) -> RoleArns:
+    """Every role of the campaign, with its managed policies; with ``compile_cache_bucket``, the node role
+    may also upload compile caches under ``<compile_cache_prefix>/compile-cache/`` of that bucket."""
     names = ClusterNames(campaign_id=campaign_id)
     iam = aws.client("iam", region)
     partition = partition_for(region)
@@ -48,7 +56,24 @@ def converge_roles(campaign_id: str, kind: str, region: str) -> RoleArns:
             for policy_arn in role.policy_arns(partition):
                 if policy_arn not in attached:
                     iam.attach_role_policy(RoleName=role.name, PolicyArn=policy_arn)
+            if role.component == "eks-node-role" and compile_cache_bucket:
+                document = build.compile_cache_policy(partition, compile_cache_bucket, compile_cache_prefix)
+                _converge_inline_policy(iam, role.name, build.COMPILE_CACHE_POLICY, document)
         except (ClientError, BotoCoreError) as exc:
             raise aws.convert(exc, f"IAM role {role.name}") from exc
         arns[role.component] = str(found["Arn"])
     return RoleArns(by_component=arns, created=tuple(created))
+
+
+def _converge_inline_policy(iam: Any, role_name: str, policy_name: str, document: str) -> None:
+    """Put the inline policy only when it is missing or differs (IAM returns the document URL-encoded)."""
+    try:
+        current = iam.get_role_policy(RoleName=role_name, PolicyName=policy_name)["PolicyDocument"]
+    except ClientError as exc:
+        if not has_code(exc, "NoSuchEntity"):
+            raise
+        current = None
+    if isinstance(current, str):
+        current = json.loads(unquote(current))
+    if current != json.loads(document):
+        iam.put_role_policy(RoleName=role_name, PolicyName=policy_name, PolicyDocument=document)
