@@ -21,6 +21,7 @@ from botocore.exceptions import ClientError
 from capserve.core.errors import PermanentError, RetryableError
 from capserve.core.lease import Lease
 from capserve.core.record import CampaignRecord, StageOutcome, record_key
+from capserve.core.stages import Stage, StageStatus
 from capserve.tasks.aws import client, convert, error_code
 from capserve.tasks.resilience import s3_task
 
@@ -127,15 +128,15 @@ def save_lease(
     def change(record: CampaignRecord) -> CampaignRecord:
         now = datetime.now(UTC)
         detail = f"{'adopted' if lease.adopted else 'bought'} {lease.reservation_id}"
-        outcome = StageOutcome(status="completed", finished_at=now, detail=detail)
-        return record.with_lease(lease, offering_id=offering_id, now=now).with_stage("acquire", outcome)
+        outcome = StageOutcome(status=StageStatus.COMPLETED, finished_at=now, detail=detail)
+        return record.with_lease(lease, offering_id=offering_id, now=now).with_stage(Stage.ACQUIRE, outcome)
 
     return update_record(bucket, campaign_id, change, region=region, attempts=attempts)
 
 
 @s3_task(name="save-stage-outcome")
 def save_stage_outcome(
-    bucket: str, campaign_id: str, stage: str, outcome: StageOutcome, region: str, attempts: int = 5
+    bucket: str, campaign_id: str, stage: Stage, outcome: StageOutcome, region: str, attempts: int = 5
 ) -> CampaignRecord:
     return update_record(
         bucket, campaign_id, lambda record: record.with_stage(stage, outcome), region=region, attempts=attempts
