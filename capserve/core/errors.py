@@ -43,3 +43,12 @@ class DoesNotFitError(PermanentError):
 
 class DeadlineError(PermanentError):
     """Not enough of the paid window is left to make a step worthwhile."""
+
+
+class WaitTimeoutError(PermanentError):
+    """A wait ran out of the time its caller gave it; the message says what was still missing.
+
+    Every wait in capserve raises this one class when its deadline passes. It is not retried by the task
+    decorators: a retry would start the wait again and wait longer than the caller asked (re-running the
+    stage picks the wait up, with a fresh budget chosen by a person or a schedule).
+    """

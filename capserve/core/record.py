@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from capserve.core.lease import Lease
+from capserve.core.stages import Stage, StageStatus
 
 RECORD_SCHEMA_VERSION: Literal[1] = 1
 
@@ -26,7 +27,7 @@ def record_key(campaign_id: str) -> str:
 class StageOutcome(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    status: Literal["completed", "failed", "stopped"] = Field(description="How the stage ended.")
+    status: StageStatus = Field(description="How the stage ended.")
     finished_at: AwareDatetime = Field(description="When it ended.")
     detail: str = Field("", max_length=2000, description="One line: what happened or why it stopped.")
 
@@ -38,8 +39,8 @@ class CampaignRecord(BaseModel):
     campaign_id: str = Field(min_length=1, max_length=64, description="The campaign this record belongs to.")
     lease: Lease | None = Field(None, description="The capacity the acquire stage obtained.")
     offering_id: str | None = Field(None, max_length=512, description="The offering bought, when we bought it.")
-    stages: dict[str, StageOutcome] = Field(
-        default_factory=dict, max_length=64, description="Stage name → how it last ended."
+    stages: dict[Stage, StageOutcome] = Field(
+        default_factory=dict, max_length=64, description="Stage → how it last ended."
     )
     updated_at: AwareDatetime = Field(description="Last write.")
 
@@ -50,5 +51,5 @@ class CampaignRecord(BaseModel):
     def with_lease(self, lease: Lease, *, offering_id: str | None, now: datetime) -> CampaignRecord:
         return self.model_copy(update={"lease": lease, "offering_id": offering_id, "updated_at": now})
 
-    def with_stage(self, stage: str, outcome: StageOutcome) -> CampaignRecord:
+    def with_stage(self, stage: Stage, outcome: StageOutcome) -> CampaignRecord:
         return self.model_copy(update={"stages": {**self.stages, stage: outcome}, "updated_at": outcome.finished_at})

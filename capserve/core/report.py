@@ -6,7 +6,6 @@ each stage adds exactly one top-level key of its own. ``report.md`` is the same 
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -14,24 +13,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from capserve.core.stages import Stage, StageStatus
+
 RESERVED_KEYS = frozenset({"campaign", "stages"})
 
-
-class StageStatus(enum.StrEnum):
-    RUNNING = "running"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    SKIPPED = "skipped"
-
-    @property
-    def is_terminal(self) -> bool:
-        return self is not StageStatus.RUNNING
+__all__ = ["CampaignReport", "StageRecord", "StageStatus", "markdown_table"]
 
 
 class StageRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(description="Stage name, e.g. 'plan' or 'acquire'.", min_length=1)
+    name: Stage = Field(description="The stage.")
     status: StageStatus = Field(description="Where the stage ended (or 'running').")
     started_at: datetime = Field(description="UTC start.")
     ended_at: datetime | None = Field(None, description="UTC end; None while running.")
@@ -49,7 +41,7 @@ class CampaignReport:
         self._clock = clock or (lambda: datetime.now(UTC))
 
     @contextmanager
-    def stage(self, name: str) -> Iterator[StageRecord]:
+    def stage(self, name: Stage) -> Iterator[StageRecord]:
         """Time a stage; an exception marks it failed (with the reason) and propagates."""
         record = StageRecord(name=name, status=StageStatus.RUNNING, started_at=self._clock())
         self.stages.append(record)
@@ -75,7 +67,7 @@ class CampaignReport:
         if markdown:
             self._markdown.append((title, markdown))
 
-    def skip(self, name: str, why: str) -> None:
+    def skip(self, name: Stage, why: str) -> None:
         """Record a stage that did not run, and why (a person reading the report must not have to guess)."""
         now = self._clock()
         self.stages.append(StageRecord(name=name, status=StageStatus.SKIPPED, started_at=now, ended_at=now, detail=why))
@@ -88,7 +80,7 @@ class CampaignReport:
             "campaign": self.campaign,
             "stages": [
                 {
-                    "name": s.name,
+                    "name": s.name.value,
                     "status": s.status.value,
                     "started_at": s.started_at.isoformat(),
                     "ended_at": s.ended_at.isoformat() if s.ended_at else None,
@@ -103,10 +95,10 @@ class CampaignReport:
         lines = [f"# Campaign `{self.campaign}`", "", "| stage | status | started (UTC) | took |", "|---|---|---|---|"]
         for s in self.stages:
             took = f"{(s.ended_at - s.started_at).total_seconds():.1f} s" if s.ended_at else "—"
-            lines.append(f"| {s.name} | {s.status.value} | {s.started_at:%Y-%m-%d %H:%M:%S} | {took} |")
+            lines.append(f"| {s.name.value} | {s.status.value} | {s.started_at:%Y-%m-%d %H:%M:%S} | {took} |")
         failed = [s for s in self.stages if s.status is StageStatus.FAILED]
         for s in failed:
-            lines += ["", f"**{s.name} failed:** {s.detail}"]
+            lines += ["", f"**{s.name.value} failed:** {s.detail}"]
         if self.stages:
             lines += ["", "![timeline](timeline.png)"]
         for title, body in self._markdown:

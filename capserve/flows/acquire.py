@@ -36,6 +36,7 @@ from capserve.core.errors import PermanentError
 from capserve.core.lease import Lease
 from capserve.core.record import StageOutcome
 from capserve.core.spec import CampaignSpec
+from capserve.core.stages import Stage, StageStatus
 from capserve.tasks.capacity.purchase import preflight_purchase, purchase
 from capserve.tasks.capacity.reservations import (
     describe_reservation_by_id,
@@ -95,8 +96,8 @@ def acquire(
             )
             message = f"purchase of {offer.label()} {why}; nothing was bought"
             save_stage_outcome(
-                bucket, campaign_id, "acquire",
-                StageOutcome(status="stopped", finished_at=datetime.now(UTC), detail=message),
+                bucket, campaign_id, Stage.ACQUIRE,
+                StageOutcome(status=StageStatus.STOPPED, finished_at=datetime.now(UTC), detail=message),
                 record_region, attempts=settings.record_write_attempts,
             )
             return _stopped(spec, ranking, outcome, message)

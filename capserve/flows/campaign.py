@@ -21,8 +21,9 @@ from prefect import flow, get_run_logger
 from capserve.core.errors import CapserveError
 from capserve.core.lease import Lease
 from capserve.core.plan_check import plan_markdown
-from capserve.core.report import CampaignReport, StageStatus
+from capserve.core.report import CampaignReport
 from capserve.core.spec import CampaignSpec
+from capserve.core.stages import Stage, StageStatus
 from capserve.core.teardown.result import TeardownIncompleteError, TeardownReason, TeardownResult
 from capserve.flows.acquire import acquire
 from capserve.flows.bring_up import bring_up
@@ -34,6 +35,16 @@ from capserve.tasks.reporting import write_report
 from capserve.tasks.scheduling import schedule_teardown
 from capserve.tasks.weights.node_staging import stage_on_nodes
 from capserve.tasks.weights.s3 import read_manifest
+
+# The stages this campaign runs, in order (rollout and drain join when they exist).
+STAGES = (Stage.PLAN, Stage.ACQUIRE, Stage.STAGE_WEIGHTS, Stage.BRING_UP, Stage.WEIGHTS_TO_NODES, Stage.EVALUATE)
+
+
+def _skip_from(report: CampaignReport, first: Stage, why: str) -> None:
+    """Skip ``first`` and every stage of the campaign after it, for one reason."""
+    for stage in STAGES:
+        if not stage.precedes(first):
+            report.skip(stage, why)
 
 
 @flow(name="campaign", flow_run_name="campaign-{spec.name}")
@@ -61,7 +72,7 @@ def campaign(
     cluster_started = False
     failed = False
     try:
-        with report.stage("plan"):
+        with report.stage(Stage.PLAN):
             model = resolve_model(spec.model, hub_endpoint)
             plan = plan_campaign(spec, model)
             publish_plan(plan, spec.campaign_id)
@@ -75,16 +86,16 @@ def campaign(
                 plan.weight_bytes_per_gpu / 1024**3,
             )
 
-        with report.stage("acquire") as record:
+        with report.stage(Stage.ACQUIRE) as record:
             obtained = acquire(spec, interactive=interactive)
             sections = obtained.report_sections()
             report.add_section("lease", sections["lease"], title=None, markdown=obtained.markdown())
             report.add_section("offers_considered", sections["offers_considered"], title=None, markdown="")
             if obtained.stopped:
+                record.status = StageStatus.STOPPED
                 record.detail = obtained.message
         if obtained.lease is None:
-            for name in ("stage_weights", "bring_up", "evaluate"):
-                report.skip(name, f"no capacity: {obtained.message}")
+            _skip_from(report, Stage.STAGE_WEIGHTS, f"no capacity: {obtained.message}")
             return report.to_json()
         lease = obtained.lease
         report.add_section(
@@ -95,7 +106,7 @@ def campaign(
         )
 
         # Weights need no GPU: this stage runs while the reservation is still scheduled.
-        with report.stage("stage_weights"):
+        with report.stage(Stage.STAGE_WEIGHTS):
             weights = stage_weights(
                 spec,
                 nodes=plan.nodes,
@@ -111,24 +122,23 @@ def campaign(
                 f"until {lease.start.isoformat()}: run the campaign again then (it adopts the reservation and "
                 "skips finished work)"
             )
-            for name in ("bring_up", "weights_to_nodes", "evaluate"):
-                report.skip(name, why)
+            _skip_from(report, Stage.BRING_UP, why)
             return report.to_json()
 
-        with report.stage("bring_up"):
+        with report.stage(Stage.BRING_UP):
             cluster_started = True
             cluster = bring_up(spec, lease)
             report.add_section("cluster", cluster.report_section(), title="Cluster", markdown=cluster.markdown())
 
         # Each GPU node copies only its own files from S3 (a Job per node), verifying every sha256.
-        with report.stage("weights_to_nodes"):
+        with report.stage(Stage.WEIGHTS_TO_NODES):
             manifest = read_manifest(weights.manifest_uri, spec.weights_region)
             staged = stage_on_nodes(spec, cluster, manifest)
             report.add_section(
                 "node_staging", staged.report_section(), title="Weights on the nodes", markdown=staged.markdown()
             )
 
-        with report.stage("evaluate") as record:
+        with report.stage(Stage.EVALUATE) as record:
             if endpoint_url is None:
                 record.status = StageStatus.SKIPPED
                 record.detail = "no endpoint to evaluate: nothing was rolled out and no endpoint_url was given"
@@ -160,7 +170,7 @@ def _tear_down(
     is recorded and logged but does not replace that first error (the reaper and the scheduled run
     still stand behind it)."""
     try:
-        with report.stage("teardown"):
+        with report.stage(Stage.TEARDOWN):
             try:
                 done: TeardownResult = teardown(spec, lease.region, reason=reason)
             except TeardownIncompleteError as exc:

@@ -27,7 +27,6 @@ from kubernetes import config as k8s_config
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.discovery import LazyDiscoverer
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
-from prefect import task
 from prefect.cache_policies import NO_CACHE
 from pydantic import SecretStr
 
@@ -42,6 +41,8 @@ from capserve.core.cluster.readiness import (
 )
 from capserve.core.errors import CapserveError, PermanentError, RetryableError
 from capserve.tasks import aws
+from capserve.tasks.resilience import kube_task
+from capserve.tasks.waiting import wait_timeout
 
 DEFAULT_FIELD_MANAGER = "capserve"
 
@@ -329,7 +330,7 @@ def _watch_until(
 # --------------------------------------------------------------------------- waits (Prefect tasks)
 
 
-@task(name="wait-gpu-nodes-ready", cache_policy=NO_CACHE)
+@kube_task(name="wait-gpu-nodes-ready", cache_policy=NO_CACHE)
 def wait_gpu_nodes_ready(api: k8s.ApiClient, expectation: NodeExpectation, settings: KubeSettings) -> Readiness:
     """Watch the nodes until ``expectation`` holds; on timeout raise naming each node and its cause.
 
@@ -350,11 +351,11 @@ def wait_gpu_nodes_ready(api: k8s.ApiClient, expectation: NodeExpectation, setti
     )
     readiness = assess_nodes(list(objects.values()), expectation)
     if not readiness.ready:
-        raise PermanentError(f"GPU nodes not ready after {settings.nodes_ready_timeout_s:g} s: {readiness.describe()}")
+        raise wait_timeout("GPU nodes", settings.nodes_ready_timeout_s, readiness.describe())
     return readiness
 
 
-@task(name="apply-addons", cache_policy=NO_CACHE)
+@kube_task(name="apply-addons", cache_policy=NO_CACHE)
 def apply_addons(
     api: k8s.ApiClient,
     manifests: Sequence[Mapping[str, Any]],
@@ -371,22 +372,23 @@ def apply_addons(
     rest = [m for m in manifests if m.get("kind") != "CustomResourceDefinition"]
     applied = [_apply(dyn, manifest, field_manager) for manifest in crds]
     if crds:
-        _wait_objects(dyn, crds, settings, time.monotonic() + settings.addons_ready_timeout_s)
+        _wait_objects(dyn, crds, settings, settings.addons_ready_timeout_s, "add-ons")
     applied += [_apply(dyn, manifest, field_manager) for manifest in rest]
     return applied
 
 
 def _wait_objects(
-    dyn: DynamicClient, manifests: Iterable[Mapping[str, Any]], settings: KubeSettings, deadline: float
+    dyn: DynamicClient, manifests: Iterable[Mapping[str, Any]], settings: KubeSettings, timeout_s: float, what: str
 ) -> dict[str, str]:
-    """Watch each object until it is ready; raise at the first failure or when the deadline passes."""
+    """Watch each object until it is ready; raise at the first failure or when ``timeout_s`` has passed."""
+    deadline = time.monotonic() + timeout_s
     outcome: dict[str, str] = {}
     pending: list[str] = []
     for manifest in manifests:
         name = str((manifest.get("metadata") or {}).get("name"))
         namespace = (manifest.get("metadata") or {}).get("namespace")
         resource = _resource(dyn, str(manifest["apiVersion"]), str(manifest["kind"]))
-        what = _describe(manifest)
+        obj = _describe(manifest)
         last: dict[str, tuple[WorkloadState, str]] = {}
         live: dict[str, dict[str, Any]] = {}
 
@@ -408,19 +410,19 @@ def _wait_objects(
             done=settled,
             deadline=deadline,
             settings=settings,
-            what=f"watch of {what}",
+            what=f"watch of {obj}",
             namespace=namespace,
             field_selector=f"metadata.name={name}",
         )
         state, reason = last.get("state", (WorkloadState.PROGRESSING, "not observed"))
         if state is WorkloadState.FAILED:
-            raise PermanentError(f"{what} failed: {reason}")
+            raise PermanentError(f"{obj} failed: {reason}")
         if state is WorkloadState.PROGRESSING:
             why = _why_not_ready(dyn, live.get("object"), settings)
-            pending.append(f"{what}: {reason}" + (f" ({why})" if why else ""))
-        outcome[what] = reason
+            pending.append(f"{obj}: {reason}" + (f" ({why})" if why else ""))
+        outcome[obj] = reason
     if pending:
-        raise PermanentError(f"add-ons not ready after {settings.addons_ready_timeout_s:g} s: " + "; ".join(pending))
+        raise wait_timeout(what, timeout_s, "; ".join(pending))
     return outcome
 
 
@@ -443,7 +445,7 @@ def _why_not_ready(dyn: DynamicClient, obj: Mapping[str, Any] | None, settings: 
     return "; ".join(pod_problems(pods.to_dict().get("items") or []))
 
 
-@task(name="wait-addons-ready", cache_policy=NO_CACHE)
+@kube_task(name="wait-addons-ready", cache_policy=NO_CACHE)
 def wait_addons_ready(
     api: k8s.ApiClient, manifests: Sequence[Mapping[str, Any]], settings: KubeSettings
 ) -> dict[str, str]:
@@ -453,4 +455,11 @@ def wait_addons_ready(
     not ready at the deadline, or the first that failed (a Job's BackoffLimitExceeded, a
     Deployment's ProgressDeadlineExceeded).
     """
-    return _wait_objects(dynamic_client(api), manifests, settings, time.monotonic() + settings.addons_ready_timeout_s)
+    return _wait_objects(dynamic_client(api), manifests, settings, settings.addons_ready_timeout_s, "add-ons")
+
+
+def wait_workloads_ready(
+    api: k8s.ApiClient, manifests: Sequence[Mapping[str, Any]], settings: KubeSettings, *, timeout_s: float, what: str
+) -> dict[str, str]:
+    """Like ``wait_addons_ready`` for other workloads (e.g. staging Jobs), with their own timeout."""
+    return _wait_objects(dynamic_client(api), manifests, settings, timeout_s, what)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from prefect import task
 from prefect.artifacts import create_table_artifact
 
 from capserve.core.catalog import ModelEntry, get_instance_type, get_model, model_from_hf_config
@@ -13,6 +12,7 @@ from capserve.core.errors import PermanentError, RetryableError
 from capserve.core.plan_check import check_plan_against_capacity, plan_summary_rows
 from capserve.core.planner import ServingPlan, plan_serving
 from capserve.core.spec import CampaignSpec, ModelRef
+from capserve.tasks.resilience import hub_task, local_task, orchestrator_task
 
 
 def model_from_hub(repo: str, revision: str = "main", *, endpoint: str | None = None) -> ModelEntry:
@@ -42,7 +42,7 @@ def model_from_config_file(
     return model_from_hf_config(config, name=name, hf_repo=hf_repo, source=source or str(path))
 
 
-@task(name="resolve-model")
+@hub_task(name="resolve-model")
 def resolve_model(ref: ModelRef, hub_endpoint: str | None = None) -> ModelEntry:
     """The model's geometry: the catalog entry, or the repo's own config.json read from the Hub.
 
@@ -54,7 +54,7 @@ def resolve_model(ref: ModelRef, hub_endpoint: str | None = None) -> ModelEntry:
     return model_from_hub(ref.repo, ref.revision, endpoint=hub_endpoint)
 
 
-@task(name="plan-serving")
+@local_task(name="plan-serving")
 def plan_campaign(spec: CampaignSpec, model: ModelEntry) -> ServingPlan:
     """Plan the model on the spec's instance type; refuse before anything is bought if it cannot fit."""
     instance = get_instance_type(spec.capacity.instance_type)
@@ -68,7 +68,7 @@ def plan_campaign(spec: CampaignSpec, model: ModelEntry) -> ServingPlan:
     return plan
 
 
-@task(name="publish-plan")
+@orchestrator_task(name="publish-plan")
 def publish_plan(plan: ServingPlan, campaign_id: str) -> None:
     create_table_artifact(
         key=f"{campaign_id}-plan",

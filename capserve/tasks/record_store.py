@@ -17,12 +17,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
-from prefect import task
 
 from capserve.core.errors import PermanentError, RetryableError
 from capserve.core.lease import Lease
 from capserve.core.record import CampaignRecord, StageOutcome, record_key
+from capserve.core.stages import Stage, StageStatus
 from capserve.tasks.aws import client, convert, error_code
+from capserve.tasks.resilience import s3_task
 
 CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 ABSENT_CODES = frozenset({"NoSuchKey", "NoSuchBucket", "404"})
@@ -112,13 +113,13 @@ def update_record(
     raise RecordConflictError(f"campaign record {campaign_id}: {attempts} conflicting writes in a row; re-run")
 
 
-@task(name="load-campaign-record", tags=["aws"])
+@s3_task(name="load-campaign-record")
 def load_record(bucket: str, campaign_id: str, region: str) -> CampaignRecord | None:
     stored = read_record(bucket, campaign_id, region=region)
     return stored.record if stored else None
 
 
-@task(name="save-lease", tags=["aws"])
+@s3_task(name="save-lease")
 def save_lease(
     bucket: str, campaign_id: str, lease: Lease, offering_id: str | None, region: str, attempts: int = 5
 ) -> CampaignRecord:
@@ -127,15 +128,15 @@ def save_lease(
     def change(record: CampaignRecord) -> CampaignRecord:
         now = datetime.now(UTC)
         detail = f"{'adopted' if lease.adopted else 'bought'} {lease.reservation_id}"
-        outcome = StageOutcome(status="completed", finished_at=now, detail=detail)
-        return record.with_lease(lease, offering_id=offering_id, now=now).with_stage("acquire", outcome)
+        outcome = StageOutcome(status=StageStatus.COMPLETED, finished_at=now, detail=detail)
+        return record.with_lease(lease, offering_id=offering_id, now=now).with_stage(Stage.ACQUIRE, outcome)
 
     return update_record(bucket, campaign_id, change, region=region, attempts=attempts)
 
 
-@task(name="save-stage-outcome", tags=["aws"])
+@s3_task(name="save-stage-outcome")
 def save_stage_outcome(
-    bucket: str, campaign_id: str, stage: str, outcome: StageOutcome, region: str, attempts: int = 5
+    bucket: str, campaign_id: str, stage: Stage, outcome: StageOutcome, region: str, attempts: int = 5
 ) -> CampaignRecord:
     return update_record(
         bucket, campaign_id, lambda record: record.with_stage(stage, outcome), region=region, attempts=attempts

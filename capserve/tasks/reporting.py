@@ -11,14 +11,15 @@ import matplotlib
 
 matplotlib.use("Agg")  # no display here or in CI; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
-from prefect import task  # noqa: E402
 from prefect.artifacts import create_markdown_artifact  # noqa: E402
+
+from capserve.tasks.resilience import local_task  # noqa: E402
 
 # Stage colours by outcome, so a failed or skipped stage stands out in the timeline.
 _COLOURS = {"completed": "tab:green", "failed": "tab:red", "skipped": "tab:gray", "running": "tab:orange"}
 
 
-@task(name="write-report")
+@local_task(name="write-report")
 def write_report(report_json: dict[str, Any], markdown: str, out_dir: Path) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out_dir / "report.json", out_dir / "report.md"

@@ -10,12 +10,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from prefect import get_run_logger, task
+from prefect import get_run_logger
 from prefect.deployments import run_deployment
 from prefect.exceptions import ObjectNotFound
 
 from capserve.core.lease import Lease
 from capserve.core.spec import CampaignSpec
+from capserve.tasks.resilience import orchestrator_task
 
 TEARDOWN_DEPLOYMENT = "teardown/teardown"
 
@@ -24,7 +25,7 @@ def teardown_idempotency_key(campaign_id: str, reservation_id: str) -> str:
     return f"capserve-teardown-{campaign_id}-{reservation_id}"
 
 
-@task(name="schedule-teardown")
+@orchestrator_task(name="schedule-teardown")
 def schedule_teardown(spec: CampaignSpec, lease: Lease, deployment: str = TEARDOWN_DEPLOYMENT) -> dict[str, Any]:
     """Schedule ``deployment`` at the lease's hard-teardown time; say plainly when it could not be."""
     at: datetime = lease.teardown_at(spec.teardown)

@@ -15,7 +15,7 @@ from pydantic import SecretStr
 
 from capserve.core.cluster.addons import AddonOptions, render_addons
 from capserve.core.cluster.readiness import KubeSettings, NodeExpectation, Readiness
-from capserve.core.errors import PermanentError
+from capserve.core.errors import PermanentError, WaitTimeoutError
 from capserve.sandbox.aws import patched_environ
 from capserve.sandbox.kube import FakeKube
 from capserve.sandbox.kube.auth import eks_token_problem
@@ -263,7 +263,7 @@ def test_addons_still_progressing_at_the_deadline_are_named(
     manifests = render_addons(AddonOptions(campaign_id="demo", gpu_node_labels=GPU, efa=False, fsx=False, lws=False))
     tasks_kube.apply_addons.fn(api, manifests, quick)
     with pytest.raises(
-        PermanentError, match="not ready after 2 s: DaemonSet kube-system/nvidia-device-plugin-daemonset: 0/1"
+        WaitTimeoutError, match="add-ons not ready after 2 s: DaemonSet kube-system/nvidia-device-plugin-daemonset: 0/1"
     ):
         tasks_kube.wait_addons_ready.fn(api, manifests, quick)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from botocore.exceptions import ClientError
-from prefect import task
 
 from capserve.core.capacity.offers import Offer
 from capserve.core.capacity.requests import (
@@ -24,6 +23,7 @@ from capserve.core.errors import PermanentError
 from capserve.tasks.aws import client, error_code, is_retryable
 from capserve.tasks.capacity.errors import capacity_error
 from capserve.tasks.capacity.reservations import training_plan
+from capserve.tasks.resilience import aws_task, single_shot_task
 
 PURCHASE_ACTION = "ec2:PurchaseCapacityBlock (and ec2:CreateTags for TagSpecifications)"
 CREATE_PLAN_ACTION = "sagemaker:CreateTrainingPlan (and sagemaker:AddTags)"
@@ -33,7 +33,8 @@ class PurchaseOutcomeUnknownError(PermanentError):
     """The purchase may or may not have happened. Never retried: the next run adopts by tag or buys."""
 
 
-@task(name="preflight-purchase", tags=["aws"])
+# A DryRun buys nothing, so it may be retried like any control-plane read.
+@aws_task(name="preflight-purchase")
 def preflight_purchase(offer: Offer, campaign_id: str) -> None:
     """Ask AWS whether the purchase would be allowed, without buying (DryRun → DryRunOperation).
 
@@ -74,7 +75,11 @@ def _unknown(exc: BaseException, what: str) -> PurchaseOutcomeUnknownError:
     )
 
 
-@task(name="purchase-capacity", tags=["aws"])
+@single_shot_task(
+    name="purchase-capacity",
+    why="PurchaseCapacityBlock has no idempotency token and a Capacity Block cannot be cancelled: a retry "
+    "could buy twice. An unknown outcome is an error; the next run adopts the reservation by its tag.",
+)
 def purchase(offer: Offer, campaign_id: str) -> Reservation:
     """Buy ``offer`` once. Returns the new reservation (payment-pending at first)."""
     what = f"purchase of {offer.provider} offering {offer.offering_id} in {offer.region}"

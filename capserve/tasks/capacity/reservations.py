@@ -7,8 +7,6 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
-from prefect import task
-
 from capserve.core.capacity.requests import (
     describe_training_plan_request,
     region_from_arn,
@@ -27,30 +25,24 @@ from capserve.core.errors import PermanentError
 from capserve.core.spec import CapacitySpec
 from capserve.tasks.aws import client
 from capserve.tasks.capacity.errors import capacity_error, is_not_found
-from capserve.tasks.capacity.search import MAX_PAGES
-from capserve.tasks.capacity.waiting import poll
+from capserve.tasks.resilience import aws_task
+from capserve.tasks.waiting import wait_until
 
 
 def capacity_reservations_by_tag(campaign_id: str, region: str) -> list[Reservation]:
     """Every capacity reservation in ``region`` tagged with the campaign, in any state."""
     ec2 = client("ec2", region)
-    found: list[Reservation] = []
-    token: str | None = None
-    for _ in range(MAX_PAGES):
-        try:
-            page: dict[str, Any] = ec2.describe_capacity_reservations(
-                **reservations_by_campaign_request(campaign_id, next_token=token)
-            )
-        except Exception as exc:
-            raise capacity_error(
-                exc, f"looking up capacity reservations tagged {campaign_id} in {region}",
-                iam_action="ec2:DescribeCapacityReservations",
-            ) from exc
-        found += [reservation_from_ec2(region, raw) for raw in page.get("CapacityReservations", [])]
-        token = page.get("NextToken")
-        if not token:
-            return found
-    raise PermanentError(f"looking up reservations tagged {campaign_id} in {region}: more than {MAX_PAGES} pages")
+    try:
+        pages = ec2.get_paginator("describe_capacity_reservations").paginate(
+            **reservations_by_campaign_request(campaign_id)
+        )
+        raw = [item for page in pages for item in page.get("CapacityReservations", [])]
+    except Exception as exc:
+        raise capacity_error(
+            exc, f"looking up capacity reservations tagged {campaign_id} in {region}",
+            iam_action="ec2:DescribeCapacityReservations",
+        ) from exc
+    return [reservation_from_ec2(region, item) for item in raw]
 
 
 def capacity_reservation(region: str, reservation_id: str) -> Reservation | None:
@@ -98,7 +90,7 @@ def describe(reservation: Reservation) -> Reservation:
     return fresh
 
 
-@task(name="find-campaign-reservations", tags=["aws"])
+@aws_task(name="find-campaign-reservations")
 def find_campaign_reservations(capacity: CapacitySpec, campaign_id: str) -> list[Reservation]:
     """What this campaign already owns, searched in every region of the spec concurrently."""
     if capacity.provider == "sagemaker-training-plan":
@@ -116,7 +108,7 @@ def find_campaign_reservations(capacity: CapacitySpec, campaign_id: str) -> list
         return [r for found in pool.map(lookup, capacity.regions) for r in found]
 
 
-@task(name="describe-reservation", tags=["aws"])
+@aws_task(name="describe-reservation")
 def describe_reservation_by_id(reservation_id: str, default_region: str) -> Reservation | None:
     """A reservation named by id (cr-… in ``default_region``) or by training plan ARN (its own region)."""
     if reservation_id.startswith("arn:"):
@@ -124,7 +116,7 @@ def describe_reservation_by_id(reservation_id: str, default_region: str) -> Rese
     return capacity_reservation(default_region, reservation_id)
 
 
-@task(name="wait-until-usable", tags=["aws"])
+@aws_task(name="wait-until-usable")
 def wait_until_usable(reservation: Reservation, settings: CapacitySettings) -> Reservation:
     """Follow AWS's states until ``active``; a far-off start returns the ``scheduled`` reservation instead.
 
@@ -147,13 +139,14 @@ def wait_until_usable(reservation: Reservation, settings: CapacitySettings) -> R
         return lambda r: f"{r.reservation_id} is still {r.state.value} (starts {r.start.isoformat()}), wanted {wanted}"
 
     def wait(wanted: str, done: Callable[[Reservation], bool], deadline: float, hint: bool = False) -> Reservation:
-        return poll(
+        return wait_until(
             check,
             done=done,
             describe=still(wanted),
-            deadline_seconds=deadline,
-            initial_seconds=settings.poll_initial_seconds,
-            max_seconds=settings.poll_max_seconds,
+            what=f"reservation {reservation.reservation_id}",
+            timeout_s=deadline,
+            initial_s=settings.poll_initial_seconds,
+            max_s=settings.poll_max_seconds,
             jitter=settings.poll_jitter,
             next_wait=seconds_to_start if hint else lambda _: None,
         )

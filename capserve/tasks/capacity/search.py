@@ -5,40 +5,27 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from prefect import task
-
 from capserve.core.capacity.offers import Offer, offer_from_capacity_block, offers_from_training_plan
 from capserve.core.capacity.requests import capacity_block_offerings_request, training_plan_offerings_request
 from capserve.core.spec import CapacitySpec
 from capserve.tasks.aws import client
 from capserve.tasks.capacity.errors import capacity_error
-
-# A guard against a paginating API that never stops handing out tokens.
-MAX_PAGES = 50
+from capserve.tasks.resilience import aws_task
 
 
 def capacity_block_offers(capacity: CapacitySpec, region: str) -> list[Offer]:
-    """Every DescribeCapacityBlockOfferings page in one region. Throttling and 5xx are retried by botocore."""
+    """Every DescribeCapacityBlockOfferings page in one region (botocore's paginator follows NextToken)."""
     ec2 = client("ec2", region)
-    offers: list[Offer] = []
-    token: str | None = None
-    for _ in range(MAX_PAGES):
-        try:
-            page: dict[str, Any] = ec2.describe_capacity_block_offerings(
-                **capacity_block_offerings_request(capacity, next_token=token)
-            )
-        except Exception as exc:
-            raise capacity_error(
-                exc, f"searching Capacity Block offerings in {region}", iam_action="ec2:DescribeCapacityBlockOfferings"
-            ) from exc
-        offers += [offer_from_capacity_block(region, raw) for raw in page.get("CapacityBlockOfferings", [])]
-        token = page.get("NextToken")
-        if not token:
-            return offers
-    raise capacity_error(
-        RuntimeError(f"more than {MAX_PAGES} pages"), f"searching Capacity Block offerings in {region}",
-        iam_action="ec2:DescribeCapacityBlockOfferings",
-    )
+    try:
+        pages = ec2.get_paginator("describe_capacity_block_offerings").paginate(
+            **capacity_block_offerings_request(capacity)
+        )
+        raw = [item for page in pages for item in page.get("CapacityBlockOfferings", [])]
+    except Exception as exc:
+        raise capacity_error(
+            exc, f"searching Capacity Block offerings in {region}", iam_action="ec2:DescribeCapacityBlockOfferings"
+        ) from exc
+    return [offer_from_capacity_block(region, item) for item in raw]
 
 
 def training_plan_offers(capacity: CapacitySpec, region: str) -> list[Offer]:
@@ -53,7 +40,7 @@ def training_plan_offers(capacity: CapacitySpec, region: str) -> list[Offer]:
     return [offer for raw in page.get("TrainingPlanOfferings", []) for offer in offers_from_training_plan(region, raw)]
 
 
-@task(name="search-capacity-offers", tags=["aws"])
+@aws_task(name="search-capacity-offers")
 def search_offers(capacity: CapacitySpec) -> list[Offer]:
     """All offers for the spec across its regions, searched concurrently (each thread builds its own client).
 

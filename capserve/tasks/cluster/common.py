@@ -10,6 +10,7 @@ from botocore.exceptions import ClientError, WaiterError
 from capserve.core.errors import CapserveError, PermanentError
 from capserve.core.tags import CAMPAIGN_TAG
 from capserve.tasks import aws
+from capserve.tasks.waiting import wait_timeout
 
 
 def tag_filters(campaign_id: str, name: str) -> list[dict[str, Any]]:
@@ -40,5 +41,9 @@ def waiter_config(timeout_s: float, poll_s: float) -> dict[str, int]:
 
 
 def waiter_error(exc: WaiterError, what: str, timeout_s: float) -> CapserveError:
-    """A waiter that gave up: a failure state AWS reported, or time ran out (the message says which)."""
-    return PermanentError(f"{what}: not ready within {timeout_s:g} s: {exc}")
+    """A botocore waiter that gave up: time ran out (``WaitTimeoutError``, like every wait), or AWS reported
+    a failure state (permanent: waiting longer cannot help)."""
+    reason = str(exc.kwargs.get("reason", ""))
+    if "Max attempts exceeded" in reason:
+        return wait_timeout(what, timeout_s, str(exc))
+    return PermanentError(f"{what}: {exc}")

@@ -7,7 +7,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError, WaiterError
-from prefect import task
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -20,6 +19,7 @@ from capserve.core.lease import Lease
 from capserve.core.tags import CAMPAIGN_TAG
 from capserve.tasks import aws
 from capserve.tasks.cluster.common import has_code, waiter_config, waiter_error
+from capserve.tasks.resilience import aws_task
 
 # Statuses from which waiting cannot help (EKS API reference, Cluster.status / Nodegroup.status).
 _CLUSTER_DEAD = {"FAILED", "DELETING"}
@@ -46,7 +46,7 @@ def _ours(tags: dict[str, str], campaign_id: str, what: str) -> None:
         )
 
 
-@task(name="converge-eks-cluster", cache_policy=NO_CACHE)
+@aws_task(name="converge-eks-cluster", cache_policy=NO_CACHE)
 def converge_cluster(
     campaign_id: str,
     region: str,
@@ -84,7 +84,7 @@ def converge_cluster(
         raise aws.convert(exc, what) from exc
 
 
-@task(name="describe-existing-eks-cluster", cache_policy=NO_CACHE)
+@aws_task(name="describe-existing-eks-cluster", cache_policy=NO_CACHE)
 def existing_cluster(name: str, region: str, *, timeout_s: float, poll_s: float) -> EksCluster:
     """A cluster the spec names: never created or changed by us, only waited for."""
     eks = aws.client("eks", region)
@@ -125,7 +125,7 @@ class LaunchTemplateRef(BaseModel):
     created: tuple[str, ...] = Field(default=(), description="'kind/name' of what this run created.")
 
 
-@task(name="converge-launch-template", cache_policy=NO_CACHE)
+@aws_task(name="converge-launch-template", cache_policy=NO_CACHE)
 def converge_launch_template(campaign_id: str, lease: Lease, security_group_id: str) -> LaunchTemplateRef:
     """The capacity-block template; a new version only when its content (e.g. the reservation) changed."""
     names = ClusterNames(campaign_id=campaign_id)
@@ -163,7 +163,7 @@ def converge_launch_template(campaign_id: str, lease: Lease, security_group_id: 
         raise aws.convert(exc, f"launch template {names.launch_template}") from exc
 
 
-@task(name="converge-gpu-nodegroup", cache_policy=NO_CACHE)
+@aws_task(name="converge-gpu-nodegroup", cache_policy=NO_CACHE)
 def converge_nodegroup(
     campaign_id: str,
     lease: Lease,
@@ -192,7 +192,7 @@ def converge_nodegroup(
     return created
 
 
-@task(name="converge-system-nodegroup", cache_policy=NO_CACHE)
+@aws_task(name="converge-system-nodegroup", cache_policy=NO_CACHE)
 def converge_system_nodegroup(
     campaign_id: str,
     region: str,

@@ -1,15 +1,12 @@
 """Converge the HyperPod side: the SageMaker cluster on the training plan, orchestrated by our EKS cluster.
 
 SageMaker has no boto3 waiter for HyperPod clusters (botocore sagemaker waiters: endpoints, notebooks,
-jobs, images only), so this polls ``DescribeCluster`` against a monotonic deadline.
+jobs, images only), so this polls ``DescribeCluster`` with the one wait helper (``capserve.tasks.waiting``).
 """
 
 from __future__ import annotations
 
-import time
-
 from botocore.exceptions import BotoCoreError, ClientError
-from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from capserve.core.cluster import hyperpod as build
@@ -19,9 +16,11 @@ from capserve.core.errors import PermanentError
 from capserve.core.lease import Lease
 from capserve.tasks import aws
 from capserve.tasks.cluster.common import has_code
+from capserve.tasks.resilience import aws_task
+from capserve.tasks.waiting import wait_until
 
 
-@task(name="converge-hyperpod-cluster", cache_policy=NO_CACHE)
+@aws_task(name="converge-hyperpod-cluster", cache_policy=NO_CACHE)
 def converge_hyperpod(
     campaign_id: str,
     lease: Lease,
@@ -40,7 +39,7 @@ def converge_hyperpod(
     created: tuple[str, ...] = ()
     try:
         try:
-            status = sagemaker.describe_cluster(ClusterName=names.hyperpod_cluster)["ClusterStatus"]
+            sagemaker.describe_cluster(ClusterName=names.hyperpod_cluster)
         except ClientError as exc:
             if not has_code(exc, "ResourceNotFound"):
                 raise
@@ -59,18 +58,22 @@ def converge_hyperpod(
             )
             sagemaker.create_cluster(**request)
             created = (f"hyperpod-cluster/{names.hyperpod_cluster}",)
-            status = build.HyperPodStatus.CREATING.value
-        deadline = time.monotonic() + timeout_s
-        while True:
-            state = build.HyperPodStatus(status)
-            if state is build.HyperPodStatus.IN_SERVICE:
-                return created
-            if state.is_terminal:
-                described = sagemaker.describe_cluster(ClusterName=names.hyperpod_cluster)
+
+        def check() -> build.HyperPodStatus:
+            described = sagemaker.describe_cluster(ClusterName=names.hyperpod_cluster)
+            state = build.HyperPodStatus(described["ClusterStatus"])
+            if state.is_terminal and state is not build.HyperPodStatus.IN_SERVICE:
                 raise PermanentError(f"{what} is {state.value}: {described.get('FailureMessage') or 'no reason given'}")
-            if time.monotonic() >= deadline:
-                raise PermanentError(f"{what}: still {state.value} after {timeout_s:g} s")
-            time.sleep(settings.poll_seconds)
-            status = sagemaker.describe_cluster(ClusterName=names.hyperpod_cluster)["ClusterStatus"]
+            return state
+
+        wait_until(
+            check,
+            done=lambda state: state is build.HyperPodStatus.IN_SERVICE,
+            describe=lambda state: f"still {state.value}",
+            what=what,
+            timeout_s=timeout_s,
+            initial_s=settings.poll_seconds,
+        )
+        return created
     except (ClientError, BotoCoreError) as exc:
         raise aws.convert(exc, what) from exc

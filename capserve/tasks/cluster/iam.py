@@ -7,7 +7,6 @@ from typing import Any
 from urllib.parse import unquote
 
 from botocore.exceptions import BotoCoreError, ClientError
-from prefect import task
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -17,6 +16,7 @@ from capserve.core.errors import PermanentError
 from capserve.core.tags import CAMPAIGN_TAG
 from capserve.tasks import aws
 from capserve.tasks.cluster.common import has_code
+from capserve.tasks.resilience import aws_task
 
 
 class RoleArns(BaseModel):
@@ -26,7 +26,7 @@ class RoleArns(BaseModel):
     created: tuple[str, ...] = Field(default=(), description="'kind/name' of what this run created.")
 
 
-@task(name="converge-iam-roles", cache_policy=NO_CACHE)
+@aws_task(name="converge-iam-roles", cache_policy=NO_CACHE)
 def converge_roles(
     campaign_id: str, kind: str, region: str, *, compile_cache_bucket: str | None = None, compile_cache_prefix: str = ""
 ) -> RoleArns:

@@ -5,16 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
-from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from capserve.core.cluster import network as build
 from capserve.core.cluster.naming import ClusterNames
 from capserve.tasks import aws
 from capserve.tasks.cluster.common import only_one, tag_filters
+from capserve.tasks.resilience import aws_task
 
 
-@task(name="converge-network", cache_policy=NO_CACHE)
+@aws_task(name="converge-network", cache_policy=NO_CACHE)
 def converge_network(campaign_id: str, region: str, availability_zone: str, vpc_cidr: str) -> build.NetworkIds:
     """VPC, subnets (the reservation's AZ first), internet gateway and route, node security group."""
     names = ClusterNames(campaign_id=campaign_id)

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
-from prefect import get_run_logger, task
+from prefect import get_run_logger
 from pydantic import SecretStr
 
 from capserve.core.evaluation import smoke as smoke_core
@@ -30,6 +30,7 @@ from capserve.core.evaluation.smoke import SmokeCheck
 from capserve.core.evaluation.spec import EvaluationSpec, QualitySpec, SmokeSpec
 from capserve.core.evaluation.sse import SseDecoder, StreamState, apply_event
 from capserve.tasks.evaluation.load import read_api_key
+from capserve.tasks.resilience import endpoint_task
 
 
 class CheckFailed(Exception):
@@ -155,7 +156,7 @@ def run_smoke_checks(client: httpx.Client, model: str, spec: SmokeSpec) -> Smoke
     return SmokeResult(checks=checks)
 
 
-@task(name="eval-smoke")
+@endpoint_task(name="eval-smoke")
 def run_smoke(base_url: str, model: str, spec: EvaluationSpec, api_key_env: str | None = None) -> SmokeResult:
     """Smoke profile: health, models, a streamed chat, an image, a tool call."""
     with make_client(base_url, spec, read_api_key(api_key_env)) as client:
@@ -217,7 +218,7 @@ def score_golden(client: httpx.Client, model: str, spec: QualitySpec) -> Quality
     )
 
 
-@task(name="eval-quality")
+@endpoint_task(name="eval-quality")
 def run_quality(base_url: str, model: str, spec: EvaluationSpec, api_key_env: str | None = None) -> QualityResult:
     """Quality profile: the golden set, exact match, confidence interval."""
     with make_client(base_url, spec, read_api_key(api_key_env), spec.quality.concurrency) as client:

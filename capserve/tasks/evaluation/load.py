@@ -10,7 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from prefect import get_run_logger, task
+from prefect import get_run_logger
 from pydantic import SecretStr
 
 from capserve.core.errors import PermanentError, RetryableError
@@ -19,6 +19,7 @@ from capserve.core.evaluation.result import LoadPointResult, LoadResult, summari
 from capserve.core.evaluation.spec import GateSpec, LoadSpec
 from capserve.core.evaluation.workload import LoadJob, plan_requests, split_concurrency, split_requests
 from capserve.tasks.evaluation.loadgen import API_KEY_ENV
+from capserve.tasks.resilience import NO_RETRIES, endpoint_task
 
 # The parent waits this long for every child to import aiohttp and pre-open its connections.
 READY_TIMEOUT_S = 120.0
@@ -148,7 +149,9 @@ def run_point(
     return _merge(name, mode, records, start, concurrency, rate)
 
 
-@task(name="eval-load")
+# A load run is a measurement that takes minutes: repeating one after a transient error would wait far
+# longer than the caller's run_timeout_s; the profile records what happened instead.
+@endpoint_task(name="eval-load", policy=NO_RETRIES)
 def run_load(
     base_url: str, model: str, spec: LoadSpec, gates: GateSpec, out_dir: Path, api_key_env: str | None = None
 ) -> LoadResult:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from capserve.core.evaluation.result import EvaluationResult, LoadResult
 from capserve.tasks.evaluation.load import load_raw
 from capserve.tasks.evaluation.plots import latency_cdfs, throughput_vs_concurrency
+from capserve.tasks.resilience import local_task
 
 
-@task(name="eval-plots")
+@local_task(name="eval-plots")
 def make_plots(load: LoadResult, out_dir: Path) -> list[str]:
     """Latency CDFs for every run and throughput vs concurrency when there are closed-loop runs."""
     runs = [load_raw(p.raw_path) for p in load.points if p.raw_path]
@@ -28,7 +28,7 @@ def artifact_key(model: str, suffix: str) -> str:
     return f"eval-{base}-{suffix}"
 
 
-@task(name="eval-publish")
+@local_task(name="eval-publish")
 def publish(result: EvaluationResult, out_dir: Path) -> Path:
     """Write evaluation.json and create the artifacts."""
     path = out_dir / "evaluation.json"

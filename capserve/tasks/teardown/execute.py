@@ -1,25 +1,29 @@
 """Run a deletion plan: each call tolerates only its own NotFound codes; each phase waits (monotonic
-deadline, boto3 waiters where they exist) until its deletions are done and reports what is still there."""
+deadline, boto3 waiters where they exist, else the one wait helper) until its deletions are done and
+reports what is still there."""
 
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError, WaiterError
-from prefect import get_run_logger, task
+from prefect import get_run_logger
 from prefect.cache_policies import NO_CACHE
 from prefect.exceptions import MissingContextError
 from pydantic import BaseModel, ConfigDict, Field
 
+from capserve.core.deadline import Deadline
+from capserve.core.errors import WaitTimeoutError
 from capserve.core.teardown.inventory import ClusterFound
 from capserve.core.teardown.plan import Step, TeardownPlan, Wait
 from capserve.core.teardown.settings import TeardownSettings
 from capserve.tasks import aws
 from capserve.tasks.cluster.common import waiter_config
 from capserve.tasks.kube import convert as kube_convert
+from capserve.tasks.resilience import aws_task
 from capserve.tasks.teardown import workloads as kube
+from capserve.tasks.waiting import wait_until
 
 
 class Outcome(BaseModel):
@@ -51,7 +55,8 @@ class _Clients:
         return self._made[service]
 
 
-@task(name="execute-teardown-plan", cache_policy=NO_CACHE)
+# Every call of the plan converges (deletes tolerate NotFound), so a retried run picks up where it stopped.
+@aws_task(name="execute-teardown-plan", cache_policy=NO_CACHE)
 def execute_plan(
     plan: TeardownPlan, settings: TeardownSettings, workload_cluster: ClusterFound | None = None
 ) -> Outcome:
@@ -91,21 +96,31 @@ def _call(step: Step, clients: _Clients, settings: TeardownSettings, region: str
             return kube.delete(clients.get("kubernetes"), step.params)
         except Exception as exc:
             raise kube_convert(exc, what) from exc
-    deadline = time.monotonic() + settings.dependency_retry_timeout_s
-    while True:
+
+    def attempt() -> str:
+        """'deleted', 'gone' (a NotFound code), or the code AWS answers while a dependency is in the way."""
         try:
             getattr(clients.get(step.service), step.operation)(**step.params)
-            return False
+            return "deleted"
         except ClientError as exc:
             code = aws.error_code(exc)
             if code in step.not_found:
-                return True
-            if code in step.retry_codes and time.monotonic() < deadline:
-                time.sleep(settings.poll_seconds)
-                continue
+                return "gone"
+            if code in step.retry_codes:  # e.g. EKS releases its network interfaces minutes after the cluster
+                return code
             raise aws.convert(exc, what, fix=_fix(code)) from exc
         except BotoCoreError as exc:
             raise aws.convert(exc, what) from exc
+
+    outcome = wait_until(
+        attempt,
+        done=lambda answer: answer in ("deleted", "gone"),
+        describe=lambda code: f"AWS still answers {code}. {_fix(code) or ''}".rstrip(),
+        what=what,
+        timeout_s=settings.dependency_retry_timeout_s,
+        initial_s=settings.poll_seconds,
+    )
+    return outcome == "gone"
 
 
 def _fix(code: str) -> str | None:
@@ -120,12 +135,11 @@ def _wait_all(steps: list[Step], clients: _Clients, settings: TeardownSettings) 
     """Wait for each step's resource to be gone; one monotonic deadline per phase. Returns what is left."""
     if not steps:
         return []
-    deadline = time.monotonic() + max(s.wait.timeout_s for s in steps if s.wait)
+    deadline = Deadline(max(s.wait.timeout_s for s in steps if s.wait))
     remaining = []
     for step in steps:
         assert step.wait is not None
-        left = deadline - time.monotonic()
-        problem = _wait_one(step.wait, clients, settings, max(left, 0.0))
+        problem = _wait_one(step.wait, clients, settings, max(deadline.remaining(), 0.0))
         if problem is not None:
             remaining.append(f"{step.resource}: {problem}")
     return remaining
@@ -141,13 +155,18 @@ def _wait_one(wait: Wait, clients: _Clients, settings: TeardownSettings, timeout
         except WaiterError as exc:
             return f"still there after {timeout_s:g} s ({exc})"
         return None
-    end = time.monotonic() + timeout_s
-    while True:
-        if _absent(wait, clients):
-            return None
-        if time.monotonic() >= end:
-            return f"still there after {timeout_s:g} s"
-        time.sleep(settings.poll_seconds)
+    try:
+        wait_until(
+            lambda: _absent(wait, clients),
+            done=bool,
+            describe=lambda _: "still there",
+            what=f"deletion of {wait.name}",
+            timeout_s=timeout_s,
+            initial_s=settings.poll_seconds,
+        )
+    except WaitTimeoutError:
+        return f"still there after {timeout_s:g} s"
+    return None
 
 
 def _absent(wait: Wait, clients: _Clients) -> bool:

@@ -8,7 +8,6 @@ from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
-from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from capserve.core.cluster.iam import roles_for
@@ -32,6 +31,7 @@ from capserve.core.teardown.plan import group_references, label
 from capserve.core.teardown.result import KeptResource
 from capserve.core.teardown.settings import TeardownSettings
 from capserve.tasks import aws
+from capserve.tasks.resilience import aws_task
 from capserve.tasks.teardown import workloads as kube
 
 # Instances in these states still exist (and may bill); terminated ones are gone.
@@ -74,7 +74,7 @@ class _Collector:
             self.dates.append(when)
 
 
-@task(name="inventory-campaign", cache_policy=NO_CACHE)
+@aws_task(name="inventory-campaign", cache_policy=NO_CACHE)
 def inventory_campaign(
     campaign_id: str,
     region: str,

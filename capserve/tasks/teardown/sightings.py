@@ -8,7 +8,6 @@ from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
-from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from capserve.core.capacity.requests import region_from_arn, training_plan_name, training_plan_name_from_arn
@@ -17,9 +16,10 @@ from capserve.core.tags import CAMPAIGN_TAG
 from capserve.core.teardown.plan import label
 from capserve.tasks import aws
 from capserve.tasks.capacity.reservations import capacity_reservation, capacity_reservations_by_tag, training_plan
+from capserve.tasks.resilience import aws_task
 
 
-@task(name="find-capserve-campaigns", cache_policy=NO_CACHE)
+@aws_task(name="find-capserve-campaigns", cache_policy=NO_CACHE)
 def find_campaigns(region: str) -> dict[str, list[str]]:
     """Campaign id → what carries its tag: EKS clusters and their node groups, HyperPod clusters, VPCs."""
     seen: dict[str, list[str]] = defaultdict(list)
@@ -64,20 +64,15 @@ def _nodegroup(eks: Any, cluster: str, name: str, seen: dict[str, list[str]]) ->
 
 
 def _hyperpod_clusters(sagemaker: Any, seen: dict[str, list[str]]) -> None:
-    token: str | None = None
-    while True:
-        page = sagemaker.list_clusters(**({"NextToken": token} if token else {}))
+    for page in sagemaker.get_paginator("list_clusters").paginate():
         for summary in page.get("ClusterSummaries", []):
             tags = sagemaker.list_tags(ResourceArn=summary["ClusterArn"]).get("Tags", [])
             campaign = {t["Key"]: t.get("Value", "") for t in tags}.get(CAMPAIGN_TAG)
             if campaign:
                 seen[campaign].append(label("hyperpod-cluster", summary["ClusterName"]))
-        token = page.get("NextToken")
-        if not token:
-            return
 
 
-@task(name="campaign-lease-end", cache_policy=NO_CACHE)
+@aws_task(name="campaign-lease-end", cache_policy=NO_CACHE)
 def lease_end(campaign_id: str, region: str, reservation_ids: list[str]) -> tuple[datetime | None, str | None]:
     """The latest end among the campaign's reservations: tagged with the campaign (acquire tags its
     purchases), targeted by its launch template / HyperPod instance groups, or its deterministic training

@@ -15,12 +15,12 @@ from pathlib import Path
 
 from huggingface_hub import hf_hub_download
 from huggingface_hub.utils import disable_progress_bars  # type: ignore[attr-defined]
-from prefect import task
 from pydantic import BaseModel, ConfigDict, Field
 
 from capserve.core.errors import PermanentError
 from capserve.core.weights.listing import SHA256_HEX, RepoFile
-from capserve.tasks.weights.hub import HubConnection, _is_retryable, convert_hub_error
+from capserve.tasks.resilience import hub_task, local_task
+from capserve.tasks.weights.hub import HubConnection, convert_hub_error
 from capserve.tasks.weights.localfiles import Digest, forget, hash_file, mark_verified, trusted_sha256
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ class FetchedFile(BaseModel):
     refetched: bool = Field(False, description="A first download failed verification and was fetched again.")
 
 
-@task(name="weights-sweep-incomplete")
+@local_task(name="weights-sweep-incomplete")
 def sweep_incomplete(source_dir: Path) -> int:
     """Delete orphaned partial downloads; call only when no fetch is running in this directory."""
     removed = 0
@@ -59,8 +59,7 @@ def matches(file: RepoFile, digest: Digest) -> bool:
     return file.git_oid is not None and digest.git_sha1 == file.git_oid
 
 
-@task(name="weights-fetch-file", retries=3, retry_delay_seconds=[2, 8, 30], retry_jitter_factor=0.5,
-      retry_condition_fn=lambda task, run, state: _is_retryable(state))
+@hub_task(name="weights-fetch-file")
 def fetch_file(conn: HubConnection, repo: str, sha: str, file: RepoFile, source_dir: Path,
                etag_timeout: float = 10.0) -> FetchedFile:
     """Make ``source_dir/<file.path>`` hold the verified content of ``file`` at ``sha``, downloading only if needed."""

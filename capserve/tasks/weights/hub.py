@@ -19,13 +19,13 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
-from prefect import task
 from prefect.context import TaskRunContext
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from capserve.core.errors import CapserveError, PermanentError, RetryableError
 from capserve.core.weights.listing import RepoFile, RepoListing
 from capserve.core.weights.safetensors import TensorEntry, tensors_from_offsets
+from capserve.tasks.resilience import hub_task
 
 
 class HubConnection(BaseModel):
@@ -82,8 +82,7 @@ def hub_cache_key(context: TaskRunContext, parameters: Mapping[str, Any]) -> str
     return f"{context.task.name}:{conn.endpoint}:{parameters['repo']}:{parameters['sha']}"
 
 
-@task(name="weights-resolve-revision", retries=3, retry_delay_seconds=[1, 4, 10], retry_jitter_factor=0.5,
-      retry_condition_fn=lambda task, run, state: _is_retryable(state))
+@hub_task(name="weights-resolve-revision")
 def resolve_revision(conn: HubConnection, repo: str, revision: str) -> str:
     """Pin ``revision`` (branch, tag or sha) to the commit sha everything downstream is keyed by."""
     try:
@@ -98,9 +97,7 @@ def resolve_revision(conn: HubConnection, repo: str, revision: str) -> str:
     return sha
 
 
-@task(name="weights-list-files", cache_key_fn=hub_cache_key, persist_result=True, retries=3,
-      retry_delay_seconds=[1, 4, 10], retry_jitter_factor=0.5,
-      retry_condition_fn=lambda task, run, state: _is_retryable(state))
+@hub_task(name="weights-list-files", cache_key_fn=hub_cache_key, persist_result=True)
 def list_repo_files(conn: HubConnection, repo: str, sha: str) -> RepoListing:
     """Every file at ``sha`` with size and LFS sha256 (``model_info(files_metadata=True)``)."""
     try:
@@ -120,9 +117,7 @@ def list_repo_files(conn: HubConnection, repo: str, sha: str) -> RepoListing:
     return RepoListing(repo=repo, revision_sha=sha, files=tuple(sorted(files, key=lambda f: f.path)))
 
 
-@task(name="weights-read-headers", cache_key_fn=hub_cache_key, persist_result=True, retries=3,
-      retry_delay_seconds=[1, 4, 10], retry_jitter_factor=0.5,
-      retry_condition_fn=lambda task, run, state: _is_retryable(state))
+@hub_task(name="weights-read-headers", cache_key_fn=hub_cache_key, persist_result=True)
 def read_hub_headers(conn: HubConnection, repo: str, sha: str) -> dict[str, list[TensorEntry]]:
     """Tensor name, dtype, shape and byte range per indexed file: one HEAD + one ranged GET per shard."""
     try:
@@ -137,13 +132,3 @@ def read_hub_headers(conn: HubConnection, repo: str, sha: str) -> dict[str, list
         for path, file_meta in sorted(meta.files_metadata.items())
     }
 
-
-def _is_retryable(state: Any) -> bool:
-    """Prefect retry condition: retry only our RetryableError (everything else is converted to permanent)."""
-    try:
-        state.result()
-    except RetryableError:
-        return True
-    except BaseException:
-        return False
-    return False

@@ -3,7 +3,6 @@ verifies each sha256 (the Job's script), then the stage waits for every Job to s
 
 from __future__ import annotations
 
-from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from capserve.core.cluster.readiness import KubeSettings
@@ -12,10 +11,11 @@ from capserve.core.spec import CampaignSpec
 from capserve.core.weights.manifest import WeightsManifest
 from capserve.core.weights.node_staging import NodeStagingResult, staging_workloads
 from capserve.core.weights.settings import WeightsSettings
-from capserve.tasks.kube import api_client_for_eks, apply, wait_addons_ready
+from capserve.tasks.kube import api_client_for_eks, apply, wait_workloads_ready
+from capserve.tasks.resilience import kube_task
 
 
-@task(name="stage-weights-on-nodes", cache_policy=NO_CACHE)
+@kube_task(name="stage-weights-on-nodes", cache_policy=NO_CACHE)
 def stage_on_nodes(
     spec: CampaignSpec,
     cluster: ClusterResult,
@@ -40,6 +40,6 @@ def stage_on_nodes(
     for obj in objects:
         apply(api, obj)
     # A Job's activeDeadlineSeconds bounds each copy; the wait may take as long, not longer.
-    wait = KubeSettings(addons_ready_timeout_s=settings.staging_deadline_seconds)
-    wait_addons_ready.fn(api, [o for o in objects if o["kind"] == "Job"], wait)
+    jobs = [o for o in objects if o["kind"] == "Job"]
+    wait_workloads_ready(api, jobs, KubeSettings(), timeout_s=settings.staging_deadline_seconds, what="staging Jobs")
     return result

@@ -11,16 +11,15 @@ import errno
 import os
 from pathlib import Path
 
-from prefect import task
-
 from capserve.core.errors import PermanentError
 from capserve.core.weights.reshard import OutputFile
 from capserve.core.weights.safetensors import SafetensorsHeader, header_length, parse_header
+from capserve.tasks.resilience import local_task
 from capserve.tasks.weights.fetch import FetchedFile
 from capserve.tasks.weights.localfiles import hash_file, mark_verified, trusted_sha256, write_verified
 
 
-@task(name="weights-read-local-headers")
+@local_task(name="weights-read-local-headers")
 def read_local_headers(source_dir: Path, files: list[str]) -> dict[str, SafetensorsHeader]:
     """Parse the headers of downloaded shards (8 + N bytes each) and check each tiles its file exactly."""
     headers = {}
@@ -36,7 +35,7 @@ def read_local_headers(source_dir: Path, files: list[str]) -> dict[str, Safetens
     return headers
 
 
-@task(name="weights-reshard-file")
+@local_task(name="weights-reshard-file")
 def write_output(output: OutputFile, source_dir: Path, out_dir: Path) -> FetchedFile:
     """Write one re-sharded file (skipped when a verified copy is already there)."""
     known = trusted_sha256(out_dir, output.path)
@@ -91,7 +90,7 @@ def _copy(src: int, dst: int, offset: int, nbytes: int) -> None:
         position += len(block)
 
 
-@task(name="weights-write-document")
+@local_task(name="weights-write-document")
 def write_document(root: Path, rel: str, body: bytes) -> FetchedFile:
     """Write a generated file (a per-node index) atomically, hashed and marked verified."""
     digest = write_verified(root, rel, body)

@@ -14,13 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import ClientError
-from prefect import task
 
 from capserve.core.errors import PermanentError
 from capserve.core.weights.manifest import WeightsManifest
 from capserve.core.weights.staging_job import CAMPAIGN_LABEL
 from capserve.tasks.aws import client, convert, error_code, is_retryable
-from capserve.tasks.weights.hub import _is_retryable
+from capserve.tasks.resilience import s3_task
 
 # HeadObject/HeadBucket have no body, so a missing object surfaces as the bare HTTP status code.
 _NOT_FOUND = frozenset({"404", "NoSuchKey", "NotFound", "NoSuchBucket"})
@@ -38,8 +37,7 @@ def create_bucket_request(bucket: str, region: str) -> dict[str, Any]:
     return request
 
 
-@task(name="weights-ensure-bucket", retries=3, retry_delay_seconds=[1, 4, 10], retry_jitter_factor=0.5,
-      retry_condition_fn=lambda task, run, state: _is_retryable(state))
+@s3_task(name="weights-ensure-bucket")
 def ensure_bucket(bucket: str, region: str, campaign_id: str) -> bool:
     """Create the bucket (tagged with the campaign) if it does not exist; True when this call created it."""
     s3 = client("s3", region)
@@ -64,8 +62,7 @@ def ensure_bucket(bucket: str, region: str, campaign_id: str) -> bool:
     return True
 
 
-@task(name="weights-publish-file", retries=3, retry_delay_seconds=[2, 8, 30], retry_jitter_factor=0.5,
-      retry_condition_fn=lambda task, run, state: _is_retryable(state))
+@s3_task(name="weights-publish-file")
 def publish_file(bucket: str, key: str, path: Path, sha256: str, region: str) -> int:
     """Upload ``path`` to ``s3://bucket/key`` unless an object with the same size and SHA256 is there; bytes sent."""
     s3 = client("s3", region)
@@ -92,8 +89,7 @@ def publish_file(bucket: str, key: str, path: Path, sha256: str, region: str) ->
     return size
 
 
-@task(name="weights-publish-document", retries=3, retry_delay_seconds=[1, 4, 10], retry_jitter_factor=0.5,
-      retry_condition_fn=lambda task, run, state: _is_retryable(state))
+@s3_task(name="weights-publish-document")
 def publish_document(bucket: str, key: str, body: bytes, region: str) -> None:
     """Put a small JSON document (the manifest), with its SHA256 checked by S3."""
     digest = base64.b64encode(hashlib.sha256(body).digest()).decode()
@@ -104,8 +100,7 @@ def publish_document(bucket: str, key: str, body: bytes, region: str) -> None:
         raise convert(exc, f"uploading s3://{bucket}/{key}") from exc
 
 
-@task(name="weights-read-manifest", retries=3, retry_delay_seconds=[1, 4, 10], retry_jitter_factor=0.5,
-      retry_condition_fn=lambda task, run, state: _is_retryable(state))
+@s3_task(name="weights-read-manifest")
 def read_manifest(manifest_uri: str, region: str) -> WeightsManifest:
     """The manifest the weights stage published (``s3://bucket/key``)."""
     bucket, _, key = manifest_uri.removeprefix("s3://").partition("/")

@@ -1,0 +1,120 @@
+"""The retry policy: every task carries one, retries only RetryableError, and a purchase is never retried."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import pytest
+from prefect import Task, flow
+
+import capserve.tasks
+from capserve.core.errors import PermanentError, RetryableError, WaitTimeoutError
+from capserve.tasks.capacity.purchase import purchase
+from capserve.tasks.resilience import (
+    NO_RETRIES,
+    POLICIES,
+    CallKind,
+    RetryPolicy,
+    resilient_task,
+    retry_only_retryable,
+    single_shot_task,
+    with_policy,
+)
+
+KINDS = {kind.value for kind in CallKind}
+
+
+def every_task() -> dict[str, Task[..., object]]:
+    """Every Prefect task defined in capserve.tasks, by module-qualified name."""
+    found: dict[str, Task[..., object]] = {}
+    for info in pkgutil.walk_packages(capserve.tasks.__path__, prefix="capserve.tasks."):
+        module = importlib.import_module(info.name)
+        for attr, value in vars(module).items():
+            if isinstance(value, Task) and value.fn.__module__ == info.name:
+                found[f"{info.name}.{attr}"] = value
+    return found
+
+
+def test_there_are_tasks_to_check() -> None:
+    assert len(every_task()) > 40
+
+
+@pytest.mark.parametrize("name", sorted(every_task()))
+def test_every_task_names_its_kind_of_call_and_carries_its_policy(name: str) -> None:
+    made = every_task()[name]
+    kinds = KINDS & set(made.tags)
+    assert kinds, f"{name} was not made by capserve.tasks.resilience"
+    kind = CallKind((kinds - {"aws"}).pop() if len(kinds) > 1 else kinds.pop())
+    assert made.retries <= POLICIES[kind].retries or kind is CallKind.SINGLE_SHOT
+    if made.retries:
+        assert made.retry_condition_fn is retry_only_retryable
+
+
+def test_outside_calls_do_retry() -> None:
+    tasks = every_task()
+    for name in ("capacity.search.search_offers", "weights.hub.resolve_revision", "weights.s3.publish_file",
+                 "kube.wait_gpu_nodes_ready", "cluster.eks.converge_cluster", "record_store.load_record"):
+        assert tasks[f"capserve.tasks.{name}"].retries >= 1, name
+
+
+def test_a_purchase_is_single_shot() -> None:
+    assert purchase.retries == 0
+    assert CallKind.SINGLE_SHOT.value in purchase.tags
+    with pytest.raises(ValueError, match="never be retried"):
+        with_policy(purchase, RetryPolicy(retries=1))
+    with pytest.raises(ValueError, match="never be retried"):
+        resilient_task(CallKind.SINGLE_SHOT, "buy", policy=RetryPolicy(retries=2))
+    with pytest.raises(ValueError, match="say why"):
+        single_shot_task("buy", why=" ")
+
+
+def test_delays_grow_and_are_capped() -> None:
+    assert RetryPolicy(retries=4, first_delay_s=1, growth=4, max_delay_s=10).delays() == [1, 4, 10, 10]
+    assert NO_RETRIES.delays() == []
+
+
+FAST = RetryPolicy(retries=2, first_delay_s=0, max_delay_s=0, jitter=0)
+
+
+def attempts_until_done(error: BaseException) -> int:
+    calls: list[int] = []
+
+    @resilient_task(CallKind.AWS, "flaky", policy=FAST)
+    def flaky() -> str:
+        calls.append(1)
+        raise error
+
+    @flow
+    def run() -> None:
+        flaky()
+
+    with pytest.raises(type(error)):
+        run()
+    return len(calls)
+
+
+def test_a_retryable_error_is_retried_as_often_as_the_policy_says() -> None:
+    assert attempts_until_done(RetryableError("throttled")) == 1 + FAST.retries
+
+
+@pytest.mark.parametrize("error", [PermanentError("bad input"), WaitTimeoutError("waited"), KeyError("bug")])
+def test_anything_else_is_never_retried(error: BaseException) -> None:
+    assert attempts_until_done(error) == 1
+
+
+def test_a_task_that_recovers_returns_its_value() -> None:
+    calls: list[int] = []
+
+    @resilient_task(CallKind.HUB, "recovers", policy=FAST)
+    def recovers() -> str:
+        calls.append(1)
+        if len(calls) < 2:
+            raise RetryableError("503")
+        return "ok"
+
+    @flow
+    def run() -> str:
+        return recovers()
+
+    assert run() == "ok" and len(calls) == 2
