@@ -1,8 +1,12 @@
-"""``capserve plan MODEL --instance-type T``: how many nodes, which layout, what KV budget.
+"""``capserve plan MODEL --instance-type T``: how many nodes, which layout, what KV budget, and why.
 
-Exit codes: 0 fits; 1 does not fit (the reason and alternatives go to stderr); 2 unknown model or
-instance type (the known ones go to stderr). With ``--json`` stdout carries exactly one JSON object,
-the plan, whether it fits or not.
+Exit codes: 0 fits; 1 does not fit (the reason and what would fit instead go to stderr); 2 bad input
+(an unknown model or instance type, a context above the model's maximum, a concurrency below 1,
+GPUs that cannot hold even the dense weights, an unreadable config.json). With ``--json`` stdout
+carries exactly one JSON object, the plan, whether it fits or not.
+
+Fast on purpose: no Prefect and no cloud SDK is imported; a Hub repo's config.json is read with
+``huggingface_hub``, imported only then.
 """
 
 from __future__ import annotations
@@ -13,23 +17,36 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from rich.console import Console
-from rich.table import Table
-
 from capserve.core.catalog import ModelEntry, get_instance_type, get_model
-from capserve.core.errors import CapserveError, DoesNotFitError, UnknownCatalogEntryError
+from capserve.core.errors import CapserveError, DoesNotFitError
 from capserve.core.planner import PlannerSettings, ServingPlan, plan_serving
+from capserve.core.planner.settings import GIB
 
 _KV_DTYPES: dict[str, Literal[1, 2]] = {"fp8": 1, "bf16": 2}
+_TEXT_ALTERNATIVES = 15  # rows of the alternatives table in text output; --json has them all
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
 
 
 def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    value = _int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _utilization(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{value} must be above 0 and at most 1")
     return value
 
 
@@ -54,9 +71,9 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--instance-type", required=True, help="EC2 instance type, e.g. p6-b300.48xlarge.")
     parser.add_argument(
-        "--context", type=_positive, default=None, help="Tokens per sequence (default: the model's maximum)."
+        "--context", type=_int, default=None, help="Tokens per sequence (default: the model's maximum)."
     )
-    parser.add_argument("--concurrency", type=_positive, default=1, help="Sequences held at once (default 1).")
+    parser.add_argument("--concurrency", type=_int, default=1, help="Sequences one replica holds at once (default 1).")
     parser.add_argument(
         "--max-nodes",
         type=_positive,
@@ -64,10 +81,28 @@ def register(subparsers: Any) -> None:
         help=f"Most nodes to use (default {defaults.max_nodes}).",
     )
     parser.add_argument(
+        "--objective",
+        choices=["kv_headroom", "throughput"],
+        default=defaults.objective,
+        help="Tiebreak among layouts on the fewest nodes (default: the most KV tokens per engine).",
+    )
+    parser.add_argument(
         "--kv-cache-dtype",
         choices=sorted(_KV_DTYPES),
         default="fp8",
         help="KV cache dtype (default fp8, as the K3 recipe).",
+    )
+    parser.add_argument(
+        "--gpu-memory-utilization",
+        type=_utilization,
+        default=defaults.gpu_memory_utilization,
+        help=f"vLLM's --gpu-memory-utilization (default {defaults.gpu_memory_utilization}).",
+    )
+    parser.add_argument(
+        "--max-num-batched-tokens",
+        type=_positive,
+        default=None,
+        help="vLLM's --max-num-batched-tokens, sizes the activation reserve (default: vLLM's for the GPU).",
     )
     parser.add_argument("--json", action="store_true", help="Print the plan as one JSON object.")
     parser.set_defaults(func=run)
@@ -77,18 +112,23 @@ def run(args: argparse.Namespace) -> int:
     try:
         model = _model(args)
         instance = get_instance_type(args.instance_type)
-        settings = PlannerSettings(max_nodes=args.max_nodes, kv_cache_dtype_bytes=_KV_DTYPES[args.kv_cache_dtype])
-    except UnknownCatalogEntryError as exc:
+        settings = PlannerSettings(
+            max_nodes=args.max_nodes,
+            kv_cache_dtype_bytes=_KV_DTYPES[args.kv_cache_dtype],
+            objective=args.objective,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+        )
+        plan = plan_serving(
+            model, instance, context_length=args.context, concurrency=args.concurrency, settings=settings
+        )
+    except (ValueError, CapserveError) as exc:  # unknown names, bad values, an unreadable config.json
         print(f"capserve plan: {exc}", file=sys.stderr)
         return 2
-    except (ValueError, CapserveError) as exc:  # a setting out of bounds, an unreadable config.json
-        print(f"capserve plan: {exc}", file=sys.stderr)
-        return 2
-    plan = plan_serving(model, instance, context_length=args.context, concurrency=args.concurrency, settings=settings)
     if args.json:
         print(json.dumps(plan.to_json(), indent=2))
     else:
-        _print_table(plan)
+        _print_plan(plan)
     try:
         plan.require_fit()
     except DoesNotFitError as exc:
@@ -99,62 +139,82 @@ def run(args: argparse.Namespace) -> int:
 
 def _model(args: argparse.Namespace) -> ModelEntry:
     """The catalog entry, a local config.json, or the config.json of a Hub repo (read at run time)."""
-    # tasks/ holds the Hub and file I/O; imported here so catalog-only plans stay quick to start.
-    from capserve.tasks.planning import model_from_config_file, model_from_hub
+    if args.config is None and "/" not in args.model:
+        return get_model(args.model)
+    # File and Hub I/O live in tasks/; that module imports no Prefect, and huggingface_hub only for a repo.
+    from capserve.tasks.model_config import model_from_config_file, model_from_hub
 
     if args.config is not None:
         return model_from_config_file(args.config, name=args.model)
-    if "/" in args.model:
-        repo, _, revision = args.model.partition("@")
-        return model_from_hub(repo, revision or "main", endpoint=args.hub_endpoint)
-    return get_model(args.model)
+    repo, _, revision = args.model.partition("@")
+    return model_from_hub(repo, revision or "main", endpoint=args.hub_endpoint)
 
 
 def _gib(nbytes: int) -> str:
-    return f"{nbytes / 2**30:,.1f} GiB"
+    return f"{nbytes / GIB:,.1f} GiB"
 
 
-def _print_table(plan: ServingPlan) -> None:
-    console = Console(file=sys.stdout, width=140)
+def _tokens(count: int | None) -> str:
+    return "unbounded" if count is None else f"{count:,}"
+
+
+def _print_plan(plan: ServingPlan) -> None:
+    # rich is imported here, not at module level: --json and errors never need it.
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=sys.stdout, width=160)
     verdict = "[green]fits[/green]" if plan.fits else "[red]does not fit[/red]"
     summary = Table(title=f"{plan.model} on {plan.instance_type}: {verdict}", show_header=False)
     summary.add_column("what", style="bold")
     summary.add_column("value")
+    p = plan.parallel
+    flags = f"TP {p.tensor_parallel}, PP {p.pipeline_parallel}, DP {p.data_parallel} ({p.data_parallel_local} per node)"
+    flags += f", EP {p.expert_parallel} (--enable-expert-parallel)" if p.enable_expert_parallel else ", EP off"
     rows = [
         (
             "layout",
-            f"{plan.nodes} x {plan.instance_type} ({plan.nodes * plan.gpus_per_node} x {plan.gpu}), {plan.layout}",
+            f"{plan.nodes} x {plan.instance_type} ({plan.nodes * plan.gpus_per_node} x {plan.gpu}), {plan.layout}, "
+            f"{p.serving_replicas} replica(s) of {p.gpus_per_replica} GPU(s)",
         ),
-        (
-            "parallelism",
-            f"TP {plan.tensor_parallel}, PP {plan.pipeline_parallel}, "
-            f"DP {plan.data_parallel}, EP {plan.expert_parallel}",
-        ),
-        ("context x concurrency", f"{plan.context_length:,} tokens x {plan.concurrency}"),
+        ("parallelism", flags),
+        ("smallest unit", "-" if plan.smallest_unit_gpus is None else
+            f"{plan.smallest_unit_gpus} GPU(s) ({plan.smallest_unit_layout})"),
+        ("spare GPUs", plan.spare_gpus),
+        ("kernels", f"{plan.kernel_support}: {plan.kernel_note}"),
+        ("context x concurrency", f"{plan.context_length:,} tokens x {plan.concurrency} per replica"),
         (
             "weights",
             f"{plan.weight_bytes / 1e12:,.3f} TB ({_gib(plan.weight_bytes)}), model geometry: {plan.model_provenance}",
         ),
-        ("weights per GPU", _gib(plan.weight_bytes_per_gpu)),
         (
-            "GPU memory",
-            f"{_gib(plan.hbm_bytes_per_gpu)} x {plan.gpu_memory_utilization} "
-            f"- {_gib(plan.reserve_bytes_per_gpu)} reserve",
+            "weights per GPU",
+            f"{_gib(plan.weight_bytes_per_gpu)} (dense {_gib(plan.dense_weight_bytes_per_gpu)}, "
+            f"experts {_gib(plan.expert_weight_bytes_per_gpu)})",
         ),
+        ("GPU memory", f"{_gib(plan.hbm_bytes_per_gpu)} - {_gib(plan.reserve_bytes_per_gpu)} reserve"),
         ("KV budget per GPU", _gib(plan.kv_budget_bytes_per_gpu)),
         ("KV per token", f"{plan.kv_bytes_per_token:,} B (model), {plan.kv_bytes_per_token_per_gpu:,} B per GPU"),
         (
             "state per sequence",
             f"{plan.state_bytes_per_sequence:,} B (model), {plan.state_bytes_per_sequence_per_gpu:,} B per GPU",
         ),
-        ("max tokens in KV", "unbounded" if plan.max_tokens_in_kv is None else f"{plan.max_tokens_in_kv:,}"),
+        ("max tokens in KV", _tokens(plan.max_tokens_in_kv)),
         ("max sequences at context", f"{plan.max_sequences_at_context:,}"),
-        ("reason", plan.reason),
-    ]
-    rows += [("would fit instead", alt) for alt in plan.alternatives]
+        ("why", plan.reason),
+    ]  # fmt: skip
+    rows += [("would fit instead", alt) for alt in plan.would_fit_instead]
     for what, value in rows:
         summary.add_row(what, value)
     console.print(summary)
+
+    reserve = Table(title="reserve per GPU")
+    reserve.add_column("part")
+    reserve.add_column("bytes", justify="right")
+    for name, nbytes in plan.reserve_parts_per_gpu.by_name().items():
+        reserve.add_row(name.replace("_", " "), _gib(nbytes))
+    reserve.add_row("[bold]total[/bold]", _gib(plan.reserve_bytes_per_gpu))
+    console.print(reserve)
 
     classes = Table(title="weights by tensor class")
     classes.add_column("class")
@@ -163,9 +223,15 @@ def _print_table(plan: ServingPlan) -> None:
         classes.add_row(name, f"{nbytes / 1e9:,.2f} GB")
     console.print(classes)
 
-    tried = Table(title="layouts considered")
-    for column in ("nodes", "layout", "weights/GPU", "KV budget/GPU", "verdict"):
-        tried.add_column(column)
-    for c in plan.candidates:
-        tried.add_row(str(c.nodes), c.layout, _gib(c.weight_bytes_per_gpu), _gib(c.kv_budget_bytes_per_gpu), c.reason)
-    console.print(tried)
+    shown = plan.alternatives[:_TEXT_ALTERNATIVES]
+    hidden = len(plan.alternatives) - len(shown)
+    caption = f"{hidden} more in --json" if hidden else None
+    alternatives = Table(title=f"alternatives (ranked, {plan.objective})", caption=caption)
+    for column in ("layout", "nodes", "fits", "weights/GPU", "tokens/engine", "tokens/replica", "why not chosen"):
+        alternatives.add_column(column)
+    for a in shown:
+        alternatives.add_row(
+            a.layout, str(a.nodes), "yes" if a.fits else "no", _gib(a.weight_bytes_per_gpu),
+            _tokens(a.tokens_per_dp_rank), _tokens(a.max_tokens_in_kv), a.reason,
+        )  # fmt: skip
+    console.print(alternatives)

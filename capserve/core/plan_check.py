@@ -31,6 +31,9 @@ def plan_summary_rows(plan: ServingPlan) -> list[tuple[str, str]]:
         ("parallelism", _parallelism(plan)),
         ("weights", f"{plan.weight_bytes / 1e12:.3f} TB ({plan.weight_bytes / _GIB:,.1f} GiB)"),
         ("weights per GPU", f"{plan.weight_bytes_per_gpu / _GIB:,.1f} GiB of {plan.hbm_bytes_per_gpu / _GIB:,.1f} GiB"),
+        ("reserve per GPU", _reserve(plan)),
+        ("smallest unit", _smallest(plan)),
+        ("kernels", f"{plan.kernel_support}: {plan.kernel_note}"),
         ("KV per token", f"{plan.kv_bytes_per_token:,} B"),
         ("state per sequence", f"{plan.state_bytes_per_sequence / 2**20:,.1f} MiB"),
         ("tokens in KV cache", kv_tokens),
@@ -38,6 +41,18 @@ def plan_summary_rows(plan: ServingPlan) -> list[tuple[str, str]]:
         ("fits", "yes" if plan.fits else "no"),
         ("why", plan.reason),
     ]
+
+
+def _reserve(plan: ServingPlan) -> str:
+    named = plan.reserve_parts_per_gpu.by_name().items()
+    parts = ", ".join(f"{name.replace('_', ' ')} {nbytes / _GIB:,.1f}" for name, nbytes in named if nbytes)
+    return f"{plan.reserve_bytes_per_gpu / _GIB:,.1f} GiB ({parts})"
+
+
+def _smallest(plan: ServingPlan) -> str:
+    if plan.smallest_unit_gpus is None:
+        return "nothing fits"
+    return f"{plan.smallest_unit_gpus} GPU(s) ({plan.smallest_unit_layout}); spare GPUs: {plan.spare_gpus}"
 
 
 def _parallelism(plan: ServingPlan) -> str:

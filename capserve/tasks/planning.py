@@ -2,44 +2,14 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from prefect.artifacts import create_table_artifact
 
-from capserve.core.catalog import ModelEntry, get_instance_type, get_model, model_from_hf_config
-from capserve.core.errors import PermanentError, RetryableError
+from capserve.core.catalog import ModelEntry, get_instance_type, get_model
 from capserve.core.plan_check import check_plan_against_capacity, plan_summary_rows
 from capserve.core.planner import ServingPlan, plan_serving
 from capserve.core.spec import CampaignSpec, ModelRef
+from capserve.tasks.model_config import model_from_hub
 from capserve.tasks.resilience import hub_task, local_task, orchestrator_task
-
-
-def model_from_hub(repo: str, revision: str = "main", *, endpoint: str | None = None) -> ModelEntry:
-    """The model's geometry read from its own config.json on the Hub (or a Hub-compatible endpoint)."""
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import HfHubHTTPError
-
-    try:
-        path = hf_hub_download(repo, "config.json", revision=revision, endpoint=endpoint)
-    except HfHubHTTPError as exc:
-        status = exc.response.status_code if exc.response is not None else None
-        failure = RetryableError if status is None or status >= 500 or status == 429 else PermanentError
-        raise failure(
-            f"cannot read config.json of {repo}@{revision} from the Hub (HTTP {status}): check model.repo and "
-            "model.revision (and the Hub token for gated repos), or name a catalog model with model.catalog"
-        ) from exc
-    return model_from_config_file(Path(path), name=repo, hf_repo=repo, source=f"{repo}@{revision} config.json")
-
-
-def model_from_config_file(
-    path: Path, *, name: str, hf_repo: str | None = None, source: str | None = None
-) -> ModelEntry:
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise PermanentError(f"{path}: not a readable config.json ({exc})") from exc
-    return model_from_hf_config(config, name=name, hf_repo=hf_repo, source=source or str(path))
 
 
 @hub_task(name="resolve-model")

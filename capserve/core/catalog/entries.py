@@ -67,7 +67,9 @@ KIMI_K3 = ModelEntry(
         dense_intermediate_size=18_432,
         score_correction_bias=True,
     ),
-    quantization=Quantization(routed_experts="mxfp4", dense="bf16"),
+    # MXFP4 weights with MXFP8 activations from quantization-aware training (vLLM K3 recipe and serving
+    # note; docs/planner.md).
+    quantization=Quantization(routed_experts="mxfp4", dense="bf16", activations="mxfp8"),
 )
 
 KIMI_K2 = ModelEntry(
@@ -94,7 +96,7 @@ KIMI_K2 = ModelEntry(
         dense_intermediate_size=18_432,
         score_correction_bias=True,
     ),
-    quantization=Quantization(routed_experts="fp8", dense="fp8"),
+    quantization=Quantization(routed_experts="fp8", dense="fp8", activations="fp8"),
 )
 
 DEEPSEEK_V3 = ModelEntry(
@@ -122,7 +124,7 @@ DEEPSEEK_V3 = ModelEntry(
         dense_intermediate_size=18_432,
         score_correction_bias=True,
     ),
-    quantization=Quantization(routed_experts="fp8", dense="fp8"),
+    quantization=Quantization(routed_experts="fp8", dense="fp8", activations="fp8"),
 )
 
 GPT_OSS_120B = ModelEntry(
@@ -187,7 +189,7 @@ TINY_K3 = ModelEntry(
         dense_intermediate_size=512,
         score_correction_bias=True,
     ),
-    quantization=Quantization(routed_experts="mxfp4", dense="bf16"),
+    quantization=Quantization(routed_experts="mxfp4", dense="bf16", activations="mxfp8"),
 )
 
 MODELS: Mapping[str, ModelEntry] = MappingProxyType(

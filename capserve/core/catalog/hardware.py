@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+GpuFamily = Literal["blackwell", "hopper", "ada", "ampere", "older"]
 
 _MIB = 2**20
 _GIB = 2**30
@@ -31,6 +34,25 @@ class GpuType(BaseModel):
         description="HBM per GPU in bytes, from DescribeInstanceTypes GpuInfo.Gpus[].MemoryInfo.SizeInMiB.",
     )
     architecture: str = Field(min_length=1, max_length=32, description="NVIDIA architecture / SM, for humans.")
+    sm: int = Field(
+        ge=50,
+        le=200,
+        description="CUDA compute capability as one integer (sm_90 -> 90, sm_103 -> 103): decides which kernels "
+        "the serving engine has for this GPU (docs/planner.md, 'Kernel support').",
+    )
+
+    @property
+    def family(self) -> GpuFamily:
+        """The architecture family the planner keys its defaults on (docs/planner.md)."""
+        if self.sm >= 100:
+            return "blackwell"
+        if self.sm >= 90:
+            return "hopper"
+        if self.sm == 89:
+            return "ada"
+        if self.sm >= 80:
+            return "ampere"
+        return "older"
 
 
 class NetworkCard(BaseModel):
@@ -84,13 +106,13 @@ def _cards(
 GPUS: Mapping[str, GpuType] = MappingProxyType(
     {
         # 275,040 MiB = 288 GB = 268.6 GiB (FACTS.md "288 GB HBM3e each (~268 GiB)"; NVIDIA via anchors [P5]).
-        "B300": GpuType(name="B300", hbm_bytes=275_040 * _MIB, architecture="Blackwell Ultra (sm_103)"),
+        "B300": GpuType(name="B300", hbm_bytes=275_040 * _MIB, architecture="Blackwell Ultra (sm_103)", sm=103),
         # 183,359 MiB = 179 GiB; AWS markets p6-b200 as 1,440 GB HBM3e (8 x 180 GB).
-        "B200": GpuType(name="B200", hbm_bytes=183_359 * _MIB, architecture="Blackwell (sm_100)"),
+        "B200": GpuType(name="B200", hbm_bytes=183_359 * _MIB, architecture="Blackwell (sm_100)", sm=100),
         # 144,384 MiB = 141 GiB (FACTS.md "H200 (141 GB)").
-        "H200": GpuType(name="H200", hbm_bytes=144_384 * _MIB, architecture="Hopper (sm_90)"),
+        "H200": GpuType(name="H200", hbm_bytes=144_384 * _MIB, architecture="Hopper (sm_90)", sm=90),
         # 81,920 MiB = 80 GiB.
-        "H100": GpuType(name="H100", hbm_bytes=81_920 * _MIB, architecture="Hopper (sm_90)"),
+        "H100": GpuType(name="H100", hbm_bytes=81_920 * _MIB, architecture="Hopper (sm_90)", sm=90),
     }
 )
 
@@ -144,6 +166,20 @@ INSTANCE_TYPES: Mapping[str, InstanceType] = MappingProxyType(
             memory_bytes=2048 * _GIB,
             local_nvme_bytes=_NVME_8X3800,
             network_cards=_cards(32, 100.0),
+        ),
+        # The one smaller size AWS sells for the catalog's GPUs: 1 x H100, 16 vCPUs, 256 GiB RAM, one
+        # 3,800 GB NVMe disk, one 100 Gbps card taking one EFA interface (DescribeInstanceTypes in moto
+        # 5.2.5's snapshot; in botocore 1.43's EC2 InstanceType enum and SageMaker's ClusterInstanceType
+        # and ReservedCapacityInstanceType). No single-GPU or smaller H200, B200 or B300 size exists in
+        # either; whether Capacity Blocks offer p5.4xlarge could not be confirmed (docs/planner.md).
+        "p5.4xlarge": InstanceType(
+            name="p5.4xlarge",
+            gpu=GPUS["H100"],
+            gpus_per_node=1,
+            vcpus=16,
+            memory_bytes=256 * _GIB,
+            local_nvme_bytes=3800 * _GB,
+            network_cards=_cards(1, 100.0),
         ),
     }
 )

@@ -18,6 +18,7 @@ from typing import Any
 
 from capserve.core.catalog.entries import hybrid_layers
 from capserve.core.catalog.models import (
+    ActivationQuant,
     AttentionKind,
     DenseQuant,
     ExpertQuant,
@@ -240,19 +241,20 @@ def _quantization(text: _Keys, top: _Keys) -> Quantization:
     method = qc.data.get("quant_method")
     if method == "mxfp4":  # gpt-oss: experts MXFP4, attention/router/embeddings bf16
         return Quantization(routed_experts="mxfp4", dense="bf16")
-    if method == "fp8":  # DeepSeek-V3 / K2 block FP8 for every linear layer
-        return Quantization(routed_experts="fp8", dense="fp8")
+    if method == "fp8":  # DeepSeek-V3 / K2 block FP8 for every linear layer, activations quantized on the fly
+        return Quantization(routed_experts="fp8", dense="fp8", activations="fp8")
     if method == "compressed-tensors":
         groups = qc.sub("config_groups")
-        weights = [g.get("weights") or {} for g in (groups.data.values() if groups else []) if isinstance(g, Mapping)]
-        formats: set[tuple[ExpertQuant, DenseQuant]] = set()
-        for w in weights:
+        members = [g for g in (groups.data.values() if groups else []) if isinstance(g, Mapping)]
+        formats: set[tuple[ExpertQuant, DenseQuant, ActivationQuant]] = set()
+        for member in members:
+            w = member.get("weights") or {}
             bits, kind, group = w.get("num_bits"), w.get("type"), w.get("group_size")
             if bits == 4 and kind == "float" and group == 32:
                 # MXFP4 per compressed-tensors _is_mxfp4 (weights.md §1.1); K3 keeps the rest in bf16.
-                formats.add(("mxfp4", "bf16"))
+                formats.add(("mxfp4", "bf16", _activations(member.get("input_activations"))))
             elif bits == 8 and kind == "float":
-                formats.add(("fp8", "fp8"))
+                formats.add(("fp8", "fp8", "fp8"))
             else:
                 raise SpecError(
                     f"config.json: {qc.path}config_groups: {bits}-bit {kind} group {group} is not modelled "
@@ -260,9 +262,18 @@ def _quantization(text: _Keys, top: _Keys) -> Quantization:
                 )
         if len(formats) != 1:
             raise SpecError(f"config.json: {qc.path}config_groups must use exactly one supported format")
-        experts, dense = formats.pop()
-        return Quantization(routed_experts=experts, dense=dense)
+        experts, dense, activations = formats.pop()
+        return Quantization(routed_experts=experts, dense=dense, activations=activations)
     raise SpecError(f"config.json: {qc.path}quant_method {method!r} is not modelled (mxfp4, fp8, compressed-tensors)")
+
+
+def _activations(spec: Any) -> ActivationQuant:
+    """What a compressed-tensors group quantizes its inputs to: none (bf16), MX (block 32) or plain FP8."""
+    if not isinstance(spec, Mapping):
+        return "bf16"
+    if spec.get("num_bits") == 8 and spec.get("type") == "float":
+        return "mxfp8" if spec.get("group_size") == 32 else "fp8"
+    return "bf16"
 
 
 def _vision_params(vision: _Keys | None) -> int:
@@ -363,6 +374,10 @@ def model_to_hf_config(model: ModelEntry) -> dict[str, Any]:
     }
 
 
+# MXFP8 inputs as compressed-tensors writes them: 8-bit float, one shared scale per 32 values.
+_MXFP8_INPUTS = {"num_bits": 8, "type": "float", "group_size": 32, "strategy": "group", "dynamic": True}
+
+
 def _quantization_config(q: Quantization) -> dict[str, Any] | None:
     if q.routed_experts == "mxfp4":
         return {
@@ -378,6 +393,7 @@ def _quantization_config(q: Quantization) -> dict[str, Any] | None:
                         "strategy": "group",
                         "symmetric": True,
                     },
+                    **({"input_activations": _MXFP8_INPUTS} if q.activations == "mxfp8" else {}),
                 }
             },
         }

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 Provenance = Literal["third-party", "config.json", "capserve"]
 ExpertQuant = Literal["mxfp4", "fp8", "bf16"]
 DenseQuant = Literal["fp8", "bf16"]
+ActivationQuant = Literal["bf16", "fp8", "mxfp8"]
 
 _DIM = 1 << 20  # upper bound for any single dimension; far above any real model
 
@@ -107,6 +108,12 @@ class Quantization(_Frozen):
     dense: DenseQuant = Field(
         description="Attention, shared experts and dense MLP projections. Embeddings, lm_head, router "
         "and norms are always bf16/fp32."
+    )
+    activations: ActivationQuant = Field(
+        default="bf16",
+        description="What the routed-expert matmuls take as input: bf16 (weight-only quantization, gpt-oss), "
+        "fp8 (DeepSeek-V3 block FP8, quantized on the fly) or mxfp8 (K3: MXFP4 weights trained with MXFP8 "
+        "activations). Decides which kernels a GPU needs (docs/planner.md, 'Kernel support').",
     )
 
 

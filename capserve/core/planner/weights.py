@@ -210,11 +210,118 @@ def sharded_bytes(groups: Sequence[TensorGroup], *, tp: int, ep: int) -> int:
 
 
 def pipeline_stages(num_layers: int, pp: int) -> list[range]:
-    """Contiguous layer ranges per stage; extra layers go to the earlier stages, as the last also holds lm_head."""
-    base, extra = divmod(num_layers, pp)
+    """Contiguous layer ranges per stage, split as vLLM splits them (``get_pp_indices``).
+
+    Layers that do not divide evenly go one each to the stages before the last, counting backwards
+    from the second-to-last (the last stage also holds the final norm and lm_head); docs/planner.md.
+    """
+    if not 1 <= pp <= num_layers:
+        raise ValueError(f"pipeline size {pp} must be between 1 and the {num_layers} layers")
+    sizes = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        sizes[-i] += 1
     stages, start = [], 0
-    for stage in range(pp):
-        size = base + (1 if stage < extra else 0)
+    for size in sizes:
         stages.append(range(start, start + size))
         start += size
     return stages
+
+
+def split_share(total: int, parts: int, index: int) -> int:
+    """Part ``index`` of ``total`` bytes split ``parts`` ways as evenly as whole bytes allow (sums to total)."""
+    base, rem = divmod(total, parts)
+    return base + (1 if index < rem else 0)
+
+
+@dataclass(frozen=True)
+class StageBytes:
+    """The weights of one pipeline stage, by how vLLM shards them."""
+
+    replicated: int  # on every GPU of the stage (norms, router, MLA/KDA down-projections, latent projections)
+    tensor_parallel: int  # split across the TP ranks (attention, shared experts, dense MLPs, embeddings)
+    experts: int  # routed experts, split across TP x DP ranks (whole experts with EP, slices without)
+    experts_per_layer: int  # routed experts per MoE layer (EP places whole experts)
+    bytes_per_expert: int  # one expert summed over the stage's MoE layers
+
+    @property
+    def dense(self) -> int:
+        return self.replicated + self.tensor_parallel
+
+
+@dataclass(frozen=True)
+class GpuWeights:
+    """Weights on one GPU, dense and expert parts apart."""
+
+    dense: int
+    experts: int
+
+    @property
+    def total(self) -> int:
+        return self.dense + self.experts
+
+
+class ModelBytes:
+    """A model's weights as per-layer sums (built once), so any stage's bytes cost O(1)."""
+
+    def __init__(self, model: ModelEntry) -> None:
+        self.model = model
+        self.num_layers = model.num_layers
+        self.experts_per_layer = model.moe.n_routed_experts
+        rep, tp, exp, per_expert = [0], [0], [0], [0]
+        for index in range(model.num_layers):
+            r = t = e = pe = 0
+            for g in layer_groups(model, index):
+                if g.shard == "replicated":
+                    r += g.nbytes
+                elif g.shard == "tp":
+                    t += g.nbytes
+                else:
+                    e += g.nbytes
+                    pe += g.nbytes // g.units
+            rep.append(rep[-1] + r)
+            tp.append(tp[-1] + t)
+            exp.append(exp[-1] + e)
+            per_expert.append(per_expert[-1] + pe)
+        self._prefix = (rep, tp, exp, per_expert)
+        self._first = _totals(first_stage_groups(model))
+        self._last = _totals(last_stage_groups(model))
+
+    def stage(self, layers: range, *, first: bool, last: bool) -> StageBytes:
+        """The bytes of decoder layers ``layers`` plus the model's ends a first or last stage holds."""
+        rep, tp, exp, per_expert = (p[layers.stop] - p[layers.start] for p in self._prefix)
+        for held, (r, t) in ((first, self._first), (last, self._last)):
+            if held:
+                rep, tp = rep + r, tp + t
+        return StageBytes(rep, tp, exp, self.experts_per_layer, per_expert)
+
+    @property
+    def total(self) -> int:
+        whole = self.stage(range(self.num_layers), first=True, last=True)
+        return whole.dense + whole.experts
+
+
+def _totals(groups: Sequence[TensorGroup]) -> tuple[int, int]:
+    """(replicated, tensor-parallel) bytes of the model-end groups (no experts there)."""
+    return (
+        sum(g.nbytes for g in groups if g.shard == "replicated"),
+        sum(g.nbytes for g in groups if g.shard != "replicated"),
+    )
+
+
+def gpu_weights(
+    stage: StageBytes, *, tp: int, dp: int, expert_parallel: bool, tp_rank: int = 0, dp_rank: int = 0
+) -> GpuWeights:
+    """Bytes on the GPU at (``dp_rank``, ``tp_rank``) of one stage, as vLLM shards them.
+
+    Dense weights split by TP only (each DP rank holds a full copy); routed experts are spread over
+    all TP x DP ranks of the stage (vLLM ``FusedMoEParallelConfig``): whole experts in contiguous
+    blocks by EP rank ``dp_rank * tp + tp_rank`` with ``--enable-expert-parallel``, else byte slices
+    of every expert. Rank (0, 0) is always the fullest.
+    """
+    dense = stage.replicated + split_share(stage.tensor_parallel, tp, tp_rank)
+    ranks, rank = tp * dp, dp_rank * tp + tp_rank
+    if expert_parallel:
+        experts = split_share(stage.experts_per_layer, ranks, rank) * stage.bytes_per_expert
+    else:
+        experts = split_share(stage.experts, ranks, rank)
+    return GpuWeights(dense=dense, experts=experts)
