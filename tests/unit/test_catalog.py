@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import copy
+import gzip
+import json
+from pathlib import Path
 from typing import Any
 
+import botocore.loaders
+import moto
 import pytest
 from pydantic import ValidationError
 
@@ -32,6 +37,7 @@ def test_required_entries_exist() -> None:
         "p5en.48xlarge",
         "p5e.48xlarge",
         "p5.48xlarge",
+        "p5.4xlarge",
     }
     assert {"B300", "B200", "H200", "H100"} <= set(GPUS)
 
@@ -194,3 +200,61 @@ def test_entries_are_strict_and_frozen() -> None:
     broken = k3.model_dump() | {"kda": None}
     with pytest.raises(ValidationError, match="kda geometry is missing"):
         type(k3).model_validate(broken)
+
+
+def _moto_instance_types() -> dict[str, Any]:
+    path = Path(moto.__file__).parent / "ec2" / "resources" / "instance_types.json.gz"
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        data: dict[str, Any] = json.load(f)
+    return data
+
+
+@pytest.mark.parametrize("name", sorted(INSTANCE_TYPES))
+def test_instance_types_match_describe_instance_types(name: str) -> None:
+    # moto 5.2.5 ships a DescribeInstanceTypes snapshot: every number in the catalog must agree with it.
+    snapshot = _moto_instance_types()[name]
+    entry = INSTANCE_TYPES[name]
+    (gpu,) = snapshot["GpuInfo"]["Gpus"]
+    assert (gpu["Name"], gpu["Count"]) == (entry.gpu.name, entry.gpus_per_node)
+    assert gpu["MemoryInfo"]["SizeInMiB"] * 2**20 == entry.gpu.hbm_bytes
+    assert snapshot["VCpuInfo"]["DefaultVCpus"] == entry.vcpus
+    assert snapshot["MemoryInfo"]["SizeInMiB"] * 2**20 == entry.memory_bytes
+    assert snapshot["InstanceStorageInfo"]["TotalSizeInGB"] * GB == entry.local_nvme_bytes
+    assert len(snapshot["NetworkInfo"]["NetworkCards"]) == len(entry.network_cards)
+
+
+def test_the_catalog_has_every_size_aws_sells_for_its_gpus() -> None:
+    # botocore's EC2 model lists every instance type; for the catalog's GPUs the only size below 8 GPUs
+    # is p5.4xlarge (1 x H100). H200 (p5e, p5en), B200 (p6-b200) and B300 (p6-b300) come as 48xlarge only.
+    ec2 = botocore.loaders.Loader().load_service_model("ec2", "service-2")
+    sold = set(ec2["shapes"]["InstanceType"]["enum"])
+    families = ("p5.", "p5e.", "p5en.", "p6-b200.", "p6-b300.")
+    assert {t for t in sold if t.startswith(families)} == set(INSTANCE_TYPES)
+    sagemaker = botocore.loaders.Loader().load_service_model("sagemaker", "service-2")
+    plans = set(sagemaker["shapes"]["ReservedCapacityInstanceType"]["enum"])
+    assert {f"ml.{name}" for name in INSTANCE_TYPES} <= plans  # all can be bought as training plans
+
+
+def test_single_gpu_p5_is_one_h100_with_one_efa_card() -> None:
+    small = get_instance_type("p5.4xlarge")
+    assert (small.gpus_per_node, small.gpu.name, small.vcpus) == (1, "H100", 16)
+    assert small.efa_card_indices == (0,)
+    assert small.gpu is get_instance_type("p5.48xlarge").gpu
+
+
+def test_gpu_families_key_the_planner_defaults() -> None:
+    assert (GPUS["B300"].sm, GPUS["B300"].family) == (103, "blackwell")
+    assert (GPUS["B200"].sm, GPUS["B200"].family) == (100, "blackwell")
+    assert GPUS["H200"].family == GPUS["H100"].family == "hopper"
+
+
+def test_activation_formats_are_read_from_config_json() -> None:
+    assert get_model("kimi-k3").quantization.activations == "mxfp8"
+    assert get_model("deepseek-v3").quantization.activations == "fp8"
+    assert get_model("gpt-oss-120b").quantization.activations == "bf16"
+    config = _k3_style_config()
+    del config["text_config"]["quantization_config"]["config_groups"]["group_0"]["input_activations"]
+    assert model_from_hf_config(config, name="x").quantization.activations == "bf16"
+    group = config["text_config"]["quantization_config"]["config_groups"]["group_0"]
+    group["input_activations"] = {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True}
+    assert model_from_hf_config(config, name="x").quantization.activations == "fp8"

@@ -111,8 +111,6 @@ class Evaluator:
                 return f"{label} ({count}) not divisible by TP {tp}"
         if m.gqa is not None and m.gqa.num_kv_heads % tp and tp % m.gqa.num_kv_heads:
             return f"KV heads ({m.gqa.num_kv_heads}) and TP {tp}: neither divides the other"
-        if shape.pp > m.num_layers:
-            return f"PP {shape.pp} exceeds {m.num_layers} layers"
         if shape.ep_size > m.moe.n_routed_experts:
             return f"EP {shape.ep_size} exceeds {m.moe.n_routed_experts} experts"
         return None

@@ -205,7 +205,9 @@ def _evaluate_all(
 ) -> list[Candidate]:
     moe = ev.model.moe.n_routed_experts > 1
     shapes = layout_shapes(instance.gpus_per_node, max_nodes, moe=moe, min_nodes=min_nodes)
-    return [ev.evaluate(shape, instance, context, concurrency, kernel) for shape in shapes]
+    # A stage needs at least one layer: deeper pipelines are not layouts of this model.
+    runnable = (shape for shape in shapes if shape.pp <= ev.model.num_layers)
+    return [ev.evaluate(shape, instance, context, concurrency, kernel) for shape in runnable]
 
 
 def _best_fit(
