@@ -31,7 +31,7 @@ B300 = get_instance_type("p6-b300.48xlarge")
 
 def test_mxfp4_is_half_a_byte_plus_one_scale_byte_per_32() -> None:
     assert mxfp4_bytes(1, 32) == 16 + 1
-    # K3 w1/w3 [3072, 3584]: 3072 x 1792 packed + 3072 x 112 scales (weights.md §1.1 shapes)
+    # K3 w1/w3 [3072, 3584]: 3072 x 1792 packed + 3072 x 112 scales (the checkpoint's weight_packed shapes)
     assert mxfp4_bytes(3072, 3584) == 3072 * 1792 + 3072 * 112 == 5_849_088
     # w2 [3584, 3072]: 3584 x 1536 + 3584 x 96
     assert mxfp4_bytes(3584, 3072) == 5_849_088

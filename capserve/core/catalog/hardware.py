@@ -2,9 +2,9 @@
 
 Every number here comes from EC2 ``DescribeInstanceTypes`` as snapshotted in moto 5.2.5
 (``moto/ec2/resources/instance_types.json.gz``, fields ``GpuInfo``, ``VCpuInfo``, ``MemoryInfo``,
-``InstanceStorageInfo``, ``NetworkInfo.NetworkCards``), cross-checked with
-shared/reference/FACTS.md and anchors.md §4.3. The tasks layer can refresh them from the real API
-at run time; the planner only needs what is here.
+``InstanceStorageInfo``, ``NetworkInfo.NetworkCards``); a test checks each against that snapshot
+(docs/planner.md §10). The tasks layer can refresh them from the real API at run time; the planner
+only needs what is here.
 """
 
 from __future__ import annotations
@@ -105,11 +105,11 @@ def _cards(
 # (e.g. 143,771 MiB on H200); the gpu_memory_utilization ceiling absorbs the difference.
 GPUS: Mapping[str, GpuType] = MappingProxyType(
     {
-        # 275,040 MiB = 288 GB = 268.6 GiB (FACTS.md "288 GB HBM3e each (~268 GiB)"; NVIDIA via anchors [P5]).
+        # 275,040 MiB = 288 GB = 268.6 GiB (NVIDIA's B300: 288 GB HBM3e per GPU).
         "B300": GpuType(name="B300", hbm_bytes=275_040 * _MIB, architecture="Blackwell Ultra (sm_103)", sm=103),
         # 183,359 MiB = 179 GiB; AWS markets p6-b200 as 1,440 GB HBM3e (8 x 180 GB).
         "B200": GpuType(name="B200", hbm_bytes=183_359 * _MIB, architecture="Blackwell (sm_100)", sm=100),
-        # 144,384 MiB = 141 GiB (FACTS.md "H200 (141 GB)").
+        # 144,384 MiB = 141 GiB (NVIDIA's H200: 141 GB).
         "H200": GpuType(name="H200", hbm_bytes=144_384 * _MIB, architecture="Hopper (sm_90)", sm=90),
         # 81,920 MiB = 80 GiB.
         "H100": GpuType(name="H100", hbm_bytes=81_920 * _MIB, architecture="Hopper (sm_90)", sm=90),
@@ -127,7 +127,7 @@ INSTANCE_TYPES: Mapping[str, InstanceType] = MappingProxyType(
             vcpus=192,
             memory_bytes=4096 * _GIB,
             local_nvme_bytes=_NVME_8X3800,
-            # 17 cards: card 0 is ENA-only (350 Gbps), EFA on 1-16 at 400 Gbps (FACTS.md;
+            # 17 cards: card 0 is ENA-only (350 Gbps), EFA on 1-16 at 400 Gbps (DescribeInstanceTypes;
             # launches asking for EFA on card 0 fail: aws-parallelcluster #7143).
             network_cards=_cards(17, 400.0, ena_only=(0,), ena_only_gbps=350.0),
         ),
