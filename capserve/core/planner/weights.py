@@ -2,15 +2,16 @@
 
 Storage formats:
 - MXFP4 (OCP MX): E2M1 values packed two per byte plus one E8M0 scale byte per 32 values along the
-  reduction (last) dimension: ``rows * (cols/2 + cols/32)`` = 4.25 bits per value (OCP MX spec; docs/planner.md §2).
+  reduction (last) dimension: ``rows * (cols/2 + cols/32)`` = 4.25 bits per value (OCP MX spec;
+  docs/planner.md §2).
 - FP8 block (DeepSeek-V3 README_WEIGHTS): one byte per value plus one fp32 ``weight_scale_inv`` per
   128x128 block.
 - BF16: two bytes per value.
 
-Sharding follows vLLM's layers (docs/planner.md §2; vLLM KimiDeltaAttention / DeepSeek MLA): column- and
-row-parallel projections split across tensor-parallel ranks; the MLA down-projections (q_a, kv_a), the
-KDA low-rank gate inputs, the router and (per the third-party K3 inventory) the latent-MoE projections
-are replicated; routed experts split across expert-parallel ranks when EP is on, else across TP ranks.
+Sharding follows vLLM's layers (docs/planner.md §2): column- and row-parallel projections split
+across tensor-parallel ranks; the MLA down-projections (q_a, kv_a), the KDA low-rank gate inputs, the
+router and K3's latent-MoE projections are replicated; routed experts are spread over all TP x DP
+ranks of a stage, whole experts with EP and byte slices without (``gpu_weights``).
 """
 
 from __future__ import annotations
@@ -188,25 +189,6 @@ def weight_bytes_by_class(model: ModelEntry) -> dict[str, int]:
     for g in all_groups(model):
         out[g.cls] = out.get(g.cls, 0) + g.nbytes
     return dict(sorted(out.items()))
-
-
-def sharded_bytes(groups: Sequence[TensorGroup], *, tp: int, ep: int) -> int:
-    """Bytes one GPU holds of ``groups`` with tensor-parallel size ``tp`` and expert-parallel size ``ep``.
-
-    EP places whole experts (the largest rank holds ceil(E/ep) of them); without EP (ep == 1) each
-    expert's intermediate dimension is split across the TP ranks like any column/row-parallel layer.
-    """
-    total = 0
-    for g in groups:
-        if g.shard == "replicated":
-            total += g.nbytes
-        elif g.shard == "tp":
-            total += _ceil_div(g.nbytes, tp)
-        elif ep > 1:
-            total += _ceil_div(g.units, ep) * (g.nbytes // g.units)
-        else:
-            total += _ceil_div(g.nbytes, tp)
-    return total
 
 
 def pipeline_stages(num_layers: int, pp: int) -> list[range]:
