@@ -28,7 +28,7 @@ from capserve.core.planner.kernels import KernelStatus, KernelVerdict, kernel_su
 from capserve.core.planner.ranking import Alternative, alternatives, rank, rank_key, why_chosen
 from capserve.core.planner.reserve import ReserveParts, reserve_parts
 from capserve.core.planner.settings import Objective, PlannerSettings
-from capserve.core.planner.shapes import Shape, layout_shapes
+from capserve.core.planner.shapes import layout_shapes
 from capserve.core.planner.weights import gpu_weights, weight_bytes_by_class
 
 if TYPE_CHECKING:
@@ -361,4 +361,4 @@ def _plan(
     )
 
 
-__all__ = ["ParallelLayout", "ServingPlan", "Shape", "plan_serving"]
+__all__ = ["ParallelLayout", "ServingPlan", "plan_serving"]

@@ -10,7 +10,9 @@ boot logs, marked as such in the docs) and can be overridden in ``PlannerSetting
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -51,13 +53,9 @@ _BLACKWELL = FamilyDefaults(
     efa=1 * GIB,
     all2all=1 * GIB,
 )
-FAMILY_DEFAULTS: dict[GpuFamily, FamilyDefaults] = {
-    "blackwell": _BLACKWELL,
-    "hopper": _HOPPER,
-    "ada": _HOPPER,
-    "ampere": _HOPPER,
-    "older": _HOPPER,
-}
+FAMILY_DEFAULTS: Mapping[GpuFamily, FamilyDefaults] = MappingProxyType(
+    {"blackwell": _BLACKWELL, "hopper": _HOPPER, "ada": _HOPPER, "ampere": _HOPPER, "older": _HOPPER}
+)
 
 
 class ReserveParts(BaseModel):

@@ -276,11 +276,6 @@ class ModelBytes:
                 rep, tp = rep + r, tp + t
         return StageBytes(rep, tp, exp, self.experts_per_layer, per_expert)
 
-    @property
-    def total(self) -> int:
-        whole = self.stage(range(self.num_layers), first=True, last=True)
-        return whole.dense + whole.experts
-
 
 def _totals(groups: Sequence[TensorGroup]) -> tuple[int, int]:
     """(replicated, tensor-parallel) bytes of the model-end groups (no experts there)."""
