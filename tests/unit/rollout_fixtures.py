@@ -36,8 +36,21 @@ def spec(**serving: Any) -> CampaignSpec:
 
 
 def k3_plan(instance_type: str = "p6-b300.48xlarge", **update: Any) -> ServingPlan:
+    """K3's plan on ``instance_type``; ``update`` forces another layout (its ``parallel`` kept consistent)."""
     plan = plan_serving(get_model("kimi-k3"), get_instance_type(instance_type), context_length=262144, concurrency=8)
-    return plan.model_copy(update=update)
+    if not update:
+        return plan
+    fields = {k: update.get(k, getattr(plan, k)) for k in ("layout", "nodes", "tensor_parallel", "pipeline_parallel",
+                                                            "data_parallel", "expert_parallel")}
+    dp, nodes = fields["data_parallel"], fields["nodes"]
+    gpus = fields["tensor_parallel"] * fields["pipeline_parallel"] * dp
+    parallel = plan.parallel.model_copy(update={
+        **{k: v for k, v in fields.items() if k != "nodes"}, "nodes": nodes, "nodes_per_replica": nodes,
+        "data_parallel_local": dp // nodes if dp > 1 else 1, "enable_expert_parallel": fields["expert_parallel"] > 1,
+        "gpus_per_replica": gpus, "gpus_per_node_used": gpus // nodes, "serving_replicas": 1,
+        "sequences_per_dp_rank": -(-plan.concurrency // dp),
+    })
+    return plan.model_copy(update={**update, "parallel": parallel})
 
 
 def k3_ep16_on_two_b200() -> ServingPlan:

@@ -6,6 +6,7 @@ import pytest
 
 from capserve.core.catalog import get_instance_type, get_model
 from capserve.core.planner import PlannerSettings, ServingPlan, plan_serving
+from capserve.core.rollout.layout import launch_blockers, layout_from_plan
 from capserve.core.weights.listing import RepoFile, RepoListing
 from capserve.core.weights.placement import Layout, expert_of
 from capserve.core.weights.plan import plan_weights
@@ -178,3 +179,28 @@ def test_the_layout_object_carries_vllm_s_flags() -> None:
     tp8pp2 = plan_serving(K3, get_instance_type("p6-b200.48xlarge")).parallel
     assert (tp8pp2.tensor_parallel, tp8pp2.pipeline_parallel, tp8pp2.data_parallel_local) == (8, 2, 1)
     assert not tp8pp2.enable_expert_parallel and tp8pp2.expert_parallel == 1
+
+
+@pytest.mark.parametrize("objective", ["kv_headroom", "throughput"])
+def test_weight_and_rollout_stages_read_one_layout(objective: str) -> None:
+    # One source of truth: the rollout's vLLM layout and the weight stage's expert placement both come
+    # from plan.parallel, so --enable-expert-parallel with EP16 and the per-node experts cannot disagree.
+    settings = PlannerSettings(objective=objective)  # type: ignore[arg-type]
+    plan = plan_serving(K3, get_instance_type("p6-b200.48xlarge"), settings=settings)
+    p = plan.parallel
+    rollout = layout_from_plan(plan)
+    assert (rollout.nodes, rollout.tensor_parallel, rollout.pipeline_parallel, rollout.data_parallel) == (
+        p.nodes_per_replica,
+        p.tensor_parallel,
+        p.pipeline_parallel,
+        p.data_parallel,
+    )
+    assert (rollout.data_parallel_local, rollout.expert_parallel, rollout.enable_expert_parallel) == (
+        p.data_parallel_local,
+        p.expert_parallel,
+        p.enable_expert_parallel,
+    )
+    placement = p.expert_placement()
+    assert placement.expert_parallel == rollout.expert_parallel and placement.nodes == rollout.nodes
+    # Two nodes per replica: a LeaderWorkerSet can start either layout.
+    assert launch_blockers(rollout, splits_experts=placement.splits_experts) == []

@@ -93,7 +93,7 @@ def engine_options(plan: ServingPlan, spec: CampaignSpec) -> EngineOptions:
     return EngineOptions(
         served_model_name=spec.served_model_name,
         max_model_len=plan.context_length,
-        max_num_seqs=plan.concurrency,
+        max_num_seqs=plan.parallel.sequences_per_dp_rank,  # vLLM's --max-num-seqs counts per DP rank
         kv_cache_dtype="fp8" if plan.kv_cache_dtype_bytes == 1 else "auto",
         gpu_memory_utilization=plan.gpu_memory_utilization,
         extra_args=tuple(spec.serving.extra_args),

@@ -1,7 +1,6 @@
 """The serving layout the rollout renders: how many nodes, and how vLLM splits the model over their GPUs.
 
-``layout_from_plan`` is the one place that reads the planner's ``ServingPlan``; when the planner's
-typed layout object lands, only that function changes.
+``layout_from_plan`` is the one place that reads the planner's layout (``ServingPlan.parallel``).
 
 Launch shapes vLLM 0.32 starts from one LeaderWorkerSet (docs/serving.md §1):
 
@@ -87,17 +86,17 @@ class ServingLayout(BaseModel):
 
 
 def layout_from_plan(plan: ServingPlan, *, replicas: int = 1) -> ServingLayout:
-    """The plan's layout, read through this one adapter (the planner's typed layout replaces it)."""
-    data_parallel = plan.data_parallel
+    """The plan's layout (``ServingPlan.parallel``, the one source of truth), read through this one adapter."""
+    p = plan.parallel
     return ServingLayout(
-        nodes=plan.nodes,
-        gpus_per_node=plan.gpus_per_node,
-        tensor_parallel=plan.tensor_parallel,
-        pipeline_parallel=plan.pipeline_parallel,
-        data_parallel=data_parallel,
-        data_parallel_local=data_parallel // plan.nodes if data_parallel > 1 else 1,
-        expert_parallel=plan.expert_parallel,
-        enable_expert_parallel=plan.expert_parallel > 1,
+        nodes=p.nodes_per_replica,
+        gpus_per_node=p.gpus_per_node,
+        tensor_parallel=p.tensor_parallel,
+        pipeline_parallel=p.pipeline_parallel,
+        data_parallel=p.data_parallel,
+        data_parallel_local=p.data_parallel_local,
+        expert_parallel=p.expert_parallel,
+        enable_expert_parallel=p.enable_expert_parallel,
         replicas=replicas,
     )
 
