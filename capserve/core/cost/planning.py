@@ -207,15 +207,13 @@ def forecast_window(
         end=end,
         upfront_fee=upfront_fee,
         gpus=inputs.gpus,
-        paid_gpu_hours=round(ledger.paid_gpu_hours, 4),
-        expected_serving_gpu_hours=round(ledger.serving_gpu_hours, 4),
-        expected_utilisation=round(ledger.utilisation or 0.0, 4),
+        paid_gpu_hours=ledger.paid_gpu_hours,
+        expected_serving_gpu_hours=ledger.serving_gpu_hours,
+        expected_utilisation=ledger.utilisation or 0.0,
         utilisation_target=utilisation_target,
-        expected_lost_gpu_hours={c.value: round(h, 4) for c, h in ledger.lost_gpu_hours.items()},
-        other_resources_cost=round(ledger.other_resources_cost, 2),
-        expected_usd_per_million_output_tokens=None
-        if ledger.usd_per_million_output_tokens is None
-        else round(ledger.usd_per_million_output_tokens, 4),
+        expected_lost_gpu_hours={c.value: h for c, h in ledger.lost_gpu_hours.items()},
+        other_resources_cost=ledger.other_resources_cost,
+        expected_usd_per_million_output_tokens=ledger.usd_per_million_output_tokens,
         throughput=throughput,
         timeline=timeline,
     )
