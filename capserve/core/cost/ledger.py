@@ -53,6 +53,7 @@ class CostLedger(BaseModel):
     )
     price_table_date: dt.date = Field(description="Date of the price table used.")
     live_prices: int = Field(ge=0, description="How many prices came from the AWS Price List API at run time.")
+    price_source_note: str = Field("", max_length=1000, description="Whether live prices were read, and why not.")
     intervals: list[Interval] = Field(description="What was recorded, as given (the Gantt draws them).")
     scheduled_runs: list[ScheduledRunMark] = Field(description="Scheduled runs, for the timeline.")
     simulated_rate: float | None = Field(description="Sandbox seconds per wall second, when simulated.")
@@ -152,6 +153,8 @@ class CostLedger(BaseModel):
     @property
     def notes(self) -> list[str]:
         notes: list[str] = []
+        if self.price_source_note:
+            notes.append(self.price_source_note)
         if self.window is None:
             notes.append("No capacity was obtained: nothing was paid for GPUs, so there is nothing to attribute.")
         if self.adopted:
@@ -241,6 +244,7 @@ class CostLedger(BaseModel):
                 for s in self.segments
             ],
             "live_prices": self.live_prices,
+            "price_source": self.price_source_note or f"price table dated {self.price_table_date}",
             "simulated_rate": self.simulated_rate,
             "rounding": "instants rounded to the nearest minute from the block's start; hours = GPU-minutes / 60",
             "notes": self.notes,
@@ -349,8 +353,11 @@ class CostLedger(BaseModel):
         return ["| from | to | cause | minutes | GPU-h |", "|---|---|---|---:|---:|", *(row for _, row in timed)]
 
 
-def build_ledger(inputs: CostInputs, prices: PriceTable) -> CostLedger:
-    """The ledger for one campaign (pure). Figures add up to the minute; ``CostLedger.check`` proves it."""
+def build_ledger(inputs: CostInputs, prices: PriceTable, *, price_note: str = "") -> CostLedger:
+    """The ledger for one campaign (pure). Figures add up to the minute; ``CostLedger.check`` proves it.
+
+    ``price_note`` is the sentence ``capserve.tasks.cost.price_list.with_live_prices`` returns.
+    """
     costs = [price_resource(usage, prices, inputs.region) for usage in inputs.resources]
     passed = [p for p in inputs.throughput if p.passed_gates and p.output_tokens_per_s > 0]
     best = max(passed, key=lambda p: p.concurrency) if passed else None
@@ -385,6 +392,7 @@ def build_ledger(inputs: CostInputs, prices: PriceTable) -> CostLedger:
         throughput=best,
         price_table_date=prices.date,
         live_prices=len(prices.live),
+        price_source_note=price_note,
         intervals=list(inputs.intervals),
         scheduled_runs=list(inputs.scheduled_runs),
         simulated_rate=inputs.simulated_rate,
