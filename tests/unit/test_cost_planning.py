@@ -154,3 +154,21 @@ def test_cost_spec_defaults_and_an_estimate_needs_its_source() -> None:
         CostSpec(expected_output_tokens_per_s=1000)
     spec = CostSpec(expected_output_tokens_per_s=1000, throughput_source="vLLM recipes benchmark")
     assert spec.throughput_source == "vLLM recipes benchmark"
+
+
+def test_the_campaign_spec_takes_a_cost_section() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    from capserve.core.errors import SpecError
+    from capserve.core.spec import parse_spec
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml"
+    data = yaml.safe_load(example.read_text(encoding="utf-8"))
+    assert parse_spec(data).cost.utilisation_target == 0.8
+    data["cost"] = {"utilisation_target": 0.9, "expected_output_tokens_per_s": 2400, "throughput_source": "k3-nov"}
+    assert parse_spec(data).cost.expected_output_tokens_per_s == 2400
+    data["cost"] = {"utilisation_target": 1.5}
+    with pytest.raises(SpecError, match="cost.utilisation_target"):
+        parse_spec(data)

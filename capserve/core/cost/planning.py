@@ -9,16 +9,19 @@ Defaults and where they come from: docs/cost.md, "Planning before buying".
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from capserve.core.capacity.offers import Offer
 from capserve.core.cost.causes import Cause
 from capserve.core.cost.inputs import BlockWindow, CostInputs, Interval, ThroughputPoint
 from capserve.core.cost.ledger import build_ledger
 from capserve.core.cost.prices import PriceTable
 from capserve.core.cost.resources import Ec2InstanceUsage, EksControlPlaneUsage, ResourceUsage, S3Usage
+
+if TYPE_CHECKING:
+    # Only for the annotation: capserve.core.capacity imports the spec, which imports this package.
+    from capserve.core.capacity.offers import Offer
 
 _DAY_MINUTES = 24 * 60
 
