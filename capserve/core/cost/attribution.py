@@ -26,8 +26,8 @@ class Segment(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     cause: Cause = Field(description="The cause that holds these minutes.")
-    start_minute: int = Field(description="First minute (inclusive), from the block's start.")
-    end_minute: int = Field(description="Last minute (exclusive).")
+    start_minute: int = Field(ge=0, le=10**7, description="First minute (inclusive), from the block's start.")
+    end_minute: int = Field(ge=0, le=10**7, description="Last minute (exclusive).")
 
     @property
     def minutes(self) -> int:
@@ -39,7 +39,7 @@ class Attribution(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    block_minutes: int = Field(ge=0, description="Minutes in the block.")
+    block_minutes: int = Field(ge=0, le=10**7, description="Minutes in the block.")
     segments: list[Segment] = Field(description="Consecutive, covering minute 0 to block_minutes exactly once.")
     outside_block_minutes: dict[Cause, int] = Field(
         description="Wall minutes recorded before the block's start or after its end, by cause (not paid GPU time)."

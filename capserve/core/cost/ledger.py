@@ -8,7 +8,7 @@ the same thing. How to read it: docs/cost.md.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,13 +33,13 @@ class CostLedger(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    campaign: str = Field(description="The campaign id.")
-    currency: str = Field(description="Currency of every amount.")
+    campaign: str = Field(min_length=1, max_length=64, description="The campaign id.")
+    currency: Literal["USD"] = Field(description="Currency of every amount.")
     upfront_fee: float = Field(ge=0, description="What AWS charged for the reservation (0: adopted or none).")
     adopted: bool = Field(description="The reservation was adopted: its fee was paid outside this campaign.")
-    region: str = Field(description="Region priced.")
-    instance_type: str | None = Field(description="GPU instance type.")
-    gpus: int = Field(ge=0, description="GPUs in the reservation.")
+    region: str = Field(min_length=1, max_length=32, description="Region priced.")
+    instance_type: str | None = Field(max_length=64, description="GPU instance type.")
+    gpus: int = Field(ge=0, le=256 * 64, description="GPUs in the reservation.")
     window: BlockWindow | None = Field(description="The paid window, or None (never got capacity).")
     segments: list[Segment] = Field(description="The block's minutes by cause, in order.")
     paid_gpu_minutes: int = Field(ge=0, description="Block minutes × GPUs.")
