@@ -126,9 +126,6 @@ class PriceTable(BaseModel):
                 )
         return None
 
-    def regions(self) -> set[str]:
-        return {region for entry in self.entries for region in entry.usd}
-
     def with_live_prices(self, live: list[PriceEntry]) -> PriceTable:
         """This table with prices read from the AWS Price List API at run time, which quotes prefer.
 
