@@ -61,7 +61,8 @@ def with_live_prices(
     try:
         live = read_ec2_prices(region, instance_types, today=today, client=client)
     except CapserveError as exc:
-        return table, f"AWS Price List API not used ({exc}); prices from the table dated {table.date}."
+        # Kept short: the sentence goes into the report (the ledger bounds it at 1,000 characters).
+        return table, f"AWS Price List API not used ({str(exc)[:400]}); prices from the table dated {table.date}."
     return table.with_live_prices(live), (
         f"EC2 prices for {', '.join(instance_types)} read from the AWS Price List API on {today}."
     )
