@@ -29,6 +29,7 @@ def test_report_stages_become_intervals_and_a_failed_stage_is_a_failure() -> Non
         stage("rollout", "failed", 55, 150),
         stage("evaluate", "skipped", 150, 150),
         stage("teardown", "running", 150, None),
+        stage("not_a_stage", "completed", 150, 160),
     ]
     intervals = intervals_from_report_stages(stages)
     assert [(i.cause, i.failed, i.label) for i in intervals] == [
@@ -118,3 +119,14 @@ def test_a_serving_interval_added_by_the_wiring_completes_the_picture() -> None:
     )
     # Serving from the end of evaluation (125) to the drain (1395): 1270 minutes.
     assert ledger.serving_gpu_minutes == 1270 * 8
+
+
+def test_an_interrupted_stage_is_not_a_failure() -> None:
+    # A worker restart interrupted the rollout: the time went to vLLM's start, not to a failure of ours.
+    intervals = intervals_from_report_stages(
+        [stage("rollout", "interrupted", 20, 60), stage("drain", "completed", 1395, 1400)]
+    )
+    assert [(i.cause, i.failed) for i in intervals] == [
+        (Cause.VLLM_COLD_START, False),
+        (Cause.DRAIN_AND_TEARDOWN_MARGIN, False),
+    ]

@@ -15,32 +15,37 @@ from typing import Any
 
 from capserve.core.cost.causes import Cause
 from capserve.core.cost.inputs import Interval, ThroughputPoint
+from capserve.core.stages import Stage, StageStatus
 
-# Campaign stage name → the cause its GPU time counts under. Stages that need no GPU (plan, acquire,
+# Campaign stage → the cause its GPU time counts under. Stages that need no GPU (plan, acquire,
 # stage_weights) are not listed: while they run inside the block the GPUs wait, and the ledger's gap
-# rule counts that as waiting_for_bring_up (or idle after bring-up began).
-STAGE_CAUSES: Mapping[str, Cause] = MappingProxyType(
+# rule counts that as waiting_for_bring_up (or idle after bring-up began). Node readiness is part of
+# bring_up's stage; the wiring may add it as its own interval when bring-up reports when nodes joined.
+STAGE_CAUSES: Mapping[Stage, Cause] = MappingProxyType(
     {
-        "bring_up": Cause.BRING_UP,
-        "node_readiness": Cause.NODE_READINESS,
-        "weights_to_nodes": Cause.WEIGHTS_TO_NODES,
-        "rollout": Cause.VLLM_COLD_START,
-        "evaluate": Cause.EVALUATION,
-        "drain": Cause.DRAIN_AND_TEARDOWN_MARGIN,
-        "teardown": Cause.DRAIN_AND_TEARDOWN_MARGIN,
+        Stage.BRING_UP: Cause.BRING_UP,
+        Stage.WEIGHTS_TO_NODES: Cause.WEIGHTS_TO_NODES,
+        Stage.ROLLOUT: Cause.VLLM_COLD_START,
+        Stage.EVALUATE: Cause.EVALUATION,
+        Stage.DRAIN: Cause.DRAIN_AND_TEARDOWN_MARGIN,
+        Stage.TEARDOWN: Cause.DRAIN_AND_TEARDOWN_MARGIN,
     }
 )
+_STAGES = {stage.value: stage for stage in Stage}
 
 
 def intervals_from_report_stages(stages: Sequence[Mapping[str, Any]]) -> list[Interval]:
     """One interval per timed stage that uses the GPUs; a failed stage's time becomes failures_and_rollbacks.
 
-    Skipped stages and stages still running (no end) are left out.
+    Only a stage that failed on its own merits is a failure: an interrupted or stopped stage still
+    spent its time on what it was doing. Skipped stages and stages still running (no end) are left out.
     """
     intervals = []
     for stage in stages:
-        cause = STAGE_CAUSES.get(str(stage.get("name")))
-        if cause is None or stage.get("status") == "skipped" or not stage.get("ended_at"):
+        known = _STAGES.get(str(stage.get("name")))
+        cause = STAGE_CAUSES.get(known) if known is not None else None
+        status = stage.get("status")
+        if cause is None or status == StageStatus.SKIPPED.value or not stage.get("ended_at"):
             continue
         intervals.append(
             Interval(
@@ -48,7 +53,7 @@ def intervals_from_report_stages(stages: Sequence[Mapping[str, Any]]) -> list[In
                 start=datetime.fromisoformat(str(stage["started_at"])),
                 end=datetime.fromisoformat(str(stage["ended_at"])),
                 label=str(stage["name"]),
-                failed=stage.get("status") == "failed",
+                failed=status == StageStatus.FAILED.value,
             )
         )
     return intervals
