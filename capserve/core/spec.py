@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from capserve.core.cost.spec import CostSpec
 from capserve.core.errors import SpecError
 from capserve.core.evaluation.spec import EvaluationSpec
 
@@ -292,6 +293,9 @@ class CampaignSpec(StrictModel):
         default_factory=EvaluationSpec, description="Smoke, quality and load profiles, and the gates that judge them."
     )
     teardown: TeardownSpec = Field(default_factory=TeardownSpec, description="Drain and teardown margins.")
+    cost: CostSpec = Field(
+        default_factory=CostSpec, description="Utilisation target and throughput estimate for the cost ledger."
+    )
 
     @property
     def campaign_id(self) -> str:

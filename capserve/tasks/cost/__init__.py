@@ -1,0 +1,1 @@
+"""Cost: the ledger's plots, and prices read from the AWS Price List API."""
