@@ -51,7 +51,7 @@ def test_sagemaker_spelling_of_instance_type_is_accepted() -> None:
 
 
 def test_gpu_memory_matches_the_published_sizes() -> None:
-    # FACTS.md: B300 288 GB (~268 GiB), H200 141 GB; H100 80 GB.
+    # docs/aws-capacity.md §3.2: B300 288 GB (~268 GiB), H200 141 GB; H100 80 GB.
     assert GPUS["B300"].hbm_bytes == pytest.approx(288 * GB, rel=0.002)
     assert GPUS["B300"].hbm_bytes / GIB == pytest.approx(268.6, abs=0.1)
     assert GPUS["H200"].hbm_bytes / GIB == pytest.approx(141, abs=0.1)

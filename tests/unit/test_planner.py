@@ -1,4 +1,4 @@
-"""Planner arithmetic against hand counts and FACTS.md cross-checks, and the layout choice."""
+"""Planner arithmetic against hand counts and the facts in docs/kimi-k3.md, and the layout choice."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ K3 = get_model("kimi-k3")
 
 def test_mxfp4_is_half_a_byte_plus_one_scale_byte_per_32() -> None:
     assert mxfp4_bytes(1, 32) == 16 + 1
-    # K3 w1/w3 [3072, 3584]: 3072 x 1792 packed + 3072 x 112 scales (weights.md §1.1 shapes)
+    # K3 w1/w3 [3072, 3584]: 3072 x 1792 packed + 3072 x 112 scales (docs/kimi-k3.md §2 shapes)
     assert mxfp4_bytes(3072, 3584) == 3072 * 1792 + 3072 * 112 == 5_849_088
     # w2 [3584, 3072]: 3584 x 1536 + 3584 x 96
     assert mxfp4_bytes(3584, 3072) == 5_849_088
@@ -45,7 +45,7 @@ def test_fp8_block_adds_one_fp32_scale_per_128_square() -> None:
     assert linear_bytes(10, 10, "bf16") == 200
 
 
-# --- K3 against FACTS.md ----------------------------------------------------------------------------
+# --- K3 against docs/kimi-k3.md --------------------------------------------------------------------------
 
 
 def test_k3_bytes_by_class_match_facts() -> None:
@@ -60,13 +60,13 @@ def test_k3_bytes_by_class_match_facts() -> None:
 
 def test_k3_tp8_weights_per_gpu_match_facts() -> None:
     plan = plan_serving(K3, get_instance_type("p6-b300.48xlarge"))
-    # FACTS.md: ~190 GiB per GPU computed, 192.6 GiB observed (padding, replicated pieces): within 2 %.
+    # docs/kimi-k3.md §3: ~190 GiB per GPU computed, 192.6 GiB observed (padding, replicated pieces): within 2 %.
     assert plan.weight_bytes_per_gpu / GIB == pytest.approx(190, rel=0.02)
     assert plan.weight_bytes_per_gpu / GIB < 192.6
 
 
 def test_mla_kv_bytes_per_token() -> None:
-    # (kv_lora_rank + qk_rope_head_dim) x MLA layers x dtype: 24 x 576 x 2 = 27,648 (FACTS.md)
+    # (kv_lora_rank + qk_rope_head_dim) x MLA layers x dtype: 24 x 576 x 2 = 27,648 (docs/kimi-k3.md §4)
     assert kv_bytes_per_token(K3, dtype_bytes=2) == (512 + 64) * 24 * 2 == 27_648
     assert kv_bytes_per_token(K3, dtype_bytes=1) == 13_824
     assert kv_bytes_per_token(get_model("kimi-k2"), dtype_bytes=2) == 61 * 576 * 2 == 70_272
@@ -78,7 +78,7 @@ def test_mla_kv_bytes_per_token() -> None:
 def test_kda_state_per_sequence() -> None:
     recurrent = kda_recurrent_bytes(K3, state_dtype_bytes=4)
     assert recurrent == 69 * 96 * 128 * 128 * 4
-    assert recurrent / MIB == pytest.approx(414, rel=0.001)  # FACTS.md "~414 MiB per sequence (fp32)"
+    assert recurrent / MIB == pytest.approx(414, rel=0.001)  # docs/kimi-k3.md §4: ~414 MiB per sequence (fp32)
     total = state_bytes_per_sequence(K3, kv_dtype_bytes=1, state_dtype_bytes=4, conv_dtype_bytes=2)
     conv = 69 * 3 * 3 * 96 * 128 * 2  # (kernel - 1) positions of q, k, v in bf16
     assert total == recurrent + conv

@@ -39,13 +39,13 @@ KIMI_K3 = ModelEntry(
     hf_repo="moonshotai/Kimi-K3",
     provenance="third-party",
     source=(
-        "shared/reference/FACTS.md 'Kimi K3' and weights.md §1.1 (several public repos agree; not yet read "
+        "docs/kimi-k3.md §1 (several public repos agree; not yet read "
         "from the real config.json). Full-rank KDA output gate as in the third-party byte inventory "
-        "(weights.md §1.2). Vision tower geometry not published there: counted only once read from config.json."
+        "(docs/kimi-k3.md §3). Vision tower geometry not published there: counted only once read from config.json."
     ),
     hidden_size=7168,
     vocab_size=163_840,
-    max_context=1_048_576,  # vLLM recipe --max-model-len 1048576 (FACTS.md)
+    max_context=1_048_576,  # vLLM recipe --max-model-len 1048576 (docs/kimi-k3.md §6)
     layers=hybrid_layers(_K3_LAYERS, k3_full_attn_layers(_K3_LAYERS)),
     mla=MlaGeometry(
         num_heads=64,
@@ -75,7 +75,7 @@ KIMI_K2 = ModelEntry(
     hf_repo="moonshotai/Kimi-K2-Instruct",
     provenance="third-party",
     source=(
-        "weights.md §1.3: Kimi-K2 config.json (DeepseekV3ForCausalLM, model_type kimi_k2) as excerpted "
+        "docs/kimi-k3.md §8.1: Kimi-K2 config.json (DeepseekV3ForCausalLM, model_type kimi_k2) as excerpted "
         "publicly; FP8 block-quantized checkpoint (weight_block_size 128x128)."
     ),
     hidden_size=7168,
@@ -133,7 +133,7 @@ GPT_OSS_120B = ModelEntry(
         "openai/gpt-oss-120b config.json as mirrored publicly (transformers GptOssConfig defaults): 36 layers "
         "alternating sliding_attention (window 128) / full_attention, hidden 2880, 64 heads, 8 KV heads, "
         "head_dim 64, 128 experts, 4 per token, vocab 201088, quant_method mxfp4 for experts only "
-        "(self_attn, router, embeddings, lm_head in bf16); weights.md §4."
+        "(self_attn, router, embeddings, lm_head in bf16); docs/kimi-k3.md §8.2."
     ),
     hidden_size=2880,
     vocab_size=201_088,

@@ -3,7 +3,7 @@
 Every number here comes from EC2 ``DescribeInstanceTypes`` as snapshotted in moto 5.2.5
 (``moto/ec2/resources/instance_types.json.gz``, fields ``GpuInfo``, ``VCpuInfo``, ``MemoryInfo``,
 ``InstanceStorageInfo``, ``NetworkInfo.NetworkCards``), cross-checked with
-shared/reference/FACTS.md and anchors.md §4.3. The tasks layer can refresh them from the real API
+AWS's and NVIDIA's published sizes (docs/aws-capacity.md §3). The tasks layer can refresh them from the real API
 at run time; the planner only needs what is here.
 """
 
@@ -83,11 +83,11 @@ def _cards(
 # (e.g. 143,771 MiB on H200); the gpu_memory_utilization ceiling absorbs the difference.
 GPUS: Mapping[str, GpuType] = MappingProxyType(
     {
-        # 275,040 MiB = 288 GB = 268.6 GiB (FACTS.md "288 GB HBM3e each (~268 GiB)"; NVIDIA via anchors [P5]).
+        # 275,040 MiB = 288 GB = 268.6 GiB (NVIDIA: 288 GB HBM3e per GPU; docs/aws-capacity.md §3.1).
         "B300": GpuType(name="B300", hbm_bytes=275_040 * _MIB, architecture="Blackwell Ultra (sm_103)"),
         # 183,359 MiB = 179 GiB; AWS markets p6-b200 as 1,440 GB HBM3e (8 x 180 GB).
         "B200": GpuType(name="B200", hbm_bytes=183_359 * _MIB, architecture="Blackwell (sm_100)"),
-        # 144,384 MiB = 141 GiB (FACTS.md "H200 (141 GB)").
+        # 144,384 MiB = 141 GiB (NVIDIA: 141 GB; docs/aws-capacity.md §3.2).
         "H200": GpuType(name="H200", hbm_bytes=144_384 * _MIB, architecture="Hopper (sm_90)"),
         # 81,920 MiB = 80 GiB.
         "H100": GpuType(name="H100", hbm_bytes=81_920 * _MIB, architecture="Hopper (sm_90)"),
@@ -105,7 +105,7 @@ INSTANCE_TYPES: Mapping[str, InstanceType] = MappingProxyType(
             vcpus=192,
             memory_bytes=4096 * _GIB,
             local_nvme_bytes=_NVME_8X3800,
-            # 17 cards: card 0 is ENA-only (350 Gbps), EFA on 1-16 at 400 Gbps (FACTS.md;
+            # 17 cards: card 0 is ENA-only (350 Gbps), EFA on 1-16 at 400 Gbps (docs/aws-capacity.md §3.1;
             # launches asking for EFA on card 0 fail: aws-parallelcluster #7143).
             network_cards=_cards(17, 400.0, ena_only=(0,), ena_only_gbps=350.0),
         ),

@@ -4,7 +4,7 @@ Pure: the tasks layer downloads and ``json.load``s the file; this module only re
 Three families are understood:
 
 - K3 / Kimi Linear (``text_config`` nested under a multimodal wrapper, ``linear_attn_config`` with
-  1-based ``full_attn_layers``), keys as read by vLLM's kimi_linear model (weights.md §1.1);
+  1-based ``full_attn_layers``), keys as read by vLLM's kimi_linear model (docs/kimi-k3.md §1);
 - DeepSeek-V3 / Kimi-K2 (flat, MLA in every layer, ``first_k_dense_replace``);
 - gpt-oss (``layer_types`` sliding/full GQA, ``num_local_experts``).
 
@@ -249,7 +249,7 @@ def _quantization(text: _Keys, top: _Keys) -> Quantization:
         for w in weights:
             bits, kind, group = w.get("num_bits"), w.get("type"), w.get("group_size")
             if bits == 4 and kind == "float" and group == 32:
-                # MXFP4 per compressed-tensors _is_mxfp4 (weights.md §1.1); K3 keeps the rest in bf16.
+                # MXFP4 per compressed-tensors _is_mxfp4 (docs/kimi-k3.md §2); K3 keeps the rest in bf16.
                 formats.add(("mxfp4", "bf16"))
             elif bits == 8 and kind == "float":
                 formats.add(("fp8", "fp8"))

@@ -72,7 +72,7 @@ def _clean_number(text: str) -> str:
 
 
 def extract_answer(reply: str, how: Extractor) -> str | None:
-    """The answer in ``reply``: the last ``Answer:`` line, or the last number (eval.md §3.1: not the first)."""
+    """The last ``Answer:`` line of ``reply``, or its last number (not the first: docs/evaluation.md §6.1)."""
     if how == "answer_line":
         matches = [m.group(1) for line in reply.splitlines() if (m := _ANSWER_LINE.search(line))]
         return matches[-1].strip() if matches else None

@@ -1,14 +1,14 @@
 """KV-cache bytes per token and recurrent-state bytes per sequence.
 
 - MLA caches one latent per token per layer: ``(kv_lora_rank + qk_rope_head_dim) x dtype`` bytes
-  (DeepSeek-V2 paper §2.1; FACTS.md: K3 24 x 576 = 27,648 B/token bf16). vLLM keeps the whole latent on
+  (DeepSeek-V2 paper §2.1; docs/kimi-k3.md §4: K3 24 x 576 = 27,648 B/token bf16). vLLM keeps the whole latent on
   every tensor-parallel rank (there is a single latent "head"), which is why DP attention exists for MLA
   models (vLLM docs, "Data Parallel Deployment"): per GPU the MLA cost does not shrink with TP.
 - GQA caches K and V: ``2 x kv_heads x head_dim x dtype`` per token per full-attention layer, split across
   TP ranks down to one KV head per rank (replicated beyond that). Sliding-window layers hold at most
   ``window`` tokens per sequence, so they are counted per sequence.
 - KDA keeps a ``head_dim x head_dim`` fp32 state per head per layer, plus the short-convolution tail of
-  ``kernel - 1`` positions of q, k and v (FACTS.md: 69 x 96 x 128^2 x 4 B = 414 MiB per sequence for K3);
+  ``kernel - 1`` positions of q, k and v (docs/kimi-k3.md §4: 69 x 96 x 128^2 x 4 B = 414 MiB per sequence for K3);
   heads split across TP ranks.
 """
 

@@ -2,7 +2,7 @@
 
 Candidate layouts per node count n (G GPUs per node):
 - ``TP{G}`` on one node, ``TP{G}xPP{n}`` across nodes: tensor parallel inside a node, pipeline stages
-  across nodes (the vLLM multi-node default, anchors.md §4.4; InferenceX runs K3 on 8xB200 this way);
+  across nodes (the vLLM multi-node default, docs/kimi-k3.md §7; InferenceX runs K3 on 8xB200 this way);
 - ``DP{nG}+EP{nG}``: attention replicated per GPU (data parallel), routed experts split across all GPUs.
 
 At each n the first layout that fits wins, TP/TPxPP first unless ``prefer_expert_parallel`` (multi-node

@@ -19,7 +19,7 @@ class PlannerSettings(BaseModel):
         gt=0.0,
         le=1.0,
         description="Share of each GPU's memory vLLM may use (--gpu-memory-utilization; 0.95 in the vLLM "
-        "Kimi-K3 recipe, FACTS.md).",
+        "Kimi-K3 recipe, docs/kimi-k3.md §6).",
     )
     reserve_bytes_per_gpu: int = Field(
         default=16 * GIB,
@@ -33,7 +33,8 @@ class PlannerSettings(BaseModel):
         default=1, description="Bytes per cached KV value: 1 for fp8 (--kv-cache-dtype fp8, the K3 recipe), 2 for bf16."
     )
     state_dtype_bytes: Literal[2, 4] = Field(
-        default=4, description="Bytes per value of linear-attention (KDA) recurrent state: fp32 (4) per FACTS.md."
+        default=4,
+        description="Bytes per value of linear-attention (KDA) recurrent state: fp32 (4), docs/kimi-k3.md §4.",
     )
     conv_state_dtype_bytes: Literal[2, 4] = Field(
         default=2, description="Bytes per value of the short-convolution state (model dtype, bf16)."
@@ -49,10 +50,10 @@ class PlannerSettings(BaseModel):
         ge=1,
         le=256,
         description="How far to search for a node count that would fit when max_nodes does not "
-        "(64 instances per Capacity Block, FACTS.md).",
+        "(64 instances per Capacity Block, docs/aws-capacity.md §1.1).",
     )
     prefer_expert_parallel: bool = Field(
         default=False,
         description="At equal node count, try DP-attention + EP before TP/TPxPP. Off by default: multi-node "
-        "EP over EFA is not validated upstream (DeepEP#369, vllm#27898; anchors.md pain point 5).",
+        "EP over EFA is not validated upstream (DeepEP#369, vllm#27898; docs/kimi-k3.md §7).",
     )

@@ -2,12 +2,12 @@
 
 Storage formats:
 - MXFP4 (OCP MX): E2M1 values packed two per byte plus one E8M0 scale byte per 32 values along the
-  reduction (last) dimension: ``rows * (cols/2 + cols/32)`` = 4.25 bits per value (weights.md §4).
+  reduction (last) dimension: ``rows * (cols/2 + cols/32)`` = 4.25 bits per value (docs/weights.md §2).
 - FP8 block (DeepSeek-V3 README_WEIGHTS): one byte per value plus one fp32 ``weight_scale_inv`` per
   128x128 block.
 - BF16: two bytes per value.
 
-Sharding follows vLLM's layers (weights.md §1.1, vLLM KimiDeltaAttention / DeepSeek MLA): column- and
+Sharding follows vLLM's layers (docs/kimi-k3.md §3, vLLM KimiDeltaAttention / DeepSeek MLA): column- and
 row-parallel projections split across tensor-parallel ranks; the MLA down-projections (q_a, kv_a), the
 KDA low-rank gate inputs, the router and (per the third-party K3 inventory) the latent-MoE projections
 are replicated; routed experts split across expert-parallel ranks when EP is on, else across TP ranks.
