@@ -63,10 +63,6 @@ class InstanceType(BaseModel):
         """Network cards that take an EFA interface (on p6-b300 card 0 is ENA-only)."""
         return tuple(card.index for card in self.network_cards if card.efa)
 
-    @property
-    def hbm_bytes_per_node(self) -> int:
-        return self.gpu.hbm_bytes * self.gpus_per_node
-
 
 def _cards(
     count: int, gbps: float, *, ena_only: tuple[int, ...] = (), ena_only_gbps: float = 0.0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Iterable
@@ -129,8 +128,3 @@ def golden_from_file(path: str) -> list[GoldenItem]:
             return load_golden(handle, path)
     except OSError as exc:
         raise SpecError(f"cannot read golden file {path}: {exc.strerror}") from exc
-
-
-def dump_golden(items: Iterable[GoldenItem]) -> str:
-    """JSONL text for ``items`` (used to write a custom golden file)."""
-    return "".join(json.dumps(item.model_dump(exclude_defaults=True)) + "\n" for item in items)

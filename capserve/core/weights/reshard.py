@@ -63,10 +63,6 @@ class ReshardPlan:
         weight_map = {s.name: o.path for o in files for s in o.spans}
         return index_document(weight_map, sum(s.nbytes for o in files for s in o.spans))
 
-    def global_index(self) -> dict[str, object]:
-        weight_map = {s.name: o.path for o in self.outputs for s in o.spans}
-        return index_document(weight_map, sum(s.nbytes for o in self.outputs for s in o.spans))
-
 
 def plan_reshard(
     headers: Mapping[str, SafetensorsHeader],
