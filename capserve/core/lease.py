@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
@@ -32,11 +32,6 @@ class Lease(BaseModel):
 
     def teardown_at(self, teardown: TeardownSpec) -> datetime:
         return teardown.teardown_at(self.end)
-
-    def serving_time_left(self, now: datetime, teardown: TeardownSpec) -> timedelta:
-        """Time between ``now`` (or the start, if later) and the drain point; never negative."""
-        begin = max(now, self.start)
-        return max(self.drain_at(teardown) - begin, timedelta(0))
 
     def report_section(self) -> dict[str, object]:
         return {

@@ -205,7 +205,7 @@ def _publish(result: AcquireResult) -> None:
 
 
 def _ensure_purchase_limit(campaign_id: str) -> None:
-    """The per-campaign limit of one purchase at a time must exist before a strict acquire (prefect.md §8)."""
+    """The per-campaign limit of one purchase at a time must exist before a strict acquire (docs/prefect.md §5)."""
     with get_client(sync_client=True) as client:
         client.upsert_global_concurrency_limit_by_name(purchase_limit_name(campaign_id), 1)
 
@@ -233,7 +233,7 @@ def _ask_for_approval(
     try:
         if deployed:
             # Frees the process while a person decides; the resumed run re-enters here with the answer
-            # and does not redo finished tasks (prefect.md §10).
+            # and does not redo finished tasks (docs/prefect.md §6).
             answer = suspend_flow_run(wait_for_input=form, timeout=settings.approval_timeout_seconds, key=key)
         else:
             # Without a deployment nothing could restart a suspended run: park this process instead.

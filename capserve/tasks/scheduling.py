@@ -1,7 +1,7 @@
 """Scheduling the one-off teardown run the moment capacity is bought.
 
-Hooks and `finally` blocks are best effort (a SIGKILL or a lost host skips them: shared/reference/
-prefect.md §hooks), so the campaign's safety net is a teardown flow run scheduled on the Prefect server
+Hooks and `finally` blocks are best effort (a SIGKILL or a lost host skips them:
+docs/prefect.md §2), so the campaign's safety net is a teardown flow run scheduled on the Prefect server
 at the lease's hard-teardown time, with an idempotency key so a re-run never schedules a second one.
 """
 

@@ -1,7 +1,7 @@
 """Every request builder in core/capacity, checked against botocore's service model (Stubber, no expected_params).
 
 Without ``expected_params`` the Stubber lets botocore's parameter validation run on the real request
-(moto.md §6), so a misspelt or missing member fails here, not at purchase time.
+(docs/sandbox.md §7), so a misspelt or missing member fails here, not at purchase time.
 """
 
 from __future__ import annotations

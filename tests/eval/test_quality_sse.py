@@ -19,7 +19,7 @@ from capserve.core.evaluation.sse import SseDecoder, StreamState, apply_event
 
 
 def test_last_number_not_first() -> None:
-    # lm-eval's take_first extracted "2" from "2 + 2 = 4" (shared/reference/eval.md §3.1)
+    # lm-eval's take_first extracted "2" from "2 + 2 = 4" (docs/evaluation.md §6.1)
     assert extract_answer("2 + 2 = 4", "last_number") == "4"
     assert extract_answer("It costs 1,250.50 dollars", "last_number") == "1250.5"
     assert extract_answer("no digits", "last_number") is None

@@ -1,7 +1,7 @@
 """Integration: smoke, quality and a short load profile against a real vLLM on the CPU (SmolLM2-135M).
 
 Asserts protocol shape, counts and that the machinery ran; never exact generated text (a 135M model
-answers differently across engines, shared/reference/eval.md §0.6).
+answers differently across engines, docs/evaluation.md §6.2).
 """
 
 from __future__ import annotations

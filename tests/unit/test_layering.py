@@ -1,61 +1,220 @@
-"""The dependency direction is a rule, so a test keeps it: core is pure, flows call no SDK.
+"""The layering of docs/design.md §2, declared as contracts and checked on every import statement.
 
-Reads every module's imports with ``ast`` (including imports inside functions), so a lazy import
-cannot slip past.
+Each module's imports are read with ``ast``, including imports inside functions and under
+``TYPE_CHECKING``, so a lazy import cannot slip past; only a contract that says so allows an import
+inside a function (the CLI loads the sandbox that way, for ``--sandbox`` only).
 """
 
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "capserve"
-SDKS = {"boto3", "botocore", "kubernetes", "huggingface_hub", "httpx", "aiohttp", "moto", "requests", "urllib3"}
-RULES = {
-    "core": SDKS
-    | {
-        "prefect",
-        "prefect_aws",
-        "capserve.tasks",
-        "capserve.flows",
-        "capserve.blocks",
-        "capserve.sandbox",
-        "capserve.cli",
-    },
-    "flows": SDKS | {"capserve.sandbox", "capserve.cli"},
-    "tasks": {"capserve.flows", "capserve.sandbox", "capserve.cli"},
-}
+
+# Libraries that talk to the outside world (docs/design.md §2).
+SDKS = frozenset(
+    {
+        "boto3",
+        "botocore",
+        "s3transfer",
+        "kubernetes",
+        "huggingface_hub",
+        "httpx",
+        "aiohttp",
+        "requests",
+        "urllib3",
+        "websocket",
+        "moto",
+    }
+)
+PREFECT = frozenset({"prefect", "prefect_aws", "prefect_kubernetes"})
 
 
-def imported_modules(path: Path) -> set[str]:
+@dataclass(frozen=True)
+class Contract:
+    """Modules under ``sources`` (minus ``exempt``) import nothing under ``forbidden``."""
+
+    name: str
+    sources: tuple[str, ...]
+    forbidden: frozenset[str]
+    why: str
+    exempt: tuple[str, ...] = ()
+    lazy_allowed_in: tuple[str, ...] = ()  # sources where a function-level import of ``forbidden`` is allowed
+
+
+CONTRACTS = (
+    Contract(
+        name="only tasks talk to the outside world",
+        sources=("capserve",),
+        exempt=("capserve.tasks", "capserve.sandbox"),
+        forbidden=SDKS,
+        why="tasks/ are where SDK errors become capserve errors; the sandbox is exempt because a stand-in "
+        "has to speak the protocol it imitates (moto, botocore's models, aiohttp servers)",
+    ),
+    Contract(
+        name="core is pure",
+        sources=("capserve.core",),
+        forbidden=SDKS
+        | PREFECT
+        | {"capserve.tasks", "capserve.flows", "capserve.blocks", "capserve.sandbox", "capserve.cli"},
+        why="decisions and builders are tested with plain data, and `capserve plan` runs without Prefect",
+    ),
+    Contract(
+        name="flows only sequence",
+        sources=("capserve.flows",),
+        forbidden=frozenset({"capserve.sandbox", "capserve.cli"}),
+        why="a flow runs the same against AWS and the sandbox; only configuration differs",
+    ),
+    Contract(
+        name="tasks never reach up",
+        sources=("capserve.tasks",),
+        forbidden=frozenset({"capserve.flows", "capserve.sandbox", "capserve.cli"}),
+        why="dependencies flow one way: flows → tasks → core",
+    ),
+    Contract(
+        name="blocks are configuration",
+        sources=("capserve.blocks",),
+        forbidden=frozenset({"capserve.tasks", "capserve.flows", "capserve.sandbox", "capserve.cli"}),
+        why="a Block is loaded by tasks and flows, never the other way round",
+    ),
+    Contract(
+        name="production never imports the sandbox",
+        sources=("capserve",),
+        exempt=("capserve.sandbox",),
+        forbidden=frozenset({"capserve.sandbox"}),
+        lazy_allowed_in=("capserve.cli",),
+        why="a production install has no [sandbox] extra (docs/README.md); the CLI may load it inside the "
+        "function that handles --sandbox",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the importing module
+    name: str  # what it imports, absolute
+    lazy: bool  # inside a function body
+
+
+def module_name(path: Path, package_root: Path) -> str:
+    parts = path.relative_to(package_root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path, package_root: Path) -> list[Import]:
+    module = module_name(path, package_root)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-    return names
+    found: list[Import] = []
 
+    def visit(node: ast.AST, lazy: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inside = lazy or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+            if isinstance(child, ast.Import):
+                found.extend(Import(module, alias.name, lazy) for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:  # relative: resolve against the importing package
+                    anchor = package.split(".")[: len(package.split(".")) - (child.level - 1)]
+                    base = ".".join(anchor + ([base] if base else []))
+                found.append(Import(module, base, lazy))
+                # ``from capserve import sandbox`` imports capserve.sandbox
+                found.extend(Import(module, f"{base}.{alias.name}", lazy) for alias in child.names)
+            visit(child, inside)
 
-def violations(layer: str) -> list[str]:
-    forbidden = RULES[layer]
-    found = []
-    for path in sorted((PACKAGE / layer).rglob("*.py")):
-        for name in imported_modules(path):
-            if any(name == bad or name.startswith(bad + ".") for bad in forbidden):
-                found.append(f"{path.relative_to(PACKAGE.parent)} imports {name}")
+    visit(tree, lazy=False)
     return found
 
 
-@pytest.mark.parametrize("layer", sorted(RULES))
-def test_layer_imports_only_what_it_may(layer: str) -> None:
-    assert violations(layer) == []
+def _under(name: str, prefixes: tuple[str, ...] | frozenset[str]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
-def test_the_check_catches_a_forbidden_import(tmp_path: Path) -> None:
-    bad = tmp_path / "bad.py"
-    bad.write_text("def f():\n    import boto3.session\n    from prefect import flow\n")
-    assert imported_modules(bad) == {"boto3.session", "prefect"}
+def violations(package_root: Path, contracts: tuple[Contract, ...] = CONTRACTS) -> list[str]:
+    hits: dict[tuple[str, str, bool], set[str]] = {}
+    for path in sorted(package_root.rglob("*.py")):
+        for imp in imports_of(path, package_root):
+            for contract in contracts:
+                if not _under(imp.module, contract.sources) or _under(imp.module, contract.exempt):
+                    continue
+                if not _under(imp.name, contract.forbidden):
+                    continue
+                if imp.lazy and _under(imp.module, contract.lazy_allowed_in):
+                    continue
+                hits.setdefault((contract.name, imp.module, imp.lazy), set()).add(imp.name)
+    found = []
+    for (contract_name, module, lazy), names in hits.items():
+        # ``from capserve.flows import stage`` reports capserve.flows, not both it and capserve.flows.stage
+        for name in sorted(n for n in names if not any(n.startswith(other + ".") for other in names)):
+            found.append(f"{contract_name}: {module} imports {name}{' inside a function' if lazy else ''}")
+    return sorted(found)
+
+
+def test_the_package_keeps_every_contract() -> None:
+    assert violations(PACKAGE) == []
+
+
+@pytest.mark.parametrize("contract", CONTRACTS, ids=lambda c: c.name)
+def test_each_contract_applies_to_real_modules(contract: Contract) -> None:
+    modules = {module_name(p, PACKAGE) for p in PACKAGE.rglob("*.py")}
+    covered = [m for m in modules if _under(m, contract.sources) and not _under(m, contract.exempt)]
+    assert covered, f"{contract.name}: no module matches {contract.sources} (renamed?)"
+    assert contract.why
+
+
+def _plant(root: Path, files: dict[str, str]) -> Path:
+    package = root / "capserve"
+    for relative, source in files.items():
+        path = package / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source, encoding="utf-8")
+        for parent in path.relative_to(package).parents:
+            init = package / parent / "__init__.py"
+            if not init.exists():
+                init.write_text("", encoding="utf-8")
+    return package
+
+
+def test_the_contracts_catch_planted_violations(tmp_path: Path) -> None:
+    package = _plant(
+        tmp_path,
+        {
+            "core/pure.py": "import boto3\nfrom prefect import flow\nfrom typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n    from capserve.tasks import aws\n",
+            "flows/stage.py": "def run():\n    import httpx.client\n",
+            "tasks/step.py": "import botocore\nfrom capserve.flows import stage\nfrom ..sandbox import clock\n",
+            "blocks/conf.py": "from capserve import sandbox\n",
+            "cli/up.py": "import capserve.sandbox.aws\n\n"
+            "def run():\n    from capserve.sandbox.environment import sandbox\n",
+            "cli/eval.py": "def run():\n    import aiohttp\n",
+            "sandbox/aws.py": "import moto\nimport aiohttp\nfrom capserve.tasks import step\n",
+            "__init__.py": "import requests\n",
+        },
+    )
+    assert violations(package) == [
+        "blocks are configuration: capserve.blocks.conf imports capserve.sandbox",
+        "core is pure: capserve.core.pure imports boto3",
+        "core is pure: capserve.core.pure imports capserve.tasks",
+        "core is pure: capserve.core.pure imports prefect",
+        "only tasks talk to the outside world: capserve imports requests",
+        "only tasks talk to the outside world: capserve.cli.eval imports aiohttp inside a function",
+        "only tasks talk to the outside world: capserve.core.pure imports boto3",
+        "only tasks talk to the outside world: capserve.flows.stage imports httpx.client inside a function",
+        "production never imports the sandbox: capserve.blocks.conf imports capserve.sandbox",
+        "production never imports the sandbox: capserve.cli.up imports capserve.sandbox.aws",
+        "production never imports the sandbox: capserve.tasks.step imports capserve.sandbox",
+        "tasks never reach up: capserve.tasks.step imports capserve.flows",
+        "tasks never reach up: capserve.tasks.step imports capserve.sandbox",
+    ]
+    # Allowed on purpose: the sandbox importing SDKs and tasks, the CLI loading the sandbox lazily.
+
+
+def test_imports_are_read_everywhere_and_resolved(tmp_path: Path) -> None:
+    package = _plant(tmp_path, {"tasks/weights/fetch.py": "def f():\n    import boto3.session\n    from . import s3\n"})
+    found = imports_of(package / "tasks" / "weights" / "fetch.py", package)
+    assert Import("capserve.tasks.weights.fetch", "boto3.session", lazy=True) in found
+    assert Import("capserve.tasks.weights.fetch", "capserve.tasks.weights.s3", lazy=True) in found

@@ -8,7 +8,7 @@ from capserve.core.weights.placement import Layout, expert_of, expert_rank, rank
 
 
 def vllm_linear(num_experts: int, ep: int, rank: int) -> list[int]:
-    # vLLM determine_expert_map, linear: base = E // ep, rem = E % ep (weights.md §5), written independently.
+    # vLLM determine_expert_map, linear: base = E // ep, rem = E % ep (docs/weights.md §4.1), written independently.
     base, rem = divmod(num_experts, ep)
     start = rank * base + min(rank, rem)
     return list(range(start, start + base + (rank < rem)))

@@ -38,7 +38,7 @@ def test_k3_bytes_per_node_shrink_with_nodes() -> None:
         per_node[nodes] = max(plan.bytes_per_node)
         assert plan.bytes_naive_per_node == listing.bytes_total
     assert per_node[1] == pytest.approx(listing.bytes_total, rel=1e-3)
-    # dense (~7 %) everywhere, experts split: 2 nodes ≈ 0.54×, 4 nodes ≈ 0.30× (weights.md §1.2: 833/471 of 1556 GB)
+    # dense (~7 %) everywhere, experts split: 2 nodes ≈ 0.54×, 4 nodes ≈ 0.30× (docs/kimi-k3.md §3: 833/471 of 1556 GB)
     assert 0.50 < per_node[2] / per_node[1] < 0.58
     assert 0.27 < per_node[4] / per_node[1] < 0.34
 

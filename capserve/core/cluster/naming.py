@@ -1,7 +1,7 @@
 """Deterministic names and tags for everything bring-up creates, derived from the campaign id only.
 
 A retry or a re-run must find what the first run made, so no name carries a random part
-(STYLE.md: "a random cluster name inside create(): every retry buys a second cluster").
+(docs/design.md §3: a random name inside create() means every retry buys a second cluster).
 The campaign id is a DNS label of at most 40 characters (spec.DNS_LABEL), which keeps every name
 below its AWS limit: IAM role names 64, HyperPod cluster names 63, EKS node group names 63.
 """

@@ -33,7 +33,7 @@ HYPERPOD_DEEP_HEALTH_FAILED = "Failed"
 
 
 class KubeSettings(BaseModel):
-    """Timeouts of the Kubernetes side of bring-up (STYLE.md rule 8: no literals in code)."""
+    """Timeouts of the Kubernetes side of bring-up (docs/design.md §6: no literals in code)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -1,4 +1,4 @@
-"""Every timeout and poll interval of bring-up, with bounds, in one place (STYLE.md rule 8)."""
+"""Every timeout and poll interval of bring-up, with bounds, in one place (docs/design.md §6)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Load metrics exactly as ``vllm bench serve`` derives them (vllm/benchmarks/serve.py ``calculate_metrics``).
 
-Definitions (shared/reference/eval.md §0.3, §2.1, §2.6):
+Definitions (docs/evaluation.md §1):
 - TTFT = first chunk with non-empty ``choices`` − send.
 - E2EL = last token chunk − send (the usage chunk and ``[DONE]`` do not move it).
 - TPOT = (E2EL − TTFT) / (output_tokens − 1), only for requests with more than one output token.

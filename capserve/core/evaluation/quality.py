@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Iterable
@@ -72,7 +71,7 @@ def _clean_number(text: str) -> str:
 
 
 def extract_answer(reply: str, how: Extractor) -> str | None:
-    """The answer in ``reply``: the last ``Answer:`` line, or the last number (eval.md §3.1: not the first)."""
+    """The last ``Answer:`` line of ``reply``, or its last number (not the first: docs/evaluation.md §6.1)."""
     if how == "answer_line":
         matches = [m.group(1) for line in reply.splitlines() if (m := _ANSWER_LINE.search(line))]
         return matches[-1].strip() if matches else None
@@ -129,8 +128,3 @@ def golden_from_file(path: str) -> list[GoldenItem]:
             return load_golden(handle, path)
     except OSError as exc:
         raise SpecError(f"cannot read golden file {path}: {exc.strerror}") from exc
-
-
-def dump_golden(items: Iterable[GoldenItem]) -> str:
-    """JSONL text for ``items`` (used to write a custom golden file)."""
-    return "".join(json.dumps(item.model_dump(exclude_defaults=True)) + "\n" for item in items)

@@ -16,7 +16,7 @@ _STRICT = ConfigDict(extra="forbid", frozen=True)
 class LengthSpec(BaseModel):
     """A token length: fixed, or sampled uniformly in [n·(1−range_ratio), n·(1+range_ratio)].
 
-    Same meaning as ``vllm bench serve --random-range-ratio`` (shared/reference/eval.md §2.1).
+    Same meaning as ``vllm bench serve --random-range-ratio`` (docs/evaluation.md §2).
     """
 
     model_config = _STRICT
@@ -67,7 +67,7 @@ class LoadSpec(BaseModel):
     run_timeout_s: float = Field(
         default=900.0, gt=0, le=86_400, description="Wall-clock budget of one run (one level/rate)."
     )
-    # Client self-checks: a saturated client makes a run invalid, not failed (eval.md §6, take-away 4).
+    # Client self-checks: a saturated client makes a run invalid, not failed (docs/evaluation.md §5.3).
     max_loop_lag_p99_ms: float = Field(
         default=5.0, gt=0, description="Event-loop lag p99 above this invalidates the run."
     )
@@ -173,5 +173,5 @@ class EvaluationSpec(BaseModel):
         gt=0,
         le=86_400,
         description="Read timeout of control-plane calls; sized for slow MoE first tokens "
-        "(httpx's 5 s default would kill them, eval.md §6).",
+        "(httpx's 5 s default would kill them, docs/evaluation.md §5.2).",
     )

@@ -1,6 +1,6 @@
 """Incremental Server-Sent-Events parsing for OpenAI-style streams, shared by the smoke check and the load generator.
 
-Framing as vLLM bench's ``StreamedResponseHandler`` (shared/reference/eval.md §2.1): events are split
+Framing as vLLM bench's ``StreamedResponseHandler`` (docs/evaluation.md §3): events are split
 on a blank line; lines starting with ``:`` are comments/pings; the ``data: `` prefix is stripped; a
 trailing event without its separator is accepted at EOF. Errors can arrive in-band as
 ``data: {"error": ...}``.

@@ -149,7 +149,7 @@ def plan_requests(spec: LoadSpec, n: int, *, rate: float | None = None, salt: in
 
 
 def stream_chat_payload(model: str, prompt: str, max_tokens: int, *, ignore_eos: bool) -> dict[str, Any]:
-    """The streamed chat request vLLM bench's ``openai-chat`` backend sends (eval.md §2.1)."""
+    """The streamed chat request vLLM bench's ``openai-chat`` backend sends (docs/evaluation.md §2)."""
     payload: dict[str, Any] = {
         "model": model,
         "messages": [{"role": "user", "content": prompt}],

@@ -1,6 +1,6 @@
 """The ordered deletion plan, as data, built from an inventory.
 
-Order (DESIGN.md, teardown stage): workloads → node groups / HyperPod cluster → leftover instances →
+Order (docs/design.md §9): workloads → node groups / HyperPod cluster → leftover instances →
 launch templates → EKS cluster → IAM (detach policies, delete roles) → network (security group rules
 and groups, route table associations and tables, internet gateway detach and delete, subnets, VPC).
 Each phase waits until its deletions are done before the next one starts: an EKS cluster cannot be

@@ -9,7 +9,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from capserve.core.errors import PermanentError
 from capserve.core.report import markdown_table
 
-# Why a teardown ran (STYLE.md rule 7: record why something was torn down).
+# Why a teardown ran (docs/design.md §7: record why something was torn down).
 # campaign-finished: the campaign's last stage after success; drain-deadline: the one-off run scheduled at
 # end - hard_teardown_before_end_minutes; failed-stage: a stage after bring_up failed; reaper: the cron
 # found the lease over or unknown; manual: a person asked.

@@ -1,4 +1,4 @@
-"""Every timeout, poll interval and grace period of teardown and the reaper, bounded (STYLE.md rule 8)."""
+"""Every timeout, poll interval and grace period of teardown and the reaper, bounded (docs/design.md §6)."""
 
 from __future__ import annotations
 

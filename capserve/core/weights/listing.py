@@ -43,7 +43,3 @@ class RepoListing(BaseModel):
             if f.path == path:
                 return f
         raise KeyError(path)
-
-    @property
-    def safetensors_files(self) -> tuple[RepoFile, ...]:
-        return tuple(f for f in self.files if f.is_safetensors)

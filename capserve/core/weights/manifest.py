@@ -1,6 +1,6 @@
 """The manifest: every published file with its sha256, size, S3 key and which nodes stage it.
 
-S3 ETags are not content hashes (a multipart ETag is an MD5 of part MD5s, weights.md §6.1), so the
+S3 ETags are not content hashes (a multipart ETag is an MD5 of part MD5s, docs/weights.md §5), so the
 manifest is what a node checks its copy against. It is published next to the files, one per layout.
 """
 

@@ -1,7 +1,7 @@
 """Which routed experts each expert-parallel rank, and so each node, holds.
 
 vLLM's default ``--expert-placement-strategy linear`` (``determine_expert_map`` in
-``vllm/model_executor/layers/fused_moe``, read in vLLM 0.33 source, weights.md §5): with
+``vllm/model_executor/layers/fused_moe``, read in vLLM 0.33 source, docs/weights.md §4.1): with
 ``base, rem = divmod(E, ep)``, rank r owns the contiguous block starting at ``r*base + min(r, rem)`` of
 length ``base + (r < rem)``. ``round_robin`` is honoured only with grouped top-k and a DeepEP/NIXL backend
 and silently falls back to linear otherwise; K3 has one expert group, so linear is what K3 gets.

@@ -4,7 +4,7 @@ Dense tensors (attention, norms, router, shared experts, embeddings) go to every
 tensors go to the node whose EP ranks own the expert (``placement``). Files that are not weights
 (config, tokenizer, ...) go everywhere. The repo's own ``model.safetensors.index.json`` is replaced by a
 per-node index: vLLM 0.33 refuses an index that names a file the directory lacks
-(``filter_duplicate_safetensors_files`` raises FileNotFoundError; weights.md §3.2).
+(``filter_duplicate_safetensors_files`` raises FileNotFoundError; docs/weights.md §4.3).
 
 When every file a node needs also carries tensors it does not need (source shards are layer-ordered,
 so each holds experts of every rank), the plan asks for a re-shard (``reshard``) and the per-node bytes
@@ -169,7 +169,7 @@ def _data_bytes(entries: Sequence[TensorEntry]) -> int:
 
 
 def index_document(weight_map: Mapping[str, str], tensor_bytes: int) -> dict[str, object]:
-    """A ``model.safetensors.index.json`` body: ``{"metadata": {"total_size"}, "weight_map"}`` (weights.md §3.2)."""
+    """A ``model.safetensors.index.json`` body: ``{"metadata": {"total_size"}, "weight_map"}``; docs/weights.md §1.2."""
     return {"metadata": {"total_size": tensor_bytes}, "weight_map": dict(sorted(weight_map.items()))}
 
 

@@ -5,7 +5,7 @@ every tensor stays byte-equal to its source. Output files stay at or under ``max
 default: the largest single-request S3 upload, which keeps the stored SHA256 a full-object checksum —
 S3 user guide "Checking object integrity"; multipart SHA256 is a checksum of part checksums). Inside a
 file, tensors are ordered widest dtype first (then in source order) so mmapped tensors stay aligned,
-as safetensors' own writer does (weights.md §3.1).
+as safetensors' own writer does (docs/weights.md §1.1).
 """
 
 from __future__ import annotations
@@ -62,10 +62,6 @@ class ReshardPlan:
         files = self.files_for_node(node)
         weight_map = {s.name: o.path for o in files for s in o.spans}
         return index_document(weight_map, sum(s.nbytes for o in files for s in o.spans))
-
-    def global_index(self) -> dict[str, object]:
-        weight_map = {s.name: o.path for o in self.outputs for s in o.spans}
-        return index_document(weight_map, sum(s.nbytes for o in self.outputs for s in o.spans))
 
 
 def plan_reshard(

@@ -1,6 +1,6 @@
 """The safetensors file layout, read and written as raw bytes (no tensor is ever decoded).
 
-Layout (safetensors format spec, checked against safetensors 0.8.0 in weights.md §3.1):
+Layout (safetensors format spec, checked against safetensors 0.8.0, docs/weights.md §1.1):
 ``[u64 little-endian N][N bytes of UTF-8 JSON, space-padded so N % 8 == 0][data]``. The JSON maps each
 tensor name to ``{"dtype", "shape", "data_offsets": [begin, end]}`` relative to the data section, plus an
 optional ``"__metadata__"`` of strings. The data section must be tiled exactly: safetensors refuses a hole

@@ -19,7 +19,7 @@ class WeightsSettings(BaseModel):
         4,
         ge=1,
         le=64,
-        description="Files downloaded (and hashed) at once. Hashing runs ~0.9 GB/s per core (weights.md §2.5).",
+        description="Files downloaded (and hashed) at once. Hashing runs ~0.9 GB/s per core (docs/weights.md §6).",
     )
     fetch_retries: int = Field(
         3, ge=0, le=10, description="Prefect retries of one file's fetch after a transient error."

@@ -40,8 +40,9 @@ from moto.sagemaker.responses import SageMakerResponse
 
 from capserve.sandbox.clock import CLOCK
 
-# Illustrative on-demand-like hourly block prices per instance (third-party, volatile: FACTS.md says only
-# the API's UpfrontFee is truth). Chosen so the K3 demo's 24 h block (~$2.8–3.0k) sits under its budget.
+# Illustrative on-demand-like hourly block prices per instance (third-party, volatile: only the API's
+# UpfrontFee is truth, docs/aws-capacity.md §1.6). Chosen so the K3 demo's 24 h block (~$2.8–3.0k) sits
+# under its budget.
 HOURLY_PRICE_USD = {
     "p5.48xlarge": 31.464,
     "p5e.48xlarge": 34.608,
@@ -54,7 +55,7 @@ REGION_FACTOR = {"us-east-1": 1.00, "us-east-2": 1.00, "us-west-2": 1.04}
 AZ_FACTOR = {"a": 1.000, "b": 1.015, "c": 1.030}
 
 BLOCK_HOUR, BLOCK_MINUTE = 11, 30  # every Capacity Block starts and ends at 11:30 UTC
-MAX_OFFERINGS = 6  # DescribeCapacityBlockOfferings returns at most 6 (FACTS.md)
+MAX_OFFERINGS = 6  # DescribeCapacityBlockOfferings returns at most 6 (docs/aws-capacity.md §1.1)
 MAX_AHEAD = timedelta(weeks=8)  # blocks can be reserved up to 8 weeks ahead
 
 

@@ -1,6 +1,6 @@
 """moto extension for EKS: clusters and node groups that take time, and a Kubernetes API behind them.
 
-What stock moto 5.2.5 gets wrong for bring-up (shared/reference/moto.md §2.3, §5.3): clusters and
+What stock moto 5.2.5 gets wrong for bring-up (docs/sandbox.md §2.3): clusters and
 node groups are born ACTIVE, the endpoint is a made-up https URL, no nodes ever appear. Here:
 
 - clusters and node groups start ``CREATING`` and become ``ACTIVE`` after ``BEHAVIOUR.describes_until_active``
@@ -279,7 +279,7 @@ def install() -> None:
     if _INSTALLED:
         return
     # Bring-up attaches AWS-managed policies (AmazonEKSClusterPolicy, ...); moto only knows them when
-    # this is set before its IAM backend starts (shared/reference/moto.md §2.6).
+    # this is set before its IAM backend starts (docs/sandbox.md §2.4).
     os.environ.setdefault("MOTO_IAM_LOAD_MANAGED_POLICIES", "true")
     _record_calls()
     _patch_eks()

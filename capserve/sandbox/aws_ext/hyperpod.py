@@ -1,6 +1,6 @@
 """moto extension for SageMaker HyperPod clusters, as bring-up needs them.
 
-Stock moto 5.2.5 (shared/reference/moto.md §2.2) rejects ``ml.p6-*`` types with a stale allowlist,
+Stock moto 5.2.5 (docs/sandbox.md §2.2) rejects ``ml.p6-*`` types with a stale allowlist,
 drops ``Orchestrator``/``NodeRecovery``, is born ``InService``, and fails with HTTP 500 when the
 optional ``ThreadsPerCore`` is absent. These operations replace moto's cluster operations:
 

@@ -2,7 +2,7 @@
 
 The geometry is a catalog ModelEntry: the tiny default (``TINY_K3``) is the catalog's ``tiny-k3`` and is a few
 MB; with ``kimi-k3`` (``K3``) the same code lists K3's ~497k tensors without writing a byte (for plans and benches).
-Tensor names follow weights.md §1.1 (``language_model.model.layers.L.block_sparse_moe.experts.E.w1
+Tensor names follow docs/kimi-k3.md §2 (``language_model.model.layers.L.block_sparse_moe.experts.E.w1
 .weight_packed`` ...); shards are layer-ordered like an HF upload, so every shard mixes experts of every
 EP rank — which is what makes a per-node re-shard worth it.
 """
@@ -137,7 +137,7 @@ def tensor_specs(g: CheckpointGeometry) -> Iterator[Spec]:
             yield b + "shared_experts.up_proj.weight", "BF16", (shared, h)
             yield b + "shared_experts.down_proj.weight", "BF16", (h, shared)
         for e in range(moe.n_routed_experts):
-            # compressed-tensors MXFP4: packed [out, in/2] + E8M0 scales [out, in/32] (weights.md §1.1)
+            # compressed-tensors MXFP4: packed [out, in/2] + E8M0 scales [out, in/32] (docs/kimi-k3.md §2)
             for w, (rows, cols) in (("w1", (inter, lat)), ("w2", (lat, inter)), ("w3", (inter, lat))):
                 yield b + f"experts.{e}.{w}.weight_packed", "U8", (rows, cols // 2)
                 yield b + f"experts.{e}.{w}.weight_scale", "U8", (rows, cols // 32)

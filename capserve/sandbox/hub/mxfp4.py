@@ -2,7 +2,7 @@
 
 OCP Microscaling Formats spec v1.0: shared exponent = floor(log2(amax)) - emax(E2M1)=2, scale byte =
 exponent + 127. compressed-tensors "mxfp4-pack-quantized" packs two codes per byte, element 2i in the
-low nibble (weights.md §4).
+low nibble (docs/weights.md §2).
 """
 
 from __future__ import annotations

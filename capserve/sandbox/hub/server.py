@@ -1,7 +1,7 @@
 """A Hugging Face Hub-compatible HTTP server on loopback, for tests and the demo.
 
 It implements what huggingface_hub 2.4 calls for a pinned download and header-only planning
-(request log in weights.md §2.2): model info (with files metadata), the paginated tree listing,
+(docs/weights.md §3.2): model info (with files metadata), the paginated tree listing,
 paths-info, HEAD/GET ``resolve`` with Range, 302 redirects of LFS files to another host name (as the
 real Hub sends them to its CDN), and the headers the client insists on (``X-Repo-Commit``, ``ETag`` /
 ``X-Linked-Etag``, ``X-Linked-Size``, ``Accept-Ranges``; errors keyed by ``X-Error-Code``).
@@ -277,7 +277,7 @@ class _Handler(BaseHTTPRequestHandler):
             headers |= {"ETag": etag, "X-Linked-Etag": etag, "X-Linked-Size": str(f.size)}
             if self.state.faults.redirect_lfs:
                 # Like the Hub's CDN redirect: another host name, so the client drops auth and does not
-                # follow the redirect on HEAD (it reads the metadata from the 302; weights.md §2.2).
+                # follow the redirect on HEAD (it reads the metadata from the 302; docs/weights.md §3.2).
                 port = self.server.server_address[1]
                 location = f"http://localhost:{port}/_blobs/{org}--{name}/{f.sha256}/{urllib.parse.quote(rel)}"
                 self._send(302, b"", headers | {"Location": location})

@@ -1,6 +1,6 @@
 """Control-plane calls to the endpoint with httpx: the smoke checks and the golden-set quality run.
 
-Low concurrency, so httpx is fine here (eval.md §6 take-away 5), but with explicit limits and a read
+Low concurrency, so httpx is fine here (docs/evaluation.md §5.2), but with explicit limits and a read
 timeout sized for slow MoE first tokens: httpx's 5 s default would kill them.
 """
 

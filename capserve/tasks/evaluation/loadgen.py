@@ -1,7 +1,7 @@
 """The load generator: aiohttp (+ uvloop) in its own process, measuring the server and itself.
 
 Why not httpx here: httpx tops out near 200 requests/s on this machine and inflates TTFT under many
-streams (httpcore's O(n²) pool bookkeeping, encode/httpx#3215; shared/reference/eval.md §6). aiohttp
+streams (httpcore's O(n²) pool bookkeeping, encode/httpx#3215; docs/evaluation.md §5.1). aiohttp
 is what ``vllm bench serve`` uses. Each process pre-opens its connections, says READY, waits for a
 common GO time from the parent (perf_counter is CLOCK_MONOTONIC on Linux, shared across processes),
 runs its share, and writes a ``RunRecord`` JSON. It records its own event-loop lag (10 ms ticker),

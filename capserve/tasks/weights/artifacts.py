@@ -16,7 +16,7 @@ from capserve.core.weights.plan import WeightsPlan
 
 
 def artifact_key(*parts: str) -> str:
-    """Prefect artifact keys allow lower-case letters, digits and dashes only (prefect.md §9)."""
+    """Prefect artifact keys allow lower-case letters, digits and dashes only (docs/prefect.md §7)."""
     return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", "-".join(parts).lower())).strip("-")[:200]
 
 

@@ -1,11 +1,11 @@
 """Download one file from the Hub into the staging area and verify its sha256 right after it lands.
 
 huggingface_hub checks only the size after a download, and trusts its own metadata on a re-run even if
-the bytes were corrupted (weights.md §2.5, measured), so the content check is ours: LFS files against
+the bytes were corrupted (docs/weights.md §3.4, measured), so the content check is ours: LFS files against
 the listing's sha256, small git files against their git blob sha1. A mismatch deletes the file and
 fetches it again; a second mismatch is permanent. Partial downloads of a killed process are
 ``*.incomplete`` files under ``.cache/huggingface/download`` that huggingface_hub never resumes across
-processes (weights.md §2.4): ``sweep_incomplete`` removes them before any fetch starts.
+processes (docs/weights.md §3.3): ``sweep_incomplete`` removes them before any fetch starts.
 """
 
 from __future__ import annotations

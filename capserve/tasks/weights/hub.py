@@ -1,7 +1,7 @@
 """Hub calls: pin a revision, list files with sha256, read safetensors headers (no weight bytes).
 
 The endpoint is always passed explicitly (``HfApi(endpoint=...)``): huggingface_hub reads HF_ENDPOINT
-once at import time (weights.md §2.3), so an env var set later would silently go to huggingface.co.
+once at import time (docs/weights.md §3.1), so an env var set later would silently go to huggingface.co.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each output is written to ``<name>.partial``, fsynced, renamed, hashed and only then marked verified;
 a killed run leaves a ``.partial`` (ignored and overwritten) or an unmarked file (rewritten). Measured on
-this VM, ``copy_file_range`` runs at ``cp`` speed, ~0.5 GB/s (weights.md §3.3).
+a 2-vCPU VM, ``copy_file_range`` runs at ``cp`` speed, ~0.5 GB/s (docs/weights.md §6).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Uploads are single PUTs with ``ChecksumSHA256`` (files are at most 5 GiB): S3 verifies the bytes on
 arrival and stores a full-object SHA256 that HeadObject returns with ``ChecksumMode=ENABLED``; a
 multipart upload would store a checksum of part checksums instead (S3 user guide, "Checking object
-integrity"; weights.md §6.1). That stored value is what makes "already there" checkable.
+integrity"; docs/weights.md §5). That stored value is what makes "already there" checkable.
 """
 
 from __future__ import annotations
