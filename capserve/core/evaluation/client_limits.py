@@ -1,6 +1,6 @@
 """What the load client can drive and measure, so that its own limits are never blamed on the endpoint.
 
-Three rules (docs/evaluation.md explains the numbers):
+Three rules (docs/load-client.md explains the numbers):
 
 1. **Refuse what cannot be driven, before it runs.** One generator process keeps at most
    ``max_streams_per_process`` streams open (and never more than its open-file limit allows), reads

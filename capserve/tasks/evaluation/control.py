@@ -98,10 +98,10 @@ class Call:
                     if len(body) > MAX_BODY_BYTES:
                         raise CheckFailed(f"{path}: answer larger than {MAX_BODY_BYTES:,} bytes")
                     if self.budget.expired():
-                        raise Unreachable(f"{path}: no complete answer within {self.budget.seconds:g} s")
+                        raise Unreachable(f"{path}: no complete answer within {self.budget.seconds:.1f} s")
                 return r.status_code, bytes(body)
         except httpx.TimeoutException as exc:
-            raise Unreachable(f"{path}: no answer within {self.budget.seconds:g} s ({type(exc).__name__})") from None
+            raise Unreachable(f"{path}: no answer within {self.budget.seconds:.1f} s ({type(exc).__name__})") from None
         except httpx.ConnectError as exc:
             raise Unreachable(f"{path}: cannot connect ({self.scrub.redact(str(exc))[:160]})") from None
 
@@ -149,13 +149,14 @@ def check_chat_stream(call: Call, model: str, spec: SmokeSpec) -> str:
                 for event in decoder.feed(chunk):
                     apply_event(state, event)
                 if budget.expired():
-                    raise Unreachable(f"stream not finished within {budget.seconds:g} s ({state.token_events} chunks)")
+                    chunks = state.token_events
+                    raise Unreachable(f"stream not finished within {budget.seconds:.1f} s ({chunks} chunks)")
             for event in decoder.finish():
                 apply_event(state, event)
     except httpx.RemoteProtocolError as exc:
         raise CheckFailed(f"stream cut after {state.token_events} chunks ({exc})") from exc
     except httpx.TimeoutException as exc:
-        raise Unreachable(f"no answer within {budget.seconds:g} s ({type(exc).__name__})") from None
+        raise Unreachable(f"no answer within {budget.seconds:.1f} s ({type(exc).__name__})") from None
     except httpx.ConnectError as exc:
         raise Unreachable(f"cannot connect ({call.scrub.redact(str(exc))[:160]})") from None
     problems = []
