@@ -17,8 +17,9 @@ from rich.console import Console
 from rich.table import Table
 
 from capserve.core.catalog import ModelEntry, get_instance_type, get_model
-from capserve.core.errors import CapserveError, DoesNotFitError, UnknownCatalogEntryError
+from capserve.core.errors import CapserveError, DoesNotFitError, SpecError, UnknownCatalogEntryError
 from capserve.core.planner import PlannerSettings, ServingPlan, plan_serving
+from capserve.core.urls import parse_hub_endpoint
 
 _KV_DTYPES: dict[str, Literal[1, 2]] = {"fp8": 1, "bf16": 2}
 
@@ -31,6 +32,13 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be at least 1")
     return value
+
+
+def _hub_endpoint(text: str) -> str:
+    try:
+        return parse_hub_endpoint(text)
+    except SpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--hub-endpoint: ")) from None
 
 
 def register(subparsers: Any) -> None:
@@ -50,7 +58,10 @@ def register(subparsers: Any) -> None:
         "--config", type=Path, default=None, help="Read the model's geometry from this config.json instead."
     )
     parser.add_argument(
-        "--hub-endpoint", default=None, help="Hugging Face endpoint for a Hub repo (default: huggingface.co)."
+        "--hub-endpoint",
+        type=_hub_endpoint,
+        default=None,
+        help="Hugging Face endpoint for a Hub repo (default: https://huggingface.co).",
     )
     parser.add_argument("--instance-type", required=True, help="EC2 instance type, e.g. p6-b300.48xlarge.")
     parser.add_argument(

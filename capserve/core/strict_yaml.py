@@ -153,6 +153,9 @@ def parse_document(raw: bytes, source: str) -> Document:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+        if context and context_mark is not None:
+            problem += f" ({context} that starts at line {context_mark.line + 1}, column {context_mark.column + 1})"
         raise SpecError(f"{source}: not valid YAML{at}: {problem}") from None
     finally:
         if loader is not None:

@@ -78,7 +78,7 @@ def parse_endpoint_url(value: str, *, what: str) -> EndpointUrl:
             "pass an API key with --api-key-env instead of putting it in the URL"
         )
     path = parts.path.rstrip("/")
-    if path.endswith("/v1"):
+    if path.endswith("/v1") and what != _HUB:
         raise SpecError(f"{what}: give the base URL without /v1 (the evaluation adds /v1/...): {shown!r}")
     netloc = f"[{host}]" if ":" in host else host
     if port is not None:
@@ -87,6 +87,17 @@ def parse_endpoint_url(value: str, *, what: str) -> EndpointUrl:
     username = unquote(parts.username) if parts.username is not None else None
     password = SecretStr(unquote(parts.password)) if parts.password is not None else None
     return EndpointUrl(base=base, username=username, password=password)
+
+
+_HUB = "--hub-endpoint"
+
+
+def parse_hub_endpoint(value: str) -> str:
+    """A Hugging Face endpoint URL (``https://huggingface.co`` or a mirror): checked, without credentials."""
+    url = parse_endpoint_url(value, what=_HUB)
+    if url.has_credentials:
+        raise SpecError(f"{_HUB}: give the URL without user:password; the Hub token goes in HF_TOKEN")
+    return url.base
 
 
 def public_url(url: str) -> str:
