@@ -69,10 +69,12 @@ def redact(text: str) -> str:
     return _redactor.redact(text)
 
 
-def install_log_redaction(*, console_tracebacks: bool = True) -> None:
-    """Redact every log record from now on; without ``console_tracebacks``, keep tracebacks off terminals."""
+def install_log_redaction(*, console_tracebacks: bool | None = None) -> None:
+    """Redact every log record from now on. ``console_tracebacks=False`` keeps tracebacks off terminals
+    (the CLI without --debug); None leaves that choice as it is (flows call this for worker runs)."""
     with _lock:
-        _state["console_tracebacks"] = console_tracebacks
+        if console_tracebacks is not None:
+            _state["console_tracebacks"] = console_tracebacks
         if _state["installed"]:
             return
         base = logging.getLogRecordFactory()
