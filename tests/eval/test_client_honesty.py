@@ -198,7 +198,7 @@ def test_the_flow_refuses_what_the_client_cannot_drive_without_running_it(tmp_pa
         result = evaluate_endpoint(url, "sandbox-model", spec, profiles=("load",), out_dir=tmp_path)
     assert result.load is not None
     ran, refused = result.load.points
-    assert ran.ran and ran.valid and not refused.ran
+    assert ran.ran and not refused.ran  # (whether c1 was valid depends on how busy this host is)
     assert "more than this client can drive" in refused.invalid_reasons[0]
     assert result.verdict == "invalid"
     assert not (tmp_path / "load-c100000.json").exists()
