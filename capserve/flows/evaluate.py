@@ -47,42 +47,10 @@ def evaluate_endpoint(
     notes: Sequence[str] = (),
 ) -> EvaluationResult:
     """Run the chosen profiles, judge the gates, save ``out_dir/evaluation.json``, publish artifacts and plots."""
-    install_log_redaction()
-    register_secret_environment()
-    register_secret_environment([api_key_env, basic_auth_env])
-    unknown = sorted(set(profiles) - set(PROFILES))
-    if unknown:
-        raise SpecError(f"unknown profiles {unknown}; choose from {list(PROFILES)}")
-    if has_hidden_parts(url):
-        raise SpecError(
-            "the endpoint URL carries credentials, a query or a fragment; pass the public base URL and the "
-            "credentials by environment (basic_auth_env / api_key_env)"
-        )
-    logger = get_run_logger()
-    deadline = time.monotonic() + spec.timeout_s
+    _check_inputs(url, profiles, api_key_env, basic_auth_env)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    smoke: SmokeResult | None = None
-    quality: QualityResult | None = None
-    load: LoadResult | None = None
-    not_run: list[str] = []
-
-    def left() -> float:
-        return max(0.0, deadline - time.monotonic())
-
-    if "smoke" in profiles:
-        smoke = run_smoke(url, model, spec, api_key_env, basic_auth_env, left())
-    for name in ("quality", "load"):
-        if name not in profiles:
-            continue
-        if smoke is not None and smoke.unreachable:
-            not_run.append(f"{name}: not run, the endpoint did not answer the smoke checks")
-        elif left() <= 0:
-            not_run.append(f"{name}: not run, the evaluation's deadline ({spec.timeout_s:g} s) had passed")
-        elif name == "quality":
-            quality = run_quality(url, model, spec, api_key_env, basic_auth_env, left())
-        else:
-            load = run_load(url, model, spec.load, spec.gates, out_dir, api_key_env, basic_auth_env, left())
+    smoke, quality, load, not_run = _run_profiles(url, model, spec, profiles, api_key_env, basic_auth_env, out_dir)
     gates, verdict = evaluate_gates(spec, smoke, quality, load, baseline, not_run)
     plots = make_plots(load, out_dir) if load is not None and any(p.ran for p in load.points) else []
     result = EvaluationResult(
@@ -101,7 +69,7 @@ def evaluate_endpoint(
     # Belt and braces: whatever a task let through is redacted before it is written or published.
     result = EvaluationResult.model_validate(redactor().redact_data(result.model_dump(mode="json")))
     publish(result, out_dir)
-    logger.info(
+    get_run_logger().info(
         "evaluation of %s: %s (%d gates, %d failed)",
         model,
         verdict.upper(),
@@ -109,6 +77,56 @@ def evaluate_endpoint(
         sum(g.passed is False for g in gates),
     )
     return result
+
+
+def _check_inputs(url: str, profiles: Sequence[str], api_key_env: str | None, basic_auth_env: str | None) -> None:
+    """Redaction on for this process (a worker's run has no CLI to do it), then refuse what is malformed."""
+    install_log_redaction()
+    register_secret_environment()
+    register_secret_environment([api_key_env, basic_auth_env])
+    unknown = sorted(set(profiles) - set(PROFILES))
+    if unknown:
+        raise SpecError(f"unknown profiles {unknown}; choose from {list(PROFILES)}")
+    if has_hidden_parts(url):
+        raise SpecError(
+            "the endpoint URL carries credentials, a query or a fragment; pass the public base URL and the "
+            "credentials by environment (basic_auth_env / api_key_env)"
+        )
+
+
+def _run_profiles(
+    url: str,
+    model: str,
+    spec: EvaluationSpec,
+    profiles: Sequence[str],
+    api_key_env: str | None,
+    basic_auth_env: str | None,
+    out_dir: Path,
+) -> tuple[SmokeResult | None, QualityResult | None, LoadResult | None, list[str]]:
+    """Each chosen profile within what is left of ``spec.timeout_s``; and what was not run, and why."""
+    deadline = time.monotonic() + spec.timeout_s
+
+    def left() -> float:
+        return max(0.0, deadline - time.monotonic())
+
+    smoke: SmokeResult | None = None
+    quality: QualityResult | None = None
+    load: LoadResult | None = None
+    not_run: list[str] = []
+    if "smoke" in profiles:
+        smoke = run_smoke(url, model, spec, api_key_env, basic_auth_env, left())
+    for name in ("quality", "load"):
+        if name not in profiles:
+            continue
+        if smoke is not None and smoke.unreachable:
+            not_run.append(f"{name}: not run, the endpoint did not answer the smoke checks")
+        elif left() <= 0:
+            not_run.append(f"{name}: not run, the evaluation's deadline ({spec.timeout_s:g} s) had passed")
+        elif name == "quality":
+            quality = run_quality(url, model, spec, api_key_env, basic_auth_env, left())
+        else:
+            load = run_load(url, model, spec.load, spec.gates, out_dir, api_key_env, basic_auth_env, left())
+    return smoke, quality, load, not_run
 
 
 def _not_judged(smoke: SmokeResult | None, quality: QualityResult | None, load: LoadResult | None) -> list[str]:
