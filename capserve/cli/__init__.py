@@ -1,11 +1,42 @@
-"""The ``capserve`` command. Each subcommand lives in its own module and registers itself here."""
+"""The ``capserve`` command. Each subcommand lives in its own module and registers itself here.
+
+Exit codes (the same for every command; docs/cli.md has the details per command):
+
+====  ===========  ==========================================================================
+code  name         meaning
+====  ===========  ==========================================================================
+0     OK           done: the plan fits, the campaign ran, the evaluation verdict is pass
+1     FAILED       the campaign stopped, the verdict is fail, the plan does not fit, or a
+                   teardown did not finish (the message says which and what to do)
+2     BAD_INPUT    the spec, an option, an environment variable or an output folder is wrong;
+                   nothing was started, bought or created
+3     INVALID      the evaluation could not judge everything (the load client could not drive
+                   or measure the load, or the deadline cut it short); nothing was blamed on
+                   the endpoint
+4     UNAVAILABLE  a far end (AWS, the Hub, Kubernetes, the endpoint, Prefect) failed in a way
+                   that may pass; running the same command again converges
+5     INTERNAL     an unexpected error (a bug): one line is printed; ``--debug`` shows the
+                   traceback
+130   INTERRUPTED  stopped by Ctrl-C
+====  ===========  ==========================================================================
+
+Errors are one message naming the field or value and what is allowed; no traceback reaches the
+terminal unless ``--debug`` is given (anywhere on the command line). Every message, log line and
+file is redacted of the run's secrets (``capserve.tasks.secrets``).
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import traceback
 from collections.abc import Sequence
+
+from capserve.cli.exit_codes import ExitCode
+from capserve.core.errors import CapserveError, RetryableError, SpecError
+from capserve.tasks.secrets import DEBUG_HINT, install_log_redaction, redact, register_secret_environment
 
 # Each module exposes ``register(subparsers)``; the parser it adds sets ``func(args) -> int``.
 # Modules are imported by name so that one command loads only its own module: `capserve plan`
@@ -17,12 +48,19 @@ SUBCOMMANDS = {
     "eval": "capserve.cli.eval",
 }
 
+__all__ = ["ExitCode", "build_parser", "main"]
+
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The ``capserve`` parser with every subcommand, or only ``only`` (a known command name)."""
     parser = argparse.ArgumentParser(
         prog="capserve",
         description="GPU reservation → evaluated vLLM endpoint → nothing left running.",
+        epilog="Exit codes: 0 ok, 1 failed, 2 bad input, 3 evaluation invalid, 4 unavailable (retry), "
+        "5 internal error, 130 interrupted (docs/cli.md).",
+    )
+    parser.add_argument(
+        "--debug", action="store_true", help="print tracebacks (anywhere on the command line; also CAPSERVE_DEBUG=1)"
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module in SUBCOMMANDS.items():
@@ -32,11 +70,57 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    command = argv[0] if argv and argv[0] in SUBCOMMANDS else None
-    args = build_parser(command).parse_args(argv)
-    code: int = args.func(args)
-    return code
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    # --debug may follow the subcommand (`capserve up spec.yaml --debug`): take it from anywhere.
+    debug = "--debug" in args_list or os.environ.get("CAPSERVE_DEBUG", "") not in ("", "0")
+    args_list = [a for a in args_list if a != "--debug"]
+    install_log_redaction(console_tracebacks=debug)
+    register_secret_environment()
+    command_name = args_list[0] if args_list and args_list[0] in SUBCOMMANDS else None
+    args = build_parser(command_name).parse_args(args_list)  # usage errors exit 2 (BAD_INPUT) from argparse itself
+    command = f"capserve {args.command}"
+    try:
+        code: int = args.func(args)
+        return code
+    except KeyboardInterrupt:
+        _say(f"{command}: interrupted")
+        return ExitCode.INTERRUPTED
+    except SpecError as exc:
+        _say(f"{command}: {exc}", debug)
+        return ExitCode.BAD_INPUT
+    except RetryableError as exc:
+        _say(f"{command}: {exc} (running the same command again converges)", debug)
+        return ExitCode.UNAVAILABLE
+    except CapserveError as exc:
+        _say(f"{command}: {exc}", debug)
+        return ExitCode.FAILED
+    except BrokenPipeError:
+        # The reader of our output went away (`capserve plan ... | head`): nothing more to say to it.
+        _silence_stdout()
+        return ExitCode.FAILED
+    except Exception as exc:
+        first = (str(exc).splitlines() or [""])[0][:300]
+        _say(f"{command}: unexpected error: {type(exc).__name__}: {first}", debug)
+        if not debug:
+            _say(f"  {DEBUG_HINT} (capserve --debug {args.command} …)")
+        return ExitCode.INTERNAL
+
+
+def _say(message: str, debug: bool = False) -> None:
+    """One redacted line on stderr; with ``debug`` the current traceback (redacted) first."""
+    if debug and sys.exc_info()[0] is not None:
+        print(redact(traceback.format_exc()), file=sys.stderr, end="")
+    print(redact(message), file=sys.stderr)
+
+
+def _silence_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass  # stdout is not a real file (a test's capture): nothing to silence
+    finally:
+        os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
 
 from rich.console import Console
 
 from capserve.core.errors import CapserveError
-from capserve.core.spec import load_spec
+from capserve.core.spec import AWS_REGION, load_spec
+
+
+def _region(text: str) -> str:
+    if not re.match(AWS_REGION, text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an AWS region name (e.g. us-east-2)")
+    return text
 
 
 def register(subparsers: Any) -> None:
@@ -22,7 +29,10 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("spec", help="the campaign's spec (YAML)")
     parser.add_argument(
-        "--region", default=None, help="region of the campaign's resources (default: from the campaign record)"
+        "--region",
+        type=_region,
+        default=None,
+        help="region of the campaign's resources (default: from the campaign record)",
     )
     parser.add_argument("--dry-run", action="store_true", help="list what would be deleted; delete nothing")
     parser.set_defaults(func=run)

@@ -1,39 +1,74 @@
 """``capserve eval --url URL --model NAME``: smoke, quality and load tests of any OpenAI-compatible endpoint.
 
-Exit codes: 0 verdict pass; 1 fail; 3 invalid (the load client was saturated, nothing failed);
-2 bad arguments. With ``--json`` stdout carries exactly one JSON object: the same ``evaluation``
-object report.json stores. The API key is read from the variable named by ``--api-key-env`` and is
-never printed or written.
+Exit codes: 0 verdict pass; 1 fail; 2 bad arguments (nothing was sent to the endpoint); 3 invalid
+(the load client could not drive or measure the load, or --timeout cut the evaluation short;
+nothing was blamed on the endpoint); see ``capserve --help``. With ``--json`` stdout carries
+exactly one JSON object: the same ``evaluation`` object report.json stores.
+
+The API key is read from the variable named by ``--api-key-env``; credentials in the URL
+(``http://user:password@host``) are used for HTTP Basic authentication. Neither is ever printed,
+written or stored by Prefect. Every call has a timeout from the spec, and ``--timeout`` bounds the
+whole evaluation.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from capserve.cli.exit_codes import ExitCode
+from capserve.cli.inputs import api_key_option, endpoint_option, load_option, writable_dir
+from capserve.core.errors import SpecError
 from capserve.core.evaluation import EvaluationSpec, LoadSpec
+from capserve.core.spec import describe_errors, read_spec_bytes
+from capserve.core.strict_yaml import Document, parse_document
 
-_EXIT = {"pass": 0, "fail": 1, "invalid": 3}
+_EXIT = {"pass": ExitCode.OK, "fail": ExitCode.FAILED, "invalid": ExitCode.INVALID}
 
 
 def _ints(text: str) -> tuple[int, ...]:
     try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
+        values = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+    if any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: every level must be at least 1")
+    return values
 
 
 def _floats(text: str) -> tuple[float, ...]:
     try:
-        return tuple(float(part) for part in text.split(",") if part.strip())
+        values = tuple(float(part) for part in text.split(",") if part.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
+    if any(not v > 0 or v == float("inf") for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: every rate must be a finite number above 0")
+    return values
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 7 * 86_400:
+        raise argparse.ArgumentTypeError(f"{text}: give a number of seconds above 0 and at most 604800 (7 days)")
+    return value
 
 
 def register(subparsers: Any) -> None:
@@ -47,11 +82,24 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--url", required=True, help="Base URL, e.g. http://127.0.0.1:8000 (without /v1).")
     parser.add_argument("--model", required=True, help="Served model name as /v1/models lists it.")
-    parser.add_argument("--api-key-env", default=None, help="Name of the environment variable holding the API key.")
+    parser.add_argument(
+        "--api-key-env", default=None, metavar="NAME", help="Name of the environment variable holding the API key."
+    )
     parser.add_argument("--profile", choices=["smoke", "quality", "load", "all"], default="all")
     parser.add_argument("--json", action="store_true", help="Print the evaluation object as JSON on stdout.")
-    parser.add_argument("--spec", type=Path, default=None, help="EvaluationSpec as a JSON file (options below win).")
-    parser.add_argument("--out-dir", type=Path, default=None, help="Where results and plots go (default ./out/eval-*).")
+    parser.add_argument(
+        "--spec", type=Path, default=None, help="EvaluationSpec as a JSON or YAML file (options below win)."
+    )
+    parser.add_argument(
+        "--out-dir", type=Path, default=None, help="Where results and plots go (default ./out/eval-*)."
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=None,
+        metavar="SECONDS",
+        help=f"Overall deadline of the evaluation (default {EvaluationSpec().timeout_s:g} s, the spec's timeout_s).",
+    )
     parser.add_argument(
         "--concurrency",
         type=_ints,
@@ -61,35 +109,57 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--rates", type=_floats, default=None, help="Poisson request rates/s, '' for none (default 8).")
     parser.add_argument(
         "--requests-per-stream",
-        type=int,
+        type=_positive_int,
         default=None,
         help=f"Requests per level = concurrency × this (default {load.requests_per_stream}).",
     )
     parser.add_argument(
-        "--min-requests", type=int, default=None, help=f"Minimum requests per run (default {load.min_requests})."
+        "--min-requests",
+        type=_positive_int,
+        default=None,
+        help=f"Minimum requests per run (default {load.min_requests}).",
     )
     parser.add_argument(
         "--open-loop-requests",
-        type=int,
+        type=_positive_int,
         default=None,
         help=f"Requests per Poisson run (default {load.open_loop_requests}).",
     )
     parser.add_argument(
-        "--prompt-tokens", type=int, default=None, help=f"Prompt length (default {load.prompt.tokens})."
+        "--prompt-tokens", type=_positive_int, default=None, help=f"Prompt length (default {load.prompt.tokens})."
     )
     parser.add_argument(
-        "--output-tokens", type=int, default=None, help=f"Output length (default {load.output.tokens})."
+        "--output-tokens", type=_positive_int, default=None, help=f"Output length (default {load.output.tokens})."
     )
     parser.add_argument("--range-ratio", type=float, default=None, help="Sample lengths within ±ratio (default fixed).")
-    parser.add_argument("--processes", type=int, default=None, help="Load-generator processes (default 1).")
+    parser.add_argument(
+        "--processes",
+        type=_positive_int,
+        default=None,
+        help="Load-generator processes (default 1, at most one per core).",
+    )
     parser.add_argument("--golden", default=None, help="Golden JSONL file instead of the packaged set.")
-    parser.add_argument("--quality-max-items", type=int, default=None, help="Score only the first N golden items.")
+    parser.add_argument(
+        "--quality-max-items", type=_positive_int, default=None, help="Score only the first N golden items."
+    )
     parser.set_defaults(func=run)
 
 
+def _read_spec_file(path: Path) -> tuple[dict[str, Any], Document | None]:
+    document = parse_document(read_spec_bytes(path), str(path))
+    if not isinstance(document.data, dict):
+        kind = "a list" if isinstance(document.data, list) else "a single value"
+        raise SpecError(
+            f"{path}: an evaluation spec is a mapping of fields (smoke, quality, load, gates, …), not {kind}"
+        )
+    return document.data, document
+
+
 def build_spec(args: argparse.Namespace) -> EvaluationSpec:
-    """The spec from --spec with the command-line overrides applied (validated by the pydantic models)."""
-    base = json.loads(args.spec.read_text(encoding="utf-8")) if args.spec else {}
+    """The spec from --spec with the command-line overrides applied (validated by the strict models)."""
+    base, document = _read_spec_file(args.spec) if args.spec else ({}, None)
+    if not isinstance(base.get("load", {}), dict) or not isinstance(base.get("quality", {}), dict):
+        raise SpecError(f"{args.spec}: 'load' and 'quality' must be mappings of fields")
     load = base.setdefault("load", {})
     overrides = {
         "concurrency_levels": args.concurrency,
@@ -112,21 +182,38 @@ def build_spec(args: argparse.Namespace) -> EvaluationSpec:
         quality["golden_path"] = args.golden
     if args.quality_max_items is not None:
         quality["max_items"] = args.quality_max_items
-    return EvaluationSpec.model_validate(base)
+    if args.timeout is not None:
+        base["timeout_s"] = args.timeout
+    source = str(args.spec) if args.spec else "evaluation options"
+    try:
+        return EvaluationSpec.model_validate(base)
+    except ValidationError as exc:
+        problems = describe_errors(exc, EvaluationSpec, document)
+        raise SpecError(f"{source}: invalid evaluation spec\n{problems}") from None
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        spec = build_spec(args)
-    except (ValidationError, ValueError, OSError) as exc:
-        print(f"capserve eval: invalid evaluation options: {exc}", file=sys.stderr)
-        return 2
-    from capserve.flows.evaluate import PROFILES, evaluate_endpoint  # Prefect import is slow; only when running
+    # Every input is checked before anything is sent to the endpoint or Prefect starts.
+    url, basic_auth_env = endpoint_option(args.url, "--url")
+    api_key_option(args.api_key_env, basic_auth_env)
+    spec = build_spec(args)
+    profiles = ("smoke", "quality", "load") if args.profile == "all" else (args.profile,)
+    if "load" in profiles:
+        load_option(spec.load, "--concurrency/--rates")
+    if "quality" in profiles and spec.quality.golden_path:
+        _check_golden(spec.quality.golden_path)
+    out_dir = writable_dir(args.out_dir or Path("out") / f"eval-{time.strftime('%Y%m%d-%H%M%S')}", "--out-dir")
 
-    profiles = PROFILES if args.profile == "all" else (args.profile,)
-    out_dir = args.out_dir or Path("out") / f"eval-{time.strftime('%Y%m%d-%H%M%S')}"
+    from capserve.flows.evaluate import evaluate_endpoint  # Prefect import is slow; only when running
+
     result = evaluate_endpoint(
-        args.url, args.model, spec, profiles=profiles, api_key_env=args.api_key_env, out_dir=out_dir
+        url,
+        args.model,
+        spec,
+        profiles=profiles,
+        api_key_env=args.api_key_env,
+        basic_auth_env=basic_auth_env,
+        out_dir=out_dir,
     )
     if args.json:
         print(json.dumps(result.report_section(), indent=2))
@@ -134,3 +221,12 @@ def run(args: argparse.Namespace) -> int:
         print(result.markdown())
         print(f"Saved {out_dir / 'evaluation.json'}")
     return _EXIT[result.verdict]
+
+
+def _check_golden(path: str) -> None:
+    from capserve.core.evaluation.quality import golden_from_file
+
+    try:
+        golden_from_file(path)
+    except SpecError as exc:
+        raise SpecError(f"--golden: {exc}") from None

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from capserve.core.catalog import ModelEntry, get_instance_type, get_model
-from capserve.core.errors import CapserveError, DoesNotFitError
+from capserve.core.errors import CapserveError, DoesNotFitError, SpecError
 from capserve.core.planner import PlannerSettings, ServingPlan, plan_serving
 from capserve.core.planner.settings import GIB
+from capserve.core.urls import parse_hub_endpoint
 
 _KV_DTYPES: dict[str, Literal[1, 2]] = {"fp8": 1, "bf16": 2}
 _TEXT_ALTERNATIVES = 15  # rows of the alternatives table in text output; --json has them all
@@ -48,6 +49,11 @@ def _utilization(text: str) -> float:
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"{value} must be above 0 and at most 1")
     return value
+def _hub_endpoint(text: str) -> str:
+    try:
+        return parse_hub_endpoint(text)
+    except SpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--hub-endpoint: ")) from None
 
 
 def register(subparsers: Any) -> None:
@@ -67,7 +73,10 @@ def register(subparsers: Any) -> None:
         "--config", type=Path, default=None, help="Read the model's geometry from this config.json instead."
     )
     parser.add_argument(
-        "--hub-endpoint", default=None, help="Hugging Face endpoint for a Hub repo (default: huggingface.co)."
+        "--hub-endpoint",
+        type=_hub_endpoint,
+        default=None,
+        help="Hugging Face endpoint for a Hub repo (default: https://huggingface.co).",
     )
     parser.add_argument("--instance-type", required=True, help="EC2 instance type, e.g. p6-b300.48xlarge.")
     parser.add_argument(

@@ -11,8 +11,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from capserve.core.errors import CapserveError
+from capserve.cli.exit_codes import ExitCode
+from capserve.cli.inputs import api_key_option, endpoint_option, load_option, writable_dir
+from capserve.core.errors import CapserveError, SpecError
 from capserve.core.spec import load_spec
+from capserve.tasks.secrets import redact
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -43,19 +46,33 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--evaluate-url",
         default=None,
         metavar="URL",
-        help="OpenAI-compatible endpoint to evaluate (with --sandbox: the sandbox's local server)",
+        help="OpenAI-compatible endpoint to evaluate (with --sandbox: the sandbox's local server); "
+        "user:password@ in it is used for HTTP Basic authentication and never stored",
+    )
+    parser.add_argument(
+        "--api-key-env",
+        default=None,
+        metavar="NAME",
+        help="environment variable holding the evaluated endpoint's API key (checked before anything runs)",
     )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
+    # Every input is checked before anything runs, so a bad one never costs a purchase.
     try:
         spec = load_spec(args.spec)
-    except CapserveError as exc:
-        console.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
-        return 2
-    out_dir: Path = args.out or Path("out") / spec.campaign_id
+        endpoint_url, basic_auth_env = (None, None)
+        if args.evaluate_url is not None:
+            endpoint_url, basic_auth_env = endpoint_option(args.evaluate_url, "--evaluate-url")
+        api_key_option(args.api_key_env, basic_auth_env)
+        if endpoint_url is not None or args.sandbox:
+            load_option(spec.evaluation.load, f"{args.spec}: evaluation.load")
+        out_dir: Path = writable_dir(args.out or Path("out") / spec.campaign_id, "--out")
+    except SpecError as exc:
+        console.print(f"[red]error:[/red] {redact(str(exc))}", markup=True, highlight=False)
+        return ExitCode.BAD_INPUT
 
     if args.sandbox:
         # The sandbox is offline by design: Prefect's temporary server would only log failed telemetry.
@@ -63,7 +80,6 @@ def run(args: argparse.Namespace) -> int:
     # Imported here: prefect takes a second to import, and `capserve up --help` should not wait.
     from capserve.flows.campaign import campaign
 
-    endpoint_url: str | None = args.evaluate_url
     endpoint_note: str | None = None
     hub_endpoint: str | None = None
     with ExitStack() as stack:
@@ -90,18 +106,21 @@ def run(args: argparse.Namespace) -> int:
                 hub_endpoint=hub_endpoint,
                 endpoint_url=endpoint_url,
                 endpoint_note=endpoint_note,
+                api_key_env=args.api_key_env,
+                basic_auth_env=basic_auth_env,
                 interactive=args.interactive and sys.stdin.isatty(),
                 teardown_when_done=args.teardown_when_done,
             )
         except CapserveError as exc:
-            console.print(f"[red]campaign {spec.campaign_id} stopped:[/red] {exc}", highlight=False)
+            console.print(f"[red]campaign {spec.campaign_id} stopped:[/red] {redact(str(exc))}", highlight=False)
             console.print(f"report: {out_dir / 'report.md'}", highlight=False)
-            return 1
+            return ExitCode.FAILED
     print_summary(result, out_dir)
     evaluation = result.get("evaluation")
-    # A campaign whose endpoint failed its gates did its job, but what it serves is not acceptable:
-    # scripts and schedules must be able to tell.
-    return 1 if isinstance(evaluation, dict) and evaluation.get("verdict") == "fail" else 0
+    # A campaign whose endpoint failed its gates did its job, but what it serves is not acceptable
+    # (1); one whose evaluation could not judge everything says so (3): scripts must be able to tell.
+    verdict = evaluation.get("verdict") if isinstance(evaluation, dict) else None
+    return {"fail": ExitCode.FAILED, "invalid": ExitCode.INVALID}.get(str(verdict), ExitCode.OK)
 
 
 def print_summary(result: dict[str, object], out_dir: Path) -> None:

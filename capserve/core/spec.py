@@ -7,18 +7,22 @@ names each field path and what is allowed there, never a traceback.
 
 from __future__ import annotations
 
+import json
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     AwareDatetime,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StringConstraints,
     ValidationError,
     ValidationInfo,
     model_validator,
@@ -27,6 +31,7 @@ from pydantic import (
 from capserve.core.cost.spec import CostSpec
 from capserve.core.errors import SpecError
 from capserve.core.evaluation.spec import EvaluationSpec
+from capserve.core.strict_yaml import MAX_DOCUMENT_BYTES, Document, parse_document
 
 # AWS begins terminating Capacity Block instances 30 minutes before the block ends
 # (EC2 user guide, capacity-blocks-using.html); no teardown margin may be at or inside that line.
@@ -64,6 +69,7 @@ def _resolve_relative_time(value: Any, info: ValidationInfo) -> Any:
 
 
 WindowTime = Annotated[AwareDatetime, BeforeValidator(_resolve_relative_time)]
+Region = Annotated[str, StringConstraints(pattern=AWS_REGION, max_length=32)]
 
 
 class StrictModel(BaseModel):
@@ -74,10 +80,16 @@ class ModelRef(StrictModel):
     """Which checkpoint to serve: a catalog entry, or a Hub repo at a revision."""
 
     catalog: str | None = Field(
-        None, description="Catalog model id, e.g. 'kimi-k3' (see `capserve plan --help`).", min_length=1
+        None,
+        description="Catalog model id, e.g. 'kimi-k3' (see `capserve plan --help`).",
+        min_length=1,
+        max_length=100,
     )
     repo: str | None = Field(
-        None, description="Hugging Face repo 'owner/name'; overrides the catalog entry's repo.", pattern=HUB_REPO
+        None,
+        description="Hugging Face repo id 'owner/name' (not a URL); overrides the catalog entry's repo.",
+        max_length=200,
+        pattern=HUB_REPO,
     )
     revision: str = Field(
         "main",
@@ -101,9 +113,13 @@ class CapacitySpec(StrictModel):
     """Where the GPUs come from and what the campaign may spend on them."""
 
     provider: Provider = Field(description="How capacity is obtained.")
-    instance_type: str = Field(description="EC2 instance type, e.g. 'p6-b300.48xlarge'.", min_length=1)
-    instance_count: int = Field(1, ge=1, le=64, description="Instances in the reservation (AWS max 64 per block).")
-    regions: list[str] = Field(
+    instance_type: str = Field(
+        description="EC2 instance type, e.g. 'p6-b300.48xlarge'.", min_length=1, max_length=64
+    )
+    instance_count: StrictInt = Field(
+        1, ge=1, le=64, description="Instances in the reservation (AWS max 64 per block)."
+    )
+    regions: list[Region] = Field(
         min_length=1, max_length=16, description="Regions to search for offerings, searched concurrently."
     )
     earliest_start: WindowTime | None = Field(
@@ -113,16 +129,16 @@ class CapacitySpec(StrictModel):
     latest_end: WindowTime | None = Field(
         None, description="The reservation must end at or before this instant: ISO time with a timezone or 'now+14d'."
     )
-    duration_hours: int | None = Field(
+    duration_hours: StrictInt | None = Field(
         None,
         ge=24,
         le=24 * MAX_RESERVATION_DAYS,
         description="Reservation length: whole days; beyond 14 days, whole weeks (Capacity Block rule).",
     )
-    max_upfront_fee_usd: float | None = Field(
+    max_upfront_fee_usd: StrictFloat | None = Field(
         None, gt=0, le=100_000_000, description="Never buy an offering whose upfront fee is above this."
     )
-    approval_threshold_usd: float = Field(
+    approval_threshold_usd: StrictFloat = Field(
         0,
         ge=0,
         le=100_000_000,
@@ -182,7 +198,7 @@ class ClusterSpec(StrictModel):
         pattern=r"^[0-9A-Za-z][A-Za-z0-9_-]*$",
         description="Use this existing cluster instead of creating one (nothing of it is deleted at teardown).",
     )
-    min_serving_minutes: int = Field(
+    min_serving_minutes: StrictInt = Field(
         120,
         ge=0,
         le=24 * 60,
@@ -212,17 +228,17 @@ class ServingSpec(StrictModel):
     """How vLLM serves the model."""
 
     image: str = Field("vllm/vllm-openai:latest", min_length=1, max_length=255, description="vLLM container image.")
-    extra_args: list[str] = Field(
+    extra_args: list[Annotated[str, StringConstraints(max_length=4096)]] = Field(
         default_factory=list,
         max_length=64,
         description="Extra `vllm serve` arguments, appended after the ones derived from the plan; none may repeat "
         "or contradict those (the layout, lengths, KV dtype, model path, port and API key come from the plan).",
     )
-    replicas: int = Field(1, ge=1, le=64, description="Independent serving replicas (each a full model copy).")
-    max_model_len: int | None = Field(
+    replicas: StrictInt = Field(1, ge=1, le=64, description="Independent serving replicas (each a full model copy).")
+    max_model_len: StrictInt | None = Field(
         None, ge=256, le=16 * 1024 * 1024, description="Context length to serve; default: the model's maximum."
     )
-    max_num_seqs: int = Field(16, ge=1, le=4096, description="Concurrent sequences the KV budget must hold.")
+    max_num_seqs: StrictInt = Field(16, ge=1, le=4096, description="Concurrent sequences the KV budget must hold.")
     served_model_name: str | None = Field(
         None, min_length=1, max_length=200, description="Name clients ask for; default: the Hub repo id."
     )
@@ -231,14 +247,14 @@ class ServingSpec(StrictModel):
         description="How the campaign reaches the endpoint: a port-forward through the Kubernetes API server "
         "(nothing exposed), or an internal Network Load Balancer in the VPC (AWS Load Balancer Controller).",
     )
-    startup_budget_minutes: int | None = Field(
+    startup_budget_minutes: StrictInt | None = Field(
         None,
         ge=5,
         le=24 * 60,
         description="How long vLLM may take to start before the pod counts as failed; default: computed from the "
         "weights per node and whether the compile cache is warm (K3 cold: at least 90 minutes).",
     )
-    compile_cache: bool = Field(
+    compile_cache: StrictBool = Field(
         True,
         description="Restore vLLM's compile/JIT/autotune caches from S3 before start and save them once ready, "
         "so the next reservation's first boot is warm.",
@@ -248,13 +264,13 @@ class ServingSpec(StrictModel):
 class TeardownSpec(StrictModel):
     """When to stop serving and tear down, counted back from the reservation's end."""
 
-    drain_before_end_minutes: int = Field(
+    drain_before_end_minutes: StrictInt = Field(
         45,
         ge=31,
         le=24 * 60,
         description="Stop taking traffic this long before the reservation ends (AWS warns at end − 40 min).",
     )
-    hard_teardown_before_end_minutes: int = Field(
+    hard_teardown_before_end_minutes: StrictInt = Field(
         35,
         ge=31,
         le=24 * 60,
@@ -330,60 +346,211 @@ class CampaignSpec(StrictModel):
         return self
 
 
-def load_spec(path: str | Path, *, now: datetime | None = None) -> CampaignSpec:
-    """Read and validate a campaign spec; every problem becomes one ``SpecError`` naming field paths."""
-    path = Path(path)
+def read_spec_bytes(path: Path) -> bytes:
+    """The file's bytes, read no further than one byte past the size limit (a huge file is not slurped)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as stream:
+            return stream.read(MAX_DOCUMENT_BYTES + 1)
+    except IsADirectoryError:
+        raise SpecError(f"{path}: is a directory; give the spec's YAML file") from None
     except OSError as exc:
-        raise SpecError(f"{path}: cannot read the spec ({exc.strerror})") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
-        raise SpecError(f"{path}: not valid YAML{at}: {getattr(exc, 'problem', exc)}") from None
-    return parse_spec(data, source=str(path), now=now)
+        raise SpecError(f"{path}: cannot read the spec ({exc.strerror or exc})") from None
 
 
-def parse_spec(data: Any, *, source: str = "spec", now: datetime | None = None) -> CampaignSpec:
+def load_spec(path: str | Path, *, now: datetime | None = None) -> CampaignSpec:
+    """Read and validate a campaign spec; every problem becomes one ``SpecError`` naming field paths.
+
+    The document is read strictly (``core/strict_yaml.py``: UTF-8 only, no duplicate keys, no
+    anchors or aliases, bounded size and depth), then validated by the strict models below.
+    """
+    path = Path(path)
+    document = parse_document(read_spec_bytes(path), str(path))
+    return parse_spec(document.data, source=str(path), now=now, document=document)
+
+
+def parse_spec(
+    data: Any, *, source: str = "spec", now: datetime | None = None, document: Document | None = None
+) -> CampaignSpec:
+    """Validate already-parsed spec data; ``document`` (from ``load_spec``) adds line numbers to errors."""
     if not isinstance(data, dict):
         raise SpecError(
-            f"{source}: the spec must be a mapping of fields (name, model, capacity, …), got {type(data).__name__}"
+            f"{source}: the spec must be a mapping of fields (name, model, capacity, …), got {_kind(data)}"
         )
     try:
         return CampaignSpec.model_validate(data, context={"now": now or datetime.now(UTC)})
     except ValidationError as exc:
-        raise SpecError(f"{source}: invalid campaign spec\n{describe_errors(exc, CampaignSpec)}") from None
+        raise SpecError(f"{source}: invalid campaign spec\n{describe_errors(exc, CampaignSpec, document)}") from None
 
 
-def describe_errors(exc: ValidationError, root: type[BaseModel]) -> str:
-    """One line per problem: the dotted field path, what is wrong, and what is allowed there."""
+def describe_errors(exc: ValidationError, root: type[BaseModel], document: Document | None = None) -> str:
+    """One line per problem: where (line, dotted field path), what is wrong, what was given and what is allowed."""
+    schema = root.model_json_schema()
     lines = []
     for err in exc.errors(include_url=False):
-        loc = [str(part) for part in err["loc"]]
-        path = ".".join(loc) or "(top level)"
+        loc = tuple(err["loc"])
+        path = ".".join(str(part) for part in loc) or "(top level)"
+        line = document.line_of(loc) if document is not None else None
+        where = f"line {line}: " if line is not None else ""
         if err["type"] == "extra_forbidden":
-            allowed = _allowed_fields(root, err["loc"][:-1])
+            allowed = _allowed_fields(root, loc[:-1])
             hint = f"; allowed here: {', '.join(allowed)}" if allowed else ""
-            lines.append(f"  {path}: unknown field{hint}")
+            lines.append(f"  {where}{path}: unknown field{hint}")
             continue
         message = re.sub(r"^Value error, ", "", err["msg"])
         got = err.get("input")
-        shown = "" if err["type"] in {"missing", "value_error"} or isinstance(got, dict) else f" (got {got!r})"
-        lines.append(f"  {path}: {message}{shown}")
+        if err["type"] in {"model_type", "model_attributes_type", "dict_type"}:
+            message = "Input should be a mapping of fields (key: value), not a list or a single value"
+        if err["type"] in {"missing", "value_error"}:
+            shown = ""
+        elif isinstance(got, dict | list | tuple):
+            shown = f" (got {_kind(got)})"
+        else:
+            shown = f" (got {_show(got)})"
+        if err["type"] in _TYPE_ERRORS:
+            shown = f" (got {_show(got)}, {_kind(got)})" if not isinstance(got, dict | list | tuple) else shown
+            if err["type"] == "string_type" and isinstance(got, bool | int | float):
+                shown += "; YAML read this as a number or boolean: put the value in quotes"
+            accepted = _allowed_text(schema, loc)
+            if accepted:
+                shown += f". Allowed: {accepted}"
+        lines.append(f"  {where}{path}: {message}{shown}")
     return "\n".join(lines)
 
 
-def _allowed_fields(root: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
-    model: Any = root
+# Errors where the value has the wrong type: the message adds what the field allows.
+_TYPE_ERRORS = {
+    "timezone_aware",
+    "int_type",
+    "int_from_float",
+    "float_type",
+    "bool_type",
+    "string_type",
+    "list_type",
+    "tuple_type",
+    "dict_type",
+    "model_type",
+    "model_attributes_type",
+    "datetime_type",
+    "datetime_parsing",
+    "datetime_from_date_parsing",
+    "literal_error",
+    "enum",
+}
+
+
+def _show(value: Any) -> str:
+    """A value as the spec would spell it (JSON-like), cut short."""
+    if isinstance(value, str):
+        text = json.dumps(value, ensure_ascii=False)
+    elif isinstance(value, date):
+        text = value.isoformat()
+    elif isinstance(value, bool) or value is None:
+        text = json.dumps(value)
+    else:
+        text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "…"
+
+
+def _kind(value: Any) -> str:
+    """What kind of value this is, in the words of the spec's reader."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, datetime):
+        return "a date and time" if value.tzinfo is not None else "a date and time without a timezone"
+    if isinstance(value, date):
+        return "a date without a time"
+    return f"a {type(value).__name__}"
+
+
+def _schema_at(schema: dict[str, Any], loc: tuple[int | str, ...]) -> dict[str, Any] | None:
+    """The JSON-schema node of the field at ``loc`` (following $ref, nullable unions and list items)."""
+    defs = schema.get("$defs", {})
+
+    def resolve(node: dict[str, Any]) -> dict[str, Any]:
+        while "$ref" in node:
+            node = defs.get(node["$ref"].rsplit("/", 1)[-1], {})
+        options = [o for o in node.get("anyOf", []) if o.get("type") != "null"]
+        if len(options) == 1:
+            merged = {k: v for k, v in node.items() if k != "anyOf"}
+            return {**resolve(options[0]), **merged}
+        return node
+
+    node = resolve(schema)
     for part in loc:
-        field = getattr(model, "model_fields", {}).get(part)
-        if field is None:
-            return []
-        model = field.annotation
-        # Unwrap `X | None` to the model inside.
-        for arg in getattr(model, "__args__", ()) or ():
-            if isinstance(arg, type) and issubclass(arg, BaseModel):
-                model = arg
-    return list(getattr(model, "model_fields", {}))
+        if isinstance(part, int):
+            items = node.get("items") or (node.get("prefixItems") or [{}])[0]
+            node = resolve(items)
+        else:
+            properties = node.get("properties", {})
+            if part not in properties:
+                return None
+            node = resolve(properties[part])
+    return node
+
+
+def _allowed_text(schema: dict[str, Any], loc: tuple[int | str, ...]) -> str:
+    """What a field accepts, in words: type, bounds, choices, pattern; then its description."""
+    node = _schema_at(schema, loc)
+    if not node:
+        return ""
+    parts: list[str] = []
+    kind = node.get("type")
+    if "enum" in node or "const" in node:
+        pass  # pydantic's message already lists the choices
+    elif kind == "integer":
+        parts.append("a whole number" + _range(node))
+    elif kind == "number":
+        parts.append("a number" + _range(node))
+    elif kind == "boolean":
+        parts.append("true or false")
+    elif kind == "string" and node.get("format") == "date-time":
+        parts.append("an ISO 8601 time with a timezone (e.g. 2026-12-01T11:30:00Z), or 'now', 'now+36h', 'now+2d'")
+    elif kind == "string":
+        text = "text"
+        if "pattern" in node:
+            text += f" matching {node['pattern']}"
+        if "maxLength" in node:
+            text += f", at most {node['maxLength']} characters"
+        parts.append(text)
+    elif kind == "array":
+        item = node.get("items") or {}
+        item_kind = {"integer": "whole numbers", "number": "numbers", "string": "strings"}.get(item.get("type", ""))
+        parts.append("a list" + (f" of {item_kind}" if item_kind else ""))
+    elif kind == "object" and "properties" in node:
+        parts.append("a mapping with the fields " + ", ".join(node["properties"]))
+    description = node.get("description")
+    if description:
+        parts.append(description)
+    return " — ".join(parts)
+
+
+def _range(node: dict[str, Any]) -> str:
+    low = node.get("minimum", node.get("exclusiveMinimum"))
+    high = node.get("maximum", node.get("exclusiveMaximum"))
+    low_word = "above" if "exclusiveMinimum" in node else "from"
+    high_word = "below" if "exclusiveMaximum" in node else "to"
+    if low is not None and high is not None:
+        return f" {low_word} {low:g} {high_word} {high:g}"
+    if low is not None:
+        return f", {'above' if 'exclusiveMinimum' in node else 'at least'} {low:g}"
+    if high is not None:
+        return f", {'below' if 'exclusiveMaximum' in node else 'at most'} {high:g}"
+    return ""
+
+
+def _allowed_fields(root: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    schema = root.model_json_schema()
+    node = _schema_at(schema, loc)
+    return list((node or {}).get("properties", {}))

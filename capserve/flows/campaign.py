@@ -55,6 +55,8 @@ def campaign(
     hub_endpoint: str | None = None,
     endpoint_url: str | None = None,
     endpoint_note: str | None = None,
+    api_key_env: str | None = None,
+    basic_auth_env: str | None = None,
     interactive: bool = False,
     teardown_when_done: bool = False,
 ) -> dict[str, object]:
@@ -63,7 +65,8 @@ def campaign(
     ``staging_dir`` is where checkpoint files are downloaded and verified (default: under ``out_dir``);
     ``hub_endpoint`` overrides the Hugging Face endpoint. ``endpoint_url`` names the OpenAI-compatible
     endpoint to evaluate (until the rollout stage exists, the campaign rolls out none itself);
-    ``endpoint_note`` says in the report what that endpoint is. ``interactive`` lets a person at a
+    ``endpoint_note`` says in the report what that endpoint is; ``api_key_env`` / ``basic_auth_env``
+    name the environment variables holding its credentials (never the values). ``interactive`` lets a person at a
     terminal approve a purchase above the threshold.
     """
     logger = get_run_logger()
@@ -148,6 +151,8 @@ def campaign(
                     spec.served_model_name,
                     spec.evaluation,
                     out_dir=out_dir / "evaluation",
+                    api_key_env=api_key_env,
+                    basic_auth_env=basic_auth_env,
                     notes=[endpoint_note] if endpoint_note else [],
                 )
                 report.add_section("evaluation", result.report_section(), title=None, markdown=result.markdown())

@@ -1,33 +1,36 @@
 """The evaluate stage: smoke, quality and load profiles against an OpenAI-compatible URL, then a verdict.
 
 Usable alone (``capserve eval``) and as a campaign stage. Each profile is a task; a failing profile
-is recorded and the others still run. The API key is read by the tasks from the environment
-variable named by ``api_key_env``, so it never becomes a flow parameter, a log line or a file.
+is recorded and the others still run. The whole evaluation runs against one deadline
+(``spec.timeout_s``): what is still pending when it passes is reported as not judged (verdict
+invalid, never fail). When the endpoint does not answer at all (health and models both time out or
+cannot connect), quality and load are not attempted.
+
+Credentials never travel as flow parameters: the tasks read the API key (``api_key_env``) or URL
+credentials (``basic_auth_env``) from the environment variables named, register them for redaction,
+and the result is redacted once more before it is written or published.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 from prefect import flow, get_run_logger
 
+from capserve.core.errors import SpecError
 from capserve.core.evaluation.result import EvaluationResult, LoadResult, QualityResult, SmokeResult, evaluate_gates
 from capserve.core.evaluation.spec import EvaluationSpec
+from capserve.core.urls import has_hidden_parts, public_url
 from capserve.tasks.evaluation.control import run_quality, run_smoke
 from capserve.tasks.evaluation.load import run_load
 from capserve.tasks.evaluation.publish import make_plots, publish
+from capserve.tasks.secrets import install_log_redaction, redactor, register_secret_environment
 
 PROFILES = ("smoke", "quality", "load")
 
-
-def public_url(url: str) -> str:
-    """The URL without user-info, query or fragment (where credentials sometimes hide)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+__all__ = ["PROFILES", "evaluate_endpoint", "public_url"]
 
 
 @flow(name="evaluate-endpoint")
@@ -38,28 +41,18 @@ def evaluate_endpoint(
     *,
     profiles: Sequence[str] = PROFILES,
     api_key_env: str | None = None,
+    basic_auth_env: str | None = None,
     out_dir: Path,
     baseline: EvaluationResult | None = None,
     notes: Sequence[str] = (),
 ) -> EvaluationResult:
     """Run the chosen profiles, judge the gates, save ``out_dir/evaluation.json``, publish artifacts and plots."""
-    unknown = sorted(set(profiles) - set(PROFILES))
-    if unknown:
-        raise ValueError(f"unknown profiles {unknown}; choose from {list(PROFILES)}")
-    logger = get_run_logger()
+    _check_inputs(url, profiles, api_key_env, basic_auth_env)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    smoke: SmokeResult | None = None
-    quality: QualityResult | None = None
-    load: LoadResult | None = None
-    if "smoke" in profiles:
-        smoke = run_smoke(url, model, spec, api_key_env)
-    if "quality" in profiles:
-        quality = run_quality(url, model, spec, api_key_env)
-    if "load" in profiles:
-        load = run_load(url, model, spec.load, spec.gates, out_dir, api_key_env)
-    gates, verdict = evaluate_gates(spec, smoke, quality, load, baseline)
-    plots = make_plots(load, out_dir) if load is not None and load.points else []
+    smoke, quality, load, not_run = _run_profiles(url, model, spec, profiles, api_key_env, basic_auth_env, out_dir)
+    gates, verdict = evaluate_gates(spec, smoke, quality, load, baseline, not_run)
+    plots = make_plots(load, out_dir) if load is not None and any(p.ran for p in load.points) else []
     result = EvaluationResult(
         url=public_url(url),
         model=model,
@@ -71,9 +64,12 @@ def evaluate_endpoint(
         load=load,
         plots=plots,
         notes=list(notes),
+        not_judged=not_run + _not_judged(smoke, quality, load),
     )
+    # Belt and braces: whatever a task let through is redacted before it is written or published.
+    result = EvaluationResult.model_validate(redactor().redact_data(result.model_dump(mode="json")))
     publish(result, out_dir)
-    logger.info(
+    get_run_logger().info(
         "evaluation of %s: %s (%d gates, %d failed)",
         model,
         verdict.upper(),
@@ -81,3 +77,64 @@ def evaluate_endpoint(
         sum(g.passed is False for g in gates),
     )
     return result
+
+
+def _check_inputs(url: str, profiles: Sequence[str], api_key_env: str | None, basic_auth_env: str | None) -> None:
+    """Redaction on for this process (a worker's run has no CLI to do it), then refuse what is malformed."""
+    install_log_redaction()
+    register_secret_environment()
+    register_secret_environment([api_key_env, basic_auth_env])
+    unknown = sorted(set(profiles) - set(PROFILES))
+    if unknown:
+        raise SpecError(f"unknown profiles {unknown}; choose from {list(PROFILES)}")
+    if has_hidden_parts(url):
+        raise SpecError(
+            "the endpoint URL carries credentials, a query or a fragment; pass the public base URL and the "
+            "credentials by environment (basic_auth_env / api_key_env)"
+        )
+
+
+def _run_profiles(
+    url: str,
+    model: str,
+    spec: EvaluationSpec,
+    profiles: Sequence[str],
+    api_key_env: str | None,
+    basic_auth_env: str | None,
+    out_dir: Path,
+) -> tuple[SmokeResult | None, QualityResult | None, LoadResult | None, list[str]]:
+    """Each chosen profile within what is left of ``spec.timeout_s``; and what was not run, and why."""
+    deadline = time.monotonic() + spec.timeout_s
+
+    def left() -> float:
+        return max(0.0, deadline - time.monotonic())
+
+    smoke: SmokeResult | None = None
+    quality: QualityResult | None = None
+    load: LoadResult | None = None
+    not_run: list[str] = []
+    if "smoke" in profiles:
+        smoke = run_smoke(url, model, spec, api_key_env, basic_auth_env, left())
+    for name in ("quality", "load"):
+        if name not in profiles:
+            continue
+        if smoke is not None and smoke.unreachable:
+            not_run.append(f"{name}: not run, the endpoint did not answer the smoke checks")
+        elif left() <= 0:
+            not_run.append(f"{name}: not run, the evaluation's deadline ({spec.timeout_s:g} s) had passed")
+        elif name == "quality":
+            quality = run_quality(url, model, spec, api_key_env, basic_auth_env, left())
+        else:
+            load = run_load(url, model, spec.load, spec.gates, out_dir, api_key_env, basic_auth_env, left())
+    return smoke, quality, load, not_run
+
+
+def _not_judged(smoke: SmokeResult | None, quality: QualityResult | None, load: LoadResult | None) -> list[str]:
+    found = []
+    if smoke is not None:
+        found += [f"smoke {c.name}: {c.detail}" for c in smoke.not_run]
+    if quality is not None and quality.not_asked:
+        found.append(f"quality: {quality.not_asked} golden items not asked (the deadline passed)")
+    if load is not None:
+        found += [f"load {p.name}: {'; '.join(p.invalid_reasons)}" for p in load.points if not p.valid]
+    return found

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import json
 import math
+import os
 import random
 import socket
 import subprocess
@@ -66,6 +68,13 @@ class Faults(BaseModel):
     malformed_tool_call_rate: float = Field(
         default=0.0, ge=0, le=1, description="Emit tool-call arguments that are not valid JSON."
     )
+    echo_credentials_rate: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="Reject a chat request with HTTP 400 whose error body echoes the Authorization header it got "
+        "(raw and base64-decoded): an endpoint that leaks the caller's key.",
+    )
 
 
 class SandboxConfig(BaseModel):
@@ -85,6 +94,13 @@ class SandboxConfig(BaseModel):
     seed: int = Field(default=0, ge=0, description="Seed of every random choice.")
     record_timings: bool = Field(
         default=False, description="Keep the server's own clock per stream, served at GET /sandbox/timings."
+    )
+    api_key_env: str | None = Field(
+        default=None,
+        max_length=128,
+        description="Require 'Authorization: Bearer <value of this environment variable>' on /v1 routes, as "
+        "`vllm serve --api-key` does (401 otherwise; /health stays open). The key itself never goes into the "
+        "config, which travels on the command line.",
     )
 
 
@@ -111,6 +127,7 @@ class _Server:
         self.golden = {item.prompt: item.answer for item in packaged_golden()}
         self.counter = 0
         self.timings: list[dict[str, Any]] = []
+        self.api_key = os.environ.get(config.api_key_env) if config.api_key_env else None
 
     def _roll(self, rate: float) -> bool:
         return rate > 0 and self.rng.random() < rate
@@ -132,9 +149,19 @@ class _Server:
 
         return web.Response(status=200)
 
+    def _unauthorized(self, request: Any) -> Any:
+        """vLLM's answer to a /v1 request without the right key, or None when the request may pass."""
+        from aiohttp import web
+
+        if self.api_key is None or request.headers.get("Authorization") == f"Bearer {self.api_key}":
+            return None
+        return web.json_response({"error": "Unauthorized"}, status=401)
+
     async def models(self, request: Any) -> Any:
         from aiohttp import web
 
+        if (denied := self._unauthorized(request)) is not None:
+            return denied
         created = int(time.time())
         data = [
             {"id": self.config.model, "object": "model", "created": created, "max_model_len": self.config.max_model_len}
@@ -146,8 +173,18 @@ class _Server:
 
         loop = asyncio.get_running_loop()
         arrival, arrival_pc = loop.time(), time.perf_counter()
+        if (denied := self._unauthorized(request)) is not None:
+            return denied
         body = await request.json()
         cfg, faults = self.config, self.config.faults
+        if self._roll(faults.echo_credentials_rate):
+            sent = request.headers.get("Authorization", "")
+            decoded = ""
+            if sent.startswith("Basic "):
+                with contextlib.suppress(ValueError):
+                    decoded = base64.b64decode(sent[6:]).decode("utf-8", errors="replace")
+            leak = f"invalid credentials {sent!r} (decoded: {decoded!r}) for model {body.get('model')}"
+            return web.json_response({"error": {"message": leak, "type": "invalid_request_error"}}, status=400)
         if body.get("model") != cfg.model:
             return web.json_response(
                 {"error": {"message": f"The model `{body.get('model')}` does not exist."}}, status=404

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from prefect.artifacts import create_markdown_artifact  # noqa: E402
 
 from capserve.tasks.resilience import local_task  # noqa: E402
+from capserve.tasks.secrets import redactor  # noqa: E402
 
 # Stage colours by outcome, so a failed or skipped stage stands out in the timeline.
 _COLOURS = {"completed": "tab:green", "failed": "tab:red", "skipped": "tab:gray", "running": "tab:orange"}
@@ -23,6 +24,8 @@ _COLOURS = {"completed": "tab:green", "failed": "tab:red", "skipped": "tab:gray"
 def write_report(report_json: dict[str, Any], markdown: str, out_dir: Path) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out_dir / "report.json", out_dir / "report.md"
+    # No secret of the run reaches the report or its artifact (capserve.tasks.secrets).
+    report_json, markdown = redactor().redact_data(report_json), redactor().redact(markdown)
     # Write-then-rename: a reader never sees half a report.
     for path, text in ((json_path, json.dumps(report_json, indent=2, sort_keys=False) + "\n"), (md_path, markdown)):
         tmp = path.with_suffix(path.suffix + ".tmp")

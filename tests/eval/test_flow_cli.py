@@ -94,8 +94,9 @@ def test_cli_load_size_options_reach_the_spec(tmp_path: Path) -> None:
     assert spec.load.concurrency_levels == (2, 16) and spec.load.request_rates == ()
     assert spec.load.output.tokens == 32 and spec.load.output.range_ratio == 0.5 and spec.load.prompt.range_ratio == 0.5
     assert spec.quality.max_items == 5
-    bad = build_parser().parse_args(["eval", "--url", "u", "--model", "m", "--concurrency", "0"])
-    assert bad.func(bad) == 2
+    with pytest.raises(SystemExit) as refused:
+        build_parser().parse_args(["eval", "--url", "u", "--model", "m", "--concurrency", "0"])
+    assert refused.value.code == 2
 
 
 def test_public_url_drops_credentials() -> None:

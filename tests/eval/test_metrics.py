@@ -106,5 +106,5 @@ def test_plans_are_deterministic_and_sized() -> None:
     first, second = plan_requests(spec, 20, salt=1), plan_requests(spec, 20, salt=1)
     assert first == second
     assert all(40 <= p.prompt_tokens <= 60 and p.max_tokens == 10 for p in first)
-    assert spec.requests_for(32) == 128 and spec.requests_for(1) == 8
+    assert spec.requests_for(32) == 32 * spec.requests_per_stream and spec.requests_for(1) == spec.min_requests
     assert split_concurrency(5, 2) == [3, 2] and split_concurrency(1, 4) == [1]

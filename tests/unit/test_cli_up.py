@@ -28,7 +28,7 @@ def fake_campaign(result: dict[str, Any] | Exception) -> Any:
     [
         ({"campaign": "k3-demo", "stages": []}, 0),
         ({"campaign": "k3-demo", "stages": [], "evaluation": {"verdict": "pass", "gates": []}}, 0),
-        ({"campaign": "k3-demo", "stages": [], "evaluation": {"verdict": "invalid", "gates": []}}, 0),
+        ({"campaign": "k3-demo", "stages": [], "evaluation": {"verdict": "invalid", "gates": []}}, 3),
         ({"campaign": "k3-demo", "stages": [], "evaluation": {"verdict": "fail", "gates": []}}, 1),
         (DoesNotFitError("needs 2 nodes: set capacity.instance_count to 2"), 1),
     ],

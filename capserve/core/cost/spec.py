@@ -6,7 +6,7 @@ Kept here (not in ``capserve/core/spec.py``) so the cost package imports nothing
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, model_validator
 
 
 class CostSpec(BaseModel):
@@ -14,13 +14,13 @@ class CostSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    utilisation_target: float = Field(
+    utilisation_target: StrictFloat = Field(
         0.8,
         ge=0,
         le=1,
         description="Serving GPU-hours ÷ paid GPU-hours the campaign aims for; the report says whether it was met.",
     )
-    expected_output_tokens_per_s: float | None = Field(
+    expected_output_tokens_per_s: StrictFloat | None = Field(
         None,
         gt=0,
         le=1e8,

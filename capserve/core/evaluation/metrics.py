@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from capserve.core.evaluation.records import RequestRecord, RunRecord
+from capserve.core.evaluation.records import CLIENT_ERROR_KINDS, RequestRecord, RunRecord
 
 PERCENTILES = (50, 90, 95, 99)
 
@@ -102,7 +102,10 @@ class LoadMetrics(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     completed: int = Field(ge=0, description="Successful requests.")
-    failed: int = Field(ge=0, description="Failed requests.")
+    failed: int = Field(ge=0, description="Requests that failed because of the endpoint.")
+    client_failed: int = Field(
+        default=0, ge=0, description="Requests that failed because of the client (not counted against the endpoint)."
+    )
     duration_s: float = Field(ge=0, description="Benchmark duration: start → last request finished.")
     total_input_tokens: int = Field(ge=0, description="Sum of prompt tokens of successful requests.")
     total_output_tokens: int = Field(ge=0, description="Sum of output tokens of successful requests.")
@@ -111,7 +114,9 @@ class LoadMetrics(BaseModel):
     total_token_throughput: float = Field(ge=0, description="(Input + output) tokens per second.")
     goodput: float | None = Field(default=None, ge=0, description="Requests/s meeting every SLO (None: no SLO given).")
     goodput_fraction: float | None = Field(default=None, ge=0, le=1, description="Good requests ÷ completed requests.")
-    error_rate: float = Field(ge=0, le=1, description="Failed ÷ all requests.")
+    error_rate: float = Field(
+        ge=0, le=1, description="Endpoint failures ÷ requests the endpoint was judged on (client failures excluded)."
+    )
     ttft_ms: Summary = Field(description="Time to first token.")
     tpot_ms: Summary = Field(description="Time per output token (excluding the first).")
     itl_ms: Summary = Field(description="Inter-token (inter-chunk) latency, pooled.")
@@ -128,10 +133,18 @@ def _is_good(record: RequestRecord, slo: Slo) -> bool:
     return all(limit / 1000 >= value for limit, value in checks if limit is not None)
 
 
-def compute_metrics(run: RunRecord, slo: Slo | None = None) -> LoadMetrics:
-    """Derive the vLLM-named metrics of one run from its raw request records."""
+def compute_metrics(
+    run: RunRecord, slo: Slo | None = None, client_error_kinds: frozenset[str] = CLIENT_ERROR_KINDS
+) -> LoadMetrics:
+    """Derive the vLLM-named metrics of one run from its raw request records.
+
+    Failures whose kind is in ``client_error_kinds`` are the client's: counted apart and left out of
+    the error rate (a saturated client must not fail the endpoint).
+    """
     ok = [r for r in run.requests if r.success and r.chunk_times]
-    failed = len(run.requests) - len(ok)
+    failures = [r for r in run.requests if not (r.success and r.chunk_times)]
+    client_failed = sum(1 for r in failures if (r.error_kind or "client") in client_error_kinds)
+    failed = len(failures) - client_failed
     duration = max(run.end - run.start, 1e-9)
     total_in = sum(r.prompt_tokens if r.prompt_tokens is not None else r.prompt_tokens_requested for r in ok)
     total_out = sum(r.output_tokens for r in ok)
@@ -144,6 +157,7 @@ def compute_metrics(run: RunRecord, slo: Slo | None = None) -> LoadMetrics:
     return LoadMetrics(
         completed=len(ok),
         failed=failed,
+        client_failed=client_failed,
         duration_s=duration,
         total_input_tokens=total_in,
         total_output_tokens=total_out,
@@ -152,7 +166,7 @@ def compute_metrics(run: RunRecord, slo: Slo | None = None) -> LoadMetrics:
         total_token_throughput=(total_in + total_out) / duration,
         goodput=goodput,
         goodput_fraction=goodput_fraction,
-        error_rate=failed / len(run.requests) if run.requests else 0.0,
+        error_rate=failed / (len(ok) + failed) if ok or failed else 0.0,
         ttft_ms=summarize_ms([ttft(r) for r in ok]),
         tpot_ms=summarize_ms(tpots),
         itl_ms=summarize_ms([gap for r in ok for gap in itls(r)]),

@@ -127,4 +127,7 @@ def golden_from_file(path: str) -> list[GoldenItem]:
         with open(path, encoding="utf-8") as handle:
             return load_golden(handle, path)
     except OSError as exc:
-        raise SpecError(f"cannot read golden file {path}: {exc.strerror}") from exc
+        raise SpecError(f"cannot read golden file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"golden file {path} is not UTF-8 (byte offset {exc.start}); save it as UTF-8") from None
+

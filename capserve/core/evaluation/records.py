@@ -10,7 +10,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-ErrorKind = Literal["http_status", "stream_cut", "error_event", "no_tokens", "timeout", "connection", "client"]
+ErrorKind = Literal[
+    "http_status", "stream_cut", "error_event", "no_tokens", "timeout", "connection", "client", "cancelled"
+]
+# Failures the client caused (local resource limits such as too many open files or no free port, a
+# connection pool with no free slot, a request stopped at the evaluation's deadline): never counted
+# against the endpoint, and they make the run invalid. A timeout counts here too when the client was
+# saturated during the run (result.summarize_run).
+CLIENT_ERROR_KINDS: frozenset[str] = frozenset({"client", "cancelled"})
 
 
 class RequestRecord(BaseModel):

@@ -6,8 +6,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from capserve.core.evaluation.client_limits import lag_allowance_ms
 from capserve.core.evaluation.metrics import LoadMetrics, Slo, compute_metrics
-from capserve.core.evaluation.records import ClientStats, RunRecord
+from capserve.core.evaluation.records import CLIENT_ERROR_KINDS, ClientStats, RunRecord
 from capserve.core.evaluation.smoke import SmokeCheck
 from capserve.core.evaluation.spec import EvaluationSpec, GateSpec, LoadSpec
 
@@ -19,10 +20,19 @@ class SmokeResult(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     checks: list[SmokeCheck] = Field(default_factory=list, description="One entry per check, in order.")
+    unreachable: str | None = Field(
+        default=None,
+        description="Set when health and models both got no answer at all: the later checks and profiles are not "
+        "run (each would only wait out its timeout).",
+    )
 
     @property
     def failed(self) -> list[SmokeCheck]:
         return [c for c in self.checks if c.status == "failed"]
+
+    @property
+    def not_run(self) -> list[SmokeCheck]:
+        return [c for c in self.checks if c.status == "not_run"]
 
 
 class QualityItemResult(BaseModel):
@@ -50,6 +60,9 @@ class QualityResult(BaseModel):
     confidence: float = Field(gt=0, lt=1, description="Confidence level of the interval.")
     by_category: dict[str, float] = Field(default_factory=dict, description="Accuracy per category.")
     errors: int = Field(default=0, ge=0, description="Items whose request failed.")
+    not_asked: int = Field(
+        default=0, ge=0, description="Items not asked because the evaluation's deadline passed (not scored)."
+    )
     items: list[QualityItemResult] = Field(default_factory=list, description="Per-item outcomes.")
 
 
@@ -65,6 +78,10 @@ class LoadPointResult(BaseModel):
     client: ClientStats = Field(description="The generator's self-measurement.")
     valid: bool = Field(description="False when the client, not the server, was the bottleneck.")
     invalid_reasons: list[str] = Field(default_factory=list, description="Why the run is invalid.")
+    ran: bool = Field(default=True, description="False when the run was refused before it started.")
+    lag_allowance_ms: float | None = Field(
+        default=None, description="Client event-loop lag p99 above which the run is invalid (client_limits)."
+    )
     errors: dict[str, int] = Field(default_factory=dict, description="Failed requests by kind.")
     raw_path: str | None = Field(default=None, description="JSON file with the raw request records.")
 
@@ -101,6 +118,10 @@ class EvaluationResult(BaseModel):
     load: LoadResult | None = Field(default=None, description="Load outcome, if run.")
     plots: list[str] = Field(default_factory=list, description="PNG files (paths).")
     notes: list[str] = Field(default_factory=list, description="Remarks a reader needs, e.g. a stand-in endpoint.")
+    not_judged: list[str] = Field(
+        default_factory=list,
+        description="What could not be judged and why (deadline passed, load the client could not drive).",
+    )
 
     def report_section(self) -> dict[str, Any]:
         """The report.json ``evaluation`` object."""
@@ -118,6 +139,7 @@ class EvaluationResult(BaseModel):
             "load": load,
             "plots": list(self.plots),
             "notes": list(self.notes),
+            "not_judged": list(self.not_judged),
             "url": self.url,
             "model": self.model,
         }
@@ -126,6 +148,8 @@ class EvaluationResult(BaseModel):
         """A human summary for the report and the Prefect artifact."""
         lines = [f"## Evaluation of `{self.model}` — verdict: **{self.verdict.upper()}**", ""]
         lines += [f"> {note}" for note in self.notes] + ([""] if self.notes else [])
+        if self.not_judged:
+            lines += ["Not judged:", ""] + [f"- {why}" for why in self.not_judged] + [""]
         lines += ["| gate | value | threshold | result |", "|---|---|---|---|"]
         for gate in self.gates:
             shown = "—" if gate.value is None else f"{gate.value:.4g}"
@@ -176,33 +200,73 @@ def slo_from_gates(gates: GateSpec) -> Slo:
 
 
 def summarize_run(run: RunRecord, spec: LoadSpec, gates: GateSpec, raw_path: str | None = None) -> LoadPointResult:
-    """Metrics plus the client-validity judgement of one run."""
+    """Metrics plus the client-validity judgement of one run (client_limits explains the rules)."""
     reasons = []
     c = run.client
-    if c.loop_lag_p99_ms > spec.max_loop_lag_p99_ms:
-        reasons.append(f"client event-loop lag p99 {c.loop_lag_p99_ms:.1f} ms > {spec.max_loop_lag_p99_ms:g} ms")
+    allowance = lag_allowance_ms(spec, gates)
+    if c.loop_lag_p99_ms > allowance:
+        reasons.append(
+            f"client event-loop lag p99 {c.loop_lag_p99_ms:.1f} ms > {allowance:g} ms allowed "
+            "(the client's own delays could move a gated latency)"
+        )
     if run.mode == "open" and c.dispatch_delay_p95_ms > spec.max_dispatch_delay_p95_ms:
         reasons.append(
             f"client dispatch delay p95 {c.dispatch_delay_p95_ms:.1f} ms > {spec.max_dispatch_delay_p95_ms:g} ms"
         )
     if c.cpu_percent > spec.max_client_cpu_percent:
         reasons.append(f"client CPU {c.cpu_percent:.0f}% > {spec.max_client_cpu_percent:g}%")
+    # A saturated client times requests out on its own: those timeouts are not the endpoint's.
+    client_kinds = CLIENT_ERROR_KINDS | ({"timeout"} if reasons else frozenset())
     errors: dict[str, int] = {}
+    client_errors: dict[str, int] = {}
     for record in run.requests:
         if not record.success:
             kind = record.error_kind or "client"
             errors[kind] = errors.get(kind, 0) + 1
+            if kind in client_kinds:
+                client_errors[kind] = client_errors.get(kind, 0) + 1
+    if client_errors:
+        shown = ", ".join(f"{n} {kind}" for kind, n in sorted(client_errors.items()))
+        reasons.append(f"{sum(client_errors.values())} requests failed on the client side ({shown}); "
+                       "not counted against the endpoint")
     return LoadPointResult(
         name=run.name,
         mode=run.mode,
         concurrency=run.concurrency,
         request_rate=run.request_rate,
-        metrics=compute_metrics(run, slo_from_gates(gates)),
+        metrics=compute_metrics(run, slo_from_gates(gates), client_kinds),
         client=run.client,
         valid=not reasons,
         invalid_reasons=reasons,
         errors=errors,
         raw_path=raw_path,
+        lag_allowance_ms=allowance,
+    )
+
+
+def refused_point(name: str, *, concurrency: int | None, rate: float | None, reason: str) -> LoadPointResult:
+    """A run the client could not drive (or no time was left for): invalid, never run, nothing blamed."""
+    empty = RunRecord(
+        name=name,
+        mode="closed" if concurrency is not None else "open",
+        concurrency=concurrency,
+        request_rate=rate,
+        start=0.0,
+        end=0.0,
+        client=ClientStats(
+            processes=1, cpu_percent=0, loop_lag_p99_ms=0, loop_lag_max_ms=0, dispatch_delay_p95_ms=0, uvloop=False
+        ),
+    )
+    return LoadPointResult(
+        name=name,
+        mode=empty.mode,
+        concurrency=concurrency,
+        request_rate=rate,
+        metrics=compute_metrics(empty),
+        client=empty.client,
+        valid=False,
+        invalid_reasons=[f"not run: {reason}"],
+        ran=False,
     )
 
 
@@ -216,16 +280,26 @@ def evaluate_gates(
     quality: QualityResult | None,
     load: LoadResult | None,
     baseline: EvaluationResult | None = None,
+    not_run: list[str] | None = None,
 ) -> tuple[list[GateResult], Verdict]:
-    """Judge every configured gate; the verdict is fail if any judged gate failed, else invalid if any
-    load run was invalid (the client was saturated: nothing is blamed on the model), else pass."""
+    """Judge every configured gate. The verdict is fail if any judged gate failed; else invalid if
+    anything could not be judged — a load run the client could not drive or measure, checks, items
+    or profiles the deadline cut off (``not_run``) — since nothing is blamed on the endpoint without
+    evidence; else pass."""
     g = spec.gates
     gates: list[GateResult] = []
+    incomplete = bool(not_run)
     if smoke is not None and g.smoke_must_pass:
         failed = len(smoke.failed)
         names = ", ".join(c.name for c in smoke.failed)
         gates.append(_gate("smoke_failed_checks", failed, 0, failed == 0, names))
-    if quality is not None:
+        incomplete |= bool(smoke.not_run)
+    if quality is not None and quality.not_asked:
+        incomplete = True
+        note = f"deadline passed: {quality.not_asked} of {quality.total + quality.not_asked} items not asked"
+        if g.quality_floor is not None:
+            gates.append(_gate("quality_accuracy", quality.accuracy, g.quality_floor, None, note))
+    elif quality is not None:
         if g.quality_floor is not None:
             gates.append(
                 _gate("quality_accuracy", quality.accuracy, g.quality_floor, quality.accuracy >= g.quality_floor)
@@ -249,13 +323,15 @@ def evaluate_gates(
             any_invalid |= not point.valid
             gates += _load_gates(g, point)
     judged_fail = any(gate.passed is False for gate in gates)
-    verdict: Verdict = "fail" if judged_fail else ("invalid" if any_invalid else "pass")
+    verdict: Verdict = "fail" if judged_fail else ("invalid" if any_invalid or incomplete else "pass")
     return gates, verdict
 
 
 def _load_gates(g: GateSpec, point: LoadPointResult) -> list[GateResult]:
     m = point.metrics
-    note = "" if point.valid else "run invalid: client saturated"
+    if not point.ran:
+        return [_gate(f"load@{point.name}", None, 0, None, "; ".join(point.invalid_reasons))]
+    note = "" if point.valid else "run invalid: " + "; ".join(point.invalid_reasons)
     out: list[GateResult] = []
 
     def judge(name: str, value: float | None, threshold: float, higher_is_better: bool, has_data: bool) -> None:
@@ -267,7 +343,8 @@ def _load_gates(g: GateSpec, point: LoadPointResult) -> list[GateResult]:
 
     has_ok = m.completed > 0
     if g.max_error_rate is not None:
-        # Errors are the server's fault even when the client was slow, so this gate is always judged.
+        # Judged even on an invalid run: its error rate counts only failures the endpoint caused (an
+        # HTTP 503 or a broken stream is the server's answer however slow the client was).
         out.append(_gate(f"error_rate@{point.name}", m.error_rate, g.max_error_rate, m.error_rate <= g.max_error_rate))
     if g.p95_ttft_ms is not None:
         judge("p95_ttft_ms", m.ttft_ms.p95, g.p95_ttft_ms, False, has_ok)

@@ -11,7 +11,9 @@ from typing import Any, Literal
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field
 
-CheckStatus = Literal["passed", "failed", "skipped"]
+# skipped: the check does not apply (e.g. an image to a text-only model); not_run: the evaluation's
+# deadline passed, or the endpoint was unreachable, before the check could run (nothing judged).
+CheckStatus = Literal["passed", "failed", "skipped", "not_run"]
 
 
 class SmokeCheck(BaseModel):
@@ -19,7 +21,7 @@ class SmokeCheck(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     name: str = Field(max_length=32, description="health, models, chat_stream, image, tool_call.")
-    status: CheckStatus = Field(description="passed, failed or skipped.")
+    status: CheckStatus = Field(description="passed, failed, skipped (does not apply) or not_run (deadline).")
     detail: str = Field(default="", max_length=1000, description="What was seen, or what went wrong and where.")
     duration_ms: float = Field(default=0.0, ge=0, description="Wall time of the check.")
 

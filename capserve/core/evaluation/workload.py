@@ -180,6 +180,12 @@ class LoadJob(BaseModel):
     ignore_eos: bool = Field(default=True, description="Send vLLM's ignore_eos.")
     warmup_requests: int = Field(default=0, ge=0, description="Streamed requests before the run, not recorded.")
     request_timeout_s: float = Field(gt=0, description="Total time allowed per request.")
+    stop_after_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Stop this long after GO: requests still running are cut and those not sent are not sent, all "
+        "recorded as 'cancelled' (the client's doing, never counted against the endpoint).",
+    )
 
 
 def split_requests(requests: list[PlannedRequest], shards: int) -> list[list[PlannedRequest]]:

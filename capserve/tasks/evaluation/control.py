@@ -1,7 +1,11 @@
 """Control-plane calls to the endpoint with httpx: the smoke checks and the golden-set quality run.
 
-Low concurrency, so httpx is fine here (docs/evaluation.md §5.2), but with explicit limits and a read
-timeout sized for slow MoE first tokens: httpx's 5 s default would kill them.
+Low concurrency, so httpx is fine here (docs/evaluation.md §5.2), but never with its defaults: explicit
+connection limits, and every call bounded by time. httpx's timeouts apply per socket read, so a
+server that trickles bytes could outlast them: each call here streams its body and checks a
+monotonic deadline between reads — the smaller of the check's (or item's) own timeout and what is
+left of the evaluation's overall deadline. Whatever the endpoint sends back is redacted before it
+becomes a check detail, an error or a log line (an endpoint may echo the API key in an error body).
 """
 
 from __future__ import annotations
@@ -14,7 +18,6 @@ from typing import Any
 
 import httpx
 from prefect import get_run_logger
-from pydantic import SecretStr
 
 from capserve.core.evaluation import smoke as smoke_core
 from capserve.core.evaluation.quality import (
@@ -29,66 +32,136 @@ from capserve.core.evaluation.result import QualityItemResult, QualityResult, Sm
 from capserve.core.evaluation.smoke import SmokeCheck
 from capserve.core.evaluation.spec import EvaluationSpec, QualitySpec, SmokeSpec
 from capserve.core.evaluation.sse import SseDecoder, StreamState, apply_event
-from capserve.tasks.evaluation.load import read_api_key
+from capserve.core.redaction import Redactor
+from capserve.tasks.evaluation.auth import EndpointAuth, read_auth
 from capserve.tasks.resilience import endpoint_task
+from capserve.tasks.secrets import redactor
 
+# A smoke or golden answer is a few kilobytes; a body past this is an endpoint misbehaving.
+MAX_BODY_BYTES = 4 * 1024 * 1024
+
+
+class Budget:
+    """A monotonic deadline: time left for one check, item or profile."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = max(0.0, seconds)
+        self._end = time.monotonic() + self.seconds
+
+    def remaining(self) -> float:
+        return max(0.0, self._end - time.monotonic())
+
+    def expired(self) -> bool:
+        return self.remaining() <= 0
+
+    def within(self, seconds: float) -> Budget:
+        """The smaller of this budget and ``seconds`` from now."""
+        return Budget(min(seconds, self.remaining()))
+
+    def timeout(self, connect_s: float) -> httpx.Timeout:
+        left = max(0.001, self.remaining())
+        return httpx.Timeout(left, connect=min(connect_s, left))
 
 class CheckFailed(Exception):
     """A smoke check saw something wrong; the message says what."""
 
 
-def make_client(base_url: str, spec: EvaluationSpec, api_key: SecretStr | None, connections: int = 8) -> httpx.Client:
+class Unreachable(CheckFailed):
+    """No answer at all: the connection failed or the deadline passed before the endpoint answered."""
+
+
+def make_client(base_url: str, spec: EvaluationSpec, auth: EndpointAuth | None, connections: int = 8) -> httpx.Client:
     """An httpx client with explicit limits and timeouts (never the library defaults)."""
-    headers = {"Authorization": f"Bearer {api_key.get_secret_value()}"} if api_key is not None else {}
     return httpx.Client(
         base_url=base_url.rstrip("/"),
-        headers=headers,
-        timeout=httpx.Timeout(spec.read_timeout_s, connect=spec.connect_timeout_s),
+        headers=auth.headers() if auth is not None else {},
+        timeout=httpx.Timeout(spec.smoke.check_timeout_s, connect=spec.connect_timeout_s),
         limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
     )
 
 
-def _expect_ok(response: httpx.Response) -> Any:
-    if response.status_code != 200:
-        raise CheckFailed(f"HTTP {response.status_code} from {response.request.url.path}: {response.text[:200]}")
-    try:
-        return response.json()
-    except ValueError as exc:
-        raise CheckFailed(f"{response.request.url.path} answered non-JSON: {response.text[:120]!r}") from exc
+class Call:
+    """One check's (or item's) access to the endpoint: bounded in time, answers redacted."""
+
+    def __init__(self, client: httpx.Client, budget: Budget, connect_s: float, scrub: Redactor) -> None:
+        self.client, self.budget, self.connect_s, self.scrub = client, budget, connect_s, scrub
+
+    def request(self, method: str, path: str, payload: Any = None) -> tuple[int, bytes]:
+        """(status, body), reading no longer than the budget and no more than MAX_BODY_BYTES."""
+        if self.budget.expired():
+            raise Unreachable(f"{path}: no time left (the check's timeout or the evaluation's deadline)")
+        body = bytearray()
+        try:
+            with self.client.stream(method, path, json=payload, timeout=self.budget.timeout(self.connect_s)) as r:
+                for chunk in r.iter_bytes():
+                    body += chunk
+                    if len(body) > MAX_BODY_BYTES:
+                        raise CheckFailed(f"{path}: answer larger than {MAX_BODY_BYTES:,} bytes")
+                    if self.budget.expired():
+                        raise Unreachable(f"{path}: no complete answer within {self.budget.seconds:.1f} s")
+                return r.status_code, bytes(body)
+        except httpx.TimeoutException as exc:
+            raise Unreachable(f"{path}: no answer within {self.budget.seconds:.1f} s ({type(exc).__name__})") from None
+        except httpx.ConnectError as exc:
+            raise Unreachable(f"{path}: cannot connect ({self.scrub.redact(str(exc))[:160]})") from None
+
+    def json(self, method: str, path: str, payload: Any = None) -> Any:
+        """The JSON answer of a call that must return HTTP 200."""
+        status, body = self.request(method, path, payload)
+        text = self.scrub.redact(body.decode("utf-8", errors="replace"))
+        if status != 200:
+            raise CheckFailed(f"HTTP {status} from {path}: {text[:200]}")
+        try:
+            return json.loads(body)
+        except ValueError:
+            raise CheckFailed(f"{path} answered non-JSON: {text[:120]!r}") from None
 
 
-def check_health(client: httpx.Client, model: str, spec: SmokeSpec) -> str:
-    response = client.get("/health")
-    if response.status_code != 200:
-        raise CheckFailed(f"/health answered HTTP {response.status_code}")
+def check_health(call: Call, model: str, spec: SmokeSpec) -> str:
+    status, _ = call.request("GET", "/health")
+    if status != 200:
+        raise CheckFailed(f"/health answered HTTP {status}")
     return "HTTP 200"
 
 
-def check_models(client: httpx.Client, model: str, spec: SmokeSpec) -> str:
-    listed = [entry.get("id") for entry in _expect_ok(client.get("/v1/models")).get("data", [])]
+def check_models(call: Call, model: str, spec: SmokeSpec) -> str:
+    listed = [entry.get("id") for entry in call.json("GET", "/v1/models").get("data", [])]
     if model not in listed:
         raise CheckFailed(f"/v1/models does not list {model!r}; it lists {listed[:10]}")
     return f"lists {model!r}"
 
 
-def check_chat_stream(client: httpx.Client, model: str, spec: SmokeSpec) -> str:
+def check_chat_stream(call: Call, model: str, spec: SmokeSpec) -> str:
     state = StreamState()
     decoder = SseDecoder()
     payload = smoke_core.chat_stream_payload(model, spec.max_tokens)
+    budget = call.budget
+    if budget.expired():
+        raise Unreachable("/v1/chat/completions: no time left (the check's timeout or the evaluation's deadline)")
     try:
-        with client.stream("POST", "/v1/chat/completions", json=payload) as response:
+        with call.client.stream(
+            "POST", "/v1/chat/completions", json=payload, timeout=budget.timeout(call.connect_s)
+        ) as response:
             if response.status_code != 200:
-                raise CheckFailed(f"HTTP {response.status_code}: {response.read().decode(errors='replace')[:200]}")
+                text = call.scrub.redact(response.read().decode(errors="replace"))
+                raise CheckFailed(f"HTTP {response.status_code}: {text[:200]}")
             for chunk in response.iter_bytes():
                 for event in decoder.feed(chunk):
                     apply_event(state, event)
+                if budget.expired():
+                    chunks = state.token_events
+                    raise Unreachable(f"stream not finished within {budget.seconds:.1f} s ({chunks} chunks)")
             for event in decoder.finish():
                 apply_event(state, event)
     except httpx.RemoteProtocolError as exc:
         raise CheckFailed(f"stream cut after {state.token_events} chunks ({exc})") from exc
+    except httpx.TimeoutException as exc:
+        raise Unreachable(f"no answer within {budget.seconds:.1f} s ({type(exc).__name__})") from None
+    except httpx.ConnectError as exc:
+        raise Unreachable(f"cannot connect ({call.scrub.redact(str(exc))[:160]})") from None
     problems = []
     if state.error:
-        problems.append(f"error event: {state.error}")
+        problems.append(f"error event: {call.scrub.redact(state.error)}")
     if not state.done:
         problems.append(f"stream ended without [DONE] after {state.token_events} chunks")
     if not state.content.strip():
@@ -106,28 +179,34 @@ class Skipped(Exception):
     """The check does not apply to this endpoint; the message says why."""
 
 
-def check_image(client: httpx.Client, model: str, spec: SmokeSpec) -> str:
+def check_image(call: Call, model: str, spec: SmokeSpec) -> str:
     if spec.image == "skip":
         raise Skipped("image check disabled in the spec")
-    response = client.post("/v1/chat/completions", json=smoke_core.image_payload(model, spec.max_tokens))
-    if spec.image == "auto" and smoke_core.looks_text_only(response.status_code, response.text):
-        raise Skipped(f"text-only model: the endpoint rejected the image ({response.text[:120]})")
-    body = _expect_ok(response)
+    status, raw = call.request("POST", "/v1/chat/completions", smoke_core.image_payload(model, spec.max_tokens))
+    text = call.scrub.redact(raw.decode("utf-8", errors="replace"))
+    if spec.image == "auto" and smoke_core.looks_text_only(status, text):
+        raise Skipped(f"text-only model: the endpoint rejected the image ({text[:120]})")
+    if status != 200:
+        raise CheckFailed(f"HTTP {status} from /v1/chat/completions: {text[:200]}")
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise CheckFailed(f"/v1/chat/completions answered non-JSON: {text[:120]!r}") from None
     content = ((body.get("choices") or [{}])[0].get("message") or {}).get("content") or ""
     if not content.strip():
         raise CheckFailed("empty answer to the image prompt")
     return f"answered {content.strip()[:60]!r}"
 
 
-def check_tool_call(client: httpx.Client, model: str, spec: SmokeSpec) -> str:
+def check_tool_call(call: Call, model: str, spec: SmokeSpec) -> str:
     payload = smoke_core.tool_call_payload(model, spec.max_tokens, spec.tool_choice)
-    problems = smoke_core.check_tool_call(_expect_ok(client.post("/v1/chat/completions", json=payload)))
+    problems = smoke_core.check_tool_call(call.json("POST", "/v1/chat/completions", payload))
     if problems:
-        raise CheckFailed("; ".join(problems))
+        raise CheckFailed(call.scrub.redact("; ".join(problems)))
     return "get_weather called with schema-valid arguments"
 
 
-SMOKE_CHECKS: list[tuple[str, Callable[[httpx.Client, str, SmokeSpec], str]]] = [
+SMOKE_CHECKS: list[tuple[str, Callable[[Call, str, SmokeSpec], str]]] = [
     ("health", check_health),
     ("models", check_models),
     ("chat_stream", check_chat_stream),
@@ -136,38 +215,77 @@ SMOKE_CHECKS: list[tuple[str, Callable[[httpx.Client, str, SmokeSpec], str]]] = 
 ]
 
 
-def run_smoke_checks(client: httpx.Client, model: str, spec: SmokeSpec) -> SmokeResult:
-    """Every check runs whatever the others did; each failure is a clear failed check, not an exception."""
-    checks = []
+# The checks after these two are not attempted when both got no answer at all: each would wait its
+# whole timeout for an endpoint that is not there.
+_REACHABILITY_CHECKS = ("health", "models")
+
+
+def run_smoke_checks(
+    client: httpx.Client,
+    model: str,
+    spec: SmokeSpec,
+    budget: Budget | None = None,
+    connect_s: float = 10.0,
+    scrub: Redactor | None = None,
+) -> SmokeResult:
+    """Every check runs whatever the others did (each within ``spec.check_timeout_s`` and ``budget``);
+    each failure is a clear failed check, never an exception. Details are redacted."""
+    budget = budget or Budget(float("inf"))
+    scrub = scrub or redactor()
+    checks: list[SmokeCheck] = []
+    unreachable: list[str] = []
     for name, check in SMOKE_CHECKS:
         started = time.perf_counter()
-        try:
-            status, detail = "passed", check(client, model, spec)
-        except Skipped as exc:
-            status, detail = "skipped", str(exc)
-        except CheckFailed as exc:
-            status, detail = "failed", str(exc)
-        except httpx.HTTPError as exc:
-            status, detail = "failed", f"{type(exc).__name__}: {str(exc)[:200]}"
-        except (ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
-            status, detail = "failed", f"malformed answer: {type(exc).__name__}: {str(exc)[:200]}"
+        if budget.expired():
+            status, detail = "not_run", "the evaluation's deadline passed before this check"
+        elif len(unreachable) == len(_REACHABILITY_CHECKS):
+            status, detail = "not_run", "endpoint unreachable: " + "; ".join(unreachable)
+        else:
+            call = Call(client, budget.within(spec.check_timeout_s), connect_s, scrub)
+            try:
+                status, detail = "passed", check(call, model, spec)
+            except Skipped as exc:
+                status, detail = "skipped", str(exc)
+            except Unreachable as exc:
+                status, detail = "failed", str(exc)
+                if name in _REACHABILITY_CHECKS:
+                    unreachable.append(f"{name}: {exc}")
+            except CheckFailed as exc:
+                status, detail = "failed", str(exc)
+            except httpx.HTTPError as exc:
+                status, detail = "failed", f"{type(exc).__name__}: {str(exc)[:200]}"
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                status, detail = "failed", f"malformed answer: {type(exc).__name__}: {str(exc)[:200]}"
         elapsed = (time.perf_counter() - started) * 1000
-        checks.append(SmokeCheck(name=name, status=status, detail=detail[:1000], duration_ms=elapsed))
-    return SmokeResult(checks=checks)
+        checks.append(SmokeCheck(name=name, status=status, detail=scrub.redact(detail)[:1000], duration_ms=elapsed))
+    reason = "; ".join(unreachable) if len(unreachable) == len(_REACHABILITY_CHECKS) else None
+    return SmokeResult(checks=checks, unreachable=reason)
 
 
 @endpoint_task(name="eval-smoke")
-def run_smoke(base_url: str, model: str, spec: EvaluationSpec, api_key_env: str | None = None) -> SmokeResult:
+def run_smoke(
+    base_url: str,
+    model: str,
+    spec: EvaluationSpec,
+    api_key_env: str | None = None,
+    basic_auth_env: str | None = None,
+    time_budget_s: float | None = None,
+) -> SmokeResult:
     """Smoke profile: health, models, a streamed chat, an image, a tool call."""
-    with make_client(base_url, spec, read_api_key(api_key_env)) as client:
-        result = run_smoke_checks(client, model, spec.smoke)
+    auth = read_auth(api_key_env, basic_auth_env)
+    budget = Budget(spec.timeout_s if time_budget_s is None else time_budget_s)
+    with make_client(base_url, spec, auth) as client:
+        result = run_smoke_checks(client, model, spec.smoke, budget, spec.connect_timeout_s, redactor())
     logger = get_run_logger()
     for check in result.checks:
         logger.info("smoke %s: %s %s", check.name, check.status, check.detail[:200])
     return result
 
 
-def _ask(client: httpx.Client, model: str, item: GoldenItem, spec: QualitySpec) -> QualityItemResult:
+def _ask(model: str, item: GoldenItem, spec: QualitySpec, call: Call) -> QualityItemResult | None:
+    """One golden item; None when the evaluation's deadline passed before it could be asked."""
+    if call.budget.expired():
+        return None
     payload = {
         "model": model,
         "messages": quality_messages(item),
@@ -176,29 +294,50 @@ def _ask(client: httpx.Client, model: str, item: GoldenItem, spec: QualitySpec) 
         "seed": spec.seed,
     }
     try:
-        body = _expect_ok(client.post("/v1/chat/completions", json=payload))
+        body = call.json("POST", "/v1/chat/completions", payload)
         reply = body["choices"][0]["message"].get("content") or ""
-    except (CheckFailed, httpx.HTTPError, KeyError, IndexError, TypeError) as exc:
+    except (CheckFailed, httpx.HTTPError, KeyError, IndexError, TypeError, AttributeError) as exc:
         return QualityItemResult(
             id=item.id,
             category=item.category,
             correct=False,
             expected=item.answer,
-            error=f"{type(exc).__name__}: {str(exc)[:200]}",
+            error=call.scrub.redact(f"{type(exc).__name__}: {str(exc)[:200]}"),
         )
     correct, extracted = is_correct(item, reply)
+    if extracted is not None:
+        extracted = call.scrub.redact(extracted)
     return QualityItemResult(
         id=item.id, category=item.category, correct=correct, extracted=extracted, expected=item.answer
     )
 
 
-def score_golden(client: httpx.Client, model: str, spec: QualitySpec) -> QualityResult:
-    """Ask every golden item (a few in flight) and score exact match with a Wilson interval."""
+def score_golden(
+    client: httpx.Client,
+    model: str,
+    spec: QualitySpec,
+    budget: Budget | None = None,
+    connect_s: float = 10.0,
+    scrub: Redactor | None = None,
+) -> QualityResult:
+    """Ask every golden item (a few in flight) and score exact match with a Wilson interval.
+
+    Each item gets ``spec.request_timeout_s`` (a timeout counts as a wrong answer: the endpoint did not
+    answer in the time the spec allows); items the overall ``budget`` leaves no time for are not asked
+    and not scored.
+    """
     items = golden_from_file(spec.golden_path) if spec.golden_path else packaged_golden()
     if spec.max_items is not None:
         items = items[: spec.max_items]
+    budget = budget or Budget(float("inf"))
+    scrub = scrub or redactor()
+
+    def ask(item: GoldenItem) -> QualityItemResult | None:
+        return _ask(model, item, spec, Call(client, budget.within(spec.request_timeout_s), connect_s, scrub))
+
     with ThreadPoolExecutor(max_workers=spec.concurrency) as pool:
-        results = list(pool.map(lambda item: _ask(client, model, item, spec), items))
+        answered = list(pool.map(ask, items))
+    results = [r for r in answered if r is not None]
     correct = sum(r.correct for r in results)
     low, high = wilson_interval(correct, len(results), spec.confidence)
     by_category: dict[str, list[bool]] = {}
@@ -208,28 +347,39 @@ def score_golden(client: httpx.Client, model: str, spec: QualitySpec) -> Quality
         source=spec.golden_path or "packaged",
         total=len(results),
         correct=correct,
-        accuracy=correct / len(results),
+        accuracy=correct / len(results) if results else 0.0,
         ci_low=low,
         ci_high=high,
         confidence=spec.confidence,
         by_category={k: sum(v) / len(v) for k, v in by_category.items()},
         errors=sum(r.error is not None for r in results),
+        not_asked=len(answered) - len(results),
         items=results,
     )
 
 
 @endpoint_task(name="eval-quality")
-def run_quality(base_url: str, model: str, spec: EvaluationSpec, api_key_env: str | None = None) -> QualityResult:
+def run_quality(
+    base_url: str,
+    model: str,
+    spec: EvaluationSpec,
+    api_key_env: str | None = None,
+    basic_auth_env: str | None = None,
+    time_budget_s: float | None = None,
+) -> QualityResult:
     """Quality profile: the golden set, exact match, confidence interval."""
-    with make_client(base_url, spec, read_api_key(api_key_env), spec.quality.concurrency) as client:
-        result = score_golden(client, model, spec.quality)
+    auth = read_auth(api_key_env, basic_auth_env)
+    budget = Budget(spec.timeout_s if time_budget_s is None else time_budget_s)
+    with make_client(base_url, spec, auth, spec.quality.concurrency) as client:
+        result = score_golden(client, model, spec.quality, budget, spec.connect_timeout_s, redactor())
     get_run_logger().info(
-        "quality: %d/%d correct (%.1f%%, CI %.1f–%.1f%%), %d request errors",
+        "quality: %d/%d correct (%.1f%%, CI %.1f–%.1f%%), %d request errors, %d not asked (deadline)",
         result.correct,
         result.total,
         result.accuracy * 100,
         result.ci_low * 100,
         result.ci_high * 100,
         result.errors,
+        result.not_asked,
     )
     return result

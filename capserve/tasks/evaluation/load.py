@@ -1,9 +1,17 @@
-"""The load profile: plan each run, drive generator processes, merge their records, summarise."""
+"""The load profile: plan each run, drive generator processes, merge their records, summarise.
+
+Before each run the client's limits are checked (``core/evaluation/client_limits.py``): a level this
+host cannot drive, or one whose predicted chunk rate (from what earlier runs measured) exceeds what
+the client reads accurately, is reported invalid without running. Each run is bounded by
+``run_timeout_s`` and by what is left of the evaluation's deadline; the generators stop themselves
+then and record what they cut as the client's doing.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import selectors
 import subprocess
 import sys
 import tempfile
@@ -11,30 +19,38 @@ import time
 from pathlib import Path
 
 from prefect import get_run_logger
-from pydantic import SecretStr
 
-from capserve.core.errors import PermanentError, RetryableError
+from capserve.core.errors import RetryableError
+from capserve.core.evaluation.client_limits import (
+    ClientCapacity,
+    chunks_per_s_per_stream,
+    closed_loop_refusal,
+    open_loop_refusal,
+)
 from capserve.core.evaluation.records import ClientStats, RunRecord
-from capserve.core.evaluation.result import LoadPointResult, LoadResult, summarize_run
+from capserve.core.evaluation.result import LoadPointResult, LoadResult, refused_point, summarize_run
 from capserve.core.evaluation.spec import GateSpec, LoadSpec
 from capserve.core.evaluation.workload import LoadJob, plan_requests, split_concurrency, split_requests
-from capserve.tasks.evaluation.loadgen import API_KEY_ENV
+from capserve.tasks.evaluation.auth import EndpointAuth, read_auth
+from capserve.tasks.evaluation.host import host_capacity
+from capserve.tasks.evaluation.loadgen import AUTHORIZATION_ENV, WARMUP_TIMEOUT_S
 from capserve.tasks.resilience import NO_RETRIES, endpoint_task
+from capserve.tasks.secrets import redactor
 
-# The parent waits this long for every child to import aiohttp and pre-open its connections.
-READY_TIMEOUT_S = 120.0
+# The parent waits this long for every child to import aiohttp and pre-open its connections (the
+# warm-up itself is bounded by WARMUP_TIMEOUT_S inside the child).
+READY_TIMEOUT_S = 60.0 + WARMUP_TIMEOUT_S
 # GO is announced slightly in the future so every child starts on the same instant.
 GO_LEAD_S = 0.05
+# After its own deadline a generator still writes its records; this is how long that may take.
+STOP_GRACE_S = 30.0
+# A run with less time than this left is not started: its numbers would mean nothing.
+MIN_RUN_S = 2.0
 
 
-def read_api_key(env_name: str | None) -> SecretStr | None:
-    """The endpoint's API key from the named environment variable; never logged."""
-    if not env_name:
-        return None
-    value = os.environ.get(env_name)
-    if not value:
-        raise PermanentError(f"environment variable {env_name} (the API key) is not set or empty")
-    return SecretStr(value)
+def read_api_key(env_name: str | None) -> EndpointAuth:
+    """The endpoint's API key from the named environment variable (a SpecError naming it when unset)."""
+    return read_auth(env_name)
 
 
 def _merge(
@@ -61,11 +77,36 @@ def _merge(
     )
 
 
-def run_generators(jobs: list[LoadJob], api_key: SecretStr | None, timeout_s: float) -> list[RunRecord]:
-    """Start one generator process per job, release them together, collect their records."""
-    env = {k: v for k, v in os.environ.items() if k != API_KEY_ENV}
-    if api_key is not None:
-        env[API_KEY_ENV] = api_key.get_secret_value()
+def _wait_ready(proc: subprocess.Popen[str], timeout_s: float) -> None:
+    """Wait for the child's READY line, at most ``timeout_s`` (a hung warm-up must not hang the evaluation)."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        while (left := deadline - time.monotonic()) > 0:
+            if selector.select(timeout=min(left, 0.5)):
+                line = proc.stdout.readline()
+                if line.strip() == "READY":
+                    return
+                if not line:
+                    raise RetryableError(f"load generator exited before it was ready (exit code {proc.wait()})")
+            elif proc.poll() is not None:
+                raise RetryableError(f"load generator exited before it was ready (exit code {proc.returncode})")
+    raise RetryableError(f"load generator was not ready within {timeout_s:g} s (warm-up against the endpoint)")
+
+
+def run_generators(
+    jobs: list[LoadJob], auth: EndpointAuth | None, timeout_s: float
+) -> list[RunRecord]:
+    """Start one generator process per job, release them together, collect their records.
+
+    Each job should carry ``stop_after_s``; ``timeout_s`` is the parent's hard limit after GO, past
+    which the children are killed.
+    """
+    env = {k: v for k, v in os.environ.items() if k != AUTHORIZATION_ENV}
+    authorization = auth.authorization() if auth is not None else None
+    if authorization:
+        env[AUTHORIZATION_ENV] = authorization
     with tempfile.TemporaryDirectory(prefix="capserve-loadgen-") as tmp:
         procs = []
         for number, job in enumerate(jobs):
@@ -77,10 +118,7 @@ def run_generators(jobs: list[LoadJob], api_key: SecretStr | None, timeout_s: fl
             )
         try:
             for proc, _ in procs:
-                assert proc.stdout is not None and proc.stdin is not None
-                line = proc.stdout.readline()  # bounded: the child exits (EOF) on any failure
-                if line.strip() != "READY":
-                    raise RetryableError(f"load generator did not get ready (exit code {proc.poll()})")
+                _wait_ready(proc, READY_TIMEOUT_S)
             go = time.perf_counter() + GO_LEAD_S
             for proc, _ in procs:
                 assert proc.stdin is not None
@@ -91,7 +129,7 @@ def run_generators(jobs: list[LoadJob], api_key: SecretStr | None, timeout_s: fl
                 try:
                     code = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired as exc:
-                    raise RetryableError(f"load run did not finish within {timeout_s:g} s") from exc
+                    raise RetryableError(f"load generator did not stop within {timeout_s:g} s") from exc
                 if code != 0:
                     raise RetryableError(f"load generator exited with code {code}")
             return [RunRecord.model_validate_json(out.read_text(encoding="utf-8")) for _, out in procs]
@@ -114,10 +152,15 @@ def run_point(
     concurrency: int | None = None,
     rate: float | None = None,
     salt: int = 0,
-    api_key: SecretStr | None = None,
+    auth: EndpointAuth | None = None,
+    stop_after_s: float | None = None,
 ) -> RunRecord:
-    """One closed-loop level (``concurrency``) or one open-loop rate (``rate``), sharded over processes."""
+    """One closed-loop level (``concurrency``) or one open-loop rate (``rate``), sharded over processes.
+
+    The run stops after ``stop_after_s`` (default ``spec.run_timeout_s``).
+    """
     base = base_url.rstrip("/")
+    stop = min(spec.run_timeout_s, stop_after_s) if stop_after_s is not None else spec.run_timeout_s
     common = {
         "url": f"{base}/v1/chat/completions",
         "models_url": f"{base}/v1/models",
@@ -126,6 +169,7 @@ def run_point(
         "ignore_eos": spec.ignore_eos,
         "warmup_requests": spec.warmup_requests,
         "request_timeout_s": spec.request_timeout_s,
+        "stop_after_s": stop,
     }
     if concurrency is not None:
         planned = plan_requests(spec, spec.requests_for(concurrency), salt=salt)
@@ -143,36 +187,75 @@ def run_point(
         ]
     else:
         raise ValueError("run_point needs a concurrency or a rate")
-    records = run_generators(jobs, api_key, spec.run_timeout_s)
+    records = run_generators(jobs, auth, stop + STOP_GRACE_S)
     start = min(r.start for r in records)
     mode = "closed" if concurrency is not None else "open"
     return _merge(name, mode, records, start, concurrency, rate)
+
+
+def _refusal(
+    concurrency: int | None, rate: float | None, spec: LoadSpec, capacity: ClientCapacity, measured: float | None,
+    left_s: float,
+) -> str | None:
+    if left_s < MIN_RUN_S:
+        return f"the evaluation's deadline left {left_s:.1f} s, too little for a run"
+    if concurrency is not None:
+        return closed_loop_refusal(concurrency, capacity, measured)
+    assert rate is not None
+    return open_loop_refusal(rate, spec, capacity)
 
 
 # A load run is a measurement that takes minutes: repeating one after a transient error would wait far
 # longer than the caller's run_timeout_s; the profile records what happened instead.
 @endpoint_task(name="eval-load", policy=NO_RETRIES)
 def run_load(
-    base_url: str, model: str, spec: LoadSpec, gates: GateSpec, out_dir: Path, api_key_env: str | None = None
+    base_url: str,
+    model: str,
+    spec: LoadSpec,
+    gates: GateSpec,
+    out_dir: Path,
+    api_key_env: str | None = None,
+    basic_auth_env: str | None = None,
+    time_budget_s: float | None = None,
 ) -> LoadResult:
     """Every concurrency level, then every Poisson rate; raw records go to ``out_dir`` as JSON."""
     logger = get_run_logger()
-    api_key = read_api_key(api_key_env)
+    auth = read_auth(api_key_env, basic_auth_env)
+    capacity = host_capacity(spec)
+    deadline = time.monotonic() + (time_budget_s if time_budget_s is not None else float("inf"))
     out_dir.mkdir(parents=True, exist_ok=True)
     points: list[LoadPointResult] = []
+    measured: float | None = None  # chunks/s of one stream, from the runs so far
     runs = [(f"c{c}", c, None) for c in spec.concurrency_levels] + [(f"rate{r:g}", None, r) for r in spec.request_rates]
     for salt, (name, concurrency, rate) in enumerate(runs):
-        record = run_point(
-            base_url, model, spec, name=name, concurrency=concurrency, rate=rate, salt=salt, api_key=api_key
-        )
+        left = deadline - time.monotonic()
+        reason = _refusal(concurrency, rate, spec, capacity, measured, left)
+        if reason is None:
+            try:
+                record = run_point(
+                    base_url, model, spec, name=name, concurrency=concurrency, rate=rate, salt=salt, auth=auth,
+                    stop_after_s=left,
+                )
+            except RetryableError as exc:  # the generator itself failed: the client's problem, not the endpoint's
+                reason = f"the load generator failed: {exc}"
+        if reason is not None:
+            point = refused_point(name, concurrency=concurrency, rate=rate, reason=reason)
+            logger.warning("load %s not run: %s", name, reason)
+            points.append(point)
+            continue
         raw = out_dir / f"load-{name}.json"
-        raw.write_text(record.model_dump_json(), encoding="utf-8")
+        # Error texts were redacted in the generator; redacting the JSON text again costs nothing.
+        raw.write_text(redactor().redact(record.model_dump_json()), encoding="utf-8")
         point = summarize_run(record, spec, gates, raw_path=str(raw))
+        rate_now = chunks_per_s_per_stream(record)
+        if rate_now is not None:
+            measured = max(measured or 0.0, rate_now)
         logger.info(
-            "load %s: %d ok / %d failed, TTFT p95 %.1f ms, TPOT p95 %.2f ms, %.1f out tok/s%s",
+            "load %s: %d ok / %d failed (+%d client-side), TTFT p95 %.1f ms, TPOT p95 %.2f ms, %.1f out tok/s%s",
             name,
             point.metrics.completed,
             point.metrics.failed,
+            point.metrics.client_failed,
             point.metrics.ttft_ms.p95,
             point.metrics.tpot_ms.p95,
             point.metrics.output_throughput,

@@ -1,0 +1,344 @@
+"""The bad-input catalogue: every input a careful user or an adversary tried, through the real CLI.
+
+Each case asserts the exit code (2, BAD_INPUT, for all of them), a substring of the one message that
+names the field or value, that no traceback was printed, and that nothing was bought or created:
+
+- the CLI runs against the sandbox's moto server (with its Capacity Block and training-plan
+  extensions): any AWS call it made would land there, and afterwards that AWS holds no bucket, no
+  VPC besides the default ones, no cluster, no capacity reservation and no training plan, and it
+  recorded no purchase;
+- the campaign, evaluation and teardown flows and the sandbox are replaced by tripwires that fail
+  the test if anything reaches them;
+- the report folder given with ``--out`` was not created.
+
+Cases that need the preflight stage (regions unknown to the partition, too little local disk for
+the checkpoint, a reservation too short for the plan) are left to it.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+import yaml
+
+from capserve.cli import main
+from capserve.sandbox.aws import moto_sandbox
+from capserve.sandbox.aws_ext import capacity as capacity_ext
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml"
+BASE: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+BASE_TEXT = EXAMPLE.read_text()
+REGIONS = ("us-east-2", "us-west-2")
+
+Content = bytes | str | dict[str, Any] | Callable[[], bytes]
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    argv: list[str]
+    message: str
+    spec: Content | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def changed(path: str, value: Any) -> dict[str, Any]:
+    """The example spec with one dotted path set (``...`` removes it)."""
+    data = copy.deepcopy(BASE)
+    *parents, leaf = path.split(".")
+    node = data
+    for key in parents:
+        node = node.setdefault(key, {})
+    if value is ...:
+        node.pop(leaf)
+    else:
+        node[leaf] = value
+    return data
+
+
+def text_with(old: str, new: str) -> str:
+    assert old in BASE_TEXT
+    return BASE_TEXT.replace(old, new, 1)
+
+
+# A YAML "billion laughs": nine levels of nine aliases, 9⁹ strings once expanded.
+BOMB = 'a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n' + "".join(
+    f"{name}: &{name} [{', '.join([f'*{prev}'] * 9)}]\n" for prev, name in zip("abcdefgh", "bcdefghi", strict=True)
+)
+
+UP = ["up", "{spec}", "--out", "{tmp}/out"]
+SANDBOX = [*UP, "--sandbox"]
+EVAL = ["eval", "--url", "http://127.0.0.1:9", "--model", "m", "--out-dir", "{tmp}/out"]
+
+CASES = [
+    # --- the spec file itself -----------------------------------------------------------------------
+    Case("missing-file", ["up", "{tmp}/nope.yaml", "--out", "{tmp}/out"], "cannot read the spec (No such file"),
+    Case("spec-is-a-folder", ["up", "{tmp}", "--out", "{tmp}/out"], "is a directory"),
+    Case("empty-file", UP, "the document is empty", b""),
+    Case("latin-1-file", UP, "not UTF-8: byte 0xe9 at byte offset", ("# café\n" + BASE_TEXT).encode("latin-1")),
+    Case("utf-16-file", UP, "the file is UTF-16", BASE_TEXT.encode("utf-16")),
+    Case("nul-byte", UP, "character U+0000", BASE_TEXT.encode() + b"\x00"),
+    Case(
+        "yaml-syntax",
+        UP,
+        "not valid YAML at line 3, column 1: expected ',' or '}', but got '<stream end>' "
+        "(while parsing a flow mapping that starts at line 2, column 8)",
+        "name: k3-demo\nmodel: {catalog: kimi-k3\n",
+    ),
+    Case("json-list-at-top", UP, "the spec must be a mapping of fields", json.dumps([BASE], default=str)),
+    Case("string-at-top", UP, "the spec must be a mapping of fields", '"k3-demo"'),
+    Case("two-documents", UP, "not valid YAML", BASE_TEXT + "---\nname: other\n"),
+    Case("json-list-for-capacity", UP, "capacity: Input should be a mapping of fields", changed("capacity", [])),
+    Case("string-for-model", UP, "model: Input should be a mapping of fields", changed("model", "kimi-k3")),
+    Case("list-for-evaluation", UP, "evaluation: Input should be a mapping", changed("evaluation", [1])),
+    Case("duplicate-top-key", UP, "duplicate key 'name' at line 3", BASE_TEXT + "name: other-campaign\n"),
+    Case(
+        "duplicate-budget-key",
+        UP,
+        "duplicate key 'max_upfront_fee_usd'",
+        text_with("  max_upfront_fee_usd: 4000\n", "  max_upfront_fee_usd: 4000\n  max_upfront_fee_usd: 400000\n"),
+    ),
+    Case("alias-bomb", UP, "anchor &a: YAML anchors and aliases are not allowed", BOMB),
+    Case("alias-bomb-sandbox", SANDBOX, "anchor &a", BOMB),
+    Case(
+        "anchor-and-alias",
+        UP,
+        "anchor &w",
+        text_with("weights:\n", "weights: &w\n") + "x: *w\n",
+    ),
+    Case("merge-key", UP, "merge keys (<<) are not allowed", text_with("cluster:\n", "cluster:\n  <<: {kind: eks}\n")),
+    Case("too-deep", UP, "nested more than 32 levels", BASE_TEXT + "deep: " + "[" * 40 + "]" * 40 + "\n"),
+    Case("too-large", UP, "more than a spec may have", BASE_TEXT + "#" + "x" * 300_000 + "\n"),
+    # --- numbers, booleans, strings: never coerced -------------------------------------------------
+    Case("true-as-instance-count", UP, "capacity.instance_count: Input should be a valid integer (got true, a boolean)",
+         changed("capacity.instance_count", True)),
+    Case("string-instance-count", UP, 'capacity.instance_count: Input should be a valid integer (got "2", a string)',
+         changed("capacity.instance_count", "2")),
+    Case("fraction-instance-count", UP, "capacity.instance_count: Input should be a valid integer",
+         changed("capacity.instance_count", 2.5)),
+    Case("zero-instances", UP, "capacity.instance_count: Input should be greater than or equal to 1",
+         changed("capacity.instance_count", 0)),
+    Case("too-many-instances", UP, "capacity.instance_count: Input should be less than or equal to 64",
+         changed("capacity.instance_count", 100)),
+    Case("string-budget", UP, "capacity.max_upfront_fee_usd: Input should be a valid number",
+         changed("capacity.max_upfront_fee_usd", "4000")),
+    Case("yes-as-budget", UP, "capacity.max_upfront_fee_usd: Input should be a valid number (got true",
+         text_with("  max_upfront_fee_usd: 4000\n", "  max_upfront_fee_usd: yes\n")),
+    Case("string-duration", UP, "capacity.duration_hours: Input should be a valid integer",
+         changed("capacity.duration_hours", "24h")),
+    Case("duration-not-whole-days", UP, "Capacity Blocks last whole days", changed("capacity.duration_hours", 25)),
+    Case("region-as-string", UP, "capacity.regions: Input should be a valid list",
+         changed("capacity.regions", "us-east-2")),
+    Case("no-regions", UP, "capacity.regions: List should have at least 1 item", changed("capacity.regions", [])),
+    Case("region-with-space", UP, "capacity.regions.0: String should match pattern",
+         changed("capacity.regions", ["mars north"])),
+    Case("unknown-provider", UP, "capacity.provider: Input should be 'ec2-capacity-block'",
+         changed("capacity.provider", "spot")),
+    Case("start-not-a-time", UP, "capacity.earliest_start: Input should be a valid datetime",
+         changed("capacity.earliest_start", "tomorrow")),
+    Case("start-date-only", UP, "capacity.earliest_start: Input should have timezone info",
+         text_with("  earliest_start: now ", "  earliest_start: 2026-12-01 ")),
+    Case("start-without-timezone", UP, "capacity.earliest_start: Input should have timezone info",
+         changed("capacity.earliest_start", "2026-12-01T11:30:00")),
+    Case("window-too-short", UP, "is shorter than duration_hours=24", changed("capacity.latest_end", "now+12h")),
+    Case("approval-above-budget", UP, "approval_threshold_usd is above max_upfront_fee_usd",
+         changed("capacity.approval_threshold_usd", 5000)),
+    Case("training-plan-on-eks", UP, "set cluster.kind to 'hyperpod'",
+         changed("capacity.provider", "sagemaker-training-plan")),
+    Case("typo-top-level", UP, "capacty: unknown field; allowed here: name, model, capacity",
+         {**BASE, "capacty": {}}),
+    Case("typo-nested", UP, "capacity.instnce_count: unknown field", changed("capacity.instnce_count", 1)),
+    Case("bad-name", UP, "name: String should match pattern", changed("name", "K3 Demo!")),
+    Case("number-as-name", UP, "name: Input should be a valid string (got 123, an integer)", changed("name", 123)),
+    Case("model-without-source", UP, "model: give 'catalog'", changed("model", {"revision": "main"})),
+    Case("hub-url-as-repo", UP, "model.repo: String should match pattern",
+         changed("model.repo", "https://huggingface.co/moonshotai/Kimi-K3")),
+    Case("hub-host-without-scheme-as-repo", UP, "model.repo: String should match pattern",
+         changed("model.repo", "huggingface.co/moonshotai/Kimi-K3")),
+    Case("bad-bucket", UP, "weights.s3_bucket: String should match pattern",
+         changed("weights.s3_bucket", "Bad_Bucket")),
+    Case("no-weights", UP, "weights: Field required", changed("weights", ...)),
+    Case("list-for-cluster", UP, "cluster: Input should be a mapping of fields", changed("cluster", ["eks"])),
+    Case("unquoted-kubernetes-version", UP, "put the value in quotes",
+         text_with('  kubernetes_version: "1.34"', "  kubernetes_version: 1.30")),
+    Case("number-in-extra-args", UP, "serving.extra_args.1: Input should be a valid string (got 8, an integer)",
+         changed("serving.extra_args", ["--tensor-parallel-size", 8])),
+    Case("true-as-replicas", UP, "serving.replicas: Input should be a valid integer (got true",
+         changed("serving.replicas", True)),
+    Case("teardown-inside-aws-termination", UP, "teardown.hard_teardown_before_end_minutes",
+         changed("teardown.hard_teardown_before_end_minutes", 20)),
+    Case("drain-after-teardown", UP, "must come before hard teardown",
+         changed("teardown.drain_before_end_minutes", 32)),
+    Case("true-as-load-level", UP, "evaluation.load.concurrency_levels.0: Input should be a valid integer",
+         changed("evaluation.load.concurrency_levels", [True, 4])),
+    Case("string-for-ignore-eos", UP, "evaluation.load.ignore_eos: Input should be a valid boolean",
+         changed("evaluation.load.ignore_eos", "yes")),
+    Case("error-rate-above-one", UP, "evaluation.gates.max_error_rate: Input should be less than or equal to 1",
+         changed("evaluation.gates", {"max_error_rate": 2})),
+    Case("unknown-image-mode", UP, "evaluation.smoke.image: Input should be 'auto', 'required' or 'skip'",
+         changed("evaluation.smoke", {"image": "maybe"})),
+    Case("zero-timeout", UP, "evaluation.timeout_s: Input should be greater than 0",
+         changed("evaluation.timeout_s", 0)),
+    Case("load-the-client-cannot-drive", SANDBOX, "c100000: concurrency 100,000 is more than this client can drive",
+         changed("evaluation.load.concurrency_levels", [1, 100_000])),
+    # --- options of `capserve up` -------------------------------------------------------------------
+    Case("evaluate-url-without-scheme", [*UP, "--evaluate-url", "127.0.0.1:8000"],
+         "--evaluate-url: '127.0.0.1:8000' has no scheme", BASE_TEXT),
+    Case("evaluate-url-ftp", [*UP, "--evaluate-url", "ftp://host/x"], "scheme 'ftp' is not supported", BASE_TEXT),
+    Case("evaluate-url-bad-port", [*UP, "--evaluate-url", "http://host:99999"], "is not a valid URL", BASE_TEXT),
+    Case("evaluate-url-no-host", [*UP, "--evaluate-url", "http://"], "has no valid host name", BASE_TEXT),
+    Case("evaluate-url-with-key-in-query", [*UP, "--evaluate-url", "http://host:8000/?api_key=sk-123"],
+         "takes no query or fragment", BASE_TEXT),
+    Case("evaluate-url-with-v1", [*UP, "--evaluate-url", "http://host:8000/v1"], "without /v1", BASE_TEXT),
+    Case("evaluate-url-with-space", [*UP, "--evaluate-url", "http://host :8000"], "contains white space", BASE_TEXT),
+    Case("api-key-variable-unset", [*UP, "--api-key-env", "CAPSERVE_TEST_UNSET_KEY"],
+         "environment variable CAPSERVE_TEST_UNSET_KEY is not set", BASE_TEXT),
+    Case("api-key-variable-empty", [*UP, "--api-key-env", "CAPSERVE_TEST_EMPTY_KEY"],
+         "CAPSERVE_TEST_EMPTY_KEY is not set or is empty", BASE_TEXT, {"CAPSERVE_TEST_EMPTY_KEY": ""}),
+    Case("api-key-value-instead-of-name", [*UP, "--api-key-env", "sk-live-0123456789"],
+         "is not an environment variable name", BASE_TEXT),
+    Case("api-key-and-url-credentials", [*UP, "--api-key-env", "K", "--evaluate-url", "http://u:pw@host:8000"],
+         "an endpoint takes one Authorization header", BASE_TEXT, {"K": "sk-test-key-1"}),
+    Case("out-is-a-file", ["up", "{spec}", "--out", "{spec}"], "exists and is not a folder", BASE_TEXT),
+    Case("out-under-a-file", ["up", "{spec}", "--out", "{spec}/out"], "--out: cannot write to", BASE_TEXT),
+    Case("out-not-creatable", ["up", "{spec}", "--out", "/proc/capserve-out"], "--out: cannot write to", BASE_TEXT),
+    Case("unknown-option", [*UP, "--sandboxx"], "unrecognized arguments: --sandboxx", BASE_TEXT),
+    Case("spec-argument-missing", ["up"], "the following arguments are required: spec"),
+    # --- `capserve down` ----------------------------------------------------------------------------
+    Case("down-bad-spec", ["down", "{spec}"], "capacity.instance_count", changed("capacity.instance_count", True)),
+    Case("down-missing-spec", ["down", "{tmp}/nope.yaml"], "cannot read the spec"),
+    Case("down-bad-region", ["down", "{spec}", "--region", "mars north"], "is not an AWS region name", BASE_TEXT),
+    # --- `capserve eval` ----------------------------------------------------------------------------
+    Case("eval-url-without-scheme", ["eval", "--url", "127.0.0.1:8000", "--model", "m"],
+         "--url: '127.0.0.1:8000' has no scheme"),
+    Case("eval-url-with-fragment", ["eval", "--url", "http://h:8000/#k", "--model", "m"], "takes no query or fragment"),
+    Case("eval-concurrency-zero", [*EVAL, "--concurrency", "0"], "every level must be at least 1"),
+    Case("eval-concurrency-not-numbers", [*EVAL, "--concurrency", "1,two"],
+         "is not a comma-separated list of integers"),
+    Case("eval-concurrency-100000", [*EVAL, "--concurrency", "100000"], "concurrency 100,000 is more than this client"),
+    Case("eval-rate-too-high", [*EVAL, "--rates", "1e9", "--concurrency", ""], "more than this client can start"),
+    Case("eval-rate-zero", [*EVAL, "--rates", "0"], "every rate must be a finite number above 0"),
+    Case("eval-timeout-zero", [*EVAL, "--timeout", "0"], "give a number of seconds above 0"),
+    Case("eval-timeout-not-a-number", [*EVAL, "--timeout", "soon"], "is not a number of seconds"),
+    Case("eval-spec-missing", [*EVAL, "--spec", "{tmp}/nope.json"], "cannot read the spec"),
+    Case("eval-spec-json-list", [*EVAL, "--spec", "{spec}"], "not a list", "[1, 2]"),
+    Case("eval-spec-true-as-processes", [*EVAL, "--spec", "{spec}"],
+         "load.processes: Input should be a valid integer (got true", '{"load": {"processes": true}}'),
+    Case("eval-spec-duplicate-key", [*EVAL, "--spec", "{spec}"], "duplicate key 'load'", '{"load": {}, "load": {}}'),
+    Case("eval-spec-list-for-load", [*EVAL, "--spec", "{spec}"], "'load' and 'quality' must be mappings",
+         '{"load": [1]}'),
+    Case("eval-spec-not-utf8", [*EVAL, "--spec", "{spec}"], "not UTF-8", b'{"notes": "\xff"}'),
+    Case("eval-api-key-variable-unset", [*EVAL, "--api-key-env", "CAPSERVE_TEST_UNSET_KEY"], "is not set or is empty"),
+    Case("eval-golden-missing", [*EVAL, "--golden", "{tmp}/nope.jsonl"], "--golden: cannot read golden file"),
+    Case("eval-golden-not-utf8", [*EVAL, "--golden", "{spec}"], "is not UTF-8", b'{"id": "\xff"}\n'),
+    Case("eval-out-dir-not-writable", [*EVAL[:-2], "--out-dir", "/proc/capserve-eval"], "--out-dir: cannot write to"),
+    Case("eval-unknown-profile", [*EVAL, "--profile", "everything"], "invalid choice: 'everything'"),
+    Case("eval-zero-processes", [*EVAL, "--processes", "0"], "must be at least 1"),
+    # --- `capserve plan` and the command itself -----------------------------------------------------
+    Case("plan-hub-endpoint-without-scheme",
+         ["plan", "org/repo", "--instance-type", "p6-b300.48xlarge", "--hub-endpoint", "huggingface.co"],
+         "has no scheme; write http://huggingface.co"),
+    Case("plan-unknown-model", ["plan", "no-such-model", "--instance-type", "p6-b300.48xlarge"], "unknown model"),
+    Case("plan-unknown-instance", ["plan", "kimi-k3", "--instance-type", "p9.huge"], "unknown instance type"),
+    Case("no-command", [], "the following arguments are required: COMMAND"),
+    Case("unknown-command", ["frobnicate"], "invalid choice: 'frobnicate'"),
+]
+
+
+def _write(path: Path, content: Content) -> None:
+    if isinstance(content, dict):
+        path.write_text(yaml.safe_dump(content, sort_keys=False))
+    elif isinstance(content, str):
+        path.write_text(content, encoding="utf-8")
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_bytes(content())
+
+
+class Tripwire:
+    """Stands in for a flow or the sandbox: bad input must never reach it."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.calls = name, 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        raise AssertionError(f"bad input reached {self.name}")
+
+
+@pytest.fixture(scope="module")
+def aws() -> Iterator[None]:
+    """One sandbox AWS for the whole catalogue: nothing may ever be created in it."""
+    with moto_sandbox(REGIONS[0]):
+        yield
+
+
+def assert_nothing_in_aws() -> None:
+    # First what the CLI called on the extensions (the checks below call some of them too).
+    assert capacity_ext.calls() == []
+    for region in REGIONS:
+        ec2 = boto3.client("ec2", region_name=region)
+        assert [v["VpcId"] for v in ec2.describe_vpcs()["Vpcs"] if not v.get("IsDefault")] == []
+        assert ec2.describe_capacity_reservations()["CapacityReservations"] == []
+        assert boto3.client("eks", region_name=region).list_clusters()["clusters"] == []
+        assert boto3.client("sagemaker", region_name=region).list_training_plans()["TrainingPlanSummaries"] == []
+    assert boto3.client("s3").list_buckets()["Buckets"] == []
+
+
+@pytest.fixture()
+def guarded(aws: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Tripwire]]:
+    monkeypatch.delenv("CAPSERVE_TEST_UNSET_KEY", raising=False)
+    wires = []
+    for module, name in (
+        ("capserve.flows.campaign", "campaign"),
+        ("capserve.flows.evaluate", "evaluate_endpoint"),
+        ("capserve.flows.teardown", "teardown"),
+        ("capserve.sandbox.environment", "sandbox"),
+    ):
+        wire = Tripwire(name)
+        # By module object: `capserve.flows.teardown` the attribute is the flow, not its module.
+        monkeypatch.setattr(importlib.import_module(module), name, wire)
+        wires.append(wire)
+    capacity_ext.reset()
+    yield wires
+    assert_nothing_in_aws()
+
+
+def test_the_catalogue_is_big_enough_and_ids_are_unique() -> None:
+    assert len(CASES) >= 60
+    assert len({c.id for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_is_one_clear_message_exit_2_and_nothing_is_created(
+    case: Case,
+    tmp_path: Path,
+    guarded: list[Tripwire],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name, value in case.env.items():
+        monkeypatch.setenv(name, value)
+    spec = tmp_path / "spec.yaml"
+    if case.spec is not None:
+        _write(spec, case.spec)
+    argv = [a.replace("{spec}", str(spec)).replace("{tmp}", str(tmp_path)) for a in case.argv]
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # the argument parser's own usage errors
+        code = exc.code if isinstance(exc.code, int) else 2
+    out, err = capsys.readouterr()
+    assert code == 2, f"exit {code}\n{err}"
+    assert case.message in " ".join(err.split()), err  # rich may wrap a long line on a narrow terminal
+    assert "Traceback" not in out + err
+    assert [w.name for w in guarded if w.calls] == []
+    assert not (tmp_path / "out").exists()
