@@ -7,11 +7,15 @@ import os
 import sys
 from contextlib import ExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from capserve.core.errors import CapserveError
 from capserve.core.spec import load_spec
+
+if TYPE_CHECKING:
+    from capserve.core.report import CampaignReport
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -79,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
             if endpoint_url is None:
                 endpoint_url, endpoint_note = endpoints.inference, endpoints.inference_note
         try:
-            result = campaign(
+            report = campaign(
                 spec,
                 out_dir=out_dir,
                 hub_endpoint=hub_endpoint,
@@ -92,30 +96,28 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"[red]campaign {spec.campaign_id} stopped:[/red] {exc}", highlight=False)
             console.print(f"report: {out_dir / 'report.md'}", highlight=False)
             return 1
-    print_summary(result, out_dir)
-    evaluation = result.get("evaluation")
+    print_summary(report, out_dir)
     # A campaign whose endpoint failed its gates did its job, but what it serves is not acceptable:
     # scripts and schedules must be able to tell.
-    return 1 if isinstance(evaluation, dict) and evaluation.get("verdict") == "fail" else 0
+    return 1 if report.evaluation is not None and report.evaluation.verdict == "fail" else 0
 
 
-def print_summary(result: dict[str, object], out_dir: Path) -> None:
+def print_summary(report: CampaignReport, out_dir: Path) -> None:
     out = Console()
-    plan = result.get("plan")
-    if isinstance(plan, dict):
+    plan = report.plan
+    if plan is not None:
         out.print(
-            f"[bold]{plan['model']}[/bold] on {plan['nodes']} × {plan['instance_type']}: "
-            f"TP {plan['tensor_parallel']}, PP {plan['pipeline_parallel']}, DP {plan['data_parallel']}, "
-            f"EP {plan['expert_parallel']} — {int(plan['weight_bytes_per_gpu']) / 1024**3:,.1f} GiB of weights per GPU",
+            f"[bold]{plan.model}[/bold] on {plan.nodes} × {plan.instance_type}: "
+            f"TP {plan.tensor_parallel}, PP {plan.pipeline_parallel}, DP {plan.data_parallel}, "
+            f"EP {plan.expert_parallel} — {plan.weight_bytes_per_gpu / 1024**3:,.1f} GiB of weights per GPU",
             highlight=False,
         )
-    evaluation = result.get("evaluation")
-    if isinstance(evaluation, dict):
-        gates = evaluation.get("gates", [])
-        failed = [g["name"] for g in gates if g.get("passed") is False]
+    evaluation = report.evaluation
+    if evaluation is not None:
+        failed = [g.name for g in evaluation.gates if g.passed is False]
         out.print(
-            f"evaluation: [bold]{str(evaluation['verdict']).upper()}[/bold] "
-            f"({len(gates)} gates{', failed: ' + ', '.join(failed) if failed else ''})",
+            f"evaluation: [bold]{evaluation.verdict.upper()}[/bold] "
+            f"({len(evaluation.gates)} gates{', failed: ' + ', '.join(failed) if failed else ''})",
             highlight=False,
         )
     out.print(f"report: {out_dir / 'report.md'}\n        {out_dir / 'report.json'}", highlight=False)
