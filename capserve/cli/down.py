@@ -47,20 +47,24 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
     from capserve.flows.teardown import teardown
+    from capserve.tasks.locations import record_ref
     from capserve.tasks.record_store import load_record
+    from capserve.tasks.settings import settings_from_environment
 
     try:
+        settings = settings_from_environment().for_campaign(spec.campaign_settings())
         region = args.region
         if region is None:
-            record = load_record.fn(spec.weights.s3_bucket, spec.campaign_id, spec.capacity.regions[0])
+            ref = record_ref(spec, settings.records)
+            record = load_record.fn(ref)
             if record is None or record.lease is None:
                 console.print(
-                    f"[red]error:[/red] no lease recorded for campaign {spec.campaign_id!r} in "
-                    f"s3://{spec.weights.s3_bucket}: pass --region to say where its resources are"
+                    f"[red]error:[/red] no lease recorded for campaign {spec.campaign_id!r} in {ref.uri}: "
+                    "pass --region to say where its resources are"
                 )
                 return 2
             region = record.lease.region
-        result = teardown(spec, region, reason="manual", dry_run=args.dry_run)
+        result = teardown(spec, region, reason="manual", dry_run=args.dry_run, settings=settings.teardown)
     except CapserveError as exc:
         console.print(f"[red]teardown of {spec.campaign_id} did not finish:[/red] {exc}")
         return 1

@@ -7,6 +7,7 @@ import os
 import sys
 from contextlib import ExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -16,6 +17,9 @@ from capserve.cli.inputs import api_key_option, endpoint_option, load_option, wr
 from capserve.core.errors import CapserveError, SpecError
 from capserve.core.spec import load_spec
 from capserve.tasks.secrets import redact
+
+if TYPE_CHECKING:
+    from capserve.core.report import CampaignReport
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -100,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
             if endpoint_url is None:
                 endpoint_url, endpoint_note = endpoints.inference, endpoints.inference_note
         try:
-            result = campaign(
+            report = campaign(
                 spec,
                 out_dir=out_dir,
                 hub_endpoint=hub_endpoint,
@@ -115,31 +119,29 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"[red]campaign {spec.campaign_id} stopped:[/red] {redact(str(exc))}", highlight=False)
             console.print(f"report: {out_dir / 'report.md'}", highlight=False)
             return ExitCode.FAILED
-    print_summary(result, out_dir)
-    evaluation = result.get("evaluation")
+    print_summary(report, out_dir)
     # A campaign whose endpoint failed its gates did its job, but what it serves is not acceptable
     # (1); one whose evaluation could not judge everything says so (3): scripts must be able to tell.
-    verdict = evaluation.get("verdict") if isinstance(evaluation, dict) else None
+    verdict = report.evaluation.verdict if report.evaluation is not None else None
     return {"fail": ExitCode.FAILED, "invalid": ExitCode.INVALID}.get(str(verdict), ExitCode.OK)
 
 
-def print_summary(result: dict[str, object], out_dir: Path) -> None:
+def print_summary(report: CampaignReport, out_dir: Path) -> None:
     out = Console()
-    plan = result.get("plan")
-    if isinstance(plan, dict):
+    plan = report.plan
+    if plan is not None:
         out.print(
-            f"[bold]{plan['model']}[/bold] on {plan['nodes']} × {plan['instance_type']}: "
-            f"TP {plan['tensor_parallel']}, PP {plan['pipeline_parallel']}, DP {plan['data_parallel']}, "
-            f"EP {plan['expert_parallel']} — {int(plan['weight_bytes_per_gpu']) / 1024**3:,.1f} GiB of weights per GPU",
+            f"[bold]{plan.model}[/bold] on {plan.nodes} × {plan.instance_type}: "
+            f"TP {plan.tensor_parallel}, PP {plan.pipeline_parallel}, DP {plan.data_parallel}, "
+            f"EP {plan.expert_parallel} — {plan.weight_bytes_per_gpu / 1024**3:,.1f} GiB of weights per GPU",
             highlight=False,
         )
-    evaluation = result.get("evaluation")
-    if isinstance(evaluation, dict):
-        gates = evaluation.get("gates", [])
-        failed = [g["name"] for g in gates if g.get("passed") is False]
+    evaluation = report.evaluation
+    if evaluation is not None:
+        failed = [g.name for g in evaluation.gates if g.passed is False]
         out.print(
-            f"evaluation: [bold]{str(evaluation['verdict']).upper()}[/bold] "
-            f"({len(gates)} gates{', failed: ' + ', '.join(failed) if failed else ''})",
+            f"evaluation: [bold]{evaluation.verdict.upper()}[/bold] "
+            f"({len(evaluation.gates)} gates{', failed: ' + ', '.join(failed) if failed else ''})",
             highlight=False,
         )
     out.print(f"report: {out_dir / 'report.md'}\n        {out_dir / 'report.json'}", highlight=False)

@@ -1,55 +1,231 @@
 """The campaign record: the small durable document later stages and later runs read.
 
-Kept outside the process (a JSON document in the campaign's S3 bucket, written with conditional
-writes: see capserve/tasks/record_store.py) because Prefect Variables hold 5,000 characters with
-last-writer-wins and cache records only prove a task returned once. The cloud's tags stay the
-source of truth for what exists; the record says what a run decided and paid.
+Kept outside the process (a JSON document in S3, written with conditional writes: see
+capserve/tasks/record_store.py) because Prefect Variables hold 5,000 characters with last-writer-wins
+and cache records only prove a task returned once. The cloud's tags stay the source of truth for what
+exists; the record says what a run decided, paid and produced:
+
+- the spec the campaign runs (validated JSON and its digest), so a scheduled run given only the
+  campaign id and its home region can load it;
+- each stage's status, start and end, the digest of its inputs and a few outputs (what a later run
+  needs to skip a stage whose inputs did not change and whose outputs still verify);
+- the lease, the approvals (who, when, note), the last good rollout and what teardown kept.
+
+Every change is a pure function from one record to the next (``with_*``), so a conflicting write is
+re-read and the change re-applied.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, model_validator
 
 from capserve.core.lease import Lease
+from capserve.core.locations import BucketLocation
+from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage, StageStatus
+from capserve.core.teardown.result import KeptResource
 
-RECORD_SCHEMA_VERSION: Literal[1] = 1
+RECORD_SCHEMA_VERSION: Literal[2] = 2
+SHA256_HEX = r"^[0-9a-f]{64}$"
+
+# The parts of the spec each stage reads: a stage's inputs digest covers these and the outputs of the
+# stages it builds on (STAGE_BUILDS_ON), so a change anywhere upstream shows as a changed digest.
+STAGE_SPEC_SECTIONS: dict[Stage, tuple[str, ...]] = {
+    Stage.PLAN: ("model", "capacity", "serving"),
+    Stage.ACQUIRE: ("capacity",),
+    Stage.STAGE_WEIGHTS: ("model", "weights"),
+    Stage.BRING_UP: ("cluster", "capacity"),
+    Stage.WEIGHTS_TO_NODES: ("weights", "serving"),
+    Stage.ROLLOUT: ("model", "serving"),
+    Stage.EVALUATE: ("evaluation", "serving"),
+    Stage.DRAIN: ("teardown",),
+    Stage.TEARDOWN: ("cluster", "weights", "teardown"),
+}
+STAGE_BUILDS_ON: dict[Stage, tuple[Stage, ...]] = {
+    Stage.PLAN: (),
+    Stage.ACQUIRE: (Stage.PLAN,),
+    Stage.STAGE_WEIGHTS: (Stage.PLAN,),
+    Stage.BRING_UP: (Stage.ACQUIRE,),
+    Stage.WEIGHTS_TO_NODES: (Stage.STAGE_WEIGHTS, Stage.BRING_UP),
+    Stage.ROLLOUT: (Stage.WEIGHTS_TO_NODES,),
+    Stage.EVALUATE: (Stage.ROLLOUT,),
+    Stage.DRAIN: (Stage.ROLLOUT,),
+    Stage.TEARDOWN: (Stage.BRING_UP,),
+}
+# The fields of each stage's typed result kept as its outputs in the record.
+STAGE_OUTPUTS: dict[Stage, tuple[str, ...]] = {
+    Stage.PLAN: ("layout", "nodes", "tensor_parallel", "pipeline_parallel", "data_parallel", "expert_parallel"),
+    Stage.ACQUIRE: ("outcome",),
+    Stage.STAGE_WEIGHTS: ("repo", "revision_sha", "layout_id", "s3_uri", "manifest_uri", "verified"),
+    Stage.BRING_UP: ("kind", "name", "region", "gpu_pool", "nodes_ready", "node_names"),
+    Stage.WEIGHTS_TO_NODES: ("namespace", "target"),
+    Stage.EVALUATE: ("verdict", "url"),
+    Stage.TEARDOWN: ("reason", "remaining"),
+}
 
 
 def record_key(campaign_id: str) -> str:
-    """Where a campaign's record lives in its bucket."""
+    """Where a campaign's record lives in the records bucket."""
     return f"capserve/campaigns/{campaign_id}/record.json"
 
 
-class StageOutcome(BaseModel):
+def stage_outputs(stage: Stage, result: BaseModel | None) -> dict[str, JsonValue]:
+    """The few fields of ``stage``'s typed result that the record keeps (STAGE_OUTPUTS)."""
+    fields = STAGE_OUTPUTS.get(stage, ())
+    if result is None or not fields:
+        return {}
+    dumped: dict[str, JsonValue] = result.model_dump(mode="json", include=set(fields))
+    return dumped
+
+
+class RecordRef(BaseModel):
+    """Where one campaign's record lives, and how patiently it is written."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    status: StageStatus = Field(description="How the stage ended.")
-    finished_at: AwareDatetime = Field(description="When it ended.")
-    detail: str = Field("", max_length=2000, description="One line: what happened or why it stopped.")
+    campaign_id: str = Field(min_length=1, max_length=64, description="The campaign.")
+    location: BucketLocation = Field(description="The records bucket and its region.")
+    write_attempts: int = Field(5, ge=1, le=20, description="Read-modify-write attempts on a conflicting write.")
+
+    @property
+    def key(self) -> str:
+        return record_key(self.campaign_id)
+
+    @property
+    def uri(self) -> str:
+        return self.location.uri(self.key)
+
+
+def digest(value: Any) -> str:
+    """sha256 of the canonical JSON of ``value`` (sorted keys, no spaces)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class SpecSnapshot(BaseModel):
+    """The spec a campaign runs, as validated JSON (relative times already resolved) and its digest."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    document: dict[str, JsonValue] = Field(description="CampaignSpec.model_dump(mode='json').")
+    digest: str = Field(pattern=SHA256_HEX, description="sha256 of the canonical JSON of document.")
+
+    @classmethod
+    def of(cls, spec: CampaignSpec) -> SpecSnapshot:
+        document = spec.model_dump(mode="json")
+        return cls(document=document, digest=digest(document))
+
+    def load(self) -> CampaignSpec:
+        """The spec back (validated again: a record written by an older schema fails here, not later)."""
+        return CampaignSpec.model_validate(self.document)
+
+
+class StageEntry(BaseModel):
+    """How a stage last ended, what it was given and what it produced."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    status: StageStatus = Field(description="How it ended (or 'running': it started and the record has no end).")
+    started_at: AwareDatetime | None = Field(None, description="When it started (None for a stage skipped).")
+    ended_at: AwareDatetime | None = Field(None, description="When it ended; None while running.")
+    inputs_digest: str | None = Field(None, pattern=SHA256_HEX, description="Digest of what it was given.")
+    outputs: dict[str, JsonValue] = Field(default_factory=dict, max_length=64, description="What it produced.")
+    detail: str = Field("", max_length=4000, description="One paragraph: what happened or why it stopped.")
+
+
+class Approval(BaseModel):
+    """A person's decision recorded for good: who, when, about what, and why."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    stage: Stage = Field(description="The stage that asked.")
+    subject: str = Field(min_length=1, max_length=512, description="What was decided on (e.g. the offering id).")
+    approved: bool = Field(description="The answer.")
+    approver: str = Field("", max_length=200, description="Who decided ('' when the form left it empty).")
+    note: str = Field("", max_length=2000, description="Why.")
+    decided_at: AwareDatetime = Field(description="When.")
+
+
+class RolloutRecord(BaseModel):
+    """The last rollout that passed its evaluation: what a failed rollout goes back to."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    revision_sha: str = Field(min_length=7, max_length=64, description="Model commit served.")
+    image: str = Field(min_length=1, max_length=255, description="Serving image.")
+    served_model_name: str = Field(min_length=1, max_length=200, description="Name clients ask for.")
+    endpoint: str | None = Field(None, max_length=2048, description="Where it was reached (no credentials).")
+    ready_at: AwareDatetime = Field(description="When it passed.")
 
 
 class CampaignRecord(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    schema_version: Literal[1] = Field(RECORD_SCHEMA_VERSION, description="Bumped on incompatible changes.")
+    schema_version: Literal[2] = Field(RECORD_SCHEMA_VERSION, description="Bumped on incompatible changes.")
     campaign_id: str = Field(min_length=1, max_length=64, description="The campaign this record belongs to.")
+    spec: SpecSnapshot | None = Field(None, description="The spec of the last run.")
     lease: Lease | None = Field(None, description="The capacity the acquire stage obtained.")
     offering_id: str | None = Field(None, max_length=512, description="The offering bought, when we bought it.")
-    stages: dict[Stage, StageOutcome] = Field(
-        default_factory=dict, max_length=64, description="Stage → how it last ended."
-    )
+    stages: dict[Stage, StageEntry] = Field(default_factory=dict, max_length=64, description="Stage → last outcome.")
+    approvals: tuple[Approval, ...] = Field(default=(), max_length=256, description="Every decision, oldest first.")
+    last_good_rollout: RolloutRecord | None = Field(None, description="What a failed rollout rolls back to.")
+    kept: tuple[KeptResource, ...] = Field(default=(), max_length=256, description="What teardown kept, and why.")
     updated_at: AwareDatetime = Field(description="Last write.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: Any) -> Any:
+        """Read records of schema 1 (stages as {status, finished_at, detail}) as schema 2."""
+        if not isinstance(data, dict) or data.get("schema_version") != 1:
+            return data
+        stages = {
+            name: {"status": old["status"], "ended_at": old["finished_at"], "detail": old.get("detail", "")}
+            for name, old in (data.get("stages") or {}).items()
+        }
+        return {**data, "schema_version": 2, "stages": stages}
 
     @classmethod
     def new(cls, campaign_id: str, now: datetime) -> CampaignRecord:
         return cls(campaign_id=campaign_id, updated_at=now)
 
+    def stage(self, stage: Stage) -> StageEntry | None:
+        return self.stages.get(stage)
+
+    def load_spec(self) -> CampaignSpec | None:
+        return self.spec.load() if self.spec else None
+
+    def inputs_digest(self, stage: Stage, spec: CampaignSpec) -> str:
+        """Digest of what ``stage`` is given: its spec sections and the outputs of the stages it builds on."""
+        document = spec.model_dump(mode="json")
+        given = {
+            "spec": {section: document.get(section) for section in STAGE_SPEC_SECTIONS[stage]},
+            "upstream": {
+                str(s): entry.outputs for s in STAGE_BUILDS_ON[stage] if (entry := self.stages.get(s)) is not None
+            },
+        }
+        return digest(given)
+
+    def with_spec(self, spec: CampaignSpec, *, now: datetime) -> CampaignRecord:
+        return self.model_copy(update={"spec": SpecSnapshot.of(spec), "updated_at": now})
+
     def with_lease(self, lease: Lease, *, offering_id: str | None, now: datetime) -> CampaignRecord:
         return self.model_copy(update={"lease": lease, "offering_id": offering_id, "updated_at": now})
 
-    def with_stage(self, stage: Stage, outcome: StageOutcome) -> CampaignRecord:
-        return self.model_copy(update={"stages": {**self.stages, stage: outcome}, "updated_at": outcome.finished_at})
+    def with_stage(self, stage: Stage, entry: StageEntry, *, now: datetime | None = None) -> CampaignRecord:
+        when = now or entry.ended_at or entry.started_at or self.updated_at
+        return self.model_copy(update={"stages": {**self.stages, stage: entry}, "updated_at": when})
+
+    def with_approval(self, approval: Approval) -> CampaignRecord:
+        return self.model_copy(update={"approvals": (*self.approvals, approval), "updated_at": approval.decided_at})
+
+    def with_rollout(self, rollout: RolloutRecord) -> CampaignRecord:
+        return self.model_copy(update={"last_good_rollout": rollout, "updated_at": rollout.ready_at})
+
+    def with_kept(self, kept: tuple[KeptResource, ...], *, now: datetime) -> CampaignRecord:
+        merged = {k.resource: k for k in (*self.kept, *kept)}
+        return self.model_copy(update={"kept": tuple(merged.values()), "updated_at": now})

@@ -1,128 +1,198 @@
-"""The campaign report: what each stage did, when, and what it decided.
+"""The campaign report: what each stage did, when, and what it decided — a typed model end to end.
 
-``report.json`` is a contract that later stages extend: ``{"campaign", "stages": [...], "plan", ...}``;
-each stage adds exactly one top-level key of its own. ``report.md`` is the same content for a person.
+``report.json`` is a contract: ``{"campaign", "stages": [...], <one key per section>...}``, each section
+written by the stage that produced it, in campaign order; ``report.md`` is the same for a person. The
+sections are the stages' own typed results (``ClusterResult``, ``WeightsResult``, …), declared below as
+optional fields with a ``Section`` marker. Adding one is a field here and a stage returning it::
+
+    rollout: Annotated[RolloutResult | None, Section("Rollout")] = None
+
+A section's JSON is its ``report_section()`` under the field's name and its markdown its ``markdown()``
+(``Section`` takes other functions where a result spells them differently).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from capserve.core.capacity.result import AcquireResult
+from capserve.core.cluster.result import ClusterResult
+from capserve.core.evaluation.result import EvaluationResult
+from capserve.core.markdown import markdown_table
+from capserve.core.plan_check import plan_markdown
+from capserve.core.planner import ServingPlan
+from capserve.core.schedule import TeardownSchedule
 from capserve.core.stages import Stage, StageStatus
+from capserve.core.teardown.result import TeardownResult
+from capserve.core.weights.node_staging import NodeStagingResult
+from capserve.core.weights.result import WeightsResult
 
-RESERVED_KEYS = frozenset({"campaign", "stages"})
+__all__ = ["CampaignReport", "Section", "StageRecord", "StageStatus", "markdown_table"]
 
-__all__ = ["CampaignReport", "StageRecord", "StageStatus", "markdown_table"]
+
+class Reportable(Protocol):
+    def report_section(self) -> Any: ...
+
+    def markdown(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Section:
+    """Marks a report field as a section: its markdown title (None when the markdown brings its own
+    ``##`` heading), and how to render it when the result does not spell it ``report_section``/``markdown``."""
+
+    title: str | None
+    to_json: Callable[[Any], dict[str, Any]] | None = None
+    to_markdown: Callable[[Any], str] | None = None
+
+    def json_of(self, key: str, value: Reportable) -> dict[str, Any]:
+        return self.to_json(value) if self.to_json else {key: value.report_section()}
+
+    def markdown_of(self, value: Reportable) -> str:
+        return self.to_markdown(value) if self.to_markdown else value.markdown()
+
+
+def _plan_json(plan: ServingPlan) -> dict[str, Any]:
+    return {"plan": plan.to_json()}
+
+
+def _acquire_json(acquired: AcquireResult) -> dict[str, Any]:
+    return acquired.report_sections()
 
 
 class StageRecord(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """One stage's line in the report."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     name: Stage = Field(description="The stage.")
-    status: StageStatus = Field(description="Where the stage ended (or 'running').")
+    status: StageStatus = Field(description="How it ended (or 'running').")
     started_at: datetime = Field(description="UTC start.")
     ended_at: datetime | None = Field(None, description="UTC end; None while running.")
-    detail: str | None = Field(None, description="Why it failed or was skipped.", max_length=4000)
+    detail: str | None = Field(None, max_length=4000, description="Why it failed, stopped or was skipped.")
 
-
-class CampaignReport:
-    """Accumulates stage records and stage sections; renders JSON and markdown."""
-
-    def __init__(self, campaign: str, *, clock: Callable[[], datetime] | None = None) -> None:
-        self.campaign = campaign
-        self.stages: list[StageRecord] = []
-        self._sections: dict[str, Any] = {}
-        self._markdown: list[tuple[str | None, str]] = []
-        self._clock = clock or (lambda: datetime.now(UTC))
-
-    @contextmanager
-    def stage(self, name: Stage) -> Iterator[StageRecord]:
-        """Time a stage; an exception marks it failed (with the reason) and propagates."""
-        record = StageRecord(name=name, status=StageStatus.RUNNING, started_at=self._clock())
-        self.stages.append(record)
-        try:
-            yield record
-        except BaseException as exc:
-            record.status = StageStatus.FAILED
-            record.detail = f"{type(exc).__name__}: {exc}"[:4000]
-            record.ended_at = self._clock()
-            raise
-        if record.status is StageStatus.RUNNING:
-            record.status = StageStatus.COMPLETED
-        record.ended_at = self._clock()
-
-    def add_section(self, key: str, data: Any, *, title: str | None, markdown: str) -> None:
-        """Record one stage's top-level JSON key and its human-readable section.
-
-        ``title=None`` when ``markdown`` starts with its own ``##`` heading.
-        """
-        if key in RESERVED_KEYS or key in self._sections:
-            raise ValueError(f"report key {key!r} is already taken")
-        self._sections[key] = data
-        if markdown:
-            self._markdown.append((title, markdown))
-
-    def skip(self, name: Stage, why: str) -> None:
-        """Record a stage that did not run, and why (a person reading the report must not have to guess)."""
-        now = self._clock()
-        self.stages.append(StageRecord(name=name, status=StageStatus.SKIPPED, started_at=now, ended_at=now, detail=why))
-
-    def section(self, key: str) -> Any:
-        return self._sections[key]
-
-    def to_json(self) -> dict[str, Any]:
+    def report_json(self) -> dict[str, Any]:
         return {
-            "campaign": self.campaign,
-            "stages": [
-                {
-                    "name": s.name.value,
-                    "status": s.status.value,
-                    "started_at": s.started_at.isoformat(),
-                    "ended_at": s.ended_at.isoformat() if s.ended_at else None,
-                    **({"detail": s.detail} if s.detail else {}),
-                }
-                for s in self.stages
-            ],
-            **self._sections,
+            "name": self.name.value,
+            "status": self.status.value,
+            "started_at": self.started_at.isoformat(),
+            "ended_at": self.ended_at.isoformat() if self.ended_at else None,
+            **({"detail": self.detail} if self.detail else {}),
         }
 
+
+class CampaignReport(BaseModel):
+    """The report of one campaign run: the stages, then one typed section per stage that produced one."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    campaign: str = Field(min_length=1, max_length=64, description="The campaign id.")
+    stages: list[StageRecord] = Field(default_factory=list, max_length=64, description="Stages, in run order.")
+    plan: Annotated[ServingPlan | None, Section("Plan", to_json=_plan_json, to_markdown=plan_markdown)] = Field(
+        None, description="The serving plan."
+    )
+    acquire: Annotated[AcquireResult | None, Section(None, to_json=_acquire_json)] = Field(
+        None, description="The lease and the offers considered (report.json keys 'lease', 'offers_considered')."
+    )
+    teardown_schedule: Annotated[TeardownSchedule | None, Section("Schedule")] = Field(
+        None, description="When drain and hard teardown happen, and the scheduled teardown run."
+    )
+    weights: Annotated[WeightsResult | None, Section("Weights")] = Field(None, description="Weights in S3.")
+    cluster: Annotated[ClusterResult | None, Section("Cluster")] = Field(None, description="The cluster.")
+    node_staging: Annotated[NodeStagingResult | None, Section("Weights on the nodes")] = Field(
+        None, description="Each node's copy of its weights."
+    )
+    evaluation: Annotated[EvaluationResult | None, Section(None)] = Field(None, description="The verdict.")
+    teardown: Annotated[TeardownResult | None, Section("Teardown")] = Field(None, description="What was deleted.")
+
+    # ------------------------------------------------------------------ sections
+
+    @classmethod
+    def sections(cls) -> dict[str, Section]:
+        """Section fields, in report order."""
+        return {
+            name: marker
+            for name, field in cls.model_fields.items()
+            for marker in field.metadata
+            if isinstance(marker, Section)
+        }
+
+    def add(self, value: BaseModel) -> None:
+        """Put a stage's result into the one section of its type; a section is written once."""
+        for name in self.sections():
+            kinds = _section_types(type(self).model_fields[name].annotation)
+            if isinstance(value, kinds):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"report section {name!r} is already written")
+                setattr(self, name, value)
+                return
+        raise TypeError(f"no report section holds a {type(value).__name__}")
+
+    # ------------------------------------------------------------------ stages
+
+    def begin(self, stage: Stage, now: datetime | None = None) -> StageRecord:
+        record = StageRecord(name=stage, status=StageStatus.RUNNING, started_at=now or _now())
+        self.stages.append(record)
+        return record
+
+    def end(
+        self, record: StageRecord, status: StageStatus, detail: str | None = None, now: datetime | None = None
+    ) -> None:
+        record.status = status
+        record.detail = detail[:4000] if detail else None
+        record.ended_at = now or _now()
+
+    def skip(self, stage: Stage, why: str, now: datetime | None = None) -> None:
+        """Record a stage that did not run, and why (a person reading the report must not have to guess)."""
+        record = self.begin(stage, now)
+        self.end(record, StageStatus.SKIPPED, why, record.started_at)
+
+    def status_of(self, stage: Stage) -> StageStatus | None:
+        """The last status of ``stage`` in this run (None: it did not appear)."""
+        found = [s.status for s in self.stages if s.name is stage]
+        return found[-1] if found else None
+
+    # ------------------------------------------------------------------ rendering
+
+    def to_json(self) -> dict[str, Any]:
+        """report.json."""
+        out: dict[str, Any] = {"campaign": self.campaign, "stages": [s.report_json() for s in self.stages]}
+        for name, marker in self.sections().items():
+            value = getattr(self, name)
+            if value is not None:
+                out.update(marker.json_of(name, value))
+        return out
+
     def to_markdown(self) -> str:
+        """report.md."""
         lines = [f"# Campaign `{self.campaign}`", "", "| stage | status | started (UTC) | took |", "|---|---|---|---|"]
         for s in self.stages:
             took = f"{(s.ended_at - s.started_at).total_seconds():.1f} s" if s.ended_at else "—"
             lines.append(f"| {s.name.value} | {s.status.value} | {s.started_at:%Y-%m-%d %H:%M:%S} | {took} |")
-        failed = [s for s in self.stages if s.status is StageStatus.FAILED]
-        for s in failed:
-            lines += ["", f"**{s.name.value} failed:** {s.detail}"]
+        for s in self.stages:
+            if s.status in (StageStatus.FAILED, StageStatus.INTERRUPTED):
+                lines += ["", f"**{s.name.value} {s.status.value}:** {s.detail}"]
         if self.stages:
             lines += ["", "![timeline](timeline.png)"]
-        for title, body in self._markdown:
-            lines += ["", f"## {title}", ""] if title else [""]
-            lines.append(body.rstrip())
+        for name, marker in self.sections().items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            body = marker.markdown_of(value)
+            if body:
+                lines += ["", f"## {marker.title}", ""] if marker.title else [""]
+                lines.append(body.rstrip())
         return "\n".join(lines) + "\n"
 
 
-def markdown_table(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
-    """A GitHub-flavoured markdown table from a list of dicts (same keys, or the given columns)."""
-    if not rows:
-        return "_none_"
-    cols = columns or list(rows[0])
-    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for row in rows:
-        out.append("| " + " | ".join(_cell(row.get(c)) for c in cols) + " |")
-    return "\n".join(out)
+def _section_types(annotation: Any) -> tuple[type, ...]:
+    return tuple(t for t in getattr(annotation, "__args__", (annotation,)) if t is not type(None))
 
 
-def _cell(value: Any) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        return f"{value:,.2f}"
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,}"
-    return str(value).replace("|", "\\|")
+def _now() -> datetime:
+    return datetime.now(UTC)

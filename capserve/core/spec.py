@@ -11,7 +11,7 @@ import json
 import re
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AwareDatetime,
@@ -19,12 +19,14 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    JsonValue,
     StrictBool,
     StrictFloat,
     StrictInt,
     StringConstraints,
     ValidationError,
     ValidationInfo,
+    field_validator,
     model_validator,
 )
 
@@ -32,6 +34,9 @@ from capserve.core.cost.spec import CostSpec
 from capserve.core.errors import SpecError
 from capserve.core.evaluation.spec import EvaluationSpec
 from capserve.core.strict_yaml import MAX_DOCUMENT_BYTES, Document, parse_document
+
+if TYPE_CHECKING:
+    from capserve.core.settings import CampaignSettings
 
 # AWS begins terminating Capacity Block instances 30 minutes before the block ends
 # (EC2 user guide, capacity-blocks-using.html); no teardown margin may be at or inside that line.
@@ -312,6 +317,27 @@ class CampaignSpec(StrictModel):
     cost: CostSpec = Field(
         default_factory=CostSpec, description="Utilisation target and throughput estimate for the cost ledger."
     )
+    settings: dict[str, JsonValue] | None = Field(
+        None,
+        max_length=16,
+        description="Overrides of capserve's settings for this campaign (timeouts, polls, parallelism, …), checked "
+        "against capserve.core.settings.CampaignSettings; only the fields named here change, the rest come from "
+        "the environment (CAPSERVE_…) or the defaults.",
+    )
+
+    # Kept as written (a mapping, checked strictly here) rather than as a CampaignSettings: so a spec read
+    # back from the campaign record still overrides only what it named, and so the spec does not import
+    # every stage's settings module (their packages import the spec).
+    @field_validator("settings")
+    @classmethod
+    def _known_settings(cls, value: dict[str, JsonValue] | None) -> dict[str, JsonValue] | None:
+        if value is not None:
+            _campaign_settings(value)
+        return value
+
+    def campaign_settings(self) -> CampaignSettings | None:
+        """The spec's ``settings:`` block, typed (only the named fields are set)."""
+        return None if self.settings is None else _campaign_settings(self.settings)
 
     @property
     def campaign_id(self) -> str:
@@ -344,6 +370,16 @@ class CampaignSpec(StrictModel):
                 "'sagemaker-training-plan' or cluster.kind to 'eks'"
             )
         return self
+
+
+def _campaign_settings(value: dict[str, JsonValue]) -> CampaignSettings:
+    from capserve.core.settings import CampaignSettings
+
+    try:
+        return CampaignSettings.model_validate(value)
+    except ValidationError as exc:
+        problems = describe_errors(exc, CampaignSettings).replace("\n  ", "; ").strip()
+        raise ValueError(f"{problems} (see `capserve.core.settings`)") from None
 
 
 def read_spec_bytes(path: Path) -> bytes:

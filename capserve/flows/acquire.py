@@ -34,7 +34,7 @@ from capserve.core.capacity.states import Reservation
 from capserve.core.catalog import get_instance_type
 from capserve.core.errors import PermanentError
 from capserve.core.lease import Lease
-from capserve.core.record import StageOutcome
+from capserve.core.record import Approval, RecordRef, StageEntry
 from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage, StageStatus
 from capserve.tasks.capacity.purchase import preflight_purchase, purchase
@@ -44,7 +44,9 @@ from capserve.tasks.capacity.reservations import (
     wait_until_usable,
 )
 from capserve.tasks.capacity.search import search_offers
-from capserve.tasks.record_store import save_lease, save_stage_outcome
+from capserve.tasks.locations import record_ref
+from capserve.tasks.record_store import save_approval, save_lease, save_stage
+from capserve.tasks.settings import settings_from_environment
 
 
 class PurchaseApproval(RunInput, ApprovalDecision):
@@ -62,46 +64,69 @@ def acquire(
     interactive: bool = False,
     dry_run: bool = False,
     settings: CapacitySettings | None = None,
+    record: RecordRef | None = None,
 ) -> AcquireResult:
-    """Obtain the campaign's capacity. ``dry_run``: search, rank and check permissions, buy nothing."""
-    settings = settings or CapacitySettings()
-    logger = get_run_logger()
-    capacity, campaign_id = spec.capacity, spec.campaign_id
-    bucket, record_region = spec.weights.s3_bucket, capacity.regions[0]
+    """Obtain the campaign's capacity. ``dry_run``: search, rank and check permissions, buy nothing.
 
+    ``record`` is where the campaign record lives (default: resolved from the environment's settings).
+    """
+    if settings is None or record is None:  # a standalone run (its own deployment): from the environment
+        configured = settings_from_environment().for_campaign(spec.campaign_settings())
+        settings = settings or configured.capacity
+        record = record or record_ref(spec, configured.records)
+    logger = get_run_logger()
     adopted = _already_ours(spec)
     if adopted is not None:
-        logger.info("campaign %s already holds %s: adopting it, buying nothing", campaign_id, adopted.reservation_id)
-        return _finish(spec, adopted, None, settings, outcome="adopted", offering_id=adopted.offering_id)
+        logger.info("campaign %s holds %s: adopting it, buying nothing", spec.campaign_id, adopted.reservation_id)
+        return _finish(spec, adopted, None, settings, record, outcome="adopted", offering_id=adopted.offering_id)
 
+    capacity = spec.capacity
     gpus = get_instance_type(capacity.instance_type).gpus_per_node
     ranking = rank_offers(search_offers(capacity), capacity, regions=capacity.regions, gpus_per_instance=gpus)
     offer = ranking.chosen
     if offer is None:
-        raise PermanentError(f"campaign {campaign_id}: {ranking.why_nothing()}")
+        raise PermanentError(f"campaign {spec.campaign_id}: {ranking.why_nothing()}")
     logger.info("chosen offer %s (%s)", offer.offering_id, offer.label())
-
     if dry_run:
-        preflight_purchase(offer, campaign_id)
+        preflight_purchase(offer, spec.campaign_id)
         return _stopped(spec, ranking, "dry-run", f"dry run: would buy {offer.label()}; permissions check passed")
-
     if needs_approval(offer, capacity.approval_threshold_usd):
-        decision = _ask_for_approval(spec, offer, ranking, settings, interactive=interactive)
-        if decision is None or not decision.approved:
-            outcome: Outcome = "approval-timed-out" if decision is None else "rejected"
-            why = (
-                f"nobody approved within {settings.approval_timeout_seconds} s"
-                if decision is None
-                else f"rejected by {decision.approver or 'the approver'}{': ' + decision.note if decision.note else ''}"
-            )
-            message = f"purchase of {offer.label()} {why}; nothing was bought"
-            save_stage_outcome(
-                bucket, campaign_id, Stage.ACQUIRE,
-                StageOutcome(status=StageStatus.STOPPED, finished_at=datetime.now(UTC), detail=message),
-                record_region, attempts=settings.record_write_attempts,
-            )
-            return _stopped(spec, ranking, outcome, message)
+        refused = _approval(spec, offer, ranking, settings, record, interactive=interactive)
+        if refused is not None:
+            return refused
+    return _buy(spec, offer, ranking, settings, record)
 
+
+def _approval(
+    spec: CampaignSpec, offer: Offer, ranking: Ranking, settings: CapacitySettings, record: RecordRef, *,
+    interactive: bool,
+) -> AcquireResult | None:
+    """Ask a person; None when they approved, else the stopped result (recorded, nothing bought)."""
+    decision = _ask_for_approval(spec, offer, ranking, settings, interactive=interactive)
+    now = datetime.now(UTC)
+    if decision is not None:
+        save_approval(record, Approval(
+            stage=Stage.ACQUIRE, subject=offer.offering_id, approved=decision.approved, approver=decision.approver,
+            note=decision.note, decided_at=now,
+        ))
+        if decision.approved:
+            return None
+    outcome: Outcome = "approval-timed-out" if decision is None else "rejected"
+    why = (
+        f"nobody approved within {settings.approval_timeout_seconds} s"
+        if decision is None
+        else f"rejected by {decision.approver or 'the approver'}{': ' + decision.note if decision.note else ''}"
+    )
+    message = f"purchase of {offer.label()} {why}; nothing was bought"
+    save_stage(record, Stage.ACQUIRE, StageEntry(status=StageStatus.STOPPED, ended_at=now, detail=message))
+    return _stopped(spec, ranking, outcome, message)
+
+
+def _buy(
+    spec: CampaignSpec, offer: Offer, ranking: Ranking, settings: CapacitySettings, record: RecordRef
+) -> AcquireResult:
+    """The purchase, under the campaign's limit of one at a time, after a last look for what it already has."""
+    campaign_id = spec.campaign_id
     _ensure_purchase_limit(campaign_id)
     with concurrency(
         purchase_limit_name(campaign_id),
@@ -113,13 +138,13 @@ def acquire(
         # Another run may have bought while this one searched or waited for approval.
         adopted = _already_ours(spec)
         if adopted is not None:
-            logger.info("another run bought %s meanwhile: adopting it", adopted.reservation_id)
-            return _finish(spec, adopted, ranking, settings, outcome="adopted", offering_id=adopted.offering_id)
+            get_run_logger().info("another run bought %s meanwhile: adopting it", adopted.reservation_id)
+            return _finish(spec, adopted, ranking, settings, record, outcome="adopted", offering_id=adopted.offering_id)
         preflight_purchase(offer, campaign_id)
         bought = purchase(offer, campaign_id)
-    logger.info("bought %s for $%.2f", bought.reservation_id, offer.upfront_fee)
+    get_run_logger().info("bought %s for $%.2f", bought.reservation_id, offer.upfront_fee)
     return _finish(
-        spec, bought, ranking, settings, outcome="bought", offering_id=offer.offering_id, fee=offer.upfront_fee
+        spec, bought, ranking, settings, record, outcome="bought", offering_id=offer.offering_id, fee=offer.upfront_fee
     )
 
 
@@ -160,6 +185,7 @@ def _finish(
     reservation: Reservation,
     ranking: Ranking | None,
     settings: CapacitySettings,
+    record: RecordRef,
     *,
     outcome: str,
     offering_id: str | None,
@@ -168,10 +194,7 @@ def _finish(
     """Record the lease, wait until AWS says it is usable, publish the artifact."""
     provider = spec.capacity.provider
     lease: Lease = lease_from_reservation(reservation, provider=provider, adopted=outcome == "adopted", fee=fee)
-    save_lease(
-        spec.weights.s3_bucket, spec.campaign_id, lease, offering_id, spec.capacity.regions[0],
-        attempts=settings.record_write_attempts,
-    )
+    save_lease(record, lease, offering_id)
     current = wait_until_usable(reservation, settings)
     verb = "Adopted" if outcome == "adopted" else "Bought"
     message = f"{verb} {lease.reservation_id} ({current.state.value}); it ends {lease.end.isoformat()}."

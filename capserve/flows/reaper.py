@@ -18,6 +18,7 @@ from capserve.core.errors import CapserveError, PermanentError
 from capserve.core.teardown.reaper import CampaignSighting, ReaperDecision, ReaperResult, decide
 from capserve.core.teardown.settings import ReaperSettings
 from capserve.flows.teardown import run_teardown
+from capserve.tasks.settings import settings_from_environment
 from capserve.tasks.teardown.inventory import inventory_campaign
 from capserve.tasks.teardown.sightings import find_campaigns, lease_end
 
@@ -35,7 +36,7 @@ def reaper(
     A campaign whose teardown fails does not stop the others; the flow raises at the end, naming each.
     """
     logger = get_run_logger()
-    settings = settings or ReaperSettings()
+    settings = settings or settings_from_environment().reaper
     now = now or datetime.now(UTC)
     decisions: list[ReaperDecision] = []
     failures: list[str] = []

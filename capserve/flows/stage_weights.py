@@ -4,38 +4,50 @@ Everything is keyed by (repo, sha): Hub metadata tasks are cached on it, downloa
 files carry "verified" markers under ``<staging_dir>/<repo>/<sha>/``, and S3 uploads are skipped when
 the object's stored SHA256 already matches. A re-run with the same sha therefore downloads and uploads
 nothing. Per-node staging Jobs (``capserve.core.weights.render_staging_job``) are applied by the
-cluster stage from the published manifest.
+cluster stage from the published manifest. What goes where is decided in ``capserve.core.weights.assembly``.
 """
 
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
 
-from prefect import Task, flow, get_run_logger
-from prefect.futures import PrefectFuture, as_completed
-from pydantic import SecretStr
+from prefect import flow, get_run_logger
 
-from capserve.blocks.hub import HUB_ENDPOINT, HubCredentials
-from capserve.core.catalog import get_model
-from capserve.core.errors import PermanentError, SpecError
+from capserve.core.locations import BucketLocation
 from capserve.core.spec import CampaignSpec
-from capserve.core.weights.manifest import StagedFile, WeightsManifest, manifest_key, s3_base
+from capserve.core.weights.assembly import (
+    LocalFile,
+    Staged,
+    StagingDirs,
+    assemble_manifest,
+    aux_files,
+    check_headers_match,
+    index_file,
+    index_path,
+    model_repo,
+    weights_layout,
+    weights_result,
+    whole_file_indexes,
+    whole_files,
+)
+from capserve.core.weights.assembly import staged as staged_file
+from capserve.core.weights.listing import RepoListing
+from capserve.core.weights.manifest import s3_base
 from capserve.core.weights.placement import Layout
-from capserve.core.weights.plan import INDEX_NAME, WeightsPlan, node_index_whole_files, plan_weights
+from capserve.core.weights.plan import WeightsPlan, plan_weights
 from capserve.core.weights.reshard import plan_reshard
 from capserve.core.weights.result import WeightsResult
+from capserve.core.weights.safetensors import SafetensorsHeader, TensorEntry
 from capserve.core.weights.settings import WeightsSettings
-from capserve.tasks.weights.artifacts import Progress, publish_plan
-from capserve.tasks.weights.fetch import FetchedFile, fetch_file, sweep_incomplete
-from capserve.tasks.weights.hub import HubConnection, list_repo_files, read_hub_headers, resolve_revision
+from capserve.tasks.parallel import map_bounded
+from capserve.tasks.settings import settings_from_environment
+from capserve.tasks.weights.artifacts import publish_plan
+from capserve.tasks.weights.fetch import fetch_checkpoint
+from capserve.tasks.weights.hub import hub_connection, list_repo_files, read_hub_headers, resolve_revision
 from capserve.tasks.weights.reshard import read_local_headers, write_document, write_output
-from capserve.tasks.weights.s3 import ensure_bucket, publish_document, publish_file
-
-R = TypeVar("R")
+from capserve.tasks.weights.s3 import publish_checkpoint
 
 
 @flow(name="stage-weights")
@@ -48,147 +60,81 @@ def stage_weights(
     hub_endpoint: str | None = None,
     hub_block: str | None = None,
     settings: WeightsSettings | None = None,
+    bucket: BucketLocation | None = None,
 ) -> WeightsResult:
     """Stage ``spec.model`` for ``nodes`` nodes with ``expert_parallel`` EP ranks; return the report section.
 
     ``hub_endpoint`` overrides the Hub URL (the sandbox passes its local Hub); ``hub_block`` names a saved
-    ``HubCredentials`` block holding the token (and endpoint) for gated repos.
+    ``HubCredentials`` block holding the token (and endpoint) for gated repos; ``bucket`` is where the
+    weights go (default: the spec's ``weights.s3_bucket`` in its region).
     """
-    settings = settings or WeightsSettings()
-    logger = get_run_logger()
-    conn = _connection(hub_endpoint, hub_block, settings)
-    try:
-        layout = Layout(nodes=nodes, expert_parallel=expert_parallel)
-    except ValueError as exc:
-        raise SpecError(f"weights layout: {exc}") from None
-    repo = spec.model.repo or get_model(spec.model.catalog or "").hf_repo
-    region = spec.weights_region
+    settings = settings or settings_from_environment().for_campaign(spec.campaign_settings()).weights
+    layout = weights_layout(nodes, expert_parallel)
+    repo = model_repo(spec.model)
+    where = bucket or BucketLocation(bucket=spec.weights.s3_bucket, region=spec.weights_region)
+    conn = hub_connection(hub_endpoint, hub_block, settings.hub_timeout_seconds)
 
     sha = resolve_revision(conn, repo, spec.model.revision)
-    listing = list_repo_files(conn, repo, sha)
     hub_headers = read_hub_headers(conn, repo, sha)
-    plan = plan_weights(listing, hub_headers, layout)
-    publish_plan(plan)
-    logger.info("%s@%s: %d files, %d bytes; per node %s (naive %d); re-shard %s", repo, sha[:12], len(plan.files),
-                plan.bytes_total, plan.bytes_per_node, plan.bytes_naive_per_node, plan.reshard)
-
-    commit_dir = staging_dir / repo / sha
-    source_dir = commit_dir / "source"
-    sweep_incomplete(source_dir)
-    progress = Progress(f"weights-download-{repo}", plan.bytes_total, f"{repo}@{sha[:12]}: fetch + sha256 verify")
-    fetch = fetch_file.with_options(retries=settings.fetch_retries,
-                                    retry_delay_seconds=settings.fetch_retry_delay_seconds)
-    try:
-        fetched = _bounded(
-            fetch,
-            [{"conn": conn, "repo": repo, "sha": sha, "file": f, "source_dir": source_dir,
-              "etag_timeout": settings.etag_timeout_seconds} for f in plan.files],
-            settings.fetch_parallelism,
-            on_done=lambda r: progress.advance(r.size),
-        )
-    finally:
-        progress.close()
-    verified = {f.path: f for f in fetched}
-
-    local_headers = read_local_headers(source_dir, sorted(hub_headers))
-    for path, header in local_headers.items():
-        if {(t.name, t.begin, t.end) for t in header.tensors} != {(t.name, t.begin, t.end) for t in hub_headers[path]}:
-            raise PermanentError(f"{repo}@{sha}/{path}: the downloaded header differs from the Hub's header metadata")
+    plan = plan_weights_for(list_repo_files(conn, repo, sha), hub_headers, layout)
+    dirs = StagingDirs(root=staging_dir, repo=repo, sha=sha, layout_id=layout.layout_id)
+    fetched = fetch_checkpoint(conn, repo, sha, plan.files, dirs.source, settings)
+    local_headers = read_local_headers(dirs.source, sorted(hub_headers))
+    check_headers_match(f"{repo}@{sha}", local_headers, hub_headers)
 
     reshard = plan.reshard and settings.allow_reshard
-    staged: list[tuple[StagedFile, Path]] = [
-        (_staged(verified[p], key=p, nodes=()), source_dir / p) for p in plan.aux_files
-    ]
-    layout_dir = commit_dir / layout.layout_id
-    if reshard:
-        rplan = plan_reshard(local_headers, layout, num_experts=plan.num_experts,
-                             max_file_bytes=settings.max_output_file_bytes)
-        outputs = _bounded(write_output, [{"output": o, "source_dir": source_dir, "out_dir": layout_dir}
-                                          for o in rplan.outputs], settings.fetch_parallelism)
-        for output, written in zip(rplan.outputs, outputs, strict=True):
-            nodes_of = () if output.node is None else (output.node,)
-            staged.append((_staged(written, key=f"{layout.layout_id}/{output.path}", nodes=nodes_of),
-                           layout_dir / output.path))
-        indexes = [rplan.node_index(n) for n in range(layout.nodes)]
-    else:
-        for path in sorted(hub_headers):
-            holders = tuple(n.node for n in plan.node_plans if path in n.weight_files)
-            if holders:
-                staged.append((_staged(verified[path], key=path, nodes=_all_or(holders, layout.nodes)),
-                               source_dir / path))
-        indexes = [node_index_whole_files(plan, hub_headers, n) for n in range(layout.nodes)]
-    for node, index in enumerate(indexes):
-        rel = f"node-{node}/{INDEX_NAME}"
-        written = write_document(layout_dir, rel, json.dumps(index, indent=1).encode())
-        staged.append((_staged(written, key=f"{layout.layout_id}/{rel}", nodes=(node,), dest=INDEX_NAME),
-                       layout_dir / rel))
-
-    manifest = WeightsManifest(repo=repo, revision_sha=sha, layout_id=layout.layout_id, nodes=layout.nodes,
-                               files=tuple(sorted((s for s, _ in staged), key=lambda s: s.key)))
-    bucket, base = spec.weights.s3_bucket, s3_base(spec.weights.s3_prefix, repo, sha)
-    ensure_bucket(bucket, region, spec.campaign_id)
-    uploaded = _bounded(publish_file, [{"bucket": bucket, "key": f"{base}/{s.key}", "path": local, "sha256": s.sha256,
-                                        "region": region} for s, local in staged], settings.publish_parallelism)
-    publish_document(bucket, f"{base}/{manifest_key(layout.layout_id)}",
-                     manifest.model_dump_json(indent=1).encode(), region)
-
-    return WeightsResult(
-        repo=repo,
-        revision_sha=sha,
-        files=len(fetched),
-        bytes_total=plan.bytes_total,
-        bytes_per_node=[manifest.bytes_for_node(n) for n in range(layout.nodes)],
-        bytes_naive_per_node=plan.bytes_naive_per_node,
-        verified=all(f.sha256 is None or verified[f.path].sha256 == f.sha256 for f in plan.files),
-        layout_id=layout.layout_id,
-        resharded=reshard,
-        s3_uri=f"s3://{bucket}/{base}/",
-        manifest_uri=f"s3://{bucket}/{base}/{manifest_key(layout.layout_id)}",
-        downloaded_bytes=sum(f.downloaded_bytes for f in fetched),
-        uploaded_bytes=sum(uploaded),
+    staged = _staged_files(plan, dirs, fetched, local_headers, hub_headers, reshard=reshard, settings=settings)
+    manifest = assemble_manifest(repo, sha, layout, [s for s, _ in staged])
+    base = s3_base(spec.weights.s3_prefix, repo, sha)
+    uploaded = publish_checkpoint(where, spec.campaign_id, base, manifest, staged, settings.publish_parallelism)
+    return weights_result(
+        plan, manifest, fetched,
+        downloaded_bytes=sum(f.downloaded_bytes for f in fetched.values()), uploaded_bytes=uploaded,
+        resharded=reshard, bucket=where.bucket, prefix=spec.weights.s3_prefix,
     )
 
 
-def _connection(hub_endpoint: str | None, hub_block: str | None, settings: WeightsSettings) -> HubConnection:
-    credentials = HubCredentials.load(hub_block) if hub_block else HubCredentials()
-    assert isinstance(credentials, HubCredentials)
-    endpoint = hub_endpoint or credentials.endpoint or HUB_ENDPOINT
-    # Without a block, the token may come from the environment, as huggingface_hub's own tools read it.
-    token = credentials.token or (SecretStr(os.environ["HF_TOKEN"]) if os.environ.get("HF_TOKEN") else None)
-    return HubConnection(endpoint=endpoint, token=token, timeout_seconds=settings.hub_timeout_seconds)
+def plan_weights_for(listing: RepoListing, hub_headers: dict[str, list[TensorEntry]], layout: Layout) -> WeightsPlan:
+    """Plan which bytes each node needs, and show the plan in the UI."""
+    plan = plan_weights(listing, hub_headers, layout)
+    publish_plan(plan)
+    get_run_logger().info(
+        "%s@%s: %d files, %d bytes; per node %s (naive %d); re-shard %s", plan.repo, plan.revision_sha[:12],
+        len(plan.files), plan.bytes_total, plan.bytes_per_node, plan.bytes_naive_per_node, plan.reshard,
+    )
+    return plan
 
 
-def _staged(f: FetchedFile, *, key: str, nodes: tuple[int, ...], dest: str | None = None) -> StagedFile:
-    return StagedFile(key=key, dest=dest or f.path, size=f.size,
-                      sha256=f.sha256, nodes=nodes)
-
-
-def _all_or(holders: tuple[int, ...], nodes: int) -> tuple[int, ...]:
-    return () if len(holders) == nodes else holders
-
-
-def _bounded(task: Task[..., R], calls: Sequence[dict[str, Any]], limit: int,
-             on_done: Callable[[R], None] | None = None) -> list[R]:
-    """Submit ``task`` for each kwargs dict with at most ``limit`` running; results in call order."""
-    results: dict[int, R] = {}
-    pending: dict[PrefectFuture[R], int] = {}
-    queue = iter(enumerate(calls))
-
-    def fill() -> None:
-        for index, kwargs in queue:
-            pending[task.submit(**kwargs)] = index
-            if len(pending) >= limit:
-                return
-
-    fill()
-    while pending:
-        done = next(as_completed(list(pending)))
-        result = done.result()
-        results[pending.pop(done)] = result
-        if on_done is not None:
-            on_done(result)
-        fill()
-    return [results[i] for i in range(len(calls))]
+def _staged_files(
+    plan: WeightsPlan,
+    dirs: StagingDirs,
+    fetched: Mapping[str, LocalFile],
+    local_headers: dict[str, SafetensorsHeader],
+    hub_headers: dict[str, list[TensorEntry]],
+    *,
+    reshard: bool,
+    settings: WeightsSettings,
+) -> list[Staged]:
+    """What is published: the aux files, the weight files (re-sharded per rank, or whole) and each node's index."""
+    staged = aux_files(plan, fetched, dirs)
+    if reshard:
+        rplan = plan_reshard(
+            local_headers, plan.layout, num_experts=plan.num_experts, max_file_bytes=settings.max_output_file_bytes
+        )
+        calls = [{"output": o, "source_dir": dirs.source, "out_dir": dirs.layout} for o in rplan.outputs]
+        written = map_bounded(write_output, calls, settings.fetch_parallelism)
+        for output, file in zip(rplan.outputs, written, strict=True):
+            nodes = () if output.node is None else (output.node,)
+            key = f"{dirs.layout_id}/{output.path}"
+            staged.append((staged_file(file, key=key, nodes=nodes), dirs.layout / output.path))
+        indexes = [rplan.node_index(n) for n in range(plan.layout.nodes)]
+    else:
+        staged += whole_files(plan, hub_headers, fetched, dirs)
+        indexes = whole_file_indexes(plan, hub_headers)
+    for node, index in enumerate(indexes):
+        document = write_document(dirs.layout, index_path(node), json.dumps(index, indent=1).encode())
+        staged.append(index_file(document, node=node, dirs=dirs))
+    return staged
 
 
 __all__ = ["WeightsPlan", "WeightsResult", "stage_weights"]

@@ -22,6 +22,7 @@ from capserve.core.teardown.inventory import ClusterKind, Inventory
 from capserve.core.teardown.plan import label, plan_teardown
 from capserve.core.teardown.result import KeptResource, TeardownIncompleteError, TeardownReason, TeardownResult
 from capserve.core.teardown.settings import TeardownSettings
+from capserve.tasks.settings import settings_from_environment
 from capserve.tasks.teardown.execute import execute_plan
 from capserve.tasks.teardown.inventory import inventory_campaign
 
@@ -55,7 +56,7 @@ def teardown(
         kind=spec.cluster.kind,
         existing_cluster=spec.cluster.existing_cluster_name,
         kept=[weights],
-        settings=settings or TeardownSettings(),
+        settings=settings or settings_from_environment().for_campaign(spec.campaign_settings()).teardown,
     )
 
 

@@ -22,9 +22,11 @@ from capserve.sandbox.aws_ext import INSTALLERS
 MOTO_EXTENSIONS: tuple[Callable[[], None], ...] = INSTALLERS
 
 SANDBOX_ENV = {
+    # The secret parts are redacted wherever they appear (capserve.tasks.secrets): they must not be a
+    # word the report legitimately contains, such as "sandbox" in the sandbox Hub's repository names.
     "AWS_ACCESS_KEY_ID": "sandbox",
-    "AWS_SECRET_ACCESS_KEY": "sandbox",
-    "AWS_SESSION_TOKEN": "sandbox",
+    "AWS_SECRET_ACCESS_KEY": "sandbox-aws-secret-access-key",
+    "AWS_SESSION_TOKEN": "sandbox-aws-session-token",
     # Never let botocore wander off to the instance metadata service looking for credentials.
     "AWS_EC2_METADATA_DISABLED": "true",
 }

@@ -6,7 +6,7 @@ from prefect.artifacts import create_table_artifact
 
 from capserve.core.catalog import ModelEntry, get_instance_type, get_model
 from capserve.core.plan_check import check_plan_against_capacity, plan_summary_rows
-from capserve.core.planner import ServingPlan, plan_serving
+from capserve.core.planner import PlannerSettings, ServingPlan, plan_serving
 from capserve.core.spec import CampaignSpec, ModelRef
 from capserve.tasks.model_config import model_from_hub
 from capserve.tasks.resilience import hub_task, local_task, orchestrator_task
@@ -25,7 +25,7 @@ def resolve_model(ref: ModelRef, hub_endpoint: str | None = None) -> ModelEntry:
 
 
 @local_task(name="plan-serving")
-def plan_campaign(spec: CampaignSpec, model: ModelEntry) -> ServingPlan:
+def plan_campaign(spec: CampaignSpec, model: ModelEntry, settings: PlannerSettings | None = None) -> ServingPlan:
     """Plan the model on the spec's instance type; refuse before anything is bought if it cannot fit."""
     instance = get_instance_type(spec.capacity.instance_type)
     plan = plan_serving(
@@ -33,6 +33,7 @@ def plan_campaign(spec: CampaignSpec, model: ModelEntry) -> ServingPlan:
         instance,
         context_length=spec.serving.max_model_len,
         concurrency=spec.serving.max_num_seqs,
+        settings=settings,
     ).require_fit()
     check_plan_against_capacity(plan, spec)
     return plan

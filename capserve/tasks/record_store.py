@@ -6,27 +6,36 @@ read it. Either failing answers 412 PreconditionFailed (409 ConditionalRequestCo
 writes race), and we re-read and re-apply the change. moto 5.2.5 honours both headers on PutObject
 (checked in tests/aws/test_capacity_record_store.py), though without AWS's atomicity between check
 and write.
+
+Where the record lives is resolved once (``capserve.core.locations``, ``RecordRef``); a missing
+records bucket is created through the one bucket path (``capserve.tasks.buckets``): in its region,
+tagged.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
+from prefect.cache_policies import NO_CACHE
 
 from capserve.core.errors import PermanentError, RetryableError
 from capserve.core.lease import Lease
-from capserve.core.record import CampaignRecord, StageOutcome, record_key
+from capserve.core.locations import RECORDS
+from capserve.core.record import Approval, CampaignRecord, RecordRef, StageEntry
 from capserve.core.stages import Stage, StageStatus
 from capserve.tasks.aws import client, convert, error_code
+from capserve.tasks.buckets import ensure_bucket
 from capserve.tasks.resilience import s3_task
 
 CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 ABSENT_CODES = frozenset({"NoSuchKey", "NoSuchBucket", "404"})
+
+RecordChange = Callable[[CampaignRecord], CampaignRecord]
 
 
 class RecordConflictError(RetryableError):
@@ -39,105 +48,102 @@ class StoredRecord:
     etag: str
 
 
-def read_record(bucket: str, campaign_id: str, *, region: str) -> StoredRecord | None:
+def read_record(ref: RecordRef) -> StoredRecord | None:
     """The record and its ETag, or None when there is none yet (no such key, or no bucket yet)."""
-    s3 = client("s3", region)
-    key = record_key(campaign_id)
+    s3 = client("s3", ref.location.region)
     try:
-        response = s3.get_object(Bucket=bucket, Key=key)
+        response = s3.get_object(Bucket=ref.location.bucket, Key=ref.key)
     except ClientError as exc:
         if error_code(exc) in ABSENT_CODES:
             return None
-        raise convert(exc, f"reading s3://{bucket}/{key}") from exc
+        raise convert(exc, f"reading {ref.uri}") from exc
     body = response["Body"].read()
     try:
         record = CampaignRecord.model_validate_json(body)
     except ValueError as exc:
         raise PermanentError(
-            f"s3://{bucket}/{key} is not a valid campaign record ({exc.__class__.__name__}); "
+            f"{ref.uri} is not a valid campaign record ({exc.__class__.__name__}); "
             "fix or delete it (the cloud's tags stay the truth: a re-run adopts what exists)"
         ) from exc
     return StoredRecord(record=record, etag=str(response["ETag"]))
 
 
-def write_record(bucket: str, record: CampaignRecord, *, etag: str | None, region: str) -> StoredRecord:
+def write_record(ref: RecordRef, record: CampaignRecord, *, etag: str | None) -> StoredRecord:
     """Create (``etag=None``) or replace (the ETag we read) the record; a lost race raises RecordConflictError."""
-    s3 = client("s3", region)
-    key = record_key(record.campaign_id)
+    s3 = client("s3", ref.location.region)
     condition: dict[str, Any] = {"IfNoneMatch": "*"} if etag is None else {"IfMatch": etag}
     body = json.dumps(record.model_dump(mode="json"), indent=2, sort_keys=True).encode()
-    request = {"Bucket": bucket, "Key": key, "Body": body, "ContentType": "application/json", **condition}
+    request = {
+        "Bucket": ref.location.bucket, "Key": ref.key, "Body": body, "ContentType": "application/json", **condition
+    }
     try:
         try:
             response = s3.put_object(**request)
         except ClientError as exc:
             if error_code(exc) != "NoSuchBucket":
                 raise
-            _create_bucket(s3, bucket, region)
+            ensure_bucket(ref.location, purpose=RECORDS, campaign_id=ref.campaign_id)
             response = s3.put_object(**request)
     except ClientError as exc:
         if error_code(exc) in CONFLICT_CODES or (etag is not None and error_code(exc) in ABSENT_CODES):
-            raise RecordConflictError(f"s3://{bucket}/{key} changed since it was read") from exc
-        raise convert(exc, f"writing s3://{bucket}/{key}", fix="check the role may s3:PutObject") from exc
+            raise RecordConflictError(f"{ref.uri} changed since it was read") from exc
+        raise convert(exc, f"writing {ref.uri}", fix="check the role may s3:PutObject") from exc
     return StoredRecord(record=record, etag=str(response["ETag"]))
 
 
-def _create_bucket(s3: Any, bucket: str, region: str) -> None:
-    """Converge: the campaign's bucket is created on first use when missing (outside us-east-1 it needs a location)."""
-    request: dict[str, Any] = {"Bucket": bucket}
-    if region != "us-east-1":
-        request["CreateBucketConfiguration"] = {"LocationConstraint": region}
-    try:
-        s3.create_bucket(**request)
-    except ClientError as exc:
-        if error_code(exc) != "BucketAlreadyOwnedByYou":
-            raise
+def update_record(ref: RecordRef, changes: Sequence[RecordChange]) -> CampaignRecord:
+    """Read, apply ``changes`` in order, write conditionally; on a conflict read again and re-apply.
 
-
-def update_record(
-    bucket: str,
-    campaign_id: str,
-    change: Callable[[CampaignRecord], CampaignRecord],
-    *,
-    region: str,
-    attempts: int,
-) -> CampaignRecord:
-    """Read, apply ``change``, write conditionally; on a conflict read again and re-apply (``change`` must be pure)."""
-    for _ in range(attempts):
-        stored = read_record(bucket, campaign_id, region=region)
-        current = stored.record if stored else CampaignRecord.new(campaign_id, datetime.now(UTC))
+    The changes must be pure functions of the record: they may run more than once.
+    """
+    for _ in range(ref.write_attempts):
+        stored = read_record(ref)
+        current = stored.record if stored else CampaignRecord.new(ref.campaign_id, datetime.now(UTC))
+        for change in changes:
+            current = change(current)
         try:
-            return write_record(bucket, change(current), etag=stored.etag if stored else None, region=region).record
+            return write_record(ref, current, etag=stored.etag if stored else None).record
         except RecordConflictError:
             continue
-    raise RecordConflictError(f"campaign record {campaign_id}: {attempts} conflicting writes in a row; re-run")
+    raise RecordConflictError(f"campaign record {ref.uri}: {ref.write_attempts} conflicting writes in a row; re-run")
 
 
-@s3_task(name="load-campaign-record")
-def load_record(bucket: str, campaign_id: str, region: str) -> CampaignRecord | None:
-    stored = read_record(bucket, campaign_id, region=region)
+@s3_task(name="load-campaign-record", cache_policy=NO_CACHE)
+def load_record(ref: RecordRef) -> CampaignRecord | None:
+    stored = read_record(ref)
     return stored.record if stored else None
 
 
-@s3_task(name="save-lease")
-def save_lease(
-    bucket: str, campaign_id: str, lease: Lease, offering_id: str | None, region: str, attempts: int = 5
-) -> CampaignRecord:
-    """Put the lease (and the acquire stage's outcome) into the campaign record."""
+@s3_task(name="change-campaign-record", cache_policy=NO_CACHE)
+def change_record(ref: RecordRef, changes: list[RecordChange]) -> CampaignRecord:
+    """Apply ``changes`` (pure functions of the record, in order) to the stored record."""
+    return update_record(ref, changes)
+
+
+@s3_task(name="save-lease", cache_policy=NO_CACHE)
+def save_lease(ref: RecordRef, lease: Lease, offering_id: str | None) -> CampaignRecord:
+    """Put the lease into the campaign record (and the acquire stage as done), the moment it is known."""
 
     def change(record: CampaignRecord) -> CampaignRecord:
         now = datetime.now(UTC)
-        detail = f"{'adopted' if lease.adopted else 'bought'} {lease.reservation_id}"
-        outcome = StageOutcome(status=StageStatus.COMPLETED, finished_at=now, detail=detail)
-        return record.with_lease(lease, offering_id=offering_id, now=now).with_stage(Stage.ACQUIRE, outcome)
+        before = record.stage(Stage.ACQUIRE)
+        entry = StageEntry(
+            status=StageStatus.COMPLETED,
+            started_at=before.started_at if before else None,
+            ended_at=now,
+            inputs_digest=before.inputs_digest if before else None,
+            detail=f"{'adopted' if lease.adopted else 'bought'} {lease.reservation_id}",
+        )
+        return record.with_lease(lease, offering_id=offering_id, now=now).with_stage(Stage.ACQUIRE, entry, now=now)
 
-    return update_record(bucket, campaign_id, change, region=region, attempts=attempts)
+    return update_record(ref, [change])
 
 
-@s3_task(name="save-stage-outcome")
-def save_stage_outcome(
-    bucket: str, campaign_id: str, stage: Stage, outcome: StageOutcome, region: str, attempts: int = 5
-) -> CampaignRecord:
-    return update_record(
-        bucket, campaign_id, lambda record: record.with_stage(stage, outcome), region=region, attempts=attempts
-    )
+@s3_task(name="save-stage", cache_policy=NO_CACHE)
+def save_stage(ref: RecordRef, stage: Stage, entry: StageEntry) -> CampaignRecord:
+    return update_record(ref, [lambda record: record.with_stage(stage, entry)])
+
+
+@s3_task(name="save-approval", cache_policy=NO_CACHE)
+def save_approval(ref: RecordRef, approval: Approval) -> CampaignRecord:
+    return update_record(ref, [lambda record: record.with_approval(approval)])

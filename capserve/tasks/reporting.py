@@ -1,11 +1,15 @@
-"""Writing the campaign report where a person (and the next stage) will look for it."""
+"""Writing the campaign report where a person (and the next stage) will look for it.
+
+The files are written by a plain function, not a Prefect task: the report must be written also when
+the run is being interrupted (Ctrl-C, SIGTERM, a cancellation), when the orchestrator may no longer
+accept new task runs. The UI artifact is published separately, best effort.
+"""
 
 from __future__ import annotations
 
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import matplotlib
 
@@ -13,42 +17,59 @@ matplotlib.use("Agg")  # no display here or in CI; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 from prefect.artifacts import create_markdown_artifact  # noqa: E402
 
-from capserve.tasks.resilience import local_task  # noqa: E402
+from capserve.core.report import CampaignReport, StageRecord  # noqa: E402
+from capserve.core.stages import StageStatus  # noqa: E402
+from capserve.tasks.resilience import orchestrator_task  # noqa: E402
 from capserve.tasks.secrets import redactor  # noqa: E402
 
-# Stage colours by outcome, so a failed or skipped stage stands out in the timeline.
-_COLOURS = {"completed": "tab:green", "failed": "tab:red", "skipped": "tab:gray", "running": "tab:orange"}
+# Stage colours by outcome, so a failed, interrupted or skipped stage stands out in the timeline.
+_COLOURS = {
+    StageStatus.COMPLETED: "tab:green",
+    StageStatus.FAILED: "tab:red",
+    StageStatus.INTERRUPTED: "tab:brown",
+    StageStatus.STOPPED: "tab:purple",
+    StageStatus.SKIPPED: "tab:gray",
+    StageStatus.RUNNING: "tab:orange",
+}
 
 
-@local_task(name="write-report")
-def write_report(report_json: dict[str, Any], markdown: str, out_dir: Path) -> tuple[Path, Path]:
+def write_report_files(report: CampaignReport, out_dir: Path) -> tuple[Path, Path]:
+    """report.json, report.md and timeline.png in ``out_dir``; each file appears whole or not at all."""
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out_dir / "report.json", out_dir / "report.md"
     # No secret of the run reaches the report or its artifact (capserve.tasks.secrets).
-    report_json, markdown = redactor().redact_data(report_json), redactor().redact(markdown)
+    redact = redactor()
+    report_json, markdown = redact.redact_data(report.to_json()), redact.redact(report.to_markdown())
     # Write-then-rename: a reader never sees half a report.
-    for path, text in ((json_path, json.dumps(report_json, indent=2, sort_keys=False) + "\n"), (md_path, markdown)):
+    documents = ((json_path, json.dumps(report_json, indent=2) + "\n"), (md_path, markdown))
+    for path, text in documents:
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
-    if report_json["stages"]:
-        timeline(report_json["stages"], out_dir / "timeline.png")
-    campaign = str(report_json["campaign"])
-    create_markdown_artifact(key=f"{campaign}-report", markdown=markdown, description="Campaign report")
+    if report.stages:
+        timeline(report.stages, out_dir / "timeline.png")
     return json_path, md_path
 
 
-def timeline(stages: list[dict[str, Any]], path: Path) -> Path:
+@orchestrator_task(name="publish-report")
+def publish_report(report: CampaignReport) -> None:
+    """The report as a Prefect artifact, for the UI."""
+    create_markdown_artifact(
+        key=f"{report.campaign}-report", markdown=report.to_markdown(), description="Campaign report"
+    )
+
+
+def timeline(stages: list[StageRecord], path: Path) -> Path:
     """A Gantt chart of the stages: where the paid window's time went."""
-    start = datetime.fromisoformat(stages[0]["started_at"])
+    start = stages[0].started_at
     fig, ax = plt.subplots(figsize=(9, 0.5 * len(stages) + 1.2))
     for row, stage in enumerate(reversed(stages)):
-        began = (datetime.fromisoformat(stage["started_at"]) - start).total_seconds()
-        ended = datetime.fromisoformat(stage["ended_at"] or stage["started_at"])
+        began = (stage.started_at - start).total_seconds()
+        ended: datetime = stage.ended_at or stage.started_at
         width = max((ended - start).total_seconds() - began, 0.05)
-        ax.barh(row, width, left=began, color=_COLOURS.get(stage["status"], "tab:blue"))
-        ax.text(began + width, row, f" {width:.1f} s {stage['status']}", va="center", fontsize=8)
-    ax.set_yticks(range(len(stages)), [s["name"] for s in reversed(stages)])
+        ax.barh(row, width, left=began, color=_COLOURS.get(stage.status, "tab:blue"))
+        ax.text(began + width, row, f" {width:.1f} s {stage.status.value}", va="center", fontsize=8)
+    ax.set_yticks(range(len(stages)), [s.name.value for s in reversed(stages)])
     ax.set_xlabel("seconds since the campaign started")
     ax.set_title("Campaign timeline")
     ax.grid(axis="x", alpha=0.3)

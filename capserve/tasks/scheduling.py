@@ -8,13 +8,13 @@ at the lease's hard-teardown time, with an idempotency key so a re-run never sch
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from prefect import get_run_logger
 from prefect.deployments import run_deployment
 from prefect.exceptions import ObjectNotFound
 
 from capserve.core.lease import Lease
+from capserve.core.schedule import TeardownSchedule
 from capserve.core.spec import CampaignSpec
 from capserve.tasks.resilience import orchestrator_task
 
@@ -26,10 +26,13 @@ def teardown_idempotency_key(campaign_id: str, reservation_id: str) -> str:
 
 
 @orchestrator_task(name="schedule-teardown")
-def schedule_teardown(spec: CampaignSpec, lease: Lease, deployment: str = TEARDOWN_DEPLOYMENT) -> dict[str, Any]:
+def schedule_teardown(spec: CampaignSpec, lease: Lease, deployment: str = TEARDOWN_DEPLOYMENT) -> TeardownSchedule:
     """Schedule ``deployment`` at the lease's hard-teardown time; say plainly when it could not be."""
     at: datetime = lease.teardown_at(spec.teardown)
-    entry: dict[str, Any] = {"scheduled_at": at.isoformat(), "deployment": deployment}
+    schedule = TeardownSchedule(
+        deployment=deployment, scheduled_at=at, note="scheduled", drain_at=lease.drain_at(spec.teardown),
+        lease_end=lease.end,
+    )
     try:
         run = run_deployment(
             deployment,
@@ -46,7 +49,7 @@ def schedule_teardown(spec: CampaignSpec, lease: Lease, deployment: str = TEARDO
             deployment,
             at.isoformat(),
         )
-        entry.update(flow_run_id=None, note=f"not scheduled: no deployment {deployment!r} on this Prefect server")
-        return entry
-    entry.update(flow_run_id=str(run.id), note="scheduled")  # type: ignore[union-attr]  # sync call: a FlowRun
-    return entry
+        return schedule.model_copy(
+            update={"note": f"not scheduled: no deployment {deployment!r} on this Prefect server"}
+        )
+    return schedule.model_copy(update={"flow_run_id": str(run.id)})  # type: ignore[union-attr]  # sync: a FlowRun

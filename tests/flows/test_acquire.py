@@ -17,6 +17,7 @@ from capserve.core.capacity.ranking import rank_offers
 from capserve.core.capacity.result import AcquireResult
 from capserve.core.capacity.settings import CapacitySettings
 from capserve.core.errors import PermanentError
+from capserve.core.settings import RecordSettings
 from capserve.core.spec import CampaignSpec, parse_spec
 from capserve.flows.acquire import acquire
 from capserve.sandbox.aws import moto_sandbox
@@ -24,6 +25,7 @@ from capserve.sandbox.aws_ext import capacity as ext
 from capserve.sandbox.clock import CLOCK
 from capserve.tasks.capacity.purchase import purchase
 from capserve.tasks.capacity.search import search_offers
+from capserve.tasks.locations import record_ref
 from capserve.tasks.record_store import read_record
 
 FAST = CapacitySettings(poll_initial_seconds=0.01, poll_max_seconds=0.05, approval_timeout_seconds=1)
@@ -70,7 +72,7 @@ def test_buys_once_records_the_lease_and_a_rerun_adopts() -> None:
     assert sections["lease"] == result.lease.report_section()
     assert sum(1 for c in sections["offers_considered"] if c["chosen"]) == 1  # type: ignore[union-attr]
     assert "**chosen**" in result.markdown()
-    stored = read_record(spec.weights.s3_bucket, spec.campaign_id, region="us-east-2")
+    stored = read_record(record_ref(spec, RecordSettings()))
     assert stored is not None and stored.record.lease == result.lease
 
     again = acquire(spec, settings=FAST)
@@ -152,8 +154,11 @@ def test_a_rejected_purchase_stops_cleanly_with_nothing_bought() -> None:
     assert result.outcome == "rejected" and result.lease is None
     assert "alice" in result.message and "nothing was bought" in result.message
     assert ext.calls("purchase_capacity_block", include_dry_run=True) == []
-    stored = read_record(spec.weights.s3_bucket, spec.campaign_id, region="us-east-2")
+    stored = read_record(record_ref(spec, RecordSettings()))
     assert stored is not None and stored.record.stages["acquire"].status == "stopped"
+    [approval] = stored.record.approvals  # who decided, when, and why: kept for good
+    assert (approval.approved, approval.approver, approval.note) == (False, "alice", "too early")
+    assert approval.subject == chosen.offering_id
 
 
 def test_an_unanswered_approval_times_out_with_nothing_bought() -> None:

@@ -20,11 +20,13 @@ import pytest
 from prefect.settings import PREFECT_API_URL
 
 from capserve.core.capacity.settings import CapacitySettings
+from capserve.core.settings import RecordSettings
 from capserve.core.spec import parse_spec
 from capserve.flows.acquire import acquire
 from capserve.sandbox.aws import moto_sandbox
 from capserve.sandbox.aws_ext import capacity as ext
 from capserve.sandbox.clock import CLOCK
+from capserve.tasks.locations import record_ref
 from capserve.tasks.record_store import read_record
 
 CHILD = """
@@ -97,12 +99,12 @@ def test_killed_after_purchase_rerun_adopts_and_buys_once(sandbox: None, tmp_pat
         child.wait()
     assert child.returncode == -signal.SIGKILL
     bought = marker.read_text()
-    assert read_record(spec.weights.s3_bucket, spec.campaign_id, region="us-east-2") is None  # nothing recorded
+    assert read_record(record_ref(spec, RecordSettings())) is None  # nothing recorded
 
     result = acquire(spec, settings=CapacitySettings(poll_initial_seconds=0.01, poll_max_seconds=0.05))
 
     assert result.outcome == "adopted" and result.lease is not None
     assert result.lease.reservation_id == bought
     assert len(ext.calls("purchase_capacity_block")) == 1
-    stored = read_record(spec.weights.s3_bucket, spec.campaign_id, region="us-east-2")
+    stored = read_record(record_ref(spec, RecordSettings()))
     assert stored is not None and stored.record.lease == result.lease

@@ -14,10 +14,14 @@ import yaml
 from capserve.cli import main
 from capserve.core.cluster.addons import AddonOptions, render_addons
 from capserve.core.errors import DoesNotFitError, PermanentError
+from capserve.core.settings import RecordSettings
 from capserve.core.spec import CampaignSpec, load_spec
+from capserve.core.stages import Stage, StageStatus
 from capserve.flows.campaign import campaign
 from capserve.sandbox.aws_ext import capacity as capacity_ext
 from capserve.sandbox.environment import SandboxEndpoints, sandbox
+from capserve.tasks.locations import record_ref
+from capserve.tasks.record_store import load_record
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml"
 SMALL_LOAD = {"concurrency_levels": [2], "request_rates": [], "requests_per_stream": 2, "min_requests": 4}
@@ -66,7 +70,7 @@ def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
     )
 
     written = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert written == json.loads(json.dumps(result))
+    assert written == json.loads(json.dumps(result.to_json()))
     assert written["campaign"] == "k3-demo"
     assert [(s["name"], s["status"]) for s in written["stages"]] == [
         (name, "completed")
@@ -109,8 +113,21 @@ def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
 
     # A re-run finds the reservation by its tag: nothing is bought twice.
     again = campaign(spec, out_dir=tmp_path / "again", hub_endpoint=far_ends.hub, teardown_when_done=True)
-    assert again["lease"]["reservation_id"] == lease["reservation_id"]  # type: ignore[index]
+    assert again.acquire is not None and again.acquire.lease is not None
+    assert again.acquire.lease.reservation_id == lease["reservation_id"]
     assert purchases() == 1
+
+    # The campaign record holds the spec (so a scheduled run can load it from the id and region alone),
+    # each stage with its times, inputs digest and outputs, the lease and what teardown kept.
+    record = load_record.fn(record_ref(spec, RecordSettings()))
+    assert record is not None and record.load_spec() == spec and record.lease is not None
+    assert record.lease.reservation_id == lease["reservation_id"]
+    entries = record.stages
+    assert all(entries[s].status is StageStatus.COMPLETED for s in (Stage.PLAN, Stage.ACQUIRE, Stage.TEARDOWN))
+    weights = entries[Stage.STAGE_WEIGHTS]
+    assert weights.inputs_digest and weights.outputs["revision_sha"] == written["weights"]["revision_sha"]
+    assert weights.started_at is not None and weights.ended_at is not None and weights.ended_at >= weights.started_at
+    assert {k.resource for k in record.kept} >= {f"s3-bucket/{spec.weights.s3_bucket}"}
 
 
 def test_a_failed_bring_up_tears_down_what_it_made_and_says_why(tmp_path: Path, far_ends: SandboxEndpoints) -> None:
@@ -137,9 +154,9 @@ def test_a_reservation_that_has_not_started_gets_weights_staged_and_waits(
 ) -> None:
     capacity_ext.SETTINGS.auto_activate = False  # the block starts at the next 11:30 UTC, hours away
 
-    written = campaign(load_spec(EXAMPLE), out_dir=tmp_path, hub_endpoint=far_ends.hub)
+    written = campaign(load_spec(EXAMPLE), out_dir=tmp_path, hub_endpoint=far_ends.hub).to_json()
 
-    stages = {s["name"]: s for s in written["stages"]}  # type: ignore[union-attr]
+    stages = {s["name"]: s for s in written["stages"]}
     assert stages["stage_weights"]["status"] == "completed"
     assert stages["bring_up"]["status"] == "skipped" and "run the campaign again" in stages["bring_up"]["detail"]
     assert "cluster" not in written and "teardown" not in written

@@ -149,11 +149,11 @@ def test_progress_shows_in_a_terminal_and_in_the_ui(monkeypatch: pytest.MonkeyPa
 
 def test_hub_token_comes_from_the_environment_and_never_shows(monkeypatch: pytest.MonkeyPatch) -> None:
     from capserve.core.weights.settings import WeightsSettings
-    from capserve.flows.stage_weights import _connection
+    from capserve.tasks.weights.hub import hub_connection
 
     monkeypatch.setenv("HF_TOKEN", "hf_sandbox_secret_value")
-    conn = _connection("http://127.0.0.1:1", None, WeightsSettings())
+    conn = hub_connection("http://127.0.0.1:1", None, WeightsSettings().hub_timeout_seconds)
     assert conn.secret() == "hf_sandbox_secret_value"
     assert "hf_sandbox_secret_value" not in repr(conn) + str(conn.model_dump())
     monkeypatch.delenv("HF_TOKEN")
-    assert _connection("http://127.0.0.1:1", None, WeightsSettings()).secret() is False
+    assert hub_connection("http://127.0.0.1:1", None, WeightsSettings().hub_timeout_seconds).secret() is False

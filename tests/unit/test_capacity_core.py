@@ -26,8 +26,9 @@ from capserve.core.capacity.states import (
     reservation_from_training_plan,
     state_from_training_plan,
 )
-from capserve.core.record import CampaignRecord, StageOutcome, record_key
+from capserve.core.record import CampaignRecord, StageEntry, record_key
 from capserve.core.spec import CapacitySpec
+from capserve.core.stages import Stage, StageStatus
 from capserve.core.tags import CAMPAIGN_TAG
 
 START = datetime(2026, 12, 1, 11, 30, tzinfo=UTC)
@@ -158,6 +159,6 @@ def test_campaign_record_round_trips() -> None:
         reservation_from_ec2("us-east-2", raw_reservation()), provider="ec2-capacity-block", adopted=False
     )
     record = CampaignRecord.new("k3-demo", START).with_lease(lease, offering_id="cbo-1", now=START)
-    record = record.with_stage("acquire", StageOutcome(status="completed", finished_at=START, detail="bought"))
+    record = record.with_stage(Stage.ACQUIRE, StageEntry(status=StageStatus.COMPLETED, ended_at=START, detail="bought"))
     assert CampaignRecord.model_validate_json(record.model_dump_json()) == record
     assert record_key("k3-demo") == "capserve/campaigns/k3-demo/record.json"

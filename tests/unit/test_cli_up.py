@@ -10,12 +10,14 @@ import pytest
 import capserve.flows.campaign as campaign_module
 from capserve.cli import main
 from capserve.core.errors import DoesNotFitError
+from capserve.core.evaluation.result import EvaluationResult
+from capserve.core.report import CampaignReport
 
 EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml")
 
 
-def fake_campaign(result: dict[str, Any] | Exception) -> Any:
-    def run(spec: Any, **_: Any) -> dict[str, Any]:
+def fake_campaign(result: CampaignReport | Exception) -> Any:
+    def run(spec: Any, **_: Any) -> CampaignReport:
         if isinstance(result, Exception):
             raise result
         return result
@@ -23,13 +25,20 @@ def fake_campaign(result: dict[str, Any] | Exception) -> Any:
     return run
 
 
+def report(verdict: str | None) -> CampaignReport:
+    made = CampaignReport(campaign="k3-demo")
+    if verdict is not None:
+        made.add(EvaluationResult(url="http://127.0.0.1:1", model="kimi-k3", profiles=["smoke"], verdict=verdict))
+    return made
+
+
 @pytest.mark.parametrize(
     ("result", "code"),
     [
-        ({"campaign": "k3-demo", "stages": []}, 0),
-        ({"campaign": "k3-demo", "stages": [], "evaluation": {"verdict": "pass", "gates": []}}, 0),
-        ({"campaign": "k3-demo", "stages": [], "evaluation": {"verdict": "invalid", "gates": []}}, 3),
-        ({"campaign": "k3-demo", "stages": [], "evaluation": {"verdict": "fail", "gates": []}}, 1),
+        (report(None), 0),
+        (report("pass"), 0),
+        (report("invalid"), 3),
+        (report("fail"), 1),
         (DoesNotFitError("needs 2 nodes: set capacity.instance_count to 2"), 1),
     ],
 )

@@ -218,3 +218,29 @@ def test_imports_are_read_everywhere_and_resolved(tmp_path: Path) -> None:
     found = imports_of(package / "tasks" / "weights" / "fetch.py", package)
     assert Import("capserve.tasks.weights.fetch", "boto3.session", lazy=True) in found
     assert Import("capserve.tasks.weights.fetch", "capserve.tasks.weights.s3", lazy=True) in found
+# Flows only sequence: a flow function that grows past this holds logic that belongs in tasks/ or core/.
+MAX_FLOW_FUNCTION_LINES = 60
+
+
+def long_functions(path: Path, limit: int) -> list[str]:
+    """Functions (and methods) of ``path`` longer than ``limit`` lines, decorators and docstring included."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+            length = (node.end_lineno or node.lineno) - first + 1
+            if length > limit:
+                found.append(f"{path.name}::{node.name} has {length} lines")
+    return found
+
+
+def test_flow_functions_only_sequence() -> None:
+    flows = sorted((PACKAGE / "flows").rglob("*.py"))
+    assert flows and [line for path in flows for line in long_functions(path, MAX_FLOW_FUNCTION_LINES)] == []
+
+
+def test_the_length_check_catches_a_long_function(tmp_path: Path) -> None:
+    long = tmp_path / "long.py"
+    long.write_text("@flow\ndef f():\n" + "    x = 1\n" * 59 + "\ndef g():\n    pass\n")
+    assert long_functions(long, MAX_FLOW_FUNCTION_LINES) == ["long.py::f has 61 lines"]

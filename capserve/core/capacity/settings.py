@@ -38,9 +38,6 @@ class CapacitySettings(BaseModel):
     purchase_slot_lease_seconds: int = Field(
         300, ge=60, le=3600, description="Prefect frees a purchase slot held by a dead process after this long."
     )
-    record_write_attempts: int = Field(
-        5, ge=1, le=20, description="Read-modify-write attempts on a conflicting record write."
-    )
 
     @model_validator(mode="after")
     def _ordered(self) -> CapacitySettings:

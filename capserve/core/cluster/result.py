@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from capserve.core.report import markdown_table
+from capserve.core.markdown import markdown_table
 
 
 class SystemPool(BaseModel):

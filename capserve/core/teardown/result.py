@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from capserve.core.errors import PermanentError
-from capserve.core.report import markdown_table
+from capserve.core.markdown import markdown_table
 
 # Why a teardown ran (docs/design.md §7: record why something was torn down).
 # campaign-finished: the campaign's last stage after success; drain-deadline: the one-off run scheduled at

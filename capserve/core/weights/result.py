@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from capserve.core.report import markdown_table
+from capserve.core.markdown import markdown_table
 from capserve.core.weights.listing import SHA1_HEX
 
 

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 from rich.progress import Progress as RichProgress
 
-from capserve.core.report import markdown_table
+from capserve.core.markdown import markdown_table
 from capserve.core.weights.plan import WeightsPlan
 
 

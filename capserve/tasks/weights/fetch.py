@@ -11,6 +11,7 @@ processes (docs/weights.md §3.3): ``sweep_incomplete`` removes them before any 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 from huggingface_hub import hf_hub_download
@@ -19,7 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from capserve.core.errors import PermanentError
 from capserve.core.weights.listing import SHA256_HEX, RepoFile
-from capserve.tasks.resilience import hub_task, local_task
+from capserve.core.weights.settings import WeightsSettings
+from capserve.tasks.parallel import map_bounded
+from capserve.tasks.resilience import RetryPolicy, hub_task, local_task, with_policy
+from capserve.tasks.weights.artifacts import Progress
 from capserve.tasks.weights.hub import HubConnection, convert_hub_error
 from capserve.tasks.weights.localfiles import Digest, forget, hash_file, mark_verified, trusted_sha256
 
@@ -99,3 +103,27 @@ def _download(conn: HubConnection, repo: str, sha: str, rel: str, source_dir: Pa
                         token=conn.secret(), force_download=True, etag_timeout=etag_timeout)
     except Exception as exc:
         raise convert_hub_error(exc, f"downloading {repo}@{sha[:12]}/{rel}") from exc
+
+
+def fetch_checkpoint(
+    conn: HubConnection, repo: str, sha: str, files: Sequence[RepoFile], source_dir: Path, settings: WeightsSettings
+) -> dict[str, FetchedFile]:
+    """Every file of ``files`` in ``source_dir``, verified: at most ``fetch_parallelism`` downloads at once, each
+    retried ``fetch_retries`` times on transient errors, with progress in the UI (and on a watching terminal)."""
+    sweep_incomplete(source_dir)
+    total = sum(f.size for f in files)
+    progress = Progress(f"weights-download-{repo}", total, f"{repo}@{sha[:12]}: fetch + sha256 verify")
+    fetch = with_policy(
+        fetch_file,
+        RetryPolicy(retries=settings.fetch_retries, first_delay_s=settings.fetch_retry_delay_seconds, max_delay_s=60),
+    )
+    calls = [
+        {"conn": conn, "repo": repo, "sha": sha, "file": f, "source_dir": source_dir,
+         "etag_timeout": settings.etag_timeout_seconds}
+        for f in files
+    ]
+    try:
+        fetched = map_bounded(fetch, calls, settings.fetch_parallelism, on_done=lambda r: progress.advance(r.size))
+    finally:
+        progress.close()
+    return {f.path: f for f in fetched}

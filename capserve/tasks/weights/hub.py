@@ -7,6 +7,7 @@ once at import time (docs/weights.md §3.1), so an env var set later would silen
 from __future__ import annotations
 
 import errno
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +23,7 @@ from huggingface_hub.errors import (
 from prefect.context import TaskRunContext
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from capserve.blocks.hub import HUB_ENDPOINT, HubCredentials
 from capserve.core.errors import CapserveError, PermanentError, RetryableError
 from capserve.core.weights.listing import RepoFile, RepoListing
 from capserve.core.weights.safetensors import TensorEntry, tensors_from_offsets
@@ -43,6 +45,21 @@ class HubConnection(BaseModel):
     def secret(self) -> str | bool:
         # False (not None): never fall back to a token cached on this machine by `hf auth login`.
         return self.token.get_secret_value() if self.token else False
+
+
+# huggingface_hub's own tools read the token from this variable when nothing else names one.
+HF_TOKEN_ENV = "HF_TOKEN"
+
+
+def hub_connection(hub_endpoint: str | None, hub_block: str | None, timeout_seconds: float) -> HubConnection:
+    """Endpoint and token for a stage run: a saved ``HubCredentials`` block when one is named, else the
+    ``HF_TOKEN`` environment variable; ``hub_endpoint`` overrides the endpoint (the sandbox's local Hub)."""
+    credentials = HubCredentials.load(hub_block) if hub_block else HubCredentials()
+    if not isinstance(credentials, HubCredentials):
+        raise PermanentError(f"block {hub_block!r} is not a capserve Hub credentials block")
+    token = credentials.token or (SecretStr(os.environ[HF_TOKEN_ENV]) if os.environ.get(HF_TOKEN_ENV) else None)
+    endpoint = hub_endpoint or credentials.endpoint or HUB_ENDPOINT
+    return HubConnection(endpoint=endpoint, token=token, timeout_seconds=timeout_seconds)
 
 
 def convert_hub_error(exc: BaseException, what: str) -> CapserveError:

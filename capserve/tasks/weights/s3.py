@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from botocore.exceptions import ClientError
 
 from capserve.core.errors import PermanentError
-from capserve.core.weights.manifest import WeightsManifest
-from capserve.core.weights.staging_job import CAMPAIGN_LABEL
+from capserve.core.locations import WEIGHTS, BucketLocation
+from capserve.core.weights.manifest import StagedFile, WeightsManifest, manifest_key
 from capserve.tasks.aws import client, convert, error_code, is_retryable
+from capserve.tasks.buckets import ensure_bucket
+from capserve.tasks.parallel import map_bounded
 from capserve.tasks.resilience import s3_task
 
 # HeadObject/HeadBucket have no body, so a missing object surfaces as the bare HTTP status code.
@@ -29,37 +31,10 @@ def b64_sha256(hex_digest: str) -> str:
     return base64.b64encode(bytes.fromhex(hex_digest)).decode()
 
 
-def create_bucket_request(bucket: str, region: str) -> dict[str, Any]:
-    """CreateBucket: us-east-1 takes no LocationConstraint (S3 API reference, CreateBucket)."""
-    request: dict[str, Any] = {"Bucket": bucket}
-    if region != "us-east-1":
-        request["CreateBucketConfiguration"] = {"LocationConstraint": region}
-    return request
-
-
 @s3_task(name="weights-ensure-bucket")
-def ensure_bucket(bucket: str, region: str, campaign_id: str) -> bool:
-    """Create the bucket (tagged with the campaign) if it does not exist; True when this call created it."""
-    s3 = client("s3", region)
-    try:
-        s3.head_bucket(Bucket=bucket)
-        return False
-    except ClientError as exc:
-        if error_code(exc) not in _NOT_FOUND:
-            raise convert(exc, f"checking bucket {bucket}",
-                          fix="the bucket exists but is not ours to use: choose another weights.s3_bucket") from exc
-    try:
-        s3.create_bucket(**create_bucket_request(bucket, region))
-    except ClientError as exc:
-        # Another run of this campaign created it between our HEAD and CREATE: that is convergence, not an error.
-        if error_code(exc) != "BucketAlreadyOwnedByYou":
-            raise convert(exc, f"creating bucket {bucket} in {region}",
-                          fix="bucket names are global: choose another weights.s3_bucket") from exc
-    try:
-        s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": [{"Key": CAMPAIGN_LABEL, "Value": campaign_id}]})
-    except ClientError as exc:
-        raise convert(exc, f"tagging bucket {bucket}") from exc
-    return True
+def ensure_weights_bucket(location: BucketLocation, campaign_id: str) -> bool:
+    """The weights bucket, created in its region and tagged when missing (the one bucket path); True when created."""
+    return ensure_bucket(location, purpose=WEIGHTS, campaign_id=campaign_id)
 
 
 @s3_task(name="weights-publish-file")
@@ -109,3 +84,25 @@ def read_manifest(manifest_uri: str, region: str) -> WeightsManifest:
     except ClientError as exc:
         raise convert(exc, f"reading {manifest_uri}", fix="run the weights stage for this layout first") from exc
     return WeightsManifest.model_validate_json(body)
+
+
+def publish_checkpoint(
+    location: BucketLocation,
+    campaign_id: str,
+    base: str,
+    manifest: WeightsManifest,
+    files: Sequence[tuple[StagedFile, Path]],
+    parallelism: int,
+) -> int:
+    """Every staged file under ``s3://bucket/<base>/`` (at most ``parallelism`` uploads at once), then the
+    manifest; returns the bytes sent (0 when everything was already there)."""
+    ensure_weights_bucket(location, campaign_id)
+    calls = [
+        {"bucket": location.bucket, "key": f"{base}/{s.key}", "path": local, "sha256": s.sha256,
+         "region": location.region}
+        for s, local in files
+    ]
+    uploaded = map_bounded(publish_file, calls, parallelism)
+    body = manifest.model_dump_json(indent=1).encode()
+    publish_document(location.bucket, f"{base}/{manifest_key(manifest.layout_id)}", body, location.region)
+    return sum(uploaded)

@@ -1,0 +1,55 @@
+"""What bring-up applies to a new cluster and what it waits for there, assembled from the lease (pure).
+
+The add-ons (device plugins on the GPU pool, controllers on the system pool), EKS's own workloads that
+must come up (CoreDNS), and what "the GPU nodes are ready" means for this lease.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from capserve.core.catalog import get_instance_type
+from capserve.core.cluster.addons import Manifest, bootstrap_workloads, campaign_addon_options, render_addons
+from capserve.core.cluster.deadline import bring_up_budget
+from capserve.core.cluster.eks import gpu_pool_selector
+from capserve.core.cluster.readiness import NodeExpectation
+from capserve.core.deadline import Deadline, StepBudget
+from capserve.core.lease import Lease
+from capserve.core.spec import CampaignSpec
+
+
+@dataclass(frozen=True)
+class ClusterExpectations:
+    addons: list[Manifest]
+    wait_for: list[Manifest]
+    nodes: NodeExpectation
+
+
+def cluster_expectations(campaign_id: str, lease: Lease, *, kind: str, system_pool: bool) -> ClusterExpectations:
+    """The add-ons to apply, the workloads to wait for, and the GPU nodes the lease must show."""
+    instance = get_instance_type(lease.instance_type)
+    addons = render_addons(
+        campaign_addon_options(campaign_id, efa=bool(instance.efa_card_indices), system_pool=system_pool)
+    )
+    nodes = NodeExpectation(
+        count=lease.instance_count,
+        gpus_per_node=instance.gpus_per_node,
+        efa_per_node=len(instance.efa_card_indices),
+        node_labels=gpu_pool_selector(campaign_id),
+        require_health_label=kind == "hyperpod",
+    )
+    return ClusterExpectations(addons=addons, wait_for=[*addons, *bootstrap_workloads()], nodes=nodes)
+
+
+def bring_up_steps(spec: CampaignSpec, lease: Lease, now: datetime) -> StepBudget:
+    """Bring-up's budget (until drain − ``cluster.min_serving_minutes``), shared by its steps."""
+    campaign_id = spec.campaign_id
+
+    def expired(step: str) -> str:
+        return (
+            f"bring-up of campaign {campaign_id} stopped at {step}: too little of the reservation would be left for "
+            "cluster.min_serving_minutes of serving"
+        )
+
+    return StepBudget(Deadline(bring_up_budget(spec, lease, now).total_seconds()), expired)

@@ -1,0 +1,98 @@
+"""Every knob of capserve in one bounded model, composed of each stage's own settings.
+
+Where values come from, later wins:
+
+1. the defaults below (sized for AWS, each with its bounds and why);
+2. the environment of the process running the flows (``CAPSERVE_`` prefix, ``__`` between levels:
+   ``CAPSERVE_BRING_UP__POLL_SECONDS=5``, ``CAPSERVE_RECORDS__BUCKET=my-records``), read by
+   ``capserve.tasks.settings.load_settings``;
+3. the campaign spec's ``settings:`` block, for what one campaign may tune (``CampaignSettings``: not
+   where records live, which must be known before the spec is read, nor the reaper, which serves every
+   campaign). Only the fields the spec names override; the rest keep the environment's values.
+
+Stages receive their part (``settings.bring_up``, ``settings.weights``, …) from the campaign flow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from capserve.core.capacity.settings import CapacitySettings
+from capserve.core.cluster.settings import BringUpSettings
+from capserve.core.planner.settings import PlannerSettings
+from capserve.core.teardown.settings import ReaperSettings, TeardownSettings
+from capserve.core.weights.settings import WeightsSettings
+
+S3_BUCKET = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
+AWS_REGION = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
+
+
+class RecordSettings(BaseModel):
+    """Where campaign records live. Known without the spec, so a scheduled run given only a campaign id and
+    a region can find the record (and the spec inside it)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bucket: str | None = Field(
+        None,
+        pattern=S3_BUCKET,
+        description="S3 bucket of campaign records; default capserve-records-<account>-<region>, created "
+        "(and tagged) on first use.",
+    )
+    region: str | None = Field(
+        None,
+        pattern=AWS_REGION,
+        description="Region of the records bucket: the campaign's home region; default the first of "
+        "capacity.regions. Scheduled runs of a campaign are given this region.",
+    )
+    write_attempts: int = Field(5, ge=1, le=20, description="Read-modify-write attempts on a conflicting write.")
+
+
+class CampaignSettings(BaseModel):
+    """The settings a campaign spec may override (its ``settings:`` block)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    capacity: CapacitySettings = Field(
+        default_factory=CapacitySettings, description="Acquire: polls, payment and activation waits, approval."
+    )
+    bring_up: BringUpSettings = Field(
+        default_factory=BringUpSettings, description="Bring-up: AWS and Kubernetes waits, HyperPod, VPC CIDR."
+    )
+    weights: WeightsSettings = Field(
+        default_factory=WeightsSettings, description="Weights: parallelism, Hub timeouts, staging Jobs."
+    )
+    teardown: TeardownSettings = Field(
+        default_factory=TeardownSettings, description="Teardown: how long to wait for each kind of thing to go."
+    )
+    planner: PlannerSettings = Field(
+        default_factory=PlannerSettings, description="Planner: memory ceilings and what it assumes of vLLM."
+    )
+
+
+class Settings(CampaignSettings):
+    """All of capserve's settings: the campaign's, plus those shared by every campaign of an installation."""
+
+    records: RecordSettings = Field(default_factory=RecordSettings, description="Where campaign records live.")
+    reaper: ReaperSettings = Field(
+        default_factory=ReaperSettings, description="The reaper: when a campaign counts as over."
+    )
+
+    def for_campaign(self, overrides: CampaignSettings | None) -> Settings:
+        """These settings with the fields a spec's ``settings:`` block names put on top."""
+        if overrides is None:
+            return self
+        merged = _deep_merge(self.model_dump(), overrides.model_dump(exclude_unset=True))
+        return Settings.model_validate(merged)
+
+
+def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out

@@ -1,0 +1,114 @@
+"""What every campaign stage is given: the spec, the settings, where things live, the report and the record.
+
+A stage is a small function ``(CampaignContext) -> its typed result`` (``capserve.flows.stages``); the
+campaign flow is a list of them (``capserve.flows.campaign``). A run that starts from a record instead
+of a spec (a scheduled serve run given only the campaign id and its home region) builds the same
+context from what the record holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TypeVar
+
+from capserve.core.capacity.states import ReservationState
+from capserve.core.errors import PermanentError
+from capserve.core.lease import Lease
+from capserve.core.locations import Locations
+from capserve.core.record import CampaignRecord, RecordRef
+from capserve.core.report import CampaignReport
+from capserve.core.settings import Settings
+from capserve.core.spec import CampaignSpec
+from capserve.core.stages import Stage
+from capserve.tasks.locations import locate
+from capserve.tasks.record_store import RecordChange, change_record
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How this run was started (CLI flags or deployment parameters), beyond the spec."""
+
+    out_dir: Path
+    staging_dir: Path
+    hub_endpoint: str | None = None
+    endpoint_url: str | None = None
+    endpoint_note: str | None = None
+    api_key_env: str | None = None  # the variable's name, never its value
+    basic_auth_env: str | None = None
+    interactive: bool = False
+    teardown_when_done: bool = False
+
+
+@dataclass
+class CampaignContext:
+    spec: CampaignSpec
+    settings: Settings
+    options: RunOptions
+    report: CampaignReport
+    record: CampaignRecord
+    lease: Lease | None = None
+    reservation_state: ReservationState | None = None
+    no_capacity: str = ""
+    _locations: Locations | None = None
+    _unsaved: list[RecordChange] = field(default_factory=list)
+    _saving: bool = False
+
+    @classmethod
+    def start(cls, spec: CampaignSpec, settings: Settings, options: RunOptions) -> CampaignContext:
+        """A new run of ``spec``: an empty report, and the spec queued for the record."""
+        now = datetime.now(UTC)
+        context = cls(
+            spec=spec,
+            settings=settings,
+            options=options,
+            report=CampaignReport(campaign=spec.campaign_id),
+            record=CampaignRecord.new(spec.campaign_id, now),
+        )
+        context.save(lambda record: record.with_spec(spec, now=now))
+        return context
+
+    @property
+    def locations(self) -> Locations:
+        """Where the record, the weights and the capacity live (resolved on first use: it asks AWS the account)."""
+        if self._locations is None:
+            self._locations = locate(self.spec, self.settings.records)
+        return self._locations
+
+    @property
+    def record_ref(self) -> RecordRef:
+        """Where the campaign record lives (resolved with the other locations, once)."""
+        return RecordRef(
+            campaign_id=self.spec.campaign_id,
+            location=self.locations.records,
+            write_attempts=self.settings.records.write_attempts,
+        )
+
+    def start_saving(self) -> None:
+        """From now on every change is written to S3 (the campaign has reached the cloud: from acquire on)."""
+        self._saving = True
+        self._flush()
+
+    def save(self, change: RecordChange) -> None:
+        """Apply ``change`` to the record; written to S3 once saving has started (changes queue until then)."""
+        self._unsaved.append(change)
+        self.record = change(self.record)
+        if self._saving:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._unsaved:
+            changes, self._unsaved = self._unsaved, []
+            self.record = change_record(self.record_ref, changes)
+
+
+def need(value: T | None, stage: Stage) -> T:
+    """The result of an earlier ``stage``, which a later one cannot do without."""
+    if value is None:
+        raise PermanentError(f"the result of the {stage.value} stage is missing: run the campaign from {stage.value}")
+    return value
+
+

@@ -1,0 +1,190 @@
+"""Running a campaign's stages: timing and recording each, skipping what cannot run, and ending safely.
+
+The rules (decided in ``capserve.core.sequencing``, applied here):
+
+- each stage is timed in the report and recorded in the campaign record (status, start, end, inputs
+  digest, outputs); a stage blocked by missing or not-yet-active capacity is skipped together with
+  every stage after it, for one reason;
+- only a ``CapserveError`` raised by a stage (it failed on its own merits) tears down at once
+  ("failed-stage"); an interruption (Ctrl-C, SIGTERM, a Prefect cancellation, a broken output pipe)
+  leaves the cluster to the scheduled teardown and the reaper, and the report and record say so;
+- an error while tearing down after a failure never replaces the failure, and the report is always
+  written.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from prefect import get_run_logger
+from prefect.exceptions import MissingContextError
+from pydantic import BaseModel, JsonValue
+
+from capserve.core.errors import CapserveError
+from capserve.core.record import StageEntry, stage_outputs
+from capserve.core.report import StageRecord
+from capserve.core.sequencing import blocked_by, decide_ending
+from capserve.core.stages import Stage, StageStatus
+from capserve.core.teardown.result import TeardownReason
+from capserve.flows.context import CampaignContext
+from capserve.tasks.reporting import publish_report, write_report_files
+
+
+@dataclass(frozen=True)
+class StageEnd:
+    """What a stage returns when it ends without (all of) its result: skipped or stopped, and why."""
+
+    status: StageStatus
+    why: str
+    section: BaseModel | None = None
+
+
+StageOutput = BaseModel | StageEnd
+
+
+@dataclass(frozen=True)
+class Step:
+    """One stage of a campaign: its name and the function that runs it."""
+
+    stage: Stage
+    run: Callable[[CampaignContext], StageOutput]
+
+
+TearDown = Callable[[CampaignContext, TeardownReason], StageOutput]
+
+
+def run_campaign(ctx: CampaignContext, steps: Sequence[Step], tear_down: TearDown) -> None:
+    """Run ``steps`` in order, then end the run (tear down or not, by the rules above) and write the report."""
+    error: BaseException | None = None
+    try:
+        run_steps(ctx, steps)
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        finish(ctx, error, tear_down)
+
+
+def run_steps(ctx: CampaignContext, steps: Sequence[Step]) -> None:
+    for index, step in enumerate(steps):
+        why = blocked_by(step.stage, lease=ctx.lease, state=ctx.reservation_state, no_capacity=ctx.no_capacity)
+        if why is not None:
+            for later in steps[index:]:
+                skip_stage(ctx, later.stage, why)
+            return
+        run_stage(ctx, step)
+
+
+def run_stage(ctx: CampaignContext, step: Step) -> None:
+    """Run one stage: timed in the report, recorded (from acquire on, in S3), its result put in its section."""
+    if Stage.PLAN.precedes(step.stage):
+        ctx.start_saving()  # the campaign reaches the cloud: from here on the record is kept in S3
+    line = ctx.report.begin(step.stage)
+    digest = ctx.record.inputs_digest(step.stage, ctx.spec)
+    _record(ctx, step.stage, line, digest)
+    try:
+        output = step.run(ctx)
+    except BaseException as exc:
+        status = StageStatus.FAILED if isinstance(exc, CapserveError) else StageStatus.INTERRUPTED
+        ctx.report.end(line, status, f"{type(exc).__name__}: {exc}")
+        _record(ctx, step.stage, line, digest, quietly=True)
+        raise
+    section = output.section if isinstance(output, StageEnd) else output
+    if section is not None:
+        ctx.report.add(section)
+    if isinstance(output, StageEnd):
+        ctx.report.end(line, output.status, output.why)
+    else:
+        ctx.report.end(line, StageStatus.COMPLETED)
+    _record(ctx, step.stage, line, digest, outputs=stage_outputs(step.stage, section))
+
+
+def skip_stage(ctx: CampaignContext, stage: Stage, why: str) -> None:
+    ctx.report.skip(stage, why)
+    ctx.save(lambda record: record.with_stage(stage, StageEntry(status=StageStatus.SKIPPED, detail=why[:4000])))
+
+
+def finish(ctx: CampaignContext, error: BaseException | None, tear_down: TearDown) -> None:
+    """Tear down when the rules say so, say why when they do not, and write the report (always)."""
+    resources_made = any(
+        line.name.leaves_resources and line.status is not StageStatus.SKIPPED for line in ctx.report.stages
+    )
+    ending = decide_ending(error, resources_made=resources_made, teardown_when_done=ctx.options.teardown_when_done)
+    try:
+        if ending.teardown is not None and ctx.lease is not None:
+            _tear_down(ctx, ending.teardown, tear_down, first_error=error)
+        elif error is not None and ending.why:
+            _explain_interruption(ctx, ending.why)
+    finally:
+        _write_report(ctx, quietly=error is not None)
+
+
+def _tear_down(
+    ctx: CampaignContext, reason: TeardownReason, tear_down: TearDown, *, first_error: BaseException | None
+) -> None:
+    """Tear down now. While another error is on its way out, a teardown failure is recorded and logged but does
+    not replace it (the scheduled teardown and the reaper still stand behind it)."""
+    try:
+        run_stage(ctx, Step(Stage.TEARDOWN, lambda context: tear_down(context, reason)))
+    except CapserveError:
+        if first_error is None:
+            raise
+        _logger().exception("teardown after a failed stage did not finish; the scheduled teardown and the reaper stay")
+
+
+def _explain_interruption(ctx: CampaignContext, why: str) -> None:
+    """Say in the report (on the interrupted stage) and in the record why nothing was torn down."""
+    interrupted = [line for line in ctx.report.stages if line.status is StageStatus.INTERRUPTED]
+    if not interrupted:
+        return
+    _logger().warning("campaign %s: %s", ctx.spec.campaign_id, why)
+    line = interrupted[-1]
+    line.detail = f"{line.detail}; {why}"[:4000]
+    _record(ctx, line.name, line, ctx.record.inputs_digest(line.name, ctx.spec), quietly=True)
+
+
+def _record(
+    ctx: CampaignContext,
+    stage: Stage,
+    line: StageRecord,
+    digest: str,
+    *,
+    outputs: dict[str, JsonValue] | None = None,
+    quietly: bool = False,
+) -> None:
+    """The stage's line, as the record keeps it. ``quietly``: while another error is on its way out, a failed
+    write is logged, not raised (the record is a convenience; the cloud's tags stay the truth)."""
+    entry = StageEntry(
+        status=line.status,
+        started_at=line.started_at,
+        ended_at=line.ended_at,
+        inputs_digest=digest,
+        outputs=outputs or {},
+        detail=(line.detail or "")[:4000],
+    )
+    try:
+        ctx.save(lambda record: record.with_stage(stage, entry))
+    except Exception:
+        if not quietly:
+            raise
+        _logger().exception("could not record the %s stage in the campaign record", stage.value)
+
+
+def _write_report(ctx: CampaignContext, *, quietly: bool) -> None:
+    try:
+        json_path, md_path = write_report_files(ctx.report, ctx.options.out_dir)
+        _logger().info("report: %s and %s", json_path, md_path)
+        publish_report(ctx.report)
+    except Exception:
+        if not quietly:
+            raise
+        _logger().exception("could not write the whole report to %s", ctx.options.out_dir)
+
+
+def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return logging.getLogger(__name__)

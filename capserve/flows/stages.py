@@ -1,0 +1,113 @@
+"""The campaign's stages, each a small function of the ``CampaignContext`` that returns its typed result.
+
+The runner (``capserve.flows.runner``) times and records each one and puts its result in the report;
+a stage returns ``StageEnd`` when it ends without its full result (skipped, or stopped on purpose).
+Stages read what earlier stages produced from the report's sections (``ctx.report.weights``, …) and
+their knobs from ``ctx.settings``; nothing here talks to the outside world except through tasks and
+subflows.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from prefect import get_run_logger
+
+from capserve.core.capacity.result import AcquireResult
+from capserve.core.cluster.result import ClusterResult
+from capserve.core.evaluation.result import EvaluationResult
+from capserve.core.planner import ServingPlan
+from capserve.core.stages import Stage, StageStatus
+from capserve.core.teardown.result import TeardownIncompleteError, TeardownReason, TeardownResult
+from capserve.core.weights.node_staging import NodeStagingResult
+from capserve.core.weights.result import WeightsResult
+from capserve.flows.acquire import acquire
+from capserve.flows.bring_up import bring_up
+from capserve.flows.context import CampaignContext, need
+from capserve.flows.evaluate import evaluate_endpoint
+from capserve.flows.runner import StageEnd, StageOutput
+from capserve.flows.stage_weights import stage_weights
+from capserve.flows.teardown import teardown
+from capserve.tasks.planning import plan_campaign, publish_plan, resolve_model
+from capserve.tasks.scheduling import schedule_teardown
+from capserve.tasks.weights.node_staging import stage_on_nodes
+from capserve.tasks.weights.s3 import read_manifest
+
+
+def plan_stage(ctx: CampaignContext) -> ServingPlan:
+    """Model × instance type × context → nodes and parallelism; refuses what cannot fit before anything is bought."""
+    model = resolve_model(ctx.spec.model, ctx.options.hub_endpoint)
+    plan = plan_campaign(ctx.spec, model, ctx.settings.planner)
+    publish_plan(plan, ctx.spec.campaign_id)
+    get_run_logger().info(
+        "plan: %s on %d × %s, %s (%.1f GiB weights per GPU)",
+        plan.model, plan.nodes, plan.instance_type, plan.layout, plan.weight_bytes_per_gpu / 1024**3,
+    )
+    return plan
+
+
+def acquire_stage(ctx: CampaignContext) -> StageOutput:
+    """Buy (exactly once) or adopt the capacity; schedule the teardown the moment a lease exists."""
+    obtained: AcquireResult = acquire(
+        ctx.spec, interactive=ctx.options.interactive, settings=ctx.settings.capacity, record=ctx.record_ref
+    )
+    if obtained.lease is None:
+        ctx.no_capacity = obtained.message
+        return StageEnd(StageStatus.STOPPED, obtained.message, obtained)
+    ctx.lease, ctx.reservation_state = obtained.lease, obtained.state
+    ctx.report.add(schedule_teardown(ctx.spec, obtained.lease))
+    return obtained
+
+
+def stage_weights_stage(ctx: CampaignContext) -> WeightsResult:
+    """Weights need no GPU: this runs while the reservation may still be scheduled."""
+    plan = need(ctx.report.plan, Stage.PLAN)
+    return stage_weights(
+        ctx.spec,
+        nodes=plan.nodes,
+        expert_parallel=plan.expert_parallel,
+        staging_dir=ctx.options.staging_dir,
+        hub_endpoint=ctx.options.hub_endpoint,
+        settings=ctx.settings.weights,
+        bucket=ctx.locations.weights,
+    )
+
+
+def bring_up_stage(ctx: CampaignContext) -> ClusterResult:
+    return bring_up(ctx.spec, need(ctx.lease, Stage.ACQUIRE), ctx.settings.bring_up)
+
+
+def weights_to_nodes_stage(ctx: CampaignContext) -> NodeStagingResult:
+    """Each GPU node copies only its own files from S3 (a Job per node), verifying every sha256."""
+    weights = need(ctx.report.weights, Stage.STAGE_WEIGHTS)
+    manifest = read_manifest(weights.manifest_uri, ctx.locations.weights.region)
+    return stage_on_nodes(ctx.spec, need(ctx.report.cluster, Stage.BRING_UP), manifest, ctx.settings.weights)
+
+
+def evaluate_stage(ctx: CampaignContext) -> EvaluationResult | StageEnd:
+    url = ctx.options.endpoint_url
+    if url is None:
+        why = "no endpoint to evaluate: nothing was rolled out and no endpoint_url was given"
+        return StageEnd(StageStatus.SKIPPED, why)
+    note = ctx.options.endpoint_note
+    return evaluate_endpoint(
+        url,
+        ctx.spec.served_model_name,
+        ctx.spec.evaluation,
+        out_dir=ctx.options.out_dir / "evaluation",
+        api_key_env=ctx.options.api_key_env,
+        basic_auth_env=ctx.options.basic_auth_env,
+        notes=[note] if note else [],
+    )
+
+
+def teardown_stage(ctx: CampaignContext, reason: TeardownReason) -> TeardownResult:
+    """Delete everything of the campaign in the lease's region; what is kept goes into the record."""
+    lease = need(ctx.lease, Stage.ACQUIRE)
+    try:
+        done = teardown(ctx.spec, lease.region, reason=reason, settings=ctx.settings.teardown)
+    except TeardownIncompleteError as exc:
+        ctx.report.add(exc.result)  # what was deleted and what is still there, before the error
+        raise
+    ctx.save(lambda record: record.with_kept(done.kept, now=datetime.now(UTC)))
+    return done

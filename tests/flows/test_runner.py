@@ -1,0 +1,227 @@
+"""The campaign runner's rules, with stand-in stages and a record kept in memory (the real record store has
+its own tests): what is skipped, when teardown runs, and that the report is always written and says why."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+from prefect import flow
+
+import capserve.flows.campaign as campaign_module
+import capserve.flows.stages as stages_module
+from capserve.core.capacity.states import ReservationState
+from capserve.core.cluster.result import ClusterResult
+from capserve.core.errors import PermanentError
+from capserve.core.lease import Lease
+from capserve.core.settings import Settings
+from capserve.core.spec import load_spec
+from capserve.core.stages import Stage, StageStatus
+from capserve.core.teardown.result import TeardownReason, TeardownResult
+from capserve.flows.context import CampaignContext, RunOptions
+from capserve.flows.runner import StageEnd, StageOutput, Step, run_campaign
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml"
+T0 = datetime(2026, 12, 1, 11, 30, tzinfo=UTC)
+
+
+def lease() -> Lease:
+    return Lease(
+        provider="ec2-capacity-block", region="us-east-2", availability_zone="us-east-2a",
+        reservation_id="cr-0123456789abcdef0", start=T0, end=T0 + timedelta(days=1),
+        instance_type="p6-b300.48xlarge", instance_count=1, upfront_fee=2832.0,
+    )
+
+
+def cluster() -> ClusterResult:
+    return ClusterResult(
+        kind="eks", name="capserve-k3-demo", region="us-east-2", endpoint="https://k8s", gpu_pool="gpu",
+        nodes_ready=1, gpus_allocatable=8,
+    )
+
+
+class InMemoryContext(CampaignContext):
+    """The real context with the record kept in memory only (nothing here talks to S3)."""
+
+    def _flush(self) -> None:
+        self._unsaved.clear()
+
+
+def context(tmp_path: Path, *, teardown_when_done: bool = False) -> CampaignContext:
+    spec = load_spec(EXAMPLE)
+    options = RunOptions(out_dir=tmp_path, staging_dir=tmp_path / "staging", teardown_when_done=teardown_when_done)
+    return InMemoryContext.start(spec, Settings(), options)
+
+
+def holds(state: ReservationState) -> Callable[[CampaignContext], StageOutput]:
+    def acquire(ctx: CampaignContext) -> StageOutput:
+        ctx.lease, ctx.reservation_state = lease(), state
+        return StageEnd(StageStatus.COMPLETED, "")
+
+    return acquire
+
+
+def up(ctx: CampaignContext) -> ClusterResult:
+    return cluster()
+
+
+def raises(error: BaseException) -> Callable[[CampaignContext], StageOutput]:
+    def stage(ctx: CampaignContext) -> StageOutput:
+        raise error
+
+    return stage
+
+
+class TearDown:
+    def __init__(self, error: BaseException | None = None) -> None:
+        self.reasons: list[TeardownReason] = []
+        self.error = error
+
+    def __call__(self, ctx: CampaignContext, reason: TeardownReason) -> TeardownResult:
+        self.reasons.append(reason)
+        if self.error is not None:
+            raise self.error
+        return TeardownResult(campaign_id="k3-demo", region="us-east-2", reason=reason, dry_run=False, finished_at=T0)
+
+
+def run(ctx: CampaignContext, steps: list[Step], tear_down: TearDown) -> None:
+    @flow(name="runner-under-test")
+    def campaign_like() -> None:
+        run_campaign(ctx, steps, tear_down)
+
+    campaign_like()
+
+
+def written(tmp_path: Path) -> dict[str, object]:
+    report: dict[str, object] = json.loads((tmp_path / "report.json").read_text())
+    assert (tmp_path / "report.md").exists()
+    return report
+
+
+def statuses(ctx: CampaignContext) -> list[tuple[str, str]]:
+    return [(line.name.value, line.status.value) for line in ctx.report.stages]
+
+
+def steps_failing_at_weights_to_nodes(error: BaseException) -> list[Step]:
+    return [
+        Step(Stage.ACQUIRE, holds(ReservationState.ACTIVE)),
+        Step(Stage.BRING_UP, up),
+        Step(Stage.WEIGHTS_TO_NODES, raises(error)),
+        Step(Stage.EVALUATE, raises(AssertionError("never reached"))),
+    ]
+
+
+def test_a_stage_failing_on_its_own_merits_tears_down_at_once(tmp_path: Path) -> None:
+    ctx, tear_down = context(tmp_path), TearDown()
+    with pytest.raises(PermanentError, match="staging Job failed"):
+        run(ctx, steps_failing_at_weights_to_nodes(PermanentError("staging Job failed")), tear_down)
+    assert tear_down.reasons == ["failed-stage"]
+    assert statuses(ctx)[-2:] == [("weights_to_nodes", "failed"), ("teardown", "completed")]
+    assert ctx.record.stages[Stage.WEIGHTS_TO_NODES].status is StageStatus.FAILED
+    assert "teardown" in written(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "interruption", [KeyboardInterrupt(), BrokenPipeError(32, "Broken pipe"), SystemExit(143)], ids=type
+)
+def test_an_interruption_leaves_the_cluster_to_the_scheduled_teardown(
+    tmp_path: Path, interruption: BaseException
+) -> None:
+    ctx, tear_down = context(tmp_path, teardown_when_done=True), TearDown()
+    with pytest.raises(type(interruption)):
+        run(ctx, steps_failing_at_weights_to_nodes(interruption), tear_down)
+    assert tear_down.reasons == []  # a healthy, paid-for cluster is not destroyed because the run was stopped
+    assert statuses(ctx)[-1] == ("weights_to_nodes", "interrupted")
+    report = written(tmp_path)
+    assert "teardown" not in report
+    detail = str(report["stages"][-1]["detail"])  # type: ignore[index]
+    assert type(interruption).__name__ in detail and "scheduled at purchase" in detail and "reaper" in detail
+    assert "**weights_to_nodes interrupted:**" in (tmp_path / "report.md").read_text()
+    entry = ctx.record.stages[Stage.WEIGHTS_TO_NODES]
+    assert entry.status is StageStatus.INTERRUPTED and "reaper" in entry.detail
+
+
+def test_a_failing_teardown_never_hides_the_first_error_and_the_report_is_written(tmp_path: Path) -> None:
+    ctx, tear_down = context(tmp_path), TearDown(PermanentError("VPC still has a dependency"))
+    with pytest.raises(PermanentError, match="staging Job failed"):
+        run(ctx, steps_failing_at_weights_to_nodes(PermanentError("staging Job failed")), tear_down)
+    assert tear_down.reasons == ["failed-stage"]
+    report = written(tmp_path)
+    assert [(s["name"], s["status"]) for s in report["stages"]][-2:] == [  # type: ignore[index, union-attr]
+        ("weights_to_nodes", "failed"), ("teardown", "failed")
+    ]
+    assert "VPC still has a dependency" in (tmp_path / "report.md").read_text()
+
+
+def test_a_failing_teardown_after_success_fails_the_run(tmp_path: Path) -> None:
+    ctx = context(tmp_path, teardown_when_done=True)
+    steps = [Step(Stage.ACQUIRE, holds(ReservationState.ACTIVE)), Step(Stage.BRING_UP, up)]
+    with pytest.raises(PermanentError, match="dependency"):
+        run(ctx, steps, TearDown(PermanentError("VPC still has a dependency")))
+    assert statuses(ctx)[-1] == ("teardown", "failed") and (tmp_path / "report.json").exists()
+
+
+def test_a_reservation_not_yet_active_skips_every_serving_stage_with_one_reason(tmp_path: Path) -> None:
+    ctx, tear_down = context(tmp_path, teardown_when_done=True), TearDown()
+    steps = [
+        Step(Stage.ACQUIRE, holds(ReservationState.SCHEDULED)),
+        Step(Stage.STAGE_WEIGHTS, lambda ctx: StageEnd(StageStatus.COMPLETED, "")),
+        Step(Stage.BRING_UP, raises(AssertionError("never reached"))),
+        Step(Stage.WEIGHTS_TO_NODES, raises(AssertionError("never reached"))),
+        Step(Stage.EVALUATE, raises(AssertionError("never reached"))),
+    ]
+    run(ctx, steps, tear_down)
+    assert statuses(ctx) == [
+        ("acquire", "completed"), ("stage_weights", "completed"),
+        ("bring_up", "skipped"), ("weights_to_nodes", "skipped"), ("evaluate", "skipped"),
+    ]
+    reasons = {line.detail for line in ctx.report.stages if line.status is StageStatus.SKIPPED}
+    assert len(reasons) == 1 and "run the campaign again" in reasons.pop()
+    assert tear_down.reasons == []  # nothing was made
+    assert ctx.record.stages[Stage.EVALUATE].status is StageStatus.SKIPPED
+
+
+def test_no_capacity_skips_everything_after_acquire(tmp_path: Path) -> None:
+    ctx, tear_down = context(tmp_path), TearDown()
+
+    def rejected(ctx: CampaignContext) -> StageOutput:
+        ctx.no_capacity = "rejected by alice"
+        return StageEnd(StageStatus.STOPPED, "rejected by alice")
+
+    steps = [Step(Stage.ACQUIRE, rejected), Step(Stage.STAGE_WEIGHTS, raises(AssertionError("never")))]
+    run(ctx, steps, tear_down)
+    assert statuses(ctx) == [("acquire", "stopped"), ("stage_weights", "skipped")]
+    assert ctx.report.stages[-1].detail == "no capacity: rejected by alice"
+
+
+def test_an_environment_setting_and_a_spec_override_reach_the_stage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CAPSERVE_BRING_UP__POLL_SECONDS", "7")
+    monkeypatch.setenv("CAPSERVE_WEIGHTS__FETCH_PARALLELISM", "2")
+    data = yaml.safe_load(EXAMPLE.read_text())
+    data["settings"] = {"bring_up": {"cluster_active_timeout_s": 600}, "weights": {"fetch_parallelism": 3}}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(data))
+    spec = load_spec(tmp_path / "spec.yaml")
+    seen: list[CampaignContext] = []
+
+    def capture(ctx: CampaignContext) -> StageOutput:
+        seen.append(ctx)
+        return StageEnd(StageStatus.SKIPPED, "only looking at the settings")
+
+    monkeypatch.setattr(campaign_module, "CAMPAIGN", (Step(Stage.PLAN, capture),))
+    campaign_module.campaign(spec, out_dir=tmp_path / "out")
+
+    [ctx] = seen
+    assert ctx.settings.bring_up.poll_seconds == 7  # from the environment
+    assert ctx.settings.bring_up.cluster_active_timeout_s == 600  # from the spec
+    assert ctx.settings.weights.fetch_parallelism == 3  # the spec wins over the environment
+    handed: list[object] = []
+    monkeypatch.setattr(stages_module, "bring_up", lambda spec, lease, settings: handed.append(settings) or cluster())
+    ctx.lease = lease()
+    stages_module.bring_up_stage(ctx)
+    assert handed == [ctx.settings.bring_up]
