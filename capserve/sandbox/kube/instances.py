@@ -42,14 +42,19 @@ class CpuType:
 # System-node types (moto 5.2.5 instance_types.json.gz: VCpuInfo.DefaultVCpus, MemoryInfo.SizeInMiB,
 # NetworkInfo.NetworkCards[0].MaximumNetworkInterfaces, NetworkInfo.Ipv4AddressesPerInterface).
 CPU_TYPES: dict[str, CpuType] = {
-    f"{family}.{size}": CpuType(vcpus, vcpus * 4096, interfaces, addresses)
-    for family in ("m7i", "m6i", "m5")
-    for size, vcpus, interfaces, addresses in (
-        ("large", 2, 3, 10),
-        ("xlarge", 4, 4, 15),
-        ("2xlarge", 8, 4, 15),
-        ("4xlarge", 16, 8, 30),
-    )
+    **{
+        f"{family}.{size}": CpuType(vcpus, vcpus * 4096, interfaces, addresses)
+        for family in ("m7i", "m6i", "m5")
+        for size, vcpus, interfaces, addresses in (
+            ("large", 2, 3, 10),
+            ("xlarge", 4, 4, 15),
+            ("2xlarge", 8, 4, 15),
+            ("4xlarge", 16, 8, 30),
+        )
+    },
+    # EKS's default node group type when none is given (moto's too).
+    "t3.medium": CpuType(2, 4096, 3, 6),
+    "t3.large": CpuType(2, 8192, 3, 12),
 }
 
 # GPU types: the network figures the catalog does not carry (same moto file and fields).
