@@ -173,10 +173,15 @@ class FakeKube:
                 builtin_plugins=device_plugins == "builtin",
                 broken_gpus=failure is NodeFailure.NO_GPUS,
             )
+            # Plugins shipped in the AMI register their devices with the kubelet before the node is Ready.
+            builtin = {"nvidia.com/gpu": shape.gpus if failure is not NodeFailure.NO_GPUS else 0} if shape.gpus else {}
+            if shape.efa:
+                builtin["vpc.amazonaws.com/efa"] = shape.efa
             node = node_object(
                 name,
                 pool,
                 shape=shape,
+                devices=builtin if device_plugins == "builtin" else None,
                 labels=dict(labels or {}),
                 taints=[dict(t) for t in taints or ()],
                 failure=failure,

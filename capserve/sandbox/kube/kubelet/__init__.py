@@ -15,11 +15,13 @@ import asyncio
 import contextlib
 import shlex
 import sys
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from capserve.sandbox.kube.aws_shim import CLIENT, ShimServer
 from capserve.sandbox.kube.errors import ApiError
 from capserve.sandbox.kube.events import Recorder
 from capserve.sandbox.kube.kubelet.faults import FaultKind, Faults
@@ -95,6 +97,7 @@ class Kubelet:
         self._next_ip = 0
         self._registered: dict[str, set[str]] = {}  # node -> device resources ever advertised
         self._stopping: set[asyncio.Task[None]] = set()
+        self._shim: ShimServer | None = None
 
     def reset(self) -> None:
         self.kill_all_now()
@@ -207,13 +210,18 @@ class Kubelet:
         return min(self.timing.wall(grace), MAX_GRACE_S)
 
     def shim_dir(self) -> Path:
-        """A directory holding the ``aws`` shim, to go first on a tool container's PATH."""
+        """A directory holding the ``aws`` shim, to go first on a tool container's PATH (``aws_shim.py``)."""
         directory = self.layout.root / "bin"
         shim = directory / "aws"
-        if not shim.exists():
+        if self._shim is None:
             directory.mkdir(parents=True, exist_ok=True)
+            # Unix socket paths are limited to ~100 bytes: keep it short, whatever the state dir is.
+            self._shim = ShimServer(Path(tempfile.mkdtemp(prefix="capserve-aws-")) / "aws.sock")
+            client = directory / "aws_client.py"
+            client.write_text(f"SOCKET = {str(self._shim.socket_path)!r}\n{CLIENT}", encoding="utf-8")
+            # -S -E: no site packages, no PYTHON* variables: the client starts in a few milliseconds.
             shim.write_text(
-                f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m capserve.sandbox.kube.aws_shim \"$@\"\n",
+                f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -S -E {shlex.quote(str(client))} \"$@\"\n",
                 encoding="utf-8",
             )
             shim.chmod(0o755)
@@ -320,6 +328,9 @@ class Kubelet:
         for task in list(self._stopping):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if self._shim is not None:
+            self._shim.close()
+            self._shim = None
 
     def kill_all_now(self) -> None:
         for worker in self.workers.values():
