@@ -206,9 +206,7 @@ def _nodegroup_instance_type(backend: EKSBackend, nodegroup: Any) -> str:
 def _join_failure(nodegroup: Any, message: str) -> None:
     """The node group's instances never join: EKS reports it as the node group's health (EKS API, Issue)."""
     nodegroup.status = "CREATE_FAILED"
-    nodegroup.health = {
-        "issues": [{"code": "NodeCreationFailure", "message": message, "resourceIds": []}]
-    }
+    nodegroup.health = {"issues": [{"code": "NodeCreationFailure", "message": message, "resourceIds": []}]}
 
 
 def _patch_eks() -> None:

@@ -49,9 +49,7 @@ def _node_configs(user_data: Any) -> list[dict[str, Any]]:
     head = text.lstrip()[:200].lower()
     if "mime-version" in head or head.startswith("content-type: multipart"):
         message = email.message_from_bytes(raw, policy=email.policy.default)
-        documents = [
-            part.get_content() for part in message.walk() if part.get_content_type() == PART_TYPE
-        ]
+        documents = [part.get_content() for part in message.walk() if part.get_content_type() == PART_TYPE]
     elif "kind: nodeconfig" in text.lower():
         documents = [text]
     else:
@@ -62,9 +60,11 @@ def _node_configs(user_data: Any) -> list[dict[str, Any]]:
             loaded = yaml.safe_load(document)
         except yaml.YAMLError as exc:
             raise NodeConfigError(f"a {PART_TYPE} part is not YAML: {exc}") from exc
-        if not isinstance(loaded, dict) or loaded.get("kind") != "NodeConfig" or not str(
-            loaded.get("apiVersion", "")
-        ).startswith("node.eks.aws/"):
+        if (
+            not isinstance(loaded, dict)
+            or loaded.get("kind") != "NodeConfig"
+            or not str(loaded.get("apiVersion", "")).startswith("node.eks.aws/")
+        ):
             raise NodeConfigError(f"a {PART_TYPE} part is not a node.eks.aws NodeConfig")
         configs.append(loaded)
     return configs

@@ -161,8 +161,13 @@ class FakeKube:
         (HyperPod). With ``ready_after_s`` > 0 the nodes register NotReady and turn Ready later.
         """
         failure = NodeFailure(failure) if failure is not None else None
-        shape = node_shape(instance_type, local_storage=local_storage, root_volume_gib=root_volume_gib,
-                           gpus=gpus_per_node, efa=efa_per_node)
+        shape = node_shape(
+            instance_type,
+            local_storage=local_storage,
+            root_volume_gib=root_volume_gib,
+            gpus=gpus_per_node,
+            efa=efa_per_node,
+        )
         made = []
         for _ in range(count):
             name = node_name(self._nodes_made)

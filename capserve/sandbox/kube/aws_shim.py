@@ -31,8 +31,11 @@ from typing import Any, TextIO
 
 USAGE_EXIT = 252
 QUIET_FLAGS = {"--only-show-errors", "--quiet", "--no-progress"}
-ACCEPTED_FLAGS = {"cp": QUIET_FLAGS | {"--recursive"}, "sync": QUIET_FLAGS | {"--exact-timestamps"},
-                  "ls": {"--recursive"}}
+ACCEPTED_FLAGS = {
+    "cp": QUIET_FLAGS | {"--recursive"},
+    "sync": QUIET_FLAGS | {"--exact-timestamps"},
+    "ls": {"--recursive"},
+}
 
 
 class _Io:
@@ -68,8 +71,14 @@ def _client(env: Mapping[str, str]) -> Any:
     """An S3 client for the container's AWS settings (one per distinct settings, reused)."""
     import boto3
 
-    keys = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
-            "AWS_DEFAULT_REGION")
+    keys = (
+        "AWS_ENDPOINT_URL",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+    )
     settings = tuple(env.get(k, "") for k in keys)
     with _CLIENTS_LOCK:
         if settings not in _CLIENTS:
@@ -114,7 +123,7 @@ def cp(source: str, target: str, recursive: bool, quiet: bool, io_: _Io) -> int:
         if recursive:
             prefix = key.rstrip("/") + "/" if key else ""
             for item in _keys(s3, bucket, prefix):
-                _download(s3, bucket, item["Key"], io_.path(target) / item["Key"][len(prefix):], quiet, io_)
+                _download(s3, bucket, item["Key"], io_.path(target) / item["Key"][len(prefix) :], quiet, io_)
             return 0
         from botocore.exceptions import ClientError
 
@@ -122,8 +131,11 @@ def cp(source: str, target: str, recursive: bool, quiet: bool, io_: _Io) -> int:
             s3.head_object(Bucket=bucket, Key=key)
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
-            print(f"fatal error: An error occurred ({code}) when calling the HeadObject operation: "
-                  f"{'Not Found' if code == '404' else exc}", file=io_.err)
+            print(
+                f"fatal error: An error occurred ({code}) when calling the HeadObject operation: "
+                f"{'Not Found' if code == '404' else exc}",
+                file=io_.err,
+            )
             return 1
         _download(s3, bucket, key, io_.path(target), quiet, io_)
         return 0
@@ -149,7 +161,7 @@ def sync(source: str, target: str, quiet: bool, io_: _Io) -> int:
         bucket, key = _split(source)
         prefix = key.rstrip("/") + "/" if key else ""
         for item in _keys(s3, bucket, prefix):
-            local = io_.path(target) / item["Key"][len(prefix):]
+            local = io_.path(target) / item["Key"][len(prefix) :]
             if not local.is_file() or local.stat().st_size != item["Size"]:
                 _download(s3, bucket, item["Key"], local, quiet, io_)
         return 0
@@ -173,7 +185,7 @@ def ls(uri: str, recursive: bool, io_: _Io) -> int:
     if not recursive:
         seen = set()
         for item in items:
-            rest = item["Key"][len(key):]
+            rest = item["Key"][len(key) :]
             if "/" in rest:
                 folder = rest.split("/", 1)[0] + "/"
                 if folder not in seen:
@@ -246,7 +258,8 @@ class ShimServer:
 CLIENT = """import json, os, socket, sys
 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 sock.connect(SOCKET)
-request = {"argv": sys.argv[1:], "cwd": os.getcwd(), "env": {k: v for k, v in os.environ.items() if k.startswith("AWS_")}}
+env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+request = {"argv": sys.argv[1:], "cwd": os.getcwd(), "env": env}
 sock.sendall(json.dumps(request).encode() + b"\\n")
 answer = json.loads(sock.makefile("rb").readline())
 sys.stdout.write(answer["out"])

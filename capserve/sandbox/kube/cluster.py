@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 from capserve.sandbox.kube.events import Recorder
@@ -76,7 +77,7 @@ class Cluster:
     def _schedule(self) -> None:
         with self.store.lock:
             objects = list(self.store.objects.items())
-            nodes = [o for k, o in objects if k[:2] == ("", "nodes")]
+            nodes: list[Mapping[str, Any]] = [o for k, o in objects if k[:2] == ("", "nodes")]
             pods = [o for k, o in objects if k[:2] == ("", "pods")]
             claims = {(k[2], k[3]) for k, _ in objects if k[:2] == ("", "persistentvolumeclaims")}
             bound: dict[str, list[Obj]] = defaultdict(list)
@@ -92,14 +93,20 @@ class Cluster:
                 and not is_terminal(p)
                 and (p.get("spec") or {}).get("schedulerName", SCHEDULER) == SCHEDULER
             ]
-            pending.sort(key=lambda p: (-int(p["spec"].get("priority") or 0), p["metadata"]["creationTimestamp"],
-                                        p["metadata"]["name"]))
+            pending.sort(
+                key=lambda p: (
+                    -int(p["spec"].get("priority") or 0),
+                    p["metadata"]["creationTimestamp"],
+                    p["metadata"]["name"],
+                )
+            )
             for pod in pending:
                 namespace = pod["metadata"]["namespace"]
                 missing = [
                     v["persistentVolumeClaim"]["claimName"]
                     for v in pod["spec"].get("volumes") or []
-                    if "persistentVolumeClaim" in v and (namespace, v["persistentVolumeClaim"]["claimName"]) not in claims
+                    if "persistentVolumeClaim" in v
+                    and (namespace, v["persistentVolumeClaim"]["claimName"]) not in claims
                 ]
                 placement = place(pod, nodes, used, missing)
                 if placement.node is not None:
@@ -120,8 +127,9 @@ class Cluster:
         ]
         self.store.put_object(self.store.resource("", "v1", "pods"), bound, manager="kube-scheduler", trusted=True)
         namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-        self.recorder.record(pod, "Scheduled", f"Successfully assigned {namespace}/{name} to {node}",
-                             component=SCHEDULER)
+        self.recorder.record(
+            pod, "Scheduled", f"Successfully assigned {namespace}/{name} to {node}", component=SCHEDULER
+        )
 
     def _unschedulable(self, pod: Obj, message: str) -> None:
         status = pod.get("status") or {}
@@ -129,8 +137,15 @@ class Cluster:
         if current is not None and current.get("message") == message:
             return
         others = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
-        conditions = [*others, *merged_conditions(status.get("conditions"),
-                                                  [("PodScheduled", "False", "Unschedulable", message)])]
-        self.store.write_status(self.store.resource("", "v1", "pods"), pod["metadata"]["namespace"],
-                                pod["metadata"]["name"], {**status, "conditions": conditions}, SCHEDULER)
+        conditions = [
+            *others,
+            *merged_conditions(status.get("conditions"), [("PodScheduled", "False", "Unschedulable", message)]),
+        ]
+        self.store.write_status(
+            self.store.resource("", "v1", "pods"),
+            pod["metadata"]["namespace"],
+            pod["metadata"]["name"],
+            {**status, "conditions": conditions},
+            SCHEDULER,
+        )
         self.recorder.record(pod, "FailedScheduling", message, warning=True, component=SCHEDULER)

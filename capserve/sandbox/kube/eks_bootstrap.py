@@ -58,7 +58,11 @@ def coredns() -> list[Manifest]:
         {
             "apiVersion": "v1",
             "kind": "Service",
-            "metadata": {"name": "kube-dns", "namespace": "kube-system", "labels": {**EKS_LABEL, "kubernetes.io/name": "CoreDNS"}},
+            "metadata": {
+                "name": "kube-dns",
+                "namespace": "kube-system",
+                "labels": {**EKS_LABEL, "kubernetes.io/name": "CoreDNS"},
+            },
             "spec": {
                 "selector": {"k8s-app": "kube-dns"},
                 "clusterIP": "10.100.0.10",
@@ -71,7 +75,11 @@ def coredns() -> list[Manifest]:
         {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
-            "metadata": {"name": "coredns", "namespace": "kube-system", "labels": {**EKS_LABEL, "kubernetes.io/name": "CoreDNS"}},
+            "metadata": {
+                "name": "coredns",
+                "namespace": "kube-system",
+                "labels": {**EKS_LABEL, "kubernetes.io/name": "CoreDNS"},
+            },
             "spec": {
                 "replicas": 2,
                 "selector": {"matchLabels": EKS_LABEL},
@@ -88,9 +96,11 @@ def coredns() -> list[Manifest]:
                                     {
                                         "weight": 100,
                                         "podAffinityTerm": {
-                                            "labelSelector": {"matchExpressions": [
-                                                {"key": "k8s-app", "operator": "In", "values": ["kube-dns"]}
-                                            ]},
+                                            "labelSelector": {
+                                                "matchExpressions": [
+                                                    {"key": "k8s-app", "operator": "In", "values": ["kube-dns"]}
+                                                ]
+                                            },
                                             "topologyKey": "kubernetes.io/hostname",
                                         },
                                     }
@@ -106,21 +116,31 @@ def coredns() -> list[Manifest]:
                                 "name": "coredns",
                                 "image": f"{ECR}/coredns:v1.11.4-eksbuild.14",
                                 "args": ["-conf", "/etc/coredns/Corefile"],
-                                "resources": {"limits": {"memory": "170Mi"}, "requests": {"cpu": "100m", "memory": "70Mi"}},
+                                "resources": {
+                                    "limits": {"memory": "170Mi"},
+                                    "requests": {"cpu": "100m", "memory": "70Mi"},
+                                },
                                 "ports": [
                                     {"name": "dns", "containerPort": 53, "protocol": "UDP"},
                                     {"name": "dns-tcp", "containerPort": 53, "protocol": "TCP"},
                                     {"name": "metrics", "containerPort": 9153, "protocol": "TCP"},
                                 ],
-                                "livenessProbe": {"httpGet": {"path": "/health", "port": 8080},
-                                                  "initialDelaySeconds": 60, "failureThreshold": 5},
+                                "livenessProbe": {
+                                    "httpGet": {"path": "/health", "port": 8080},
+                                    "initialDelaySeconds": 60,
+                                    "failureThreshold": 5,
+                                },
                                 "readinessProbe": {"httpGet": {"path": "/ready", "port": 8181}},
-                                "volumeMounts": [{"name": "config-volume", "mountPath": "/etc/coredns", "readOnly": True}],
+                                "volumeMounts": [
+                                    {"name": "config-volume", "mountPath": "/etc/coredns", "readOnly": True}
+                                ],
                             }
                         ],
                         "volumes": [
-                            {"name": "config-volume",
-                             "configMap": {"name": "coredns", "items": [{"key": "Corefile", "path": "Corefile"}]}}
+                            {
+                                "name": "config-volume",
+                                "configMap": {"name": "coredns", "items": [{"key": "Corefile", "path": "Corefile"}]},
+                            }
                         ],
                     },
                 },

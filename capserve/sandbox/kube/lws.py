@@ -88,7 +88,11 @@ class LeaderWorkerSets:
 
     def sync(self) -> None:
         with self.store.lock:
-            for lws in [o for k, o in list(self.store.objects.items()) if k[:2] == ("leaderworkerset.x-k8s.io", "leaderworkersets")]:
+            for lws in [
+                o
+                for k, o in list(self.store.objects.items())
+                if k[:2] == ("leaderworkerset.x-k8s.io", "leaderworkersets")
+            ]:
                 self._sync_one(lws)
 
     def _objects(self, group: str, plural: str, namespace: str | None) -> list[Obj]:
@@ -109,8 +113,9 @@ class LeaderWorkerSets:
             if owner_uid(p) == leader_sts["metadata"]["uid"]
         }
         workers_by_leader = {
-            owner_uid(s): s for s in self._objects("apps", "statefulsets", namespace) if owner_uid(s) in
-            {p["metadata"]["uid"] for p in leaders.values()}
+            owner_uid(s): s
+            for s in self._objects("apps", "statefulsets", namespace)
+            if owner_uid(s) in {p["metadata"]["uid"] for p in leaders.values()}
         }
         pods_by_owner: dict[str, list[Obj]] = {}
         for pod in self._objects("", "pods", namespace):
@@ -178,7 +183,11 @@ class LeaderWorkerSets:
         }
         if old != status:
             self.store.write_status(
-                self.store.resource_for("leaderworkerset.x-k8s.io", "leaderworkersets"), namespace, name, status, MANAGER
+                self.store.resource_for("leaderworkerset.x-k8s.io", "leaderworkersets"),
+                namespace,
+                name,
+                status,
+                MANAGER,
             )
 
     def _headless_service(self, lws: Obj) -> None:
@@ -193,12 +202,17 @@ class LeaderWorkerSets:
         }
         self.store.create(self.store.resource("", "v1", "services"), namespace, body, MANAGER, trusted=True)
 
-    def _pod_template(self, lws: Obj, source: Mapping[str, Any], size: int, revision: str,
-                      labels: Mapping[str, str]) -> Obj:
+    def _pod_template(
+        self, lws: Obj, source: Mapping[str, Any], size: int, revision: str, labels: Mapping[str, str]
+    ) -> Obj:
         template = copy.deepcopy(dict(source))
         metadata = template.setdefault("metadata", {})
-        metadata["labels"] = {**(metadata.get("labels") or {}), NAME: lws["metadata"]["name"], REVISION: revision,
-                              **labels}
+        metadata["labels"] = {
+            **(metadata.get("labels") or {}),
+            NAME: lws["metadata"]["name"],
+            REVISION: revision,
+            **labels,
+        }
         metadata["annotations"] = {**(metadata.get("annotations") or {}), SIZE: str(size)}
         return template
 

@@ -134,7 +134,8 @@ def node_object(
 
 def is_node_ready(node: Mapping[str, Any]) -> bool:
     return any(
-        c.get("type") == "Ready" and c.get("status") == "True" for c in (node.get("status") or {}).get("conditions") or []
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in (node.get("status") or {}).get("conditions") or []
     )
 
 

@@ -52,7 +52,7 @@ def template_hash(template: Mapping[str, Any], collision_count: int = 0) -> str:
 
 
 def quantity(value: Any) -> Decimal:
-    return Decimal(parse_quantity(value))
+    return Decimal(parse_quantity(value))  # type: ignore[no-untyped-call]
 
 
 def _container_requests(container: Mapping[str, Any]) -> Resources:
@@ -105,7 +105,9 @@ def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
     operator = toleration.get("operator") or "Equal"
     if operator == "Exists":
         return not toleration.get("key") or toleration["key"] == taint.get("key")
-    return bool(toleration.get("key") == taint.get("key") and (toleration.get("value") or "") == (taint.get("value") or ""))
+    return bool(
+        toleration.get("key") == taint.get("key") and (toleration.get("value") or "") == (taint.get("value") or "")
+    )
 
 
 def untolerated_taint(

@@ -47,12 +47,13 @@ async def pod_log(request: web.Request, kubelet: Kubelet, namespace: str, name: 
     while True:
         await asyncio.sleep(0.1)
         try:
-            now = kubelet.logs(namespace, name, container, previous=False, tail=None,
-                               timestamps=bool(options["timestamps"]))
+            now = kubelet.logs(
+                namespace, name, container, previous=False, tail=None, timestamps=bool(options["timestamps"])
+            )
         except ApiError:
             break
         if len(now) > len(sent) and now.startswith(sent):
-            await response.write(now[len(sent):].encode())
+            await response.write(now[len(sent) :].encode())
         sent = now
         pod = kubelet.store.objects.get(("", "pods", namespace, name))
         if pod is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):

@@ -201,7 +201,9 @@ def _dataclass_converter(name: str, fields: set[str]) -> Callable[[str], Any]:
         if unknown:
             raise argparse.ArgumentTypeError(
                 f"{len(unknown)} validation error for {name}\n"
-                + "\n".join(f"{key}\n  Unexpected keyword argument [type=unexpected_keyword_argument]" for key in unknown)
+                + "\n".join(
+                    f"{key}\n  Unexpected keyword argument [type=unexpected_keyword_argument]" for key in unknown
+                )
             )
         return parsed
 
@@ -220,8 +222,9 @@ def _parser() -> _Parser:
         shape = option["shape"]
         if shape == "boolean_optional":
             # The snapshot lists --x and --no-x; argparse makes --no-x itself from --x.
-            parser.add_argument(*[f for f in flags if not f.startswith("--no-")], action=argparse.BooleanOptionalAction,
-                                **kwargs)
+            parser.add_argument(
+                *[f for f in flags if not f.startswith("--no-")], action=argparse.BooleanOptionalAction, **kwargs
+            )
             continue
         if shape == "flag":
             parser.add_argument(*flags, action="store_true", **kwargs)
@@ -269,8 +272,8 @@ def _rewrite(argv: Sequence[str]) -> list[str]:
     for i, arg in enumerate(args):
         if arg.startswith("--"):
             if "=" in arg:
-                key, value = arg.split("=", 1)
-                processed.append(f"{name.sub(lambda m: m.group(0).replace('_', '-'), key, count=1)}={value}")
+                key, given = arg.split("=", 1)
+                processed.append(f"{name.sub(lambda m: m.group(0).replace('_', '-'), key, count=1)}={given}")
             else:
                 processed.append(name.sub(lambda m: m.group(0).replace("_", "-"), arg, count=1))
         elif arg.startswith("-O") and arg != "-O":
@@ -297,22 +300,23 @@ def _rewrite(argv: Sequence[str]) -> list[str]:
             if key.endswith("+"):
                 key, raw = key[:-1], json.dumps(raw.split(","))
             flag, *path = key.split(".")
+            parsed: Any
             try:
-                value: Any = json.loads(raw)
+                parsed = json.loads(raw)
             except ValueError:
                 try:
-                    value = _human_readable_int(raw)
+                    parsed = _human_readable_int(raw)
                 except (ValueError, argparse.ArgumentTypeError):
-                    value = raw
+                    parsed = raw
             target = dotted.setdefault(flag, {})
             for part in path[:-1]:
                 target = target.setdefault(part, {})
             previous = target.get(path[-1])
-            target[path[-1]] = previous + value if isinstance(previous, list) and isinstance(value, list) else value
+            target[path[-1]] = previous + parsed if isinstance(previous, list) and isinstance(parsed, list) else parsed
             continue
         out.append(arg)
-    for flag, value in dotted.items():
-        out += [flag, json.dumps(value)]
+    for flag, merged in dotted.items():
+        out += [flag, json.dumps(merged)]
     return out
 
 
@@ -338,9 +342,7 @@ def parse_serve_args(argv: Sequence[str]) -> ServeArgs:
     for key in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
         world *= int(values.get(key) or 1)
     if nnodes > 1 and world % nnodes:
-        raise VllmArgsError(
-            [f"ValueError: world size {world} (TP x PP x DP) is not divisible by nnodes {nnodes}"], 1
-        )
+        raise VllmArgsError([f"ValueError: world size {world} (TP x PP x DP) is not divisible by nnodes {nnodes}"], 1)
     return ServeArgs(model=str(model), values=values, non_default=non_default)
 
 

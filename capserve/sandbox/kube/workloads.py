@@ -62,7 +62,11 @@ DAEMON_TOLERATIONS = (
     {"key": "node.kubernetes.io/pid-pressure", "operator": "Exists", "effect": "NoSchedule"},
     {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
 )
-HOST_NETWORK_TOLERATION = {"key": "node.kubernetes.io/network-unavailable", "operator": "Exists", "effect": "NoSchedule"}
+HOST_NETWORK_TOLERATION = {
+    "key": "node.kubernetes.io/network-unavailable",
+    "operator": "Exists",
+    "effect": "NoSchedule",
+}
 JOB_BACKOFF_S, JOB_BACKOFF_MAX_S = 10.0, 360.0
 
 
@@ -71,7 +75,8 @@ def _name(obj: Mapping[str, Any]) -> str:
 
 
 def _ns(obj: Mapping[str, Any]) -> str | None:
-    return obj["metadata"].get("namespace")
+    namespace = obj["metadata"].get("namespace")
+    return str(namespace) if namespace else None
 
 
 def _uid(obj: Mapping[str, Any]) -> str:
@@ -161,8 +166,16 @@ class Workloads:
         if current is not None and current["metadata"]["uid"] == obj["metadata"]["uid"]:
             self.store.delete(self.store.resource_for(key[0], key[1]), key[2], key[3], propagation)
 
-    def create_pod(self, owner: Obj, template: Mapping[str, Any], name: str, *, labels: Mapping[str, str],
-                   generate_name: str | None = None, spec_changes: Mapping[str, Any] | None = None) -> Obj:
+    def create_pod(
+        self,
+        owner: Obj,
+        template: Mapping[str, Any],
+        name: str,
+        *,
+        labels: Mapping[str, str],
+        generate_name: str | None = None,
+        spec_changes: Mapping[str, Any] | None = None,
+    ) -> Obj:
         meta = template.get("metadata") or {}
         metadata: Obj = {
             "name": name,
@@ -269,10 +282,15 @@ class Workloads:
             },
             "spec": {"replicas": replicas, "selector": selector, "template": rs_template},
         }
-        created = self.store.create(self.store.resource("apps", "v1", "replicasets"), _ns(deployment), body, MANAGER,
-                                    trusted=True)
-        self.recorder.record(deployment, "ScalingReplicaSet", f"Scaled up replica set {name} from 0 to {replicas}",
-                             component="deployment-controller")
+        created = self.store.create(
+            self.store.resource("apps", "v1", "replicasets"), _ns(deployment), body, MANAGER, trusted=True
+        )
+        self.recorder.record(
+            deployment,
+            "ScalingReplicaSet",
+            f"Scaled up replica set {name} from 0 to {replicas}",
+            component="deployment-controller",
+        )
         return created
 
     def _scale(self, deployment: Obj, rs: Obj, replicas: int) -> None:
@@ -318,8 +336,9 @@ class Workloads:
                 self._scale(deployment, rs, spec_replicas(rs) - cut)
                 can_remove -= cut
 
-    def _deployment_status(self, deployment: Obj, new: Obj, old: list[Obj], desired: int, unavailable: int,
-                           created_new: bool, name: str) -> None:
+    def _deployment_status(
+        self, deployment: Obj, new: Obj, old: list[Obj], desired: int, unavailable: int, created_new: bool, name: str
+    ) -> None:
         sets = [new, *old]
 
         def total(field: str) -> int:
@@ -353,23 +372,47 @@ class Workloads:
         already_failed = (previous.get("Progressing") or {}).get("reason") == "ProgressDeadlineExceeded"
         rs_name = _name(new)
         if complete:
-            progressing = ("Progressing", "True", "NewReplicaSetAvailable", f'ReplicaSet "{rs_name}" has successfully progressed.')
+            progressing = (
+                "Progressing",
+                "True",
+                "NewReplicaSetAvailable",
+                f'ReplicaSet "{rs_name}" has successfully progressed.',
+            )
         elif already_failed or stalled_for >= self.timing.wall(deadline):
-            progressing = ("Progressing", "False", "ProgressDeadlineExceeded", f'ReplicaSet "{rs_name}" has timed out progressing.')
+            progressing = (
+                "Progressing",
+                "False",
+                "ProgressDeadlineExceeded",
+                f'ReplicaSet "{rs_name}" has timed out progressing.',
+            )
         else:
             self._due(self.timing.wall(deadline) - stalled_for + 0.01)
             reason = "NewReplicaSetCreated" if created_new else "ReplicaSetUpdated"
-            message = f'Created new replica set "{rs_name}"' if created_new else f'ReplicaSet "{rs_name}" is progressing.'
+            message = (
+                f'Created new replica set "{rs_name}"' if created_new else f'ReplicaSet "{rs_name}" is progressing.'
+            )
             progressing = ("Progressing", "True", reason, message)
         if available >= desired - unavailable:
-            available_condition = ("Available", "True", "MinimumReplicasAvailable", "Deployment has minimum availability.")
+            available_condition = (
+                "Available",
+                "True",
+                "MinimumReplicasAvailable",
+                "Deployment has minimum availability.",
+            )
         else:
-            available_condition = ("Available", "False", "MinimumReplicasUnavailable", "Deployment does not have minimum availability.")
+            available_condition = (
+                "Available",
+                "False",
+                "MinimumReplicasUnavailable",
+                "Deployment does not have minimum availability.",
+            )
         conditions = merged_conditions(old_status.get("conditions"), [available_condition, progressing])
         for entry in conditions:  # Deployment conditions also carry lastUpdateTime
             before = previous.get(entry["type"]) or {}
             same = before.get("status") == entry["status"] and before.get("reason") == entry.get("reason")
-            entry["lastUpdateTime"] = before.get("lastUpdateTime") if same and before.get("lastUpdateTime") else timestamp()
+            entry["lastUpdateTime"] = (
+                before.get("lastUpdateTime") if same and before.get("lastUpdateTime") else timestamp()
+            )
         self._write_status(deployment, {**counters, "conditions": conditions})
 
     def _replicaset(self, rs: Obj, owned: list[Obj]) -> None:
@@ -385,13 +428,18 @@ class Workloads:
             # The controller deletes the least useful pods first: unscheduled, then not ready, then newest.
             ranked = sorted(
                 active,
-                key=lambda p: (bool((p.get("spec") or {}).get("nodeName")), is_ready(p),
-                               -float(p["metadata"].get("resourceVersion", 0))),
+                key=lambda p: (
+                    bool((p.get("spec") or {}).get("nodeName")),
+                    is_ready(p),
+                    -float(p["metadata"].get("resourceVersion", 0)),
+                ),
             )
             for pod in ranked[: len(active) - desired]:
                 self.delete(pod)
                 active.remove(pod)
-                self.recorder.record(rs, "SuccessfulDelete", f"Deleted pod: {_name(pod)}", component="replicaset-controller")
+                self.recorder.record(
+                    rs, "SuccessfulDelete", f"Deleted pod: {_name(pod)}", component="replicaset-controller"
+                )
         ready = sum(1 for p in active if is_ready(p))
         self._write_status(
             rs,
@@ -412,10 +460,13 @@ class Workloads:
         if spec.get("hostNetwork"):
             tolerations.append(HOST_NETWORK_TOLERATION)
         taints = (node.get("spec") or {}).get("taints") or []
-        return node_selector_matches(spec, node) and untolerated_taint(taints, tolerations, ("NoSchedule", "NoExecute")) is None
+        return (
+            node_selector_matches(spec, node)
+            and untolerated_taint(taints, tolerations, ("NoSchedule", "NoExecute")) is None
+        )
 
     def _daemon_pod_spec(self, daemonset: Obj, node: str) -> Obj:
-        spec = copy.deepcopy(daemonset["spec"]["template"]["spec"])
+        spec: Obj = copy.deepcopy(daemonset["spec"]["template"]["spec"])
         affinity = spec.setdefault("affinity", {})
         affinity["nodeAffinity"] = {
             **(affinity.get("nodeAffinity") or {}),
@@ -434,9 +485,9 @@ class Workloads:
         generation = str(daemonset["metadata"]["generation"])
         by_node: dict[str, list[Obj]] = defaultdict(list)
         for pod in owned:
-            node = pod_node(pod)
-            if node:
-                by_node[node].append(pod)
+            pinned = pod_node(pod)
+            if pinned:
+                by_node[pinned].append(pod)
         desired = current = misscheduled = ready = updated = 0
         name = _name(daemonset)
         rolling_out: list[Obj] = []
@@ -446,7 +497,9 @@ class Workloads:
             for pod in [p for p in pods if (p.get("status") or {}).get("phase") == "Failed"]:
                 self.delete(pod)  # the controller replaces failed daemon pods
                 pods.remove(pod)
-                self.recorder.record(daemonset, "SuccessfulDelete", f"Deleted pod: {_name(pod)}", component="daemonset-controller")
+                self.recorder.record(
+                    daemonset, "SuccessfulDelete", f"Deleted pod: {_name(pod)}", component="daemonset-controller"
+                )
             if not self.daemon_should_run(daemonset, node):
                 if pods:
                     misscheduled += 1
@@ -457,12 +510,18 @@ class Workloads:
             if not pods:
                 pod_name = f"{name}-{random_suffix()}"
                 template = daemonset["spec"]["template"]
-                labels = {"pod-template-generation": generation,
-                          "controller-revision-hash": template_hash(template)}
+                labels = {"pod-template-generation": generation, "controller-revision-hash": template_hash(template)}
                 spec = self._daemon_pod_spec(daemonset, node_name)
-                self.create_pod(daemonset, {"metadata": template.get("metadata") or {}, "spec": spec}, pod_name,
-                                labels=labels, generate_name=f"{name}-")
-                self.recorder.record(daemonset, "SuccessfulCreate", f"Created pod: {pod_name}", component="daemonset-controller")
+                self.create_pod(
+                    daemonset,
+                    {"metadata": template.get("metadata") or {}, "spec": spec},
+                    pod_name,
+                    labels=labels,
+                    generate_name=f"{name}-",
+                )
+                self.recorder.record(
+                    daemonset, "SuccessfulCreate", f"Created pod: {pod_name}", component="daemonset-controller"
+                )
                 continue
             current += 1
             pod = pods[0]
@@ -506,9 +565,12 @@ class Workloads:
             if (pod.get("status") or {}).get("phase") == "Failed" or _name(pod) not in wanted:
                 self.delete(pod)  # failed pods are recreated under the same name; extra ordinals go
                 del by_name[_name(pod)]
-                self.recorder.record(statefulset, "SuccessfulDelete",
-                                     f"delete Pod {_name(pod)} in StatefulSet {name} successful",
-                                     component="statefulset-controller")
+                self.recorder.record(
+                    statefulset,
+                    "SuccessfulDelete",
+                    f"delete Pod {_name(pod)} in StatefulSet {name} successful",
+                    component="statefulset-controller",
+                )
         for ordinal, pod_name in enumerate(wanted, start=start):
             existing = by_name.get(pod_name)
             if existing is not None:
@@ -524,10 +586,15 @@ class Workloads:
             changes: Obj = {"hostname": pod_name}
             if spec.get("serviceName"):
                 changes["subdomain"] = spec["serviceName"]
-            by_name[pod_name] = self.create_pod(statefulset, spec["template"], pod_name, labels=labels, spec_changes=changes)
-            self.recorder.record(statefulset, "SuccessfulCreate",
-                                 f"create Pod {pod_name} in StatefulSet {name} successful",
-                                 component="statefulset-controller")
+            by_name[pod_name] = self.create_pod(
+                statefulset, spec["template"], pod_name, labels=labels, spec_changes=changes
+            )
+            self.recorder.record(
+                statefulset,
+                "SuccessfulCreate",
+                f"create Pod {pod_name} in StatefulSet {name} successful",
+                component="statefulset-controller",
+            )
             if not parallel:
                 break
         pods = [by_name[n] for n in wanted if n in by_name]
@@ -544,7 +611,9 @@ class Workloads:
             "availableReplicas": ready,
             "currentReplicas": updated if not outdated else len(outdated),
             "updatedReplicas": updated,
-            "currentRevision": revision if not outdated else outdated[0]["metadata"]["labels"].get("controller-revision-hash"),
+            "currentRevision": revision
+            if not outdated
+            else outdated[0]["metadata"]["labels"].get("controller-revision-hash"),
             "updateRevision": revision,
             "collisionCount": 0,
         }
@@ -556,7 +625,11 @@ class Workloads:
         spec, uid, name = job["spec"], _uid(job), _name(job)
         old = job.get("status") or {}
         finished = next(
-            (c for c in old.get("conditions") or [] if c.get("type") in ("Complete", "Failed") and c.get("status") == "True"),
+            (
+                c
+                for c in old.get("conditions") or []
+                if c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+            ),
             None,
         )
         active = [p for p in owned if not is_terminal(p)]
@@ -581,12 +654,26 @@ class Workloads:
         start_time = old.get("startTime") or timestamp()
         counters: Obj = {"startTime": start_time, "ready": ready, "terminating": 0, "uncountedTerminatedPods": {}}
         if failed > backoff_limit:
-            self._finish(job, active, counters, succeeded, failed, "BackoffLimitExceeded",
-                         "Job has reached the specified backoff limit")
+            self._finish(
+                job,
+                active,
+                counters,
+                succeeded,
+                failed,
+                "BackoffLimitExceeded",
+                "Job has reached the specified backoff limit",
+            )
             return
         if deadline is not None and time.monotonic() - started >= self.timing.wall(float(deadline)):
-            self._finish(job, active, counters, succeeded, failed, "DeadlineExceeded",
-                         "Job was active longer than specified deadline")
+            self._finish(
+                job,
+                active,
+                counters,
+                succeeded,
+                failed,
+                "DeadlineExceeded",
+                "Job was active longer than specified deadline",
+            )
             return
         if deadline is not None:
             self._due(self.timing.wall(float(deadline)) - (time.monotonic() - started) + 0.01)
@@ -623,8 +710,12 @@ class Workloads:
                 }
                 for _ in range(wanted - len(active)):
                     pod_name = f"{name}-{random_suffix()}"
-                    active.append(self.create_pod(job, spec["template"], pod_name, labels=labels, generate_name=f"{name}-"))
-                    self.recorder.record(job, "SuccessfulCreate", f"Created pod: {pod_name}", component="job-controller")
+                    active.append(
+                        self.create_pod(job, spec["template"], pod_name, labels=labels, generate_name=f"{name}-")
+                    )
+                    self.recorder.record(
+                        job, "SuccessfulCreate", f"Created pod: {pod_name}", component="job-controller"
+                    )
         status = {**counters, "ready": ready}
         if active:
             status["active"] = len(active)
@@ -636,8 +727,9 @@ class Workloads:
             status["conditions"] = old["conditions"]
         self._write_status(job, status)
 
-    def _finish(self, job: Obj, active: list[Obj], counters: Obj, succeeded: int, failed: int, reason: str,
-                message: str) -> None:
+    def _finish(
+        self, job: Obj, active: list[Obj], counters: Obj, succeeded: int, failed: int, reason: str, message: str
+    ) -> None:
         for pod in active:
             self.delete(pod)
         status = {**counters, "ready": 0, "failed": failed}

@@ -221,7 +221,7 @@ class Kubelet:
             client.write_text(f"SOCKET = {str(self._shim.socket_path)!r}\n{CLIENT}", encoding="utf-8")
             # -S -E: no site packages, no PYTHON* variables: the client starts in a few milliseconds.
             shim.write_text(
-                f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -S -E {shlex.quote(str(client))} \"$@\"\n",
+                f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -S -E {shlex.quote(str(client))} "$@"\n',
                 encoding="utf-8",
             )
             shim.chmod(0o755)
@@ -246,9 +246,11 @@ class Kubelet:
             return None
         for pod in pods:
             spec = pod.get("spec") or {}
-            if pod["metadata"]["namespace"] == target_ns and spec.get("hostname") == hostname and spec.get(
-                "subdomain"
-            ) == subdomain:
+            if (
+                pod["metadata"]["namespace"] == target_ns
+                and spec.get("hostname") == hostname
+                and spec.get("subdomain") == subdomain
+            ):
                 return target_ns, pod["metadata"]["name"]
         return None
 
@@ -279,15 +281,17 @@ class Kubelet:
         worker = self.workers.get(pod["metadata"]["uid"])
         return pod, worker
 
-    def logs(self, namespace: str, name: str, container: str | None, *, previous: bool, tail: int | None,
-             timestamps: bool) -> str:
+    def logs(
+        self, namespace: str, name: str, container: str | None, *, previous: bool, tail: int | None, timestamps: bool
+    ) -> str:
         pod, worker = self._worker(namespace, name)
         names = [c["name"] for c in pod["spec"].get("containers") or []]
         all_names = [*names, *[c["name"] for c in pod["spec"].get("initContainers") or []]]
         if container is None:
             if len(names) != 1:
                 raise ApiError(
-                    400, "BadRequest",
+                    400,
+                    "BadRequest",
                     f"a container name must be specified for pod {name}, choose one of: [{' '.join(names)}]",
                 )
             container = names[0]
@@ -296,7 +300,9 @@ class Kubelet:
         runner = worker.runner(container) if worker else None
         if previous:
             if runner is None or runner.logs.previous is None:
-                raise ApiError(400, "BadRequest", f'previous terminated container "{container}" in pod "{name}" not found')
+                raise ApiError(
+                    400, "BadRequest", f'previous terminated container "{container}" in pod "{name}" not found'
+                )
             return runner.logs.previous.text(tail, timestamps)
         if runner is None or runner.logs.current is None:
             waiting = "ContainerCreating"
@@ -335,4 +341,3 @@ class Kubelet:
     def kill_all_now(self) -> None:
         for worker in self.workers.values():
             worker.kill_now()
-

@@ -35,7 +35,9 @@ def resolve_port(container: Mapping[str, Any], port: Any) -> int | None:
     return None
 
 
-async def run_probe(probe: Mapping[str, Any], container: Mapping[str, Any], runtime: Runtime, pod_ip: str) -> ProbeResult:
+async def run_probe(
+    probe: Mapping[str, Any], container: Mapping[str, Any], runtime: Runtime, pod_ip: str
+) -> ProbeResult:
     if "exec" in probe or "grpc" in probe or runtime.passes_probes_offline:
         return ProbeResult(True)
     timeout = min(float(probe.get("timeoutSeconds") or 1), 10.0)
@@ -51,7 +53,9 @@ async def run_probe(probe: Mapping[str, Any], container: Mapping[str, Any], runt
         try:
             status = await asyncio.wait_for(_http_get(local, path, headers), timeout=timeout)
         except TimeoutError:
-            return ProbeResult(False, f"{url}: context deadline exceeded (Client.Timeout exceeded while awaiting headers)")
+            return ProbeResult(
+                False, f"{url}: context deadline exceeded (Client.Timeout exceeded while awaiting headers)"
+            )
         except OSError:
             return ProbeResult(False, f"{url}: dial tcp {pod_ip}:{port}: connect: connection refused")
         if 200 <= status < 400:
@@ -75,7 +79,10 @@ async def run_probe(probe: Mapping[str, Any], container: Mapping[str, Any], runt
 async def _http_get(port: int, path: str, headers: str) -> int:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
-        request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUser-Agent: kube-probe/1.34\r\n{headers}Connection: close\r\n\r\n"
+        request = (
+            f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUser-Agent: kube-probe/1.34\r\n"
+            f"{headers}Connection: close\r\n\r\n"
+        )
         writer.write(request.encode())
         await writer.drain()
         line = await reader.readline()

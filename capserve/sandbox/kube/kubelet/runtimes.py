@@ -39,8 +39,15 @@ if TYPE_CHECKING:
 TOOL_IMAGES = ("public.ecr.aws/aws-cli/aws-cli", "amazon/aws-cli")
 VLLM_IMAGES = ("vllm/vllm-openai", "docker.io/vllm/vllm-openai", "public.ecr.aws/q9t5s3a7/vllm")
 # Passed through to tool containers: how the pod's AWS SDK reaches the sandbox's AWS (IRSA stands in).
-AWS_ENV = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION",
-           "AWS_REGION", "AWS_EC2_METADATA_DISABLED")
+AWS_ENV = (
+    "AWS_ENDPOINT_URL",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_DEFAULT_REGION",
+    "AWS_REGION",
+    "AWS_EC2_METADATA_DISABLED",
+)
 
 
 @dataclass
@@ -375,7 +382,7 @@ def _printable(values: Mapping[str, Any]) -> str:
 
 def sandbox_server(ctx: ContainerContext, args: ServeArgs, host_model: Path, port: int, delay_s: float) -> LocalProcess:
     """The sandbox OpenAI server standing in for vLLM: the pod's served name, key and context length."""
-    config = {"model": args.served_model_names[0]}
+    config: dict[str, Any] = {"model": args.served_model_names[0]}
     max_len = args.get("max_model_len")
     if isinstance(max_len, int) and max_len > 0:
         config["max_model_len"] = max_len
@@ -385,8 +392,17 @@ def sandbox_server(ctx: ContainerContext, args: ServeArgs, host_model: Path, por
         env["VLLM_API_KEY"] = args.api_keys[0]
     elif ctx.env.get("VLLM_API_KEY"):
         env["VLLM_API_KEY"] = ctx.env["VLLM_API_KEY"]
-    argv = [sys.executable, "-m", "capserve.sandbox.openai_server", "--port", str(port), "--config-json",
-            json.dumps(config), "--listen-after-s", f"{delay_s:.3f}"]
+    argv = [
+        sys.executable,
+        "-m",
+        "capserve.sandbox.openai_server",
+        "--port",
+        str(port),
+        "--config-json",
+        json.dumps(config),
+        "--listen-after-s",
+        f"{delay_s:.3f}",
+    ]
     return LocalProcess(argv, env, ctx.scratch, ctx.log)
 
 
@@ -408,11 +424,26 @@ def real_vllm(venv: Path) -> ServeFn:
             if word.startswith(("--port=", "--host=", "--model=")) or (index == 0 and not word.startswith("-")):
                 continue
             mapped.append(rewrite_paths(word, ctx.mounts))
-        env = {**os.environ, **ctx.env, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-               "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+        env = {
+            **os.environ,
+            **ctx.env,
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+        }
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         python = str(venv / "bin" / "python")
-        serve = [python, "-m", "vllm.entrypoints.openai.api_server", *mapped, "--host", "127.0.0.1", "--port", str(port)]
+        serve = [
+            python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            *mapped,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ]
         if delay_s > 0:
             serve = ["sh", "-c", f'sleep {delay_s:.3f} && exec "$@"', "slow-start", *serve]
         return LocalProcess(serve, env, ctx.scratch, ctx.log)

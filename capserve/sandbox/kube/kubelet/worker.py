@@ -166,10 +166,8 @@ class ContainerRunner:
             self._event("Pulling", f'Pulling image "{self.image}"')
             if fault is None:
                 self.kubelet.images[node].add(self.image)
-                self._event(
-                    "Pulled",
-                    f'Successfully pulled image "{self.image}" in 120ms (120ms including waiting). Image size: 0 bytes.',
-                )
+                pulled = "in 120ms (120ms including waiting). Image size: 0 bytes."
+                self._event("Pulled", f'Successfully pulled image "{self.image}" {pulled}')
                 return
             failures += 1
             error = (
@@ -223,8 +221,11 @@ class ContainerRunner:
         try:
             await runtime.start()
         except ContainerExit as exit_:
-            return self._terminated(Exit(exit_.code, exit_.reason or ("Completed" if exit_.code == 0 else "Error")),
-                                    started_at, container_id)
+            return self._terminated(
+                Exit(exit_.code, exit_.reason or ("Completed" if exit_.code == 0 else "Error")),
+                started_at,
+                container_id,
+            )
         self._event("Started", f"Started container {self.name}")
         has_startup = isinstance(self.container.get("startupProbe"), dict)
         self._set(
@@ -265,8 +266,13 @@ class ContainerRunner:
         }
         if outcome.message:
             terminated["message"] = outcome.message
-        self._set(state={"terminated": terminated}, last_state={"terminated": terminated}, ready=False,
-                  started=False, container_id=container_id)
+        self._set(
+            state={"terminated": terminated},
+            last_state={"terminated": terminated},
+            ready=False,
+            started=False,
+            container_id=container_id,
+        )
         self.status.last_state = {"terminated": terminated}
         self.runtime = None
         return outcome
@@ -302,7 +308,7 @@ class ContainerRunner:
             await asyncio.Event().wait()
         try:
             done, _ = await asyncio.wait(loops, return_when=asyncio.FIRST_COMPLETED)
-            return next(iter(done)).result()  # type: ignore[no-any-return]
+            return next(iter(done)).result()
         finally:
             for loop in loops:
                 loop.cancel()
@@ -453,9 +459,7 @@ class PodWorker:
         reason = "PodCompleted" if done else "ContainersNotReady"
         message = None if done else f"containers with unready status: [{' '.join(unready)}]"
         for kind in ("Ready", "ContainersReady"):
-            wanted.append(
-                (kind, "True", None, None) if app_ready and not done else (kind, "False", reason, message)
-            )
+            wanted.append((kind, "True", None, None) if app_ready and not done else (kind, "False", reason, message))
         old_conditions = current.get("conditions") or []
         conditions = merged_conditions(old_conditions, wanted)
         scheduled = next((c for c in old_conditions if c.get("type") == "PodScheduled"), None)
