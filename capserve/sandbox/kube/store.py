@@ -56,6 +56,8 @@ SEEDED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _INITIAL_STATUS: dict[str, dict[str, Any]] = {
     "Pod": {"phase": "Pending"},
+    "StatefulSet": {"replicas": 0, "availableReplicas": 0},
+    "ReplicaSet": {"replicas": 0},
     "DaemonSet": {"currentNumberScheduled": 0, "desiredNumberScheduled": 0, "numberMisscheduled": 0, "numberReady": 0},
 }
 ObjectKey = tuple[str, str, str | None, str]  # group, plural, namespace, name

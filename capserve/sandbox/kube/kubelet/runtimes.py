@@ -103,6 +103,7 @@ class Runtime:
     """One run of a container. ``ports`` maps container ports to the local ports actually served."""
 
     passes_probes_offline = False
+    can_become_ready = True
 
     def __init__(self, ctx: ContainerContext) -> None:
         self.ctx = ctx
@@ -160,9 +161,13 @@ class Placeholder(Runtime):
 
 
 class Faulty(Runtime):
-    """A container that dies on request: exit 1 (crash) or killed for memory (137, OOMKilled)."""
+    """A container that dies on request: exit 1 (crash) or killed for memory (137, OOMKilled).
+
+    It never reports Ready: a process that is about to die would not pass a readiness check.
+    """
 
     passes_probes_offline = True
+    can_become_ready = False
 
     def __init__(self, ctx: ContainerContext, kind: FaultKind, after_s: float) -> None:
         super().__init__(ctx)

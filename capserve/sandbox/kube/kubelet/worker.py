@@ -297,6 +297,8 @@ class ContainerRunner:
             self.became_started.set()
         readiness = self.container.get("readinessProbe")
         liveness = self.container.get("livenessProbe")
+        if not runtime.can_become_ready:
+            await asyncio.Event().wait()  # until the container ends
         if not isinstance(readiness, dict):
             self._set(ready=True)
         loops = []
