@@ -65,4 +65,5 @@ def events(kube: FakeKube, name: str, reason: str | None = None) -> list[dict[st
 
 
 def container_status(obj: dict[str, Any], name: str = "main") -> dict[str, Any]:
-    return next(c for c in (obj.get("status") or {}).get("containerStatuses") or [] if c["name"] == name)
+    """The container's status, or {} while the kubelet has reported none."""
+    return next((c for c in (obj.get("status") or {}).get("containerStatuses") or [] if c["name"] == name), {})

@@ -29,7 +29,10 @@ GIB = 2**30
 
 
 def nodeconfig(strategy: str, *, mime: bool = True) -> str:
-    config = f"apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  instance:\n    localStorage:\n      strategy: {strategy}\n"
+    config = (
+        "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\n"
+        f"spec:\n  instance:\n    localStorage:\n      strategy: {strategy}\n"
+    )
     if not mime:
         return base64.b64encode(config.encode()).decode()
     text = (
@@ -144,8 +147,10 @@ def test_nodeadm_local_storage_from_user_data() -> None:
     assert local_storage_strategy(None) is None
     with pytest.raises(NodeConfigError, match="'RAID5' is not one of RAID0, RAID10, Mount"):
         local_storage_strategy(nodeconfig("RAID5"))
-    broken = base64.b64encode(b'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="B"\n\n--B\n'
-                              b"Content-Type: application/node.eks.aws\n\nkind: Pod\n--B--\n").decode()
+    broken = base64.b64encode(
+        b'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="B"\n\n--B\n'
+        b"Content-Type: application/node.eks.aws\n\nkind: Pod\n--B--\n"
+    ).decode()
     with pytest.raises(NodeConfigError, match="not a node.eks.aws NodeConfig"):
         local_storage_strategy(broken)
     assert root_volume_gib([{"DeviceName": "/dev/xvda", "Ebs": {"VolumeSize": 200}}]) == 200
@@ -175,7 +180,9 @@ def cluster(name: str) -> str:
     ec2, eks = boto3.client("ec2"), boto3.client("eks")
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24", AvailabilityZone="us-east-2a")["Subnet"]["SubnetId"]
-    eks.create_cluster(name=name, roleArn="arn:aws:iam::123456789012:role/c", resourcesVpcConfig={"subnetIds": [subnet]})
+    eks.create_cluster(
+        name=name, roleArn="arn:aws:iam::123456789012:role/c", resourcesVpcConfig={"subnetIds": [subnet]}
+    )
     assert eks.describe_cluster(name=name)["cluster"]["status"] == "ACTIVE"
     return str(subnet)
 
@@ -215,8 +222,13 @@ def test_node_groups_join_with_their_storage_and_eks_runs_coredns(eks_kube: Fake
     raid = template("raid", nodeconfig("RAID0"))
     assert nodegroup("nodes", "raid", subnet, launchTemplate={"id": raid})["status"] == "ACTIVE"
     plain = template("plain", None, root_gib=100)
-    nodegroup("nodes", "plain", subnet, launchTemplate={"id": plain}, taints=[{"key": "nvidia.com/gpu",
-              "value": "true", "effect": "NO_SCHEDULE"}])
+    nodegroup(
+        "nodes",
+        "plain",
+        subnet,
+        launchTemplate={"id": plain},
+        taints=[{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}],
+    )
     nodegroup("nodes", "system", subnet, instanceTypes=["m7i.large"], labels={"capserve.io/pool": "system"})
     nvme = INSTANCE_TYPES["p6-b300.48xlarge"].local_nvme_bytes
     assert pool_node(eks_kube, "raid")["status"]["capacity"]["ephemeral-storage"] == f"{nvme // 1024}Ki"
@@ -226,7 +238,10 @@ def test_node_groups_join_with_their_storage_and_eks_runs_coredns(eks_kube: Fake
     system = pool_node(eks_kube, "system")
     assert system["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "m7i.large"
     assert system["status"]["allocatable"]["pods"] == "29"
-    until(eks_kube, lambda: get(eks_kube, "deployments", "coredns", "apps", "kube-system")["status"].get("readyReplicas") == 2)
+    until(
+        eks_kube,
+        lambda: get(eks_kube, "deployments", "coredns", "apps", "kube-system")["status"].get("readyReplicas") == 2,
+    )
 
 
 def test_user_data_nodeadm_rejects_fails_the_node_group(eks_kube: FakeKube) -> None:

@@ -46,7 +46,9 @@ def test_deployment_makes_a_replicaset_and_pods_and_reads_status_from_them(kube:
     [rs] = kube.objects("replicasets", "apps")
     assert re.fullmatch(rf"web-{SUFFIX}{{6,10}}", rs["metadata"]["name"])
     pods = owned_pods(kube, "web-")
-    assert len(pods) == 2 and all(re.fullmatch(rf"{rs['metadata']['name']}-{SUFFIX}{{5}}", p["metadata"]["name"]) for p in pods)
+    assert len(pods) == 2 and all(
+        re.fullmatch(rf"{rs['metadata']['name']}-{SUFFIX}{{5}}", p["metadata"]["name"]) for p in pods
+    )
     assert all(p["metadata"]["ownerReferences"][0]["uid"] == rs["metadata"]["uid"] for p in pods)
     assert {p["spec"]["nodeName"] for p in pods} == {n["metadata"]["name"] for n in kube.objects("nodes")}
     status = get(kube, "deployments", "web", "apps")["status"]
@@ -55,11 +57,19 @@ def test_deployment_makes_a_replicaset_and_pods_and_reads_status_from_them(kube:
 
     # A new template rolls out through a second ReplicaSet; the old one is scaled to zero.
     tasks_kube.apply(api, deployment("web", image="registry.k8s.io/pause:3.11"))
-    until(kube, lambda: len(kube.objects("replicasets", "apps")) == 2 and all(
-        (rs["spec"]["replicas"] == 0) == (rs["spec"]["template"]["spec"]["containers"][0]["image"].endswith("3.10"))
-        for rs in kube.objects("replicasets", "apps")
-    ) and get(kube, "deployments", "web", "apps")["status"].get("updatedReplicas") == 2
-          and get(kube, "deployments", "web", "apps")["status"].get("replicas") == 2)
+    until(
+        kube,
+        lambda: (
+            len(kube.objects("replicasets", "apps")) == 2
+            and all(
+                (rs["spec"]["replicas"] == 0)
+                == (rs["spec"]["template"]["spec"]["containers"][0]["image"].endswith("3.10"))
+                for rs in kube.objects("replicasets", "apps")
+            )
+            and get(kube, "deployments", "web", "apps")["status"].get("updatedReplicas") == 2
+            and get(kube, "deployments", "web", "apps")["status"].get("replicas") == 2
+        ),
+    )
     images = {p["spec"]["containers"][0]["image"] for p in owned_pods(kube, "web-")}
     assert images == {"registry.k8s.io/pause:3.11"}
 
@@ -82,18 +92,22 @@ def test_a_deployment_that_never_becomes_available_exceeds_its_progress_deadline
 def test_daemonset_runs_one_pod_per_node_it_admits(kube: FakeKube, api: k8s.ApiClient) -> None:
     kube.provision_nodes("gpu", 1, taints=[GPU_TAINT])
     (system,) = kube.provision_nodes("system", 1, instance_type="m7i.large")
-    tasks_kube.apply(api, {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": {"name": "agent", "namespace": "default"},
-        "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": template("agent")},
-    })
+    tasks_kube.apply(
+        api,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {"name": "agent", "namespace": "default"},
+            "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": template("agent")},
+        },
+    )
     until(kube, lambda: get(kube, "daemonsets", "agent", "apps")["status"].get("numberReady") == 1)
     [only] = owned_pods(kube, "agent-")
     assert only["spec"]["nodeName"] == system
     terms = only["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert terms == {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
-                                                              "values": [system]}]}]}
+    assert terms == {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [system]}]}]
+    }
     (later,) = kube.provision_nodes("system", 1, instance_type="m7i.large")
     until(kube, lambda: get(kube, "daemonsets", "agent", "apps")["status"].get("numberReady") == 2)
     assert {p["spec"]["nodeName"] for p in owned_pods(kube, "agent-")} == {system, later}
@@ -105,8 +119,10 @@ def job(name: str, backoff_limit: int, restart: str = "Never") -> dict[str, Any]
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": name, "namespace": "default"},
-        "spec": {"backoffLimit": backoff_limit, "template": {"spec": {"restartPolicy": restart, "containers": [
-            {"name": "main", "image": "busybox:1.37"}]}}},
+        "spec": {
+            "backoffLimit": backoff_limit,
+            "template": {"spec": {"restartPolicy": restart, "containers": [{"name": "main", "image": "busybox:1.37"}]}},
+        },
     }
 
 
@@ -140,13 +156,20 @@ def test_job_with_on_failure_counts_container_restarts(kube: FakeKube, api: k8s.
 def test_statefulset_makes_ordinal_pods_in_order(kube: FakeKube, api: k8s.ApiClient) -> None:
     kube.provision_nodes("system", 1, instance_type="m7i.large")
     kube.inject(Fault(FaultKind.SLOW_START, pod="db-0"))  # no effect on a placeholder: it is ready at once
-    tasks_kube.apply(api, {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": "db", "namespace": "default"},
-        "spec": {"replicas": 3, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
-                 "template": template("db")},
-    })
+    tasks_kube.apply(
+        api,
+        {
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": {"name": "db", "namespace": "default"},
+            "spec": {
+                "replicas": 3,
+                "serviceName": "db",
+                "selector": {"matchLabels": {"app": "db"}},
+                "template": template("db"),
+            },
+        },
+    )
     until(kube, lambda: get(kube, "statefulsets", "db", "apps")["status"].get("readyReplicas") == 3)
     pods = owned_pods(kube, "db-")
     assert [p["metadata"]["name"] for p in pods] == ["db-0", "db-1", "db-2"]
@@ -161,8 +184,15 @@ def test_statefulset_makes_ordinal_pods_in_order(kube: FakeKube, api: k8s.ApiCli
 
 
 def lws(name: str, size: int, **spec: Any) -> dict[str, Any]:
-    pod_spec = {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                                "env": [{"name": "OWN", "value": "$(LWS_LEADER_ADDRESS)"}]}]}
+    pod_spec = {
+        "containers": [
+            {
+                "name": "main",
+                "image": "registry.k8s.io/pause:3.10",
+                "env": [{"name": "OWN", "value": "$(LWS_LEADER_ADDRESS)"}],
+            }
+        ]
+    }
     return {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
         "kind": "LeaderWorkerSet",
@@ -183,8 +213,13 @@ def test_leaderworkerset_builds_leader_and_worker_statefulsets(kube: FakeKube, a
     kube.provision_nodes("system", 2, instance_type="m7i.large")
     install_lws(api)
     tasks_kube.apply(api, lws("vllm", 3))
-    until(kube, lambda: (get(kube, "leaderworkersets", "vllm", "leaderworkerset.x-k8s.io").get("status") or {})
-          .get("readyReplicas") == 1)
+    until(
+        kube,
+        lambda: (
+            (get(kube, "leaderworkersets", "vllm", "leaderworkerset.x-k8s.io").get("status") or {}).get("readyReplicas")
+            == 1
+        ),
+    )
     statefulsets = {s["metadata"]["name"]: s for s in kube.objects("statefulsets", "apps")}
     assert set(statefulsets) == {"vllm", "vllm-0"}
     leader = get(kube, "pods", "vllm-0")
@@ -253,14 +288,38 @@ def test_objects_the_fake_writes_validate_against_the_schemas(kube: FakeKube, ap
     tasks_kube.apply(api, job("once", 1))
     tasks_kube.apply(api, lws("serve", 2))
     kube.inject(Fault(FaultKind.CRASH_LOOP, pod="unready"))
-    tasks_kube.apply(api, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "unready", "namespace": "default"},
-                           "spec": {"containers": [{"name": "main", "image": "busybox:1.37"}]}})
-    until(kube, lambda: (get(kube, "leaderworkersets", "serve", "leaderworkerset.x-k8s.io").get("status") or {})
-          .get("readyReplicas") == 1 and condition(get(kube, "jobs", "once", "batch"), "Complete")
-          and container_status(get(kube, "pods", "unready"))["restartCount"] >= 1)
+    tasks_kube.apply(
+        api,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "unready", "namespace": "default"},
+            "spec": {"containers": [{"name": "main", "image": "busybox:1.37"}]},
+        },
+    )
+    until(
+        kube,
+        lambda: (
+            (get(kube, "leaderworkersets", "serve", "leaderworkerset.x-k8s.io").get("status") or {}).get(
+                "readyReplicas"
+            )
+            == 1
+            and condition(get(kube, "jobs", "once", "batch"), "Complete")
+            and container_status(get(kube, "pods", "unready"))["restartCount"] >= 1
+        ),
+    )
     checked = 0
-    for plural, group in (("pods", ""), ("nodes", ""), ("events", ""), ("services", ""), ("deployments", "apps"),
-                          ("replicasets", "apps"), ("daemonsets", "apps"), ("statefulsets", "apps"), ("jobs", "batch")):
+    for plural, group in (
+        ("pods", ""),
+        ("nodes", ""),
+        ("events", ""),
+        ("services", ""),
+        ("deployments", "apps"),
+        ("replicasets", "apps"),
+        ("daemonsets", "apps"),
+        ("statefulsets", "apps"),
+        ("jobs", "batch"),
+    ):
         for obj in kube.objects(plural, group):
             clean = {k: v for k, v in obj.items()}
             clean["metadata"] = {k: v for k, v in obj["metadata"].items() if k != "managedFields"}

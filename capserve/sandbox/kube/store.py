@@ -61,6 +61,13 @@ _INITIAL_STATUS: dict[str, dict[str, Any]] = {
     "DaemonSet": {"currentNumberScheduled": 0, "desiredNumberScheduled": 0, "numberMisscheduled": 0, "numberReady": 0},
 }
 ObjectKey = tuple[str, str, str | None, str]  # group, plural, namespace, name
+_DELETE_RETURNS_OBJECT = {
+    ("", "pods"),
+    ("", "services"),
+    ("", "serviceaccounts"),
+    ("", "persistentvolumeclaims"),
+    ("", "persistentvolumes"),
+}
 
 
 def timestamp() -> str:
@@ -347,6 +354,11 @@ class Store:
                     other["metadata"]["ownerReferences"] = [r for r in references if r.get("uid") != uid]
                 elif other_key in self.objects:
                     self.delete(self.resource_for(other_key[0], other_key[1]), other_key[2], other_key[3], propagation)
+            if (resource.group, resource.plural) in _DELETE_RETURNS_OBJECT:
+                # These kinds answer a delete with the object itself (their REST strategies; the official
+                # client's delete_namespaced_pod is typed V1Pod). Pods go at once here: no grace period.
+                gone["metadata"]["deletionTimestamp"] = timestamp()
+                return gone
             return {
                 "kind": "Status",
                 "apiVersion": "v1",

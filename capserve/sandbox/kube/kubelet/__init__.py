@@ -16,6 +16,7 @@ import contextlib
 import shlex
 import sys
 import tempfile
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from capserve.sandbox.kube.aws_shim import CLIENT, ShimServer
 from capserve.sandbox.kube.errors import ApiError
 from capserve.sandbox.kube.events import Recorder
 from capserve.sandbox.kube.kubelet.faults import FaultKind, Faults
+from capserve.sandbox.kube.kubelet.processes import LocalProcess, stop_all
 from capserve.sandbox.kube.kubelet.runtimes import (
     ContainerContext,
     Faulty,
@@ -98,6 +100,7 @@ class Kubelet:
         self._registered: dict[str, set[str]] = {}  # node -> device resources ever advertised
         self._stopping: set[asyncio.Task[None]] = set()
         self._shim: ShimServer | None = None
+        self.processes: weakref.WeakSet[LocalProcess] = weakref.WeakSet()  # every local process of this kubelet
 
     def reset(self) -> None:
         self.kill_all_now()
@@ -334,6 +337,7 @@ class Kubelet:
         for task in list(self._stopping):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        await stop_all(self.processes, MAX_GRACE_S)
         if self._shim is not None:
             self._shim.close()
             self._shim = None

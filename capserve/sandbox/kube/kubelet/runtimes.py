@@ -207,7 +207,7 @@ class ToolRuntime(ProcessRuntime):
         env["TMPDIR"] = str(ctx.scratch)
         workdir = ctx.container.get("workingDir")
         cwd = (to_host(workdir, ctx.mounts) if workdir else None) or ctx.scratch
-        self.process = LocalProcess(argv, env, cwd, ctx.log)
+        self.process = LocalProcess(argv, env, cwd, ctx.log, ctx.kubelet.processes)
         await self.process.start()
 
 
@@ -408,7 +408,7 @@ def sandbox_server(ctx: ContainerContext, args: ServeArgs, host_model: Path, por
         "--listen-after-s",
         f"{delay_s:.3f}",
     ]
-    return LocalProcess(argv, env, ctx.scratch, ctx.log)
+    return LocalProcess(argv, env, ctx.scratch, ctx.log, ctx.kubelet.processes)
 
 
 def real_vllm(venv: Path) -> ServeFn:
@@ -451,6 +451,6 @@ def real_vllm(venv: Path) -> ServeFn:
         ]
         if delay_s > 0:
             serve = ["sh", "-c", f'sleep {delay_s:.3f} && exec "$@"', "slow-start", *serve]
-        return LocalProcess(serve, env, ctx.scratch, ctx.log)
+        return LocalProcess(serve, env, ctx.scratch, ctx.log, ctx.kubelet.processes)
 
     return start

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 
     from capserve.sandbox.kube.kubelet import Kubelet
 
+log = logging.getLogger(__name__)
 BACKOFF_START_S, BACKOFF_MAX_S, BACKOFF_RESET_S = 10.0, 300.0, 600.0
 COMPONENT = "kubelet"
 
@@ -399,6 +401,18 @@ class PodWorker:
 
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self._run())
+        self.task.add_done_callback(self._report)
+
+    def _report(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            # A bug in the fake, not the pod's fault: say so loudly instead of leaving it Pending in silence.
+            log.error(
+                "sandbox kubelet: pod %s/%s failed inside the fake",
+                self.namespace,
+                self.name,
+                exc_info=task.exception(),
+            )
+            self.event("FailedSandboxKubelet", f"the sandbox kubelet failed: {task.exception()!r}", warning=True)
 
     async def _run(self) -> None:
         while not self.kubelet.node_ready(self.node):
