@@ -302,6 +302,7 @@ class VllmRuntime(ProcessRuntime):
         super().__init__(ctx)
         self._serve = serve
         self.args: ServeArgs | None = None
+        self._serving: asyncio.Future[None] | None = None
 
     def _fail(self, code: int, lines: list[str]) -> ContainerExit:
         for line in lines:
@@ -321,14 +322,21 @@ class VllmRuntime(ProcessRuntime):
             raise self._fail(error.exit_code, error.lines) from None
         ctx.log.write(f"INFO [utils.py] non-default args: {_printable(self.args.non_default)}")
         if self.args.headless:
-            await self._join_leader()
+            self._serving = asyncio.ensure_future(self._join_leader())
             return
         try:
             host_model = check_model_dir(self.args.model, ctx.mounts)
         except ContainerExit as exc:
             raise self._fail(exc.code, exc.lines) from None
+        # The container runs from here on; its server comes up in the background (and may never).
+        self._serving = asyncio.ensure_future(self._serve_when_ready(host_model))
+
+    async def _serve_when_ready(self, host_model: Path) -> None:
+        ctx = self.ctx
+        assert self.args is not None
         expected, _ = remote_ranks(self.args)
         if expected:
+            # vLLM's front end listens only once every engine, remote ones included, is ready.
             group = ctx.kubelet.vllm_group_open(ctx.namespace, ctx.pod_name, self.args, expected)
             ctx.log.write(f"INFO [core_client.py] Waiting for {expected} remote engine node(s) to connect")
             while len(group.joined) < expected:
@@ -338,9 +346,23 @@ class VllmRuntime(ProcessRuntime):
         slow = ctx.kubelet.faults.take(FaultKind.SLOW_START, ctx.pod_name, str(ctx.container.get("name")), ctx.image)
         delay = ctx.kubelet.timing.wall(slow.seconds) if slow else 0.0
         local = free_port()
-        self.ports[self.args.port] = local
         self.process = self._serve(ctx, self.args, host_model, local, delay)
         await self.process.start()
+        self.ports[self.args.port] = local
+
+    async def wait(self) -> Exit:
+        if self._serving is not None:
+            try:
+                # Shielded: cancelling this wait must not cancel the container's own start-up.
+                await asyncio.shield(self._serving)
+            except ContainerExit as exit_:
+                return Exit(exit_.code, "Error")
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if self._serving.cancelled() and not (task and task.cancelling()):
+                    return Exit(143, "Error")  # stopped before it served
+                raise
+        return await super().wait()
 
     async def _join_leader(self) -> None:
         ctx = self.ctx
@@ -367,10 +389,14 @@ class VllmRuntime(ProcessRuntime):
 
     async def stop(self, grace_s: float) -> None:
         self._leave()
+        if self._serving is not None and not self._serving.done():
+            self._serving.cancel()
         await super().stop(grace_s)
 
     def kill_now(self) -> None:
         self._leave()
+        if self._serving is not None and not self._serving.done():
+            self._serving.cancel()
         super().kill_now()
 
     def _leave(self) -> None:
