@@ -20,7 +20,7 @@ from capserve.sandbox.aws import moto_sandbox
 from capserve.sandbox.aws_ext import eks as eks_ext
 from capserve.sandbox.aws_ext.nodeadm import NodeConfigError, local_storage_strategy, root_volume_gib
 from capserve.sandbox.kube import FakeKube, NodeFailure, fake_kube
-from capserve.sandbox.kube.instances import CPU_TYPES, GPU_NETWORK, max_pods, node_shape
+from capserve.sandbox.kube.instances import CPU_TYPES, GPU_NETWORK, NVME_DISKS, max_pods, node_shape
 from capserve.sandbox.kube.nodes import node_object
 from capserve.tasks import kube as tasks_kube
 from tests.sandbox.conftest import GPU_LABELS, GPU_TAINT, get, until
@@ -62,6 +62,7 @@ def test_instance_figures_match_ec2s_data() -> None:
         assert info["NetworkInfo"]["Ipv4AddressesPerInterface"] == cpu.ipv4_per_interface, name
     for name, (interfaces, addresses) in GPU_NETWORK.items():
         info = ec2[name]
+        assert info["InstanceStorageInfo"]["Disks"][0]["Count"] == NVME_DISKS[name], name
         assert info["NetworkInfo"]["NetworkCards"][0]["MaximumNetworkInterfaces"] == interfaces, name
         assert info["NetworkInfo"]["Ipv4AddressesPerInterface"] == addresses, name
     assert set(GPU_NETWORK) == set(INSTANCE_TYPES)

@@ -194,6 +194,7 @@ class FakeKube:
                 ready=ready_after_s <= 0,
                 zone=zone,
             )
+            self.kubelet.layout.prepare_node(name, local_storage, shape.nvme_disks)
             self._put_node(node)
             if ready_after_s > 0 and failure is not NodeFailure.NEVER_READY:
                 self._later(ready_after_s, lambda n=name: self.set_node_ready(n, True))

@@ -57,7 +57,9 @@ CPU_TYPES: dict[str, CpuType] = {
     "t3.large": CpuType(2, 8192, 3, 12),
 }
 
-# GPU types: the network figures the catalog does not carry (same moto file and fields).
+# GPU types: what the catalog does not carry (same moto file: InstanceStorageInfo.Disks[].Count).
+NVME_DISKS: dict[str, int] = {name: 8 for name in INSTANCE_TYPES}
+# ... and NetworkCards[0].MaximumNetworkInterfaces, Ipv4AddressesPerInterface.
 GPU_NETWORK: dict[str, tuple[int, int]] = {
     "p6-b300.48xlarge": (4, 50),
     "p6-b200.48xlarge": (4, 50),
@@ -78,6 +80,7 @@ class NodeShape:
     gpus: int
     efa: int
     nvme_bytes: int
+    nvme_disks: int
     ephemeral_bytes: int
     hugepages_2mi: int
 
@@ -163,6 +166,7 @@ def node_shape(
         gpus=gpus,
         efa=efa,
         nvme_bytes=nvme,
+        nvme_disks=NVME_DISKS.get(instance_type, 0),
         ephemeral_bytes=ephemeral,
         hugepages_2mi=EFA_HUGEPAGES_2MI if efa else 0,
     )

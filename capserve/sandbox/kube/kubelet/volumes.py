@@ -27,6 +27,25 @@ from typing import Any
 from capserve.sandbox.kube.store import Store
 
 
+# What an AL2023 EKS node has before any pod runs (relative to /).
+HOST_DIRECTORIES = (
+    "etc",
+    "dev",
+    "sys",
+    "proc",
+    "run",
+    "tmp",
+    "var/log/pods",
+    "var/lib/kubelet/device-plugins",
+    "var/lib/kubelet/plugins",
+    "var/lib/kubelet/plugins_registry",
+    "var/lib/kubelet/pods",
+    "var/lib/containerd",
+    "opt/cni/bin",
+    "etc/cni/net.d",
+)
+
+
 class MountError(Exception):
     """A volume cannot be set up (FailedMount)."""
 
@@ -47,6 +66,21 @@ class Layout:
 
     def pod_dir(self, uid: str) -> Path:
         return self.root / "pods" / uid
+
+    def prepare_node(self, node: str, local_storage: str | None, disks: int) -> None:
+        """The directories a freshly booted EKS node has, for hostPath type checks to find.
+
+        nodeadm's RAID0/RAID10 array is mounted at /mnt/k8s-disks/0; ``Mount`` mounts each disk at
+        /mnt/k8s-disks/1..N (nodeadm ``setup-local-disks``); without a strategy there is no /mnt/k8s-disks.
+        """
+        root = self.node_dir(node)
+        for path in HOST_DIRECTORIES:
+            (root / path).mkdir(parents=True, exist_ok=True)
+        if local_storage in ("RAID0", "RAID10"):
+            (root / "mnt/k8s-disks/0").mkdir(parents=True, exist_ok=True)
+        elif local_storage == "Mount":
+            for disk in range(1, disks + 1):
+                (root / f"mnt/k8s-disks/{disk}").mkdir(parents=True, exist_ok=True)
 
     def claim_dir(self, namespace: str, claim: str) -> Path:
         return self.root / "claims" / namespace / claim
