@@ -26,7 +26,6 @@ from typing import Any
 
 from capserve.sandbox.kube.store import Store
 
-
 # What an AL2023 EKS node has before any pod runs (relative to /).
 HOST_DIRECTORIES = (
     "etc",
