@@ -2,9 +2,10 @@
 
 Production code only sees configuration: environment variables and the endpoints in
 ``SandboxEndpoints``. Stand-ins: moto (AWS, extended where moto lacks an API: capacity
-blocks, training plans, EKS/HyperPod state transitions), a fake Kubernetes API, a local Hub serving a
-tiny K3-shaped checkpoint, and a local OpenAI-compatible server standing in for the endpoint the
-rollout stage will create.
+blocks, training plans, EKS/HyperPod state transitions and the nodes they make join), a fake
+Kubernetes (API server, controllers, scheduler and a kubelet that runs pods as local processes:
+docs/sandbox-kubelet.md), a local Hub serving a tiny K3-shaped checkpoint, and a local
+OpenAI-compatible server (``inference``) for callers that evaluate an endpoint outside the cluster.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from typing import Literal
 
 from capserve.sandbox.aws import moto_sandbox, patched_environ
 from capserve.sandbox.aws_ext import capacity as capacity_ext
@@ -34,7 +36,20 @@ class SandboxEndpoints:
 
 
 @contextmanager
-def sandbox(*, served_model_name: str, region: str = "us-east-2") -> Iterator[SandboxEndpoints]:
+def sandbox(
+    *,
+    served_model_name: str,
+    region: str = "us-east-2",
+    kube_time_scale: float = 60.0,
+    kube_serving: Literal["sandbox", "vllm"] = "sandbox",
+) -> Iterator[SandboxEndpoints]:
+    """Start every stand-in; stop them all (and every pod's local process) on exit.
+
+    ``kube_time_scale`` divides the fake Kubernetes' durations (probes, back-offs, deadlines), so a
+    90-minute startup budget plays out in 90 s at 60; ``kube_serving`` picks what a vLLM pod runs
+    (the sandbox OpenAI server, or the real vLLM from ``.venv-vllm``; give it a small scale: the real
+    server needs a minute or two to start on a CPU).
+    """
     with ExitStack() as stack:
         # A bought block starts at the next 11:30 UTC or later; the sandbox's AWS jumps its own clock to
         # the start on the first look instead of making the demo wait. Production code never reads this
@@ -44,9 +59,9 @@ def sandbox(*, served_model_name: str, region: str = "us-east-2") -> Iterator[Sa
         stack.callback(CLOCK.reset)
         stack.callback(capacity_ext.reset)
         aws = stack.enter_context(moto_sandbox(region))
-        # EKS clusters in the sandbox answer at the fake Kubernetes API; node groups that become
-        # ACTIVE make GPU nodes appear there, as a real node group's instances would join.
-        kube = stack.enter_context(fake_kube())
+        # EKS clusters in the sandbox answer at the fake Kubernetes API; a cluster that becomes ACTIVE
+        # runs CoreDNS & co., node groups that become ACTIVE make their nodes join, as on EKS.
+        kube = stack.enter_context(fake_kube(time_scale=kube_time_scale, serving=kube_serving))
         eks_ext.attach_fake_kube(kube)
         stack.callback(eks_ext.reset)
         # Clusters and node groups still pass through CREATING, but turn ACTIVE at the first status

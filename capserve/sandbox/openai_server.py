@@ -121,8 +121,9 @@ def _text_of(messages: list[dict[str, Any]]) -> tuple[str, bool]:
 
 
 class _Server:
-    def __init__(self, config: SandboxConfig) -> None:
+    def __init__(self, config: SandboxConfig, api_key: str | None = None) -> None:
         self.config = config
+        self.api_key = api_key
         self.rng = random.Random(config.seed)
         self.golden = {item.prompt: item.answer for item in packaged_golden()}
         self.counter = 0
@@ -306,17 +307,42 @@ class _Server:
         return response
 
 
-async def _run(config: SandboxConfig, port: int) -> None:
+def _api_key_middleware(api_key: str) -> Any:
+    """vLLM's ``--api-key`` rule: every ``/v1`` route needs ``Authorization: Bearer <key>``; /health does not."""
+    import hmac
+
     from aiohttp import web
 
-    server = _Server(config)
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+    @web.middleware
+    async def check(request: Any, handler: Any) -> Any:
+        if request.path.startswith("/v1"):
+            given = request.headers.get("Authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+                return web.json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
+
+    return check
+
+
+async def _run(config: SandboxConfig, port: int, listen_after_s: float = 0.0) -> None:
+    import os
+
+    from aiohttp import web
+
+    # The key comes from the environment (vLLM reads VLLM_API_KEY too), never from the command line.
+    api_key = os.environ.get("VLLM_API_KEY") or None
+    server = _Server(config, api_key)
+    middlewares = [_api_key_middleware(api_key)] if api_key else []
+    app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=middlewares)
     app.router.add_get("/health", server.health)
     app.router.add_get("/v1/models", server.models)
     app.router.add_post("/v1/chat/completions", server.chat)
     app.router.add_get("/sandbox/timings", server.timings_view)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
+    if listen_after_s > 0:  # a slow start: nothing listens yet, so probes get "connection refused"
+        print(f"loading (listening in {listen_after_s:g} s)", flush=True)
+        await asyncio.sleep(listen_after_s)
     # Bind ourselves so the chosen port (0 = any free one) can be reported without private attributes.
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -331,6 +357,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="capserve sandbox OpenAI-compatible server (127.0.0.1 only)")
     parser.add_argument("--config-json", default="{}", help="SandboxConfig as JSON")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--listen-after-s", type=float, default=0.0, help="start listening only after this long")
     args = parser.parse_args(argv)
     config = SandboxConfig.model_validate_json(args.config_json)
     with contextlib.suppress(ImportError):
@@ -338,7 +365,7 @@ def main(argv: list[str] | None = None) -> None:
 
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_run(config, args.port))
+        asyncio.run(_run(config, args.port, args.listen_after_s))
 
 
 class ServerSettings(BaseModel):

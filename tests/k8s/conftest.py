@@ -15,7 +15,8 @@ from capserve.tasks import kube as tasks_kube
 
 @pytest.fixture
 def kube() -> Iterator[FakeKube]:
-    with fake_kube() as server:
+    """Cluster time 600x faster (probes, back-offs, deadlines): a 10-minute progress deadline is 1 s."""
+    with fake_kube(time_scale=600) as server:
         yield server
 
 

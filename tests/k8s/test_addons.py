@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import kubernetes_validate
 import pytest
 
 from capserve.core.cluster.addons import CAMPAIGN_LABEL, AddonOptions, render_addons
-from capserve.sandbox.kube import NodeFailure
-from capserve.sandbox.kube.nodes import node_object
 
 # The sandbox's fake API server speaks 1.34; EKS's oldest supported minor is checked too.
 VERSIONS = ("1.33", "1.34")
@@ -52,25 +48,3 @@ def test_options_select_addons() -> None:
         m["metadata"]["name"] for m in render_addons(AddonOptions(campaign_id="x", efa=False, fsx=False, lws=False))
     }
     assert names == {"nvidia-device-plugin-daemonset"}
-
-
-def _sample_nodes() -> list[dict[str, Any]]:
-    common: dict[str, Any] = {
-        "gpus": 8,
-        "efa": 16,
-        "labels": {},
-        "taints": [],
-        "health_labels": True,
-        "instance_type": "p6-b300.48xlarge",
-        "zone": "us-east-2a",
-    }
-    return [
-        node_object(f"n{i}", "gpu", failure=failure, ready=True, **common)
-        for i, failure in enumerate([None, *NodeFailure])
-    ]
-
-
-@pytest.mark.parametrize("version", VERSIONS)
-def test_sandbox_nodes_validate_strict(version: str) -> None:
-    for node in _sample_nodes():
-        kubernetes_validate.validate(node, version, strict=True)

@@ -179,8 +179,9 @@ def test_invalid_objects_are_rejected_permanently(api: k8s.ApiClient) -> None:
 def test_wait_follows_nodes_turning_ready_through_the_watch(
     kube: FakeKube, api: k8s.ApiClient, patient: KubeSettings
 ) -> None:
-    names = kube.provision_nodes("gpu", 2, gpus_per_node=8, efa_per_node=16, labels=GPU, failure="never-ready")
-    kube.provision_nodes("system", 1, gpus_per_node=0, labels={"capserve.io/pool": "system"})
+    # The devices are the AMI's own here (device_plugins="builtin"): this is about the wait, not the plugins.
+    names = kube.provision_nodes("gpu", 2, labels=GPU, failure="never-ready", device_plugins="builtin")
+    kube.provision_nodes("system", 1, instance_type="m7i.large", labels={"capserve.io/pool": "system"})
     result: list[Readiness] = []
     waiter = threading.Thread(target=lambda: result.append(tasks_kube.wait_gpu_nodes_ready.fn(api, EXPECT, patient)))
     waiter.start()
@@ -205,8 +206,8 @@ def test_wait_follows_nodes_turning_ready_through_the_watch(
 def test_a_broken_node_ends_the_wait_naming_node_and_cause(
     kube: FakeKube, api: k8s.ApiClient, quick: KubeSettings, failure: str, cause: str
 ) -> None:
-    (good,) = kube.provision_nodes("gpu", 1, gpus_per_node=8, efa_per_node=16, labels=GPU)
-    (bad,) = kube.provision_nodes("gpu", 1, gpus_per_node=8, efa_per_node=16, labels=GPU, failure=failure)
+    (good,) = kube.provision_nodes("gpu", 1, labels=GPU, device_plugins="builtin")
+    (bad,) = kube.provision_nodes("gpu", 1, labels=GPU, failure=failure, device_plugins="builtin")
     with pytest.raises(PermanentError) as ended:
         tasks_kube.wait_gpu_nodes_ready.fn(api, EXPECT, quick)
     message = str(ended.value)
@@ -220,9 +221,9 @@ def test_nodes_that_never_join_are_reported(api: k8s.ApiClient, quick: KubeSetti
 
 
 def test_an_expired_watch_is_answered_by_listing_again(kube: FakeKube, api: k8s.ApiClient) -> None:
-    kube.provision_nodes("gpu", 1, gpus_per_node=8, efa_per_node=16, labels=GPU)
+    kube.provision_nodes("gpu", 1, labels=GPU, device_plugins="builtin")
     kube.compact()  # any resourceVersion the wait lists at is now at the edge of history
-    kube.provision_nodes("gpu", 1, gpus_per_node=8, efa_per_node=16, labels=GPU, ready_after_s=0.5)
+    kube.provision_nodes("gpu", 1, labels=GPU, ready_after_s=0.5, device_plugins="builtin")
     loop = kube._api.loop
     assert loop is not None
     loop.call_soon_threadsafe(loop.call_later, 0.2, kube.compact)  # expires the watch in flight
@@ -234,7 +235,7 @@ def test_an_expired_watch_is_answered_by_listing_again(kube: FakeKube, api: k8s.
 
 
 def test_addons_apply_and_report_ready(kube: FakeKube, api: k8s.ApiClient, patient: KubeSettings) -> None:
-    kube.provision_nodes("gpu", 2, gpus_per_node=8, efa_per_node=16, labels=GPU)
+    kube.provision_nodes("gpu", 2, labels=GPU)  # untainted, so the controllers may run there too
     manifests = render_addons(AddonOptions(campaign_id="demo", gpu_node_labels=GPU))
     applied = tasks_kube.apply_addons.fn(api, manifests, patient)
     assert len(applied) == len(manifests)
@@ -246,7 +247,8 @@ def test_addons_apply_and_report_ready(kube: FakeKube, api: k8s.ApiClient, patie
 
 
 def test_a_failed_addon_is_reported_with_its_reason(kube: FakeKube, api: k8s.ApiClient, patient: KubeSettings) -> None:
-    kube.set_outcome("fail", kind="Deployment", name="fsx-csi-controller")
+    kube.provision_nodes("system", 1, instance_type="m7i.xlarge")
+    kube.set_outcome("fail", kind="Deployment", name="fsx-csi-controller")  # its pods crash-loop
     manifests = render_addons(AddonOptions(campaign_id="demo", lws=False))
     tasks_kube.apply_addons.fn(api, manifests, patient)
     with pytest.raises(
@@ -258,8 +260,8 @@ def test_a_failed_addon_is_reported_with_its_reason(kube: FakeKube, api: k8s.Api
 def test_addons_still_progressing_at_the_deadline_are_named(
     kube: FakeKube, api: k8s.ApiClient, quick: KubeSettings
 ) -> None:
-    kube.provision_nodes("gpu", 1, gpus_per_node=8, labels=GPU)
-    kube.set_outcome("never", kind="DaemonSet", name="nvidia-device-plugin-daemonset")
+    kube.provision_nodes("gpu", 1, labels=GPU)
+    kube.set_outcome("never", kind="DaemonSet", name="nvidia-device-plugin-daemonset")  # its image never pulls
     manifests = render_addons(AddonOptions(campaign_id="demo", gpu_node_labels=GPU, efa=False, fsx=False, lws=False))
     tasks_kube.apply_addons.fn(api, manifests, quick)
     with pytest.raises(
@@ -269,6 +271,7 @@ def test_addons_still_progressing_at_the_deadline_are_named(
 
 
 def test_job_outcomes(kube: FakeKube, api: k8s.ApiClient, patient: KubeSettings) -> None:
+    kube.provision_nodes("system", 1, instance_type="m7i.large")
     job = {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -287,5 +290,5 @@ def test_job_outcomes(kube: FakeKube, api: k8s.ApiClient, patient: KubeSettings)
 def test_nodes_registering_not_ready_turn_ready_later(
     kube: FakeKube, api: k8s.ApiClient, patient: KubeSettings
 ) -> None:
-    kube.provision_nodes("gpu", 2, gpus_per_node=8, efa_per_node=16, labels=GPU, ready_after_s=0.1)
+    kube.provision_nodes("gpu", 2, labels=GPU, ready_after_s=0.1, device_plugins="builtin")
     assert tasks_kube.wait_gpu_nodes_ready.fn(api, EXPECT, patient).ready_nodes == 2

@@ -8,9 +8,14 @@ node groups are born ACTIVE, the endpoint is a made-up https URL, no nodes ever 
   (``capserve.sandbox.clock.CLOCK``), whichever comes first;
 - ``describe_cluster`` answers with the fake Kubernetes API server's URL (and CA, when it has one), so
   the production code connects to it exactly as it would to EKS;
+- when a cluster becomes ACTIVE, every hook in ``CLUSTER_HOOKS`` is called (the fake Kubernetes server
+  then creates what EKS runs by itself: CoreDNS, kube-proxy, aws-node);
 - when a node group (or a HyperPod instance group, see ``hyperpod.py``) becomes ACTIVE, every hook in
-  ``NODE_HOOKS`` is called with what should join the cluster; ``attach_fake_kube`` registers the hook
-  that makes the fake Kubernetes server provision those GPU nodes;
+  ``NODE_HOOKS`` is called with what should join the cluster: instance type, labels, taints, and the
+  node's storage as nodeadm would set it up from the launch template (``nodeadm.py``: NVMe RAID0 or the
+  root volume). User data nodeadm cannot read fails the node group (``CREATE_FAILED``,
+  ``NodeCreationFailure``) and no node joins, as on EKS. ``attach_fake_kube`` registers the hooks
+  that make the fake Kubernetes server provision those nodes;
 - ``CALLS`` records every AWS request the moto server handles (service, action), so tests can assert
   that a converged re-run created nothing.
 
@@ -29,8 +34,9 @@ from typing import Any
 from moto.core.responses import BaseResponse
 from moto.eks.models import EKSBackend
 
-from capserve.core.catalog import INSTANCE_TYPES
+from capserve.sandbox.aws_ext.nodeadm import NodeConfigError, node_storage
 from capserve.sandbox.clock import CLOCK
+from capserve.sandbox.kube.instances import CPU_TYPES, known_instance_type
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,8 @@ class NodePoolActivated:
     taints: list[dict[str, str]]  # Kubernetes form: {"key", "value", "effect": "NoSchedule"}
     zone: str | None = None
     hyperpod: bool = False  # HyperPod nodes carry health labels (set by the fake Kubernetes server)
+    local_storage: str | None = None  # nodeadm localStorage.strategy from the launch template's user data
+    root_volume_gib: int = 20
 
 
 @dataclass
@@ -71,6 +79,7 @@ class _CallLog:
 
 BEHAVIOUR = Behaviour()
 NODE_HOOKS: list[Callable[[NodePoolActivated], None]] = []
+CLUSTER_HOOKS: list[Callable[[str], None]] = []
 _LOG = _CallLog()
 _INSTALLED = False
 _ACTIVE = "ACTIVE"
@@ -96,6 +105,7 @@ def reset() -> None:
     global BEHAVIOUR
     BEHAVIOUR = Behaviour()
     NODE_HOOKS.clear()
+    CLUSTER_HOOKS.clear()
     clear_calls()
 
 
@@ -111,63 +121,38 @@ def fire_node_hooks(event: NodePoolActivated) -> None:
 
 
 def attach_fake_kube(kube: Any, *, failure: str | None = None) -> Callable[[NodePoolActivated], None]:
-    """Point EKS endpoints at ``kube`` (a ``fake_kube()`` server) and provision nodes there on activation.
+    """Point EKS endpoints at ``kube`` (a ``fake_kube()`` server) and make nodes join it on activation.
 
-    GPUs and EFA devices per node come from the catalog's instance type, as the device plugins on a
-    real node would advertise them. ``failure`` is passed through to ``provision_nodes``
-    ("never-ready", "no-gpus", "health-check-failed"). Returns the hook (to remove it again).
+    Capacity, devices and ephemeral storage per node come from the instance type and the launch
+    template (``capserve.sandbox.kube.instances``); GPUs and EFA devices are advertised once their
+    device plugins run there. ``failure`` is passed through to ``provision_nodes`` ("never-ready",
+    "no-gpus", "health-check-failed"); it applies to GPU pools only. Returns the node hook.
     """
     BEHAVIOUR.kube_endpoint = kube.url
     BEHAVIOUR.kube_ca_data = getattr(kube, "ca_data", None)
-    _create_coredns(kube)
 
     def provision(event: NodePoolActivated) -> None:
-        # A CPU type (the system node group) is not in the GPU catalog: its nodes have no GPU or EFA.
-        instance = INSTANCE_TYPES.get(event.instance_type.removeprefix("ml."))
         where = {"zone": event.zone} if event.zone else {}
+        gpu_pool = known_instance_type(event.instance_type) and event.instance_type not in CPU_TYPES
         kube.provision_nodes(
             event.pool,
             event.count,
-            gpus_per_node=instance.gpus_per_node if instance else 0,
-            efa_per_node=len(instance.efa_card_indices) if instance else 0,
+            instance_type=event.instance_type,
             labels=event.labels,
             taints=event.taints,
-            failure=failure,
+            failure=failure if gpu_pool else None,
             health_labels=event.hyperpod,
-            instance_type=event.instance_type.removeprefix("ml."),
+            local_storage=event.local_storage,
+            root_volume_gib=event.root_volume_gib,
             **where,
         )
 
+    def bootstrap(cluster_name: str) -> None:
+        kube.bootstrap_eks()
+
     NODE_HOOKS.append(provision)
+    CLUSTER_HOOKS.append(bootstrap)
     return provision
-
-
-def _create_coredns(kube: Any) -> None:
-    """What EKS creates in every new cluster: the kube-system/coredns Deployment (2 replicas), with
-    EKS's own tolerations (CriticalAddonsOnly, the control-plane taint). A stand-in until the fake
-    Kubernetes bootstraps it itself."""
-    labels = {"k8s-app": "kube-dns", "eks.amazonaws.com/component": "coredns"}
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "coredns", "namespace": "kube-system", "labels": labels},
-        "spec": {
-            "replicas": 2,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "priorityClassName": "system-cluster-critical",
-                    "tolerations": [
-                        {"key": "CriticalAddonsOnly", "operator": "Exists"},
-                        {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"},
-                    ],
-                    "containers": [{"name": "coredns", "image": "coredns/coredns:1.11.4"}],
-                },
-            },
-        },
-    }
-    kube.store.put_object(kube.store.resource("apps", "v1", "deployments"), deployment, manager="eks")
 
 
 # ---------------------------------------------------------------- patches
@@ -198,18 +183,30 @@ def subnet_zone(account_id: str, region: str, subnet_id: str) -> str | None:
         return None
 
 
+def _template_data(backend: EKSBackend, nodegroup: Any) -> dict[str, Any]:
+    template = nodegroup.launch_template or {}
+    if not template.get("id"):
+        return {}
+    from moto.ec2.models import ec2_backends
+
+    ec2 = ec2_backends[backend.account_id][backend.region_name]
+    found = ec2.describe_launch_templates(template_ids=[template["id"]])[0]
+    data: dict[str, Any] = found.get_version(template.get("version") or "$Default").data
+    return data
+
+
 def _nodegroup_instance_type(backend: EKSBackend, nodegroup: Any) -> str:
     """The EC2 type the node group launches: its launch template's, else its instanceTypes[0]."""
-    template = nodegroup.launch_template or {}
-    if template.get("id") and not getattr(nodegroup, "_capserve_explicit_types", False):
-        from moto.ec2.models import ec2_backends
-
-        ec2 = ec2_backends[backend.account_id][backend.region_name]
-        found = ec2.describe_launch_templates(template_ids=[template["id"]])[0]
-        data = found.get_version(template.get("version") or "$Default").data
-        if data.get("InstanceType"):
-            return str(data["InstanceType"])
+    data = _template_data(backend, nodegroup)
+    if data.get("InstanceType") and not getattr(nodegroup, "_capserve_explicit_types", False):
+        return str(data["InstanceType"])
     return str(nodegroup.instance_types[0])
+
+
+def _join_failure(nodegroup: Any, message: str) -> None:
+    """The node group's instances never join: EKS reports it as the node group's health (EKS API, Issue)."""
+    nodegroup.status = "CREATE_FAILED"
+    nodegroup.health = {"issues": [{"code": "NodeCreationFailure", "message": message, "resourceIds": []}]}
 
 
 def _patch_eks() -> None:
@@ -229,6 +226,8 @@ def _patch_eks() -> None:
             cluster._capserve_describes += 1
             if activation_due(cluster._capserve_created, cluster._capserve_describes):
                 cluster.status = _ACTIVE
+                for hook in list(CLUSTER_HOOKS):
+                    hook(name)
         if BEHAVIOUR.kube_endpoint:
             cluster.endpoint = BEHAVIOUR.kube_endpoint
             if BEHAVIOUR.kube_ca_data is not None:
@@ -249,13 +248,24 @@ def _patch_eks() -> None:
         if nodegroup.status == _CREATING:
             nodegroup._capserve_describes += 1
             if activation_due(nodegroup._capserve_created, nodegroup._capserve_describes):
+                instance_type = _nodegroup_instance_type(self, nodegroup)
+                try:
+                    storage = node_storage(_template_data(self, nodegroup), int(nodegroup.disk_size or 20))
+                except NodeConfigError as exc:
+                    _join_failure(nodegroup, f"Instances failed to join the kubernetes cluster (nodeadm: {exc})")
+                    return nodegroup
+                if not known_instance_type(instance_type):
+                    _join_failure(nodegroup, f"the capserve sandbox has no node shape for {instance_type}")
+                    return nodegroup
                 nodegroup.status = _ACTIVE
                 fire_node_hooks(
                     NodePoolActivated(
                         cluster_name=cluster_name,
                         pool=nodegroup_name,
                         count=int(nodegroup.scaling_config.get("desiredSize", 0)),
-                        instance_type=_nodegroup_instance_type(self, nodegroup),
+                        instance_type=instance_type,
+                        local_storage=storage.local_storage,
+                        root_volume_gib=storage.root_volume_gib,
                         # EKS labels every managed node with its node group (EKS user guide, managed node groups).
                         labels={**nodegroup.labels, "eks.amazonaws.com/nodegroup": nodegroup_name},
                         taints=[

@@ -134,6 +134,9 @@ def _advance(response: SageMakerResponse, cluster: _HyperPodCluster) -> None:
                 ],
                 zone=eks_ext.subnet_zone(response.current_account, response.region, subnets[0]) if subnets else None,
                 hyperpod=True,
+                # Sandbox assumption (not verified against a HyperPod node): kubelet's storage sits on the
+                # instance-store NVMe, as with nodeadm's RAID0 on EKS (docs/sandbox-kubelet.md).
+                local_storage="RAID0",
             )
         )
 

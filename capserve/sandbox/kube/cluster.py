@@ -1,0 +1,151 @@
+"""One reconcile pass of the fake control plane and kubelet, run on the API server's event loop.
+
+A pass runs every component once, in the order a change flows through a real cluster: the API
+server's CRD controller, the LWS controller, kube-controller-manager's workload controllers, the
+scheduler (``scheduler.py``), then the kubelet (``kubelet/``). Every stored change asks for another
+pass (coalesced, ``controller_delay_s`` later); components whose work is due later (a Job's
+back-off, a Deployment's progress deadline) ask for a pass at that time. Writes that change nothing
+emit no event, so the passes stop once the cluster is settled.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+from capserve.sandbox.kube.events import Recorder
+from capserve.sandbox.kube.kubelet import Kubelet
+from capserve.sandbox.kube.lws import LeaderWorkerSets
+from capserve.sandbox.kube.pods import is_terminal, merged_conditions
+from capserve.sandbox.kube.scheduler import SCHEDULER, NodeUsage, place, usage
+from capserve.sandbox.kube.store import Store
+from capserve.sandbox.kube.timing import Timing
+from capserve.sandbox.kube.workloads import Workloads
+
+Obj = dict[str, Any]
+
+
+class Cluster:
+    def __init__(self, store: Store, recorder: Recorder, timing: Timing, kubelet: Kubelet) -> None:
+        self.store = store
+        self.recorder = recorder
+        self.kubelet = kubelet
+        self.workloads = Workloads(store, recorder, timing)
+        self.lws = LeaderWorkerSets(store, recorder, self.workloads)
+
+    def reset(self) -> None:
+        self.workloads.reset()
+
+    def sync(self) -> float | None:
+        """One pass; returns the monotonic instant the next timed pass is due (or None)."""
+        self._crds()
+        self.lws.sync()
+        self.workloads.sync()
+        self._schedule()
+        self.kubelet.sync()
+        return self.workloads.wake_at
+
+    # ------------------------------------------------------------------ apiextensions
+
+    def _crds(self) -> None:
+        """The API server's own CRD controllers accept the names and establish a CRD in milliseconds."""
+        resource = self.store.resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+        with self.store.lock:
+            for key, crd in list(self.store.objects.items()):
+                if key[:2] != ("apiextensions.k8s.io", "customresourcedefinitions"):
+                    continue
+                spec = crd["spec"]
+                old = crd.get("status") or {}
+                status = {
+                    "acceptedNames": spec["names"],
+                    "storedVersions": [v["name"] for v in spec.get("versions") or [] if v.get("storage")],
+                    "conditions": merged_conditions(
+                        old.get("conditions"),
+                        [
+                            ("NamesAccepted", "True", "NoConflicts", "no conflicts found"),
+                            ("Established", "True", "InitialNamesAccepted", "the initial names have been accepted"),
+                        ],
+                    ),
+                }
+                if status != old:
+                    self.store.write_status(resource, None, key[3], status, "kube-apiserver")
+
+    # ------------------------------------------------------------------ kube-scheduler
+
+    def _schedule(self) -> None:
+        with self.store.lock:
+            objects = list(self.store.objects.items())
+            nodes: list[Mapping[str, Any]] = [o for k, o in objects if k[:2] == ("", "nodes")]
+            pods = [o for k, o in objects if k[:2] == ("", "pods")]
+            claims = {(k[2], k[3]) for k, _ in objects if k[:2] == ("", "persistentvolumeclaims")}
+            bound: dict[str, list[Obj]] = defaultdict(list)
+            for pod in pods:
+                node = (pod.get("spec") or {}).get("nodeName")
+                if node and not is_terminal(pod):
+                    bound[node].append(pod)
+            used: dict[str, NodeUsage] = {name: usage(members) for name, members in bound.items()}
+            pending = [
+                p
+                for p in pods
+                if not (p.get("spec") or {}).get("nodeName")
+                and not is_terminal(p)
+                and (p.get("spec") or {}).get("schedulerName", SCHEDULER) == SCHEDULER
+            ]
+            pending.sort(
+                key=lambda p: (
+                    -int(p["spec"].get("priority") or 0),
+                    p["metadata"]["creationTimestamp"],
+                    p["metadata"]["name"],
+                )
+            )
+            for pod in pending:
+                namespace = pod["metadata"]["namespace"]
+                missing = [
+                    v["persistentVolumeClaim"]["claimName"]
+                    for v in pod["spec"].get("volumes") or []
+                    if "persistentVolumeClaim" in v
+                    and (namespace, v["persistentVolumeClaim"]["claimName"]) not in claims
+                ]
+                placement = place(pod, nodes, used, missing)
+                if placement.node is not None:
+                    self._bind(pod, placement.node)
+                    bound[placement.node].append(pod)
+                    used[placement.node] = usage(bound[placement.node])
+                else:
+                    self._unschedulable(pod, placement.message)
+
+    def _bind(self, pod: Obj, node: str) -> None:
+        bound = copy.deepcopy(pod)
+        bound["spec"]["nodeName"] = node
+        status = bound.setdefault("status", {})
+        conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+        status["conditions"] = [
+            *conditions,
+            *merged_conditions(pod.get("status", {}).get("conditions"), [("PodScheduled", "True", None, None)]),
+        ]
+        self.store.put_object(self.store.resource("", "v1", "pods"), bound, manager="kube-scheduler", trusted=True)
+        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        self.recorder.record(
+            pod, "Scheduled", f"Successfully assigned {namespace}/{name} to {node}", component=SCHEDULER
+        )
+
+    def _unschedulable(self, pod: Obj, message: str) -> None:
+        status = pod.get("status") or {}
+        current = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), None)
+        if current is not None and current.get("message") == message:
+            return
+        others = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+        conditions = [
+            *others,
+            *merged_conditions(status.get("conditions"), [("PodScheduled", "False", "Unschedulable", message)]),
+        ]
+        self.store.write_status(
+            self.store.resource("", "v1", "pods"),
+            pod["metadata"]["namespace"],
+            pod["metadata"]["name"],
+            {**status, "conditions": conditions},
+            SCHEDULER,
+        )
+        self.recorder.record(pod, "FailedScheduling", message, warning=True, component=SCHEDULER)

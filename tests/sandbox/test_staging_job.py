@@ -1,0 +1,139 @@
+"""The staging Job capserve renders really runs in the sandbox: it copies from S3 onto the node and verifies."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from kubernetes import client as k8s
+from pydantic import SecretStr
+
+from capserve.core.weights.manifest import StagedFile, WeightsManifest, s3_base
+from capserve.core.weights.staging_job import render_staging_job
+from capserve.sandbox.aws import moto_sandbox
+from capserve.sandbox.kube import FakeKube, fake_kube
+from capserve.tasks import kube as tasks_kube
+from tests.sandbox.conftest import GPU_TAINT, condition, get, until
+
+BUCKET = "capserve-staging-test"
+SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.fixture(scope="module")
+def aws() -> Iterator[None]:
+    with moto_sandbox("us-east-2"):
+        boto3.client("s3").create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": "us-east-2"})
+        yield
+
+
+@pytest.fixture
+def cluster(aws: None) -> Iterator[tuple[FakeKube, k8s.ApiClient]]:
+    with fake_kube(time_scale=600) as kube:
+        yield kube, tasks_kube.api_client(kube.url, None, lambda: SecretStr(kube.token))
+
+
+def publish(repo: str, corrupt: str | None = None) -> WeightsManifest:
+    """Files in S3 as the weights stage publishes them, and their manifest (``corrupt``: its S3 copy differs)."""
+    s3 = boto3.client("s3")
+    files = []
+    for index in range(4):
+        key = f"model-0000{index}-of-00004.safetensors"
+        body = f"tensor bytes {index} ".encode() * 512
+        s3.put_object(
+            Bucket=BUCKET, Key=f"{s3_base('models', repo, SHA)}/{key}", Body=b"tampered" if key == corrupt else body
+        )
+        files.append(StagedFile(key=key, dest=key, size=len(body), sha256=hashlib.sha256(body).hexdigest()))
+    return WeightsManifest(repo=repo, revision_sha=SHA, layout_id="full", nodes=1, files=tuple(files))
+
+
+def stage(kube: FakeKube, api: k8s.ApiClient, manifest: WeightsManifest) -> tuple[dict[str, Any], str]:
+    (node,) = kube.provision_nodes("gpu", 1, taints=[GPU_TAINT])
+    job = render_staging_job(
+        manifest,
+        node=0,
+        campaign_id="t",
+        namespace="default",
+        bucket=BUCKET,
+        prefix="models",
+        node_target="nvme",
+        node_name=node,
+    )
+    job["spec"]["backoffLimit"] = 1
+    tasks_kube.apply(api, job)
+    name = job["metadata"]["name"]
+    until(
+        kube,
+        lambda: (
+            condition(get(kube, "jobs", name, "batch"), "Complete")
+            or condition(get(kube, "jobs", name, "batch"), "Failed")
+        ),
+        timeout_s=60,
+        what="the staging Job finished",
+    )
+    return get(kube, "jobs", name, "batch"), node
+
+
+def test_the_staging_job_copies_and_verifies_every_file_onto_its_node(cluster: tuple[FakeKube, k8s.ApiClient]) -> None:
+    kube, api = cluster
+    manifest = publish("org/good")
+    job, node = stage(kube, api, manifest)
+    assert condition(job, "Complete")["status"] == "True"
+    target = kube.kubelet.layout.host_path(node, f"/mnt/nvme/weights/org/good/{SHA}")
+    s3 = boto3.client("s3")
+    for staged in manifest.files:
+        body = s3.get_object(Bucket=BUCKET, Key=f"{s3_base('models', 'org/good', SHA)}/{staged.key}")["Body"].read()
+        assert (target / staged.dest).read_bytes() == body
+    assert not list(target.glob("*.partial"))
+    [pod] = [p for p in kube.objects("pods") if p["metadata"]["name"].startswith(job["metadata"]["name"])]
+    log = k8s.CoreV1Api(api).read_namespaced_pod_log(pod["metadata"]["name"], "default")
+    assert f"staged 4 files into {target}" in log  # the container's path, as the node's directory
+
+
+def test_a_sha256_mismatch_fails_the_job(cluster: tuple[FakeKube, k8s.ApiClient]) -> None:
+    kube, api = cluster
+    bad = "model-00002-of-00004.safetensors"
+    job, node = stage(kube, api, publish("org/bad", corrupt=bad))
+    failed = condition(job, "Failed")
+    assert failed is not None and failed["reason"] == "BackoffLimitExceeded"
+    assert job["status"]["failed"] == 2  # the first pod and its one retry
+    target = kube.kubelet.layout.host_path(node, f"/mnt/nvme/weights/org/bad/{SHA}")
+    assert not (target / bad).exists() and not (target / f"{bad}.partial").exists()
+    pods = [p for p in kube.objects("pods") if p["metadata"]["name"].startswith(job["metadata"]["name"])]
+    log = k8s.CoreV1Api(api).read_namespaced_pod_log(pods[0]["metadata"]["name"], "default")
+    assert f"sha256 mismatch for {bad}" in log
+
+
+def test_the_aws_shim_refuses_what_it_does_not_implement(cluster: tuple[FakeKube, k8s.ApiClient]) -> None:
+    kube, api = cluster
+    kube.provision_nodes("system", 1, instance_type="m7i.large")
+    tasks_kube.apply(
+        api,
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "s3api", "namespace": "default"},
+            "spec": {
+                "backoffLimit": 0,
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [
+                            {
+                                "name": "aws",
+                                "image": "public.ecr.aws/aws-cli/aws-cli:2.27.50",
+                                "command": ["/bin/sh", "-c", "aws s3api list-buckets"],
+                            }
+                        ],
+                    }
+                },
+            },
+        },
+    )
+    until(kube, lambda: condition(get(kube, "jobs", "s3api", "batch"), "Failed"))
+    [pod] = [p for p in kube.objects("pods") if p["metadata"]["name"].startswith("s3api-")]
+    assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 252
+    log = k8s.CoreV1Api(api).read_namespaced_pod_log(pod["metadata"]["name"], "default")
+    assert "implements only `aws s3 cp|sync|ls`" in log and "aws s3api list-buckets" in log
