@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from capserve.cli import arg_types
 from capserve.cli.exit_codes import ExitCode
 from capserve.cli.inputs import api_key_option, endpoint_option, load_option, writable_dir
 from capserve.core.errors import SpecError
@@ -29,46 +30,6 @@ from capserve.core.spec import describe_errors, read_spec_bytes
 from capserve.core.strict_yaml import Document, parse_document
 
 _EXIT = {"pass": ExitCode.OK, "fail": ExitCode.FAILED, "invalid": ExitCode.INVALID}
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
-    if any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: every level must be at least 1")
-    return values
-
-
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
-    if any(not v > 0 or v == float("inf") for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: every rate must be a finite number above 0")
-    return values
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value <= 7 * 86_400:
-        raise argparse.ArgumentTypeError(f"{text}: give a number of seconds above 0 and at most 604800 (7 days)")
-    return value
 
 
 def register(subparsers: Any) -> None:
@@ -90,57 +51,66 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--spec", type=Path, default=None, help="EvaluationSpec as a JSON or YAML file (options below win)."
     )
-    parser.add_argument(
-        "--out-dir", type=Path, default=None, help="Where results and plots go (default ./out/eval-*)."
-    )
+    parser.add_argument("--out-dir", type=Path, default=None, help="Where results and plots go (default ./out/eval-*).")
     parser.add_argument(
         "--timeout",
-        type=_seconds,
+        type=arg_types.seconds,
         default=None,
         metavar="SECONDS",
         help=f"Overall deadline of the evaluation (default {EvaluationSpec().timeout_s:g} s, the spec's timeout_s).",
     )
     parser.add_argument(
         "--concurrency",
-        type=_ints,
+        type=arg_types.levels,
         default=None,
         help=f"Closed-loop levels (default {','.join(map(str, load.concurrency_levels))}).",
     )
-    parser.add_argument("--rates", type=_floats, default=None, help="Poisson request rates/s, '' for none (default 8).")
+    parser.add_argument(
+        "--rates", type=arg_types.rates, default=None, help="Poisson request rates/s, '' for none (default 8)."
+    )
     parser.add_argument(
         "--requests-per-stream",
-        type=_positive_int,
+        type=arg_types.positive_integer,
         default=None,
         help=f"Requests per level = concurrency × this (default {load.requests_per_stream}).",
     )
     parser.add_argument(
         "--min-requests",
-        type=_positive_int,
+        type=arg_types.positive_integer,
         default=None,
         help=f"Minimum requests per run (default {load.min_requests}).",
     )
     parser.add_argument(
         "--open-loop-requests",
-        type=_positive_int,
+        type=arg_types.positive_integer,
         default=None,
         help=f"Requests per Poisson run (default {load.open_loop_requests}).",
     )
     parser.add_argument(
-        "--prompt-tokens", type=_positive_int, default=None, help=f"Prompt length (default {load.prompt.tokens})."
+        "--prompt-tokens",
+        type=arg_types.positive_integer,
+        default=None,
+        help=f"Prompt length (default {load.prompt.tokens}).",
     )
     parser.add_argument(
-        "--output-tokens", type=_positive_int, default=None, help=f"Output length (default {load.output.tokens})."
+        "--output-tokens",
+        type=arg_types.positive_integer,
+        default=None,
+        help=f"Output length (default {load.output.tokens}).",
     )
     parser.add_argument("--range-ratio", type=float, default=None, help="Sample lengths within ±ratio (default fixed).")
     parser.add_argument(
         "--processes",
-        type=_positive_int,
+        type=arg_types.positive_integer,
         default=None,
         help="Load-generator processes (default 1, at most one per core).",
     )
     parser.add_argument("--golden", default=None, help="Golden JSONL file instead of the packaged set.")
     parser.add_argument(
-        "--quality-max-items", type=_positive_int, default=None, help="Score only the first N golden items."
+        "--quality-max-items",
+        type=arg_types.positive_integer,
+        default=None,
+        help="Score only the first N golden items.",
     )
     parser.set_defaults(func=run)
 

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
+from capserve.cli import arg_types
 from capserve.core.catalog import ModelEntry, get_instance_type, get_model
 from capserve.core.errors import CapserveError, DoesNotFitError, SpecError
 from capserve.core.planner import PlannerSettings, ServingPlan, plan_serving
@@ -27,28 +28,6 @@ _KV_DTYPES: dict[str, Literal[1, 2]] = {"fp8": 1, "bf16": 2}
 _TEXT_ALTERNATIVES = 15  # rows of the alternatives table in text output; --json has them all
 
 
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-
-
-def _positive(text: str) -> int:
-    value = _int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
-
-
-def _utilization(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"{value} must be above 0 and at most 1")
-    return value
 def _hub_endpoint(text: str) -> str:
     try:
         return parse_hub_endpoint(text)
@@ -80,12 +59,14 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--instance-type", required=True, help="EC2 instance type, e.g. p6-b300.48xlarge.")
     parser.add_argument(
-        "--context", type=_int, default=None, help="Tokens per sequence (default: the model's maximum)."
+        "--context", type=arg_types.integer, default=None, help="Tokens per sequence (default: the model's maximum)."
     )
-    parser.add_argument("--concurrency", type=_int, default=1, help="Sequences one replica holds at once (default 1).")
+    parser.add_argument(
+        "--concurrency", type=arg_types.integer, default=1, help="Sequences one replica holds at once (default 1)."
+    )
     parser.add_argument(
         "--max-nodes",
-        type=_positive,
+        type=arg_types.positive_integer,
         default=defaults.max_nodes,
         help=f"Most nodes to use (default {defaults.max_nodes}).",
     )
@@ -103,13 +84,13 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--gpu-memory-utilization",
-        type=_utilization,
+        type=arg_types.fraction,
         default=defaults.gpu_memory_utilization,
         help=f"vLLM's --gpu-memory-utilization (default {defaults.gpu_memory_utilization}).",
     )
     parser.add_argument(
         "--max-num-batched-tokens",
-        type=_positive,
+        type=arg_types.positive_integer,
         default=None,
         help="vLLM's --max-num-batched-tokens, sizes the activation reserve (default: vLLM's for the GPU).",
     )
