@@ -12,6 +12,7 @@ from kubernetes import client as k8s
 from pydantic import SecretStr
 
 from capserve.core.weights.manifest import StagedFile, WeightsManifest, s3_base
+from capserve.core.weights.settings import WeightsSettings
 from capserve.core.weights.staging_job import render_staging_job
 from capserve.sandbox.aws import moto_sandbox
 from capserve.sandbox.kube import FakeKube, fake_kube
@@ -33,6 +34,10 @@ def aws() -> Iterator[None]:
 def cluster(aws: None) -> Iterator[tuple[FakeKube, k8s.ApiClient]]:
     with fake_kube(time_scale=600) as kube:
         yield kube, tasks_kube.api_client(kube.url, None, lambda: SecretStr(kube.token))
+
+
+# Where the staging Job writes on an NVMe node (the RAID0 array nodeadm mounts).
+WEIGHTS_ON_NVME = WeightsSettings().nvme_path
 
 
 def publish(repo: str, corrupt: str | None = None) -> WeightsManifest:
@@ -81,7 +86,7 @@ def test_the_staging_job_copies_and_verifies_every_file_onto_its_node(cluster: t
     manifest = publish("org/good")
     job, node = stage(kube, api, manifest)
     assert condition(job, "Complete")["status"] == "True"
-    target = kube.kubelet.layout.host_path(node, f"/mnt/nvme/weights/org/good/{SHA}")
+    target = kube.kubelet.layout.host_path(node, f"{WEIGHTS_ON_NVME}/org/good/{SHA}")
     s3 = boto3.client("s3")
     for staged in manifest.files:
         body = s3.get_object(Bucket=BUCKET, Key=f"{s3_base('models', 'org/good', SHA)}/{staged.key}")["Body"].read()
@@ -99,7 +104,7 @@ def test_a_sha256_mismatch_fails_the_job(cluster: tuple[FakeKube, k8s.ApiClient]
     failed = condition(job, "Failed")
     assert failed is not None and failed["reason"] == "BackoffLimitExceeded"
     assert job["status"]["failed"] == 2  # the first pod and its one retry
-    target = kube.kubelet.layout.host_path(node, f"/mnt/nvme/weights/org/bad/{SHA}")
+    target = kube.kubelet.layout.host_path(node, f"{WEIGHTS_ON_NVME}/org/bad/{SHA}")
     assert not (target / bad).exists() and not (target / f"{bad}.partial").exists()
     pods = [p for p in kube.objects("pods") if p["metadata"]["name"].startswith(job["metadata"]["name"])]
     log = k8s.CoreV1Api(api).read_namespaced_pod_log(pods[0]["metadata"]["name"], "default")

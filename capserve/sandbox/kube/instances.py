@@ -58,7 +58,7 @@ CPU_TYPES: dict[str, CpuType] = {
 }
 
 # GPU types: what the catalog does not carry (same moto file: InstanceStorageInfo.Disks[].Count).
-NVME_DISKS: dict[str, int] = {name: 8 for name in INSTANCE_TYPES}
+NVME_DISKS: dict[str, int] = {name: 8 for name in INSTANCE_TYPES} | {"p5.4xlarge": 1}
 # ... and NetworkCards[0].MaximumNetworkInterfaces, Ipv4AddressesPerInterface.
 GPU_NETWORK: dict[str, tuple[int, int]] = {
     "p6-b300.48xlarge": (4, 50),
@@ -66,6 +66,7 @@ GPU_NETWORK: dict[str, tuple[int, int]] = {
     "p5en.48xlarge": (4, 50),
     "p5e.48xlarge": (2, 50),
     "p5.48xlarge": (2, 50),
+    "p5.4xlarge": (4, 30),
 }
 
 
