@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from capserve.core.capacity.result import AcquireResult
 from capserve.core.cluster.result import ClusterResult
 from capserve.core.evaluation.result import EvaluationResult
+from capserve.core.events import CapserveEvent
 from capserve.core.markdown import markdown_table
 from capserve.core.plan_check import plan_markdown
 from capserve.core.planner import ServingPlan
@@ -109,6 +110,9 @@ class CampaignReport(BaseModel):
     )
     evaluation: Annotated[EvaluationResult | None, Section(None)] = Field(None, description="The verdict.")
     teardown: Annotated[TeardownResult | None, Section("Teardown")] = Field(None, description="What was deleted.")
+    events: list[CapserveEvent] = Field(
+        default_factory=list, max_length=1000, description="Lifecycle events this run sent, in order."
+    )
 
     # ------------------------------------------------------------------ sections
 
@@ -166,6 +170,7 @@ class CampaignReport(BaseModel):
             value = getattr(self, name)
             if value is not None:
                 out.update(marker.json_of(name, value))
+        out["events"] = [e.report_entry() for e in self.events]
         return out
 
     def to_markdown(self) -> str:
@@ -187,7 +192,13 @@ class CampaignReport(BaseModel):
             if body:
                 lines += ["", f"## {marker.title}", ""] if marker.title else [""]
                 lines.append(body.rstrip())
+        if self.events:
+            lines += ["", "## Events", "", markdown_table([_event_row(e) for e in self.events]).rstrip()]
         return "\n".join(lines) + "\n"
+
+
+def _event_row(event: CapserveEvent) -> dict[str, object]:
+    return {"occurred (UTC)": f"{event.occurred:%Y-%m-%d %H:%M:%S}", "event": f"`{event.event}`"}
 
 
 def _section_types(annotation: Any) -> tuple[type, ...]:

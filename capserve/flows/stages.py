@@ -16,12 +16,14 @@ from prefect import get_run_logger
 from capserve.core.capacity.result import AcquireResult
 from capserve.core.cluster.result import ClusterResult
 from capserve.core.evaluation.result import EvaluationResult
+from capserve.core.events import capacity_obtained, cluster_ready, evaluation_done, teardown_finished, weights_staged
 from capserve.core.planner import ServingPlan
 from capserve.core.stages import Stage, StageStatus
 from capserve.core.teardown.result import TeardownIncompleteError, TeardownReason, TeardownResult
 from capserve.core.weights.node_staging import NodeStagingResult
 from capserve.core.weights.result import WeightsResult
 from capserve.flows.acquire import acquire
+from capserve.flows.announce import about, announce, now
 from capserve.flows.bring_up import bring_up
 from capserve.flows.context import CampaignContext, need
 from capserve.flows.evaluate import evaluate_endpoint
@@ -55,6 +57,7 @@ def acquire_stage(ctx: CampaignContext) -> StageOutput:
         ctx.no_capacity = obtained.message
         return StageEnd(StageStatus.STOPPED, obtained.message, obtained)
     ctx.lease, ctx.reservation_state = obtained.lease, obtained.state
+    announce(ctx, capacity_obtained(about(ctx), obtained, occurred=now()))
     ctx.report.add(schedule_teardown(ctx.spec, obtained.lease))
     return obtained
 
@@ -62,7 +65,7 @@ def acquire_stage(ctx: CampaignContext) -> StageOutput:
 def stage_weights_stage(ctx: CampaignContext) -> WeightsResult:
     """Weights need no GPU: this runs while the reservation may still be scheduled."""
     plan = need(ctx.report.plan, Stage.PLAN)
-    return stage_weights(
+    staged = stage_weights(
         ctx.spec,
         nodes=plan.nodes,
         expert_parallel=plan.expert_parallel,
@@ -71,10 +74,14 @@ def stage_weights_stage(ctx: CampaignContext) -> WeightsResult:
         settings=ctx.settings.weights,
         bucket=ctx.locations.weights,
     )
+    announce(ctx, weights_staged(about(ctx), staged, occurred=now()))
+    return staged
 
 
 def bring_up_stage(ctx: CampaignContext) -> ClusterResult:
-    return bring_up(ctx.spec, need(ctx.lease, Stage.ACQUIRE), ctx.settings.bring_up)
+    cluster = bring_up(ctx.spec, need(ctx.lease, Stage.ACQUIRE), ctx.settings.bring_up)
+    announce(ctx, cluster_ready(about(ctx), cluster, occurred=now()))
+    return cluster
 
 
 def weights_to_nodes_stage(ctx: CampaignContext) -> NodeStagingResult:
@@ -90,7 +97,7 @@ def evaluate_stage(ctx: CampaignContext) -> EvaluationResult | StageEnd:
         why = "no endpoint to evaluate: nothing was rolled out and no endpoint_url was given"
         return StageEnd(StageStatus.SKIPPED, why)
     note = ctx.options.endpoint_note
-    return evaluate_endpoint(
+    result = evaluate_endpoint(
         url,
         ctx.spec.served_model_name,
         ctx.spec.evaluation,
@@ -99,6 +106,8 @@ def evaluate_stage(ctx: CampaignContext) -> EvaluationResult | StageEnd:
         basic_auth_env=ctx.options.basic_auth_env,
         notes=[note] if note else [],
     )
+    announce(ctx, evaluation_done(about(ctx), result, occurred=now()))
+    return result
 
 
 def teardown_stage(ctx: CampaignContext, reason: TeardownReason) -> TeardownResult:
@@ -108,6 +117,8 @@ def teardown_stage(ctx: CampaignContext, reason: TeardownReason) -> TeardownResu
         done = teardown(ctx.spec, lease.region, reason=reason, settings=ctx.settings.teardown)
     except TeardownIncompleteError as exc:
         ctx.report.add(exc.result)  # what was deleted and what is still there, before the error
+        announce(ctx, teardown_finished(about(ctx), exc.result, complete=False))
         raise
+    announce(ctx, teardown_finished(about(ctx), done, complete=True))
     ctx.save(lambda record: record.with_kept(done.kept, now=datetime.now(UTC)))
     return done

@@ -123,7 +123,7 @@ def test_the_report_renders_sections_in_campaign_order_with_their_own_json() -> 
         deployment="teardown/teardown", scheduled_at=T0, note="scheduled", drain_at=T0, lease_end=T0
     ))
     out = report.to_json()
-    assert list(out) == ["campaign", "stages", "teardown_schedule", "cluster"]
+    assert list(out) == ["campaign", "stages", "teardown_schedule", "cluster", "events"]
     assert out["cluster"] == {"kind": "eks", "name": "capserve-k3-demo", "nodes_ready": 1, "gpus_allocatable": 8}
     assert out["stages"][1] == {
         "name": "evaluate", "status": "skipped", "started_at": (T0 + timedelta(seconds=7)).isoformat(),

@@ -1,0 +1,36 @@
+"""Lifecycle events from the campaign's stages: one call per fact, sent to Prefect and kept in the report.
+
+A stage announces what it achieved in one line, e.g.
+``announce(ctx, cluster_ready(about(ctx), cluster, occurred=now()))``; the builders are in
+``capserve.core.events`` and the sending in ``capserve.tasks.events`` (docs/events.md §1).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from capserve.core.events import CampaignRefs, CapserveEvent
+from capserve.flows.context import CampaignContext
+from capserve.tasks.events import emit
+
+
+def about(ctx: CampaignContext) -> CampaignRefs:
+    """What the campaign's events point at so far: its reservation, cluster and model revision."""
+    lease, cluster, weights = ctx.lease, ctx.report.cluster, ctx.report.weights
+    return CampaignRefs(
+        campaign_id=ctx.spec.campaign_id,
+        reservation_id=lease.reservation_id if lease else None,
+        region=cluster.region if cluster else (lease.region if lease else None),
+        cluster=cluster.name if cluster else None,
+        repo=weights.repo if weights else None,
+        revision_sha=weights.revision_sha if weights else None,
+    )
+
+
+def announce(ctx: CampaignContext, event: CapserveEvent) -> None:
+    """Send ``event`` to Prefect and add it to the report's ``events``."""
+    ctx.report.events.append(emit(event))
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
