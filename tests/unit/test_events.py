@@ -60,7 +60,8 @@ def cluster() -> ClusterResult:
 def weights() -> WeightsResult:
     return WeightsResult(
         repo="moonshotai/Kimi-K3", revision_sha=SHA, files=3, bytes_total=10, bytes_per_node=[5, 5],
-        bytes_naive_per_node=10, downloaded_bytes=10, uploaded_bytes=10, verified=True, layout_id="full", resharded=False,
+        bytes_naive_per_node=10, downloaded_bytes=10, uploaded_bytes=10, verified=True, layout_id="full",
+        resharded=False,
         s3_uri=f"s3://b/{SECRET}/", manifest_uri=f"s3://b/{SECRET}/manifest.json",
     )
 
@@ -96,7 +97,9 @@ def test_each_builder_names_its_fact_about_the_campaign() -> None:
         "capserve.rollout.ready", "capserve.evaluation.passed", "capserve.teardown.done",
     ]
     for event in every_lifecycle_event():
-        assert event.resource == {"prefect.resource.id": "capserve.campaign.k3-demo", "prefect.resource.name": "k3-demo"}
+        assert event.resource == {
+            "prefect.resource.id": "capserve.campaign.k3-demo", "prefect.resource.name": "k3-demo"
+        }
         assert campaign_of(event.resource["prefect.resource.id"]) == "k3-demo"
     adopted = AcquireResult(campaign_id="k3-demo", outcome="adopted", lease=lease(adopted=True, upfront_fee=0))
     assert capacity_obtained(REFS, adopted, occurred=T0).event == EventName.CAPACITY_ADOPTED
