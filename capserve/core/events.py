@@ -263,7 +263,7 @@ def teardown_finished(refs: CampaignRefs, result: TeardownResult, *, complete: b
             "dry_run": result.dry_run,
             "deleted": len(result.deleted),
             "kept": len(result.kept),
-            "remaining": list(result.remaining)[:20],
+            "remaining": [str(r) for r in result.remaining[:20]],
         },
         key=result.finished_at.isoformat(),
     )
