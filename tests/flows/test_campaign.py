@@ -110,6 +110,12 @@ def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
     assert purchases() == 1
     assert (tmp_path / "out" / "timeline.png").read_bytes().startswith(b"\x89PNG")
     assert "## Teardown" in (tmp_path / "out" / "report.md").read_text()
+    assert [e["event"] for e in written["events"]] == [
+        "capserve.capacity.purchased", "capserve.weights.staged", "capserve.cluster.ready",
+        f"capserve.evaluation.{ {'pass': 'passed', 'invalid': 'invalid'}[written['evaluation']['verdict']] }",
+        "capserve.teardown.done",
+    ]
+    assert written["events"][1]["revision"] == written["weights"]["revision_sha"]
 
     # A re-run finds the reservation by its tag: nothing is bought twice.
     again = campaign(spec, out_dir=tmp_path / "again", hub_endpoint=far_ends.hub, teardown_when_done=True)

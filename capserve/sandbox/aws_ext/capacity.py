@@ -9,7 +9,12 @@ Behaviour, as AWS documents it (EC2 user guide, capacity-blocks*.html; SageMaker
 - a purchase needs no token and can buy the same thing twice (it is our job not to); DryRun answers
   ``DryRunOperation`` or ``UnauthorizedOperation``; the reservation carries the purchase's tags;
 - reservations go ``payment-pending`` → ``scheduled`` → ``active`` → ``expired`` on
-  ``capserve.sandbox.clock.CLOCK``; training plans go Pending → Scheduled → Active → Expired.
+  ``capserve.sandbox.clock.CLOCK``; training plans go Pending → Scheduled → Active → Expired;
+- EC2 tells EventBridge (the default bus of the block's region) "Capacity Block Delivered" at the start
+  and "Capacity Block Expiration Warning" at end − 40 min, once each (docs/events.md §2): here through
+  moto's own ``put_events``, so the rules and SQS targets capserve creates are what routes them. The
+  sandbox notices time passing on every describe of reservations, or when ``deliver_due_events()`` is
+  called (a clock that jumps past both sends both, in order).
 
 Knobs for tests and the demo live in ``SETTINGS`` (see ``CapacitySandboxSettings``); every call is
 recorded in ``CALLS`` so tests can count purchases. ``reset()`` clears state, calls and knobs.
@@ -18,6 +23,7 @@ recorded in ``CALLS`` so tests can count purchases. ``reset()`` clears state, ca
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import threading
 import uuid
@@ -30,6 +36,7 @@ from moto.core.exceptions import ServiceException
 from moto.core.responses import ActionResult
 from moto.ec2.exceptions import EC2ClientError
 from moto.ec2.responses import EC2Response
+from moto.events.models import events_backends
 from moto.sagemaker.exceptions import (
     ResourceInUseException,
     ResourceNotFound,
@@ -57,6 +64,7 @@ AZ_FACTOR = {"a": 1.000, "b": 1.015, "c": 1.030}
 BLOCK_HOUR, BLOCK_MINUTE = 11, 30  # every Capacity Block starts and ends at 11:30 UTC
 MAX_OFFERINGS = 6  # DescribeCapacityBlockOfferings returns at most 6 (docs/aws-capacity.md §1.1)
 MAX_AHEAD = timedelta(weeks=8)  # blocks can be reserved up to 8 weeks ahead
+WARNING_BEFORE_END = timedelta(minutes=40)  # the Expiration Warning (docs/aws-capacity.md §1.4)
 
 
 @dataclass
@@ -388,7 +396,46 @@ def describe_capacity_reservations(self: Any) -> Any:
             )
         chosen = [table[i] for i in ids] if ids else list(table.values())
         views = [_reservation_view(r, advance=True) for r in chosen]
+    deliver_due_events()
     return ActionResult(_page(self, "CapacityReservations", [v for v in views if _matches(v, filters)]))
+
+
+def _due_events(reservation: dict[str, Any], now: datetime) -> list[tuple[str, datetime]]:
+    """(detail type, when) of the events this reservation owes by ``now`` and has not sent."""
+    if reservation.get("_payment_failed"):
+        return []
+    sent: set[str] = reservation.setdefault("_sent", set())
+    owed = [
+        ("Capacity Block Delivered", reservation["StartDate"]),
+        ("Capacity Block Expiration Warning", reservation["EndDate"] - WARNING_BEFORE_END),
+    ]
+    due = [(kind, at) for kind, at in owed if at <= now and kind not in sent]
+    sent.update(kind for kind, _ in due)
+    return due
+
+
+def deliver_due_events() -> int:
+    """Put every Capacity Block event due on CLOCK, and not sent yet, on moto's default event bus of the
+    reservation's account and region; returns how many were sent."""
+    now = CLOCK.now()
+    entries: list[tuple[str, str, dict[str, Any]]] = []
+    with _LOCK:
+        for (account, region), table in _RESERVATIONS.items():
+            for reservation in table.values():
+                for kind, at in _due_events(reservation, now):
+                    entries.append((account, region, {
+                        "Source": "aws.ec2",
+                        "DetailType": kind,
+                        "Resources": [reservation["CapacityReservationArn"]],
+                        "Detail": json.dumps({
+                            "capacity-reservation-id": reservation["CapacityReservationId"],
+                            "end-date": reservation["EndDate"].isoformat(),
+                        }),
+                        "Time": at.timestamp(),
+                    }))
+    for account, region, entry in entries:
+        events_backends[account][region].put_events([entry])
+    return len(entries)
 
 
 # ---------------------------------------------------------------- SageMaker: training plans
