@@ -46,6 +46,7 @@ SUBCOMMANDS = {
     "up": "capserve.cli.up",
     "down": "capserve.cli.down",
     "eval": "capserve.cli.eval",
+    "forward-events": "capserve.cli.forward_events",
 }
 
 __all__ = ["ExitCode", "build_parser", "main"]

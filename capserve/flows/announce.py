@@ -7,10 +7,16 @@ A stage announces what it achieved in one line, e.g.
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 
+from prefect import get_run_logger
+from prefect.exceptions import MissingContextError
+
+from capserve.core.errors import CapserveError
 from capserve.core.events import CampaignRefs, CapserveEvent
 from capserve.flows.context import CampaignContext
+from capserve.tasks.aws_events import converge_capacity_events
 from capserve.tasks.events import emit
 
 
@@ -34,3 +40,25 @@ def announce(ctx: CampaignContext, event: CapserveEvent) -> None:
 
 def now() -> datetime:
     return datetime.now(UTC)
+
+
+def watch_capacity_events(ctx: CampaignContext) -> None:
+    """Route AWS's Capacity Block events about the lease to the forwarder's queue (docs/events.md §2).
+
+    Best effort: a campaign whose rule cannot be made (say, no events:PutRule permission) still has its
+    scheduled teardown, which comes before the warning, and the reaper. Training plans send no such events.
+    """
+    lease = ctx.lease
+    if lease is None or not lease.reservation_id.startswith("cr-"):
+        return
+    try:
+        converge_capacity_events(ctx.spec.campaign_id, lease.reservation_id, lease.region)
+    except CapserveError as exc:
+        _logger().warning("no Capacity Block events for campaign %s: %s", ctx.spec.campaign_id, exc)
+
+
+def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return logging.getLogger(__name__)

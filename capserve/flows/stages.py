@@ -23,7 +23,7 @@ from capserve.core.teardown.result import TeardownIncompleteError, TeardownReaso
 from capserve.core.weights.node_staging import NodeStagingResult
 from capserve.core.weights.result import WeightsResult
 from capserve.flows.acquire import acquire
-from capserve.flows.announce import about, announce, now
+from capserve.flows.announce import about, announce, now, watch_capacity_events
 from capserve.flows.bring_up import bring_up
 from capserve.flows.context import CampaignContext, need
 from capserve.flows.evaluate import evaluate_endpoint
@@ -58,6 +58,7 @@ def acquire_stage(ctx: CampaignContext) -> StageOutput:
         return StageEnd(StageStatus.STOPPED, obtained.message, obtained)
     ctx.lease, ctx.reservation_state = obtained.lease, obtained.state
     announce(ctx, capacity_obtained(about(ctx), obtained, occurred=now()))
+    watch_capacity_events(ctx)
     ctx.report.add(schedule_teardown(ctx.spec, obtained.lease))
     return obtained
 

@@ -16,12 +16,15 @@ from datetime import UTC, datetime
 
 from prefect import flow, get_run_logger
 
+from capserve.core.aws_events import rule_name
 from capserve.core.cluster.naming import ClusterNames
+from capserve.core.errors import CapserveError
 from capserve.core.spec import CampaignSpec
 from capserve.core.teardown.inventory import ClusterKind, Inventory
 from capserve.core.teardown.plan import label, plan_teardown
 from capserve.core.teardown.result import KeptResource, TeardownIncompleteError, TeardownReason, TeardownResult
 from capserve.core.teardown.settings import TeardownSettings
+from capserve.tasks.aws_events import delete_capacity_events
 from capserve.tasks.settings import settings_from_environment
 from capserve.tasks.teardown.execute import execute_plan
 from capserve.tasks.teardown.inventory import inventory_campaign
@@ -94,8 +97,9 @@ def run_teardown(
             already_gone=found.missing, kept=tuple(all_kept), finished_at=datetime.now(UTC),
         )
     outcome = execute_plan(plan, settings, found.workload_cluster)
+    rule = stop_capacity_events(campaign_id, region, all_kept)
     result = TeardownResult(
-        campaign_id=campaign_id, region=region, reason=reason, dry_run=False, deleted=outcome.deleted,
+        campaign_id=campaign_id, region=region, reason=reason, dry_run=False, deleted=(*outcome.deleted, *rule),
         already_gone=(*found.missing, *outcome.already_gone), kept=tuple(all_kept), remaining=outcome.remaining,
         finished_at=datetime.now(UTC),
     )
@@ -108,3 +112,15 @@ def run_teardown(
     logger.info("teardown of %s: %d deleted, %d already gone", campaign_id, len(result.deleted),
                 len(result.already_gone))
     return result
+
+
+def stop_capacity_events(campaign_id: str, region: str, kept: list[KeptResource]) -> tuple[str, ...]:
+    """Delete the campaign's Capacity Block event rule (docs/events.md §2): ``('events-rule/<name>',)`` when it
+    was deleted, ``()`` when there was none. It costs nothing, so a rule that cannot be deleted is kept and
+    listed with why instead of failing the teardown."""
+    name = label("events-rule", rule_name(campaign_id))
+    try:
+        return (name,) if delete_capacity_events(campaign_id, region) else ()
+    except CapserveError as exc:
+        kept.append(KeptResource(resource=name, why=f"could not delete it: {exc}"[:1000]))
+        return ()

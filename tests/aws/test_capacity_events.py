@@ -15,6 +15,7 @@ import boto3
 import pytest
 from prefect.client.orchestration import get_client
 
+from capserve.cli import main
 from capserve.core.aws_events import (
     DEAD_LETTER_QUEUE_NAME,
     MAX_RECEIVES,
@@ -25,6 +26,7 @@ from capserve.core.aws_events import (
     rule_name,
 )
 from capserve.core.events import CapserveEvent
+from capserve.flows.forward_events import forward_capacity_events
 from capserve.sandbox.aws import moto_sandbox
 from capserve.sandbox.aws_ext import capacity as ext
 from capserve.sandbox.clock import CLOCK
@@ -252,3 +254,18 @@ def test_both_spellings_of_the_detail_type_are_read() -> None:
             "detail": {"capacity-reservation-id": "cr-0123", "end-date": "2026-12-02T11:30:00Z"},
         }))
         assert notice.kind == "expiration-warning" and notice.reservation_id == "cr-0123"
+
+
+def test_the_forwarder_flow_posts_what_is_queued(fresh: None) -> None:
+    block = buy_block()
+    converge_capacity_events.fn(CAMPAIGN, block["CapacityReservationId"], REGION)
+    CLOCK.advance(block["StartDate"] - CLOCK.now())
+    describe(block["CapacityReservationId"])
+    assert forward_capacity_events(REGION, polls=1, wait_seconds=1) == 1
+    assert queue_depth(converge_queues.fn(REGION).queue) == 0
+
+
+def test_forward_events_refuses_a_bad_region_before_it_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["forward-events", "--region", "not a region"])
+    assert exited.value.code == 2 and "is not an AWS region name" in capsys.readouterr().err

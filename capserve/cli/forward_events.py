@@ -1,0 +1,45 @@
+"""``capserve forward-events --region R``: post AWS's Capacity Block events from SQS to Prefect, until stopped.
+
+Self-hosted Prefect has no webhooks (docs/events.md §2): this is the bridge. It needs ``PREFECT_API_URL``
+(the server the automations live on) and AWS credentials that may read and delete from the region's
+``capserve-capacity-events`` queue. Exit codes as for every command (docs/cli.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from capserve.cli.down import _region
+
+
+def _polls(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("--polls must be at least 1")
+    return value
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "forward-events",
+        help="post AWS's Capacity Block events (from SQS) to Prefect",
+        description=(
+            "Long-poll the region's capserve-capacity-events SQS queue and post each Capacity Block event to "
+            "the Prefect API, deleting a message only after its post succeeded. Unreadable messages stay and "
+            "go to the dead-letter queue after 5 receives."
+        ),
+    )
+    parser.add_argument("--region", type=_region, required=True, help="region of the queue (e.g. us-east-2)")
+    parser.add_argument("--polls", type=_polls, default=None, help="stop after this many long polls (default: never)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from capserve.flows.forward_events import forward_capacity_events
+
+    forward_capacity_events(args.region, polls=args.polls)
+    return 0
