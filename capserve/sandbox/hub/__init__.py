@@ -20,11 +20,13 @@ def local_hub(
     repos: Mapping[str, Path | CheckpointGeometry] | None = None,
     faults: Faults | None = None,
     log: list[dict[str, Any]] | None = None,
+    states: list[HubState] | None = None,
 ) -> Iterator[str]:
     """Serve ``repos`` (repo id -> a directory, or a geometry generated into a temp dir) on 127.0.0.1:0.
 
     Yields the base URL. The default serves ``capserve-sandbox/tiny-k3``. ``faults`` is live: tests may
-    change it while the server runs; ``log`` receives one dict per request.
+    change it while the server runs; ``log`` receives one dict per request; ``states`` receives the server's
+    state (``HubState.publish`` moves a repo's ``main`` to a new commit).
     """
     repos = {TINY_K3.repo: TINY_K3} if repos is None else repos
     with tempfile.TemporaryDirectory(prefix="capserve-hub-") as tmp:
@@ -33,6 +35,8 @@ def local_hub(
             root = source if isinstance(source, Path) else write_checkpoint(source, Path(tmp) / repo_id)
             served[repo_id] = ServedRepo.scan(root)
         state = HubState(repos=served, faults=faults or Faults(), log=log if log is not None else [])
+        if states is not None:
+            states.append(state)
         server = HubServer(state)
         thread = threading.Thread(target=server.serve_forever, name="capserve-local-hub", daemon=True)
         thread.start()

@@ -115,6 +115,15 @@ class HubState:
         with self.lock:
             self.log.append(entry)
 
+    def publish(self, repo_id: str) -> str:
+        """A new commit on ``main``: the repo's directory is read again (write the new files first); returns its
+        sha. Like a push to the Hub, the branch now resolves to the new commit (docs/events.md §3)."""
+        with self.lock:
+            repos = dict(self.repos)
+            repos[repo_id] = ServedRepo.scan(self.repos[repo_id].root)
+            self.repos = repos
+            return repos[repo_id].sha
+
 
 class HubServer(ThreadingHTTPServer):
     daemon_threads = True
