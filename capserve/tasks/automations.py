@@ -1,0 +1,153 @@
+"""capserve's automations, declared here and registered with the deployments (docs/events.md §4).
+
+Python (``prefect.automations``), not ``prefect.yaml`` ``triggers:``: a deployment trigger can only start
+its own deployment, while the expiration warning starts two (drain, then teardown) and the Crashed and Late
+automations match runs of *other* deployments; the automations also need the target deployments' ids,
+which exist only once the deployments are registered. ``register_automations`` converges by name (update
+an existing automation, create a missing one), so it can run after every ``prefect deploy``.
+
+| automation | fires on | starts |
+|---|---|---|
+| ``capserve-redeploy-on-new-revision`` | ``capserve.model.revision-published`` | redeploy (campaign, revision) |
+| ``capserve-drain-on-expiration-warning`` | ``capserve.aws.capacity-block.expiration-warning`` | drain, then teardown |
+| ``capserve-teardown-crashed-campaign`` | ``prefect.flow-run.Crashed`` of a ``campaign`` run | teardown of orphans |
+| ``capserve-notify-late-teardown`` | ``prefect.flow-run.Late`` of a ``teardown`` run | notify |
+
+Campaign id and region come from the event (``event.resource['prefect.resource.name']``,
+``event.payload.region``); the Crashed automation passes the crashed run's id, and its target decides
+from that run's parameters whether the campaign still has a live run before tearing anything down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import cast
+from uuid import UUID
+
+from prefect.automations import Automation, EventTrigger, Posture, RunDeployment
+from prefect.client.orchestration import get_client
+from prefect.exceptions import ObjectNotFound
+from pydantic import BaseModel, ConfigDict, Field
+
+from capserve.core.errors import PermanentError
+from capserve.core.events import CAMPAIGN_PREFIX, EventName
+from capserve.tasks.resilience import orchestrator_task
+
+CAMPAIGN = "{{ event.resource['prefect.resource.name'] }}"
+CRASHED_RUN = "{{ event.resource['prefect.resource.id'] | replace('prefect.flow-run.', '') }}"
+
+
+class AutomationTargets(BaseModel):
+    """The deployments (``flow/deployment``) the automations start."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    redeploy: str = Field("redeploy/redeploy", max_length=200, description="Stages, rolls out, evaluates.")
+    drain: str = Field("drain/drain", max_length=200, description="Stops traffic to a campaign's endpoint.")
+    teardown: str = Field(
+        "teardown/teardown-campaign", max_length=200, description="Tears a campaign down from its id and region."
+    )
+    orphan_teardown: str = Field(
+        "teardown/teardown-orphan", max_length=200,
+        description="Given a crashed campaign run, tears down when the campaign has no live run.",
+    )
+    notify: str = Field("notify/notify", max_length=200, description="Tells a person (a log and an artifact).")
+
+
+def _on_campaign(event: EventName) -> EventTrigger:
+    return EventTrigger(
+        expect={str(event)},
+        match={"prefect.resource.id": f"{CAMPAIGN_PREFIX}*"},
+        for_each={"prefect.resource.id"},
+        posture=Posture.Reactive,
+        threshold=1,
+    )
+
+
+def _on_flow_run(state: str, flow_name: str) -> EventTrigger:
+    return EventTrigger(
+        expect={f"prefect.flow-run.{state}"},
+        match={"prefect.resource.id": "prefect.flow-run.*"},
+        match_related={"prefect.resource.role": "flow", "prefect.resource.name": flow_name},
+        for_each={"prefect.resource.id"},
+        posture=Posture.Reactive,
+        threshold=1,
+    )
+
+
+def build_automations(ids: Mapping[str, UUID], targets: AutomationTargets) -> list[Automation]:
+    """The automations, with ``ids`` mapping each target deployment name to its id."""
+
+    def run(name: str, parameters: dict[str, str]) -> RunDeployment:
+        return RunDeployment(source="selected", deployment_id=ids[name], parameters=parameters)
+
+    where = {"campaign_id": CAMPAIGN, "region": "{{ event.payload.region }}"}
+    return [
+        Automation(
+            name="capserve-redeploy-on-new-revision",
+            description="A running campaign's branch moved on the Hub: redeploy it (docs/events.md §4).",
+            trigger=_on_campaign(EventName.REVISION_PUBLISHED),
+            actions=[run(targets.redeploy, {
+                "campaign_id": CAMPAIGN, "revision": "{{ event.payload.revision }}", "trigger": "revision-published",
+            })],
+        ),
+        Automation(
+            name="capserve-drain-on-expiration-warning",
+            description="AWS will terminate the block's instances in 10 minutes: drain, then tear down now.",
+            trigger=_on_campaign(EventName.CAPACITY_BLOCK_EXPIRATION_WARNING),
+            actions=[
+                run(targets.drain, {**where, "reason": "expiration-warning"}),
+                run(targets.teardown, {**where, "reason": "drain-deadline"}),
+            ],
+        ),
+        Automation(
+            name="capserve-teardown-crashed-campaign",
+            description="A campaign run crashed: tear its campaign down if no other run of it is live.",
+            trigger=_on_flow_run("Crashed", "campaign"),
+            actions=[run(targets.orphan_teardown, {"flow_run_id": CRASHED_RUN})],
+        ),
+        Automation(
+            name="capserve-notify-late-teardown",
+            description="A scheduled teardown is late (no worker took it): a person must look now.",
+            trigger=_on_flow_run("Late", "teardown"),
+            actions=[run(targets.notify, {
+                "subject": "capserve teardown run is late",
+                "body": "teardown run {{ event.resource['prefect.resource.name'] }} "
+                        "({{ event.resource['prefect.resource.id'] }}) is Late: is a worker polling the pool?",
+            })],
+        ),
+    ]
+
+
+@orchestrator_task("register-automations")
+def register_automations(targets: AutomationTargets | None = None) -> list[str]:
+    """Create or update every automation; refuses, naming them, when target deployments are not registered."""
+    targets = targets or AutomationTargets()
+    names = sorted(set(targets.model_dump().values()))
+    ids: dict[str, UUID] = {}
+    missing: list[str] = []
+    with get_client(sync_client=True) as client:
+        for name in names:
+            try:
+                ids[name] = client.read_deployment_by_name(name).id
+            except ObjectNotFound:
+                missing.append(name)
+    if missing:
+        raise PermanentError(
+            f"cannot register capserve's automations: no deployment {', '.join(missing)} on this Prefect server; "
+            "register the deployments first (deployments/prefect.yaml), or name others in AutomationTargets"
+        )
+    registered = []
+    for automation in build_automations(ids, targets):
+        try:
+            # A sync call here (outside an event loop); the async dispatch confuses the type checker.
+            existing: Automation | None = cast(Automation, Automation.read(name=automation.name))
+        except ValueError:  # Automation.read raises ValueError when no automation has the name
+            existing = None
+        if existing is None:
+            automation.create()
+        else:
+            automation.id = existing.id
+            automation.update()
+        registered.append(automation.name)
+    return registered

@@ -1,0 +1,121 @@
+"""capserve's automations on a real local Prefect server (the session's test harness): each fires on its event
+and starts exactly one run of the right deployment with the right parameters; a duplicate event does nothing.
+
+The target deployments are stubs (flows registered by name, no worker): a run created by an automation
+stays Scheduled, which is all these tests look at.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+from prefect.events import emit_event
+from prefect.events.worker import EventsWorker
+
+from capserve.core.errors import PermanentError
+from capserve.tasks.automations import AutomationTargets, register_automations
+
+SHA = "c" * 40
+TARGETS = AutomationTargets(
+    redeploy="redeploy-stub/redeploy", drain="drain-stub/drain", teardown="teardown-stub/teardown-campaign",
+    orphan_teardown="teardown-stub/teardown-orphan", notify="notify-stub/notify",
+)
+
+
+@pytest.fixture(scope="module")
+def deployments() -> dict[str, uuid.UUID]:
+    ids = {}
+    with get_client(sync_client=True) as client:
+        for name in TARGETS.model_dump().values():
+            flow_name, deployment = name.split("/")
+            flow_id = client.create_flow_from_name(flow_name)
+            ids[name] = client.create_deployment(flow_id, deployment)
+    assert sorted(register_automations.fn(TARGETS)) == [
+        "capserve-drain-on-expiration-warning", "capserve-notify-late-teardown",
+        "capserve-redeploy-on-new-revision", "capserve-teardown-crashed-campaign",
+    ]
+    register_automations.fn(TARGETS)  # converges: updates, never duplicates
+    with get_client(sync_client=True) as client:
+        names = [a.name for a in client.read_automations() if a.name.startswith("capserve-")]
+    assert len(names) == 4
+    time.sleep(2)  # the triggers service loads new automations from its change feed
+    return ids
+
+
+def runs_of(deployment_id: uuid.UUID, expected: int) -> list[Any]:
+    """The deployment's runs, once ``expected`` exist (bounded wait; more than expected shows up too)."""
+    found: list[Any] = []
+    of_deployment = DeploymentFilter(id=DeploymentFilterId(any_=[deployment_id]))
+    with get_client(sync_client=True) as client:
+        for _ in range(60):
+            found = client.read_flow_runs(deployment_filter=of_deployment)
+            if len(found) >= expected:
+                break
+            time.sleep(0.5)
+    return found
+
+
+def send(event: str, resource: dict[str, str], *, payload: dict[str, Any] | None = None,
+         related: list[dict[str, str]] | None = None, event_id: uuid.UUID | None = None) -> uuid.UUID:
+    sent_id = event_id or uuid.uuid4()
+    emit_event(event, resource=resource, payload=payload or {}, related=related or [], id=sent_id,
+               occurred=datetime.now(UTC))
+    EventsWorker.drain_all()
+    return sent_id
+
+
+def campaign(name: str) -> dict[str, str]:
+    return {"prefect.resource.id": f"capserve.campaign.{name}", "prefect.resource.name": name}
+
+
+def test_a_published_revision_starts_one_redeploy_and_its_duplicate_none(deployments: dict[str, uuid.UUID]) -> None:
+    target = deployments[TARGETS.redeploy]
+    first = send("capserve.model.revision-published", campaign("c-rev"), payload={"revision": SHA})
+    [run] = runs_of(target, 1)
+    assert run.parameters == {"campaign_id": "c-rev", "revision": SHA, "trigger": "revision-published"}
+    send("capserve.model.revision-published", campaign("c-rev"), payload={"revision": SHA}, event_id=first)
+    send("capserve.model.other", campaign("c-rev"), payload={"revision": SHA})  # not an event it expects
+    time.sleep(5)  # long enough for a wrongly fired automation to show its run
+    assert len(runs_of(target, 1)) == 1
+
+
+def test_the_expiration_warning_drains_then_tears_down_that_campaign(deployments: dict[str, uuid.UUID]) -> None:
+    send("capserve.aws.capacity-block.expiration-warning", campaign("c-exp"),
+         payload={"region": "us-east-2", "reservation_id": "cr-1", "kind": "expiration-warning"})
+    [drain] = runs_of(deployments[TARGETS.drain], 1)
+    [teardown] = runs_of(deployments[TARGETS.teardown], 1)
+    assert drain.parameters == {"campaign_id": "c-exp", "region": "us-east-2", "reason": "expiration-warning"}
+    assert teardown.parameters == {"campaign_id": "c-exp", "region": "us-east-2", "reason": "drain-deadline"}
+
+
+def test_a_crashed_campaign_run_asks_for_an_orphan_teardown_and_a_late_teardown_notifies(
+    deployments: dict[str, uuid.UUID],
+) -> None:
+    crashed, other = uuid.uuid4(), uuid.uuid4()
+    flow = {"prefect.resource.id": f"prefect.flow.{uuid.uuid4()}", "prefect.resource.role": "flow"}
+    send("prefect.flow-run.Crashed", {"prefect.resource.id": f"prefect.flow-run.{other}"},
+         related=[{**flow, "prefect.resource.name": "reaper"}])  # not a campaign run: nothing
+    send("prefect.flow-run.Crashed", {"prefect.resource.id": f"prefect.flow-run.{crashed}"},
+         related=[{**flow, "prefect.resource.name": "campaign"}])
+    [orphan] = runs_of(deployments[TARGETS.orphan_teardown], 1)
+    assert orphan.parameters == {"flow_run_id": str(crashed)}
+
+    late = uuid.uuid4()
+    send("prefect.flow-run.Late", {"prefect.resource.id": f"prefect.flow-run.{late}",
+                                   "prefect.resource.name": "teardown-k3"},
+         related=[{**flow, "prefect.resource.name": "teardown"}])
+    [notice] = runs_of(deployments[TARGETS.notify], 1)
+    assert "teardown-k3" in notice.parameters["body"] and str(late) in notice.parameters["body"]
+    time.sleep(3)
+    assert len(runs_of(deployments[TARGETS.orphan_teardown], 1)) == 1
+
+
+def test_registering_without_the_target_deployments_names_them() -> None:
+    with pytest.raises(PermanentError, match="no deployment nowhere/redeploy"):
+        register_automations.fn(TARGETS.model_copy(update={"redeploy": "nowhere/redeploy"}))
