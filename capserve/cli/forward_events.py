@@ -10,17 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from capserve.cli.arg_types import positive_integer
 from capserve.cli.down import _region
-
-
-def _polls(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("--polls must be at least 1")
-    return value
 
 
 def register(subparsers: Any) -> None:
@@ -34,7 +25,7 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument("--region", type=_region, required=True, help="region of the queue (e.g. us-east-2)")
-    parser.add_argument("--polls", type=_polls, default=None, help="stop after this many long polls (default: never)")
+    parser.add_argument("--polls", type=positive_integer, default=None, help="stop after this many long polls (default: never)")
     parser.set_defaults(func=run)
 
 
