@@ -25,7 +25,9 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument("--region", type=_region, required=True, help="region of the queue (e.g. us-east-2)")
-    parser.add_argument("--polls", type=positive_integer, default=None, help="stop after this many long polls (default: never)")
+    parser.add_argument(
+        "--polls", type=positive_integer, default=None, help="stop after this many long polls (default: never)"
+    )
     parser.set_defaults(func=run)
 
 
