@@ -10,6 +10,7 @@ an existing automation, create a missing one), so it can run after every ``prefe
 |---|---|---|
 | ``capserve-redeploy-on-new-revision`` | ``capserve.model.revision-published`` | redeploy (campaign, revision) |
 | ``capserve-drain-on-expiration-warning`` | ``capserve.aws.capacity-block.expiration-warning`` | drain, then teardown |
+| ``capserve-crash-silent-campaign-run`` | a ``campaign`` run's heartbeat, then silence | marks the run Crashed |
 | ``capserve-teardown-crashed-campaign`` | ``prefect.flow-run.Crashed`` of a ``campaign`` run | teardown of orphans |
 | ``capserve-notify-late-teardown`` | ``prefect.flow-run.Late`` of a ``teardown`` run | notify |
 
@@ -21,11 +22,13 @@ from that run's parameters whether the campaign still has a live run before tear
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import cast
 from uuid import UUID
 
-from prefect.automations import Automation, EventTrigger, Posture, RunDeployment
+from prefect.automations import Automation, ChangeFlowRunState, EventTrigger, Posture, RunDeployment
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.objects import StateType
 from prefect.exceptions import ObjectNotFound
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -52,6 +55,14 @@ class AutomationTargets(BaseModel):
         description="Given a crashed campaign run, tears down when the campaign has no live run.",
     )
     notify: str = Field("notify/notify", max_length=200, description="Tells a person (a log and an artifact).")
+    silent_after_seconds: int = Field(
+        600, ge=10, le=86_400,
+        description="A campaign run with no event this long after a heartbeat is marked Crashed. Prefect's "
+        "heartbeat comes every 180 s by default (PREFECT_FLOWS_HEARTBEAT_FREQUENCY): keep this 3× that.",
+    )
+
+    def deployments(self) -> list[str]:
+        return sorted({self.redeploy, self.drain, self.teardown, self.orphan_teardown, self.notify})
 
 
 def _on_campaign(event: EventName) -> EventTrigger:
@@ -72,6 +83,21 @@ def _on_flow_run(state: str, flow_name: str) -> EventTrigger:
         for_each={"prefect.resource.id"},
         posture=Posture.Reactive,
         threshold=1,
+    )
+
+
+def _silent_campaign_run(within: timedelta) -> EventTrigger:
+    """A heartbeat of a campaign run, then no event of that run at all for ``within`` (any flow-run event,
+    including terminal states with custom names, counts as a sign of life)."""
+    return EventTrigger(
+        after={"prefect.flow-run.heartbeat"},
+        expect={"prefect.flow-run.*"},
+        match={"prefect.resource.id": "prefect.flow-run.*"},
+        match_related={"prefect.resource.role": "flow", "prefect.resource.name": "campaign"},
+        for_each={"prefect.resource.id"},
+        posture=Posture.Proactive,
+        threshold=1,
+        within=within,
     )
 
 
@@ -101,6 +127,16 @@ def build_automations(ids: Mapping[str, UUID], targets: AutomationTargets) -> li
             ],
         ),
         Automation(
+            name="capserve-crash-silent-campaign-run",
+            description="A campaign run stopped sending heartbeats (its host died): mark it Crashed, which starts "
+            "the crashed-campaign teardown.",
+            trigger=_silent_campaign_run(timedelta(seconds=targets.silent_after_seconds)),
+            actions=[ChangeFlowRunState(
+                state=StateType.CRASHED,
+                message=f"capserve: no heartbeat for {targets.silent_after_seconds} s (docs/events.md §4)",
+            )],
+        ),
+        Automation(
             name="capserve-teardown-crashed-campaign",
             description="A campaign run crashed: tear its campaign down if no other run of it is live.",
             trigger=_on_flow_run("Crashed", "campaign"),
@@ -123,7 +159,7 @@ def build_automations(ids: Mapping[str, UUID], targets: AutomationTargets) -> li
 def register_automations(targets: AutomationTargets | None = None) -> list[str]:
     """Create or update every automation; refuses, naming them, when target deployments are not registered."""
     targets = targets or AutomationTargets()
-    names = sorted(set(targets.model_dump().values()))
+    names = targets.deployments()
     ids: dict[str, UUID] = {}
     missing: list[str] = []
     with get_client(sync_client=True) as client:

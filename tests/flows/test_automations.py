@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+from prefect.client.schemas.objects import StateType
 from prefect.events import emit_event
 from prefect.events.worker import EventsWorker
+from prefect.states import Running
 
 from capserve.core.errors import PermanentError
 from capserve.tasks.automations import AutomationTargets, register_automations
@@ -24,28 +27,33 @@ from capserve.tasks.automations import AutomationTargets, register_automations
 SHA = "c" * 40
 TARGETS = AutomationTargets(
     redeploy="redeploy-stub/redeploy", drain="drain-stub/drain", teardown="teardown-stub/teardown-campaign",
-    orphan_teardown="teardown-stub/teardown-orphan", notify="notify-stub/notify",
+    orphan_teardown="teardown-stub/teardown-orphan", notify="notify-stub/notify", silent_after_seconds=10,
 )
 
 
 @pytest.fixture(scope="module")
-def deployments() -> dict[str, uuid.UUID]:
+def deployments() -> Iterator[dict[str, uuid.UUID]]:
     ids = {}
     with get_client(sync_client=True) as client:
-        for name in TARGETS.model_dump().values():
+        for name in TARGETS.deployments():
             flow_name, deployment = name.split("/")
             flow_id = client.create_flow_from_name(flow_name)
             ids[name] = client.create_deployment(flow_id, deployment)
     assert sorted(register_automations.fn(TARGETS)) == [
-        "capserve-drain-on-expiration-warning", "capserve-notify-late-teardown",
-        "capserve-redeploy-on-new-revision", "capserve-teardown-crashed-campaign",
+        "capserve-crash-silent-campaign-run", "capserve-drain-on-expiration-warning",
+        "capserve-notify-late-teardown", "capserve-redeploy-on-new-revision", "capserve-teardown-crashed-campaign",
     ]
     register_automations.fn(TARGETS)  # converges: updates, never duplicates
     with get_client(sync_client=True) as client:
         names = [a.name for a in client.read_automations() if a.name.startswith("capserve-")]
-    assert len(names) == 4
+    assert len(names) == 5
     time.sleep(2)  # the triggers service loads new automations from its change feed
-    return ids
+    yield ids
+    # The session's server is shared: a 10-second zombie trigger must not outlive these tests.
+    with get_client(sync_client=True) as client:
+        for automation in client.read_automations():
+            if automation.name.startswith("capserve-"):
+                client.delete_automation(automation.id)
 
 
 def runs_of(deployment_id: uuid.UUID, expected: int) -> list[Any]:
@@ -114,6 +122,34 @@ def test_a_crashed_campaign_run_asks_for_an_orphan_teardown_and_a_late_teardown_
     assert "teardown-k3" in notice.parameters["body"] and str(late) in notice.parameters["body"]
     time.sleep(3)
     assert len(runs_of(deployments[TARGETS.orphan_teardown], 1)) == 1
+
+
+def test_a_silent_campaign_run_is_marked_crashed_and_then_torn_down(deployments: dict[str, uuid.UUID]) -> None:
+    with get_client(sync_client=True) as client:
+        flow_id = client.create_flow_from_name("campaign")
+        stub = client.create_deployment(flow_id, "zombie-stub")
+        silent, alive = (client.create_flow_run_from_deployment(stub) for _ in range(2))
+        for run in (silent, alive):
+            client.set_flow_run_state(run.id, Running(), force=True)
+    flow = {"prefect.resource.id": f"prefect.flow.{flow_id}", "prefect.resource.role": "flow",
+            "prefect.resource.name": "campaign"}
+
+    def beat(run_id: uuid.UUID) -> None:
+        send("prefect.flow-run.heartbeat", {"prefect.resource.id": f"prefect.flow-run.{run_id}"}, related=[flow])
+
+    beat(silent.id)  # its host dies right after this heartbeat
+    states: dict[uuid.UUID, StateType | None] = {}
+    for _ in range(30):  # the alive run keeps beating while we wait (10 s silence + 5 s evaluation steps)
+        beat(alive.id)
+        time.sleep(2)
+        with get_client(sync_client=True) as client:
+            states = {r: client.read_flow_run(r).state_type for r in (silent.id, alive.id)}
+        if states[silent.id] is StateType.CRASHED:
+            break
+    assert states == {silent.id: StateType.CRASHED, alive.id: StateType.RUNNING}
+    orphans = runs_of(deployments[TARGETS.orphan_teardown], 2)
+    assert {"flow_run_id": str(silent.id)} in [r.parameters for r in orphans]
+    assert {"flow_run_id": str(alive.id)} not in [r.parameters for r in orphans]
 
 
 def test_registering_without_the_target_deployments_names_them() -> None:
