@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from capserve.core.capacity.result import AcquireResult
 from capserve.core.cluster.result import ClusterResult
+from capserve.core.cost.ledger import CostLedger
 from capserve.core.evaluation.result import EvaluationResult
 from capserve.core.markdown import markdown_table
 from capserve.core.plan_check import plan_markdown
@@ -63,6 +64,20 @@ def _plan_json(plan: ServingPlan) -> dict[str, Any]:
 
 def _acquire_json(acquired: AcquireResult) -> dict[str, Any]:
     return acquired.report_sections()
+
+
+COST_PLOTS = ("cost_timeline.png", "cost_waterfall.png")
+"""The ledger's PNGs, written next to report.md (capserve/tasks/cost/plots.py) when there was a block."""
+
+
+def _cost_markdown(ledger: CostLedger) -> str:
+    """The ledger's section, how to read it, and its two plots (drawn only when there was a block)."""
+    text = ledger.markdown().rstrip()
+    text += "\n\nHow to read this section: docs/cost.md §1 (in the capserve repository)."
+    if ledger.window is not None:
+        timeline, waterfall = COST_PLOTS
+        text += f"\n\n![reservation timeline]({timeline})\n\n![cost waterfall]({waterfall})"
+    return text + "\n"
 
 
 class StageRecord(BaseModel):
@@ -109,6 +124,9 @@ class CampaignReport(BaseModel):
     )
     evaluation: Annotated[EvaluationResult | None, Section(None)] = Field(None, description="The verdict.")
     teardown: Annotated[TeardownResult | None, Section("Teardown")] = Field(None, description="What was deleted.")
+    cost: Annotated[CostLedger | None, Section(None, to_markdown=_cost_markdown)] = Field(
+        None, description="What the reservation cost, what it served and where the paid GPU-hours went."
+    )
 
     # ------------------------------------------------------------------ sections
 
@@ -168,8 +186,9 @@ class CampaignReport(BaseModel):
                 out.update(marker.json_of(name, value))
         return out
 
-    def to_markdown(self) -> str:
-        """report.md."""
+    def to_markdown(self, *, images: bool = True) -> str:
+        """report.md; ``images=False`` leaves out the links to PNG files (the Prefect artifact cannot show
+        them: it carries the same content as tables)."""
         lines = [f"# Campaign `{self.campaign}`", "", "| stage | status | started (UTC) | took |", "|---|---|---|---|"]
         for s in self.stages:
             took = f"{(s.ended_at - s.started_at).total_seconds():.1f} s" if s.ended_at else "—"
@@ -187,7 +206,10 @@ class CampaignReport(BaseModel):
             if body:
                 lines += ["", f"## {marker.title}", ""] if marker.title else [""]
                 lines.append(body.rstrip())
-        return "\n".join(lines) + "\n"
+        text = "\n".join(lines)
+        if not images:
+            text = "\n".join(line for line in text.split("\n") if not line.startswith("!["))
+        return text + "\n"
 
 
 def _section_types(annotation: Any) -> tuple[type, ...]:
