@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from capserve.core.capacity.offers import Offer
 from capserve.core.catalog import get_instance_type
 from capserve.core.cost import (
     BlockWindow,
@@ -33,6 +34,14 @@ from capserve.core.cost import (
     ScheduledRunMark,
 )
 from capserve.core.cost.adapters import intervals_from_report_stages, throughput_from_evaluation
+from capserve.core.cost.planning import (
+    CostForecast,
+    ExpectedTimeline,
+    ThroughputEstimate,
+    expected_resources,
+    forecast_offer,
+)
+from capserve.core.cost.prices import PriceTable
 from capserve.core.lease import Lease
 from capserve.core.report import CampaignReport, StageRecord
 from capserve.core.spec import CampaignSpec
@@ -160,6 +169,46 @@ def scheduled_runs(document: Mapping[str, Any], campaign: str) -> list[Scheduled
     return marks
 
 
+MAX_FORECASTS = 10  # the offers a person weighs: the best-ranked ones
+
+
+def throughput_estimate(spec: CampaignSpec) -> ThroughputEstimate | None:
+    """The spec's throughput estimate with its source (``cost.expected_output_tokens_per_s``), or None."""
+    cost = spec.cost
+    if cost.expected_output_tokens_per_s is None or cost.throughput_source is None:
+        return None
+    return ThroughputEstimate(
+        output_tokens_per_s=cost.expected_output_tokens_per_s,
+        concurrency=spec.serving.max_num_seqs,
+        source=cost.throughput_source,
+    )
+
+
+def offer_forecasts(spec: CampaignSpec, offers: Sequence[Offer], prices: PriceTable) -> list[CostForecast]:
+    """Expected utilisation and cost per million output tokens of each offer, before anything is bought.
+
+    The expected timeline is docs/cost.md §5's, with the spec's drain point; the other resources are the
+    control plane and the system node group for the block (plus an hour's lead). Without a throughput
+    estimate in the spec the cost per token is left out (the utilisation still shows).
+    """
+    timeline = ExpectedTimeline(drain_before_end_minutes=spec.teardown.drain_before_end_minutes)
+    throughput = throughput_estimate(spec)
+    forecasts = []
+    for offer in offers[:MAX_FORECASTS]:
+        forecasts.append(
+            forecast_offer(
+                offer,
+                gpus_per_instance=get_instance_type(offer.instance_type).gpus_per_node,
+                prices=prices,
+                timeline=timeline,
+                throughput=throughput,
+                resources=expected_resources(block_hours=offer.duration_hours),
+                utilisation_target=spec.cost.utilisation_target,
+            )
+        )
+    return forecasts
+
+
 def _resources(report: CampaignReport, spec: CampaignSpec, lease: Lease, *, offset: timedelta) -> list[ResourceUsage]:
     """The control plane and system node group from bring-up's start until teardown ended (or the scheduled
     hard teardown, when this run left it to that run), and the weights in S3 for as long as the block."""
@@ -230,4 +279,10 @@ def _duration(delta: timedelta) -> str:
     return f"{sign}{seconds // 3600}h{seconds % 3600 // 60:02d}m{seconds % 60:02d}s"
 
 
-__all__: Sequence[str] = ("campaign_cost_inputs", "scheduled_runs", "serving_interval")
+__all__: Sequence[str] = (
+    "campaign_cost_inputs",
+    "offer_forecasts",
+    "scheduled_runs",
+    "serving_interval",
+    "throughput_estimate",
+)
