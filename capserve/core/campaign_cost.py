@@ -128,7 +128,7 @@ def serving_interval(
     if rollout is not None and rollout.status is StageStatus.COMPLETED and rollout.ended_at is not None:
         start, event = rollout.ended_at, "rollout ready"
     elif evaluate is not None and evaluate.status is StageStatus.COMPLETED:
-        start, event = evaluate.started_at, "the evaluated endpoint ready (evaluate began; no rollout stage ran)"
+        start, event = evaluate.started_at, "evaluate began on the ready endpoint (no rollout stage ran)"
     else:
         return None, "nothing served: no endpoint became ready in this run"
     if report.evaluation is not None and report.evaluation.verdict == "fail":

@@ -11,9 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from capserve.core.campaign_cost import campaign_cost_inputs, serving_interval
+from capserve.core.campaign_cost import campaign_cost_inputs, offer_forecasts, serving_interval
+from capserve.core.capacity.approval import ApprovalRequest
+from capserve.core.capacity.offers import Offer
 from capserve.core.cost import Cause, CostLedger, build_ledger, load_price_table
 from capserve.core.cost.inputs import BlockWindow
+from capserve.core.cost.planning import forecast_table
+from capserve.core.cost.spec import CostSpec
 from capserve.core.evaluation.result import EvaluationResult
 from capserve.core.lease import Lease
 from capserve.core.report import CampaignReport
@@ -101,7 +105,7 @@ def test_a_served_day_serves_from_the_evaluated_endpoint_until_the_drain_point()
     assert lost(ledger, Cause.IDLE) == lost(ledger, Cause.WAITING_FOR_BRING_UP) == 0
     assert ledger.paid_gpu_minutes == ledger.serving_gpu_minutes + sum(ledger.lost_gpu_minutes.values())
     assert ledger.upfront_fee == 2880.0 and ledger.currency == "USD"
-    assert ledger.serving_started_by.startswith("the evaluated endpoint ready")
+    assert ledger.serving_started_by.startswith("evaluate began on the ready endpoint")
     assert ledger.serving_started_by.endswith("→ the drain point")
     section = ledger.report_section()
     assert section["serving_gpu_hours"] == round(1315 * GPUS / 60, 4)
@@ -227,3 +231,34 @@ def test_the_report_carries_the_ledger_and_links_its_plots() -> None:
     artifact = campaign.to_markdown(images=False)
     assert "![" not in artifact
     assert "| cause | GPU-h |" in artifact and "| from | to | cause |" in artifact  # the plots as tables
+
+
+def offer(day: int, fee: float, hours: int = 24) -> Offer:
+    start = START + timedelta(days=day)
+    return Offer(
+        provider="ec2-capacity-block", region="us-east-2", availability_zone="us-east-2a",
+        offering_id=f"cbo-{day}-{hours}", start=start, end=start + timedelta(hours=hours),
+        instance_type="p6-b300.48xlarge", instance_count=1, upfront_fee=fee,
+    )  # fmt: skip
+
+
+def test_the_offers_weighed_show_what_they_would_buy() -> None:
+    with_estimate = spec().model_copy(
+        update={"cost": CostSpec(expected_output_tokens_per_s=2400.0, throughput_source="report of k3-demo")}
+    )
+    day, week = offer(0, 2880.0), offer(1, 20160.0, hours=168)
+    forecasts = offer_forecasts(with_estimate, [day, week], PRICES)
+    # The same stages lose 210 min of either block: a week dilutes them.
+    assert forecasts[0].expected_utilisation == pytest.approx(1230 / 1440)
+    assert forecasts[1].expected_utilisation == pytest.approx((10080 - 210) / 10080)
+    per_day, per_week = (f.expected_usd_per_million_output_tokens for f in forecasts)
+    assert per_day is not None and per_week is not None and per_week < per_day
+    request = ApprovalRequest(
+        campaign_id="k3-demo", offer=day, approval_threshold_usd=2000, alternatives=1,
+        cost_forecast=forecast_table(forecasts),
+    )  # fmt: skip
+    form = request.markdown()
+    assert "expected utilisation" in form and "85.4%" in form and "report of k3-demo" in form
+    # Without an estimate the form still shows the utilisation, and says why no cost per token.
+    bare = forecast_table(offer_forecasts(spec(), [day], PRICES))
+    assert "85.4%" in bare and "No throughput estimate" in bare

@@ -273,7 +273,7 @@ class CostLedger(BaseModel):
             "|---|---|",
             f"| upfront fee | {fee} |",
             f"| paid | {_gh(self.paid_gpu_minutes)} GPU-h ({hours:,.2f} h × {self.gpus} GPUs) |",
-            f"| serving | {_gh(self.serving_gpu_minutes)} GPU-h ({self.serving_started_by}) |",
+            f"| serving | {_gh(self.serving_gpu_minutes)} GPU-h: {self.serving_started_by} |",
             f"| utilisation | {utilisation:.1%} (target {self.utilisation_target:.0%}: {verdict}) |",
             f"| other resources | {_usd(self.other_resources_cost)} (price table dated {self.price_table_date}) |",
             f"| total | {_usd(self.total_cost)} |",
