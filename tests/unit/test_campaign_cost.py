@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from capserve.core.campaign_cost import campaign_cost_inputs, offer_forecasts, serving_interval
+from capserve.core.campaign_cost import campaign_cost_inputs, offer_forecasts, scheduled_runs, serving_interval
 from capserve.core.capacity.approval import ApprovalRequest
 from capserve.core.capacity.offers import Offer
 from capserve.core.cost import Cause, CostLedger, build_ledger, load_price_table
@@ -262,3 +262,21 @@ def test_the_offers_weighed_show_what_they_would_buy() -> None:
     # Without an estimate the form still shows the utilisation, and says why no cost per token.
     bare = forecast_table(offer_forecasts(spec(), [day], PRICES))
     assert "85.4%" in bare and "No throughput estimate" in bare
+
+
+def test_scheduled_runs_come_from_either_shape_of_the_schedule() -> None:
+    at = minute(1400)
+    lease_schedule = {"schedule": [
+        {"name": "drain-k3-demo", "stage": "drain", "scheduled_at": at.isoformat(), "fired_at": None},
+        {"name": "teardown-k3-demo", "stage": "teardown", "scheduled_at": minute(1405).isoformat(),
+         "fired_at": minute(1405).isoformat()},
+    ]}  # fmt: skip
+    marks = scheduled_runs(lease_schedule, "k3-demo")
+    assert [(m.name, m.stage, m.scheduled_at) for m in marks] == [
+        ("drain-k3-demo", "drain", at),
+        ("teardown-k3-demo", "teardown", minute(1405)),
+    ]
+    assert marks[1].fired_at == minute(1405)
+    teardown_only = scheduled_runs({"teardown_schedule": {"scheduled_at": at.isoformat()}}, "k3-demo")
+    assert [(m.name, m.stage) for m in teardown_only] == [("teardown-k3-demo", "teardown")]
+    assert scheduled_runs({}, "k3-demo") == []
