@@ -41,6 +41,22 @@ def fraction(text: str) -> float:
     return value
 
 
+def positive_number(text: str) -> float:
+    """A finite number above 0 (a throughput)."""
+    value = _parse(float, text, "a number")
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text}: give a finite number above 0")
+    return value
+
+
+def dollars(text: str) -> float:
+    """An amount in USD, finite and at least 0."""
+    value = _parse(float, text, "an amount in USD")
+    if not (value >= 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"{text}: give an amount in USD of at least 0")
+    return value
+
+
 def seconds(text: str) -> float:
     """A duration in seconds, above 0 and at most a week."""
     value = _parse(float, text, "a number of seconds")

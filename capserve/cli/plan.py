@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 from capserve.cli import arg_types
 from capserve.core.catalog import ModelEntry, get_instance_type, get_model
+from capserve.core.cost import CostForecast, ExpectedTimeline, ThroughputEstimate, load_price_table
+from capserve.core.cost.planning import forecast_layout
 from capserve.core.errors import CapserveError, DoesNotFitError, SpecError
 from capserve.core.planner import PlannerSettings, ServingPlan, plan_serving
 from capserve.core.planner.settings import GIB
@@ -94,6 +96,28 @@ def register(subparsers: Any) -> None:
         default=None,
         help="vLLM's --max-num-batched-tokens, sizes the activation reserve (default: vLLM's for the GPU).",
     )
+    cost = parser.add_argument_group(
+        "cost before buying",
+        "Expected utilisation of the layout on a block, and with the block's fee and a sourced throughput "
+        "estimate, the expected cost per million output tokens (docs/cost.md §5).",
+    )
+    cost.add_argument(
+        "--block-hours", type=arg_types.positive_integer, default=24, help="Length of the block (default 24)."
+    )
+    cost.add_argument("--upfront-fee", type=arg_types.dollars, default=None, help="The block's fee in USD.")
+    cost.add_argument(
+        "--expected-output-tokens-per-s",
+        type=arg_types.positive_number,
+        default=None,
+        help="Output tokens/s the endpoint is expected to sustain within the gates (needs --throughput-source).",
+    )
+    cost.add_argument(
+        "--throughput-source", default=None, help="Where that estimate comes from (a report, a benchmark)."
+    )
+    cost.add_argument("--region", default="us-east-1", help="Region the other resources are priced in.")
+    cost.add_argument(
+        "--compile-cache-warm", action="store_true", help="A compile cache for this image and layout exists."
+    )
     parser.add_argument("--json", action="store_true", help="Print the plan as one JSON object.")
     parser.set_defaults(func=run)
 
@@ -112,19 +136,78 @@ def run(args: argparse.Namespace) -> int:
         plan = plan_serving(
             model, instance, context_length=args.context, concurrency=args.concurrency, settings=settings
         )
+        forecast = _forecast(args, plan)
     except (ValueError, CapserveError) as exc:  # unknown names, bad values, an unreadable config.json
         print(f"capserve plan: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(plan.to_json(), indent=2))
+        print(json.dumps({**plan.to_json(), "cost_forecast": forecast.to_json() if forecast else None}, indent=2))
     else:
         _print_plan(plan)
+        if forecast is not None:
+            _print_forecast(forecast)
     try:
         plan.require_fit()
     except DoesNotFitError as exc:
         print(f"capserve plan: does not fit: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _forecast(args: argparse.Namespace, plan: ServingPlan) -> CostForecast | None:
+    """What the chosen layout would make of a block (None when the plan does not fit)."""
+    if (args.expected_output_tokens_per_s is None) != (args.throughput_source is None):
+        raise SpecError(
+            "give --expected-output-tokens-per-s and --throughput-source together: an estimate without its "
+            "source cannot be weighed"
+        )
+    if not plan.fits:
+        return None
+    throughput = None
+    if args.expected_output_tokens_per_s is not None:
+        throughput = ThroughputEstimate(
+            output_tokens_per_s=args.expected_output_tokens_per_s,
+            concurrency=args.concurrency,
+            source=args.throughput_source,
+        )
+    return forecast_layout(
+        nodes=plan.nodes,
+        gpus_per_node=plan.gpus_per_node,
+        block_hours=args.block_hours,
+        region=args.region,
+        prices=load_price_table(),
+        upfront_fee=args.upfront_fee,
+        throughput=throughput,
+        timeline=ExpectedTimeline(compile_cache_warm=args.compile_cache_warm),
+    )
+
+
+def _print_forecast(forecast: CostForecast) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=sys.stdout, width=160)
+    table = Table(title="cost before buying (expected, docs/cost.md §5)", show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    per = forecast.expected_usd_per_million_output_tokens
+    target = forecast.utilisation_target
+    verdict = "meets" if forecast.expected_utilisation >= target else "[red]below[/red]"
+    table.add_row("block", forecast.label)
+    table.add_row("paid GPU-hours", f"{forecast.paid_gpu_hours:,.1f}")
+    table.add_row("expected serving GPU-hours", f"{forecast.expected_serving_gpu_hours:,.1f}")
+    table.add_row("expected utilisation", f"{forecast.expected_utilisation:.1%} ({verdict} the target {target:.0%})")
+    if per is not None and forecast.throughput is not None:
+        table.add_row(
+            "expected USD per million output tokens",
+            f"${per:,.2f} at {forecast.throughput.output_tokens_per_s:,.0f} tok/s ({forecast.throughput.source})",
+        )
+    else:
+        table.add_row(
+            "expected USD per million output tokens",
+            "- (give --upfront-fee, --expected-output-tokens-per-s and --throughput-source)",
+        )
+    console.print(table)
 
 
 def _model(args: argparse.Namespace) -> ModelEntry:

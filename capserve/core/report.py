@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from capserve.core.capacity.result import AcquireResult
 from capserve.core.cluster.result import ClusterResult
+from capserve.core.cost.ledger import CostLedger
 from capserve.core.evaluation.result import EvaluationResult
 from capserve.core.events import CapserveEvent
 from capserve.core.markdown import markdown_table
@@ -64,6 +65,20 @@ def _plan_json(plan: ServingPlan) -> dict[str, Any]:
 
 def _acquire_json(acquired: AcquireResult) -> dict[str, Any]:
     return acquired.report_sections()
+
+
+COST_PLOTS = ("cost_timeline.png", "cost_waterfall.png")
+"""The ledger's PNGs, written next to report.md (capserve/tasks/cost/plots.py) when there was a block."""
+
+
+def _cost_markdown(ledger: CostLedger) -> str:
+    """The ledger's section, how to read it, and its two plots (drawn only when there was a block)."""
+    text = ledger.markdown().rstrip()
+    text += "\n\nHow to read this section: docs/cost.md §1 (in the capserve repository)."
+    if ledger.window is not None:
+        timeline, waterfall = COST_PLOTS
+        text += f"\n\n![reservation timeline]({timeline})\n\n![cost waterfall]({waterfall})"
+    return text + "\n"
 
 
 class StageRecord(BaseModel):
@@ -110,6 +125,9 @@ class CampaignReport(BaseModel):
     )
     evaluation: Annotated[EvaluationResult | None, Section(None)] = Field(None, description="The verdict.")
     teardown: Annotated[TeardownResult | None, Section("Teardown")] = Field(None, description="What was deleted.")
+    cost: Annotated[CostLedger | None, Section(None, to_markdown=_cost_markdown)] = Field(
+        None, description="What the reservation cost, what it served and where the paid GPU-hours went."
+    )
     events: list[CapserveEvent] = Field(
         default_factory=list, max_length=1000, description="Lifecycle events this run sent, in order."
     )
@@ -173,8 +191,9 @@ class CampaignReport(BaseModel):
         out["events"] = [e.report_entry() for e in self.events]
         return out
 
-    def to_markdown(self) -> str:
-        """report.md."""
+    def to_markdown(self, *, images: bool = True) -> str:
+        """report.md; ``images=False`` leaves out the links to PNG files (the Prefect artifact cannot show
+        them: it carries the same content as tables)."""
         lines = [f"# Campaign `{self.campaign}`", "", "| stage | status | started (UTC) | took |", "|---|---|---|---|"]
         for s in self.stages:
             took = f"{(s.ended_at - s.started_at).total_seconds():.1f} s" if s.ended_at else "—"
@@ -194,7 +213,10 @@ class CampaignReport(BaseModel):
                 lines.append(body.rstrip())
         if self.events:
             lines += ["", "## Events", "", markdown_table([_event_row(e) for e in self.events]).rstrip()]
-        return "\n".join(lines) + "\n"
+        text = "\n".join(lines)
+        if not images:
+            text = "\n".join(line for line in text.split("\n") if not line.startswith("!["))
+        return text + "\n"
 
 
 def _event_row(event: CapserveEvent) -> dict[str, object]:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from capserve.core.capacity.settings import CapacitySettings
 from capserve.core.cluster.settings import BringUpSettings
+from capserve.core.cost.settings import CostSettings
 from capserve.core.planner.settings import PlannerSettings
 from capserve.core.teardown.settings import ReaperSettings, TeardownSettings
 from capserve.core.weights.settings import WeightsSettings
@@ -78,6 +79,9 @@ class Settings(CampaignSettings):
     records: RecordSettings = Field(default_factory=RecordSettings, description="Where campaign records live.")
     reaper: ReaperSettings = Field(
         default_factory=ReaperSettings, description="The reaper: when a campaign counts as over."
+    )
+    cost: CostSettings = Field(
+        default_factory=CostSettings, description="The cost ledger: whether to read live prices."
     )
 
     def for_campaign(self, overrides: CampaignSettings | None) -> Settings:

@@ -24,6 +24,7 @@ from prefect.exceptions import FlowPauseTimeout
 from prefect.flow_runs import pause_flow_run, suspend_flow_run
 from prefect.input import RunInput
 
+from capserve.core.campaign_cost import offer_forecasts
 from capserve.core.capacity.adoption import adoption_problems, lease_from_reservation
 from capserve.core.capacity.approval import ApprovalDecision, ApprovalRequest, needs_approval
 from capserve.core.capacity.offers import Offer
@@ -32,6 +33,8 @@ from capserve.core.capacity.result import AcquireResult, Outcome
 from capserve.core.capacity.settings import CapacitySettings
 from capserve.core.capacity.states import Reservation
 from capserve.core.catalog import get_instance_type
+from capserve.core.cost import CostForecast, load_price_table
+from capserve.core.cost.planning import forecast_table
 from capserve.core.errors import PermanentError
 from capserve.core.lease import Lease
 from capserve.core.record import Approval, RecordRef, StageEntry
@@ -205,6 +208,7 @@ def _finish(
         state=current.state,
         ranking=ranking,
         message=message,
+        forecasts=tuple(_forecasts(spec, ranking)),
     )
     _publish(result)
     return result
@@ -216,9 +220,18 @@ def _stopped(spec: CampaignSpec, ranking: Ranking, outcome: Outcome, message: st
         outcome=outcome,
         ranking=ranking,
         message=message,
+        forecasts=tuple(_forecasts(spec, ranking)),
     )
     _publish(result)
     return result
+
+
+def _forecasts(spec: CampaignSpec, ranking: Ranking | None) -> list[CostForecast]:
+    """What the offers weighed would buy, best-ranked first (pure; priced from the packaged table)."""
+    if ranking is None:
+        return []
+    ranked = sorted((c for c in ranking.considered if c.rank is not None), key=lambda c: c.rank or 0)
+    return offer_forecasts(spec, [c.offer for c in ranked], load_price_table())
 
 
 def _publish(result: AcquireResult) -> None:
@@ -244,6 +257,7 @@ def _ask_for_approval(
         max_upfront_fee_usd=spec.capacity.max_upfront_fee_usd,
         alternatives=len(ranking.considered) - 1,
         plan=f"serve {spec.model.catalog or spec.model.repo} on {offer.instance_count} × {offer.instance_type}",
+        cost_forecast=forecast_table(_forecasts(spec, ranking)),
     )
     if interactive:
         return _ask_on_terminal(request)

@@ -9,7 +9,7 @@ The rules (decided in ``capserve.core.sequencing``, applied here):
   ("failed-stage"); an interruption (Ctrl-C, SIGTERM, a Prefect cancellation, a broken output pipe)
   leaves the cluster to the scheduled teardown and the reaper, and the report and record say so;
 - an error while tearing down after a failure never replaces the failure, and the report is always
-  written.
+  written, with the cost ledger of the run (``capserve.flows.cost``; 0 when no capacity was obtained).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from capserve.core.sequencing import blocked_by, decide_ending
 from capserve.core.stages import Stage, StageStatus
 from capserve.core.teardown.result import TeardownReason
 from capserve.flows.context import CampaignContext
+from capserve.flows.cost import campaign_ledger
 from capserve.tasks.reporting import publish_report, write_report_files
 
 
@@ -118,6 +119,7 @@ def finish(ctx: CampaignContext, error: BaseException | None, tear_down: TearDow
         elif error is not None and ending.why:
             _explain_interruption(ctx, ending.why)
     finally:
+        _add_cost(ctx, interrupted=error is not None and not isinstance(error, CapserveError))
         _write_report(ctx, quietly=error is not None)
 
 
@@ -170,6 +172,14 @@ def _record(
         if not quietly:
             raise
         _logger().exception("could not record the %s stage in the campaign record", stage.value)
+
+
+def _add_cost(ctx: CampaignContext, *, interrupted: bool) -> None:
+    """The cost ledger into the report. The report is written without it rather than not at all."""
+    try:
+        campaign_ledger(ctx, interrupted=interrupted)
+    except Exception:
+        _logger().exception("could not compute the cost ledger of campaign %s", ctx.spec.campaign_id)
 
 
 def _write_report(ctx: CampaignContext, *, quietly: bool) -> None:

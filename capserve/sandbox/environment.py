@@ -70,6 +70,8 @@ def sandbox(
         hub = stack.enter_context(local_hub())
         # The local Hub serves plain files; the Xet protocol is for hf.co's storage only.
         stack.enter_context(patched_environ({"HF_HUB_DISABLE_XET": "1"}))
+        # moto has no Price List API: the campaign's ledger prices from the packaged table, and says so.
+        stack.enter_context(patched_environ({"CAPSERVE_COST__PRICE_LIST_API": "false"}))
         inference = stack.enter_context(serve(SandboxConfig(model=served_model_name)))
         yield SandboxEndpoints(
             aws=aws.endpoint_url,

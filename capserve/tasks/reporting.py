@@ -19,6 +19,7 @@ from prefect.artifacts import create_markdown_artifact  # noqa: E402
 
 from capserve.core.report import CampaignReport, StageRecord  # noqa: E402
 from capserve.core.stages import StageStatus  # noqa: E402
+from capserve.tasks.cost.plots import write_cost_plots  # noqa: E402
 from capserve.tasks.resilience import orchestrator_task  # noqa: E402
 from capserve.tasks.secrets import redactor  # noqa: E402
 
@@ -34,7 +35,8 @@ _COLOURS = {
 
 
 def write_report_files(report: CampaignReport, out_dir: Path) -> tuple[Path, Path]:
-    """report.json, report.md and timeline.png in ``out_dir``; each file appears whole or not at all."""
+    """report.json, report.md, timeline.png and the cost plots in ``out_dir``; each report file appears whole or
+    not at all."""
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out_dir / "report.json", out_dir / "report.md"
     # No secret of the run reaches the report or its artifact (capserve.tasks.secrets).
@@ -48,6 +50,8 @@ def write_report_files(report: CampaignReport, out_dir: Path) -> tuple[Path, Pat
         tmp.replace(path)
     if report.stages:
         timeline(report.stages, out_dir / "timeline.png")
+    if report.cost is not None:
+        write_cost_plots(report.cost, out_dir)  # the files report.md links to (COST_PLOTS)
     return json_path, md_path
 
 
@@ -55,7 +59,7 @@ def write_report_files(report: CampaignReport, out_dir: Path) -> tuple[Path, Pat
 def publish_report(report: CampaignReport) -> None:
     """The report as a Prefect artifact, for the UI."""
     create_markdown_artifact(
-        key=f"{report.campaign}-report", markdown=report.to_markdown(), description="Campaign report"
+        key=f"{report.campaign}-report", markdown=report.to_markdown(images=False), description="Campaign report"
     )
 
 

@@ -153,6 +153,9 @@ def test_a_rejected_purchase_stops_cleanly_with_nothing_bought() -> None:
     [result] = results
     assert result.outcome == "rejected" and result.lease is None
     assert "alice" in result.message and "nothing was bought" in result.message
+    # What the offers weighed would have bought (the approval form showed the same table).
+    assert result.forecasts and result.forecasts[0].label == chosen.label()
+    assert 0 < result.forecasts[0].expected_utilisation < 1
     assert ext.calls("purchase_capacity_block", include_dry_run=True) == []
     stored = read_record(record_ref(spec, RecordSettings()))
     assert stored is not None and stored.record.stages["acquire"].status == "stopped"

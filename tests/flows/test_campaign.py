@@ -57,6 +57,26 @@ def purchases() -> int:
     return len(capacity_ext.calls("purchase_capacity_block"))
 
 
+COST_KEYS = {
+    "currency", "upfront_fee", "paid_gpu_hours", "serving_gpu_hours", "utilisation", "lost_gpu_hours",
+    "other_resources", "usd_per_million_output_tokens", "price_table_date",
+}  # fmt: skip
+
+
+def checked_cost(written: dict[str, Any]) -> dict[str, Any]:
+    """report.json's cost object, after checking issue 15's keys and that paid = serving + lost, to the minute."""
+    cost: dict[str, Any] = written["cost"]
+    assert set(cost) >= COST_KEYS
+    lost = cost["lost_gpu_hours"]
+    # Hours are GPU-minutes / 60 to 4 decimals: back to whole GPU-minutes, the sum is exact.
+    assert round(cost["paid_gpu_hours"] * 60) == round(cost["serving_gpu_hours"] * 60) + sum(
+        round(hours * 60) for hours in lost.values()
+    )
+    assert cost["paid_gpu_minutes"] == cost["serving_gpu_minutes"] + sum(cost["lost_gpu_minutes"].values())
+    assert all(isinstance(r["name"], str) and set(r) == {"name", "cost"} for r in cost["other_resources"])
+    return cost
+
+
 def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
     tmp_path: Path, far_ends: SandboxEndpoints
 ) -> None:
@@ -116,6 +136,19 @@ def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
         "capserve.teardown.done",
     ]
     assert written["events"][1]["revision"] == written["weights"]["revision_sha"]
+    # The ledger of the block: AWS's fee, a 24 h block of 8 GPUs on AWS's clock, every minute with one cause.
+    cost = checked_cost(written)
+    assert cost["upfront_fee"] == lease["upfront_fee"] > 0 and cost["currency"] == "USD"
+    assert cost["paid_gpu_hours"] == 24 * 8 and cost["block_start"] == lease["start"]
+    assert cost["serving_started_by"] == "evaluate began on the ready endpoint (no rollout stage ran) → teardown began"
+    assert cost["biggest_loss"]["cause"] == "idle"  # torn down when done: the rest of the block is paid for nothing
+    assert cost["price_table_date"] and "cost.price_list_api is off" in cost["price_source"]
+    assert {r["name"] for r in cost["other_resources"]} >= {"EKS control plane"}
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert "## Cost" in markdown and "![reservation timeline](cost_timeline.png)" in markdown
+    for png in ("cost_timeline.png", "cost_waterfall.png"):
+        assert (tmp_path / "out" / png).read_bytes().startswith(b"\x89PNG")
+    assert written["offers_forecast"] and all(0 < f["expected_utilisation"] < 1 for f in written["offers_forecast"])
 
     # A re-run finds the reservation by its tag: nothing is bought twice.
     again = campaign(spec, out_dir=tmp_path / "again", hub_endpoint=far_ends.hub, teardown_when_done=True)
@@ -153,6 +186,8 @@ def test_a_failed_bring_up_tears_down_what_it_made_and_says_why(tmp_path: Path, 
     assert status["bring_up"] == "failed" and status["teardown"] == "completed"
     assert written["teardown"]["reason"] == "failed-stage"
     assert tagged_vpcs(spec.campaign_id, written["lease"]["region"]) == []
+    cost = checked_cost(written)
+    assert cost["serving_gpu_hours"] == 0 and cost["serving_started_by"].startswith("nothing served")
 
 
 def test_a_reservation_that_has_not_started_gets_weights_staged_and_waits(
@@ -178,6 +213,9 @@ def test_a_reservation_too_small_for_the_plan_stops_before_anything_is_bought(tm
     assert [(s["name"], s["status"]) for s in written["stages"]] == [("plan", "failed")]
     assert "instance_count" in written["stages"][0]["detail"]
     assert "plan" not in written
+    # Nothing bought, nothing paid: a ledger of 0 (no division by zero).
+    cost = checked_cost(written)
+    assert (cost["upfront_fee"], cost["paid_gpu_hours"], cost["utilisation"]) == (0.0, 0.0, None)
 
 
 def test_up_with_a_bad_spec_exits_2_and_names_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

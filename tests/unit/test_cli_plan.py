@@ -100,3 +100,39 @@ def test_plan_and_help_import_no_orchestration_and_no_sdk() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == ""
+
+
+def test_plan_shows_what_the_layout_would_make_of_a_block(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["plan", "kimi-k3", "--instance-type", "p6-b300.48xlarge", "--context", "262144", "--concurrency", "8",
+            "--upfront-fee", "2880", "--expected-output-tokens-per-s", "2400",
+            "--throughput-source", "a previous campaign's report"]  # fmt: skip
+    assert main([*args, "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    forecast = plan["cost_forecast"]
+    # docs/cost.md §5: a 24 h block loses 165 min to the stages and 45 to its end; 1230 of 1440 minutes serve.
+    assert forecast["expected_utilisation"] == pytest.approx(1230 / 1440)
+    assert plan["nodes"] == 1 and forecast["paid_gpu_hours"] == 24 * 8
+    tokens = 2400 * 1230 * 60
+    fee_and_others = 2880 + forecast["other_resources_cost"]
+    assert forecast["expected_usd_per_million_output_tokens"] == pytest.approx(fee_and_others / (tokens / 1e6))
+    assert forecast["throughput"]["source"] == "a previous campaign's report"
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "expected utilisation" in out and "85.4%" in out and "a previous campaign's report" in out
+
+
+def test_plan_without_a_fee_gives_the_utilisation_but_no_cost_per_token(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["plan", "kimi-k3", "--instance-type", "p6-b300.48xlarge", "--block-hours", "168", "--compile-cache-warm",
+            "--expected-output-tokens-per-s", "2400", "--throughput-source", "benchmark", "--json"]  # fmt: skip
+    assert main(args) == 0
+    forecast = json.loads(capsys.readouterr().out)["cost_forecast"]
+    # A warm compile cache: vLLM starts in 25 min instead of 75, so 115 + 45 of 10,080 minutes are lost.
+    assert forecast["expected_utilisation"] == pytest.approx((10080 - 160) / 10080)
+    assert forecast["expected_usd_per_million_output_tokens"] is None
+
+
+def test_a_throughput_without_its_source_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["plan", "kimi-k3", "--instance-type", "p6-b300.48xlarge", "--expected-output-tokens-per-s", "2400"]
+    assert main(args) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "--throughput-source" in err and err.count("\n") == 1

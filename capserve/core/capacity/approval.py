@@ -18,6 +18,11 @@ class ApprovalRequest(BaseModel):
     max_upfront_fee_usd: float | None = Field(None, gt=0, description="The spec's hard budget.")
     alternatives: int = Field(ge=0, le=10_000, description="How many other offers were considered.")
     plan: str = Field("", max_length=2000, description="One line about what the capacity is for (model, serving plan).")
+    cost_forecast: str = Field(
+        "",
+        max_length=8000,
+        description="Expected utilisation and cost per million output tokens of the offers weighed (a table).",
+    )
 
     def markdown(self) -> str:
         o = self.offer
@@ -39,6 +44,8 @@ class ApprovalRequest(BaseModel):
         ]
         if self.plan:
             lines.append(f"| plan | {self.plan} |")
+        if self.cost_forecast:
+            lines += ["", "#### What it would buy (expected)", "", self.cost_forecast]
         return "\n".join(lines)
 
 

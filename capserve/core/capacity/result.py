@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from capserve.core.capacity.ranking import Ranking
 from capserve.core.capacity.states import ReservationState
+from capserve.core.cost.planning import CostForecast, forecast_table
 from capserve.core.lease import Lease
 
 Outcome = Literal["bought", "adopted", "rejected", "approval-timed-out", "dry-run"]
@@ -24,6 +25,9 @@ class AcquireResult(BaseModel):
         None, description="The offers considered (None when an existing reservation was adopted)."
     )
     message: str = Field("", max_length=4000, description="One paragraph for people: what happened and what next.")
+    forecasts: tuple[CostForecast, ...] = Field(
+        (), max_length=20, description="Expected utilisation and cost per million tokens of the best-ranked offers."
+    )
 
     @property
     def stopped(self) -> bool:
@@ -35,6 +39,7 @@ class AcquireResult(BaseModel):
         return {
             "lease": self.lease.report_section() if self.lease else None,
             "offers_considered": [c.report_entry() for c in self.ranking.considered] if self.ranking else [],
+            "offers_forecast": [f.to_json() for f in self.forecasts],
         }
 
     def markdown(self) -> str:
@@ -69,6 +74,9 @@ class AcquireResult(BaseModel):
                     f"{o.end:%Y-%m-%d %H:%M} | ${o.upfront_fee:,.2f} | {c.reason} |"
                 )
             lines.append("")
+        if self.forecasts:
+            lines += ["### What the best-ranked offers would buy (expected, docs/cost.md §5)", ""]
+            lines += [forecast_table(list(self.forecasts)), ""]
         if self.ranking is not None and self.ranking.no_match:
             lines += ["Regions without a match:", ""]
             lines += [f"- {region}: {why}" for region, why in sorted(self.ranking.no_match.items())]

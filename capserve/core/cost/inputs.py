@@ -125,6 +125,18 @@ class CostInputs(_Strict):
     simulated_rate: float | None = Field(
         None, gt=0, le=1e6, description="Set when the window was simulated: sandbox seconds per wall second."
     )
+    serving_started_by: str = Field(
+        "rollout ready → drain point",
+        min_length=1,
+        max_length=300,
+        description="The event that started the serving interval (rollout ready; before the rollout stage existed, "
+        "the evaluated endpoint being ready), and what ended it.",
+    )
+    notes: list[str] = Field(
+        default_factory=list,
+        max_length=20,
+        description="What the wiring must tell a reader about how the timeline was read (clock, projections).",
+    )
 
     @property
     def gpus(self) -> int:

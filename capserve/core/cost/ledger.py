@@ -57,6 +57,10 @@ class CostLedger(BaseModel):
     intervals: list[Interval] = Field(description="What was recorded, as given (the Gantt draws them).")
     scheduled_runs: list[ScheduledRunMark] = Field(description="Scheduled runs, for the timeline.")
     simulated_rate: float | None = Field(description="Sandbox seconds per wall second, when simulated.")
+    serving_started_by: str = Field(
+        "rollout ready → drain point", max_length=300, description="The event that started serving, and what ended it."
+    )
+    wiring_notes: list[str] = Field(default_factory=list, description="How the timeline was read (clock, projection).")
 
     # --- figures ---------------------------------------------------------------------------------
 
@@ -152,7 +156,7 @@ class CostLedger(BaseModel):
 
     @property
     def notes(self) -> list[str]:
-        notes: list[str] = []
+        notes: list[str] = list(self.wiring_notes)
         if self.price_source_note:
             notes.append(self.price_source_note)
         if self.window is None:
@@ -210,6 +214,7 @@ class CostLedger(BaseModel):
             "usd_per_million_output_tokens": _money(self.usd_per_million_output_tokens),
             "price_table_date": self.price_table_date.isoformat(),
             # The detail behind the figures.
+            "serving_started_by": self.serving_started_by,
             "adopted": self.adopted,
             "gpus": self.gpus,
             "instance_type": self.instance_type,
@@ -268,7 +273,7 @@ class CostLedger(BaseModel):
             "|---|---|",
             f"| upfront fee | {fee} |",
             f"| paid | {_gh(self.paid_gpu_minutes)} GPU-h ({hours:,.2f} h × {self.gpus} GPUs) |",
-            f"| serving | {_gh(self.serving_gpu_minutes)} GPU-h (rollout ready → drain) |",
+            f"| serving | {_gh(self.serving_gpu_minutes)} GPU-h: {self.serving_started_by} |",
             f"| utilisation | {utilisation:.1%} (target {self.utilisation_target:.0%}: {verdict}) |",
             f"| other resources | {_usd(self.other_resources_cost)} (price table dated {self.price_table_date}) |",
             f"| total | {_usd(self.total_cost)} |",
@@ -396,6 +401,8 @@ def build_ledger(inputs: CostInputs, prices: PriceTable, *, price_note: str = ""
         intervals=list(inputs.intervals),
         scheduled_runs=list(inputs.scheduled_runs),
         simulated_rate=inputs.simulated_rate,
+        serving_started_by=inputs.serving_started_by,
+        wiring_notes=list(inputs.notes),
     )
     ledger.check()
     return ledger

@@ -8,7 +8,7 @@ Defaults and where they come from: docs/cost.md, "Planning before buying".
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
@@ -245,5 +245,44 @@ def forecast_offer(
         timeline=timeline,
         throughput=throughput,
         resources=resources,
+        utilisation_target=utilisation_target,
+    )
+
+
+# A nominal block for a forecast made before any offer is known: only its length matters (every stage is
+# laid out from the start); 11:30 UTC as every Capacity Block (docs/aws-capacity.md §1).
+_NOMINAL_START = datetime(2026, 1, 5, 11, 30, tzinfo=UTC)
+
+
+def forecast_layout(
+    *,
+    nodes: int,
+    gpus_per_node: int,
+    block_hours: int,
+    region: str,
+    prices: PriceTable,
+    upfront_fee: float | None = None,
+    throughput: ThroughputEstimate | None = None,
+    timeline: ExpectedTimeline | None = None,
+    utilisation_target: float = 0.8,
+) -> CostForecast:
+    """The forecast for a layout on a block of ``block_hours`` not yet offered (``capserve plan``).
+
+    Without the offer's fee only the utilisation is known: the cost per million tokens is left out rather
+    than shown from the other resources alone, which would look cheap and mislead.
+    """
+    fee_known = upfront_fee is not None
+    return forecast_window(
+        label=f"{nodes} node(s), a {block_hours} h block" + ("" if fee_known else " (fee unknown)"),
+        start=_NOMINAL_START,
+        end=_NOMINAL_START + timedelta(hours=block_hours),
+        upfront_fee=upfront_fee or 0.0,
+        instance_count=nodes,
+        gpus_per_instance=gpus_per_node,
+        prices=prices,
+        region=region,
+        timeline=timeline,
+        throughput=throughput if fee_known else None,
+        resources=expected_resources(block_hours=block_hours),
         utilisation_target=utilisation_target,
     )

@@ -20,6 +20,7 @@ from matplotlib.patches import Patch  # noqa: E402
 from capserve.core.cost.causes import LOST_CAUSES, Cause  # noqa: E402
 from capserve.core.cost.charts import PAID_ROW, gantt, waterfall  # noqa: E402
 from capserve.core.cost.ledger import CostLedger  # noqa: E402
+from capserve.core.report import COST_PLOTS  # noqa: E402
 
 # Serving is green; every loss is a warm or grey shade, failures red, so "paid but idle" reads at a glance.
 COLOURS: dict[Cause, str] = {
@@ -132,8 +133,9 @@ def cost_waterfall(ledger: CostLedger, path: Path) -> Path | None:
 def write_cost_plots(ledger: CostLedger, out_dir: Path) -> list[Path]:
     """Both plots into ``out_dir`` (cost_timeline.png, cost_waterfall.png); none when there was no block."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    timeline, waterfall_png = COST_PLOTS  # the names report.md links to
     drawn = [
-        reservation_gantt(ledger, out_dir / "cost_timeline.png"),
-        cost_waterfall(ledger, out_dir / "cost_waterfall.png"),
+        reservation_gantt(ledger, out_dir / timeline),
+        cost_waterfall(ledger, out_dir / waterfall_png),
     ]
     return [p for p in drawn if p is not None]

@@ -1,0 +1,56 @@
+"""The campaign's cost ledger, built when a run ends: AWS's clock, the prices, then the pure ledger.
+
+Called by the runner after the teardown decision and before the report is written, for every run
+(one that never got capacity gets a ledger of 0). Reading AWS's clock and the Price List API are the
+only calls out; when either is refused, unreachable or skipped (an interrupted run makes no new calls
+on its way out), the ledger still comes out, from the host's clock and the packaged price table, and
+says so. How to read it: docs/cost.md §1; how it is wired: docs/cost.md §6.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from capserve.core.campaign_cost import campaign_cost_inputs
+from capserve.core.cost import CostLedger, build_ledger, load_price_table
+from capserve.core.cost.prices import PriceTable
+from capserve.core.errors import CapserveError
+from capserve.flows.context import CampaignContext
+from capserve.tasks.cost.clock import aws_clock_offset
+from capserve.tasks.cost.price_list import with_live_prices
+
+
+def campaign_ledger(ctx: CampaignContext, *, interrupted: bool) -> CostLedger:
+    """This run's ledger (also put into the report's "cost" section)."""
+    lease = ctx.lease
+    offset, notes = timedelta(0), []
+    if lease is not None and not interrupted:
+        try:
+            offset = aws_clock_offset(lease.region)
+        except CapserveError as exc:
+            notes.append(f"AWS's clock could not be read ({str(exc)[:300]}): stage times are the host's.")
+    inputs = campaign_cost_inputs(ctx.report, ctx.spec, lease, written_at=datetime.now(UTC), clock_offset=offset)
+    if notes:
+        inputs = inputs.model_copy(update={"notes": [*notes, *inputs.notes]})
+    prices, note = _prices(ctx, inputs.region, interrupted=interrupted)
+    ledger = build_ledger(inputs, prices, price_note=note)
+    ctx.report.add(ledger)
+    return ledger
+
+
+def _prices(ctx: CampaignContext, region: str, *, interrupted: bool) -> tuple[PriceTable, str]:
+    """The packaged table, with live EC2 prices for the system node group when the settings allow it."""
+    table = load_price_table()
+    cluster = ctx.report.cluster
+    pool = cluster.system_pool if cluster is not None else None
+    if pool is None:
+        return table, ""
+    if not ctx.settings.cost.price_list_api:
+        return table, (
+            f"AWS Price List API not asked (settings: cost.price_list_api is off); prices from the table dated "
+            f"{table.date}."
+        )
+    if interrupted:
+        why = "the run was interrupted"
+        return table, f"AWS Price List API not asked ({why}); prices from the table dated {table.date}."
+    return with_live_prices(table, region, [pool.instance_type], today=datetime.now(UTC).date())

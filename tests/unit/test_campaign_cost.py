@@ -1,0 +1,282 @@
+"""The ledger of a campaign run, from its typed report, the spec and the lease: ledgers computed by hand.
+
+Every case is a 24 h block of one p6-b300.48xlarge (8 GPUs) from 11:30 UTC: 1,440 min × 8 = 11,520 paid
+GPU-minutes; the drain point is end − 45 min (minute 1,395) and AWS terminates at end − 30 (minute 1,410).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from capserve.core.campaign_cost import campaign_cost_inputs, offer_forecasts, scheduled_runs, serving_interval
+from capserve.core.capacity.approval import ApprovalRequest
+from capserve.core.capacity.offers import Offer
+from capserve.core.cost import Cause, CostLedger, build_ledger, load_price_table
+from capserve.core.cost.inputs import BlockWindow
+from capserve.core.cost.planning import forecast_table
+from capserve.core.cost.spec import CostSpec
+from capserve.core.evaluation.result import EvaluationResult
+from capserve.core.lease import Lease
+from capserve.core.report import CampaignReport
+from capserve.core.spec import CampaignSpec, load_spec
+from capserve.core.stages import Stage, StageStatus
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml"
+START = datetime(2026, 12, 3, 11, 30, tzinfo=UTC)
+END = START + timedelta(hours=24)
+PRICES = load_price_table()
+GPUS = 8
+
+
+def minute(m: int) -> datetime:
+    return START + timedelta(minutes=m)
+
+
+def spec() -> CampaignSpec:
+    return load_spec(EXAMPLE)
+
+
+def lease(**changes: object) -> Lease:
+    fields: dict[str, object] = {
+        "provider": "ec2-capacity-block",
+        "region": "us-east-2",
+        "availability_zone": "us-east-2a",
+        "reservation_id": "cr-0123456789abcdef0",
+        "start": START,
+        "end": END,
+        "instance_type": "p6-b300.48xlarge",
+        "instance_count": 1,
+        "upfront_fee": 2880.0,
+    }
+    fields.update(changes)
+    return Lease.model_validate(fields)
+
+
+def report(*stages: tuple[Stage, StageStatus, datetime, datetime]) -> CampaignReport:
+    out = CampaignReport(campaign="k3-demo")
+    for stage, status, began, ended in stages:
+        line = out.begin(stage, began)
+        out.end(line, status, None if status is StageStatus.COMPLETED else "why", ended)
+    return out
+
+
+def ledger_of(
+    campaign: CampaignReport,
+    held: Lease | None,
+    *,
+    offset: timedelta = timedelta(0),
+    written_at: datetime | None = None,
+) -> CostLedger:
+    inputs = campaign_cost_inputs(
+        campaign, spec(), held, written_at=written_at or minute(90) - offset, clock_offset=offset
+    )
+    return build_ledger(inputs, PRICES)
+
+
+def lost(ledger: CostLedger, cause: Cause) -> int:
+    return ledger.lost_gpu_minutes[cause]
+
+
+def served_day() -> CampaignReport:
+    """bring_up 0–20, weights_to_nodes 20–50, evaluate 50–80 (minutes from the block's start)."""
+    return report(
+        (Stage.PLAN, StageStatus.COMPLETED, minute(-600), minute(-599)),
+        (Stage.ACQUIRE, StageStatus.COMPLETED, minute(-599), minute(-598)),
+        (Stage.STAGE_WEIGHTS, StageStatus.COMPLETED, minute(-598), minute(-560)),
+        (Stage.BRING_UP, StageStatus.COMPLETED, minute(0), minute(20)),
+        (Stage.WEIGHTS_TO_NODES, StageStatus.COMPLETED, minute(20), minute(50)),
+        (Stage.EVALUATE, StageStatus.COMPLETED, minute(50), minute(80)),
+    )
+
+
+def test_a_served_day_serves_from_the_evaluated_endpoint_until_the_drain_point() -> None:
+    ledger = ledger_of(served_day(), lease())
+    assert ledger.paid_gpu_minutes == 1440 * GPUS
+    assert lost(ledger, Cause.BRING_UP) == 20 * GPUS
+    assert lost(ledger, Cause.WEIGHTS_TO_NODES) == 30 * GPUS
+    assert lost(ledger, Cause.EVALUATION) == 30 * GPUS
+    # Serving from minute 80 (evaluation outranks serving while it runs) to the drain point at 1,395.
+    assert ledger.serving_gpu_minutes == (1395 - 80) * GPUS
+    assert lost(ledger, Cause.DRAIN_AND_TEARDOWN_MARGIN) == 15 * GPUS
+    assert lost(ledger, Cause.AWS_TERMINATION) == 30 * GPUS
+    assert lost(ledger, Cause.IDLE) == lost(ledger, Cause.WAITING_FOR_BRING_UP) == 0
+    assert ledger.paid_gpu_minutes == ledger.serving_gpu_minutes + sum(ledger.lost_gpu_minutes.values())
+    assert ledger.upfront_fee == 2880.0 and ledger.currency == "USD"
+    assert ledger.serving_started_by.startswith("evaluate began on the ready endpoint")
+    assert ledger.serving_started_by.endswith("→ the drain point")
+    section = ledger.report_section()
+    assert section["serving_gpu_hours"] == round(1315 * GPUS / 60, 4)
+    assert section["utilisation"] == round(1315 / 1440, 4)
+    # The report was written at minute 90: the rest of the serving interval is a projection, and says so.
+    assert any("projected" in note for note in ledger.notes)
+
+
+def test_a_completed_rollout_starts_serving_when_it_was_ready() -> None:
+    campaign = report(
+        (Stage.BRING_UP, StageStatus.COMPLETED, minute(0), minute(20)),
+        (Stage.ROLLOUT, StageStatus.COMPLETED, minute(20), minute(95)),
+        (Stage.EVALUATE, StageStatus.COMPLETED, minute(95), minute(125)),
+    )
+    ledger = ledger_of(campaign, lease(), written_at=minute(2000))
+    assert lost(ledger, Cause.VLLM_COLD_START) == 75 * GPUS
+    assert lost(ledger, Cause.EVALUATION) == 30 * GPUS
+    assert ledger.serving_gpu_minutes == (1395 - 125) * GPUS
+    assert ledger.serving_started_by == "rollout ready → the drain point"
+    assert not any("projected" in note for note in ledger.notes)
+
+
+def test_stage_times_move_onto_awss_clock() -> None:
+    """The sandbox's reservation starts at once: its clock is 7 h ahead of the host's. Same day, same ledger."""
+    ahead = timedelta(hours=7)
+    shifted = CampaignReport(campaign="k3-demo")
+    for line in served_day().stages:
+        moved = shifted.begin(line.name, line.started_at - ahead)
+        assert line.ended_at is not None
+        shifted.end(moved, line.status, None, line.ended_at - ahead)
+    moved_ledger = ledger_of(shifted, lease(), offset=ahead)
+    plain = ledger_of(served_day(), lease())
+    assert moved_ledger.lost_gpu_minutes == plain.lost_gpu_minutes
+    assert moved_ledger.serving_gpu_minutes == plain.serving_gpu_minutes
+    assert any("+7h00m00s" in note for note in moved_ledger.notes)
+    # Without the offset every stage would lie before the block, its GPU time outside what was paid.
+    unshifted = ledger_of(shifted, lease())
+    assert lost(unshifted, Cause.BRING_UP) == lost(unshifted, Cause.EVALUATION) == 0
+    assert unshifted.outside_block_minutes[Cause.BRING_UP] == 20
+
+
+def test_a_second_or_two_between_the_clocks_is_not_an_offset() -> None:
+    ledger = ledger_of(served_day(), lease(), offset=timedelta(seconds=2))
+    assert not any("AWS's clock" in note for note in ledger.notes)
+
+
+def test_a_failed_stage_tears_down_and_nothing_is_served() -> None:
+    campaign = report(
+        (Stage.BRING_UP, StageStatus.COMPLETED, minute(0), minute(20)),
+        (Stage.WEIGHTS_TO_NODES, StageStatus.FAILED, minute(20), minute(50)),
+        (Stage.TEARDOWN, StageStatus.COMPLETED, minute(50), minute(60)),
+    )
+    ledger = ledger_of(campaign, lease())
+    assert ledger.serving_gpu_minutes == 0
+    assert lost(ledger, Cause.FAILURES_AND_ROLLBACKS) == 30 * GPUS
+    assert lost(ledger, Cause.DRAIN_AND_TEARDOWN_MARGIN) == (10 + 15) * GPUS  # teardown, then the drain margin
+    # Paid and unused from the teardown's end to the drain point: idle.
+    assert lost(ledger, Cause.IDLE) == (1395 - 60) * GPUS
+    assert ledger.utilisation == 0.0
+    assert ledger.serving_started_by.startswith("nothing served")
+    biggest = ledger.biggest_loss
+    assert biggest is not None and biggest.cause is Cause.IDLE
+
+
+def test_teardown_when_done_stops_serving_when_teardown_begins() -> None:
+    campaign = served_day()
+    line = campaign.begin(Stage.TEARDOWN, minute(100))
+    campaign.end(line, StageStatus.COMPLETED, None, minute(110))
+    ledger = ledger_of(campaign, lease(), written_at=minute(111))
+    assert ledger.serving_gpu_minutes == 20 * GPUS  # 80 → 100
+    assert lost(ledger, Cause.IDLE) == (1395 - 110) * GPUS
+    assert ledger.serving_started_by.endswith("→ teardown began")
+    resources = {r.name: r for r in ledger.other_resources}
+    # The control plane ran from bring-up's start to teardown's end: 110 min.
+    assert "EKS control plane" in resources
+    assert resources["EKS control plane"].cost == pytest.approx(0.10 * 110 / 60, abs=1e-4)
+
+
+def test_a_failed_evaluation_is_not_serving() -> None:
+    campaign = served_day()
+    campaign.add(EvaluationResult(url="http://127.0.0.1:1", model="kimi-k3", profiles=["smoke"], verdict="fail"))
+    ledger = ledger_of(campaign, lease())
+    assert ledger.serving_gpu_minutes == 0
+    assert ledger.serving_started_by == "nothing served: the evaluation failed its gates"
+
+
+def test_a_campaign_that_never_got_capacity_costs_nothing() -> None:
+    campaign = report((Stage.PLAN, StageStatus.COMPLETED, minute(-10), minute(-9)))
+    campaign.skip(Stage.BRING_UP, "no capacity", minute(-8))
+    ledger = ledger_of(campaign, None)
+    section = ledger.report_section()
+    assert (section["upfront_fee"], section["paid_gpu_hours"], section["serving_gpu_hours"]) == (0.0, 0.0, 0.0)
+    assert section["utilisation"] is None and section["usd_per_million_output_tokens"] is None
+    assert set(section["lost_gpu_hours"].values()) == {0.0}
+    assert section["price_table_date"] == PRICES.date.isoformat()
+    assert ledger.serving_started_by.startswith("nothing served")
+
+
+def test_an_adopted_reservation_has_no_fee_here() -> None:
+    ledger = ledger_of(served_day(), lease(upfront_fee=0.0, adopted=True, provider="existing-reservation"))
+    assert ledger.adopted and ledger.upfront_fee == 0.0
+    assert ledger.serving_gpu_minutes == (1395 - 80) * GPUS
+    assert ledger.usd_per_million_output_tokens is None
+
+
+def test_serving_that_begins_after_the_drain_point_is_none() -> None:
+    window = BlockWindow.for_block(START, END, drain_before_end=timedelta(minutes=45))
+    campaign = report((Stage.EVALUATE, StageStatus.COMPLETED, minute(1400), minute(1405)))
+    interval, why = serving_interval(campaign, window)
+    assert interval is None and "only after the drain point" in why
+
+
+def test_the_report_carries_the_ledger_and_links_its_plots() -> None:
+    campaign = served_day()
+    ledger = ledger_of(campaign, lease())
+    campaign.add(ledger)
+    document = campaign.to_json()
+    assert document["cost"]["paid_gpu_hours"] == 1440 * GPUS / 60
+    markdown = campaign.to_markdown()
+    assert "## Cost" in markdown and "docs/cost.md §1" in markdown
+    assert "![reservation timeline](cost_timeline.png)" in markdown
+    assert "![cost waterfall](cost_waterfall.png)" in markdown
+    artifact = campaign.to_markdown(images=False)
+    assert "![" not in artifact
+    assert "| cause | GPU-h |" in artifact and "| from | to | cause |" in artifact  # the plots as tables
+
+
+def offer(day: int, fee: float, hours: int = 24) -> Offer:
+    start = START + timedelta(days=day)
+    return Offer(
+        provider="ec2-capacity-block", region="us-east-2", availability_zone="us-east-2a",
+        offering_id=f"cbo-{day}-{hours}", start=start, end=start + timedelta(hours=hours),
+        instance_type="p6-b300.48xlarge", instance_count=1, upfront_fee=fee,
+    )  # fmt: skip
+
+
+def test_the_offers_weighed_show_what_they_would_buy() -> None:
+    with_estimate = spec().model_copy(
+        update={"cost": CostSpec(expected_output_tokens_per_s=2400.0, throughput_source="report of k3-demo")}
+    )
+    day, week = offer(0, 2880.0), offer(1, 20160.0, hours=168)
+    forecasts = offer_forecasts(with_estimate, [day, week], PRICES)
+    # The same stages lose 210 min of either block: a week dilutes them.
+    assert forecasts[0].expected_utilisation == pytest.approx(1230 / 1440)
+    assert forecasts[1].expected_utilisation == pytest.approx((10080 - 210) / 10080)
+    per_day, per_week = (f.expected_usd_per_million_output_tokens for f in forecasts)
+    assert per_day is not None and per_week is not None and per_week < per_day
+    request = ApprovalRequest(
+        campaign_id="k3-demo", offer=day, approval_threshold_usd=2000, alternatives=1,
+        cost_forecast=forecast_table(forecasts),
+    )  # fmt: skip
+    form = request.markdown()
+    assert "expected utilisation" in form and "85.4%" in form and "report of k3-demo" in form
+    # Without an estimate the form still shows the utilisation, and says why no cost per token.
+    bare = forecast_table(offer_forecasts(spec(), [day], PRICES))
+    assert "85.4%" in bare and "No throughput estimate" in bare
+
+
+def test_scheduled_runs_come_from_either_shape_of_the_schedule() -> None:
+    at = minute(1400)
+    lease_schedule = {"schedule": [
+        {"name": "drain-k3-demo", "stage": "drain", "scheduled_at": at.isoformat(), "fired_at": None},
+        {"name": "teardown-k3-demo", "stage": "teardown", "scheduled_at": minute(1405).isoformat(),
+         "fired_at": minute(1405).isoformat()},
+    ]}  # fmt: skip
+    marks = scheduled_runs(lease_schedule, "k3-demo")
+    assert [(m.name, m.stage, m.scheduled_at) for m in marks] == [
+        ("drain-k3-demo", "drain", at),
+        ("teardown-k3-demo", "teardown", minute(1405)),
+    ]
+    assert marks[1].fired_at == minute(1405)
+    teardown_only = scheduled_runs({"teardown_schedule": {"scheduled_at": at.isoformat()}}, "k3-demo")
+    assert [(m.name, m.stage) for m in teardown_only] == [("teardown-k3-demo", "teardown")]
+    assert scheduled_runs({}, "k3-demo") == []
