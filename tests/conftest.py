@@ -11,6 +11,18 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
+# Tests talk to 127.0.0.1 only: a test that reaches AWS without starting the sandbox meets a closed
+# local port (and fails fast) instead of the real endpoints, and never picks up real credentials.
+# The sandbox sets its own endpoint and credentials over these while it runs.
+for _name, _value in {
+    "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+    "AWS_ACCESS_KEY_ID": "tests-no-aws",
+    "AWS_SECRET_ACCESS_KEY": "tests-no-aws-secret-access-key",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}.items():
+    os.environ[_name] = _value
+os.environ.pop("AWS_PROFILE", None)
+os.environ.pop("AWS_SESSION_TOKEN", None)
 
 import pytest  # noqa: E402
 from prefect.testing.utilities import prefect_test_harness  # noqa: E402
