@@ -305,6 +305,20 @@ def test_gaps_are_waiting_before_the_first_record_and_idle_after() -> None:
     assert ledger.biggest_loss is not None and ledger.biggest_loss.cause is Cause.IDLE
 
 
+def test_stages_too_short_to_round_to_a_minute_still_end_the_wait() -> None:
+    # A fast campaign (the sandbox demo with --teardown-when-done): bring-up, evaluation and teardown all
+    # within the block's first 20 seconds. Each rounds to nothing, but after them nothing ran: idle.
+    first = START + timedelta(seconds=5)
+    intervals = [
+        iv(Cause.BRING_UP, first, first + timedelta(seconds=10)),
+        iv(Cause.EVALUATION, first + timedelta(seconds=10), first + timedelta(seconds=20)),
+    ]
+    ledger = build_ledger(inputs(intervals), PRICES)
+    assert ledger.lost_gpu_minutes[Cause.WAITING_FOR_BRING_UP] == 0
+    assert ledger.lost_gpu_minutes[Cause.IDLE] == 1395 * 8
+    assert ledger.biggest_loss is not None and ledger.biggest_loss.cause is Cause.IDLE
+
+
 def test_a_block_with_nothing_recorded_is_all_waiting_until_the_drain() -> None:
     ledger = build_ledger(inputs([]), PRICES)
     # 11:30 → 10:45 next day = 1395 min waiting; then drain 15 and AWS 30.

@@ -77,6 +77,9 @@ def attribute(window: BlockWindow, intervals: list[Interval]) -> Attribution:
     recorded: list[_Claim] = [
         (minute_of(i.start, origin), minute_of(i.end, origin), i.effective_cause) for i in intervals
     ]
+    # A stage shorter than half a minute rounds to nothing, but it still happened: the unclaimed minutes
+    # after it are idle (paid, nothing running), not a wait for bring-up.
+    began = min((max(s, 0) for s, e, _ in recorded if s < total and e >= 0), default=total)
     recorded = [(s, e, c) for s, e, c in recorded if e > s]
     fixed: list[_Claim] = [
         (
@@ -87,7 +90,7 @@ def attribute(window: BlockWindow, intervals: list[Interval]) -> Attribution:
         (minute_of(window.aws_terminates_at, origin), total, Cause.AWS_TERMINATION),
     ]
     inside = [(max(s, 0), min(e, total), c) for s, e, c in recorded if s < total and e > 0]
-    first_recorded = min((s for s, _, _ in inside), default=total)
+    first_recorded = began
 
     segments: list[Segment] = []
     for a, b, cause in _sweep(inside + [c for c in fixed if c[1] > c[0]], 0, total):
