@@ -28,7 +28,7 @@ from capserve.core.events import CapserveEvent
 from capserve.core.markdown import markdown_table
 from capserve.core.plan_check import plan_markdown
 from capserve.core.planner import ServingPlan
-from capserve.core.schedule import TeardownSchedule
+from capserve.core.schedule import LeaseSchedule
 from capserve.core.stages import Stage, StageStatus
 from capserve.core.teardown.result import TeardownResult
 from capserve.core.weights.node_staging import NodeStagingResult
@@ -115,8 +115,8 @@ class CampaignReport(BaseModel):
     acquire: Annotated[AcquireResult | None, Section(None, to_json=_acquire_json)] = Field(
         None, description="The lease and the offers considered (report.json keys 'lease', 'offers_considered')."
     )
-    teardown_schedule: Annotated[TeardownSchedule | None, Section("Schedule")] = Field(
-        None, description="When drain and hard teardown happen, and the scheduled teardown run."
+    schedule: Annotated[LeaseSchedule | None, Section("Scheduled runs", to_json=LeaseSchedule.report_json)] = Field(
+        None, description="The runs the lease scheduled: bring-up, drain, hard teardown (report.json 'schedule')."
     )
     weights: Annotated[WeightsResult | None, Section("Weights")] = Field(None, description="Weights in S3.")
     cluster: Annotated[ClusterResult | None, Section("Cluster")] = Field(None, description="The cluster.")

@@ -267,8 +267,15 @@ class ServingSpec(StrictModel):
 
 
 class TeardownSpec(StrictModel):
-    """When to stop serving and tear down, counted back from the reservation's end."""
+    """The window's scheduled runs: bring-up counted from the reservation's start, drain and hard teardown
+    counted back from its end (docs/prefect.md §9)."""
 
+    bring_up_lead_minutes: StrictInt = Field(
+        0,
+        ge=0,
+        le=24 * 60,
+        description="Start the scheduled serve run this long before the block starts (it waits for the block to turn active).",
+    )
     drain_before_end_minutes: StrictInt = Field(
         45,
         ge=31,

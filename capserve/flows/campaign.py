@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from prefect import flow
+from prefect.states import State
 
 from capserve.core.report import CampaignReport
 from capserve.core.settings import Settings
@@ -27,6 +28,7 @@ from capserve.core.spec import CampaignSpec
 from capserve.core.stages import CampaignPart, Stage
 from capserve.flows.context import CampaignContext, RunOptions
 from capserve.flows.runner import Step, run_campaign
+from capserve.flows.states import verdict_state
 from capserve.flows.stages import (
     acquire_stage,
     bring_up_stage,
@@ -68,7 +70,7 @@ def campaign(
     interactive: bool = False,
     teardown_when_done: bool = False,
     settings: Settings | None = None,
-) -> CampaignReport:
+) -> CampaignReport | State:
     """Run a campaign's stages in order and return its report (also written to ``out_dir``).
 
     ``staging_dir`` is where checkpoint files are downloaded and verified (default: under ``out_dir``);
@@ -93,4 +95,4 @@ def campaign(
     base = settings or settings_from_environment()
     ctx = CampaignContext.start(spec, base.for_campaign(spec.campaign_settings()), options)
     run_campaign(ctx, CAMPAIGN, teardown_stage)
-    return ctx.report
+    return verdict_state(ctx.report)

@@ -9,7 +9,7 @@ subflows.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from prefect import get_run_logger
 
@@ -18,6 +18,7 @@ from capserve.core.cluster.result import ClusterResult
 from capserve.core.evaluation.result import EvaluationResult
 from capserve.core.events import capacity_obtained, cluster_ready, evaluation_done, teardown_finished, weights_staged
 from capserve.core.planner import ServingPlan
+from capserve.core.schedule import LeaseSchedule, stages_no_longer_needed
 from capserve.core.stages import Stage, StageStatus
 from capserve.core.teardown.result import TeardownIncompleteError, TeardownReason, TeardownResult
 from capserve.core.weights.node_staging import NodeStagingResult
@@ -31,7 +32,7 @@ from capserve.flows.runner import StageEnd, StageOutput
 from capserve.flows.stage_weights import stage_weights
 from capserve.flows.teardown import teardown
 from capserve.tasks.planning import plan_campaign, publish_plan, resolve_model
-from capserve.tasks.scheduling import schedule_teardown
+from capserve.tasks.scheduling import schedule_lease_runs
 from capserve.tasks.weights.node_staging import stage_on_nodes
 from capserve.tasks.weights.s3 import read_manifest
 
@@ -49,7 +50,7 @@ def plan_stage(ctx: CampaignContext) -> ServingPlan:
 
 
 def acquire_stage(ctx: CampaignContext) -> StageOutput:
-    """Buy (exactly once) or adopt the capacity; schedule the teardown the moment a lease exists."""
+    """Buy (exactly once) or adopt the capacity; schedule serve, drain and teardown the moment a lease exists."""
     obtained: AcquireResult = acquire(
         ctx.spec, interactive=ctx.options.interactive, settings=ctx.settings.capacity, record=ctx.record_ref
     )
@@ -59,8 +60,21 @@ def acquire_stage(ctx: CampaignContext) -> StageOutput:
     ctx.lease, ctx.reservation_state = obtained.lease, obtained.state
     announce(ctx, capacity_obtained(about(ctx), obtained, occurred=now()))
     watch_capacity_events(ctx)
-    ctx.report.add(schedule_teardown(ctx.spec, obtained.lease))
+    ctx.report.add(schedule_window(ctx))
     return obtained
+
+
+def schedule_window(ctx: CampaignContext, *, torn_down: bool = False) -> LeaseSchedule:
+    """The lease's scheduled runs, reconciled with what the Prefect server holds (capserve.core.schedule)."""
+    lease = need(ctx.lease, Stage.ACQUIRE)
+    served = ctx.report.status_of(Stage.BRING_UP) is StageStatus.COMPLETED
+    return schedule_lease_runs(
+        ctx.spec.campaign_id,
+        lease,
+        ctx.spec.teardown,
+        bring_up_lead=timedelta(minutes=ctx.spec.teardown.bring_up_lead_minutes),
+        no_longer_needed=stages_no_longer_needed(torn_down=torn_down, served=served),
+    )
 
 
 def stage_weights_stage(ctx: CampaignContext) -> WeightsResult:
@@ -122,4 +136,6 @@ def teardown_stage(ctx: CampaignContext, reason: TeardownReason) -> TeardownResu
         raise
     announce(ctx, teardown_finished(about(ctx), done, complete=True))
     ctx.save(lambda record: record.with_kept(done.kept, now=datetime.now(UTC)))
+    if not done.dry_run:
+        ctx.report.schedule = schedule_window(ctx, torn_down=True)  # nothing left to serve, drain or tear down
     return done

@@ -1,55 +1,130 @@
-"""Scheduling the one-off teardown run the moment capacity is bought.
+"""Scheduling the lease's one-off runs on the Prefect server, and reconciling them on every re-run.
 
-Hooks and `finally` blocks are best effort (a SIGKILL or a lost host skips them:
-docs/prefect.md §2), so the campaign's safety net is a teardown flow run scheduled on the Prefect server
-at the lease's hard-teardown time, with an idempotency key so a re-run never schedules a second one.
+Hooks and `finally` blocks are best effort (a SIGKILL or a lost host skips them: docs/prefect.md §2),
+so what starts the cluster at the block's start and what drains and tears it down before AWS ends the
+block are flow runs scheduled on the Prefect server the moment a lease exists. The decisions (which
+runs, when, under which idempotency key, what to cancel) are ``capserve.core.schedule``'s; this module
+only reads the campaign's runs by tag and creates or cancels them (docs/prefect.md §9).
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+import logging
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
 
-from prefect import get_run_logger
-from prefect.deployments import run_deployment
-from prefect.exceptions import ObjectNotFound
+from prefect import get_client, get_run_logger
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
+from prefect.client.schemas.objects import FlowRun
+from prefect.exceptions import MissingContextError, ObjectNotFound
+from prefect.states import Cancelled, Scheduled
 
 from capserve.core.lease import Lease
-from capserve.core.schedule import TeardownSchedule
-from capserve.core.spec import CampaignSpec
+from capserve.core.schedule import (
+    SCHEDULED_TAG,
+    ExistingRun,
+    LeaseSchedule,
+    PlannedRun,
+    ScheduledStage,
+    campaign_tag,
+    planned_runs,
+    reconcile,
+    schedule_entry,
+)
+from capserve.core.spec import TeardownSpec
 from capserve.tasks.resilience import orchestrator_task
 
-TEARDOWN_DEPLOYMENT = "teardown/teardown"
+WallTime = Callable[[datetime], datetime]
+"""Maps a time in the campaign's clock to the wall-clock time Prefect schedules at (identity on AWS)."""
 
 
-def teardown_idempotency_key(campaign_id: str, reservation_id: str) -> str:
-    return f"capserve-teardown-{campaign_id}-{reservation_id}"
+def _same(moment: datetime) -> datetime:
+    return moment
 
 
-@orchestrator_task(name="schedule-teardown")
-def schedule_teardown(spec: CampaignSpec, lease: Lease, deployment: str = TEARDOWN_DEPLOYMENT) -> TeardownSchedule:
-    """Schedule ``deployment`` at the lease's hard-teardown time; say plainly when it could not be."""
-    at: datetime = lease.teardown_at(spec.teardown)
-    schedule = TeardownSchedule(
-        deployment=deployment, scheduled_at=at, note="scheduled", drain_at=lease.drain_at(spec.teardown),
-        lease_end=lease.end,
+@orchestrator_task(name="schedule-lease-runs")
+def schedule_lease_runs(
+    campaign_id: str,
+    lease: Lease,
+    teardown: TeardownSpec,
+    *,
+    bring_up_lead: timedelta = timedelta(0),
+    no_longer_needed: Sequence[ScheduledStage] = (),
+    wall_time: WallTime = _same,
+) -> LeaseSchedule:
+    """Make the server hold exactly the runs ``lease`` needs; return them for the report.
+
+    Safe to call on every re-run: runs the server already has (same idempotency key) are kept, those of an
+    older lease that have not started are cancelled, missing ones are created.
+    """
+    planned = planned_runs(campaign_id, lease, teardown, bring_up_lead=bring_up_lead)
+    existing = read_campaign_runs(campaign_id)
+    actions = reconcile(planned, existing, no_longer_needed=no_longer_needed)
+    for run in actions.cancel:
+        cancel_run(run.flow_run_id, f"no longer needed by campaign {campaign_id} (lease changed or campaign done)")
+    have = {planned_run.idempotency_key: found for planned_run, found in actions.keep}
+    notes: dict[str, str] = {}
+    for run in actions.create:
+        try:
+            have[run.idempotency_key] = create_run(run, wall_time(run.scheduled_at))
+        except ObjectNotFound:
+            notes[run.idempotency_key] = f"not scheduled: no deployment {run.deployment!r} on this Prefect server"
+            _logger().warning(
+                "no %s deployment on this Prefect server: %s at %s is NOT scheduled; register "
+                "deployments/prefect.yaml (README) or run `capserve down` before then",
+                run.deployment, run.name, run.scheduled_at.isoformat(),
+            )
+    dropped = set(no_longer_needed)
+    entries = tuple(
+        schedule_entry(run, have.get(run.idempotency_key), note=notes.get(run.idempotency_key, "not needed"))
+        for run in planned
+        if run.stage not in dropped or run.idempotency_key in have
     )
+    return LeaseSchedule(runs=entries, lease_end=lease.end)
+
+
+def read_campaign_runs(campaign_id: str) -> list[ExistingRun]:
+    """Every run scheduled for the campaign (by its tags), whatever its state."""
+    tags = FlowRunFilterTags(all_=[campaign_tag(campaign_id), SCHEDULED_TAG])
+    with get_client(sync_client=True) as client:
+        runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(tags=tags), limit=200)
+    return [existing_run(run) for run in runs]
+
+
+def create_run(run: PlannedRun, wall_at: datetime) -> ExistingRun:
+    """Create ``run`` (or get back the one the server holds under its idempotency key)."""
+    with get_client(sync_client=True) as client:
+        deployment = client.read_deployment_by_name(run.deployment)
+        created = client.create_flow_run_from_deployment(
+            deployment.id,
+            parameters=dict(run.parameters),
+            state=Scheduled(scheduled_time=wall_at),
+            name=run.name,
+            tags=list(run.tags),
+            idempotency_key=run.idempotency_key,
+        )
+    return existing_run(created)
+
+
+def cancel_run(flow_run_id: str, why: str) -> None:
+    with get_client(sync_client=True) as client:
+        client.set_flow_run_state(flow_run_id, Cancelled(message=why[:500]), force=True)
+
+
+def existing_run(run: FlowRun) -> ExistingRun:
+    return ExistingRun(
+        flow_run_id=str(run.id),
+        name=run.name,
+        idempotency_key=run.idempotency_key,
+        state_type=run.state_type.value if run.state_type else "UNKNOWN",
+        state_name=run.state_name or "",
+        scheduled_at=run.expected_start_time,
+        started_at=run.start_time,
+    )
+
+
+def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
     try:
-        run = run_deployment(
-            deployment,
-            parameters={"spec": spec.model_dump(mode="json"), "region": lease.region, "reason": "drain-deadline"},
-            scheduled_time=at,
-            idempotency_key=teardown_idempotency_key(spec.campaign_id, lease.reservation_id),
-            timeout=0,  # schedule it; do not wait for it
-            as_subflow=False,
-        )
-    except ObjectNotFound:
-        get_run_logger().warning(
-            "no %s deployment on this Prefect server: teardown at %s is NOT scheduled; register deployments/ "
-            "(see README) or run `capserve down` before then",
-            deployment,
-            at.isoformat(),
-        )
-        return schedule.model_copy(
-            update={"note": f"not scheduled: no deployment {deployment!r} on this Prefect server"}
-        )
-    return schedule.model_copy(update={"flow_run_id": str(run.id)})  # type: ignore[union-attr]  # sync: a FlowRun
+        return get_run_logger()
+    except MissingContextError:
+        return logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from capserve.core.lease import Lease
 from capserve.core.locations import default_records_bucket, resolve_locations
 from capserve.core.record import CampaignRecord, SpecSnapshot, StageEntry, stage_outputs
 from capserve.core.report import CampaignReport
-from capserve.core.schedule import TeardownSchedule
+from capserve.core.schedule import LeaseSchedule, ScheduledStage, ScheduleEntry
 from capserve.core.sequencing import blocked_by, decide_ending
 from capserve.core.settings import RecordSettings, Settings
 from capserve.core.spec import CampaignSpec, load_spec
@@ -119,11 +119,16 @@ def test_the_report_renders_sections_in_campaign_order_with_their_own_json() -> 
     report.end(line, StageStatus.COMPLETED, now=T0 + timedelta(seconds=6))
     report.skip(Stage.EVALUATE, "no endpoint", T0 + timedelta(seconds=7))
     report.add(cluster())
-    report.add(TeardownSchedule(
-        deployment="teardown/teardown", scheduled_at=T0, note="scheduled", drain_at=T0, lease_end=T0
+    report.add(LeaseSchedule(
+        runs=(ScheduleEntry(name="teardown-k3-demo", stage=ScheduledStage.TEARDOWN, scheduled_at=T0, state="Scheduled"),),
+        lease_end=T0,
     ))
     out = report.to_json()
-    assert list(out) == ["campaign", "stages", "teardown_schedule", "cluster", "events"]
+    assert list(out) == ["campaign", "stages", "schedule", "cluster", "events"]
+    assert out["schedule"] == [{
+        "name": "teardown-k3-demo", "stage": "teardown", "scheduled_at": T0.isoformat(), "flow_run_id": None,
+        "state": "Scheduled", "fired_at": None,
+    }]
     assert out["cluster"] == {"kind": "eks", "name": "capserve-k3-demo", "nodes_ready": 1, "gpus_allocatable": 8}
     assert out["stages"][1] == {
         "name": "evaluate", "status": "skipped", "started_at": (T0 + timedelta(seconds=7)).isoformat(),
@@ -131,7 +136,7 @@ def test_the_report_renders_sections_in_campaign_order_with_their_own_json() -> 
     }
     assert "detail" not in out["stages"][0]
     markdown = report.to_markdown()
-    assert markdown.index("## Schedule") < markdown.index("## Cluster")
+    assert markdown.index("## Scheduled runs") < markdown.index("## Cluster")
     assert "| bring_up | completed | 2026-12-01 11:30:00 | 6.0 s |" in markdown
     assert report.status_of(Stage.EVALUATE) is StageStatus.SKIPPED and report.status_of(Stage.PLAN) is None
 
@@ -156,7 +161,8 @@ def test_interrupted_and_failed_stages_are_spelled_out() -> None:
 def test_every_section_of_the_baseline_report_has_a_home() -> None:
     baseline = json.loads(BASELINE.read_text())
     owned = {"campaign", "stages", "lease", "offers_considered"} | set(CampaignReport.sections()) - {"acquire"}
-    assert set(baseline) <= owned
+    renamed = {"teardown_schedule"}  # became "schedule" (every scheduled run, not only the teardown: issue 11)
+    assert set(baseline) - renamed <= owned
 
 
 # ---------------------------------------------------------------- record

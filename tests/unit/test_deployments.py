@@ -11,7 +11,8 @@ import yaml
 from prefect import Flow
 from prefect.utilities.callables import parameter_schema
 
-from capserve.tasks.scheduling import TEARDOWN_DEPLOYMENT
+from capserve.core.schedule import DEPLOYMENTS as SCHEDULED_DEPLOYMENTS
+from capserve.core.schedule import ScheduledStage
 
 PREFECT_YAML = Path(__file__).resolve().parents[2] / "deployments" / "prefect.yaml"
 DEPLOYMENTS: list[dict[str, Any]] = yaml.safe_load(PREFECT_YAML.read_text())["deployments"]
@@ -32,10 +33,30 @@ def test_each_deployment_names_a_flow_and_only_parameters_it_takes(deployment: d
     assert set(deployment.get("parameters", {})) <= accepted
 
 
-def test_the_teardown_the_campaign_schedules_exists() -> None:
-    flow_name, deployment_name = TEARDOWN_DEPLOYMENT.split("/")
+@pytest.mark.parametrize("stage", sorted(SCHEDULED_DEPLOYMENTS), ids=str)
+def test_every_run_a_lease_schedules_has_its_deployment(stage: str) -> None:
+    flow_name, deployment_name = SCHEDULED_DEPLOYMENTS[ScheduledStage(stage)].split("/")
     names = {(load_flow(d["entrypoint"]).name, d["name"]) for d in DEPLOYMENTS}
     assert (flow_name, deployment_name) in names
+
+
+def test_scheduled_runs_take_only_the_campaign_region_and_reservation() -> None:
+    for flow_and_name in SCHEDULED_DEPLOYMENTS.values():
+        deployment = next(d for d in DEPLOYMENTS if d["name"] == flow_and_name.split("/")[1])
+        accepted = set(parameter_schema(load_flow(deployment["entrypoint"]).fn).properties)
+        assert accepted == {"campaign_id", "region", "reservation_id"}
+
+
+def test_no_pull_step_depends_on_an_undocumented_variable() -> None:
+    document = yaml.safe_load(PREFECT_YAML.read_text())
+    assert "pull" not in document  # prefect deploy records the checkout's absolute path (the header says so)
+    assert all(d["work_pool"]["job_variables"]["stream_output"] is False for d in DEPLOYMENTS)
+
+
+def test_the_reaper_never_overlaps_itself_and_campaigns_are_not_serialized() -> None:
+    by_name = {d["name"]: d for d in DEPLOYMENTS}
+    assert by_name["reaper"]["concurrency_limit"] == {"limit": 1, "collision_strategy": "CANCEL_NEW"}
+    assert all("concurrency_limit" not in by_name[name] for name in ("campaign", "serve", "drain"))
 
 
 def test_reaper_parameters_validate_against_the_flow() -> None:

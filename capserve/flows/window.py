@@ -1,0 +1,128 @@
+"""The runs a lease schedules: serve at the block's start, drain at end − 45 min, teardown at end − 35 min.
+
+Each is given only the campaign id, its home region and the reservation id (``capserve.core.schedule``):
+it reads the spec and the lease from the campaign record, so a run scheduled days ago survives a change of
+the spec's schema. A run whose reservation is no longer the campaign's (the lease changed and this run
+was not cancelled in time) ends Cancelled ("Stale") and does nothing.
+
+- ``serve`` runs the campaign again from its recorded spec: the prepare stages find their work done
+  (the reservation is adopted, not bought again; verified weights are kept), and the serve stages run
+  now that the block is active.
+- ``drain`` stops the serving workload from taking traffic and marks the record.
+- ``scheduled_teardown`` deletes everything of the campaign (the reservation itself ends with AWS).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from prefect import flow, get_run_logger
+from prefect.states import Cancelled, State
+
+from capserve.core.drain import DrainResult
+from capserve.core.errors import PermanentError
+from capserve.core.record import CampaignRecord, RecordRef, StageEntry
+from capserve.core.report import CampaignReport
+from capserve.core.settings import Settings
+from capserve.core.spec import CampaignSpec
+from capserve.core.stages import Stage, StageStatus
+from capserve.core.teardown.result import TeardownResult
+from capserve.flows.campaign import CAMPAIGN
+from capserve.flows.context import CampaignContext, RunOptions
+from capserve.flows.runner import run_campaign
+from capserve.flows.states import verdict_state
+from capserve.flows.stages import teardown_stage
+from capserve.flows.teardown import teardown
+from capserve.tasks.drain import remove_services, scale_serving_to_zero
+from capserve.tasks.locations import locate_records
+from capserve.tasks.record_store import change_record, load_record
+from capserve.tasks.settings import settings_from_environment
+from capserve.tasks.teardown.inventory import inventory_campaign
+from capserve.tasks.teardown.workloads import connect
+
+
+@flow(name="serve", flow_run_name="serve-{campaign_id}")
+def serve(campaign_id: str, region: str, reservation_id: str) -> CampaignReport | State:
+    """Bring up, stage weights on the nodes and evaluate, at the block's start (the campaign's serve part)."""
+    base = settings_from_environment()
+    record, _ = _campaign_record(campaign_id, region, base)
+    stale = _stale(record, reservation_id)
+    if stale:
+        return Cancelled(name="Stale", message=stale)
+    spec = _spec(record)
+    out_dir = Path("out") / campaign_id / "serve"
+    options = RunOptions(out_dir=out_dir, staging_dir=out_dir / "staging")
+    ctx = CampaignContext.start(spec, base.for_campaign(spec.campaign_settings()), options)
+    run_campaign(ctx, CAMPAIGN, teardown_stage)
+    return verdict_state(ctx.report)
+
+
+@flow(name="drain", flow_run_name="drain-{campaign_id}")
+def drain(campaign_id: str, region: str, reservation_id: str) -> DrainResult | State:
+    """Stop taking traffic (Services removed, serving workloads at zero replicas); the cluster stays."""
+    base = settings_from_environment()
+    record, ref = _campaign_record(campaign_id, region, base)
+    stale = _stale(record, reservation_id)
+    if stale:
+        return Cancelled(name="Stale", message=stale)
+    spec = _spec(record)
+    started = datetime.now(UTC)
+    settings = base.for_campaign(spec.campaign_settings()).teardown
+    found = inventory_campaign(campaign_id, region, kind=spec.cluster.kind,
+                               existing_cluster=spec.cluster.existing_cluster_name, settings=settings)
+    if found.workload_cluster is None or found.workload_cluster.endpoint is None:
+        result = DrainResult(campaign_id=campaign_id, note="no cluster of the campaign was found",
+                             finished_at=datetime.now(UTC))
+    else:
+        dyn = connect(found.workload_cluster, region)
+        removed = remove_services(dyn, campaign_id)
+        scaled = scale_serving_to_zero(dyn, campaign_id)
+        result = DrainResult(campaign_id=campaign_id, services_removed=tuple(removed),
+                             scaled_to_zero=tuple(scaled), finished_at=datetime.now(UTC))
+    entry = StageEntry(status=StageStatus.COMPLETED, started_at=started, ended_at=result.finished_at,
+                       outputs=result.report_section(), detail=result.markdown()[:4000])
+    change_record(ref, [lambda rec: rec.with_stage(Stage.DRAIN, entry)])
+    get_run_logger().info("drain of %s: %s", campaign_id, result.markdown())
+    return result
+
+
+@flow(name="scheduled-teardown", flow_run_name="teardown-{campaign_id}")
+def scheduled_teardown(campaign_id: str, region: str, reservation_id: str) -> TeardownResult | State:
+    """The hard teardown before AWS ends the block: everything of the campaign, from its recorded spec."""
+    base = settings_from_environment()
+    record, ref = _campaign_record(campaign_id, region, base)
+    stale = _stale(record, reservation_id)
+    if stale:
+        return Cancelled(name="Stale", message=stale)
+    spec = _spec(record)
+    done = teardown(spec, region, reason="drain-deadline")
+    change_record(ref, [lambda rec: rec.with_kept(done.kept, now=datetime.now(UTC))])
+    return done
+
+
+def _campaign_record(campaign_id: str, region: str, settings: Settings) -> tuple[CampaignRecord, RecordRef]:
+    location = locate_records(region, settings.records)
+    ref = RecordRef(campaign_id=campaign_id, location=location, write_attempts=settings.records.write_attempts)
+    record = load_record(ref)
+    if record is None:
+        raise PermanentError(
+            f"no record of campaign {campaign_id!r} at {ref.uri}: check the campaign id and its home region "
+            f"({region!r}), or start the campaign again"
+        )
+    return record, ref
+
+
+def _stale(record: CampaignRecord, reservation_id: str) -> str:
+    """Why this run must not act ('' when it must): it was scheduled for a lease the campaign no longer holds."""
+    if record.lease is None or record.lease.reservation_id != reservation_id:
+        held = record.lease.reservation_id if record.lease else "none"
+        return f"scheduled for reservation {reservation_id}, but campaign {record.campaign_id} now holds {held}"
+    return ""
+
+
+def _spec(record: CampaignRecord) -> CampaignSpec:
+    spec = record.load_spec()
+    if spec is None:
+        raise PermanentError(f"the record of campaign {record.campaign_id} holds no spec: start the campaign again")
+    return spec
