@@ -119,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"[red]campaign {spec.campaign_id} stopped:[/red] {redact(str(exc))}", highlight=False)
             console.print(f"report: {out_dir / 'report.md'}", highlight=False)
             return ExitCode.FAILED
+    # Run in this process (not as a deployment run), the campaign returns its report, never a state.
+    assert isinstance(report, CampaignReport)
     print_summary(report, out_dir)
     # A campaign whose endpoint failed its gates did its job, but what it serves is not acceptable
     # (1); one whose evaluation could not judge everything says so (3): scripts must be able to tell.

@@ -274,7 +274,7 @@ class TeardownSpec(StrictModel):
         0,
         ge=0,
         le=24 * 60,
-        description="Start the scheduled serve run this long before the block starts (it waits for the block to turn active).",
+        description="Start the scheduled serve run this long before the block starts (it waits for it to turn active).",
     )
     drain_before_end_minutes: StrictInt = Field(
         45,

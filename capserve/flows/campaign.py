@@ -20,7 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from prefect import flow
-from prefect.states import State
+from prefect.client.schemas.objects import State
 
 from capserve.core.report import CampaignReport
 from capserve.core.settings import Settings
@@ -28,7 +28,6 @@ from capserve.core.spec import CampaignSpec
 from capserve.core.stages import CampaignPart, Stage
 from capserve.flows.context import CampaignContext, RunOptions
 from capserve.flows.runner import Step, run_campaign
-from capserve.flows.states import verdict_state
 from capserve.flows.stages import (
     acquire_stage,
     bring_up_stage,
@@ -38,6 +37,7 @@ from capserve.flows.stages import (
     teardown_stage,
     weights_to_nodes_stage,
 )
+from capserve.flows.states import verdict_state
 from capserve.tasks.settings import settings_from_environment
 
 PREPARE: tuple[Step, ...] = (

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from prefect.runtime import deployment
-from prefect.states import Completed, Failed, State
+from prefect.client.schemas.objects import State
+from prefect.states import Completed, Failed
 
 from capserve.core.report import CampaignReport
 

@@ -18,7 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from prefect import flow, get_run_logger
-from prefect.states import Cancelled, State
+from prefect.client.schemas.objects import State
+from prefect.states import Cancelled
 
 from capserve.core.drain import DrainResult
 from capserve.core.errors import PermanentError
@@ -31,13 +32,13 @@ from capserve.core.teardown.result import TeardownResult
 from capserve.flows.campaign import CAMPAIGN
 from capserve.flows.context import CampaignContext, RunOptions
 from capserve.flows.runner import run_campaign
-from capserve.flows.states import verdict_state
 from capserve.flows.stages import teardown_stage
+from capserve.flows.states import verdict_state
 from capserve.flows.teardown import teardown
 from capserve.tasks.drain import remove_services, scale_serving_to_zero
 from capserve.tasks.locations import locate_records
 from capserve.tasks.record_store import change_record, load_record
-from capserve.tasks.settings import settings_from_environment
+from capserve.tasks.settings import hub_endpoint_from_environment, settings_from_environment
 from capserve.tasks.teardown.inventory import inventory_campaign
 from capserve.tasks.teardown.workloads import connect
 
@@ -52,7 +53,7 @@ def serve(campaign_id: str, region: str, reservation_id: str) -> CampaignReport 
         return Cancelled(name="Stale", message=stale)
     spec = _spec(record)
     out_dir = Path("out") / campaign_id / "serve"
-    options = RunOptions(out_dir=out_dir, staging_dir=out_dir / "staging")
+    options = RunOptions(out_dir=out_dir, staging_dir=out_dir / "staging", hub_endpoint=hub_endpoint_from_environment())
     ctx = CampaignContext.start(spec, base.for_campaign(spec.campaign_settings()), options)
     run_campaign(ctx, CAMPAIGN, teardown_stage)
     return verdict_state(ctx.report)

@@ -60,8 +60,8 @@ def schedule_lease_runs(
     planned = planned_runs(campaign_id, lease, teardown, bring_up_lead=bring_up_lead)
     existing = read_campaign_runs(campaign_id)
     actions = reconcile(planned, existing, no_longer_needed=no_longer_needed)
-    for run in actions.cancel:
-        cancel_run(run.flow_run_id, f"no longer needed by campaign {campaign_id} (lease changed or campaign done)")
+    for stale in actions.cancel:
+        cancel_run(stale.flow_run_id, f"no longer needed by campaign {campaign_id} (lease changed or campaign done)")
     have = {planned_run.idempotency_key: found for planned_run, found in actions.keep}
     notes: dict[str, str] = {}
     for run in actions.create:

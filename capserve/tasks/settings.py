@@ -56,3 +56,16 @@ def _variable(names: dict[tuple[str, ...], str], loc: tuple[int | str, ...]) -> 
         if variable_path[: len(path)] == path:
             return name
     return ENV_PREFIX + ENV_NESTED.join(path).upper()
+
+
+HUB_ENDPOINT_ENV = "CAPSERVE_HUB_ENDPOINT"
+
+
+def hub_endpoint_from_environment(environ: Mapping[str, str] | None = None) -> str | None:
+    """The Hub endpoint scheduled runs use (``CAPSERVE_HUB_ENDPOINT``; unset: the block's or huggingface.co).
+
+    A scheduled run gets only the campaign id, region and reservation id, so a worker serving the sandbox's
+    local Hub says so in its environment (``capserve sandbox`` prints it).
+    """
+    source = os.environ if environ is None else environ
+    return source.get(HUB_ENDPOINT_ENV) or None

@@ -120,7 +120,9 @@ def test_the_report_renders_sections_in_campaign_order_with_their_own_json() -> 
     report.skip(Stage.EVALUATE, "no endpoint", T0 + timedelta(seconds=7))
     report.add(cluster())
     report.add(LeaseSchedule(
-        runs=(ScheduleEntry(name="teardown-k3-demo", stage=ScheduledStage.TEARDOWN, scheduled_at=T0, state="Scheduled"),),
+        runs=(ScheduleEntry(
+            name="teardown-k3-demo", stage=ScheduledStage.TEARDOWN, scheduled_at=T0, state="Scheduled"
+        ),),
         lease_end=T0,
     ))
     out = report.to_json()

@@ -1,0 +1,168 @@
+"""A real local Prefect server and a process worker, started and stopped as children of the CLI.
+
+The temporary server Prefect starts without ``PREFECT_API_URL`` runs no scheduler, no late-runs service
+and no lease repossessor (docs/prefect.md §1), so nothing a lease schedules would ever fire. Instead,
+``capserve up`` (and the CI test of deployments/prefect.yaml) starts ``prefect server start`` with all
+its services, its SQLite database and home under the run's output folder, and:
+
+- leases of concurrency slots on disk (``lease_storage.filesystem``): a slot held by a killed run is
+  freed even after the server restarts (docs/prefect.md §8);
+- the scheduler loop shortened for runs created minutes ahead;
+- a worker that finds a run well before its time (prefetch ≥ poll + process start), so a scheduled run
+  starts on time (docs/prefect.md §9).
+
+Every child runs in its own session; stopping sends SIGINT, then SIGTERM, then SIGKILL to its process
+group, so no server or worker outlives the CLI.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+POOL = "capserve"
+PREFECT_YAML = Path("deployments") / "prefect.yaml"
+
+SERVER_SETTINGS: dict[str, str] = {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "DO_NOT_TRACK": "1",
+    "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem",
+    "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5",
+    "PREFECT_SERVER_SERVICES_LATE_RUNS_AFTER_SECONDS": "60",
+}
+WORKER_SETTINGS: dict[str, str] = {
+    # Poll every 2 s and take runs up to 30 s ahead: a run's process is ready before its time.
+    "PREFECT_WORKER_QUERY_SECONDS": "2",
+    "PREFECT_WORKER_PREFETCH_SECONDS": "30",
+}
+
+
+class ServerError(RuntimeError):
+    """The local Prefect server or worker could not be started; the message says where its log is."""
+
+
+@dataclass
+class Child:
+    """A child process in its own session, with its log file."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self, grace_seconds: float = 15.0) -> int | None:
+        """SIGINT, then SIGTERM, then SIGKILL to the child's process group; its exit code."""
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+            if not self.alive():
+                break
+            try:
+                os.killpg(self.process.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.process.wait(timeout=grace_seconds)
+            except subprocess.TimeoutExpired:
+                continue
+        return self.process.poll()
+
+
+@dataclass
+class LocalServer:
+    """A running ``prefect server start``: its API URL, home and the environment its clients need."""
+
+    child: Child
+    url: str
+    home: Path
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**SERVER_SETTINGS, "PREFECT_API_URL": self.url, "PREFECT_HOME": str(self.home)}
+
+    @property
+    def ui(self) -> str:
+        return self.url.removesuffix("/api")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _spawn(name: str, argv: list[str], env: Mapping[str, str], log: Path, cwd: Path | None = None) -> Child:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    out: IO[bytes] = log.open("ab")
+    process = subprocess.Popen(
+        argv, env=dict(env), cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    out.close()  # the child holds its own descriptor
+    return Child(name=name, process=process, log=log)
+
+
+def start_server(home: Path, *, port: int | None = None, timeout_seconds: float = 120.0) -> LocalServer:
+    """Start ``prefect server start`` on 127.0.0.1 with its home (and SQLite DB) in ``home``; wait until healthy."""
+    home.mkdir(parents=True, exist_ok=True)
+    port = port or free_port()
+    url = f"http://127.0.0.1:{port}/api"
+    env = {**os.environ, **SERVER_SETTINGS, "PREFECT_HOME": str(home)}
+    env.pop("PREFECT_API_URL", None)
+    argv = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)]
+    child = _spawn("prefect server", argv, env, home / "server.log")
+    server = LocalServer(child=child, url=url, home=home)
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        if not child.alive():
+            raise ServerError(f"the local Prefect server exited at start: see {child.log}")
+        if _healthy(url):
+            return server
+        time.sleep(0.5)
+    child.stop()
+    raise ServerError(f"the local Prefect server was not healthy within {timeout_seconds:.0f} s: see {child.log}")
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:  # noqa: S310  # loopback only
+            return bool(answer.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def prefect_cli(args: list[str], env: Mapping[str, str], *, cwd: Path, log: Path, check: bool = True) -> int:
+    """Run ``prefect <args>`` to completion (output appended to ``log``)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        done = subprocess.run(  # noqa: S603  # our own interpreter and fixed arguments
+            [sys.executable, "-m", "prefect", *args], env=dict(env), cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, check=False,
+        )
+    if check and done.returncode != 0:
+        raise ServerError(f"`prefect {' '.join(args)}` failed (exit {done.returncode}): see {log}")
+    return done.returncode
+
+
+def register(root: Path, env: Mapping[str, str], log: Path) -> None:
+    """The work pool (if missing) and every deployment of deployments/prefect.yaml, as an operator would."""
+    if prefect_cli(["work-pool", "inspect", POOL], env, cwd=root, log=log, check=False) != 0:
+        prefect_cli(["work-pool", "create", POOL, "--type", "process"], env, cwd=root, log=log)
+    prefect_cli(["--no-prompt", "deploy", "--all", "--prefect-file", str(PREFECT_YAML)], env, cwd=root, log=log)
+
+
+def start_worker(root: Path, env: Mapping[str, str], log: Path, *, name: str = "capserve-local") -> Child:
+    """``prefect worker start --pool capserve`` with the tuned poll and prefetch."""
+    argv = [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--type", "process", "--name", name]
+    return _spawn("prefect worker", argv, {**env, **WORKER_SETTINGS}, log, cwd=root)

@@ -1,0 +1,235 @@
+"""deployments/prefect.yaml on a real Prefect server, as an operator runs it (issue 11's "Done means").
+
+A real ``prefect server start`` (with its scheduler), ``prefect deploy --all`` from the checkout, a process
+worker, and the sandbox's stand-ins served from this test process over HTTP (moto, the fake Kubernetes,
+the local Hub, the OpenAI stand-in): the worker's flow processes reach them through their environment.
+
+Checked: a campaign deployment run schedules serve/drain/teardown runs once, with their names, tags and
+times; scheduling again (as every re-run does) makes no duplicates; a failing verdict makes the run Failed;
+the reaper never runs twice at once; killing the worker mid-run leaves the cluster standing and the run
+Crashed. About 3–5 minutes on a quiet 2-core machine (server start, registration, one campaign).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+import yaml
+from prefect import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
+from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.deployments import run_deployment
+from prefect.settings import PREFECT_API_URL, temporary_settings
+
+from capserve.core.lease import Lease
+from capserve.core.schedule import SCHEDULED_TAG, campaign_tag
+from capserve.core.spec import TeardownSpec, load_spec
+from capserve.runtime.prefect_server import Child, LocalServer, register, start_server, start_worker
+from capserve.sandbox.environment import SandboxEndpoints, sandbox
+from capserve.tasks.scheduling import schedule_lease_runs
+
+pytestmark = pytest.mark.server
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "kimi-k3-sandbox.yaml"
+CAMPAIGN = "k3-demo"
+FINAL = {StateType.COMPLETED, StateType.FAILED, StateType.CRASHED, StateType.CANCELLED}
+
+
+@dataclass
+class World:
+    server: LocalServer
+    far_ends: SandboxEndpoints
+    worker: Child
+    env: dict[str, str]
+    logs: Path
+
+    def restart_worker(self) -> None:
+        self.worker.stop()
+        self.worker = start_worker(ROOT, self.env, self.logs / "worker.log")
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    logs = tmp_path_factory.mktemp("prefect")
+    server = start_server(logs / "home")
+    try:
+        with sandbox(served_model_name="kimi-k3") as far_ends:
+            # The environment a worker needs to reach the sandbox (what `capserve sandbox` prints).
+            env = {**os.environ, **server.env, "CAPSERVE_HUB_ENDPOINT": far_ends.hub}
+            register(ROOT, env, logs / "register.log")
+            worker = start_worker(ROOT, env, logs / "worker.log")
+            world = World(server=server, far_ends=far_ends, worker=worker, env=env, logs=logs)
+            try:
+                with temporary_settings({PREFECT_API_URL: server.url}):
+                    yield world
+            finally:
+                world.worker.stop()
+    finally:
+        server.child.stop()
+
+
+def wait_final(flow_run_id: Any, timeout_s: float = 600) -> FlowRun:
+    deadline = time.monotonic() + timeout_s
+    with get_client(sync_client=True) as client:
+        while True:
+            run = client.read_flow_run(flow_run_id)
+            if run.state_type in FINAL or time.monotonic() > deadline:
+                return run
+            time.sleep(1)
+
+
+def campaign_spec(tmp_path: Path) -> dict[str, Any]:
+    """The demo spec, small load, and a TTFT gate no endpoint can meet: the verdict is fail."""
+    data = yaml.safe_load(EXAMPLE.read_text())
+    data["evaluation"]["load"] = {"concurrency_levels": [2], "request_rates": [], "requests_per_stream": 2,
+                                  "min_requests": 4}
+    data["evaluation"]["gates"] = {"p95_ttft_ms": 0.001}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_spec(path).model_dump(mode="json")
+
+
+@pytest.fixture(scope="module")
+def campaign_run(world: World, tmp_path_factory: pytest.TempPathFactory) -> FlowRun:
+    """One campaign started as a deployment run (exactly what a UI click does), to its end."""
+    out = tmp_path_factory.mktemp("campaign")
+    started = run_deployment(
+        "campaign/campaign",
+        parameters={"spec": campaign_spec(out), "out_dir": str(out / "out"), "hub_endpoint": world.far_ends.hub,
+                    "endpoint_url": world.far_ends.inference},
+        timeout=0,
+    )
+    return wait_final(started.id)  # type: ignore[union-attr]
+
+
+def scheduled_runs() -> list[FlowRun]:
+    tags = FlowRunFilterTags(all_=[campaign_tag(CAMPAIGN), SCHEDULED_TAG])
+    with get_client(sync_client=True) as client:
+        return client.read_flow_runs(flow_run_filter=FlowRunFilter(tags=tags))
+
+
+def test_a_failing_verdict_makes_the_campaign_run_failed(campaign_run: FlowRun) -> None:
+    assert campaign_run.state_type is StateType.FAILED, campaign_run.state
+    assert "verdict FAIL" in (campaign_run.state.message or "")  # type: ignore[union-attr]
+    assert campaign_run.name == f"campaign-{CAMPAIGN}"
+
+
+def test_the_lease_schedules_each_run_once_with_its_name_and_time(campaign_run: FlowRun, world: World) -> None:
+    lease = Lease.model_validate(_report(campaign_run)["lease"])
+    runs = {run.name: run for run in scheduled_runs()}
+    assert sorted(runs) == [f"drain-{CAMPAIGN}", f"serve-{CAMPAIGN}", f"teardown-{CAMPAIGN}"]
+    end = lease.end
+    assert runs[f"drain-{CAMPAIGN}"].expected_start_time == end - _minutes(45)
+    assert runs[f"teardown-{CAMPAIGN}"].expected_start_time == end - _minutes(35)
+    assert runs[f"serve-{CAMPAIGN}"].expected_start_time == lease.start
+    # The campaign served in its own run (the sandbox's block was active): bring-up is no longer needed.
+    assert runs[f"serve-{CAMPAIGN}"].state_type is StateType.CANCELLED
+    for name in (f"drain-{CAMPAIGN}", f"teardown-{CAMPAIGN}"):
+        assert runs[name].state_type is StateType.SCHEDULED
+        assert runs[name].parameters == {
+            "campaign_id": CAMPAIGN, "region": lease.region, "reservation_id": lease.reservation_id
+        }
+    reported = {entry["name"]: entry for entry in _report(campaign_run)["schedule"]}
+    assert reported[f"teardown-{CAMPAIGN}"]["flow_run_id"] == str(runs[f"teardown-{CAMPAIGN}"].id)
+
+    # What every re-run does: the same lease asks for the same keys, and the server has them all.
+    again = schedule_lease_runs.fn(CAMPAIGN, lease, TeardownSpec())
+    assert len(scheduled_runs()) == 3
+    assert {entry.flow_run_id for entry in again.runs} == {str(run.id) for run in runs.values()}
+
+    # A lease that moved (extended by a day): the old pending runs are cancelled, new ones made once.
+    moved = lease.model_copy(update={"end": lease.end + _minutes(24 * 60)})
+    schedule_lease_runs.fn(CAMPAIGN, moved, TeardownSpec())
+    schedule_lease_runs.fn(CAMPAIGN, moved, TeardownSpec())
+    pending = [run for run in scheduled_runs() if run.state_type is StateType.SCHEDULED]
+    assert sorted((run.name, run.expected_start_time) for run in pending) == [
+        (f"drain-{CAMPAIGN}", moved.end - _minutes(45)), (f"teardown-{CAMPAIGN}", moved.end - _minutes(35)),
+    ]
+
+
+def test_the_reaper_never_runs_twice_at_once(world: World) -> None:
+    params = {"regions": [world.far_ends.region], "dry_run": True}
+    first = run_deployment("reaper/reaper", parameters=params, timeout=0)
+    second = run_deployment("reaper/reaper", parameters=params, timeout=0)
+    ends = sorted([wait_final(first.id), wait_final(second.id)], key=lambda r: r.state_type.value)  # type: ignore[union-attr]
+    states = sorted(run.state_type.value for run in ends)  # type: ignore[union-attr]
+    assert states == ["CANCELLED", "COMPLETED"], [run.state for run in ends]
+
+
+def test_killing_the_worker_mid_run_leaves_the_cluster_standing_and_the_run_crashed(
+    campaign_run: FlowRun, world: World
+) -> None:
+    lease = _report(campaign_run)["lease"]
+    started = run_deployment(
+        "serve/serve",
+        parameters={"campaign_id": CAMPAIGN, "region": lease["region"], "reservation_id": lease["reservation_id"]},
+        timeout=0,
+    )
+    run_id = started.id  # type: ignore[union-attr]
+    _wait_running(run_id)
+    time.sleep(5)  # inside the campaign's stages
+    flows = _descendants(world.worker.process.pid)
+    os.kill(world.worker.process.pid, signal.SIGKILL)  # the worker dies at once
+    for pid in flows:  # its flow process is stopped, as a host shutdown or an OOM-killed pod would
+        _signal(pid, signal.SIGTERM)
+    try:
+        ended = wait_final(run_id, timeout_s=120)
+        assert ended.state_type is StateType.CRASHED, ended.state
+        eks = boto3.client("eks", region_name=lease["region"])
+        assert f"capserve-{CAMPAIGN}" in eks.list_clusters()["clusters"]  # a crash tears nothing down
+    finally:
+        world.restart_worker()
+
+
+def _report(run: FlowRun) -> dict[str, Any]:
+    out = Path(run.parameters["out_dir"]) / "report.json"
+    return yaml.safe_load(out.read_text())
+
+
+def _minutes(n: int) -> timedelta:
+    return timedelta(minutes=n)
+
+
+def _wait_running(flow_run_id: Any, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    with get_client(sync_client=True) as client:
+        while time.monotonic() < deadline:
+            if client.read_flow_run(flow_run_id).state_type is StateType.RUNNING:
+                return
+            time.sleep(0.5)
+    raise AssertionError(f"flow run {flow_run_id} did not start within {timeout_s} s")
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
