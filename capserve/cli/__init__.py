@@ -47,6 +47,7 @@ SUBCOMMANDS = {
     "down": "capserve.cli.down",
     "eval": "capserve.cli.eval",
     "forward-events": "capserve.cli.forward_events",
+    "sandbox": "capserve.cli.sandbox",
 }
 
 __all__ = ["ExitCode", "build_parser", "main"]

@@ -1,4 +1,4 @@
-"""The runs a lease schedules on the Prefect server, decided as data (docs/prefect.md §9).
+"""The runs a lease schedules on the Prefect server, decided as data (docs/prefect.md §11).
 
 The moment a campaign holds a lease it knows every waypoint of the block: bring-up at the start (minus
 a lead), drain at end − 45 min, hard teardown at end − 35 min (AWS terminates the instances at end − 30).

@@ -268,7 +268,7 @@ class ServingSpec(StrictModel):
 
 class TeardownSpec(StrictModel):
     """The window's scheduled runs: bring-up counted from the reservation's start, drain and hard teardown
-    counted back from its end (docs/prefect.md §9)."""
+    counted back from its end (docs/prefect.md §11)."""
 
     bring_up_lead_minutes: StrictInt = Field(
         0,

@@ -64,10 +64,9 @@ def acquire_stage(ctx: CampaignContext) -> StageOutput:
     return obtained
 
 
-def schedule_window(ctx: CampaignContext, *, torn_down: bool = False) -> LeaseSchedule:
+def schedule_window(ctx: CampaignContext, *, served: bool = False, torn_down: bool = False) -> LeaseSchedule:
     """The lease's scheduled runs, reconciled with what the Prefect server holds (capserve.core.schedule)."""
     lease = need(ctx.lease, Stage.ACQUIRE)
-    served = ctx.report.status_of(Stage.BRING_UP) is StageStatus.COMPLETED
     return schedule_lease_runs(
         ctx.spec.campaign_id,
         lease,
@@ -94,8 +93,10 @@ def stage_weights_stage(ctx: CampaignContext) -> WeightsResult:
 
 
 def bring_up_stage(ctx: CampaignContext) -> ClusterResult:
+    """The cluster on the active block; once it is up, the scheduled bring-up run is no longer needed."""
     cluster = bring_up(ctx.spec, need(ctx.lease, Stage.ACQUIRE), ctx.settings.bring_up)
     announce(ctx, cluster_ready(about(ctx), cluster, occurred=now()))
+    ctx.report.schedule = schedule_window(ctx, served=True)
     return cluster
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from prefect.runtime import deployment
 from prefect.client.schemas.objects import State
+from prefect.runtime import deployment
 from prefect.states import Completed, Failed
 
 from capserve.core.report import CampaignReport
@@ -12,7 +12,7 @@ from capserve.core.report import CampaignReport
 def verdict_state(report: CampaignReport) -> CampaignReport | State:
     """A deployment run's final state says the verdict: fail → Failed, invalid → Completed "Inconclusive".
 
-    Custom state names become event names (docs/prefect.md §10): automations match on the state type.
+    Custom state names become event names (docs/prefect.md §12): automations match on the state type.
     Called in-process (the CLI, tests), the report comes back as it is; the CLI maps the verdict to its
     exit code.
     """

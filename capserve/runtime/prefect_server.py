@@ -6,10 +6,10 @@ and no lease repossessor (docs/prefect.md §1), so nothing a lease schedules wou
 its services, its SQLite database and home under the run's output folder, and:
 
 - leases of concurrency slots on disk (``lease_storage.filesystem``): a slot held by a killed run is
-  freed even after the server restarts (docs/prefect.md §8);
+  freed even after the server restarts (docs/prefect.md §5)
 - the scheduler loop shortened for runs created minutes ahead;
 - a worker that finds a run well before its time (prefetch ≥ poll + process start), so a scheduled run
-  starts on time (docs/prefect.md §9).
+  starts on time (docs/prefect.md §11).
 
 Every child runs in its own session; stopping sends SIGINT, then SIGTERM, then SIGKILL to its process
 group, so no server or worker outlives the CLI.

@@ -4,7 +4,7 @@ Hooks and `finally` blocks are best effort (a SIGKILL or a lost host skips them:
 so what starts the cluster at the block's start and what drains and tears it down before AWS ends the
 block are flow runs scheduled on the Prefect server the moment a lease exists. The decisions (which
 runs, when, under which idempotency key, what to cancel) are ``capserve.core.schedule``'s; this module
-only reads the campaign's runs by tag and creates or cancels them (docs/prefect.md §9).
+only reads the campaign's runs by tag and creates or cancels them (docs/prefect.md §11).
 """
 
 from __future__ import annotations
@@ -62,11 +62,10 @@ def schedule_lease_runs(
     actions = reconcile(planned, existing, no_longer_needed=no_longer_needed)
     for stale in actions.cancel:
         cancel_run(stale.flow_run_id, f"no longer needed by campaign {campaign_id} (lease changed or campaign done)")
-    have = {planned_run.idempotency_key: found for planned_run, found in actions.keep}
     notes: dict[str, str] = {}
     for run in actions.create:
         try:
-            have[run.idempotency_key] = create_run(run, wall_time(run.scheduled_at))
+            create_run(run, wall_time(run.scheduled_at))
         except ObjectNotFound:
             notes[run.idempotency_key] = f"not scheduled: no deployment {run.deployment!r} on this Prefect server"
             _logger().warning(
@@ -74,11 +73,11 @@ def schedule_lease_runs(
                 "deployments/prefect.yaml (README) or run `capserve down` before then",
                 run.deployment, run.name, run.scheduled_at.isoformat(),
             )
-    dropped = set(no_longer_needed)
+    # Read back: the report shows each run's state as the server has it now (cancelled ones included).
+    now_held = {run.idempotency_key: run for run in read_campaign_runs(campaign_id) if run.idempotency_key}
     entries = tuple(
-        schedule_entry(run, have.get(run.idempotency_key), note=notes.get(run.idempotency_key, "not needed"))
+        schedule_entry(run, now_held.get(run.idempotency_key), note=notes.get(run.idempotency_key, "not needed"))
         for run in planned
-        if run.stage not in dropped or run.idempotency_key in have
     )
     return LeaseSchedule(runs=entries, lease_end=lease.end)
 
