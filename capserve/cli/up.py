@@ -120,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"report: {out_dir / 'report.md'}", highlight=False)
             return ExitCode.FAILED
     # Run in this process (not as a deployment run), the campaign returns its report, never a state.
+    from capserve.core.report import CampaignReport
+
     assert isinstance(report, CampaignReport)
     print_summary(report, out_dir)
     # A campaign whose endpoint failed its gates did its job, but what it serves is not acceptable
