@@ -1,0 +1,101 @@
+"""A simulated window's clock: fast between a lease's waypoints, near wall time around them.
+
+A 24-hour Capacity Block cannot be watched in real time, but every run scheduled for it must still fire
+at its (simulated) time to the minute. A worker polls every few seconds and needs a few more to start a
+process (docs/prefect.md §11): at a constant 1440× that delay alone would be over an hour of simulated
+time. So the simulated clock runs at ``fast_rate`` between waypoints and at ``near_rate`` within ``near``
+of each one: with 20× there, a 3-second start is one simulated minute.
+
+The mapping is piecewise linear from an anchor (a wall time and the simulated time at that moment).
+Prefect schedules in wall time: ``to_wall`` turns a waypoint into the ``scheduled_time`` of its run,
+``to_sim`` turns a wall instant into the simulated "now". Waypoints are registered before their runs are
+scheduled; registering more may never move a waypoint already registered (its run is on the server).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+
+class WarpedWindow(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    anchor_wall: AwareDatetime = Field(description="A wall-clock instant …")
+    anchor_sim: AwareDatetime = Field(description="… and the simulated time at that instant.")
+    fast_rate: float = Field(1440.0, ge=1, le=100_000, description="Simulated seconds per wall second between.")
+    near_rate: float = Field(20.0, ge=1, le=1000, description="Simulated seconds per wall second near a waypoint.")
+    near: timedelta = Field(
+        timedelta(minutes=2), ge=timedelta(0), le=timedelta(hours=2),
+        description="Simulated time either side of a waypoint that runs at near_rate.",
+    )
+    waypoints: tuple[AwareDatetime, ...] = Field((), max_length=1000, description="Simulated instants, sorted.")
+
+    def slow_spans(self) -> list[tuple[datetime, datetime]]:
+        """The simulated intervals that run at ``near_rate`` (merged where they overlap)."""
+        spans: list[tuple[datetime, datetime]] = []
+        for point in sorted(self.waypoints):
+            start, end = point - self.near, point + self.near
+            if spans and start <= spans[-1][1]:
+                spans[-1] = (spans[-1][0], max(spans[-1][1], end))
+            else:
+                spans.append((start, end))
+        return spans
+
+    def _pieces(self) -> list[tuple[datetime, datetime | None, float]]:
+        """(sim start, sim end or None for open-ended, rate) from the anchor on."""
+        pieces: list[tuple[datetime, datetime | None, float]] = []
+        cursor = self.anchor_sim
+        for start, end in self.slow_spans():
+            if end <= cursor:
+                continue
+            if start > cursor:
+                pieces.append((cursor, start, self.fast_rate))
+                cursor = start
+            pieces.append((cursor, end, self.near_rate))
+            cursor = end
+        pieces.append((cursor, None, self.fast_rate))
+        return pieces
+
+    def to_wall(self, sim: datetime) -> datetime:
+        """The wall instant at which the simulated clock shows ``sim`` (not before the anchor)."""
+        if sim < self.anchor_sim:
+            raise ValueError(f"{sim.isoformat()} is before this window's anchor {self.anchor_sim.isoformat()}")
+        wall_seconds = 0.0
+        for start, end, rate in self._pieces():
+            stop = sim if end is None else min(sim, end)
+            if stop <= start:
+                break
+            wall_seconds += (stop - start).total_seconds() / rate
+        return self.anchor_wall + timedelta(seconds=wall_seconds)
+
+    def to_sim(self, wall: datetime) -> datetime:
+        """The simulated time at the wall instant ``wall`` (not before the anchor)."""
+        if wall < self.anchor_wall:
+            raise ValueError(f"{wall.isoformat()} is before this window's anchor {self.anchor_wall.isoformat()}")
+        left = (wall - self.anchor_wall).total_seconds()
+        for start, end, rate in self._pieces():
+            span = None if end is None else (end - start).total_seconds() / rate
+            if span is None or left <= span:
+                return start + timedelta(seconds=left * rate)
+            left -= span
+        raise AssertionError("the last piece is open-ended")
+
+    def with_waypoints(self, added: Iterable[datetime], *, now_wall: datetime) -> WarpedWindow:
+        """Register more waypoints, re-anchored at ``now_wall``; refused if an earlier waypoint would move."""
+        new = sorted({*self.waypoints, *added})
+        anchored = self.model_copy(
+            update={"anchor_wall": now_wall, "anchor_sim": self.to_sim(now_wall), "waypoints": tuple(new)}
+        )
+        for point in self.waypoints:
+            if point >= anchored.anchor_sim and abs(
+                (anchored.to_wall(point) - self.to_wall(point)).total_seconds()
+            ) > 0.001:
+                raise ValueError(
+                    f"registering {', '.join(p.isoformat() for p in added)} would move the waypoint "
+                    f"{point.isoformat()}, whose run is already scheduled: register a lease's waypoints "
+                    "together, before scheduling"
+                )
+        return anchored
