@@ -201,7 +201,7 @@ class CampaignReport(BaseModel):
         for s in self.stages:
             if s.status in (StageStatus.FAILED, StageStatus.INTERRUPTED):
                 lines += ["", f"**{s.name.value} {s.status.value}:** {s.detail}"]
-        if self.stages:
+        if self.stages and images:
             lines += ["", "![timeline](timeline.png)"]
         for name, marker in self.sections().items():
             value = getattr(self, name)

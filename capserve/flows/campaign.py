@@ -28,6 +28,7 @@ from capserve.core.spec import CampaignSpec
 from capserve.core.stages import CampaignPart, Stage
 from capserve.flows.context import CampaignContext, RunOptions
 from capserve.flows.runner import Step, run_campaign
+from capserve.flows.slots import campaign_slot
 from capserve.flows.stages import (
     acquire_stage,
     bring_up_stage,
@@ -94,5 +95,6 @@ def campaign(
     )
     base = settings or settings_from_environment()
     ctx = CampaignContext.start(spec, base.for_campaign(spec.campaign_settings()), options)
-    run_campaign(ctx, CAMPAIGN, teardown_stage)
+    with campaign_slot(spec.campaign_id):
+        run_campaign(ctx, CAMPAIGN, teardown_stage)
     return verdict_state(ctx.report)

@@ -18,6 +18,7 @@ from capserve.core.errors import CapserveError, PermanentError
 from capserve.core.teardown.reaper import CampaignSighting, ReaperDecision, ReaperResult, decide
 from capserve.core.teardown.settings import ReaperSettings
 from capserve.flows.teardown import run_teardown
+from capserve.tasks.reporting import publish_reaper
 from capserve.tasks.settings import settings_from_environment
 from capserve.tasks.teardown.inventory import inventory_campaign
 from capserve.tasks.teardown.sightings import find_campaigns, lease_end
@@ -66,6 +67,7 @@ def reaper(
                 ReaperDecision(campaign_id=campaign_id, region=region, reap=reap, why=why[:1000], teardown=result)
             )
     outcome = ReaperResult(regions=tuple(regions), dry_run=dry_run, now=now, decisions=tuple(decisions))
+    publish_reaper(outcome.markdown())
     if failures:
         raise ReaperError("reaper: teardown failed for " + " | ".join(failures), outcome)
     return outcome

@@ -25,6 +25,7 @@ from capserve.core.teardown.plan import label, plan_teardown
 from capserve.core.teardown.result import KeptResource, TeardownIncompleteError, TeardownReason, TeardownResult
 from capserve.core.teardown.settings import TeardownSettings
 from capserve.tasks.aws_events import delete_capacity_events
+from capserve.tasks.reporting import publish_teardown
 from capserve.tasks.settings import settings_from_environment
 from capserve.tasks.teardown.execute import execute_plan
 from capserve.tasks.teardown.inventory import inventory_campaign
@@ -36,7 +37,7 @@ RESERVATION_KEPT = (
 WEIGHTS_KEPT = "verified checkpoints are shared across campaigns: teardown never deletes the weights bucket"
 
 
-@flow(name="teardown", validate_parameters=True)
+@flow(name="teardown", flow_run_name="teardown-{spec.name}", validate_parameters=True)
 def teardown(
     spec: CampaignSpec,
     region: str,
@@ -92,10 +93,12 @@ def run_teardown(
         campaign_id, region, reason, ", dry run" if dry_run else "", len(plan.resources()),
     )
     if dry_run:
-        return TeardownResult(
+        listed = TeardownResult(
             campaign_id=campaign_id, region=region, reason=reason, dry_run=True, deleted=tuple(plan.resources()),
             already_gone=found.missing, kept=tuple(all_kept), finished_at=datetime.now(UTC),
         )
+        publish_teardown(campaign_id, listed.markdown())
+        return listed
     outcome = execute_plan(plan, settings, found.workload_cluster)
     rule = stop_capacity_events(campaign_id, region, all_kept)
     result = TeardownResult(
@@ -103,6 +106,7 @@ def run_teardown(
         already_gone=(*found.missing, *outcome.already_gone), kept=tuple(all_kept), remaining=outcome.remaining,
         finished_at=datetime.now(UTC),
     )
+    publish_teardown(campaign_id, result.markdown())  # what was deleted, for the UI, before any error
     if result.remaining:
         raise TeardownIncompleteError(
             f"teardown of campaign {campaign_id} in {region} stopped: still there when the wait ran out: "

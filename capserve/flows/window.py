@@ -32,6 +32,7 @@ from capserve.core.teardown.result import TeardownResult
 from capserve.flows.campaign import CAMPAIGN
 from capserve.flows.context import CampaignContext, RunOptions
 from capserve.flows.runner import run_campaign
+from capserve.flows.slots import campaign_slot
 from capserve.flows.stages import teardown_stage
 from capserve.flows.states import verdict_state
 from capserve.flows.teardown import teardown
@@ -55,7 +56,8 @@ def serve(campaign_id: str, region: str, reservation_id: str) -> CampaignReport 
     out_dir = Path("out") / campaign_id / "serve"
     options = RunOptions(out_dir=out_dir, staging_dir=out_dir / "staging", hub_endpoint=hub_endpoint_from_environment())
     ctx = CampaignContext.start(spec, base.for_campaign(spec.campaign_settings()), options)
-    run_campaign(ctx, CAMPAIGN, teardown_stage)
+    with campaign_slot(campaign_id):
+        run_campaign(ctx, CAMPAIGN, teardown_stage)
     return verdict_state(ctx.report)
 
 

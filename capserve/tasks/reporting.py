@@ -57,10 +57,23 @@ def write_report_files(report: CampaignReport, out_dir: Path) -> tuple[Path, Pat
 
 @orchestrator_task(name="publish-report")
 def publish_report(report: CampaignReport) -> None:
-    """The report as a Prefect artifact, for the UI."""
+    """The report as a Prefect artifact, for the UI: the stage table is its timeline (the UI shows no local
+    image), the key holds the campaign so campaigns never overwrite each other's."""
     create_markdown_artifact(
         key=f"{report.campaign}-report", markdown=report.to_markdown(images=False), description="Campaign report"
     )
+
+
+@orchestrator_task(name="publish-teardown")
+def publish_teardown(campaign_id: str, markdown: str) -> None:
+    """What a teardown deleted (or would delete), kept and found already gone, for the UI."""
+    create_markdown_artifact(key=f"{campaign_id}-teardown", markdown=markdown, description="Teardown")
+
+
+@orchestrator_task(name="publish-reaper")
+def publish_reaper(markdown: str) -> None:
+    """What the reaper reaped (or would reap) and kept, for the UI."""
+    create_markdown_artifact(key="capserve-reaper", markdown=markdown, description="Reaper")
 
 
 def timeline(stages: list[StageRecord], path: Path) -> Path:

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from capserve.core.markdown import markdown_table
 from capserve.core.teardown.result import TeardownResult
 from capserve.core.teardown.settings import ReaperSettings
 
@@ -56,6 +57,22 @@ class ReaperResult(BaseModel):
                 for d in self.decisions
             ],
         }
+
+    def markdown(self) -> str:
+        """What the reaper deleted or would delete, one row per campaign it judged."""
+        verb = "would reap" if self.dry_run else "reaped"
+        rows: list[dict[str, object]] = [
+            {
+                "campaign": d.campaign_id,
+                "region": d.region,
+                "decision": verb if d.reap else "kept",
+                "why": d.why,
+                "resources": len(d.teardown.deleted) if d.teardown else 0,
+            }
+            for d in self.decisions
+        ]
+        head = f"Reaper at {self.now.isoformat()} in {', '.join(self.regions)}{' (dry run)' if self.dry_run else ''}."
+        return f"{head}\n\n{markdown_table(rows) if rows else 'No capserve campaign found.'}\n"
 
 
 def decide(sighting: CampaignSighting, now: datetime, settings: ReaperSettings) -> tuple[bool, str]:
