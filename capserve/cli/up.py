@@ -59,6 +59,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="NAME",
         help="environment variable holding the evaluated endpoint's API key (checked before anything runs)",
     )
+    parser.add_argument(
+        "--prefect-server",
+        action="store_true",
+        help="run the campaign as a deployment run on a real Prefect server (a local one, with a worker, "
+        "unless PREFECT_API_URL is set) and follow it here",
+    )
+    parser.add_argument(
+        "--keep-server", action="store_true", help="with --prefect-server: leave the local server and worker up"
+    )
     parser.set_defaults(func=run)
 
 
@@ -103,6 +112,19 @@ def run(args: argparse.Namespace) -> int:
             hub_endpoint = endpoints.hub
             if endpoint_url is None:
                 endpoint_url, endpoint_note = endpoints.inference, endpoints.inference_note
+        if args.prefect_server:
+            from capserve.cli._server import run_on_server
+
+            parameters = {
+                "spec": spec.model_dump(mode="json"), "out_dir": str(out_dir.resolve()), "hub_endpoint": hub_endpoint,
+                "endpoint_url": endpoint_url, "endpoint_note": endpoint_note, "api_key_env": args.api_key_env,
+                "basic_auth_env": basic_auth_env, "teardown_when_done": args.teardown_when_done,
+            }
+            worker_env = {"CAPSERVE_HUB_ENDPOINT": hub_endpoint} if hub_endpoint else {}
+            return run_on_server(
+                parameters, campaign_id=spec.campaign_id, out_dir=out_dir, worker_env=worker_env,
+                keep_server=args.keep_server, console=console,
+            )
         try:
             report = campaign(
                 spec,

@@ -1,0 +1,60 @@
+"""``capserve up --sandbox --prefect-server``: the campaign as a deployment run, followed from the terminal."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from capserve.cli import main
+
+pytestmark = pytest.mark.server
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml"
+
+
+def prefect_children() -> list[str]:
+    """Command lines of this process's descendants that are Prefect servers or workers."""
+    by_parent: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            by_parent.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [os.getpid()]
+    while todo:
+        for child in by_parent.get(todo.pop(), []):
+            todo.append(child)
+            try:
+                cmd = (Path("/proc") / str(child) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if "prefect server" in cmd or "prefect worker" in cmd or "prefect.server.api" in cmd:
+                found.append(cmd)
+    return found
+
+
+def test_up_runs_the_campaign_through_a_local_server_and_leaves_no_child_behind(tmp_path: Path) -> None:
+    data = yaml.safe_load(EXAMPLE.read_text())
+    data["evaluation"]["load"] = {"concurrency_levels": [1], "request_rates": [], "requests_per_stream": 2,
+                                  "min_requests": 2}
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+
+    code = main(["up", str(spec), "--sandbox", "--prefect-server", "--teardown-when-done", "--yes", "--out", str(out)])
+
+    report = json.loads((out / "report.json").read_text())
+    assert code in (0, 3), report["stages"]  # pass, or invalid on a loaded machine: never failed
+    assert [s["name"] for s in report["stages"]][-1] == "teardown"
+    schedule = {entry["stage"]: entry for entry in report["schedule"]}
+    assert sorted(schedule) == ["bring_up", "drain", "teardown"]
+    # Torn down when done: nothing is left to bring up, drain or tear down, and each run says so.
+    assert all(entry["flow_run_id"] and entry["state"] == "Cancelled" for entry in schedule.values()), schedule
+    assert (out / "prefect" / "home" / "prefect.db").exists()  # the server's database is under --out
+    assert prefect_children() == []
