@@ -11,7 +11,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 90
 export PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW := ignore
 
-.PHONY: install demo test lint typecheck unit bench vllm-venv clean
+.PHONY: install demo demo-server test lint typecheck unit bench vllm-venv clean
 
 # '.[dev]' brings the '[sandbox]' extra (moto, the fake Kubernetes' packages) that make demo and
 # make test need; a production install is plain 'pip install .' (docs/README.md).
@@ -25,6 +25,11 @@ install: $(STAMP)
 
 demo: install
 	$(VENV)/bin/capserve up examples/kimi-k3-sandbox.yaml --sandbox --teardown-when-done --out out/demo
+
+# The same campaign as a deployment run on a local Prefect server and worker (README, "The embedded server").
+demo-server: install
+	$(VENV)/bin/capserve up examples/kimi-k3-sandbox.yaml --sandbox --prefect-server --teardown-when-done \
+		--out out/demo-server
 
 lint: install
 	$(VENV)/bin/ruff check capserve tests bench
