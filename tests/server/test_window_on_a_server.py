@@ -167,7 +167,7 @@ def test_the_reaper_never_runs_twice_at_once(world: World) -> None:
     assert states == ["CANCELLED", "COMPLETED"], [run.state for run in ends]
 
 
-def test_killing_the_worker_mid_run_leaves_the_cluster_standing_and_the_run_crashed(
+def test_killing_the_worker_mid_run_leaves_the_cluster_standing_then_drain_and_teardown_end_the_window(
     campaign_run: FlowRun, world: World
 ) -> None:
     lease = _report(campaign_run)["lease"]
@@ -190,6 +190,22 @@ def test_killing_the_worker_mid_run_leaves_the_cluster_standing_and_the_run_cras
         assert f"capserve-{CAMPAIGN}" in eks.list_clusters()["clusters"]  # a crash tears nothing down
     finally:
         world.restart_worker()
+
+    # The window then ends as scheduled (fired now rather than at end − 45 / end − 35): drain, then teardown.
+    window = {"campaign_id": CAMPAIGN, "region": lease["region"], "reservation_id": lease["reservation_id"]}
+    drained = wait_final(run_deployment("drain/drain", parameters=window, timeout=0).id)  # type: ignore[union-attr]
+    assert (drained.state_type, drained.name) == (StateType.COMPLETED, f"drain-{CAMPAIGN}"), drained.state
+    assert f"capserve-{CAMPAIGN}" in eks.list_clusters()["clusters"]  # draining keeps the cluster
+    gone = wait_final(
+        run_deployment("scheduled-teardown/scheduled-teardown", parameters=window, timeout=0).id  # type: ignore[union-attr]
+    )
+    assert (gone.state_type, gone.name) == (StateType.COMPLETED, f"teardown-{CAMPAIGN}"), gone.state
+    assert f"capserve-{CAMPAIGN}" not in eks.list_clusters()["clusters"]
+    # A run scheduled for a reservation the campaign does not hold does nothing.
+    stale = wait_final(run_deployment(
+        "drain/drain", parameters={**window, "reservation_id": "cr-00000000000000000"}, timeout=0
+    ).id)  # type: ignore[union-attr]
+    assert (stale.state_type, stale.state_name) == (StateType.CANCELLED, "Stale"), stale.state
 
 
 def _report(run: FlowRun) -> dict[str, Any]:
