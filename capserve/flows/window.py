@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 from prefect import flow, get_run_logger
 from prefect.client.schemas.objects import State
@@ -62,11 +63,20 @@ def serve(campaign_id: str, region: str, reservation_id: str) -> CampaignReport 
 
 
 @flow(name="drain", flow_run_name="drain-{campaign_id}")
-def drain(campaign_id: str, region: str, reservation_id: str) -> DrainResult | State:
-    """Stop taking traffic (Services removed, serving workloads at zero replicas); the cluster stays."""
+def drain(
+    campaign_id: str,
+    region: str,
+    reservation_id: str | None = None,
+    reason: Literal["scheduled", "expiration-warning", "manual"] = "scheduled",
+) -> DrainResult | State:
+    """Stop taking traffic (Services removed, serving workloads at zero replicas); the cluster stays.
+
+    The scheduled run names its reservation (a run for a lease the campaign no longer holds does nothing);
+    the automation on AWS's expiration warning (docs/events.md) drains whatever the campaign holds.
+    """
     base = settings_from_environment()
     record, ref = _campaign_record(campaign_id, region, base)
-    stale = _stale(record, reservation_id)
+    stale = _stale(record, reservation_id) if reservation_id is not None else ""
     if stale:
         return Cancelled(name="Stale", message=stale)
     spec = _spec(record)
@@ -84,7 +94,7 @@ def drain(campaign_id: str, region: str, reservation_id: str) -> DrainResult | S
         result = DrainResult(campaign_id=campaign_id, services_removed=tuple(removed),
                              scaled_to_zero=tuple(scaled), finished_at=datetime.now(UTC))
     entry = StageEntry(status=StageStatus.COMPLETED, started_at=started, ended_at=result.finished_at,
-                       outputs=result.report_section(), detail=result.markdown()[:4000])
+                       outputs=result.report_section(), detail=f"{reason}: {result.markdown()}"[:4000])
     change_record(ref, [lambda rec: rec.with_stage(Stage.DRAIN, entry)])
     get_run_logger().info("drain of %s: %s", campaign_id, result.markdown())
     return result

@@ -40,11 +40,12 @@ def test_every_run_a_lease_schedules_has_its_deployment(stage: str) -> None:
     assert (flow_name, deployment_name) in names
 
 
-def test_scheduled_runs_take_only_the_campaign_region_and_reservation() -> None:
+def test_scheduled_runs_need_only_the_campaign_region_and_reservation() -> None:
     for flow_and_name in SCHEDULED_DEPLOYMENTS.values():
         deployment = next(d for d in DEPLOYMENTS if d["name"] == flow_and_name.split("/")[1])
-        accepted = set(parameter_schema(load_flow(deployment["entrypoint"]).fn).properties)
-        assert accepted == {"campaign_id", "region", "reservation_id"}
+        schema = parameter_schema(load_flow(deployment["entrypoint"]).fn)
+        assert {"campaign_id", "region", "reservation_id"} <= set(schema.properties)
+        assert set(schema.required or []) <= {"campaign_id", "region", "reservation_id"}
 
 
 def test_no_pull_step_depends_on_an_undocumented_variable() -> None:
