@@ -137,6 +137,10 @@ def run(args: argparse.Namespace) -> int:
                 interactive=args.interactive and sys.stdin.isatty(),
                 teardown_when_done=args.teardown_when_done,
             )
+        except SpecError as exc:  # preflight: a problem found before anything was bought or created
+            console.print(f"[red]error:[/red] {redact(str(exc))}", highlight=False)
+            console.print(f"report: {out_dir / 'report.md'}", highlight=False)
+            return ExitCode.BAD_INPUT
         except CapserveError as exc:
             console.print(f"[red]campaign {spec.campaign_id} stopped:[/red] {redact(str(exc))}", highlight=False)
             console.print(f"report: {out_dir / 'report.md'}", highlight=False)

@@ -17,7 +17,9 @@ from capserve.core.capacity.result import AcquireResult
 from capserve.core.cluster.result import ClusterResult
 from capserve.core.evaluation.result import EvaluationResult
 from capserve.core.events import capacity_obtained, cluster_ready, evaluation_done, teardown_finished, weights_staged
+from capserve.core.locations import default_records_bucket, home_region
 from capserve.core.planner import ServingPlan
+from capserve.core.preflight import check_preflight
 from capserve.core.schedule import LeaseSchedule, stages_no_longer_needed
 from capserve.core.stages import Stage, StageStatus
 from capserve.core.teardown.result import TeardownIncompleteError, TeardownReason, TeardownResult
@@ -32,6 +34,7 @@ from capserve.flows.runner import StageEnd, StageOutput
 from capserve.flows.stage_weights import stage_weights
 from capserve.flows.teardown import teardown
 from capserve.tasks.planning import plan_campaign, publish_plan, resolve_model
+from capserve.tasks.preflight import PreflightInputs, gather_facts
 from capserve.tasks.scheduling import schedule_lease_runs
 from capserve.tasks.weights.node_staging import stage_on_nodes
 from capserve.tasks.weights.s3 import read_manifest
@@ -46,7 +49,27 @@ def plan_stage(ctx: CampaignContext) -> ServingPlan:
         "plan: %s on %d × %s, %s (%.1f GiB weights per GPU)",
         plan.model, plan.nodes, plan.instance_type, plan.layout, plan.weight_bytes_per_gpu / 1024**3,
     )
+    preflight(ctx, plan)
     return plan
+
+
+def preflight(ctx: CampaignContext, plan: ServingPlan) -> None:
+    """Everything checkable without spending, before acquire creates or buys anything: one error listing every
+    problem (``capserve.core.preflight``), or nothing."""
+    options, records = ctx.options, ctx.settings.records
+    inputs = PreflightInputs(
+        out_dir=options.out_dir,
+        staging_dir=options.staging_dir,
+        endpoint_url=options.endpoint_url,
+        hub_endpoint=options.hub_endpoint,
+        credential_variables=tuple(n for n in (options.api_key_env, options.basic_auth_env) if n),
+        hub_timeout_seconds=ctx.settings.weights.hub_timeout_seconds,
+    )
+    # The default records bucket is named after the account (12 digits): its length is known without asking.
+    records_bucket = records.bucket or default_records_bucket("0" * 12, home_region(ctx.spec, records))
+    facts = gather_facts(ctx.spec, inputs, bucket_names=(ctx.spec.weights.s3_bucket, records_bucket))
+    check_preflight(ctx.spec, plan, facts, bring_up=ctx.settings.bring_up)
+    get_run_logger().info("preflight: every check passed for campaign %s", ctx.spec.campaign_id)
 
 
 def acquire_stage(ctx: CampaignContext) -> StageOutput:
