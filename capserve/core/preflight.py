@@ -10,8 +10,8 @@ gathers a few read-only facts (``capserve.tasks.preflight``) and this module jud
 - the report folder is writable, the endpoint and Hub URLs parse, the API-key variables are set;
 - the local disk can hold what this host must download (the Hub's listing, with the plan's figure);
 - the bucket names follow S3's rules (the spec's pattern cannot say all of them);
-- the instance count fits a Capacity Block (64 per block: docs/aws-capacity.md); Service Quotas has no
-  documented quota for Capacity Block purchases, so none is asked (docs/preflight.md);
+- the instance count fits a Capacity Block (64 per block: docs/aws-capacity.md §1.1); Service Quotas has no
+  documented quota for Capacity Block purchases, so none is asked (docs/preflight.md §3);
 - the reservation (the offer length asked for, or the existing reservation's remaining window) is long
   enough for bring-up, vLLM's startup budget and the evaluation, before the drain point.
 
@@ -32,7 +32,7 @@ from capserve.core.planner import ServingPlan
 from capserve.core.rollout.probes import startup_budget_s
 from capserve.core.spec import CampaignSpec
 
-# A Capacity Block holds at most 64 instances (docs/aws-capacity.md §1).
+# A Capacity Block holds at most 64 instances (docs/aws-capacity.md §1.1).
 MAX_INSTANCES_PER_BLOCK = 64
 
 

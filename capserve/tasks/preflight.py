@@ -26,7 +26,6 @@ from capserve.core.urls import parse_endpoint_url, parse_hub_endpoint
 from capserve.core.weights.assembly import model_repo
 from capserve.tasks.aws import client, convert, error_code
 from capserve.tasks.capacity.reservations import describe_reservation_by_id
-from capserve.tasks.parallel import map_bounded
 from capserve.tasks.resilience import aws_task, local_task
 from capserve.tasks.weights.hub import hub_connection, list_repo_files, resolve_revision
 
@@ -140,9 +139,7 @@ def gather_facts(spec: CampaignSpec, inputs: PreflightInputs, *, bucket_names: t
     """Everything preflight judges, read-only (the report folder gets a probe file, removed at once)."""
     known = known_regions()
     asked = [r for r in spec.capacity.regions if r in known]
-    answers = map_bounded(
-        offering_in_region, [{"region": r, "instance_type": spec.capacity.instance_type} for r in asked], 4
-    )
+    answers = [offering_in_region(r, spec.capacity.instance_type) for r in asked]  # a handful of regions
     downloaded, present = download_size(spec, inputs)
     window, window_problem = reservation_window(spec)
     return PreflightFacts(

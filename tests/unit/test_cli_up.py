@@ -11,6 +11,7 @@ import capserve.flows.campaign as campaign_module
 from capserve.cli import main
 from capserve.core.errors import DoesNotFitError
 from capserve.core.evaluation.result import EvaluationResult
+from capserve.core.preflight import PreflightError
 from capserve.core.report import CampaignReport
 
 EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml")
@@ -40,6 +41,7 @@ def report(verdict: str | None) -> CampaignReport:
         (report("invalid"), 3),
         (report("fail"), 1),
         (DoesNotFitError("needs 2 nodes: set capacity.instance_count to 2"), 1),
+        (PreflightError("k3-demo", ["capacity.instance_count: set capacity.instance_count to 2"]), 2),
     ],
 )
 def test_exit_codes(
