@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-
 from typing import Any
 
 import boto3
@@ -18,7 +17,6 @@ from capserve.flows.campaign import campaign
 from capserve.sandbox.aws_ext import capacity as capacity_ext
 from capserve.sandbox.environment import SandboxEndpoints, sandbox
 from capserve.tasks.preflight import PreflightInputs, gather_facts, offering_in_region
-
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml"
 

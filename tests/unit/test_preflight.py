@@ -45,7 +45,8 @@ def spec_of(tmp_path: Path, **changes: Any) -> CampaignSpec:
 
 @pytest.fixture(scope="module")
 def plan() -> ServingPlan:
-    return plan_serving(get_model("kimi-k3"), get_instance_type("p6-b300.48xlarge"), context_length=262144, concurrency=8)
+    p6 = get_instance_type("p6-b300.48xlarge")
+    return plan_serving(get_model("kimi-k3"), p6, context_length=262144, concurrency=8)
 
 
 def good_facts(**changes: Any) -> PreflightFacts:
@@ -144,7 +145,8 @@ def test_a_good_bucket_name_has_no_problem() -> None:
 def test_too_many_instances_for_one_capacity_block(tmp_path: Path, plan: ServingPlan) -> None:
     spec = spec_of(tmp_path).model_copy(deep=True)
     capacity = spec.capacity.model_copy(update={"instance_count": 65})
-    [problem] = preflight_problems(spec.model_copy(update={"capacity": capacity}), plan, good_facts(), bring_up=BRING_UP)
+    bigger = spec.model_copy(update={"capacity": capacity})
+    [problem] = preflight_problems(bigger, plan, good_facts(), bring_up=BRING_UP)
     assert "65 instances do not fit one Capacity Block (at most 64)" in problem
 
 
@@ -163,7 +165,8 @@ def test_an_existing_reservation_is_judged_on_what_is_left_of_it(tmp_path: Path,
     data = {"capacity__provider": "existing-reservation", "capacity__reservation_id": "cr-0123456789abcdef0"}
     spec = spec_of(tmp_path, **data)
     ending_soon = ReservationWindow(
-        reservation_id="cr-0123456789abcdef0", state="active", start=NOW - timedelta(days=1), end=NOW + timedelta(hours=2)
+        reservation_id="cr-0123456789abcdef0", state="active",
+        start=NOW - timedelta(days=1), end=NOW + timedelta(hours=2),
     )
     [problem] = preflight_problems(spec, plan, good_facts(reservation=ending_soon), bring_up=BRING_UP)
     assert problem.startswith("reservation cr-0123456789abcdef0 (active, ends 2026-12-01T07:00:00+00:00) leaves 75 min")
