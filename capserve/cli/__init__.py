@@ -48,6 +48,7 @@ SUBCOMMANDS = {
     "eval": "capserve.cli.eval",
     "forward-events": "capserve.cli.forward_events",
     "sandbox": "capserve.cli.sandbox",
+    "status": "capserve.cli.status",
 }
 
 __all__ = ["ExitCode", "build_parser", "main"]

@@ -46,27 +46,50 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[red]error:[/red] {exc}")
         return 2
 
+    from capserve.core.cluster.naming import ClusterNames
+    from capserve.core.down import down_region, eks_leftovers_kept, kept_on_every_run, nothing_found_message
+    from capserve.flows.acquire import purchase_limit_name
     from capserve.flows.teardown import teardown
+    from capserve.tasks.capacity.reservations import capacity_reservations_by_tag
+    from capserve.tasks.eks_leftovers import eks_made_resources
     from capserve.tasks.locations import record_ref
     from capserve.tasks.record_store import load_record
     from capserve.tasks.settings import settings_from_environment
 
     try:
         settings = settings_from_environment().for_campaign(spec.campaign_settings())
-        region = args.region
-        if region is None:
-            ref = record_ref(spec, settings.records)
-            record = load_record.fn(ref)
-            if record is None or record.lease is None:
-                console.print(
-                    f"[red]error:[/red] no lease recorded for campaign {spec.campaign_id!r} in {ref.uri}: "
-                    "pass --region to say where its resources are"
-                )
-                return 2
-            region = record.lease.region
+        ref = record_ref(spec, settings.records)
+        record = load_record.fn(ref)
+        recorded = record.lease.region if record is not None and record.lease is not None else None
+        try:
+            region = down_region(spec.campaign_id, recorded=recorded, flag=args.region, record_uri=ref.uri)
+        except CapserveError as exc:
+            console.print(f"[red]error:[/red] {exc}")
+            return 2
+        reservations = [r.reservation_id for r in capacity_reservations_by_tag(spec.campaign_id, region)]
+        if record is not None and record.lease is not None:
+            reservations.insert(0, record.lease.reservation_id)
         result = teardown(spec, region, reason="manual", dry_run=args.dry_run, settings=settings.teardown)
+        leftovers = eks_made_resources(ClusterNames(campaign_id=spec.campaign_id).eks_cluster, region)
     except CapserveError as exc:
         console.print(f"[red]teardown of {spec.campaign_id} did not finish:[/red] {exc}")
         return 1
+    if record is None and not result.deleted and not reservations and not leftovers:
+        console.print(f"[red]error:[/red] {nothing_found_message(spec.campaign_id, region, ref.uri)}")
+        return 1
+    kept = kept_on_every_run(
+        spec.campaign_id, reservation_ids=reservations, weights_bucket=spec.weights.s3_bucket, record_uri=ref.uri,
+        purchase_limit=purchase_limit_name(spec.campaign_id),
+    )
+    reported = {k.resource for k in kept}
+    result = result.model_copy(update={"kept": (
+        *kept, *(k for k in result.kept if k.resource not in reported), *eks_leftovers_kept(leftovers),
+    )})
     Console(highlight=False).print(result.markdown())
+    if leftovers and not args.dry_run:
+        console.print(
+            f"[red]{len(leftovers)} resource(s) made by EKS/Kubernetes for the cluster are still there[/red] "
+            "(listed above): they are not tagged with the campaign; delete them, they may bill"
+        )
+        return 1
     return 0

@@ -178,7 +178,7 @@ def test_an_existing_reservation_is_judged_on_what_is_left_of_it(tmp_path: Path,
     ]
 
 
-def test_hyperpod_needs_longer_for_bring_up(tmp_path: Path, plan: ServingPlan) -> None:
+def test_time_needed_is_the_waits_and_budgets_by_part(tmp_path: Path, plan: ServingPlan) -> None:
     eks = time_needed(spec_of(tmp_path), plan, BRING_UP)["bring-up"]
     assert eks == timedelta(minutes=75)
     assert time_needed(spec_of(tmp_path), plan, BRING_UP)["evaluation"] == timedelta(seconds=900)
