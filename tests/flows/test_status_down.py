@@ -1,0 +1,104 @@
+"""`capserve status` and `capserve down` on a campaign left standing in the sandbox: the truth, read-only
+first, then torn down twice (the second run still lists what it keeps), refusing a region that is wrong."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+import yaml
+
+from capserve.cli import main
+from capserve.core.spec import load_spec
+from capserve.flows.campaign import campaign
+from capserve.sandbox.environment import SandboxEndpoints, sandbox
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml"
+
+
+@pytest.fixture()
+def far_ends() -> Iterator[SandboxEndpoints]:
+    with sandbox(served_model_name="kimi-k3") as endpoints:
+        yield endpoints
+
+
+def status_json(path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict[str, Any]]:
+    capsys.readouterr()
+    code = main(["status", str(path), "--json", *extra])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_status_then_down_tell_the_truth(
+    tmp_path: Path, far_ends: SandboxEndpoints, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text(EXAMPLE.read_text())
+    spec = load_spec(path)
+    campaign(spec, out_dir=tmp_path / "out", hub_endpoint=far_ends.hub)  # no teardown: the cluster stays up
+
+    code, status = status_json(path, capsys)
+    assert code == 0
+    region = status["region"]
+    assert region in spec.capacity.regions
+    stages = {row["stage"]: row for row in status["stages"]}
+    for stage in ("acquire", "stage_weights", "bring_up", "weights_to_nodes"):
+        assert stages[stage]["status"] == "completed", stages[stage]
+        assert len(stages[stage]["inputs_digest"]) == 64
+    assert stages["evaluate"]["status"] == "skipped"
+    kinds = {row["kind"] for row in status["aws"]["rows"]}
+    assert {"reservation", "s3-bucket", "eks-cluster", "eks-nodegroup", "vpc"} <= kinds, kinds
+    assert status["kubernetes"]["looked"] is True
+    nodes = [row for row in status["kubernetes"]["rows"] if row["kind"] == "node"]
+    assert nodes and all("Ready=True" in n["state"] for n in nodes)
+    assert any("8 GPUs" in n["state"] for n in nodes)
+    assert status["prefect"]["looked"] is True
+    assert [r["state"] for r in status["prefect"]["rows"] if r["name"] == "campaign-k3-demo"] == ["Completed"]
+
+    # The same from the campaign's name and home region, as a table.
+    capsys.readouterr()
+    assert main(["status", "k3-demo", "--region", spec.capacity.regions[0]]) == 0
+    table = capsys.readouterr().out
+    assert "acquire" in table and "eks-cluster" in table and "completed" in table
+
+    # A --region the record contradicts is refused: nothing deleted.
+    other = next(r for r in ("us-east-2", "us-west-2") if r != region)
+    capsys.readouterr()
+    assert main(["down", str(path), "--region", other]) == 2
+    assert f"says its resources are in {region}" in " ".join(capsys.readouterr().err.split())
+    eks = boto3.client("eks", region_name=region)
+    assert eks.list_clusters()["clusters"]
+
+    # Down deletes, and lists what it keeps; a second down deletes nothing and still lists the reservation.
+    for attempt in range(2):
+        capsys.readouterr()
+        assert main(["down", str(path)]) == 0, attempt
+        out = capsys.readouterr().out
+        assert "reservation/cr-" in out and "cannot be cancelled" in out
+        for kept in ("s3-bucket/capserve-demo-weights", "campaign-record/s3://", "local-files/out/k3-demo",
+                     "prefect/concurrency-limit/capserve-purchase-k3-demo"):
+            assert kept in out, (attempt, kept)
+        assert ("| deleted" in out) == (attempt == 0)
+    assert eks.list_clusters()["clusters"] == []
+
+    code, after = status_json(path, capsys)
+    assert {row["kind"] for row in after["aws"]["rows"]} == {"reservation", "s3-bucket"}
+    assert after["kubernetes"]["looked"] is False and "no cluster" in after["kubernetes"]["why"]
+
+
+def test_down_and_status_of_a_campaign_that_does_not_exist_refuse(
+    tmp_path: Path, far_ends: SandboxEndpoints, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = yaml.safe_load(EXAMPLE.read_text())
+    data["name"] = "k3-misspelt"
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(data))
+
+    assert main(["down", str(path), "--region", "us-east-2"]) == 1
+    err = " ".join(capsys.readouterr().err.split())  # rich wraps long lines
+    assert "nothing of campaign k3-misspelt was found" in err and "nothing was deleted" in err
+    assert main(["status", "k3-misspelt", "--region", "us-east-2"]) == 2
+    assert "no record with its spec" in " ".join(capsys.readouterr().err.split())
