@@ -61,7 +61,12 @@ STAGE_BUILDS_ON: dict[Stage, tuple[Stage, ...]] = {
 STAGE_OUTPUTS: dict[Stage, tuple[str, ...]] = {
     Stage.PLAN: ("layout", "nodes", "tensor_parallel", "pipeline_parallel", "data_parallel", "expert_parallel"),
     Stage.ACQUIRE: ("outcome",),
-    Stage.STAGE_WEIGHTS: ("repo", "revision_sha", "layout_id", "s3_uri", "manifest_uri", "verified"),
+    # The whole weights result (a few hundred bytes): a re-run whose inputs did not change rebuilds it from here
+    # once the manifest's files verify in S3 (capserve.flows.reuse), instead of downloading anything.
+    Stage.STAGE_WEIGHTS: (
+        "repo", "revision_sha", "layout_id", "s3_uri", "manifest_uri", "verified", "files", "bytes_total",
+        "bytes_per_node", "bytes_naive_per_node", "resharded",
+    ),
     Stage.BRING_UP: ("kind", "name", "region", "gpu_pool", "nodes_ready", "node_names"),
     Stage.WEIGHTS_TO_NODES: ("namespace", "target"),
     Stage.EVALUATE: ("verdict", "url"),

@@ -30,6 +30,7 @@ from capserve.core.stages import Stage, StageStatus
 from capserve.core.teardown.result import TeardownReason
 from capserve.flows.context import CampaignContext
 from capserve.flows.cost import campaign_ledger
+from capserve.flows.reuse import reuse_unchanged
 from capserve.tasks.reporting import publish_report, write_report_files
 
 
@@ -82,8 +83,10 @@ def run_stage(ctx: CampaignContext, step: Step) -> None:
     """Run one stage: timed in the report, recorded (from acquire on, in S3), its result put in its section."""
     if Stage.PLAN.precedes(step.stage):
         ctx.start_saving()  # the campaign reaches the cloud: from here on the record is kept in S3
-    line = ctx.report.begin(step.stage)
     digest = ctx.record.inputs_digest(step.stage, ctx.spec)
+    if reuse_unchanged(ctx, step.stage, digest):
+        return  # unchanged since its last run and its outputs verify (capserve.flows.reuse)
+    line = ctx.report.begin(step.stage)
     _record(ctx, step.stage, line, digest)
     try:
         output = step.run(ctx)

@@ -155,6 +155,14 @@ def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
     assert again.acquire is not None and again.acquire.lease is not None
     assert again.acquire.lease.reservation_id == lease["reservation_id"]
     assert purchases() == 1
+    # ... and skips staging the weights: same inputs, and the published checkpoint still verifies in S3.
+    first_weights = next(s for s in written["stages"] if s["name"] == "stage_weights")
+    [skipped] = [s for s in again.stages if s.name is Stage.STAGE_WEIGHTS]
+    assert skipped.status is StageStatus.SKIPPED
+    assert skipped.detail == f"skipped: unchanged since {first_weights['ended_at'][:19]}+00:00"
+    assert again.weights is not None and again.weights.manifest_uri == written["weights"]["manifest_uri"]
+    assert (again.weights.downloaded_bytes, again.weights.uploaded_bytes) == (0, 0)
+    assert again.status_of(Stage.WEIGHTS_TO_NODES) is StageStatus.COMPLETED
 
     # The campaign record holds the spec (so a scheduled run can load it from the id and region alone),
     # each stage with its times, inputs digest and outputs, the lease and what teardown kept.

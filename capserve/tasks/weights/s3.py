@@ -106,3 +106,32 @@ def publish_checkpoint(
     body = manifest.model_dump_json(indent=1).encode()
     publish_document(location.bucket, f"{base}/{manifest_key(manifest.layout_id)}", body, location.region)
     return sum(uploaded)
+
+
+@s3_task(name="weights-verify-published")
+def verify_published(manifest_uri: str, region: str) -> list[str]:
+    """What is wrong with a published checkpoint: every file its manifest lists must be in S3 with the same size
+    and stored SHA256 (HEAD requests only, no bytes read). Empty: it verifies."""
+    bucket, _, manifest_path = manifest_uri.removeprefix("s3://").partition("/")
+    s3 = client("s3", region)
+    try:
+        body = s3.get_object(Bucket=bucket, Key=manifest_path)["Body"].read()
+    except ClientError as exc:
+        if error_code(exc) in _NOT_FOUND:
+            return [f"{manifest_uri} is gone"]
+        raise convert(exc, f"reading {manifest_uri}") from exc
+    manifest = WeightsManifest.model_validate_json(body)
+    base = manifest_path.rsplit("/", 1)[0]
+    problems = []
+    for staged in manifest.files:
+        key = f"{base}/{staged.key}"
+        try:
+            head = s3.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+        except ClientError as exc:
+            if error_code(exc) in _NOT_FOUND:
+                problems.append(f"s3://{bucket}/{key} is gone")
+                continue
+            raise convert(exc, f"checking s3://{bucket}/{key}") from exc
+        if head.get("ContentLength") != staged.size or head.get("ChecksumSHA256") != b64_sha256(staged.sha256):
+            problems.append(f"s3://{bucket}/{key} differs from the manifest (size or SHA256)")
+    return problems
