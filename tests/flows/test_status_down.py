@@ -56,7 +56,8 @@ def test_status_then_down_tell_the_truth(
     assert nodes and all("Ready=True" in n["state"] for n in nodes)
     assert any("8 GPUs" in n["state"] for n in nodes)
     assert status["prefect"]["looked"] is True
-    assert [r["state"] for r in status["prefect"]["rows"] if r["name"] == "campaign-k3-demo"] == ["Completed"]
+    runs = [r["state"] for r in status["prefect"]["rows"] if r["name"] == "campaign-k3-demo"]
+    assert runs[0] == "Completed"  # newest first (the session's Prefect server also holds earlier tests' runs)
 
     # The same from the campaign's name and home region, as a table.
     capsys.readouterr()
