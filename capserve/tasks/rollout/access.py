@@ -2,7 +2,7 @@
 
 The same on AWS and in the sandbox, and it exposes nothing: a listener on 127.0.0.1 (an ephemeral
 port) in the flow's own process; each accepted connection opens one ``pods/portforward`` stream to
-the leader pod (``kubernetes.stream.portforward``, as ``kubectl port-forward`` does) and bytes are
+the leader pod (``pods/portforward`` over a WebSocket, as ``kubectl port-forward`` does) and bytes are
 pumped both ways. The listener closes with the ``with`` block. What goes through it is
 authenticated like every other API call (the EKS token) and authorised by the caller's access entry.
 
@@ -16,13 +16,14 @@ import contextlib
 import logging
 import os
 import socket
+import ssl
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import websocket
 from kubernetes import client as k8s
-from kubernetes.stream import portforward
 from pydantic import SecretStr
 
 from capserve.core.errors import RetryableError
@@ -43,15 +44,61 @@ NLB_NOTE = (
 )
 
 
-def _pump(source: Any, sink: Any) -> None:
+# The port-forward subprotocol (kubelet pkg/kubelet/cri/streaming/portforward/websocket.go): per
+# requested port a data channel 0 and an error channel 1; the first frame on each carries only the
+# port number (2 bytes, little-endian); every later frame is the channel byte plus payload.
+_PROTOCOL = "v4.channel.k8s.io"
+_DATA, _ERROR = 0, 1
+
+
+def _open_stream(api: k8s.ApiClient, namespace: str, pod: str, port: int) -> websocket.WebSocket:
+    """One WebSocket to ``pods/<pod>/portforward?ports=<port>``, authenticated like every other request.
+
+    Not ``kubernetes.stream.portforward``: its proxy thread uses ``select()``, which fails once the
+    process holds more than 1024 file descriptors (a load test does), and it verifies TLS against a CA
+    *file* only, while our clients keep the cluster CA in memory (``capserve.tasks.kube.api_client``).
+    """
+    configuration = api.configuration
+    token = configuration.get_api_key_with_prefix("authorization")  # refreshes the EKS token when due
+    host = str(configuration.host)
+    scheme = "wss://" if host.startswith("https://") else "ws://"
+    url = scheme + host.split("://", 1)[1] + f"/api/v1/namespaces/{namespace}/pods/{pod}/portforward?ports={port}"
+    header = [f"sec-websocket-protocol: {_PROTOCOL}"] + ([f"authorization: {token}"] if token else [])
+    if scheme == "wss://":
+        context = ssl.create_default_context(cadata=configuration.ca_cert_data or None)
+        sslopt: dict[str, Any] = {"context": context}
+    else:
+        sslopt = {"cert_reqs": ssl.CERT_NONE}
+    stream = websocket.WebSocket(sslopt=sslopt, skip_utf8_validation=True)
+    stream.connect(url, header=header, timeout=30)  # type: ignore[no-untyped-call]
+    stream.settimeout(None)
+    return stream
+
+
+def _to_client(stream: websocket.WebSocket, conn: socket.socket, where: str) -> None:
+    """Frames from the pod to the local connection, until either side closes."""
+    first = {_DATA: True, _ERROR: True}
     try:
-        while chunk := source.recv(_CHUNK):
-            sink.sendall(chunk)
-    except OSError:
-        pass
+        while True:
+            opcode, frame = stream.recv_data_frame(True)
+            if opcode == websocket.ABNF.OPCODE_CLOSE:
+                return
+            if opcode != websocket.ABNF.OPCODE_BINARY or not frame.data:
+                continue
+            channel, payload = frame.data[0], frame.data[1:]
+            if first.get(channel):
+                first[channel] = False  # the port number
+                continue
+            if channel == _DATA:
+                conn.sendall(payload)
+            elif channel == _ERROR and payload:
+                _log.warning("port-forward to %s: %s", where, payload.decode("utf-8", "replace"))
+                return
+    except (OSError, websocket.WebSocketException):
+        return
     finally:
         with contextlib.suppress(OSError):
-            sink.shutdown(socket.SHUT_WR)
+            conn.shutdown(socket.SHUT_WR)
 
 
 class PortForward:
@@ -76,6 +123,8 @@ class PortForward:
     def close(self) -> None:
         self._closed.set()
         with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept() (close alone does not)
+        with contextlib.suppress(OSError):
             self._server.close()
         self._thread.join(timeout=5)
 
@@ -89,26 +138,24 @@ class PortForward:
             threading.Thread(target=self._carry, args=(conn,), daemon=True).start()
 
     def _carry(self, conn: socket.socket) -> None:
-        forward = None
+        """One local connection: pump it to the pod and back; close both ends when either is done."""
+        where = f"{self.namespace}/{self.pod}:{self.port}"
+        stream: websocket.WebSocket | None = None
         try:
-            core = k8s.CoreV1Api(self.api)
-            forward = portforward(
-                core.connect_get_namespaced_pod_portforward, self.pod, self.namespace, ports=str(self.port)
-            )
-            remote = forward.socket(self.port)
-            remote.setblocking(True)
-            back = threading.Thread(target=_pump, args=(remote, conn), daemon=True)
+            stream = _open_stream(self.api, self.namespace, self.pod, self.port)
+            back = threading.Thread(target=_to_client, args=(stream, conn, where), daemon=True)
             back.start()
-            _pump(conn, remote)
-            back.join()
-        except Exception as exc:  # one failed connection must not stop the listener
-            _log.warning("port-forward to %s/%s:%d failed: %s", self.namespace, self.pod, self.port, exc)
+            while chunk := conn.recv(_CHUNK):
+                stream.send_binary(bytes((_DATA,)) + chunk)
+            back.join(timeout=300)
+        except (OSError, websocket.WebSocketException) as exc:  # one failed connection must not stop the listener
+            _log.warning("port-forward to %s failed: %s: %s", where, type(exc).__name__, exc)
         finally:
             with contextlib.suppress(OSError):
                 conn.close()
-            if forward is not None:
+            if stream is not None:
                 with contextlib.suppress(Exception):
-                    forward.close()
+                    stream.close()
 
 
 @contextlib.contextmanager
