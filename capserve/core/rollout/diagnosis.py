@@ -2,7 +2,8 @@
 
 The wait (``capserve.tasks.rollout.wait``) watches the workload's pods and hands what it saw to
 ``diagnose``; the answer names the pod, the container and the cause in the words a person would
-use with ``kubectl describe pod``, and says whether waiting longer can help (``fatal``):
+use with ``kubectl describe pod``, and says whether waiting longer can help (``fatal``). What
+Kubernetes reports in each case is in docs/serving.md §7.1:
 
 - **unschedulable**: ``PodScheduled=False`` with the scheduler's ``FailedScheduling`` message. When
   the message says ``Insufficient nvidia.com/gpu`` or ``Insufficient vpc.amazonaws.com/efa`` on a

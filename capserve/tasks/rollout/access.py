@@ -56,7 +56,8 @@ def _open_stream(api: k8s.ApiClient, namespace: str, pod: str, port: int) -> web
 
     Not ``kubernetes.stream.portforward``: its proxy thread uses ``select()``, which fails once the
     process holds more than 1024 file descriptors (a load test does), and it verifies TLS against a CA
-    *file* only, while our clients keep the cluster CA in memory (``capserve.tasks.kube.api_client``).
+    *file* only, while our clients keep the cluster CA in memory (``capserve.tasks.kube.api_client``);
+    the protocol is in docs/serving.md §7.2.
     """
     configuration = api.configuration
     token = configuration.get_api_key_with_prefix("authorization")  # refreshes the EKS token when due
