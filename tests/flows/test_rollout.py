@@ -7,10 +7,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from capserve.core.errors import PermanentError
 from capserve.core.settings import RecordSettings
-from capserve.core.spec import load_spec
+from capserve.core.spec import CampaignSpec, load_spec
 from capserve.flows.campaign import campaign
 from capserve.sandbox.environment import SandboxEndpoints, sandbox
 from capserve.sandbox.kube import Fault, FaultKind
@@ -77,3 +78,51 @@ def test_a_failed_second_rollout_rolls_back_to_the_first(tmp_path: Path, far_end
     assert record.last_good_rollout.config is not None
     assert record.last_good_rollout.config.revision == first.rollout.revision
     assert written["teardown"]["reason"] == "campaign-finished"
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def example(name: str, tmp_path: Path) -> CampaignSpec:
+    """An example spec as shipped, with the small load of the other campaign tests."""
+    data = yaml.safe_load((EXAMPLES / name).read_text())
+    data["evaluation"]["load"] = SMALL_LOAD
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return load_spec(path)
+
+
+def test_the_two_node_example_rolls_out_one_group_of_two_with_each_nodes_experts(
+    tmp_path: Path, far_ends: SandboxEndpoints
+) -> None:
+    spec = example("kimi-k3-2node-sandbox.yaml", tmp_path)
+    report = campaign(spec, out_dir=tmp_path / "out", hub_endpoint=far_ends.hub, teardown_when_done=True)
+
+    assert report.plan is not None and (report.plan.nodes, report.plan.expert_parallel) == (2, 16)
+    assert report.rollout is not None and report.rollout.nodes == 2 and not report.rollout.rolled_back
+    workload = yaml.safe_load(next((tmp_path / "out" / "manifests").glob("*-LeaderWorkerSet-*")).read_text())
+    group = workload["spec"]["leaderWorkerTemplate"]
+    assert group["size"] == 2
+    # Each pod is pinned to the node staged with its own experts (and its init container checks the marker).
+    required = "requiredDuringSchedulingIgnoredDuringExecution"
+    hosts = {
+        role: group[f"{role}Template"]["spec"]["affinity"]["nodeAffinity"][required]["nodeSelectorTerms"][0][
+            "matchExpressions"
+        ][0]["values"]
+        for role in ("leader", "worker")
+    }
+    assert report.node_staging is not None
+    staged = {job.node: job.kube_node for job in report.node_staging.jobs}
+    assert hosts == {"leader": [staged[0]], "worker": [staged[1]]}
+    assert report.evaluation is not None and report.evaluation.verdict in {"pass", "invalid"}
+    assert report.teardown is not None and report.teardown.remaining == ()
+
+
+def test_the_hyperpod_example_rolls_out_through_the_same_path(tmp_path: Path, far_ends: SandboxEndpoints) -> None:
+    spec = example("kimi-k3-hyperpod-sandbox.yaml", tmp_path)
+    report = campaign(spec, out_dir=tmp_path / "out", hub_endpoint=far_ends.hub, teardown_when_done=True)
+
+    assert report.cluster is not None and report.cluster.kind == "hyperpod"
+    assert report.rollout is not None and report.rollout.name == "vllm-blue" and not report.rollout.rolled_back
+    assert report.evaluation is not None and report.evaluation.verdict in {"pass", "invalid"}
+    assert report.teardown is not None and report.teardown.remaining == ()
