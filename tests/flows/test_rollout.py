@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,6 +49,11 @@ def test_a_failed_second_rollout_rolls_back_to_the_first(tmp_path: Path, far_end
     first_spec = load_spec(spec_file(tmp_path, evaluation__load=SMALL_LOAD))
     first = campaign(first_spec, out_dir=tmp_path / "first", hub_endpoint=far_ends.hub)
     assert first.rollout is not None and first.rollout.strategy == "initial"
+    # The campaign's endpoint key is only in the cluster's Secret: no file of the run holds it.
+    secret = far_ends.kube_server.store.objects[("", "secrets", "capserve-k3-demo", "serving-api-key")]
+    key = base64.b64decode(secret["data"]["api-key"])
+    assert len(key) >= 32
+    assert [p for p in (tmp_path / "first").rglob("*") if p.is_file() and key in p.read_bytes()] == []
 
     # The second configuration's image cannot be pulled. One p6-b300 holds one K3: recreate.
     broken = "vllm/vllm-openai:no-such-tag"
