@@ -108,7 +108,7 @@ class RolloutResult(BaseModel):
             "",
             f"Server: {self.server}.",
             "",
-            f"Endpoint: {self.endpoint_access}. {self.endpoint_note}",
+            f"Endpoint ({self.endpoint_access}): {self.endpoint_note}",
             "",
             f"Compile cache: **{cache.get('result')}** (key `{cache.get('key')}`, {cache.get('uri')}).",
         ]
@@ -121,7 +121,7 @@ class RolloutResult(BaseModel):
                 "strategy": a.strategy + (" (rollback)" if a.rollback else ""),
                 "outcome": "ok" if a.ok else "FAILED",
                 "ready after (s)": f"{a.ready_after_s:.1f}" if a.ready_after_s is not None else "—",
-                "why": (a.failure or "")[:300],
+                "why": (a.failure or "")[:300].replace("|", "/"),  # a cell must not end the row
             }
             for a in self.attempts
         ]

@@ -32,13 +32,13 @@ _log = logging.getLogger(__name__)
 _CHUNK = 65536
 
 PORT_FORWARD_NOTE = (
-    "reached through a port-forward: a listener on 127.0.0.1 in the flow process, each connection carried "
+    "Reached through a port-forward: a listener on 127.0.0.1 in the flow process, each connection carried "
     "by the Kubernetes API server to the leader pod (nothing is exposed to any network). Latencies measured "
     "through it include the flow host → API server → node hops and the tunnel's framing on top of the "
     "server's own time."
 )
 NLB_NOTE = (
-    "an internal Network Load Balancer (Service serving-nlb, scheme internal) was created for clients inside "
+    "An internal Network Load Balancer (Service serving-nlb, scheme internal) was created for clients inside "
     "the VPC; a flow run inside the VPC can use it. This run reached the endpoint through a port-forward "
     "(a listener on 127.0.0.1 carried by the API server to the leader pod), so its latencies include that tunnel."
 )
