@@ -149,6 +149,8 @@ class PortForward:
             while chunk := conn.recv(_CHUNK):
                 stream.send_binary(bytes((_DATA,)) + chunk)
             back.join(timeout=300)
+        except (ConnectionResetError, BrokenPipeError):
+            pass  # the local client went away mid-stream (a load client closing its connections): normal
         except (OSError, websocket.WebSocketException) as exc:  # one failed connection must not stop the listener
             _log.warning("port-forward to %s failed: %s: %s", where, type(exc).__name__, exc)
         finally:
