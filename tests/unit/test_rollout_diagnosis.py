@@ -113,3 +113,10 @@ def test_the_server_is_read_from_the_leaders_log() -> None:
     assert server_from_log("INFO vLLM API server version 0.32.0") == "vLLM 0.32.0"
     assert "stand-in" in server_from_log("INFO [utils.py] vLLM API server version 0.32.0 (capserve sandbox stand-in)")
     assert server_from_log("nothing").startswith("unknown")
+    # A real vLLM behind the sandbox's argument checker: the real server's own line wins.
+    checked = "INFO [utils.py] vLLM API server version 0.32.0 (capserve sandbox stand-in)\n"
+    assert server_from_log(checked + "INFO [api_utils.py:330] vLLM server version 0.32.0, serving model smol") == (
+        "vLLM 0.32.0"
+    )
+    logo = " \x1b[33m▄▄\x1b[0m \x1b[97m█     █     █ ▀▄▀ █\x1b[0m  version \x1b[97m0.32.1\x1b[0m\n"
+    assert server_from_log(checked + logo) == "vLLM 0.32.1"

@@ -19,22 +19,32 @@ from capserve.core.rollout.diagnosis import Diagnosis
 
 CacheResult = Literal["hit", "miss", "off", "unknown"]
 
-# vLLM's API server logs its version when it starts; the sandbox stand-in says it is one.
-_VERSION = re.compile(r"vLLM API server version (\S+)( \(capserve sandbox stand-in\))?")
+# vLLM's API server logs its version when it starts: "vLLM server version 0.32.0, serving model …", or
+# with its log formatter a logo whose second line ends "version 0.32.0" (vllm 0.32
+# vllm/entrypoints/serve/utils/api_utils.py, log_version_and_model); earlier releases said "vLLM API
+# server version …". The sandbox kubelet's argument checker logs a line that says it is a stand-in;
+# when it hands over to a real vLLM on the CPU, the real server's own line follows.
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_REAL = (
+    re.compile(r"vLLM (?:API )?server version ([^\s,]+)(.*)$", re.MULTILINE),
+    re.compile(r"█.*\bversion\s+([0-9][^\s]*)()$", re.MULTILINE),
+)
+_STAND_IN = re.compile(r"vLLM API server version (\S+) \(capserve sandbox stand-in\)")
 
 
 def server_from_log(log: str) -> str:
     """Which server the leader pod ran, from its log: real vLLM (with its version) or the sandbox's stand-in."""
-    found = _VERSION.findall(log)
-    if not found:
-        return "unknown (the leader's log names no vLLM API server)"
-    version, stand_in = found[-1]
+    plain = _ANSI.sub("", log)
+    real = [m.group(1) for rx in _REAL for m in rx.finditer(plain) if "capserve sandbox stand-in" not in m.group(2)]
+    if real:
+        return f"vLLM {real[-1]}"
+    stand_in = _STAND_IN.findall(log)
     if stand_in:
         return (
-            f"the sandbox kubelet's OpenAI-compatible stand-in (arguments checked against vLLM {version}'s parser; "
-            "synthetic latencies)"
+            f"the sandbox kubelet's OpenAI-compatible stand-in (arguments checked against vLLM {stand_in[-1]}'s "
+            "parser; synthetic latencies)"
         )
-    return f"vLLM {version}"
+    return "unknown (the leader's log names no vLLM API server)"
 
 
 class Attempt(BaseModel):
