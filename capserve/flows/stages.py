@@ -16,11 +16,18 @@ from prefect import get_run_logger
 from capserve.core.capacity.result import AcquireResult
 from capserve.core.cluster.result import ClusterResult
 from capserve.core.evaluation.result import EvaluationResult
-from capserve.core.events import capacity_obtained, cluster_ready, evaluation_done, teardown_finished, weights_staged
+from capserve.core.events import (
+    capacity_obtained,
+    cluster_ready,
+    evaluation_done,
+    rollout_event,
+    teardown_finished,
+    weights_staged,
+)
 from capserve.core.locations import default_records_bucket, home_region
 from capserve.core.planner import ServingPlan
 from capserve.core.preflight import check_preflight
-from capserve.core.rollout.result import RolloutResult
+from capserve.core.rollout.result import RolloutFailedError, RolloutResult
 from capserve.core.schedule import LeaseSchedule, stages_no_longer_needed
 from capserve.core.stages import Stage, StageStatus
 from capserve.core.teardown.result import TeardownIncompleteError, TeardownReason, TeardownResult
@@ -148,11 +155,28 @@ def rollout_stage(ctx: CampaignContext) -> RolloutResult | StageEnd:
         region=ctx.locations.weights.region,
         weights_settings=ctx.settings.weights,
     )
-    result, serving = roll_out(inputs)
+    tried = inputs.weights.revision_sha
+    try:
+        result, serving = roll_out(inputs)
+    except RolloutFailedError as exc:
+        failed_event = rollout_event(about(ctx), "failed", revision=tried, strategy="", occurred=now(), detail=str(exc))
+        announce(ctx, failed_event)
+        raise
     ctx.save(lambda record: record.with_rollout(serving))
     if result.rolled_back:
         failed = "; ".join(a.failure or "" for a in result.failed)
+        back = rollout_event(
+            about(ctx),
+            "rolled-back",
+            revision=tried,
+            strategy=result.strategy,
+            occurred=now(),
+            detail=failed,
+            rolled_back_to=serving.revision_sha,
+        )
+        announce(ctx, back)
         return StageEnd(StageStatus.STOPPED, f"rolled back to revision {result.revision}: {failed}", result)
+    announce(ctx, rollout_event(about(ctx), "ready", revision=tried, strategy=result.strategy, occurred=now()))
     return result
 
 
