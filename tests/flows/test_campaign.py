@@ -161,7 +161,7 @@ def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
     assert (tmp_path / "out" / "timeline.png").read_bytes().startswith(b"\x89PNG")
     assert "## Teardown" in (tmp_path / "out" / "report.md").read_text()
     assert [e["event"] for e in written["events"]] == [
-        "capserve.capacity.purchased", "capserve.weights.staged", "capserve.cluster.ready",
+        "capserve.capacity.purchased", "capserve.weights.staged", "capserve.cluster.ready", "capserve.rollout.ready",
         f"capserve.evaluation.{ {'pass': 'passed', 'invalid': 'invalid'}[written['evaluation']['verdict']] }",
         "capserve.teardown.done",
     ]
@@ -170,7 +170,7 @@ def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
     cost = checked_cost(written)
     assert cost["upfront_fee"] == lease["upfront_fee"] > 0 and cost["currency"] == "USD"
     assert cost["paid_gpu_hours"] == 24 * 8 and cost["block_start"] == lease["start"]
-    assert cost["serving_started_by"] == "evaluate began on the ready endpoint (no rollout stage ran) → teardown began"
+    assert cost["serving_started_by"] == "rollout ready → teardown began"
     assert cost["biggest_loss"]["cause"] == "idle"  # torn down when done: the rest of the block is paid for nothing
     assert cost["price_table_date"] and "cost.price_list_api is off" in cost["price_source"]
     assert {r["name"] for r in cost["other_resources"]} >= {"EKS control plane"}
