@@ -50,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--evaluate-url",
         default=None,
         metavar="URL",
-        help="OpenAI-compatible endpoint to evaluate (with --sandbox: the sandbox's local server); "
+        help="OpenAI-compatible endpoint to evaluate instead of the one the rollout stage serves; "
         "user:password@ in it is used for HTTP Basic authentication and never stored",
     )
     parser.add_argument(
@@ -105,13 +105,12 @@ def run(args: argparse.Namespace) -> int:
 
             endpoints = stack.enter_context(sandbox(served_model_name=spec.served_model_name))
             console.print(
-                f"sandbox: AWS {endpoints.aws} ({endpoints.region}), Hub {endpoints.hub}, "
-                f"inference {endpoints.inference}",
+                f"sandbox: AWS {endpoints.aws} ({endpoints.region}), Hub {endpoints.hub}, Kubernetes {endpoints.kube}",
                 highlight=False,
             )
             hub_endpoint = endpoints.hub
-            if endpoint_url is None:
-                endpoint_url, endpoint_note = endpoints.inference, endpoints.inference_note
+            # The rollout stage serves the model in the sandbox's Kubernetes (a local process per pod) and
+            # the evaluation reaches it through a port-forward; --evaluate-url evaluates another endpoint.
         if args.prefect_server:
             from capserve.cli._server import run_on_server
 

@@ -26,6 +26,8 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, mod
 
 from capserve.core.lease import Lease
 from capserve.core.locations import BucketLocation
+from capserve.core.rollout.config import RolloutConfig
+from capserve.core.rollout.strategy import Serving
 from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage, StageStatus
 from capserve.core.teardown.result import KeptResource
@@ -166,6 +168,15 @@ class RolloutRecord(BaseModel):
     served_model_name: str = Field(min_length=1, max_length=200, description="Name clients ask for.")
     endpoint: str | None = Field(None, max_length=2048, description="Where it was reached (no credentials).")
     ready_at: AwareDatetime = Field(description="When it passed.")
+    color: Literal["blue", "green"] | None = Field(None, description="The workload colour it serves under.")
+    config: RolloutConfig | None = Field(None, description="Everything it runs: rendering it again is the rollback.")
+
+    @property
+    def serving(self) -> Serving | None:
+        """What the rollout strategy compares against and a rollback renders again (None: not recorded)."""
+        if self.color is None or self.config is None:
+            return None
+        return Serving(color=self.color, config=self.config)
 
 
 class CampaignRecord(BaseModel):

@@ -28,6 +28,7 @@ from capserve.core.events import CapserveEvent
 from capserve.core.markdown import markdown_table
 from capserve.core.plan_check import plan_markdown
 from capserve.core.planner import ServingPlan
+from capserve.core.rollout.result import RolloutResult
 from capserve.core.schedule import LeaseSchedule
 from capserve.core.stages import Stage, StageStatus
 from capserve.core.teardown.result import TeardownResult
@@ -122,6 +123,9 @@ class CampaignReport(BaseModel):
     cluster: Annotated[ClusterResult | None, Section("Cluster")] = Field(None, description="The cluster.")
     node_staging: Annotated[NodeStagingResult | None, Section("Weights on the nodes")] = Field(
         None, description="Each node's copy of its weights."
+    )
+    rollout: Annotated[RolloutResult | None, Section("Rollout")] = Field(
+        None, description="What serves, how it was reached, what failed and was rolled back."
     )
     evaluation: Annotated[EvaluationResult | None, Section(None)] = Field(None, description="The verdict.")
     teardown: Annotated[TeardownResult | None, Section("Teardown")] = Field(None, description="What was deleted.")

@@ -1,7 +1,7 @@
 """The campaign: one flow that runs the stages in order, from a spec to a report.
 
-    plan ─► acquire ─► stage_weights ─► bring_up ─► weights_to_nodes ─► evaluate ─► (teardown)
-    └────────── PREPARE ────────────┘   └────────────── SERVE ──────────────────┘
+    plan ─► acquire ─► stage_weights ─► bring_up ─► weights_to_nodes ─► rollout ─► evaluate ─► (teardown)
+    └────────── PREPARE ────────────┘   └────────────────── SERVE ─────────────────────────┘
 
 Each stage is a function in ``capserve.flows.stages``; the flow is the list of them, run by
 ``capserve.flows.runner`` (timing, the report, the campaign record, what to skip and when to tear
@@ -34,11 +34,13 @@ from capserve.flows.stages import (
     bring_up_stage,
     evaluate_stage,
     plan_stage,
+    rollout_stage,
     stage_weights_stage,
     teardown_stage,
     weights_to_nodes_stage,
 )
 from capserve.flows.states import verdict_state
+from capserve.tasks.manifests import recording
 from capserve.tasks.settings import settings_from_environment
 
 PREPARE: tuple[Step, ...] = (
@@ -49,6 +51,7 @@ PREPARE: tuple[Step, ...] = (
 SERVE: tuple[Step, ...] = (
     Step(Stage.BRING_UP, bring_up_stage),
     Step(Stage.WEIGHTS_TO_NODES, weights_to_nodes_stage),
+    Step(Stage.ROLLOUT, rollout_stage),
     Step(Stage.EVALUATE, evaluate_stage),
 )
 CAMPAIGN: tuple[Step, ...] = PREPARE + SERVE
@@ -75,8 +78,8 @@ def campaign(
     """Run a campaign's stages in order and return its report (also written to ``out_dir``).
 
     ``staging_dir`` is where checkpoint files are downloaded and verified (default: under ``out_dir``);
-    ``hub_endpoint`` overrides the Hugging Face endpoint. ``endpoint_url`` names the OpenAI-compatible
-    endpoint to evaluate (until the rollout stage exists, the campaign rolls out none itself);
+    ``hub_endpoint`` overrides the Hugging Face endpoint. ``endpoint_url`` names an OpenAI-compatible
+    endpoint to evaluate instead of the one the rollout stage serves;
     ``endpoint_note`` says in the report what that endpoint is; ``api_key_env`` / ``basic_auth_env``
     name the environment variables holding its credentials (never the values). ``interactive`` lets a person at a
     terminal approve a purchase above the threshold. ``settings`` default to the environment's
@@ -95,6 +98,6 @@ def campaign(
     )
     base = settings or settings_from_environment()
     ctx = CampaignContext.start(spec, base.for_campaign(spec.campaign_settings()), options)
-    with campaign_slot(spec.campaign_id):
+    with campaign_slot(spec.campaign_id), recording(out_dir / "manifests"):  # every applied object, in order
         run_campaign(ctx, CAMPAIGN, teardown_stage)
     return verdict_state(ctx.report)

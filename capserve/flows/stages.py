@@ -16,10 +16,18 @@ from prefect import get_run_logger
 from capserve.core.capacity.result import AcquireResult
 from capserve.core.cluster.result import ClusterResult
 from capserve.core.evaluation.result import EvaluationResult
-from capserve.core.events import capacity_obtained, cluster_ready, evaluation_done, teardown_finished, weights_staged
+from capserve.core.events import (
+    capacity_obtained,
+    cluster_ready,
+    evaluation_done,
+    rollout_event,
+    teardown_finished,
+    weights_staged,
+)
 from capserve.core.locations import default_records_bucket, home_region
 from capserve.core.planner import ServingPlan
 from capserve.core.preflight import check_preflight
+from capserve.core.rollout.result import RolloutFailedError, RolloutResult
 from capserve.core.schedule import LeaseSchedule, stages_no_longer_needed
 from capserve.core.stages import Stage, StageStatus
 from capserve.core.teardown.result import TeardownIncompleteError, TeardownReason, TeardownResult
@@ -30,6 +38,7 @@ from capserve.flows.announce import about, announce, now, watch_capacity_events
 from capserve.flows.bring_up import bring_up
 from capserve.flows.context import CampaignContext, need
 from capserve.flows.evaluate import evaluate_endpoint
+from capserve.flows.rollout import RolloutInputs, roll_out, served_endpoint
 from capserve.flows.runner import StageEnd, StageOutput
 from capserve.flows.stage_weights import stage_weights
 from capserve.flows.teardown import teardown
@@ -47,7 +56,11 @@ def plan_stage(ctx: CampaignContext) -> ServingPlan:
     publish_plan(plan, ctx.spec.campaign_id)
     get_run_logger().info(
         "plan: %s on %d × %s, %s (%.1f GiB weights per GPU)",
-        plan.model, plan.nodes, plan.instance_type, plan.layout, plan.weight_bytes_per_gpu / 1024**3,
+        plan.model,
+        plan.nodes,
+        plan.instance_type,
+        plan.layout,
+        plan.weight_bytes_per_gpu / 1024**3,
     )
     preflight(ctx, plan)
     return plan
@@ -130,20 +143,70 @@ def weights_to_nodes_stage(ctx: CampaignContext) -> NodeStagingResult:
     return stage_on_nodes(ctx.spec, need(ctx.report.cluster, Stage.BRING_UP), manifest, ctx.settings.weights)
 
 
+def rollout_stage(ctx: CampaignContext) -> RolloutResult | StageEnd:
+    """Serve the plan with vLLM on the cluster (or converge on it); a failure rolls back or raises (→ teardown)."""
+    inputs = RolloutInputs(
+        spec=ctx.spec,
+        plan=need(ctx.report.plan, Stage.PLAN),
+        weights=need(ctx.report.weights, Stage.STAGE_WEIGHTS),
+        staged=need(ctx.report.node_staging, Stage.WEIGHTS_TO_NODES),
+        cluster=need(ctx.report.cluster, Stage.BRING_UP),
+        last_good=ctx.record.last_good_rollout,
+        region=ctx.locations.weights.region,
+        weights_settings=ctx.settings.weights,
+    )
+    tried = inputs.weights.revision_sha
+    try:
+        result, serving = roll_out(inputs)
+    except RolloutFailedError as exc:
+        failed_event = rollout_event(about(ctx), "failed", revision=tried, strategy="", occurred=now(), detail=str(exc))
+        announce(ctx, failed_event)
+        raise
+    ctx.save(lambda record: record.with_rollout(serving))
+    if result.rolled_back:
+        failed = "; ".join(a.failure or "" for a in result.failed)
+        back = rollout_event(
+            about(ctx),
+            "rolled-back",
+            revision=tried,
+            strategy=result.strategy,
+            occurred=now(),
+            detail=failed,
+            rolled_back_to=serving.revision_sha,
+        )
+        announce(ctx, back)
+        return StageEnd(StageStatus.STOPPED, f"rolled back to revision {result.revision}: {failed}", result)
+    announce(ctx, rollout_event(about(ctx), "ready", revision=tried, strategy=result.strategy, occurred=now()))
+    return result
+
+
 def evaluate_stage(ctx: CampaignContext) -> EvaluationResult | StageEnd:
-    url = ctx.options.endpoint_url
-    if url is None:
+    """Evaluate the rolled-out endpoint through a port-forward (or the endpoint_url given instead)."""
+    rolled = ctx.report.rollout
+    if ctx.options.endpoint_url is None and rolled is not None:
+        cluster = need(ctx.report.cluster, Stage.BRING_UP)
+        with served_endpoint(cluster, rolled, ctx.spec.campaign_id) as (local_url, key_env):
+            notes = [f"Endpoint: {rolled.endpoint_note}", f"Server: {rolled.server}."]
+            return _evaluate(ctx, local_url, key_env, None, notes)
+    given = ctx.options.endpoint_url
+    if given is None:
         why = "no endpoint to evaluate: nothing was rolled out and no endpoint_url was given"
         return StageEnd(StageStatus.SKIPPED, why)
     note = ctx.options.endpoint_note
+    return _evaluate(ctx, given, ctx.options.api_key_env, ctx.options.basic_auth_env, [note] if note else [])
+
+
+def _evaluate(
+    ctx: CampaignContext, url: str, api_key_env: str | None, basic_auth_env: str | None, notes: list[str]
+) -> EvaluationResult:
     result = evaluate_endpoint(
         url,
         ctx.spec.served_model_name,
         ctx.spec.evaluation,
         out_dir=ctx.options.out_dir / "evaluation",
-        api_key_env=ctx.options.api_key_env,
-        basic_auth_env=ctx.options.basic_auth_env,
-        notes=[note] if note else [],
+        api_key_env=api_key_env,
+        basic_auth_env=basic_auth_env,
+        notes=notes,
     )
     announce(ctx, evaluation_done(about(ctx), result, occurred=now()))
     return result

@@ -41,6 +41,7 @@ from capserve.core.cluster.readiness import (
 )
 from capserve.core.errors import CapserveError, PermanentError, RetryableError
 from capserve.tasks import aws
+from capserve.tasks.manifests import record_applied
 from capserve.tasks.resilience import kube_task
 from capserve.tasks.waiting import wait_timeout
 
@@ -258,6 +259,7 @@ def _apply(dyn: DynamicClient, manifest: Mapping[str, Any], field_manager: str) 
         )
     except Exception as exc:
         raise convert(exc, f"server-side apply of {_describe(manifest)}") from exc
+    record_applied(manifest)  # out/<run>/manifests/, secrets redacted (capserve.tasks.manifests)
     applied: dict[str, Any] = result.to_dict()
     return applied
 

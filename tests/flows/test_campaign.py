@@ -81,20 +81,23 @@ def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
     tmp_path: Path, far_ends: SandboxEndpoints
 ) -> None:
     spec = load_spec(spec_file(tmp_path, evaluation__load=SMALL_LOAD))
-    result = campaign(
-        spec,
-        out_dir=tmp_path / "out",
-        hub_endpoint=far_ends.hub,
-        endpoint_url=far_ends.inference,
-        teardown_when_done=True,
-    )
+    result = campaign(spec, out_dir=tmp_path / "out", hub_endpoint=far_ends.hub, teardown_when_done=True)
 
     written = json.loads((tmp_path / "out" / "report.json").read_text())
     assert written == json.loads(json.dumps(result.to_json()))
     assert written["campaign"] == "k3-demo"
     assert [(s["name"], s["status"]) for s in written["stages"]] == [
         (name, "completed")
-        for name in ("plan", "acquire", "stage_weights", "bring_up", "weights_to_nodes", "evaluate", "teardown")
+        for name in (
+            "plan",
+            "acquire",
+            "stage_weights",
+            "bring_up",
+            "weights_to_nodes",
+            "rollout",
+            "evaluate",
+            "teardown",
+        )
     ]
     assert all(s["ended_at"] >= s["started_at"] for s in written["stages"])
     assert (written["plan"]["nodes"], written["plan"]["tensor_parallel"]) == (1, 8)
@@ -124,14 +127,41 @@ def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
         if r.method == "PATCH" and r.path.split("?")[0].endswith(f"/namespaces/capserve-k3-demo/jobs/{job['job']}")
     ]
     assert applies and applies[0].content_type == "application/apply-patch+yaml" and applies[0].auth == "eks"
+    # The rollout served the plan in the cluster; the evaluation reached that pod through a port-forward.
+    rollout = written["rollout"]
+    assert set(rollout) >= {
+        "kind", "name", "strategy", "nodes", "image", "args", "ready_after_s",
+        "endpoint_access", "compile_cache", "rolled_back",
+    }  # fmt: skip
+    assert (rollout["kind"], rollout["name"], rollout["strategy"], rollout["nodes"]) == (
+        "LeaderWorkerSet", "vllm-blue", "initial", 1,
+    )  # fmt: skip
+    assert rollout["image"] == spec.serving.image and rollout["rolled_back"] is False
+    assert "--tensor-parallel-size" in rollout["args"] and "$(VLLM_API_KEY)" in rollout["args"]
+    assert rollout["endpoint_access"] == "port-forward" and "127.0.0.1" in rollout["endpoint_note"]
+    assert rollout["compile_cache"]["result"] == "miss" and rollout["compile_cache"]["saved_jobs"] == 1
+    assert "stand-in" in rollout["server"] and "vLLM 0.32" in rollout["server"]
+    assert written["evaluation"]["url"].startswith("http://127.0.0.1:")
+    assert any("Server: the sandbox kubelet" in note for note in written["evaluation"]["notes"])
     assert written["evaluation"]["verdict"] in {"pass", "invalid"}  # invalid only when the machine starves the client
+    # Every object applied, in order, as YAML; the API-key Secret with its value redacted.
+    manifests = sorted(p.name for p in (tmp_path / "out" / "manifests").iterdir())
+    assert manifests[0].startswith("001-CustomResourceDefinition-")
+    assert [m.split("-", 1)[1] for m in manifests[-4:]] == [
+        "Secret-capserve-k3-demo-serving-api-key.yaml",
+        "LeaderWorkerSet-capserve-k3-demo-vllm-blue.yaml",
+        "Job-capserve-k3-demo-vllm-blue-cache-save-n0.yaml",
+        "Service-capserve-k3-demo-serving.yaml",
+    ]
+    secret = yaml.safe_load(next((tmp_path / "out" / "manifests").glob("*-Secret-*")).read_text())
+    assert secret["data"] == {"api-key": "<redacted>"}
     assert written["teardown"]["reason"] == "campaign-finished" and written["teardown"]["remaining"] == []
     assert tagged_vpcs("k3-demo", lease["region"]) == []
     assert purchases() == 1
     assert (tmp_path / "out" / "timeline.png").read_bytes().startswith(b"\x89PNG")
     assert "## Teardown" in (tmp_path / "out" / "report.md").read_text()
     assert [e["event"] for e in written["events"]] == [
-        "capserve.capacity.purchased", "capserve.weights.staged", "capserve.cluster.ready",
+        "capserve.capacity.purchased", "capserve.weights.staged", "capserve.cluster.ready", "capserve.rollout.ready",
         f"capserve.evaluation.{ {'pass': 'passed', 'invalid': 'invalid'}[written['evaluation']['verdict']] }",
         "capserve.teardown.done",
     ]
@@ -140,7 +170,7 @@ def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
     cost = checked_cost(written)
     assert cost["upfront_fee"] == lease["upfront_fee"] > 0 and cost["currency"] == "USD"
     assert cost["paid_gpu_hours"] == 24 * 8 and cost["block_start"] == lease["start"]
-    assert cost["serving_started_by"] == "evaluate began on the ready endpoint (no rollout stage ran) → teardown began"
+    assert cost["serving_started_by"] == "rollout ready → teardown began"
     assert cost["biggest_loss"]["cause"] == "idle"  # torn down when done: the rest of the block is paid for nothing
     assert cost["price_table_date"] and "cost.price_list_api is off" in cost["price_source"]
     assert {r["name"] for r in cost["other_resources"]} >= {"EKS control plane"}
@@ -163,6 +193,9 @@ def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
     assert again.weights is not None and again.weights.manifest_uri == written["weights"]["manifest_uri"]
     assert (again.weights.downloaded_bytes, again.weights.uploaded_bytes) == (0, 0)
     assert again.status_of(Stage.WEIGHTS_TO_NODES) is StageStatus.COMPLETED
+    # The second reservation's first boot is warm: the compile cache saved by the first is restored.
+    assert again.rollout is not None and again.rollout.compile_cache["result"] == "hit"
+    assert again.rollout.startup_budget_s < rollout["startup_budget_s"]
 
     # The campaign record holds the spec (so a scheduled run can load it from the id and region alone),
     # each stage with its times, inputs digest and outputs, the lease and what teardown kept.
@@ -241,6 +274,7 @@ def test_up_on_the_sandbox_runs_the_demo_path(tmp_path: Path, capsys: pytest.Cap
 
     written = json.loads((tmp_path / "out" / "report.json").read_text())
     assert all(s["status"] == "completed" for s in written["stages"])
-    assert "standing in for the vLLM endpoint" in (tmp_path / "out" / "report.md").read_text()
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "## Rollout" in report and "Server: the sandbox kubelet's OpenAI-compatible stand-in" in report
     out = capsys.readouterr().out
     assert "report:" in out and "TP 8" in out

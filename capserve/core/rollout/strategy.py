@@ -9,6 +9,9 @@
   colour is deleted first (its GPUs are needed), then the new one comes up under the other colour.
   A failure means nothing serves: roll back by recreating the last good configuration.
 
+- **unchanged** (decided by the rollout flow): what serves already runs this configuration; the steps
+  re-apply it under its own colour (server-side apply converges) and check it again.
+
 Colours alternate, so the new workload never shares a name with the old one. The last good
 configuration (a ``RolloutConfig``) is what the campaign record keeps; rolling back renders it again.
 """
@@ -23,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from capserve.core.rollout.config import RolloutConfig
 from capserve.core.rollout.names import Color, other_color, workload_name
 
-Strategy = Literal["initial", "blue-green", "recreate"]
+Strategy = Literal["initial", "blue-green", "recreate", "unchanged"]
 
 
 class Step(enum.StrEnum):

@@ -455,9 +455,13 @@ def real_vllm(venv: Path) -> ServeFn:
             if word.startswith(("--port=", "--host=", "--model=")) or (index == 0 and not word.startswith("-")):
                 continue
             mapped.append(rewrite_paths(word, ctx.mounts))
+        # CPU override (docs/sandbox-kubelet.md): container paths in the pod's environment (the compile
+        # caches under /cache) are mapped to the node's directory like the arguments, and the pod IP is
+        # not this machine's, so vLLM must not advertise it as its host address.
+        pod_env = {key: rewrite_paths(value, ctx.mounts) for key, value in ctx.env.items() if key != "VLLM_HOST_IP"}
         env = {
             **os.environ,
-            **ctx.env,
+            **pod_env,
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
             "VLLM_NO_USAGE_STATS": "1",

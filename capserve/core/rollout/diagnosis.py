@@ -1,0 +1,257 @@
+"""Why a rollout is not ready, decided from the pods and events the wait has seen (pure).
+
+The wait (``capserve.tasks.rollout.wait``) watches the workload's pods and hands what it saw to
+``diagnose``; the answer names the pod, the container and the cause in the words a person would
+use with ``kubectl describe pod``, and says whether waiting longer can help (``fatal``). What
+Kubernetes reports in each case is in docs/serving.md §7.1:
+
+- **unschedulable**: ``PodScheduled=False`` with the scheduler's ``FailedScheduling`` message. When
+  the message says ``Insufficient nvidia.com/gpu`` or ``Insufficient vpc.amazonaws.com/efa`` on a
+  cluster whose nodes are Ready, the devices are not allocatable (no device plugin, or a broken
+  one): that is named separately. Fatal once it has lasted ``unschedulable_grace_s`` (a node may
+  still be joining right after bring-up).
+- **image-pull**: ``ErrImagePull`` becomes ``ImagePullBackOff`` when the kubelet retries: fatal at
+  the back-off (or at once for ``InvalidImageName``), since a wrong tag or a missing pull right
+  does not fix itself.
+- **oom-killed**: a container terminated with ``OOMKilled``: fatal at once (it would only repeat).
+- **crash-loop**: a container in ``CrashLoopBackOff`` that restarted ``crash_restarts`` times: fatal,
+  with the last lines of its previous run's log (the wait fetches them through ``pods/log``).
+- **startup-probe**: the kubelet killed the container because its startup probe ran out
+  (``Killing``: "failed startup probe"): the startup budget is spent, fatal.
+- **config**: ``CreateContainerConfigError`` (e.g. the API-key Secret is missing): fatal after the grace.
+
+The wait's own deadline (the startup budget plus the allowance for pulling and scheduling) ends
+anything else as **timeout**, with the last state of each pod.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DEVICE_RESOURCES = ("nvidia.com/gpu", "vpc.amazonaws.com/efa")
+
+
+class Trouble(enum.StrEnum):
+    UNSCHEDULABLE = "unschedulable"
+    DEVICES_NOT_ALLOCATABLE = "devices-not-allocatable"
+    IMAGE_PULL = "image-pull"
+    OOM_KILLED = "oom-killed"
+    CRASH_LOOP = "crash-loop"
+    STARTUP_PROBE = "startup-probe"
+    CONFIG = "config"
+    CHECK = "endpoint-check"
+    TIMEOUT = "timeout"
+
+
+_FIX = {
+    Trouble.UNSCHEDULABLE: "check the GPU nodes' labels, taints and free resources (kubectl describe node)",
+    Trouble.DEVICES_NOT_ALLOCATABLE: (
+        "the nodes advertise no free GPUs/EFA devices: check the NVIDIA and EFA device plugin pods on them"
+    ),
+    Trouble.IMAGE_PULL: "check serving.image (name, tag, registry access from the nodes)",
+    Trouble.OOM_KILLED: "the container ran out of memory: lower serving.max_num_seqs or max_model_len, or pick a "
+    "bigger instance type",
+    Trouble.CRASH_LOOP: "read the log lines above; serving.extra_args and the staged weights are the usual causes",
+    Trouble.STARTUP_PROBE: "the server did not listen within its startup budget: raise serving.startup_budget_minutes "
+    "(a cold first boot of a large MoE takes over an hour) or check the log for a hang",
+    Trouble.CONFIG: "a Secret or ConfigMap the pod reads is missing",
+    Trouble.CHECK: "the pod is ready but its API does not serve the model with the campaign's key: read its log",
+    Trouble.TIMEOUT: "the pods did not become ready in time; see their state above",
+}
+
+
+class RolloutWaitSettings(BaseModel):
+    """When a rollout stops waiting on a problem instead of running out its whole startup budget."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    unschedulable_grace_s: float = Field(
+        120.0, ge=0, le=3600, description="How long a pod may stay unschedulable (or miss a Secret) before it is fatal."
+    )
+    crash_restarts: int = Field(
+        2, ge=1, le=100, description="Restarts of a crash-looping container before the rollout gives up on it."
+    )
+    pull_and_schedule_allowance_s: float = Field(
+        1800.0,
+        ge=0,
+        le=6 * 3600,
+        description="Added to the startup budget for the wait's deadline: image pull (a vLLM image is ~10 GB), "
+        "scheduling and the compile-cache restore happen before the startup probe starts counting.",
+    )
+    log_lines: int = Field(20, ge=1, le=500, description="Log lines of a crashed container kept in the error.")
+
+
+class Diagnosis(BaseModel):
+    """One reason a rollout is not ready."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    trouble: Trouble = Field(description="What kind of problem.")
+    pod: str = Field(min_length=1, max_length=253, description="The pod it concerns.")
+    container: str | None = Field(None, max_length=253, description="The container, when one is at fault.")
+    message: str = Field(min_length=1, max_length=4000, description="What Kubernetes said.")
+    fatal: bool = Field(description="Waiting longer cannot help.")
+    log_tail: tuple[str, ...] = Field(default=(), max_length=500, description="Last log lines (crash loop).")
+
+    @property
+    def needs_log(self) -> bool:
+        return self.trouble is Trouble.CRASH_LOOP and not self.log_tail
+
+    def describe(self) -> str:
+        where = f"pod {self.pod}" + (f" container {self.container}" if self.container else "")
+        text = f"{self.trouble.value}: {where}: {self.message}"
+        if self.log_tail:
+            text += "; last log lines: " + " | ".join(self.log_tail)
+        return f"{text}. Fix: {_FIX[self.trouble]}"
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str(_mapping(obj.get("metadata")).get("name") or "<pod>")
+
+
+def _condition(pod: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    for condition in _mapping(pod.get("status")).get("conditions") or []:
+        if _mapping(condition).get("type") == kind:
+            return _mapping(condition)
+    return {}
+
+
+def pod_ready(pod: Mapping[str, Any]) -> bool:
+    return _condition(pod, "Ready").get("status") == "True"
+
+
+def all_ready(pods: Sequence[Mapping[str, Any]], expected: int) -> bool:
+    """Every pod of the workload exists and is Ready (a LeaderWorkerSet group is ready when all its pods are)."""
+    return len(pods) >= expected and all(pod_ready(pod) for pod in pods)
+
+
+def _startup_kill(pod: str, events: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    for event in events:
+        involved = _mapping(event.get("involvedObject"))
+        message = str(event.get("message") or "")
+        if involved.get("name") == pod and event.get("reason") == "Killing" and "startup probe" in message:
+            return event
+    return None
+
+
+def _last_probe_failure(pod: str, events: Sequence[Mapping[str, Any]]) -> str:
+    found = [
+        str(e.get("message"))
+        for e in events
+        if _mapping(e.get("involvedObject")).get("name") == pod and e.get("reason") == "Unhealthy"
+    ]
+    return found[-1] if found else ""
+
+
+def diagnose_pod(
+    pod: Mapping[str, Any],
+    events: Sequence[Mapping[str, Any]],
+    *,
+    pending_for_s: float,
+    settings: RolloutWaitSettings,
+) -> Diagnosis | None:
+    """What holds one pod back, or None when nothing is known to be wrong (it may simply be starting).
+
+    ``pending_for_s``: how long the wait has seen this pod unschedulable (or missing its config).
+    """
+    name = _name(pod)
+    scheduled = _condition(pod, "PodScheduled")
+    if scheduled.get("status") == "False":
+        message = str(scheduled.get("message") or scheduled.get("reason") or "not scheduled")
+        devices = any(f"Insufficient {resource}" in message for resource in DEVICE_RESOURCES)
+        trouble = Trouble.DEVICES_NOT_ALLOCATABLE if devices else Trouble.UNSCHEDULABLE
+        return Diagnosis(
+            trouble=trouble, pod=name, message=message, fatal=pending_for_s >= settings.unschedulable_grace_s
+        )
+    kill = _startup_kill(name, events)
+    if kill is not None:
+        probe = _last_probe_failure(name, events)
+        message = str(kill.get("message")) + (f" (last: {probe})" if probe else "")
+        return Diagnosis(trouble=Trouble.STARTUP_PROBE, pod=name, container="vllm", message=message, fatal=True)
+    status = _mapping(pod.get("status"))
+    for container in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        found = _container_trouble(name, _mapping(container), pending_for_s, settings)
+        if found is not None:
+            return found
+    return None
+
+
+def _container_trouble(
+    pod: str, container: Mapping[str, Any], pending_for_s: float, settings: RolloutWaitSettings
+) -> Diagnosis | None:
+    name = str(container.get("name") or "")
+    state = _mapping(container.get("state"))
+    waiting = _mapping(state.get("waiting"))
+    last = _mapping(_mapping(container.get("lastState")).get("terminated"))
+    terminated = _mapping(state.get("terminated"))
+    restarts = int(container.get("restartCount") or 0)
+    reason = str(waiting.get("reason") or "")
+    detail = str(waiting.get("message") or reason)
+
+    def found(trouble: Trouble, message: str, fatal: bool) -> Diagnosis:
+        return Diagnosis(trouble=trouble, pod=pod, container=name, message=message[:4000] or trouble.value, fatal=fatal)
+
+    for ended in (terminated, last):
+        if ended.get("reason") == "OOMKilled":
+            return found(Trouble.OOM_KILLED, f"OOMKilled (exit code {ended.get('exitCode')})", True)
+    if reason in ("ErrImagePull", "ImagePullBackOff", "InvalidImageName"):
+        return found(Trouble.IMAGE_PULL, f"{reason}: {detail}", reason != "ErrImagePull")
+    if reason == "CrashLoopBackOff":
+        exit_code = last.get("exitCode")
+        message = f"CrashLoopBackOff after {restarts} restart(s), last exit code {exit_code}"
+        return found(Trouble.CRASH_LOOP, message, restarts >= settings.crash_restarts)
+    if reason in ("CreateContainerConfigError", "CreateContainerError"):
+        return found(Trouble.CONFIG, f"{reason}: {detail}", pending_for_s >= settings.unschedulable_grace_s)
+    return None
+
+
+def diagnose(
+    pods: Sequence[Mapping[str, Any]],
+    events: Sequence[Mapping[str, Any]],
+    *,
+    pending_for_s: Mapping[str, float],
+    settings: RolloutWaitSettings,
+) -> list[Diagnosis]:
+    """Every known problem of the workload's pods, fatal ones first (pods sorted by name within each)."""
+    found = [
+        diagnosis
+        for pod in sorted(pods, key=_name)
+        if (diagnosis := diagnose_pod(pod, events, pending_for_s=pending_for_s.get(_name(pod), 0.0), settings=settings))
+        is not None
+    ]
+    return sorted(found, key=lambda d: not d.fatal)
+
+
+def needs_grace(pod: Mapping[str, Any]) -> bool:
+    """The pod is in a state that only becomes fatal after the grace (unschedulable, config missing)."""
+    if _condition(pod, "PodScheduled").get("status") == "False":
+        return True
+    status = _mapping(pod.get("status"))
+    for container in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        reason = _mapping(_mapping(_mapping(container).get("state")).get("waiting")).get("reason")
+        if reason in ("CreateContainerConfigError", "CreateContainerError"):
+            return True
+    return False
+
+
+def timeout_diagnosis(pods: Sequence[Mapping[str, Any]], expected: int, waited_s: float) -> Diagnosis:
+    """What the wait says when its deadline passes with nothing more specific known."""
+    states = []
+    for pod in sorted(pods, key=_name):
+        phase = _mapping(pod.get("status")).get("phase") or "Unknown"
+        states.append(f"{_name(pod)} {phase}{'' if pod_ready(pod) else ' (not Ready)'}")
+    seen = ", ".join(states) or "no pods were created"
+    return Diagnosis(
+        trouble=Trouble.TIMEOUT,
+        pod=_name(pods[0]) if pods else "<none>",
+        message=f"{len(pods)}/{expected} pod(s) after {waited_s:.0f} s: {seen}",
+        fatal=True,
+    )

@@ -1,0 +1,302 @@
+"""The rollout stage's flow: serve the plan with vLLM on the cluster, checked, and undone when it fails.
+
+    (API-key Secret) ─► choose strategy ─► steps ─► record the last good configuration
+                                              └─ on failure: the rollback's steps, or raise (→ teardown)
+
+The strategy (``capserve.core.rollout.strategy``): *initial* when nothing serves, *blue-green* when
+the reservation holds two copies, *recreate* when it holds one; *unchanged* when what serves already
+runs this configuration (a re-run converges on it). Each step is a task; every failure is diagnosed
+(``capserve.core.rollout.diagnosis``) and named in the error and the report. A failed rollout with a
+last good configuration in the campaign record is rolled back to it and the stage ends *stopped*
+(the cluster serves what it served before); one without raises, and the campaign tears down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from prefect import flow, get_run_logger
+
+from capserve.core.cluster.readiness import KubeSettings
+from capserve.core.cluster.result import ClusterResult
+from capserve.core.planner import ServingPlan
+from capserve.core.record import RolloutRecord
+from capserve.core.rollout import (
+    RenderedRollout,
+    RolloutConfig,
+    RolloutDecision,
+    RolloutTarget,
+    Serving,
+    Step,
+    choose_strategy,
+    placement_from_staging,
+    render_rollout,
+    rollback_decision,
+    rollout_config,
+    serving_namespace,
+    workload_name,
+)
+from capserve.core.rollout.diagnosis import Diagnosis, RolloutWaitSettings, Trouble
+from capserve.core.rollout.result import Attempt, RolloutFailedError, RolloutResult, server_from_log
+from capserve.core.rollout.settings import RolloutSettings
+from capserve.core.spec import CampaignSpec
+from capserve.core.weights.node_staging import NodeStagingResult
+from capserve.core.weights.result import WeightsResult
+from capserve.core.weights.settings import WeightsSettings
+from capserve.tasks.kube import api_client_for_eks
+from capserve.tasks.rollout.access import (
+    NLB_NOTE,
+    PORT_FORWARD_NOTE,
+    check_endpoint,
+    key_in_environment,
+    port_forward,
+)
+from capserve.tasks.rollout.cache import cache_complete, pod_cache_outcome, save_caches
+from capserve.tasks.rollout.objects import apply_objects, delete_workload, ensure_api_key, serving_workloads
+from capserve.tasks.rollout.wait import log_tail, wait_rollout_ready
+
+# The variable the evaluation reads the campaign's endpoint key from, only while it runs.
+ENDPOINT_KEY_ENV = "CAPSERVE_ENDPOINT_API_KEY"
+
+
+@dataclass(frozen=True)
+class RolloutInputs:
+    """What the rollout is given by the stages before it."""
+
+    spec: CampaignSpec
+    plan: ServingPlan
+    weights: WeightsResult
+    staged: NodeStagingResult
+    cluster: ClusterResult
+    last_good: RolloutRecord | None
+    region: str  # the weights bucket's region (compile caches live beside the weights)
+    weights_settings: WeightsSettings = field(default_factory=WeightsSettings)
+    wait: RolloutWaitSettings = field(default_factory=RolloutWaitSettings)
+    kube: KubeSettings = field(default_factory=KubeSettings)
+
+    def config(self) -> RolloutConfig:
+        plan = self.plan
+        return rollout_config(
+            plan,
+            self.spec,
+            model_repo=self.weights.repo,
+            revision_sha=self.weights.revision_sha,
+            node_bytes=max(self.weights.bytes_per_node),
+            splits_experts=plan.nodes > 1 and plan.expert_parallel > 1,
+        )
+
+
+@dataclass
+class Outcome:
+    """What one attempt left behind (the result is built from the last good one)."""
+
+    rendered: RenderedRollout
+    ready_after_s: float | None
+    cache: str
+    saved: int
+    api_calls: int
+    server: str
+    pods: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class _Run:
+    inputs: RolloutInputs
+    api: Any  # the Kubernetes ApiClient (flows import no SDK)
+    namespace: str
+    attempts: list[Attempt] = field(default_factory=list)
+
+    def render(self, config: RolloutConfig, decision: RolloutDecision) -> RenderedRollout:
+        uri_probe = render_rollout(config, self._target(decision, warm=False), weights=self.inputs.weights_settings)
+        warm = config.compile_cache and cache_complete(uri_probe.cache_uri, config.layout.nodes, self.inputs.region)
+        return render_rollout(config, self._target(decision, warm=warm), weights=self.inputs.weights_settings)
+
+    def _target(self, decision: RolloutDecision, *, warm: bool) -> RolloutTarget:
+        spec = self.inputs.spec
+        return RolloutTarget(
+            campaign_id=spec.campaign_id,
+            color=decision.new_color,
+            placement=placement_from_staging(self.inputs.staged),
+            node_target=spec.weights.node_target,
+            bucket=spec.weights.s3_bucket,
+            prefix=spec.weights.s3_prefix,
+            cache_warm=warm,
+        )
+
+    def attempt(self, config: RolloutConfig, decision: RolloutDecision) -> Outcome:
+        """Run ``decision``'s steps for ``config``; the attempt is recorded either way."""
+        rendered = self.render(config, decision)
+        try:
+            outcome = self.steps(config, decision, rendered)
+        except RolloutFailedError as exc:
+            self._note(rendered, decision, ok=False, diagnosis=exc.diagnosis)
+            raise
+        self._note(rendered, decision, ok=True, ready_after_s=outcome.ready_after_s)
+        return outcome
+
+    def _note(self, rendered: RenderedRollout, decision: RolloutDecision, *, ok: bool, **found: Any) -> None:
+        diagnosis: Diagnosis | None = found.get("diagnosis")
+        self.attempts.append(
+            Attempt(
+                name=rendered.name,
+                revision=rendered.revision,
+                strategy=decision.strategy,
+                rollback=decision.rollback,
+                ok=ok,
+                ready_after_s=found.get("ready_after_s"),
+                failure=diagnosis.describe()[:4000] if diagnosis else None,
+                trouble=diagnosis.trouble.value if diagnosis else None,
+            )
+        )
+
+    def steps(self, config: RolloutConfig, decision: RolloutDecision, rendered: RenderedRollout) -> Outcome:
+        outcome = Outcome(rendered, None, "unknown", 0, 0, "unknown")
+        for step in decision.steps:
+            get_run_logger().info("rollout %s: %s", rendered.name, step.value)
+            if step is Step.DELETE_OLD and decision.old_name:
+                delete_workload(self.api, self.namespace, decision.old_name, self.inputs.kube, timeout_s=900)
+            elif step is Step.APPLY_NEW:
+                apply_objects(self.api, [rendered.workload])
+            elif step is Step.WAIT_READY:
+                self.wait_ready(rendered, outcome)
+            elif step is Step.SAVE_CACHE and config.compile_cache and outcome.cache != "hit":
+                outcome.saved = self.save_cache(rendered, outcome.pods)
+            elif step is Step.EVALUATE:
+                self.check(rendered)
+            elif step is Step.SWITCH_SERVICE:
+                apply_objects(self.api, list(rendered.services))
+        return outcome
+
+    def wait_ready(self, rendered: RenderedRollout, outcome: Outcome) -> None:
+        expected = rendered.nodes
+        ready = wait_rollout_ready(
+            self.api,
+            self.namespace,
+            rendered.name,
+            expected,
+            budget_s=rendered.startup_budget_s,
+            wait=self.inputs.wait,
+            kube=self.inputs.kube,
+        )
+        outcome.ready_after_s, outcome.api_calls = round(ready.ready_after_s, 3), ready.api_calls
+        outcome.pods = ready.pods
+        leader = f"{rendered.name}-0"
+        outcome.cache = pod_cache_outcome(self.api, self.namespace, leader) or "unknown"
+        outcome.server = server_from_log("\n".join(log_tail(self.api, self.namespace, leader, "vllm", 500)))
+
+    def save_cache(self, rendered: RenderedRollout, pods: list[dict[str, Any]]) -> int:
+        inputs = self.inputs
+        return save_caches(self.api, rendered, inputs.spec.campaign_id, pods, inputs.weights_settings, inputs.kube)
+
+    def check(self, rendered: RenderedRollout) -> None:
+        key = ensure_api_key(self.api, self.namespace, self.inputs.spec.campaign_id)
+        leader = f"{rendered.name}-0"
+        with port_forward(self.api, self.namespace, leader, RolloutSettings().port) as url:
+            problem = check_endpoint(url, key, self.inputs.spec.served_model_name)
+        if problem:
+            raise RolloutFailedError(
+                Diagnosis(trouble=Trouble.CHECK, pod=leader, container="vllm", message=problem, fatal=True)
+            )
+
+    def decide(self, config: RolloutConfig) -> tuple[RolloutDecision, Serving | None]:
+        """The strategy, from what the record says serves and what the cluster really runs."""
+        on_cluster = serving_workloads(self.api, self.namespace, self.inputs.spec.campaign_id)
+        last = self.inputs.last_good.serving if self.inputs.last_good else None
+        current = last if last is not None and last.name in on_cluster else None
+        for name in sorted(set(on_cluster) - ({current.name} if current else set())):
+            # Left over from a run that failed or was interrupted before it was recorded good.
+            delete_workload(self.api, self.namespace, name, self.inputs.kube, timeout_s=900)
+        if current is not None and current.config.revision == config.revision:
+            steps = (Step.APPLY_NEW, Step.WAIT_READY, Step.SAVE_CACHE, Step.EVALUATE, Step.SWITCH_SERVICE)
+            reason = f"{current.name} already serves revision {config.revision}: converge on it"
+            unchanged = RolloutDecision(strategy="unchanged", new_color=current.color, steps=steps, reason=reason)
+            return unchanged, current
+        return choose_strategy(current, config, nodes_available=self.inputs.cluster.nodes_ready), current
+
+    def result(self, outcome: Outcome, decision: RolloutDecision, *, rolled_back: bool) -> RolloutResult:
+        rendered, config = outcome.rendered, self.inputs.spec.serving
+        note = NLB_NOTE if rendered.endpoint_access == "internal-nlb" else PORT_FORWARD_NOTE
+        return RolloutResult(
+            kind=rendered.kind,
+            name=rendered.name,
+            namespace=rendered.namespace,
+            revision=rendered.revision,
+            strategy=decision.strategy,
+            nodes=rendered.nodes,
+            image=rendered.image,
+            args=rendered.leader_args,
+            ready_after_s=outcome.ready_after_s,
+            startup_budget_s=rendered.startup_budget_s,
+            endpoint_access=rendered.endpoint_access,
+            endpoint_note=note,
+            server=outcome.server,
+            compile_cache={
+                "result": outcome.cache if config.compile_cache else "off",
+                "key": rendered.cache_key,
+                "uri": rendered.cache_uri,
+                "saved_jobs": outcome.saved,
+            },
+            rolled_back=rolled_back,
+            attempts=tuple(self.attempts),
+            api_calls_while_waiting=outcome.api_calls,
+        )
+
+
+def _record_of(inputs: RolloutInputs, config: RolloutConfig, color: str) -> RolloutRecord:
+    return RolloutRecord(
+        revision_sha=config.revision_sha,
+        image=config.image,
+        served_model_name=inputs.spec.served_model_name,
+        ready_at=datetime.now(UTC),
+        color="green" if color == "green" else "blue",
+        config=config,
+    )
+
+
+@flow(name="rollout")
+def roll_out(inputs: RolloutInputs) -> tuple[RolloutResult, RolloutRecord]:
+    """Roll the plan out (or converge on it); on failure roll back to the last good configuration.
+
+    Returns the report section and the record of what serves now (the campaign record keeps it as
+    the last good configuration). Raises ``RolloutFailedError`` when nothing good can serve.
+    """
+    cluster = inputs.cluster
+    run = _Run(
+        inputs,
+        api_client_for_eks(cluster.endpoint, cluster.ca_data, cluster.name, cluster.region),
+        serving_namespace(inputs.spec.campaign_id),
+    )
+    ensure_api_key(run.api, run.namespace, inputs.spec.campaign_id)
+    config = inputs.config()
+    decision, current = run.decide(config)
+    get_run_logger().info("rollout: %s (%s)", decision.strategy, decision.reason)
+    try:
+        outcome = run.attempt(config, decision)
+    except RolloutFailedError as failed:
+        undo = rollback_decision(decision, current)
+        if undo is None or current is None or decision.strategy == "unchanged":
+            raise  # nothing good to go back to: the campaign tears down
+        get_run_logger().warning("rollout of %s failed: %s; rolling back", decision.new_name, failed)
+        outcome = run.attempt(current.config, undo)
+        return run.result(outcome, undo, rolled_back=True), _record_of(inputs, current.config, current.color)
+    return run.result(outcome, decision, rolled_back=False), _record_of(inputs, config, decision.new_color)
+
+
+@contextmanager
+def served_endpoint(cluster: ClusterResult, rolled: RolloutResult, campaign_id: str) -> Iterator[tuple[str, str]]:
+    """A local URL for the serving leader (port-forward) and the name of the environment variable that holds
+    the campaign's API key meanwhile: the key comes from the cluster's Secret, never from a flow parameter."""
+    api = api_client_for_eks(cluster.endpoint, cluster.ca_data, cluster.name, cluster.region)
+    key = ensure_api_key(api, rolled.namespace, campaign_id)
+    with (
+        port_forward(api, rolled.namespace, f"{rolled.name}-0", RolloutSettings().port) as url,
+        key_in_environment(ENDPOINT_KEY_ENV, key) as key_env,
+    ):
+        yield url, key_env
+
+
+__all__ = ["RolloutInputs", "roll_out", "served_endpoint", "workload_name"]

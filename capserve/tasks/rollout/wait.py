@@ -1,0 +1,177 @@
+"""Wait for a rollout to be ready: a watch on its pods (not a poll loop) with a monotonic deadline.
+
+The deadline is the startup budget plus an allowance for what happens before the startup probe
+starts counting (scheduling, image pull, the compile-cache restore). Every change the API server
+pushes is judged by ``capserve.core.rollout.diagnosis``: the wait ends at once on a problem that
+waiting cannot fix (image pull back-off, OOMKilled, a crash loop, the startup probe run out, a pod
+unschedulable past its grace) and raises ``RolloutFailedError`` naming the pod, the cause, the last
+log lines of a crashed container, and the fix.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client as k8s
+from prefect.cache_policies import NO_CACHE
+
+from capserve.core.cluster.readiness import KubeSettings
+from capserve.core.rollout.diagnosis import (
+    Diagnosis,
+    RolloutWaitSettings,
+    all_ready,
+    diagnose,
+    needs_grace,
+    timeout_diagnosis,
+)
+from capserve.core.rollout.names import ROLLOUT_LABEL
+from capserve.core.rollout.result import RolloutFailedError
+from capserve.tasks.kube import _resource, _watch_until, dynamic_client
+from capserve.tasks.resilience import kube_task
+
+
+@dataclass
+class ReadyWait:
+    """How the wait went: seconds from its start to ready, the API requests it made, the pods at the end."""
+
+    ready_after_s: float
+    api_calls: int
+    pods: list[dict[str, Any]] = field(default_factory=list)
+
+
+@contextmanager
+def counting_requests(api: k8s.ApiClient) -> Iterator[list[int]]:
+    """Count the HTTP requests ``api`` sends meanwhile (each list, watch, log or events read is one)."""
+    counter = [0]
+    original: Callable[..., Any] = api.call_api
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        counter[0] += 1
+        return original(*args, **kwargs)
+
+    api.call_api = counted  # type: ignore[method-assign]
+    try:
+        yield counter
+    finally:
+        api.call_api = original  # type: ignore[method-assign]
+
+
+def _restarted(pods: Sequence[Mapping[str, Any]]) -> bool:
+    for pod in pods:
+        status = pod.get("status") or {}
+        for container in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+            if container.get("restartCount") or (container.get("lastState") or {}).get("terminated"):
+                return True
+    return False
+
+
+def _events(api: k8s.ApiClient, namespace: str, settings: KubeSettings) -> list[dict[str, Any]]:
+    listing = k8s.CoreV1Api(api).list_namespaced_event(namespace, _request_timeout=settings.request_timeout_s)
+    return [api.sanitize_for_serialization(item) for item in listing.items]  # type: ignore[no-untyped-call]
+
+
+def log_tail(api: k8s.ApiClient, namespace: str, pod: str, container: str | None, lines: int) -> tuple[str, ...]:
+    """The last ``lines`` of the container's previous run (a crash), else of its current one; () if unreadable."""
+    core = k8s.CoreV1Api(api)
+    for previous in (True, False):
+        try:
+            text: str = core.read_namespaced_pod_log(
+                pod, namespace, container=container, previous=previous, tail_lines=lines
+            )
+        except k8s.ApiException:
+            continue
+        if text.strip():
+            return tuple(line for line in text.splitlines() if line.strip())[-lines:]
+    return ()
+
+
+class _Judge:
+    """What the wait has seen so far, judged on every change."""
+
+    def __init__(
+        self, api: k8s.ApiClient, namespace: str, expected: int, wait: RolloutWaitSettings, kube: KubeSettings
+    ) -> None:
+        self.api, self.namespace, self.expected, self.wait, self.kube = api, namespace, expected, wait, kube
+        self.pods: list[dict[str, Any]] = []
+        self.found: list[Diagnosis] = []
+        self.since: dict[str, float] = {}
+        self.ready = False
+
+    def __call__(self, seen: dict[str, dict[str, Any]]) -> bool:
+        self.judge(list(seen.values()))
+        return self.ready or any(d.fatal for d in self.found)
+
+    def judge(self, pods: list[dict[str, Any]]) -> None:
+        self.pods = pods
+        self.ready = all_ready(pods, self.expected)
+        if self.ready:
+            self.found = []
+            return
+        now = time.monotonic()
+        names = set()
+        for pod in pods:
+            name = str(pod["metadata"]["name"])
+            names.add(name)
+            if needs_grace(pod):
+                self.since.setdefault(name, now)
+            else:
+                self.since.pop(name, None)
+        pending = {name: now - start for name, start in self.since.items() if name in names}
+        events = _events(self.api, self.namespace, self.kube) if _restarted(pods) else []
+        self.found = diagnose(pods, events, pending_for_s=pending, settings=self.wait)
+
+    def next_grace_end(self) -> float | None:
+        return min(self.since.values()) + self.wait.unschedulable_grace_s if self.since else None
+
+
+@kube_task(name="wait-rollout-ready", cache_policy=NO_CACHE)
+def wait_rollout_ready(
+    api: k8s.ApiClient,
+    namespace: str,
+    workload: str,
+    expected_pods: int,
+    *,
+    budget_s: float,
+    wait: RolloutWaitSettings,
+    kube: KubeSettings,
+) -> ReadyWait:
+    """Watch ``workload``'s pods until all ``expected_pods`` are Ready; raise ``RolloutFailedError`` otherwise."""
+    start = time.monotonic()
+    deadline = start + budget_s + wait.pull_and_schedule_allowance_s
+    judge = _Judge(api, namespace, expected_pods, wait, kube)
+    dyn = dynamic_client(api)
+    pods = _resource(dyn, "v1", "Pod")
+    with counting_requests(api) as calls:
+        while True:
+            grace_end = judge.next_grace_end()
+            step = min(deadline, grace_end + 0.05) if grace_end is not None else deadline
+            seen = _watch_until(
+                dyn,
+                pods,
+                done=judge,
+                deadline=step,
+                settings=kube,
+                what=f"watch of {workload}'s pods",
+                namespace=namespace,
+                label_selector=f"{ROLLOUT_LABEL}={workload}",
+            )
+            judge.judge(list(seen.values()))  # once more: a grace may have run out without a change
+            if judge.ready:
+                return ReadyWait(time.monotonic() - start, calls[0], judge.pods)
+            fatal = [d for d in judge.found if d.fatal]
+            if fatal:
+                raise RolloutFailedError(_with_log(api, namespace, fatal[0], wait))
+            if time.monotonic() >= deadline:
+                known = judge.found[0].model_copy(update={"fatal": True}) if judge.found else None
+                waited = time.monotonic() - start
+                raise RolloutFailedError(known or timeout_diagnosis(judge.pods, expected_pods, waited))
+
+
+def _with_log(api: k8s.ApiClient, namespace: str, found: Diagnosis, wait: RolloutWaitSettings) -> Diagnosis:
+    if not found.needs_log:
+        return found
+    return found.model_copy(update={"log_tail": log_tail(api, namespace, found.pod, found.container, wait.log_lines)})

@@ -1,0 +1,159 @@
+"""Integration: the rollout path with a real vLLM on the CPU (SmolLM2-135M) — rendered LeaderWorkerSet →
+the sandbox kubelet → real vLLM → our wait, port-forward and API key → the evaluation.
+
+What this does not cover (said in the report of the lead): the Hub → S3 → node copy (the model
+folder is placed on the node as the staging Job leaves it) and the planner (SmolLM2 is a dense
+Llama, which the catalog does not model; the layout is TP 1 by hand, all a CPU vLLM runs). The
+kubelet maps container paths in the environment to the node's directory and leaves out the pod IP
+as vLLM's host address (docs/sandbox-kubelet.md, "CPU override").
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+
+from capserve.core.cluster.addons import GPU_TOLERATIONS, AddonOptions, lws_controller
+from capserve.core.cluster.eks import gpu_pool_selector
+from capserve.core.cluster.readiness import KubeSettings
+from capserve.core.evaluation import EvaluationSpec
+from capserve.core.rollout import EngineOptions, RolloutConfig, RolloutTarget, ServingLayout, render_rollout
+from capserve.core.rollout.diagnosis import RolloutWaitSettings
+from capserve.core.rollout.result import server_from_log
+from capserve.core.weights.settings import WeightsSettings
+from capserve.core.weights.staging_job import CONTAINER_DIR
+from capserve.flows.evaluate import evaluate_endpoint
+from capserve.sandbox.kube import FakeKube, fake_kube
+from capserve.sandbox.vllm_cpu import VllmCpuSettings, unavailable_reason
+from capserve.tasks import kube as tasks_kube
+from capserve.tasks.rollout.access import key_in_environment, port_forward
+from capserve.tasks.rollout.objects import apply_objects, ensure_api_key
+from capserve.tasks.rollout.wait import log_tail, wait_rollout_ready
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+SETTINGS = VllmCpuSettings()
+CAMPAIGN = "smol"
+REPO, SHA = "HuggingFaceTB/SmolLM2-135M-Instruct", "0" * 40
+
+
+@pytest.fixture(scope="module")
+def kube() -> Iterator[FakeKube]:
+    reason = unavailable_reason(SETTINGS)
+    if reason:
+        pytest.skip(f"real vLLM not installed: {reason}")
+    with fake_kube(time_scale=1.0, serving="vllm") as server:
+        yield server
+
+
+def config() -> RolloutConfig:
+    layout = ServingLayout(
+        nodes=1,
+        gpus_per_node=8,
+        tensor_parallel=1,
+        pipeline_parallel=1,
+        data_parallel=1,
+        data_parallel_local=1,
+        expert_parallel=1,
+        enable_expert_parallel=False,
+    )
+    engine = EngineOptions(
+        served_model_name=SETTINGS.served_name,
+        max_model_len=SETTINGS.max_model_len,
+        max_num_seqs=4,
+        kv_cache_dtype="auto",
+        gpu_memory_utilization=0.9,
+        extra_args=SETTINGS.extra_args,
+    )
+    return RolloutConfig(
+        image="vllm/vllm-openai:v0.32.0",
+        model_repo=REPO,
+        revision_sha=SHA,
+        instance_type="p6-b300.48xlarge",
+        layout=layout,
+        engine=engine,
+        compile_cache=False,
+        model_bytes=300_000_000,
+        node_bytes=300_000_000,
+        splits_experts=False,
+        startup_budget_minutes=15,
+    )
+
+
+def test_a_rolled_out_pod_serves_real_vllm_and_is_evaluated_through_the_rollout_path(
+    kube: FakeKube, tmp_path: Path
+) -> None:
+    api = tasks_kube.api_client(kube.url, kube.ca_data, lambda: SecretStr(kube.token))
+    (node,) = kube.provision_nodes(
+        "gpu",
+        1,
+        labels=gpu_pool_selector(CAMPAIGN),
+        taints=[{"key": GPU_TOLERATIONS[0]["key"], "value": "true", "effect": "NoSchedule"}],
+        local_storage="RAID0",
+        device_plugins="builtin",
+    )
+    weights = WeightsSettings()
+    rendered = render_rollout(
+        config(),
+        RolloutTarget(
+            campaign_id=CAMPAIGN,
+            color="blue",
+            placement={0: (node,)},
+            node_target="nvme",
+            bucket="capserve-smol",
+            prefix="w",
+        ),
+        weights=weights,
+    )
+    # Where the staging Job would have left the files: the node's NVMe folder the pod mounts.
+    model_path = rendered.leader_args[rendered.leader_args.index("--model") + 1]
+    host = kube.kubelet.layout.host_path(node, weights.nvme_path + model_path.removeprefix(CONTAINER_DIR))
+    shutil.copytree(SETTINGS.model_dir, host)
+    tasks_kube.apply(api, lws_controller(AddonOptions(campaign_id=CAMPAIGN))[0])
+    tasks_kube.apply(api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": rendered.namespace}})
+
+    key = ensure_api_key.fn(api, rendered.namespace, CAMPAIGN)
+    apply_objects.fn(api, [rendered.workload, *rendered.services])
+    wait_rollout_ready.fn(
+        api,
+        rendered.namespace,
+        rendered.name,
+        1,
+        budget_s=rendered.startup_budget_s,
+        wait=RolloutWaitSettings(pull_and_schedule_allowance_s=300),
+        kube=KubeSettings(),
+    )
+    leader = f"{rendered.name}-0"
+    log = "\n".join(log_tail(api, rendered.namespace, leader, "vllm", 2000))
+    assert server_from_log(log).startswith("vLLM 0."), log[-3000:]
+
+    spec = EvaluationSpec.model_validate(
+        {
+            "smoke": {"max_tokens": 16, "tool_choice": "required"},
+            "quality": {"max_items": 4, "max_tokens": 32, "concurrency": 2},
+            "load": {
+                "concurrency_levels": [1, 2],
+                "request_rates": [],
+                "requests_per_stream": 1,
+                "min_requests": 2,
+                "prompt": {"tokens": 32},
+                "output": {"tokens": 16},
+                "warmup_requests": 1,
+            },
+            "gates": {"p95_ttft_ms": 60_000, "p95_tpot_ms": 5_000, "quality_floor": 0.0},
+        }
+    )
+    with (
+        port_forward(api, rendered.namespace, leader, 8000) as url,
+        key_in_environment("CAPSERVE_TEST_SMOL_KEY", key) as key_env,
+    ):
+        result = evaluate_endpoint(url, SETTINGS.served_name, spec, out_dir=tmp_path, api_key_env=key_env)
+    checks = {c.name: c for c in result.smoke.checks} if result.smoke else {}
+    assert checks["health"].status == "passed" and checks["models"].status == "passed"
+    assert checks["chat_stream"].status == "passed", checks["chat_stream"].detail
+    assert result.load is not None and all(p.metrics.failed == 0 for p in result.load.points)
+    api.close()

@@ -1,0 +1,134 @@
+"""The rollout stage in whole campaigns on the sandbox: a failure tears down, a failed second rollout rolls back."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from capserve.core.errors import PermanentError
+from capserve.core.settings import RecordSettings
+from capserve.core.spec import CampaignSpec, load_spec
+from capserve.flows.campaign import campaign
+from capserve.sandbox.environment import SandboxEndpoints, sandbox
+from capserve.sandbox.kube import Fault, FaultKind
+from capserve.tasks.locations import record_ref
+from capserve.tasks.record_store import load_record
+from tests.flows.test_campaign import SMALL_LOAD, spec_file, tagged_vpcs
+
+
+@pytest.fixture()
+def far_ends() -> Iterator[SandboxEndpoints]:
+    with sandbox(served_model_name="kimi-k3") as endpoints:
+        yield endpoints
+
+
+def test_a_first_rollout_that_never_listens_fails_with_its_diagnosis_and_tears_down(
+    tmp_path: Path, far_ends: SandboxEndpoints
+) -> None:
+    # 5 minutes of startup budget (5 s of sandbox time) against a server that needs an hour.
+    spec = load_spec(spec_file(tmp_path, serving__startup_budget_minutes=5))
+    far_ends.kube_server.inject(Fault(FaultKind.SLOW_START, pod="vllm-*", container="vllm", seconds=3600))
+
+    with pytest.raises(PermanentError, match="startup-probe: pod vllm-blue-0 container vllm"):
+        campaign(spec, out_dir=tmp_path / "out", hub_endpoint=far_ends.hub)
+
+    written = json.loads((tmp_path / "out" / "report.json").read_text())
+    status = {s["name"]: s for s in written["stages"]}
+    assert status["rollout"]["status"] == "failed" and "serving.startup_budget_minutes" in status["rollout"]["detail"]
+    assert "evaluate" not in status
+    assert written["teardown"]["reason"] == "failed-stage"
+    assert tagged_vpcs(spec.campaign_id, written["lease"]["region"]) == []
+
+
+def test_a_failed_second_rollout_rolls_back_to_the_first(tmp_path: Path, far_ends: SandboxEndpoints) -> None:
+    first_spec = load_spec(spec_file(tmp_path, evaluation__load=SMALL_LOAD))
+    first = campaign(first_spec, out_dir=tmp_path / "first", hub_endpoint=far_ends.hub)
+    assert first.rollout is not None and first.rollout.strategy == "initial"
+    # The campaign's endpoint key is only in the cluster's Secret: no file of the run holds it.
+    secret = far_ends.kube_server.store.objects[("", "secrets", "capserve-k3-demo", "serving-api-key")]
+    key = base64.b64decode(secret["data"]["api-key"])
+    assert len(key) >= 32
+    assert [p for p in (tmp_path / "first").rglob("*") if p.is_file() and key in p.read_bytes()] == []
+
+    # The second configuration's image cannot be pulled. One p6-b300 holds one K3: recreate.
+    broken = "vllm/vllm-openai:no-such-tag"
+    far_ends.kube_server.inject(Fault(FaultKind.IMAGE_PULL, image=broken))
+    second_spec = load_spec(spec_file(tmp_path, evaluation__load=SMALL_LOAD, serving__image=broken))
+    second = campaign(second_spec, out_dir=tmp_path / "second", hub_endpoint=far_ends.hub, teardown_when_done=True)
+
+    written = json.loads((tmp_path / "second" / "report.json").read_text())
+    status = {s["name"]: s for s in written["stages"]}
+    assert status["rollout"]["status"] == "stopped" and "rolled back to revision" in status["rollout"]["detail"]
+    rollout = written["rollout"]
+    assert rollout["rolled_back"] is True and rollout["revision"] == first.rollout.revision
+    assert rollout["image"] == first_spec.serving.image and rollout["name"] == "vllm-blue"
+    failed, undone = rollout["attempts"]
+    assert (failed["name"], failed["strategy"], failed["ok"], failed["trouble"]) == (
+        "vllm-green",
+        "recreate",
+        False,
+        "image-pull",
+    )
+    assert "serving.image" in failed["failure"]
+    assert (undone["name"], undone["rollback"], undone["ok"]) == ("vllm-blue", True, True)
+    # What serves after the rollback is what the evaluation measured.
+    assert status["evaluate"]["status"] == "completed" and second.evaluation is not None
+    assert "Rolled back" in (tmp_path / "second" / "report.md").read_text()
+    record = load_record.fn(record_ref(second_spec, RecordSettings()))
+    assert record is not None and record.last_good_rollout is not None
+    assert record.last_good_rollout.config is not None
+    assert record.last_good_rollout.config.revision == first.rollout.revision
+    assert written["teardown"]["reason"] == "campaign-finished"
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def example(name: str, tmp_path: Path) -> CampaignSpec:
+    """An example spec as shipped, with the small load of the other campaign tests."""
+    data = yaml.safe_load((EXAMPLES / name).read_text())
+    data["evaluation"]["load"] = SMALL_LOAD
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return load_spec(path)
+
+
+def test_the_two_node_example_rolls_out_one_group_of_two_with_each_nodes_experts(
+    tmp_path: Path, far_ends: SandboxEndpoints
+) -> None:
+    spec = example("kimi-k3-2node-sandbox.yaml", tmp_path)
+    report = campaign(spec, out_dir=tmp_path / "out", hub_endpoint=far_ends.hub, teardown_when_done=True)
+
+    assert report.plan is not None and (report.plan.nodes, report.plan.expert_parallel) == (2, 16)
+    assert report.rollout is not None and report.rollout.nodes == 2 and not report.rollout.rolled_back
+    workload = yaml.safe_load(next((tmp_path / "out" / "manifests").glob("*-LeaderWorkerSet-*")).read_text())
+    group = workload["spec"]["leaderWorkerTemplate"]
+    assert group["size"] == 2
+    # Each pod is pinned to the node staged with its own experts (and its init container checks the marker).
+    required = "requiredDuringSchedulingIgnoredDuringExecution"
+    hosts = {
+        role: group[f"{role}Template"]["spec"]["affinity"]["nodeAffinity"][required]["nodeSelectorTerms"][0][
+            "matchExpressions"
+        ][0]["values"]
+        for role in ("leader", "worker")
+    }
+    assert report.node_staging is not None
+    staged = {job.node: job.kube_node for job in report.node_staging.jobs}
+    assert hosts == {"leader": [staged[0]], "worker": [staged[1]]}
+    assert report.evaluation is not None and report.evaluation.verdict in {"pass", "invalid"}
+    assert report.teardown is not None and report.teardown.remaining == ()
+
+
+def test_the_hyperpod_example_rolls_out_through_the_same_path(tmp_path: Path, far_ends: SandboxEndpoints) -> None:
+    spec = example("kimi-k3-hyperpod-sandbox.yaml", tmp_path)
+    report = campaign(spec, out_dir=tmp_path / "out", hub_endpoint=far_ends.hub, teardown_when_done=True)
+
+    assert report.cluster is not None and report.cluster.kind == "hyperpod"
+    assert report.rollout is not None and report.rollout.name == "vllm-blue" and not report.rollout.rolled_back
+    assert report.evaluation is not None and report.evaluation.verdict in {"pass", "invalid"}
+    assert report.teardown is not None and report.teardown.remaining == ()

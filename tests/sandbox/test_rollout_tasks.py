@@ -1,0 +1,102 @@
+"""The rollout's tasks against the sandbox's Kubernetes: the port-forward, the watch-wait and its diagnoses."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from typing import Any
+
+import httpx
+import pytest
+from kubernetes import client as k8s
+from pydantic import SecretStr
+
+from capserve.core.cluster.readiness import KubeSettings
+from capserve.core.rollout.diagnosis import RolloutWaitSettings, Trouble
+from capserve.core.rollout.result import RolloutFailedError
+from capserve.sandbox.kube import FakeKube, Fault, FaultKind
+from capserve.tasks import kube as tasks_kube
+from capserve.tasks.rollout.access import check_endpoint, port_forward
+from capserve.tasks.rollout.objects import ensure_api_key
+from capserve.tasks.rollout.wait import wait_rollout_ready
+from tests.sandbox.conftest import GPU_TAINT
+from tests.sandbox.test_kubelet import stage_model, vllm_pod
+
+FAST = RolloutWaitSettings(unschedulable_grace_s=1.0, crash_restarts=2, pull_and_schedule_allowance_s=30)
+
+
+def labelled(name: str, *args: str, **container: Any) -> dict[str, Any]:
+    made = vllm_pod(name, *args, **container)
+    made["metadata"]["labels"]["capserve.io/rollout"] = "vllm-blue"
+    return made
+
+
+def wait(api: k8s.ApiClient, budget_s: float = 30.0) -> Any:
+    return wait_rollout_ready.fn(
+        api, "default", "vllm-blue", 1, budget_s=budget_s, wait=FAST, kube=KubeSettings(watch_window_s=5)
+    )
+
+
+def test_the_wait_watches_until_ready_and_the_port_forward_reaches_the_server(
+    kube: FakeKube, api: k8s.ApiClient
+) -> None:
+    (node,) = kube.provision_nodes("gpu", 1)
+    stage_model(kube, node)
+    kube.inject(Fault(FaultKind.SLOW_START, pod="p", seconds=600))  # 1 s of wall time
+    tasks_kube.apply(api, labelled("p"))
+    ready = wait(api)
+    assert ready.ready_after_s > 0 and len(ready.pods) == 1
+    # A watch, not a poll: a list and a few watch requests, not one per probe period.
+    assert 1 <= ready.api_calls <= 10
+    with port_forward(api, "default", "p", 8000) as url:
+        assert url.startswith("http://127.0.0.1:")
+        assert httpx.get(f"{url}/health", timeout=10).status_code == 200
+        assert check_endpoint(url, SecretStr("anything"), "kimi-k3") is None  # this pod enforces no key
+        assert "not 'other'" in (check_endpoint(url, SecretStr("k"), "other") or "")
+
+        # Many connections at once (the load profile): each gets its own stream.
+        def models(_: int) -> int:
+            return httpx.get(f"{url}/v1/models", timeout=30).status_code
+
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            assert set(pool.map(models, range(48))) == {200}
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"{url}/health", timeout=2)  # the listener closed with the block
+
+
+def test_the_api_key_is_generated_once_and_kept(kube: FakeKube, api: k8s.ApiClient) -> None:
+    first = ensure_api_key.fn(api, "default", "c1")
+    again = ensure_api_key.fn(api, "default", "c1")
+    assert first.get_secret_value() == again.get_secret_value() and len(first.get_secret_value()) >= 32
+
+
+@pytest.mark.parametrize(
+    ("fault", "trouble", "words"),
+    [
+        (Fault(FaultKind.IMAGE_PULL, pod="p"), Trouble.IMAGE_PULL, "ImagePullBackOff"),
+        (Fault(FaultKind.CRASH_LOOP, pod="p"), Trouble.CRASH_LOOP, "injected crash"),
+        (Fault(FaultKind.OOM, pod="p"), Trouble.OOM_KILLED, "OOMKilled"),
+        (Fault(FaultKind.SLOW_START, pod="p", seconds=6 * 3600), Trouble.STARTUP_PROBE, "startup probe"),
+    ],
+)
+def test_each_fault_ends_the_wait_with_its_diagnosis(
+    kube: FakeKube, api: k8s.ApiClient, fault: Fault, trouble: Trouble, words: str
+) -> None:
+    (node,) = kube.provision_nodes("gpu", 1)
+    stage_model(kube, node)
+    kube.inject(fault)
+    tasks_kube.apply(api, labelled("p"))
+    with pytest.raises(RolloutFailedError) as failed:
+        wait(api, budget_s=120)
+    assert failed.value.diagnosis.trouble is trouble
+    assert words in str(failed.value) and "Fix:" in str(failed.value)
+
+
+def test_an_unschedulable_pod_fails_after_its_grace_with_the_schedulers_reason(
+    kube: FakeKube, api: k8s.ApiClient
+) -> None:
+    kube.provision_nodes("gpu", 1, taints=[GPU_TAINT])  # the pod tolerates nothing
+    tasks_kube.apply(api, labelled("p"))
+    with pytest.raises(RolloutFailedError) as failed:
+        wait(api)
+    assert failed.value.diagnosis.trouble is Trouble.UNSCHEDULABLE
+    assert "untolerated taint {nvidia.com/gpu: true}" in str(failed.value)
