@@ -37,8 +37,13 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy
 
+# Two test processes, one per core of the CI machine: most tests wait on local servers (moto, the fake
+# Kubernetes, Prefect, vLLM), so two keep both cores busy. A file's tests stay in one process (its
+# module fixtures start those servers once).
+TEST_WORKERS ?= 2
+
 test: lint typecheck
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 bench: install
 	$(PY) -m bench

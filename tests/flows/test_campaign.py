@@ -232,9 +232,12 @@ def test_a_failed_bring_up_tears_down_what_it_made_and_says_why(tmp_path: Path, 
 
 
 def test_a_reservation_that_has_not_started_gets_weights_staged_and_waits(
-    tmp_path: Path, far_ends: SandboxEndpoints
+    tmp_path: Path, far_ends: SandboxEndpoints, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     capacity_ext.SETTINGS.auto_activate = False  # the block starts at the next 11:30 UTC, hours away
+    # ... how many hours depends on when the test runs: acquire must not wait for it whatever the hour
+    # (by default it waits for a start less than 6 h away).
+    monkeypatch.setenv("CAPSERVE_CAPACITY__MAX_ACTIVATION_WAIT_SECONDS", "0")
 
     written = campaign(load_spec(EXAMPLE), out_dir=tmp_path, hub_endpoint=far_ends.hub).to_json()
 
