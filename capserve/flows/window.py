@@ -14,7 +14,7 @@ was not cancelled in time) ends Cancelled ("Stale") and does nothing.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
@@ -24,6 +24,7 @@ from prefect.states import Cancelled
 
 from capserve.core.drain import DrainResult
 from capserve.core.errors import PermanentError
+from capserve.core.orphans import left_alone, live_runs, orphan_target
 from capserve.core.record import CampaignRecord, RecordRef, StageEntry
 from capserve.core.report import CampaignReport
 from capserve.core.settings import Settings
@@ -32,13 +33,15 @@ from capserve.core.stages import Stage, StageStatus
 from capserve.core.teardown.result import TeardownResult
 from capserve.flows.campaign import CAMPAIGN
 from capserve.flows.context import CampaignContext, RunOptions
+from capserve.flows.notify import notify
 from capserve.flows.runner import run_campaign
 from capserve.flows.slots import campaign_slot
 from capserve.flows.stages import teardown_stage
 from capserve.flows.states import verdict_state
 from capserve.flows.teardown import teardown
 from capserve.tasks.drain import remove_services, scale_serving_to_zero
-from capserve.tasks.locations import locate_records
+from capserve.tasks.locations import locate_records, record_ref
+from capserve.tasks.orphans import read_crashed_run, runs_in_flight
 from capserve.tasks.record_store import change_record, load_record
 from capserve.tasks.settings import hub_endpoint_from_environment, settings_from_environment
 from capserve.tasks.teardown.inventory import inventory_campaign
@@ -101,17 +104,74 @@ def drain(
 
 
 @flow(name="scheduled-teardown", flow_run_name="teardown-{campaign_id}")
-def scheduled_teardown(campaign_id: str, region: str, reservation_id: str) -> TeardownResult | State:
-    """The hard teardown before AWS ends the block: everything of the campaign, from its recorded spec."""
+def scheduled_teardown(
+    campaign_id: str,
+    region: str,
+    reservation_id: str | None = None,
+    reason: Literal["drain-deadline", "expiration-warning"] = "drain-deadline",
+) -> TeardownResult | State:
+    """The hard teardown before AWS ends the block: everything of the campaign, from its recorded spec.
+
+    The scheduled run names its reservation (a run for a lease the campaign no longer holds does nothing);
+    the automation on AWS's expiration warning (docs/events.md §4) tears down whatever the campaign holds.
+    """
     base = settings_from_environment()
     record, ref = _campaign_record(campaign_id, region, base)
-    stale = _stale(record, reservation_id)
+    stale = _stale(record, reservation_id) if reservation_id is not None else ""
     if stale:
         return Cancelled(name="Stale", message=stale)
     spec = _spec(record)
-    done = teardown(spec, region, reason="drain-deadline")
+    done = teardown(spec, region, reason=reason)
     change_record(ref, [lambda rec: rec.with_kept(done.kept, now=datetime.now(UTC))])
     return done
+
+
+@flow(name="teardown-orphan", flow_run_name="teardown-orphan-{flow_run_id}", validate_parameters=True)
+def teardown_orphan(flow_run_id: str, soon_minutes: int = 30) -> TeardownResult | State:
+    """Tear down the campaign of a crashed ``campaign`` or ``serve`` run, only when no other run of it is live.
+
+    The target of the Crashed automation (docs/events.md §4). A run of the campaign that is Running, Pending or
+    Scheduled within ``soon_minutes`` means someone (or something) still works on it: the teardown leaves it
+    alone and ends Cancelled ("LeftAlone"), naming that run. Whatever it cannot tell for sure (a spec that no
+    longer validates, no record, no lease) ends Cancelled ("Unsure") after a notification: nothing is deleted.
+    """
+    logger = get_run_logger()
+    crashed = read_crashed_run(flow_run_id)
+    target = orphan_target(crashed.flow_name, crashed.parameters)
+    if isinstance(target, str):
+        return _unsure(crashed.name, target)
+    live = live_runs(target.campaign_id, runs_in_flight(), crashed_id=crashed.id, now=datetime.now(UTC),
+                     soon=timedelta(minutes=soon_minutes))
+    if live:
+        message = left_alone(target.campaign_id, live)
+        logger.info("orphan teardown after %s: %s", crashed.name, message)
+        return Cancelled(name="LeftAlone", message=message)
+    base = settings_from_environment()
+    if target.home_region is not None:
+        record, ref = _campaign_record(target.campaign_id, target.home_region, base)
+    else:
+        assert target.spec is not None  # a campaign run's target always carries its spec
+        ref = record_ref(target.spec, base.records)
+        loaded = load_record(ref)
+        if loaded is None:
+            return _unsure(crashed.name, f"no record of campaign {target.campaign_id} at {ref.uri}")
+        record = loaded
+    if record.lease is None:
+        return _unsure(crashed.name, f"campaign {target.campaign_id} records no lease: no region to tear down in")
+    spec = _spec(record)
+    region = record.lease.region
+    logger.warning("campaign %s: run %s crashed and no other run of it is live; tearing down in %s",
+                   target.campaign_id, crashed.name, region)
+    done = teardown(spec, region, reason="orphan")
+    change_record(ref, [lambda rec: rec.with_kept(done.kept, now=datetime.now(UTC))])
+    return done
+
+
+def _unsure(crashed: str, why: str) -> State:
+    """Nothing is torn down: a person is told why and decides."""
+    subject = f"capserve: run {crashed} crashed; its campaign was not torn down"
+    notify(subject, f"{why}. Check the campaign and run `capserve down` if nothing of it should keep running.")
+    return Cancelled(name="Unsure", message=f"{subject}: {why}")
 
 
 def _campaign_record(campaign_id: str, region: str, settings: Settings) -> tuple[CampaignRecord, RecordRef]:

@@ -12,7 +12,7 @@ an existing automation, create a missing one), so it can run after every ``prefe
 | ``capserve-drain-on-expiration-warning`` | ``capserve.aws.capacity-block.expiration-warning`` | drain, then teardown |
 | ``capserve-crash-silent-campaign-run`` | a ``campaign`` run's heartbeat, then silence | marks the run Crashed |
 | ``capserve-teardown-crashed-campaign`` | ``prefect.flow-run.Crashed`` of a ``campaign`` run | teardown of orphans |
-| ``capserve-notify-late-teardown`` | ``prefect.flow-run.Late`` of a ``teardown`` run | notify |
+| ``capserve-notify-late-teardown`` | ``prefect.flow-run.Late`` of a ``scheduled-teardown`` or ``teardown`` run | notify |
 
 Campaign id and region come from the event (``event.resource['prefect.resource.name']``,
 ``event.payload.region``); the Crashed automation passes the crashed run's id, and its target decides
@@ -37,6 +37,8 @@ from capserve.core.events import CAMPAIGN_PREFIX, EventName
 from capserve.tasks.resilience import orchestrator_task
 
 CAMPAIGN = "{{ event.resource['prefect.resource.name'] }}"
+TEARDOWN_FLOWS = ("scheduled-teardown", "teardown")
+"""Flows whose Late runs need a person: the one a lease schedules, and the one `capserve down` runs."""
 CRASHED_RUN = "{{ event.resource['prefect.resource.id'] | replace('prefect.flow-run.', '') }}"
 
 
@@ -48,10 +50,11 @@ class AutomationTargets(BaseModel):
     redeploy: str = Field("redeploy/redeploy", max_length=200, description="Stages, rolls out, evaluates.")
     drain: str = Field("drain/drain", max_length=200, description="Stops traffic to a campaign's endpoint.")
     teardown: str = Field(
-        "teardown/teardown-campaign", max_length=200, description="Tears a campaign down from its id and region."
+        "scheduled-teardown/scheduled-teardown", max_length=200,
+        description="Tears a campaign down from its id and region.",
     )
     orphan_teardown: str = Field(
-        "teardown/teardown-orphan", max_length=200,
+        "teardown-orphan/teardown-orphan", max_length=200,
         description="Given a crashed campaign run, tears down when the campaign has no live run.",
     )
     notify: str = Field("notify/notify", max_length=200, description="Tells a person (a log and an artifact).")
@@ -75,11 +78,11 @@ def _on_campaign(event: EventName) -> EventTrigger:
     )
 
 
-def _on_flow_run(state: str, flow_name: str) -> EventTrigger:
+def _on_flow_run(state: str, flow_names: list[str]) -> EventTrigger:
     return EventTrigger(
         expect={f"prefect.flow-run.{state}"},
         match={"prefect.resource.id": "prefect.flow-run.*"},
-        match_related={"prefect.resource.role": "flow", "prefect.resource.name": flow_name},
+        match_related={"prefect.resource.role": "flow", "prefect.resource.name": flow_names},
         for_each={"prefect.resource.id"},
         posture=Posture.Reactive,
         threshold=1,
@@ -123,7 +126,7 @@ def build_automations(ids: Mapping[str, UUID], targets: AutomationTargets) -> li
             trigger=_on_campaign(EventName.CAPACITY_BLOCK_EXPIRATION_WARNING),
             actions=[
                 run(targets.drain, {**where, "reason": "expiration-warning"}),
-                run(targets.teardown, {**where, "reason": "drain-deadline"}),
+                run(targets.teardown, {**where, "reason": "expiration-warning"}),
             ],
         ),
         Automation(
@@ -139,13 +142,13 @@ def build_automations(ids: Mapping[str, UUID], targets: AutomationTargets) -> li
         Automation(
             name="capserve-teardown-crashed-campaign",
             description="A campaign run crashed: tear its campaign down if no other run of it is live.",
-            trigger=_on_flow_run("Crashed", "campaign"),
+            trigger=_on_flow_run("Crashed", ["campaign"]),
             actions=[run(targets.orphan_teardown, {"flow_run_id": CRASHED_RUN})],
         ),
         Automation(
             name="capserve-notify-late-teardown",
             description="A scheduled teardown is late (no worker took it): a person must look now.",
-            trigger=_on_flow_run("Late", "teardown"),
+            trigger=_on_flow_run("Late", list(TEARDOWN_FLOWS)),
             actions=[run(targets.notify, {
                 "subject": "capserve teardown run is late",
                 "body": "teardown run {{ event.resource['prefect.resource.name'] }} "

@@ -99,7 +99,7 @@ def test_the_expiration_warning_drains_then_tears_down_that_campaign(deployments
     [drain] = runs_of(deployments[TARGETS.drain], 1)
     [teardown] = runs_of(deployments[TARGETS.teardown], 1)
     assert drain.parameters == {"campaign_id": "c-exp", "region": "us-east-2", "reason": "expiration-warning"}
-    assert teardown.parameters == {"campaign_id": "c-exp", "region": "us-east-2", "reason": "drain-deadline"}
+    assert teardown.parameters == {"campaign_id": "c-exp", "region": "us-east-2", "reason": "expiration-warning"}
 
 
 def test_a_crashed_campaign_run_asks_for_an_orphan_teardown_and_a_late_teardown_notifies(
@@ -120,6 +120,12 @@ def test_a_crashed_campaign_run_asks_for_an_orphan_teardown_and_a_late_teardown_
          related=[{**flow, "prefect.resource.name": "teardown"}])
     [notice] = runs_of(deployments[TARGETS.notify], 1)
     assert "teardown-k3" in notice.parameters["body"] and str(late) in notice.parameters["body"]
+    scheduled_late = uuid.uuid4()  # the run a lease schedules is a run of the flow `scheduled-teardown`
+    send("prefect.flow-run.Late", {"prefect.resource.id": f"prefect.flow-run.{scheduled_late}",
+                                   "prefect.resource.name": "teardown-k4"},
+         related=[{**flow, "prefect.resource.name": "scheduled-teardown"}])
+    notices = runs_of(deployments[TARGETS.notify], 2)
+    assert sorted("teardown-k4" in n.parameters["body"] for n in notices) == [False, True]
     time.sleep(3)
     assert len(runs_of(deployments[TARGETS.orphan_teardown], 1)) == 1
 

@@ -12,9 +12,14 @@ from capserve.core.markdown import markdown_table
 # Why a teardown ran (docs/design.md §7: record why something was torn down).
 # campaign-finished: the campaign's last stage after success; drain-deadline: the one-off run scheduled at
 # end - hard_teardown_before_end_minutes; failed-stage: a stage after bring_up failed; reaper: the cron
-# found the lease over or unknown; manual: a person asked.
-TeardownReason = Literal["campaign-finished", "drain-deadline", "failed-stage", "reaper", "manual"]
-REASONS: tuple[str, ...] = ("campaign-finished", "drain-deadline", "failed-stage", "reaper", "manual")
+# found the lease over or unknown; manual: a person asked; expiration-warning: AWS's Capacity Block warning
+# (the automation of docs/events.md §4); orphan: a campaign run crashed and no other run of it was live.
+TeardownReason = Literal[
+    "campaign-finished", "drain-deadline", "failed-stage", "reaper", "manual", "expiration-warning", "orphan"
+]
+REASONS: tuple[str, ...] = (
+    "campaign-finished", "drain-deadline", "failed-stage", "reaper", "manual", "expiration-warning", "orphan"
+)
 
 
 class KeptResource(BaseModel):
