@@ -47,6 +47,7 @@ SUBCOMMANDS = {
     "down": "capserve.cli.down",
     "eval": "capserve.cli.eval",
     "forward-events": "capserve.cli.forward_events",
+    "automations": "capserve.cli.automations",
     "sandbox": "capserve.cli.sandbox",
     "status": "capserve.cli.status",
 }

@@ -23,30 +23,32 @@ from capserve.tasks.weights.hub import hub_connection, resolve_revision
 
 
 @flow(name="hub-watcher", validate_parameters=True)
-def watch_hub(region: str, hub_endpoint: str | None = None, now: datetime | None = None) -> list[str]:
-    """Check every running campaign whose records live in ``region``; returns ``campaign@sha`` for each
-    revision announced by this run."""
+def watch_hub(regions: list[str], hub_endpoint: str | None = None, now: datetime | None = None) -> list[str]:
+    """Check every running campaign whose records live in one of ``regions`` (their home regions); returns
+    ``campaign@sha`` for each revision announced by this run."""
     logger = get_run_logger()
     settings = settings_from_environment()
-    location = locate_records(region, settings.records)
     conn = hub_connection(hub_endpoint, None, settings.weights.hub_timeout_seconds)
     at = now or datetime.now(UTC)
     announced: list[str] = []
-    for record in list_campaign_records(location):
-        target, why = watch_target(record, at)
-        if target is None:
-            logger.info("hub watcher: %s not watched (%s)", record.campaign_id, why)
-            continue
-        head = resolve_revision(conn, target.repo, target.branch)
-        if not has_moved(target, head) or was_announced(location, target.campaign_id, head):
-            continue
-        refs = CampaignRefs(
-            campaign_id=target.campaign_id, region=target.region, reservation_id=target.reservation_id
-        )
-        emit(revision_published(
-            refs, repo=target.repo, branch=target.branch, pinned=target.pinned, head=head, occurred=utc_now()
-        ))
-        mark_announced(location, target.campaign_id, head)
-        logger.info("hub watcher: %s@%s moved %s → %s", target.repo, target.branch, target.pinned[:12], head[:12])
-        announced.append(f"{target.campaign_id}@{head}")
+    for region in dict.fromkeys(regions):
+        location = locate_records(region, settings.records)
+        for record in list_campaign_records(location):
+            target, why = watch_target(record, at)
+            if target is None:
+                logger.info("hub watcher: %s not watched (%s)", record.campaign_id, why)
+                continue
+            head = resolve_revision(conn, target.repo, target.branch)
+            if not has_moved(target, head) or was_announced(location, target.campaign_id, head):
+                continue
+            refs = CampaignRefs(
+                campaign_id=target.campaign_id, region=target.region, reservation_id=target.reservation_id
+            )
+            emit(revision_published(
+                refs, repo=target.repo, branch=target.branch, pinned=target.pinned, head=head, occurred=utc_now()
+            ))
+            mark_announced(location, target.campaign_id, head)
+            logger.info("hub watcher: %s@%s moved %s → %s", target.repo, target.branch, target.pinned[:12],
+                        head[:12])
+            announced.append(f"{target.campaign_id}@{head}")
     return announced

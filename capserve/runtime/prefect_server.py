@@ -156,10 +156,21 @@ def prefect_cli(args: list[str], env: Mapping[str, str], *, cwd: Path, log: Path
 
 
 def register(root: Path, env: Mapping[str, str], log: Path) -> None:
-    """The work pool (if missing) and every deployment of deployments/prefect.yaml, as an operator would."""
+    """The work pool (if missing), every deployment of deployments/prefect.yaml, then the automations that
+    start them (``capserve automations register``, docs/events.md §4), as an operator would."""
     if prefect_cli(["work-pool", "inspect", POOL], env, cwd=root, log=log, check=False) != 0:
         prefect_cli(["work-pool", "create", POOL, "--type", "process"], env, cwd=root, log=log)
     prefect_cli(["--no-prompt", "deploy", "--all", "--prefect-file", str(PREFECT_YAML)], env, cwd=root, log=log)
+    _run([sys.executable, "-m", "capserve.cli", "automations", "register"], env, cwd=root, log=log)
+
+
+def _run(argv: list[str], env: Mapping[str, str], *, cwd: Path, log: Path) -> None:
+    with log.open("ab") as out:
+        done = subprocess.run(  # noqa: S603  # our own interpreter and fixed arguments
+            argv, env=dict(env), cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False
+        )
+    if done.returncode != 0:
+        raise ServerError(f"`{' '.join(argv[2:])}` failed (exit {done.returncode}): see {log}")
 
 
 def start_worker(root: Path, env: Mapping[str, str], log: Path, *, name: str = "capserve-local") -> Child:

@@ -12,7 +12,7 @@ an existing automation, create a missing one), so it can run after every ``prefe
 | ``capserve-drain-on-expiration-warning`` | ``capserve.aws.capacity-block.expiration-warning`` | drain, then teardown |
 | ``capserve-crash-silent-campaign-run`` | a ``campaign`` run's heartbeat, then silence | marks the run Crashed |
 | ``capserve-teardown-crashed-campaign`` | ``prefect.flow-run.Crashed`` of a ``campaign`` run | teardown of orphans |
-| ``capserve-notify-late-teardown`` | ``prefect.flow-run.Late`` of a ``scheduled-teardown`` or ``teardown`` run | notify |
+| ``capserve-notify-late-teardown`` | ``prefect.flow-run.Late`` of a (``scheduled-``)``teardown`` run | notify |
 
 Campaign id and region come from the event (``event.resource['prefect.resource.name']``,
 ``event.payload.region``); the Crashed automation passes the crashed run's id, and its target decides

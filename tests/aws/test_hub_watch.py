@@ -78,17 +78,17 @@ def test_a_moved_branch_is_announced_once_per_campaign_and_commit(world: tuple[s
     first = state.repos[REPO].sha
     over = record("over", first, end=NOW - timedelta(minutes=1))
     store(record("live", first), record("pinned", first, revision=first), over)
-    assert watch_hub(REGION, hub_endpoint=hub) == []  # nothing moved
+    assert watch_hub([REGION], hub_endpoint=hub) == []  # nothing moved
 
     (repo_dir / "config.json").write_text('{"v": 2}')
     second = state.publish(REPO)
     assert second != first
-    assert watch_hub(REGION, hub_endpoint=hub) == [f"live@{second}"]  # not "pinned", not "over"
-    assert watch_hub(REGION, hub_endpoint=hub) == []  # once per (campaign, commit)
+    assert watch_hub([REGION], hub_endpoint=hub) == [f"live@{second}"]  # not "pinned", not "over"
+    assert watch_hub([REGION], hub_endpoint=hub) == []  # once per (campaign, commit)
 
     (repo_dir / "config.json").write_text('{"v": 3}')
     third = state.publish(REPO)
-    assert watch_hub(REGION, hub_endpoint=hub) == [f"live@{third}"]
+    assert watch_hub([REGION], hub_endpoint=hub) == [f"live@{third}"]
     events = asyncio.run(_published("live"))
     assert sorted(e["payload"]["revision"] for e in events) == sorted([second, third])
     assert all(e["payload"]["pinned"] == first for e in events)

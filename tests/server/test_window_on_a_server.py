@@ -12,12 +12,15 @@ Crashed. About 3–5 minutes on a quiet 2-core machine (server start, registrati
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
+import urllib.request
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +28,8 @@ import boto3
 import pytest
 import yaml
 from prefect import get_client
-from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
+from prefect.automations import RunDeployment
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName, FlowRunFilterTags
 from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.deployments import run_deployment
 from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -206,6 +210,77 @@ def test_killing_the_worker_mid_run_leaves_the_cluster_standing_then_drain_and_t
         "drain/drain", parameters={**window, "reservation_id": "cr-00000000000000000"}, timeout=0
     ).id)  # type: ignore[union-attr]
     assert (stale.state_type, stale.state_name) == (StateType.CANCELLED, "Stale"), stale.state
+
+
+def test_registration_wires_every_automation_and_the_expiration_warning_drains_then_tears_down(
+    world: World,
+) -> None:
+    with get_client(sync_client=True) as client:
+        deployments = {d.id: d for d in client.read_deployments()}
+        flows = {f.id: f.name for f in client.read_flows()}
+        automations = {a.name: a for a in client.read_automations() if a.name.startswith("capserve-")}
+    assert sorted(automations) == [
+        "capserve-crash-silent-campaign-run", "capserve-drain-on-expiration-warning",
+        "capserve-notify-late-teardown", "capserve-redeploy-on-new-revision", "capserve-teardown-crashed-campaign",
+    ]
+    started = {
+        name: [f"{flows[deployments[a.deployment_id].flow_id]}/{deployments[a.deployment_id].name}"
+               for a in automation.actions if isinstance(a, RunDeployment) and a.deployment_id in deployments]
+        for name, automation in automations.items()
+    }
+    assert started == {
+        "capserve-crash-silent-campaign-run": [],  # it changes the run's state; the Crashed one reacts
+        "capserve-drain-on-expiration-warning": ["drain/drain", "scheduled-teardown/scheduled-teardown"],
+        "capserve-notify-late-teardown": ["notify/notify"],
+        "capserve-redeploy-on-new-revision": ["redeploy/redeploy"],
+        "capserve-teardown-crashed-campaign": ["teardown-orphan/teardown-orphan"],
+    }
+
+    # AWS's warning for a campaign (as the forwarder posts it). A campaign with no record, so that the runs
+    # touch nothing the other tests use: they start with the parameters, then refuse for want of a record.
+    ghost = "ghost-campaign"
+    warning = {
+        "id": str(uuid.uuid4()), "occurred": datetime.now(UTC).isoformat(),
+        "event": "capserve.aws.capacity-block.expiration-warning",
+        "resource": {"prefect.resource.id": f"capserve.campaign.{ghost}", "prefect.resource.name": ghost},
+        "payload": {"region": world.far_ends.region, "reservation_id": "cr-0123456789abcdef0",
+                    "kind": "expiration-warning"},
+        "related": [],
+    }
+    _post_events(world.server.url, [warning, warning])  # the same event twice: one reaction
+    names = [f"drain-{ghost}", f"teardown-{ghost}"]
+    runs = _runs_named(names, expected=2)
+    time.sleep(5)  # long enough for a second reaction to show its runs
+    runs = _runs_named(names, expected=2)
+    assert sorted(run.name for run in runs) == names
+    window = {"campaign_id": ghost, "region": world.far_ends.region, "reason": "expiration-warning"}
+    for run in runs:
+        assert run.parameters == window
+        ended = wait_final(run.id)
+        assert ended.state_type is StateType.FAILED, ended.state
+        assert f"no record of campaign {ghost!r}" in (ended.state.message or ""), ended.state  # type: ignore[union-attr]
+
+
+def _post_events(api_url: str, events: list[dict[str, Any]]) -> None:
+    """What the forwarder does: POST /api/events (self-hosted Prefect has no webhooks, docs/events.md §2.2)."""
+    request = urllib.request.Request(  # noqa: S310  # the test's own loopback server
+        f"{api_url}/events", data=json.dumps(events).encode(), headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
+        assert answer.status == 204
+
+
+def _runs_named(names: list[str], expected: int, timeout_s: float = 60) -> list[FlowRun]:
+    found: list[FlowRun] = []
+    deadline = time.monotonic() + timeout_s
+    with get_client(sync_client=True) as client:
+        while time.monotonic() < deadline:
+            found = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=names)))
+            if len(found) >= expected:
+                break
+            time.sleep(0.5)
+    return found
 
 
 def _report(run: FlowRun) -> dict[str, Any]:

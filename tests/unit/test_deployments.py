@@ -13,6 +13,7 @@ from prefect.utilities.callables import parameter_schema
 
 from capserve.core.schedule import DEPLOYMENTS as SCHEDULED_DEPLOYMENTS
 from capserve.core.schedule import ScheduledStage
+from capserve.tasks.automations import AutomationTargets
 
 PREFECT_YAML = Path(__file__).resolve().parents[2] / "deployments" / "prefect.yaml"
 DEPLOYMENTS: list[dict[str, Any]] = yaml.safe_load(PREFECT_YAML.read_text())["deployments"]
@@ -64,3 +65,15 @@ def test_reaper_parameters_validate_against_the_flow() -> None:
     reaper = next(d for d in DEPLOYMENTS if d["name"] == "reaper")
     flow = load_flow(reaper["entrypoint"])
     flow.validate_parameters(reaper["parameters"])
+
+
+def test_every_automation_targets_a_deployment_of_the_file() -> None:
+    names = {f"{load_flow(d['entrypoint']).name}/{d['name']}" for d in DEPLOYMENTS}
+    assert set(AutomationTargets().deployments()) <= names
+
+
+def test_the_hub_watcher_runs_on_a_schedule_over_regions_and_never_overlaps_itself() -> None:
+    watcher = next(d for d in DEPLOYMENTS if d["name"] == "hub-watcher")
+    load_flow(watcher["entrypoint"]).validate_parameters(watcher["parameters"])
+    assert watcher["schedules"][0]["cron"] == "*/10 * * * *"
+    assert watcher["concurrency_limit"] == {"limit": 1, "collision_strategy": "CANCEL_NEW"}
