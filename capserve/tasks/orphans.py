@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -65,8 +66,15 @@ def runs_in_flight() -> list[RunFacts]:
     return [
         RunFacts(
             id=str(run.id), name=run.name, state_type=run.state_type.value if run.state_type else "",
-            state_name=run.state_name or "", expected_start=run.expected_start_time,
+            state_name=run.state_name or "", expected_start=_due(run),
             campaign_id=campaign_in_parameters(run.parameters, run.tags),
         )
         for run in runs
     ]
+
+
+def _due(run: FlowRun) -> datetime | None:
+    """When a scheduled run starts: its Scheduled state's time (a rescheduled run keeps its first
+    ``expected_start_time``), else the expected start."""
+    scheduled = run.state.state_details.scheduled_time if run.state is not None else None
+    return scheduled or run.expected_start_time
