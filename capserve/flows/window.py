@@ -10,6 +10,10 @@ was not cancelled in time) ends Cancelled ("Stale") and does nothing.
   now that the block is active.
 - ``drain`` stops the serving workload from taking traffic and marks the record.
 - ``scheduled_teardown`` deletes everything of the campaign (the reservation itself ends with AWS).
+
+``drain`` and ``scheduled_teardown`` are also what AWS's expiration warning starts (no reservation id: they
+act on whatever the campaign holds), and ``teardown_orphan`` is what a crashed campaign run starts: it tears
+down only a campaign with no other live run (docs/events.md §4).
 """
 
 from __future__ import annotations

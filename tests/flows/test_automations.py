@@ -161,3 +161,13 @@ def test_a_silent_campaign_run_is_marked_crashed_and_then_torn_down(deployments:
 def test_registering_without_the_target_deployments_names_them() -> None:
     with pytest.raises(PermanentError, match="no deployment nowhere/redeploy"):
         register_automations.fn(TARGETS.model_copy(update={"redeploy": "nowhere/redeploy"}))
+
+
+def test_the_register_command_refuses_naming_the_deployments_that_are_missing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from capserve.cli import main
+
+    assert main(["automations", "register"]) == 1  # the default targets are not deployed on this server
+    err = capsys.readouterr().err
+    assert "no deployment" in err and "scheduled-teardown/scheduled-teardown" in err and "prefect.yaml" in err
