@@ -17,7 +17,7 @@ import boto3
 import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import State
-from prefect.states import Crashed, Running, Scheduled
+from prefect.states import Cancelled, Crashed, Running, Scheduled
 
 from capserve.core.lease import Lease
 from capserve.core.record import CampaignRecord, record_key
@@ -33,6 +33,9 @@ BUCKET = "capserve-records-orphans"
 NOW = datetime.now(UTC)
 
 
+MADE: list[str] = []
+
+
 @pytest.fixture
 def records(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     with moto_sandbox(REGION):
@@ -42,6 +45,10 @@ def records(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION}
         )
         yield
+    # The session's server is shared: leave no run of ours Running or Scheduled for other tests to find.
+    with get_client(sync_client=True) as client:
+        while MADE:
+            client.set_flow_run_state(uuid.UUID(MADE.pop()), Cancelled(), force=True)
 
 
 def spec(campaign: str) -> CampaignSpec:
@@ -70,6 +77,7 @@ def make_run(flow_name: str, parameters: dict[str, Any], state: State, tags: lis
         deployment = client.create_deployment(flow_id, f"orphan-test-{uuid.uuid4().hex[:8]}")
         run = client.create_flow_run_from_deployment(deployment, parameters=parameters, tags=tags or [])
         client.set_flow_run_state(run.id, state, force=True)
+    MADE.append(str(run.id))
     return str(run.id)
 
 
