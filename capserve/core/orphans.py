@@ -82,13 +82,15 @@ def orphan_target(flow_name: str, parameters: Mapping[str, Any]) -> OrphanTarget
     return OrphanTarget(campaign_id=spec.campaign_id, spec=spec)
 
 
-def live_runs(
-    campaign_id: str, runs: Sequence[RunFacts], *, crashed_id: str, now: datetime, soon: timedelta
-) -> list[RunFacts]:
-    """The runs of ``campaign_id`` other than the crashed one that are live or due within ``soon``."""
+def live_runs(campaign_id: str, runs: Sequence[RunFacts], *, now: datetime, soon: timedelta) -> list[RunFacts]:
+    """The runs of ``campaign_id`` that are live or due within ``soon``.
+
+    The crashed run is not set aside: a Crashed run is not live, and a run that is Running again (or was never
+    crashed: the orphan teardown was started by hand with a healthy run's id) must keep its cluster.
+    """
     live = []
     for run in runs:
-        if run.id == crashed_id or run.campaign_id != campaign_id:
+        if run.campaign_id != campaign_id:
             continue
         due = run.state_type == "SCHEDULED" and (run.expected_start is None or run.expected_start <= now + soon)
         if run.state_type in RUNNING_STATES or due:

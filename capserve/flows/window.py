@@ -144,8 +144,7 @@ def teardown_orphan(flow_run_id: str, soon_minutes: int = 30) -> TeardownResult 
     target = orphan_target(crashed.flow_name, crashed.parameters)
     if isinstance(target, str):
         return _unsure(crashed.name, target)
-    live = live_runs(target.campaign_id, runs_in_flight(), crashed_id=crashed.id, now=datetime.now(UTC),
-                     soon=timedelta(minutes=soon_minutes))
+    live = live_runs(target.campaign_id, runs_in_flight(), now=datetime.now(UTC), soon=timedelta(minutes=soon_minutes))
     if live:
         message = left_alone(target.campaign_id, live)
         logger.info("orphan teardown after %s: %s", crashed.name, message)

@@ -105,6 +105,15 @@ def test_a_live_run_of_the_campaign_leaves_everything_standing(records: None) ->
     assert live in (ended.message or "") and "nothing was torn down" in (ended.message or "")
 
 
+def test_a_run_that_is_not_crashed_keeps_its_campaign(records: None) -> None:
+    store_record("orphan-healthy")
+    healthy = make_run("serve", {"campaign_id": "orphan-healthy", "region": REGION, "reservation_id": "cr-0abc"},
+                       Running())
+    ended = teardown_orphan(healthy, return_state=True)  # started by hand with the wrong id
+    assert (ended.type.value, ended.name) == ("CANCELLED", "LeftAlone"), ended
+    assert healthy in (ended.message or "")
+
+
 def test_a_run_it_cannot_read_for_sure_is_not_torn_down(records: None) -> None:
     crashed = make_run("campaign", {"spec": {"name": "half-a-spec"}}, Crashed())
     ended = teardown_orphan(crashed, return_state=True)

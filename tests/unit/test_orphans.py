@@ -44,7 +44,6 @@ def test_anything_unclear_is_a_reason_not_to_tear_down() -> None:
 def test_live_means_running_pending_or_due_soon_and_only_of_this_campaign() -> None:
     runs = [
         run("crashed", "CRASHED"),
-        run("same-id", "RUNNING"),  # the crashed run itself is excluded by id below
         run("running", "RUNNING"),
         run("pending", "PENDING"),
         run("late", "SCHEDULED", start=NOW - timedelta(minutes=5)),
@@ -54,9 +53,9 @@ def test_live_means_running_pending_or_due_soon_and_only_of_this_campaign() -> N
         run("other", "RUNNING", campaign="k4"),
         run("unknown", "RUNNING", campaign=None),
     ]
-    live = live_runs("k3", runs, crashed_id="same-id", now=NOW, soon=SOON)
+    live = live_runs("k3", runs, now=NOW, soon=SOON)
     assert [r.id for r in live] == ["running", "pending", "late", "soon"]
-    assert live_runs("k3", [runs[0], runs[6], runs[7]], crashed_id="crashed", now=NOW, soon=SOON) == []
+    assert live_runs("k3", [runs[0], runs[5], runs[6]], now=NOW, soon=SOON) == []
     message = left_alone("k3", live)
     assert message.startswith("campaign k3 still has live runs: run-running (running, RUNNING)")
     assert "nothing was torn down" in message
