@@ -237,8 +237,11 @@ def alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().split()[2] != "Z"
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"
+    except (FileNotFoundError, ProcessLookupError):  # reaped between the two looks
+        return False
 
 
 def server_pid(kube: FakeKube, name: str) -> int:
