@@ -181,7 +181,14 @@ def test_a_worker_whose_layout_differs_from_its_leader_crashes(kube: FakeKube, a
     odd = two_node_lws("odd", worker_tp=4)
     odd["spec"]["leaderWorkerTemplate"]["restartPolicy"] = "None"  # keep the crashing worker (no group rebuild)
     tasks_kube.apply(api, odd)
+    why = "this rank's parallel layout differs from its leader's"
     log = crash_log(kube, api, "odd-0-1", container="vllm")
-    assert "this rank's parallel layout differs from its leader's" in log and "'tensor_parallel_size': (4, 8)" in log
+    if why not in log:
+        # On a busy machine the back-off may end before the log is read: this is then the next run's log,
+        # which crashes the same way once it has compared its layout with the leader's.
+        until(kube, lambda: why in k8s.CoreV1Api(api).read_namespaced_pod_log("odd-0-1", "default", container="vllm"),
+              what="the worker's next run to crash the same way")
+        log = k8s.CoreV1Api(api).read_namespaced_pod_log("odd-0-1", "default", container="vllm")
+    assert why in log and "'tensor_parallel_size': (4, 8)" in log
     assert not ready(kube, "odd-0")  # the leader never listens: its engines never all joined
     assert get(kube, "pods", "odd-0")["status"]["phase"] == "Running"  # ...though its container runs
