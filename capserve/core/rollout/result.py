@@ -33,7 +33,7 @@ _STAND_IN = re.compile(r"vLLM API server version (\S+) \(capserve sandbox stand-
 
 
 def server_from_log(log: str) -> str:
-    """Which server the leader pod ran, from its log: real vLLM (with its version) or the sandbox's stand-in."""
+    """Which server the leader pod ran, from its log: real vLLM (with its version) or the sandbox kubelet's simulation."""
     plain = _ANSI.sub("", log)
     real = [m.group(1) for rx in _REAL for m in rx.finditer(plain) if "capserve sandbox stand-in" not in m.group(2)]
     if real:
@@ -41,8 +41,8 @@ def server_from_log(log: str) -> str:
     stand_in = _STAND_IN.findall(log)
     if stand_in:
         return (
-            f"the sandbox kubelet's OpenAI-compatible stand-in (arguments checked against vLLM {stand_in[-1]}'s "
-            "parser; synthetic latencies)"
+            f"the sandbox kubelet's simulated vLLM {stand_in[-1]} (its own argument parser checks the pod's "
+            "command; OpenAI-compatible answers with synthetic latencies, no model weights loaded)"
         )
     return "unknown (the leader's log names no vLLM API server)"
 
