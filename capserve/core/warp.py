@@ -10,6 +10,11 @@ The mapping is piecewise linear from an anchor (a wall time and the simulated ti
 Prefect schedules in wall time: ``to_wall`` turns a waypoint into the ``scheduled_time`` of its run,
 ``to_sim`` turns a wall instant into the simulated "now". Waypoints are registered before their runs are
 scheduled; registering more may never move a waypoint already registered (its run is on the server).
+A *span* is a longer stretch at ``near_rate`` (the serve run's work after the block starts: bring-up,
+rollout and evaluation take real seconds, which at ``fast_rate`` would be hours of the block).
+
+On AWS the campaign's clock is the host's: ``WarpedWindow.real_time()``, rate 1 everywhere, the same
+code with an identity mapping.
 """
 
 from __future__ import annotations
@@ -32,12 +37,24 @@ class WarpedWindow(BaseModel):
         description="Simulated time either side of a waypoint that runs at near_rate.",
     )
     waypoints: tuple[AwareDatetime, ...] = Field((), max_length=1000, description="Simulated instants, sorted.")
+    spans: tuple[tuple[AwareDatetime, AwareDatetime], ...] = Field(
+        (), max_length=100, description="Simulated intervals (start, end) that also run at near_rate."
+    )
+
+    @classmethod
+    def real_time(cls, now: datetime) -> WarpedWindow:
+        """The identity: simulated time is wall time (the campaign's clock on AWS)."""
+        return cls(anchor_wall=now, anchor_sim=now, fast_rate=1.0, near_rate=1.0, near=timedelta(0))
+
+    @property
+    def simulated(self) -> bool:
+        return self.fast_rate != 1.0 or self.near_rate != 1.0 or self.anchor_wall != self.anchor_sim
 
     def slow_spans(self) -> list[tuple[datetime, datetime]]:
         """The simulated intervals that run at ``near_rate`` (merged where they overlap)."""
+        around = [(point - self.near, point + self.near) for point in self.waypoints]
         spans: list[tuple[datetime, datetime]] = []
-        for point in sorted(self.waypoints):
-            start, end = point - self.near, point + self.near
+        for start, end in sorted([*around, *self.spans]):
             if spans and start <= spans[-1][1]:
                 spans[-1] = (spans[-1][0], max(spans[-1][1], end))
             else:
@@ -83,18 +100,30 @@ class WarpedWindow(BaseModel):
             left -= span
         raise AssertionError("the last piece is open-ended")
 
-    def with_waypoints(self, added: Iterable[datetime], *, now_wall: datetime) -> WarpedWindow:
-        """Register more waypoints, re-anchored at ``now_wall``; refused if an earlier waypoint would move."""
+    def rate_at(self, sim: datetime) -> float:
+        """Simulated seconds per wall second at the simulated instant ``sim``."""
+        return self.near_rate if any(start <= sim < end for start, end in self.slow_spans()) else self.fast_rate
+
+    def with_waypoints(
+        self, added: Iterable[datetime], *, now_wall: datetime, spans: Iterable[tuple[datetime, datetime]] = ()
+    ) -> WarpedWindow:
+        """Register more waypoints (and spans), re-anchored at ``now_wall``; refused if an earlier waypoint would
+        move."""
+        added = list(added)
         new = sorted({*self.waypoints, *added})
+        new_spans = sorted({*self.spans, *spans})
+        if any(end <= start for start, end in new_spans):
+            raise ValueError("a span must end after it starts")
         anchored = self.model_copy(
-            update={"anchor_wall": now_wall, "anchor_sim": self.to_sim(now_wall), "waypoints": tuple(new)}
+            update={"anchor_wall": now_wall, "anchor_sim": self.to_sim(now_wall), "waypoints": tuple(new),
+                    "spans": tuple(new_spans)}
         )
         for point in self.waypoints:
             if point >= anchored.anchor_sim and abs(
                 (anchored.to_wall(point) - self.to_wall(point)).total_seconds()
             ) > 0.001:
                 raise ValueError(
-                    f"registering {', '.join(p.isoformat() for p in added)} would move the waypoint "
+                    f"registering {', '.join(p.isoformat() for p in added) or 'these spans'} would move the waypoint "
                     f"{point.isoformat()}, whose run is already scheduled: register a lease's waypoints "
                     "together, before scheduling"
                 )

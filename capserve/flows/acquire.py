@@ -13,8 +13,6 @@ Order, and why:
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.client.orchestration import get_client
@@ -47,6 +45,7 @@ from capserve.tasks.capacity.reservations import (
     wait_until_usable,
 )
 from capserve.tasks.capacity.search import search_offers
+from capserve.tasks.clock import campaign_now
 from capserve.tasks.locations import record_ref
 from capserve.tasks.record_store import save_approval, save_lease, save_stage
 from capserve.tasks.settings import settings_from_environment
@@ -106,7 +105,7 @@ def _approval(
 ) -> AcquireResult | None:
     """Ask a person; None when they approved, else the stopped result (recorded, nothing bought)."""
     decision = _ask_for_approval(spec, offer, ranking, settings, interactive=interactive)
-    now = datetime.now(UTC)
+    now = campaign_now()
     if decision is not None:
         save_approval(record, Approval(
             stage=Stage.ACQUIRE, subject=offer.offering_id, approved=decision.approved, approver=decision.approver,
@@ -154,7 +153,7 @@ def _buy(
 def _already_ours(spec: CampaignSpec) -> Reservation | None:
     """A reservation this campaign may use without buying: the one named in the spec, or one tagged for it."""
     capacity, campaign_id = spec.capacity, spec.campaign_id
-    now = datetime.now(UTC)
+    now = campaign_now()
     if capacity.provider == "existing-reservation":
         assert capacity.reservation_id is not None  # the spec's validator guarantees it
         found = describe_reservation_by_id(capacity.reservation_id, capacity.regions[0])

@@ -8,7 +8,7 @@ A stage announces what it achieved in one line, e.g.
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
+from datetime import datetime
 
 from prefect import get_run_logger
 from prefect.exceptions import MissingContextError
@@ -17,6 +17,7 @@ from capserve.core.errors import CapserveError
 from capserve.core.events import CampaignRefs, CapserveEvent
 from capserve.flows.context import CampaignContext
 from capserve.tasks.aws_events import converge_capacity_events
+from capserve.tasks.clock import campaign_now
 from capserve.tasks.events import emit
 
 
@@ -39,7 +40,7 @@ def announce(ctx: CampaignContext, event: CapserveEvent) -> None:
 
 
 def now() -> datetime:
-    return datetime.now(UTC)
+    return campaign_now()
 
 
 def watch_capacity_events(ctx: CampaignContext) -> None:

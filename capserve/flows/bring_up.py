@@ -16,7 +16,7 @@ drain point is too near for ``cluster.min_serving_minutes`` of serving (``Deadli
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
 from prefect import flow, get_run_logger
 
@@ -28,6 +28,7 @@ from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.deadline import StepBudget
 from capserve.core.lease import Lease
 from capserve.core.spec import CampaignSpec
+from capserve.tasks.clock import campaign_now
 from capserve.tasks.cluster.eks import (
     EksCluster,
     converge_cluster,
@@ -66,7 +67,7 @@ def bring_up(
     sandbox passes its clock's).
     """
     settings = settings or settings_from_environment().for_campaign(spec.campaign_settings()).bring_up
-    budget = bring_up_steps(spec, lease, now or datetime.now(UTC))
+    budget = bring_up_steps(spec, lease, now or campaign_now())
     if spec.cluster.existing_cluster_name:
         aws = _existing(spec.cluster.existing_cluster_name, spec, lease, settings, budget)
     else:

@@ -9,7 +9,6 @@ context from what the record holds.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
@@ -22,6 +21,7 @@ from capserve.core.report import CampaignReport
 from capserve.core.settings import Settings
 from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage
+from capserve.tasks.clock import campaign_now
 from capserve.tasks.locations import locate
 from capserve.tasks.record_store import RecordChange, change_record
 
@@ -60,7 +60,7 @@ class CampaignContext:
     @classmethod
     def start(cls, spec: CampaignSpec, settings: Settings, options: RunOptions) -> CampaignContext:
         """A new run of ``spec``: an empty report, and the spec queued for the record."""
-        now = datetime.now(UTC)
+        now = campaign_now()
         context = cls(
             spec=spec,
             settings=settings,

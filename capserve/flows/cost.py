@@ -9,13 +9,14 @@ says so. How to read it: docs/cost.md §1; how it is wired: docs/cost.md §6.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from capserve.core.campaign_cost import campaign_cost_inputs
 from capserve.core.cost import CostLedger, build_ledger, load_price_table
 from capserve.core.cost.prices import PriceTable
 from capserve.core.errors import CapserveError
 from capserve.flows.context import CampaignContext
+from capserve.tasks.clock import campaign_now
 from capserve.tasks.cost.clock import aws_clock_offset
 from capserve.tasks.cost.price_list import with_live_prices
 
@@ -29,7 +30,7 @@ def campaign_ledger(ctx: CampaignContext, *, interrupted: bool) -> CostLedger:
             offset = aws_clock_offset(lease.region)
         except CapserveError as exc:
             notes.append(f"AWS's clock could not be read ({str(exc)[:300]}): stage times are the host's.")
-    inputs = campaign_cost_inputs(ctx.report, ctx.spec, lease, written_at=datetime.now(UTC), clock_offset=offset)
+    inputs = campaign_cost_inputs(ctx.report, ctx.spec, lease, written_at=campaign_now(), clock_offset=offset)
     if notes:
         inputs = inputs.model_copy(update={"notes": [*notes, *inputs.notes]})
     prices, note = _prices(ctx, inputs.region, interrupted=interrupted)
@@ -53,4 +54,4 @@ def _prices(ctx: CampaignContext, region: str, *, interrupted: bool) -> tuple[Pr
     if interrupted:
         why = "the run was interrupted"
         return table, f"AWS Price List API not asked ({why}); prices from the table dated {table.date}."
-    return with_live_prices(table, region, [pool.instance_type], today=datetime.now(UTC).date())
+    return with_live_prices(table, region, [pool.instance_type], today=campaign_now().date())

@@ -8,13 +8,14 @@ nothing: the pinned sha stays the truth until an automation acts on the event.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from prefect import flow, get_run_logger
 
 from capserve.core.events import CampaignRefs, revision_published
 from capserve.core.hub_watch import has_moved, watch_target
 from capserve.flows.announce import now as utc_now
+from capserve.tasks.clock import campaign_now
 from capserve.tasks.events import emit
 from capserve.tasks.hub_watch import list_campaign_records, mark_announced, was_announced
 from capserve.tasks.locations import locate_records
@@ -29,7 +30,7 @@ def watch_hub(regions: list[str], hub_endpoint: str | None = None, now: datetime
     logger = get_run_logger()
     settings = settings_from_environment()
     conn = hub_connection(hub_endpoint, None, settings.weights.hub_timeout_seconds)
-    at = now or datetime.now(UTC)
+    at = now or campaign_now()
     announced: list[str] = []
     for region in dict.fromkeys(regions):
         location = locate_records(region, settings.records)

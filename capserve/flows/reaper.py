@@ -10,7 +10,7 @@ teardown of someone's cluster is planned, then applied).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from prefect import flow, get_run_logger
 
@@ -18,6 +18,7 @@ from capserve.core.errors import CapserveError, PermanentError
 from capserve.core.teardown.reaper import CampaignSighting, ReaperDecision, ReaperResult, decide
 from capserve.core.teardown.settings import ReaperSettings
 from capserve.flows.teardown import run_teardown
+from capserve.tasks.clock import campaign_now
 from capserve.tasks.reporting import publish_reaper
 from capserve.tasks.settings import settings_from_environment
 from capserve.tasks.teardown.inventory import inventory_campaign
@@ -38,7 +39,7 @@ def reaper(
     """
     logger = get_run_logger()
     settings = settings or settings_from_environment().reaper
-    now = now or datetime.now(UTC)
+    now = now or campaign_now()
     decisions: list[ReaperDecision] = []
     failures: list[str] = []
     for region in regions:

@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from prefect import flow, get_run_logger
@@ -47,6 +46,7 @@ from capserve.core.spec import CampaignSpec
 from capserve.core.weights.node_staging import NodeStagingResult
 from capserve.core.weights.result import WeightsResult
 from capserve.core.weights.settings import WeightsSettings
+from capserve.tasks.clock import campaign_now
 from capserve.tasks.kube import api_client_for_eks
 from capserve.tasks.rollout.access import (
     NLB_NOTE,
@@ -251,7 +251,7 @@ def _record_of(inputs: RolloutInputs, config: RolloutConfig, color: str) -> Roll
         revision_sha=config.revision_sha,
         image=config.image,
         served_model_name=inputs.spec.served_model_name,
-        ready_at=datetime.now(UTC),
+        ready_at=campaign_now(),
         color="green" if color == "green" else "blue",
         config=config,
     )

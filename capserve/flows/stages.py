@@ -9,7 +9,7 @@ subflows.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from prefect import get_run_logger
 
@@ -42,6 +42,7 @@ from capserve.flows.rollout import RolloutInputs, roll_out, served_endpoint
 from capserve.flows.runner import StageEnd, StageOutput
 from capserve.flows.stage_weights import stage_weights
 from capserve.flows.teardown import teardown
+from capserve.tasks.clock import campaign_now
 from capserve.tasks.planning import plan_campaign, publish_plan, resolve_model
 from capserve.tasks.preflight import PreflightInputs, gather_facts
 from capserve.tasks.scheduling import schedule_lease_runs
@@ -222,7 +223,7 @@ def teardown_stage(ctx: CampaignContext, reason: TeardownReason) -> TeardownResu
         announce(ctx, teardown_finished(about(ctx), exc.result, complete=False))
         raise
     announce(ctx, teardown_finished(about(ctx), done, complete=True))
-    ctx.save(lambda record: record.with_kept(done.kept, now=datetime.now(UTC)))
+    ctx.save(lambda record: record.with_kept(done.kept, now=campaign_now()))
     if not done.dry_run:
         ctx.report.schedule = schedule_window(ctx, torn_down=True)  # nothing left to serve, drain or tear down
     return done

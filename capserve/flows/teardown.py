@@ -12,8 +12,6 @@ stage, a one-off run is scheduled at the hard teardown point, and the reaper rec
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from prefect import flow, get_run_logger
 
 from capserve.core.aws_events import rule_name
@@ -25,6 +23,7 @@ from capserve.core.teardown.plan import label, plan_teardown
 from capserve.core.teardown.result import KeptResource, TeardownIncompleteError, TeardownReason, TeardownResult
 from capserve.core.teardown.settings import TeardownSettings
 from capserve.tasks.aws_events import delete_capacity_events
+from capserve.tasks.clock import campaign_now
 from capserve.tasks.reporting import publish_teardown
 from capserve.tasks.settings import settings_from_environment
 from capserve.tasks.teardown.execute import execute_plan
@@ -95,7 +94,7 @@ def run_teardown(
     if dry_run:
         listed = TeardownResult(
             campaign_id=campaign_id, region=region, reason=reason, dry_run=True, deleted=tuple(plan.resources()),
-            already_gone=found.missing, kept=tuple(all_kept), finished_at=datetime.now(UTC),
+            already_gone=found.missing, kept=tuple(all_kept), finished_at=campaign_now(),
         )
         publish_teardown(campaign_id, listed.markdown())
         return listed
@@ -104,7 +103,7 @@ def run_teardown(
     result = TeardownResult(
         campaign_id=campaign_id, region=region, reason=reason, dry_run=False, deleted=(*outcome.deleted, *rule),
         already_gone=(*found.missing, *outcome.already_gone), kept=tuple(all_kept), remaining=outcome.remaining,
-        finished_at=datetime.now(UTC),
+        finished_at=campaign_now(),
     )
     publish_teardown(campaign_id, result.markdown())  # what was deleted, for the UI, before any error
     if result.remaining:

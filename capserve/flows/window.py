@@ -18,7 +18,7 @@ down only a campaign with no other live run (docs/events.md §4).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
@@ -43,6 +43,7 @@ from capserve.flows.slots import campaign_slot
 from capserve.flows.stages import teardown_stage
 from capserve.flows.states import verdict_state
 from capserve.flows.teardown import teardown
+from capserve.tasks.clock import campaign_now
 from capserve.tasks.drain import remove_services, scale_serving_to_zero
 from capserve.tasks.locations import locate_records, record_ref
 from capserve.tasks.orphans import read_crashed_run, runs_in_flight
@@ -87,19 +88,19 @@ def drain(
     if stale:
         return Cancelled(name="Stale", message=stale)
     spec = _spec(record)
-    started = datetime.now(UTC)
+    started = campaign_now()
     settings = base.for_campaign(spec.campaign_settings()).teardown
     found = inventory_campaign(campaign_id, region, kind=spec.cluster.kind,
                                existing_cluster=spec.cluster.existing_cluster_name, settings=settings)
     if found.workload_cluster is None or found.workload_cluster.endpoint is None:
         result = DrainResult(campaign_id=campaign_id, note="no cluster of the campaign was found",
-                             finished_at=datetime.now(UTC))
+                             finished_at=campaign_now())
     else:
         dyn = connect(found.workload_cluster, region)
         removed = remove_services(dyn, campaign_id)
         scaled = scale_serving_to_zero(dyn, campaign_id)
         result = DrainResult(campaign_id=campaign_id, services_removed=tuple(removed),
-                             scaled_to_zero=tuple(scaled), finished_at=datetime.now(UTC))
+                             scaled_to_zero=tuple(scaled), finished_at=campaign_now())
     entry = StageEntry(status=StageStatus.COMPLETED, started_at=started, ended_at=result.finished_at,
                        outputs=result.report_section(), detail=f"{reason}: {result.markdown()}"[:4000])
     change_record(ref, [lambda rec: rec.with_stage(Stage.DRAIN, entry)])
@@ -126,7 +127,7 @@ def scheduled_teardown(
         return Cancelled(name="Stale", message=stale)
     spec = _spec(record)
     done = teardown(spec, region, reason=reason)
-    change_record(ref, [lambda rec: rec.with_kept(done.kept, now=datetime.now(UTC))])
+    change_record(ref, [lambda rec: rec.with_kept(done.kept, now=campaign_now())])
     return done
 
 
@@ -144,7 +145,7 @@ def teardown_orphan(flow_run_id: str, soon_minutes: int = 30) -> TeardownResult 
     target = orphan_target(crashed.flow_name, crashed.parameters)
     if isinstance(target, str):
         return _unsure(crashed.name, target)
-    live = live_runs(target.campaign_id, runs_in_flight(), now=datetime.now(UTC), soon=timedelta(minutes=soon_minutes))
+    live = live_runs(target.campaign_id, runs_in_flight(), now=campaign_now(), soon=timedelta(minutes=soon_minutes))
     if live:
         message = left_alone(target.campaign_id, live)
         logger.info("orphan teardown after %s: %s", crashed.name, message)
@@ -166,7 +167,7 @@ def teardown_orphan(flow_run_id: str, soon_minutes: int = 30) -> TeardownResult 
     logger.warning("campaign %s: run %s crashed and no other run of it is live; tearing down in %s",
                    target.campaign_id, crashed.name, region)
     done = teardown(spec, region, reason="orphan")
-    change_record(ref, [lambda rec: rec.with_kept(done.kept, now=datetime.now(UTC))])
+    change_record(ref, [lambda rec: rec.with_kept(done.kept, now=campaign_now())])
     return done
 
 

@@ -3,34 +3,91 @@
 Reservations, training plans, EKS clusters and node groups move through their states on this clock,
 so tests can jump a reservation to ``active`` or past its end without waiting. It is process-global
 because the moto server runs in this process; tests reset it.
+
+It runs in one of two modes:
+
+- *offset* (the default): wall time plus whatever tests or auto-activation added with ``advance``;
+- *simulated* (``simulate``): a ``WarpedWindow`` (``capserve.core.warp``), fast between waypoints and
+  near wall time around them, so a 24-hour block plays in minutes. Campaigns register their waypoints
+  (the scheduled runs' times) through ``capserve.sandbox.clock_server`` before scheduling them, and read
+  the mapping from there to put Prefect's wall-clock schedule on the block's timeline.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
+
+from capserve.core.warp import WarpedWindow
 
 
 class SandboxClock:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._offset = timedelta(0)
+        self._warp: WarpedWindow | None = None
 
     def now(self) -> datetime:
+        wall = datetime.now(UTC)
         with self._lock:
-            return datetime.now(UTC) + self._offset
+            return self._warp.to_sim(wall) if self._warp is not None else wall + self._offset
+
+    @property
+    def simulated(self) -> bool:
+        with self._lock:
+            return self._warp is not None
+
+    def window(self) -> WarpedWindow:
+        """The mapping between wall time and this clock (rate 1 with the offset when not simulating)."""
+        wall = datetime.now(UTC)
+        with self._lock:
+            if self._warp is not None:
+                return self._warp
+            return WarpedWindow.real_time(wall).model_copy(update={"anchor_sim": wall + self._offset})
 
     def advance(self, delta: timedelta) -> datetime:
         """Move the sandbox's "now" forward (never backward: AWS states only move forward)."""
         if delta < timedelta(0):
             raise ValueError("the sandbox clock only moves forward")
+        wall = datetime.now(UTC)
         with self._lock:
-            self._offset += delta
+            if self._warp is not None:
+                # A jump moves every later waypoint with it: only tests do this, before anything is scheduled.
+                sim = self._warp.to_sim(wall) + delta
+                self._warp = self._warp.model_copy(update={"anchor_wall": wall, "anchor_sim": sim})
+            else:
+                self._offset += delta
         return self.now()
+
+    def simulate(self, *, fast_rate: float, near_rate: float, near: timedelta) -> WarpedWindow:
+        """From now on, run fast between waypoints (none yet) and at ``near_rate`` around them."""
+        wall = datetime.now(UTC)
+        with self._lock:
+            start = self._warp.to_sim(wall) if self._warp is not None else wall + self._offset
+            self._warp = WarpedWindow(
+                anchor_wall=wall, anchor_sim=start, fast_rate=fast_rate, near_rate=near_rate, near=near
+            )
+            return self._warp
+
+    def register(
+        self, waypoints: Iterable[datetime], spans: Iterable[tuple[datetime, datetime]] = ()
+    ) -> WarpedWindow:
+        """Slow down around more simulated instants and over more spans; refused if an earlier one would move.
+
+        Without simulation there is nothing to slow down: the mapping (rate 1) is returned unchanged.
+        """
+        wall = datetime.now(UTC)
+        with self._lock:
+            if self._warp is None:
+                return WarpedWindow.real_time(wall).model_copy(update={"anchor_sim": wall + self._offset})
+            self._warp = self._warp.with_waypoints(waypoints, now_wall=wall, spans=spans)
+            return self._warp
 
     def reset(self) -> None:
         with self._lock:
             self._offset = timedelta(0)
+            self._warp = None
 
 
 CLOCK = SandboxClock()

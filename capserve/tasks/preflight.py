@@ -12,7 +12,6 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import boto3
@@ -26,6 +25,7 @@ from capserve.core.urls import parse_endpoint_url, parse_hub_endpoint
 from capserve.core.weights.assembly import model_repo
 from capserve.tasks.aws import client, convert, error_code
 from capserve.tasks.capacity.reservations import describe_reservation_by_id
+from capserve.tasks.clock import campaign_now
 from capserve.tasks.resilience import aws_task, local_task
 from capserve.tasks.weights.hub import hub_connection, list_repo_files, resolve_revision
 
@@ -143,7 +143,7 @@ def gather_facts(spec: CampaignSpec, inputs: PreflightInputs, *, bucket_names: t
     downloaded, present = download_size(spec, inputs)
     window, window_problem = reservation_window(spec)
     return PreflightFacts(
-        now=datetime.now(UTC),
+        now=campaign_now(),
         known_regions=known,
         offering_regions=dict(zip(asked, answers, strict=True)),
         out_dir_problem=out_dir_problem(inputs.out_dir),

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -30,6 +29,7 @@ from capserve.core.record import Approval, CampaignRecord, RecordRef, StageEntry
 from capserve.core.stages import Stage, StageStatus
 from capserve.tasks.aws import client, convert, error_code
 from capserve.tasks.buckets import ensure_bucket
+from capserve.tasks.clock import campaign_now
 from capserve.tasks.resilience import s3_task
 
 CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
@@ -98,7 +98,7 @@ def update_record(ref: RecordRef, changes: Sequence[RecordChange]) -> CampaignRe
     """
     for _ in range(ref.write_attempts):
         stored = read_record(ref)
-        current = stored.record if stored else CampaignRecord.new(ref.campaign_id, datetime.now(UTC))
+        current = stored.record if stored else CampaignRecord.new(ref.campaign_id, campaign_now())
         for change in changes:
             current = change(current)
         try:
@@ -125,7 +125,7 @@ def save_lease(ref: RecordRef, lease: Lease, offering_id: str | None) -> Campaig
     """Put the lease into the campaign record (and the acquire stage as done), the moment it is known."""
 
     def change(record: CampaignRecord) -> CampaignRecord:
-        now = datetime.now(UTC)
+        now = campaign_now()
         before = record.stage(Stage.ACQUIRE)
         entry = StageEntry(
             status=StageStatus.COMPLETED,

@@ -111,7 +111,8 @@ def test_fatal_diagnoses_come_first_and_ready_means_every_expected_pod() -> None
 
 def test_the_server_is_read_from_the_leaders_log() -> None:
     assert server_from_log("INFO vLLM API server version 0.32.0") == "vLLM 0.32.0"
-    assert "simulated vLLM 0.32.0" in server_from_log("INFO [utils.py] vLLM API server version 0.32.0 (capserve sandbox stand-in)")
+    simulated = "INFO [utils.py] vLLM API server version 0.32.0 (capserve sandbox stand-in)"
+    assert "simulated vLLM 0.32.0" in server_from_log(simulated)
     assert server_from_log("nothing").startswith("unknown")
     # A real vLLM behind the sandbox's argument checker: the real server's own line wins.
     checked = "INFO [utils.py] vLLM API server version 0.32.0 (capserve sandbox stand-in)\n"

@@ -33,7 +33,7 @@ _STAND_IN = re.compile(r"vLLM API server version (\S+) \(capserve sandbox stand-
 
 
 def server_from_log(log: str) -> str:
-    """Which server the leader pod ran, from its log: real vLLM (with its version) or the sandbox kubelet's simulation."""
+    """Which server the leader pod ran, from its log: real vLLM (with its version) or the sandbox's simulation."""
     plain = _ANSI.sub("", log)
     real = [m.group(1) for rx in _REAL for m in rx.finditer(plain) if "capserve sandbox stand-in" not in m.group(2)]
     if real:

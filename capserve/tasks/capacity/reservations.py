@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from typing import Any
 
 from capserve.core.capacity.requests import (
@@ -25,6 +24,7 @@ from capserve.core.errors import PermanentError
 from capserve.core.spec import CapacitySpec
 from capserve.tasks.aws import client
 from capserve.tasks.capacity.errors import capacity_error, is_not_found
+from capserve.tasks.clock import campaign_now
 from capserve.tasks.resilience import aws_task
 from capserve.tasks.waiting import wait_until
 
@@ -133,7 +133,7 @@ def wait_until_usable(reservation: Reservation, settings: CapacitySettings) -> R
         return current
 
     def seconds_to_start(current: Reservation) -> float:
-        return (current.start - datetime.now(UTC)).total_seconds()
+        return (current.start - campaign_now()).total_seconds()
 
     def still(wanted: str) -> Callable[[Reservation], str]:
         return lambda r: f"{r.reservation_id} is still {r.state.value} (starts {r.start.isoformat()}), wanted {wanted}"

@@ -3,7 +3,7 @@ wait with boto3's waiters."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError, WaiterError
@@ -18,6 +18,7 @@ from capserve.core.errors import PermanentError
 from capserve.core.lease import Lease
 from capserve.core.tags import CAMPAIGN_TAG
 from capserve.tasks import aws
+from capserve.tasks.clock import campaign_now
 from capserve.tasks.cluster.common import has_code, waiter_config, waiter_error
 from capserve.tasks.resilience import aws_task
 
@@ -229,7 +230,7 @@ def converge_system_nodegroup(
         instance_type=(group.get("instanceTypes") or [instance_type])[0],
         node_count=int(scaling.get("desiredSize", node_count)),
         created_at=created_at if isinstance(created_at, datetime) and created_at.tzinfo else None,
-        active_at=datetime.now(UTC),
+        active_at=campaign_now(),
         created=created,
     )
 

@@ -1,0 +1,77 @@
+"""The sandbox clock over HTTP, for the campaign's processes: what time it is in the simulated window.
+
+A worker runs each flow run in its own process, so the campaign cannot read ``CLOCK`` directly; it reads
+the mapping here instead (``capserve.tasks.clock``, pointed at this server by ``CAPSERVE_CLOCK_URL``):
+
+- ``GET /window``: the ``WarpedWindow`` JSON (the campaign computes "now" and wall times from it);
+- ``POST /waypoints`` ``{"waypoints": [iso, …], "spans": [[iso, iso], …]}``: register them, answer the new
+  window, or 409 with the reason when they would move a waypoint whose run is already scheduled.
+
+Loopback only; no state beyond ``CLOCK``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
+
+from capserve.sandbox.clock import CLOCK
+
+
+class Registration(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    waypoints: list[AwareDatetime] = Field(default_factory=list, max_length=100)
+    spans: list[tuple[AwareDatetime, AwareDatetime]] = Field(default_factory=list, max_length=20)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002  # quiet: tests read their own logs
+        del format, args
+
+    def _answer(self, status: int, body: str) -> None:
+        data = body.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:  # noqa: N802  # http.server's naming
+        if self.path != "/window":
+            self._answer(404, json.dumps({"error": f"no {self.path}; GET /window"}))
+            return
+        self._answer(200, CLOCK.window().model_dump_json())
+
+    def do_POST(self) -> None:  # noqa: N802
+        if self.path != "/waypoints":
+            self._answer(404, json.dumps({"error": f"no {self.path}; POST /waypoints"}))
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            asked = Registration.model_validate_json(self.rfile.read(min(length, 65_536)))
+            window = CLOCK.register(asked.waypoints, [(a, b) for a, b in asked.spans])
+        except (ValidationError, ValueError) as exc:
+            self._answer(409, json.dumps({"error": str(exc)[:2000]}))
+            return
+        self._answer(200, window.model_dump_json())
+
+
+@contextmanager
+def clock_server() -> Iterator[str]:
+    """Serve the sandbox clock on 127.0.0.1 (a free port); yields its base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, name="sandbox-clock", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
