@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 demo: install
-	$(VENV)/bin/capserve up examples/kimi-k3-sandbox.yaml --sandbox --teardown-when-done --out out/demo
+	$(VENV)/bin/capserve up examples/kimi-k3-sandbox.yaml --sandbox --out out/demo
 
 # The same campaign as a deployment run on a local Prefect server and worker (README, "The embedded server").
 demo-server: install

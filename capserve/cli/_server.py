@@ -16,49 +16,81 @@ from __future__ import annotations
 import json
 import os
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from capserve.cli.exit_codes import ExitCode
-from capserve.runtime.prefect_server import PREFECT_YAML, register, start_server, start_worker
+from capserve.runtime.prefect_server import PREFECT_YAML, LocalServer, register, start_server, start_worker
 
 ROOT = Path(__file__).resolve().parents[2]
 FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
 
+@dataclass(frozen=True)
+class Registered:
+    """A Prefect server with capserve's deployments on it: its API URL, and what a worker needs to reach it."""
+
+    url: str
+    env: dict[str, str]
+    started: bool  # this command started it (and starts the worker)
+
+
+@contextmanager
+def server_in_background(out_dir: Path, *, keep_server: bool, console: Console) -> Iterator[Future[Registered]]:
+    """Start the local server (unless ``PREFECT_API_URL`` is set) and register the deployments in a thread, while
+    the caller brings the sandbox up; the server is stopped on exit unless ``keep_server``."""
+    logs = out_dir.resolve() / "prefect"
+    started: list[LocalServer] = []
+
+    def bring_up() -> Registered:
+        url = os.environ.get("PREFECT_API_URL")
+        env: dict[str, str] = {}
+        if url is None:
+            server = start_server(logs / "home")
+            started.append(server)
+            env, url = server.env, server.url
+        register(ROOT, {**os.environ, **env}, logs / "register.log")
+        return Registered(url=url, env=env, started=bool(started))
+
+    if "PREFECT_API_URL" not in os.environ:
+        console.print("starting a local Prefect server (its services, SQLite under the output folder)…")
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefect-server") as pool:
+        future = pool.submit(bring_up)
+        try:
+            yield future
+        finally:
+            future.exception()  # wait: a server half-started must still be stopped
+            if started and not keep_server:
+                started[0].child.stop()
+
+
 def run_on_server(
     parameters: dict[str, Any], *, campaign_id: str, out_dir: Path, worker_env: dict[str, str], keep_server: bool,
-    console: Console,
+    console: Console, server: Future[Registered], follow_window: bool = False,
 ) -> int:
-    """Register, start what is missing, run the campaign deployment, follow it; the exit code."""
-    if not (ROOT / PREFECT_YAML).exists():
-        console.print(f"[red]error:[/red] no {PREFECT_YAML} under {ROOT}: --prefect-server runs from a checkout")
-        return int(ExitCode.BAD_INPUT)
+    """Start a worker (with a server this command started), run the campaign deployment, follow it; the exit
+    code."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     logs = out_dir.resolve() / "prefect"
     with ExitStack() as stack:
-        url = os.environ.get("PREFECT_API_URL")
-        env = {**os.environ, **worker_env}
-        if url is None:
-            console.print("starting a local Prefect server (its services, SQLite under the output folder)…")
-            server = start_server(logs / "home")
-            env.update(server.env)
-            url = server.url
-            if not keep_server:
-                stack.callback(server.child.stop)
-        console.print(f"registering {PREFECT_YAML} on {url}", highlight=False)
-        register(ROOT, env, logs / "register.log")
-        if "PREFECT_API_URL" not in os.environ:
-            worker = start_worker(ROOT, env, logs / "worker.log")
+        registered = server.result()
+        console.print(f"registered {PREFECT_YAML} on {registered.url}", highlight=False)
+        if registered.started:
+            worker = start_worker(ROOT, {**os.environ, **worker_env, **registered.env}, logs / "worker.log")
             if not keep_server:
                 stack.callback(worker.stop)
-        stack.enter_context(temporary_settings({PREFECT_API_URL: url}))
+        stack.enter_context(temporary_settings({PREFECT_API_URL: registered.url}))
         try:
             state = _run_and_follow(parameters, console)
+            if follow_window and state[0] == "COMPLETED":
+                _follow_scheduled(campaign_id, console)
         except KeyboardInterrupt:
             console.print("stopped following; the campaign run goes on without this terminal "
                           "(its cluster is left to the scheduled teardown and the reaper)")
@@ -66,7 +98,7 @@ def run_on_server(
         finally:
             _print_schedule(campaign_id, console)
             if keep_server:
-                console.print(f"Prefect UI: {url.removesuffix('/api')} (server and worker left running)")
+                console.print(f"Prefect UI: {registered.url.removesuffix('/api')} (server and worker left running)")
     return _exit_code(state, out_dir)
 
 
@@ -87,6 +119,24 @@ def _run_and_follow(parameters: dict[str, Any], console: Console) -> tuple[str, 
             if now[0] in FINAL:
                 return now
             time.sleep(2)
+
+
+def _follow_scheduled(campaign_id: str, console: Console) -> None:
+    """Follow the runs the lease scheduled (serve at the start, drain, teardown) until none is left to run."""
+    from capserve.tasks.scheduling import read_campaign_runs
+
+    console.print("following the scheduled runs until the teardown (Ctrl-C stops following; they still run)")
+    last: dict[str, str] = {}
+    while True:
+        runs = read_campaign_runs(campaign_id)
+        for run in runs:
+            now = run.state_name or run.state_type
+            if last.get(run.flow_run_id) != now:
+                console.print(f"  {run.name}: {now} ({run.state_type})", highlight=False)
+                last[run.flow_run_id] = now
+        if runs and all(run.state_type in FINAL for run in runs):
+            return
+        time.sleep(1)
 
 
 def _print_schedule(campaign_id: str, console: Console) -> None:

@@ -36,6 +36,7 @@ WORKER_ENV_KEYS = (
     "AWS_SESSION_TOKEN",
     "AWS_EC2_METADATA_DISABLED",
     "HF_HUB_DISABLE_XET",
+    "CAPSERVE_CLOCK_URL",
 )
 SHOWN_KEYS = ("AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION", "CAPSERVE_HUB_ENDPOINT", "CAPSERVE_SANDBOX_INFERENCE")
 
@@ -48,6 +49,12 @@ def register(sub: Any) -> None:
     )
     parser.add_argument("--region", default="us-east-2", help="the sandbox's default AWS region")
     parser.add_argument("--model", default="kimi-k3", help="model name the OpenAI stand-in serves")
+    parser.add_argument(
+        "--simulate",
+        action="store_true",
+        help="play reservations on a simulated clock (fast between a campaign's scheduled runs, near wall time "
+        "around them) instead of jumping to their start",
+    )
     parser.add_argument(
         "--env-file", type=Path, default=Path("out/sandbox/worker.env"),
         help="where to write the worker's environment (KEY=value lines, mode 0600)",
@@ -69,7 +76,7 @@ def write_env_file(path: Path, env: dict[str, str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from capserve.sandbox.environment import sandbox  # the [sandbox] extra, only for this command
+    from capserve.sandbox.environment import Simulation, sandbox  # the [sandbox] extra, only for this command
 
     console = Console()
     stop = threading.Event()
@@ -79,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with sandbox(served_model_name=args.model, region=args.region) as far_ends:
+        simulate = Simulation() if args.simulate else None
+        with sandbox(served_model_name=args.model, region=args.region, simulate=simulate) as far_ends:
             env = worker_environment(dict(os.environ), hub=far_ends.hub, inference=far_ends.inference)
             write_env_file(args.env_file, env)
             for key in SHOWN_KEYS:

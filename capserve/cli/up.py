@@ -60,13 +60,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="environment variable holding the evaluated endpoint's API key (checked before anything runs)",
     )
     parser.add_argument(
-        "--prefect-server",
+        "--in-process",
         action="store_true",
-        help="run the campaign as a deployment run on a real Prefect server (a local one, with a worker, "
-        "unless PREFECT_API_URL is set) and follow it here",
+        help="run the campaign in this process on Prefect's temporary server (no scheduled run ever fires), "
+        "instead of as a deployment run on a real Prefect server: a local one with a worker when "
+        "PREFECT_API_URL is unset, else that one",
     )
     parser.add_argument(
-        "--keep-server", action="store_true", help="with --prefect-server: leave the local server and worker up"
+        "--keep-server", action="store_true", help="leave the local Prefect server and worker up when done"
+    )
+    parser.add_argument(
+        "--real-time",
+        action="store_true",
+        help="with --sandbox on a local server: do not simulate the block (by default the sandbox plays it at "
+        "5760× wall time between scheduled runs and 60× around them, so the demo shows the whole window)",
     )
     parser.set_defaults(func=run)
 
@@ -96,6 +103,16 @@ def run(args: argparse.Namespace) -> int:
     endpoint_note: str | None = None
     hub_endpoint: str | None = None
     with ExitStack() as stack:
+        server = None
+        if not args.in_process:
+            from capserve.cli._server import ROOT, server_in_background
+            from capserve.runtime.prefect_server import PREFECT_YAML
+
+            if not (ROOT / PREFECT_YAML).exists():
+                console.print(f"[red]error:[/red] no {PREFECT_YAML} under {ROOT}: run from a checkout, or --in-process")
+                return ExitCode.BAD_INPUT
+            # The server boots and the deployments register while the sandbox comes up.
+            server = stack.enter_context(server_in_background(out_dir, keep_server=args.keep_server, console=console))
         if args.sandbox:
             try:
                 from capserve.sandbox.environment import sandbox
@@ -103,7 +120,18 @@ def run(args: argparse.Namespace) -> int:
                 console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
                 return 2
 
-            endpoints = stack.enter_context(sandbox(served_model_name=spec.served_model_name))
+            simulate = None
+            if not args.in_process and not args.real_time and "PREFECT_API_URL" not in os.environ:
+                from capserve.sandbox.environment import Simulation
+
+                simulate = Simulation()
+            endpoints = stack.enter_context(sandbox(served_model_name=spec.served_model_name, simulate=simulate))
+            if simulate is not None:
+                console.print(
+                    f"sandbox: simulated window, {simulate.rate:g}× wall time between scheduled runs, "
+                    f"{simulate.near_rate:g}× around them (clock {endpoints.clock})",
+                    highlight=False,
+                )
             console.print(
                 f"sandbox: AWS {endpoints.aws} ({endpoints.region}), Hub {endpoints.hub}, Kubernetes {endpoints.kube}",
                 highlight=False,
@@ -111,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
             hub_endpoint = endpoints.hub
             # The rollout stage serves the model in the sandbox's Kubernetes (a local process per pod) and
             # the evaluation reaches it through a port-forward; --evaluate-url evaluates another endpoint.
-        if args.prefect_server:
+        if server is not None:
             from capserve.cli._server import run_on_server
 
             parameters = {
@@ -122,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
             worker_env = {"CAPSERVE_HUB_ENDPOINT": hub_endpoint} if hub_endpoint else {}
             return run_on_server(
                 parameters, campaign_id=spec.campaign_id, out_dir=out_dir, worker_env=worker_env,
-                keep_server=args.keep_server, console=console,
+                keep_server=args.keep_server, console=console, server=server,
+                follow_window=not args.teardown_when_done,
             )
         try:
             report = campaign(

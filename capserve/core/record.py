@@ -191,6 +191,13 @@ class CampaignRecord(BaseModel):
     approvals: tuple[Approval, ...] = Field(default=(), max_length=256, description="Every decision, oldest first.")
     last_good_rollout: RolloutRecord | None = Field(None, description="What a failed rollout rolls back to.")
     kept: tuple[KeptResource, ...] = Field(default=(), max_length=256, description="What teardown kept, and why.")
+    report_dir: str | None = Field(
+        None, max_length=4096, description="Where the campaign's report is written (on the worker's host)."
+    )
+    fired: dict[str, AwareDatetime] = Field(
+        default_factory=dict, max_length=16,
+        description="Scheduled stage (bring_up, drain, teardown) → when its run started, on the campaign's clock.",
+    )
     updated_at: AwareDatetime = Field(description="Last write.")
 
     @model_validator(mode="before")
@@ -241,6 +248,12 @@ class CampaignRecord(BaseModel):
 
     def with_rollout(self, rollout: RolloutRecord) -> CampaignRecord:
         return self.model_copy(update={"last_good_rollout": rollout, "updated_at": rollout.ready_at})
+
+    def with_report_dir(self, report_dir: str, *, now: datetime) -> CampaignRecord:
+        return self.model_copy(update={"report_dir": report_dir, "updated_at": now})
+
+    def with_fired(self, stage: str, *, now: datetime) -> CampaignRecord:
+        return self.model_copy(update={"fired": {**self.fired, stage: now}, "updated_at": now})
 
     def with_kept(self, kept: tuple[KeptResource, ...], *, now: datetime) -> CampaignRecord:
         merged = {k.resource: k for k in (*self.kept, *kept)}

@@ -28,6 +28,9 @@ from capserve.core.lease import Lease
 from capserve.core.markdown import markdown_table
 from capserve.core.spec import TeardownSpec
 
+AWS_TERMINATES_BEFORE_END = timedelta(minutes=30)
+"""EC2 starts terminating a Capacity Block's instances 30 minutes before its end (docs/aws-capacity.md)."""
+
 SCHEDULED_TAG = "capserve.io/scheduled"
 """Tag on every run a lease schedules: how ``reconcile`` tells them from runs a person started."""
 
@@ -101,6 +104,25 @@ def planned_runs(
         )
         for stage, at in times.items()
     )
+
+
+SERVE_SPAN = timedelta(hours=2)
+"""How long after bring-up fires a simulated clock stays near wall time: the serve run's bring-up, rollout and
+evaluation take real seconds, each an hour of the block at full speed (docs/prefect.md §14)."""
+
+
+def slow_spans(planned: Sequence[PlannedRun], lease_end: datetime) -> list[tuple[datetime, datetime]]:
+    """Where a simulated clock must run near wall time, beyond the instants the runs fire at: while the serve
+    run works, and from the hard teardown to a little after AWS terminates the instances at end − 30 min (the
+    teardown must finish before that, in simulated time as in real time)."""
+    spans = []
+    terminates = lease_end - AWS_TERMINATES_BEFORE_END
+    for run in planned:
+        if run.stage is ScheduledStage.BRING_UP:
+            spans.append((run.scheduled_at, run.scheduled_at + SERVE_SPAN))
+        elif run.stage is ScheduledStage.TEARDOWN and run.scheduled_at < terminates:
+            spans.append((run.scheduled_at, terminates + timedelta(minutes=5)))
+    return spans
 
 
 def idempotency_key(campaign_id: str, stage: ScheduledStage, reservation_id: str, at: datetime) -> str:
@@ -184,16 +206,54 @@ class ScheduleEntry(BaseModel):
         }
 
 
+class WindowFacts(BaseModel):
+    """report.json ``"window"``: the block on the campaign's clock, and whether that clock was simulated."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    simulated: bool = Field(description="The sandbox played the block faster than wall time.")
+    rate: float = Field(ge=1, description="Simulated seconds per wall second between waypoints (1: real time).")
+    near_rate: float = Field(ge=1, description="… and around them (each scheduled run, the serve run's work).")
+    block_start: AwareDatetime = Field(description="The reservation's start.")
+    block_end: AwareDatetime = Field(description="The reservation's end.")
+
+    @property
+    def aws_terminates_at(self) -> datetime:
+        return self.block_end - AWS_TERMINATES_BEFORE_END
+
+    def report_json(self) -> dict[str, Any]:
+        return {
+            "simulated": self.simulated,
+            "rate": self.rate,
+            "near_rate": self.near_rate,
+            "block_start": self.block_start.isoformat(),
+            "block_end": self.block_end.isoformat(),
+            "aws_terminates_at": self.aws_terminates_at.isoformat(),
+        }
+
+    def markdown(self) -> str:
+        if not self.simulated:
+            return "The block ran in real time."
+        return (
+            f"The window was **simulated**: {self.rate:g}× wall time between scheduled runs, {self.near_rate:g}× "
+            "around them and while the serve run works (times here are the simulated clock's)."
+        )
+
+
 class LeaseSchedule(BaseModel):
-    """The report's schedule section: the lease's waypoints and the runs scheduled for them."""
+    """The report's schedule section: the lease's waypoints, the runs scheduled for them, and the window."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     runs: tuple[ScheduleEntry, ...] = Field(max_length=16, description="One entry per scheduled stage.")
-    lease_end: AwareDatetime = Field(description="The reservation's end (AWS terminates instances 30 min before).")
+    window: WindowFacts = Field(description="The block on the campaign's clock.")
+
+    @property
+    def lease_end(self) -> datetime:
+        return self.window.block_end
 
     def report_json(self) -> dict[str, Any]:
-        return {"schedule": [run.report_section() for run in self.runs]}
+        return {"schedule": [run.report_section() for run in self.runs], "window": self.window.report_json()}
 
     def markdown(self) -> str:
         rows = [
@@ -202,11 +262,13 @@ class LeaseSchedule(BaseModel):
             for run in self.runs
         ]
         table = markdown_table(rows)
-        ends = f"AWS terminates the instances at {_iso(self.lease_end - timedelta(minutes=30))} (end − 30 min)."
-        return f"{table}\n\n{ends}"
+        ends = f"AWS terminates the instances at {_iso(self.window.aws_terminates_at)} (end − 30 min)."
+        return f"{table}\n\n{ends} {self.window.markdown()}"
 
 
-def schedule_entry(planned: PlannedRun, existing: ExistingRun | None, *, note: str = "") -> ScheduleEntry:
+def schedule_entry(
+    planned: PlannedRun, existing: ExistingRun | None, *, note: str = "", fired_at: datetime | None = None
+) -> ScheduleEntry:
     """The report's line for ``planned``: its run on the server, or ``note`` saying why there is none."""
     if existing is None:
         return ScheduleEntry(
@@ -218,7 +280,8 @@ def schedule_entry(planned: PlannedRun, existing: ExistingRun | None, *, note: s
         scheduled_at=planned.scheduled_at,
         flow_run_id=existing.flow_run_id,
         state=existing.state_name or existing.state_type.title(),
-        fired_at=existing.started_at,
+        # The run stamps its start on the campaign's clock (the record); Prefect's start is wall time.
+        fired_at=fired_at if existing.started_at is not None else None,
     )
 
 

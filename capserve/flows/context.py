@@ -68,7 +68,8 @@ class CampaignContext:
             report=CampaignReport(campaign=spec.campaign_id),
             record=CampaignRecord.new(spec.campaign_id, now),
         )
-        context.save(lambda record: record.with_spec(spec, now=now))
+        report_dir = str(options.out_dir.resolve())
+        context.save(lambda record: record.with_spec(spec, now=now).with_report_dir(report_dir, now=now))
         return context
 
     @property

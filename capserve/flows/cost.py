@@ -16,7 +16,7 @@ from capserve.core.cost import CostLedger, build_ledger, load_price_table
 from capserve.core.cost.prices import PriceTable
 from capserve.core.errors import CapserveError
 from capserve.flows.context import CampaignContext
-from capserve.tasks.clock import campaign_now
+from capserve.tasks.clock import campaign_now, campaign_window
 from capserve.tasks.cost.clock import aws_clock_offset
 from capserve.tasks.cost.price_list import with_live_prices
 
@@ -25,14 +25,17 @@ def campaign_ledger(ctx: CampaignContext, *, interrupted: bool) -> CostLedger:
     """This run's ledger (also put into the report's "cost" section)."""
     lease = ctx.lease
     offset, notes = timedelta(0), []
-    if lease is not None and not interrupted:
+    window = campaign_window()
+    # A simulated window's stages were timed on the sandbox's clock itself: there is no other clock to line up.
+    if lease is not None and not interrupted and not window.simulated:
         try:
             offset = aws_clock_offset(lease.region)
         except CapserveError as exc:
             notes.append(f"AWS's clock could not be read ({str(exc)[:300]}): stage times are the host's.")
     inputs = campaign_cost_inputs(ctx.report, ctx.spec, lease, written_at=campaign_now(), clock_offset=offset)
-    if notes:
-        inputs = inputs.model_copy(update={"notes": [*notes, *inputs.notes]})
+    if notes or window.simulated:
+        simulated = {"simulated_rate": window.fast_rate} if window.simulated else {}
+        inputs = inputs.model_copy(update={"notes": [*notes, *inputs.notes], **simulated})
     prices, note = _prices(ctx, inputs.region, interrupted=interrupted)
     ledger = build_ledger(inputs, prices, price_note=note)
     ctx.report.add(ledger)

@@ -21,6 +21,7 @@ from capserve.core.reuse import unchanged_since
 from capserve.core.stages import Stage
 from capserve.core.weights.result import WeightsResult
 from capserve.flows.context import CampaignContext
+from capserve.tasks.clock import campaign_now
 from capserve.tasks.weights.s3 import verify_published
 
 Verifier = Callable[[CampaignContext, StageEntry], BaseModel | None]
@@ -54,6 +55,6 @@ def reuse_unchanged(ctx: CampaignContext, stage: Stage, digest: str) -> bool:
     if result is None:
         return False
     get_run_logger().info("%s %s", stage.value, why)
-    ctx.report.skip(stage, why)
+    ctx.report.skip(stage, why, campaign_now())
     ctx.report.add(result)
     return True

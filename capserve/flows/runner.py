@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from prefect import get_run_logger
 from prefect.exceptions import MissingContextError
@@ -31,6 +32,7 @@ from capserve.core.teardown.result import TeardownReason
 from capserve.flows.context import CampaignContext
 from capserve.flows.cost import campaign_ledger
 from capserve.flows.reuse import reuse_unchanged
+from capserve.tasks.clock import campaign_now
 from capserve.tasks.reporting import publish_report, write_report_files
 
 
@@ -86,27 +88,27 @@ def run_stage(ctx: CampaignContext, step: Step) -> None:
     digest = ctx.record.inputs_digest(step.stage, ctx.spec)
     if reuse_unchanged(ctx, step.stage, digest):
         return  # unchanged since its last run and its outputs verify (capserve.flows.reuse)
-    line = ctx.report.begin(step.stage)
+    line = ctx.report.begin(step.stage, campaign_now())
     _record(ctx, step.stage, line, digest)
     try:
         output = step.run(ctx)
     except BaseException as exc:
         status = StageStatus.FAILED if isinstance(exc, CapserveError) else StageStatus.INTERRUPTED
-        ctx.report.end(line, status, f"{type(exc).__name__}: {exc}")
+        ctx.report.end(line, status, f"{type(exc).__name__}: {exc}", _now_quietly())
         _record(ctx, step.stage, line, digest, quietly=True)
         raise
     section = output.section if isinstance(output, StageEnd) else output
     if section is not None:
         ctx.report.add(section)
     if isinstance(output, StageEnd):
-        ctx.report.end(line, output.status, output.why)
+        ctx.report.end(line, output.status, output.why, campaign_now())
     else:
-        ctx.report.end(line, StageStatus.COMPLETED)
+        ctx.report.end(line, StageStatus.COMPLETED, now=campaign_now())
     _record(ctx, step.stage, line, digest, outputs=stage_outputs(step.stage, section))
 
 
 def skip_stage(ctx: CampaignContext, stage: Stage, why: str) -> None:
-    ctx.report.skip(stage, why)
+    ctx.report.skip(stage, why, campaign_now())
     ctx.save(lambda record: record.with_stage(stage, StageEntry(status=StageStatus.SKIPPED, detail=why[:4000])))
 
 
@@ -201,3 +203,11 @@ def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
         return get_run_logger()
     except MissingContextError:
         return logging.getLogger(__name__)
+
+
+def _now_quietly() -> datetime:
+    """The campaign's clock while an error is on its way out: the host's if that clock cannot be read."""
+    try:
+        return campaign_now()
+    except Exception:  # noqa: BLE001  # never hide the error that ended the stage
+        return datetime.now(UTC)

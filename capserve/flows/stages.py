@@ -110,6 +110,7 @@ def schedule_window(ctx: CampaignContext, *, served: bool = False, torn_down: bo
         ctx.spec.teardown,
         bring_up_lead=timedelta(minutes=ctx.spec.teardown.bring_up_lead_minutes),
         no_longer_needed=stages_no_longer_needed(torn_down=torn_down, served=served),
+        fired=ctx.record.fired,
     )
 
 

@@ -24,6 +24,7 @@ from typing import Literal
 
 from prefect import flow, get_run_logger
 from prefect.client.schemas.objects import State
+from prefect.runtime import flow_run
 from prefect.states import Cancelled
 
 from capserve.core.drain import DrainResult
@@ -31,6 +32,7 @@ from capserve.core.errors import PermanentError
 from capserve.core.orphans import left_alone, live_runs, orphan_target
 from capserve.core.record import CampaignRecord, RecordRef, StageEntry
 from capserve.core.report import CampaignReport
+from capserve.core.schedule import ScheduledStage, stages_no_longer_needed
 from capserve.core.settings import Settings
 from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage, StageStatus
@@ -43,11 +45,13 @@ from capserve.flows.slots import campaign_slot
 from capserve.flows.stages import teardown_stage
 from capserve.flows.states import verdict_state
 from capserve.flows.teardown import teardown
-from capserve.tasks.clock import campaign_now
+from capserve.tasks.clock import campaign_now, campaign_time_of
 from capserve.tasks.drain import remove_services, scale_serving_to_zero
 from capserve.tasks.locations import locate_records, record_ref
 from capserve.tasks.orphans import read_crashed_run, runs_in_flight
 from capserve.tasks.record_store import change_record, load_record
+from capserve.tasks.reporting import amend_report_files
+from capserve.tasks.scheduling import run_started_at, schedule_lease_runs
 from capserve.tasks.settings import hub_endpoint_from_environment, settings_from_environment
 from capserve.tasks.teardown.inventory import inventory_campaign
 from capserve.tasks.teardown.workloads import connect
@@ -57,12 +61,14 @@ from capserve.tasks.teardown.workloads import connect
 def serve(campaign_id: str, region: str, reservation_id: str) -> CampaignReport | State:
     """Bring up, stage weights on the nodes and evaluate, at the block's start (the campaign's serve part)."""
     base = settings_from_environment()
-    record, _ = _campaign_record(campaign_id, region, base)
+    record, ref = _campaign_record(campaign_id, region, base)
     stale = _stale(record, reservation_id)
     if stale:
         return Cancelled(name="Stale", message=stale)
+    _stamp_fired(ref, ScheduledStage.BRING_UP)
     spec = _spec(record)
-    out_dir = Path("out") / campaign_id / "serve"
+    # The campaign's report folder (on this worker's host), so the report a person opens is the whole campaign's.
+    out_dir = Path(record.report_dir) if record.report_dir else Path("out") / campaign_id
     options = RunOptions(out_dir=out_dir, staging_dir=out_dir / "staging", hub_endpoint=hub_endpoint_from_environment())
     ctx = CampaignContext.start(spec, base.for_campaign(spec.campaign_settings()), options)
     with campaign_slot(campaign_id):
@@ -87,6 +93,8 @@ def drain(
     stale = _stale(record, reservation_id) if reservation_id is not None else ""
     if stale:
         return Cancelled(name="Stale", message=stale)
+    if reservation_id is not None:
+        _stamp_fired(ref, ScheduledStage.DRAIN)
     spec = _spec(record)
     started = campaign_now()
     settings = base.for_campaign(spec.campaign_settings()).teardown
@@ -125,10 +133,36 @@ def scheduled_teardown(
     stale = _stale(record, reservation_id) if reservation_id is not None else ""
     if stale:
         return Cancelled(name="Stale", message=stale)
+    if reservation_id is not None:
+        _stamp_fired(ref, ScheduledStage.TEARDOWN)
     spec = _spec(record)
     done = teardown(spec, region, reason=reason)
-    change_record(ref, [lambda rec: rec.with_kept(done.kept, now=campaign_now())])
+    record = change_record(ref, [lambda rec: rec.with_kept(done.kept, now=campaign_now())])
+    _finish_report(record, spec, done)
     return done
+
+
+def _stamp_fired(ref: RecordRef, stage: ScheduledStage) -> None:
+    """When this run started (Prefect's start, to the second of its schedule) on the campaign's clock, for the
+    report's schedule."""
+    started = run_started_at(flow_run.get_id())
+    fired = campaign_time_of(started) if started is not None else campaign_now()
+    change_record(ref, [lambda rec: rec.with_fired(stage.value, now=fired)])
+
+
+def _finish_report(record: CampaignRecord, spec: CampaignSpec, done: TeardownResult) -> None:
+    """The last scheduled run completes the campaign's report: its teardown, and when each scheduled run fired."""
+    if record.report_dir is None or record.lease is None:
+        return
+    partial = CampaignReport(campaign=record.campaign_id)
+    partial.add(done)
+    partial.add(schedule_lease_runs(
+        record.campaign_id, record.lease, spec.teardown,
+        bring_up_lead=timedelta(minutes=spec.teardown.bring_up_lead_minutes),
+        no_longer_needed=stages_no_longer_needed(torn_down=True, served=True), fired=record.fired,
+    ))
+    written = amend_report_files(partial, Path(record.report_dir), heading="After serving: the scheduled runs")
+    get_run_logger().info("report of %s finished: %s", record.campaign_id, written or "no report folder on this host")
 
 
 @flow(name="teardown-orphan", flow_run_name="teardown-orphan-{flow_run_id}", validate_parameters=True)

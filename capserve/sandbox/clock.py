@@ -27,6 +27,7 @@ class SandboxClock:
         self._lock = threading.Lock()
         self._offset = timedelta(0)
         self._warp: WarpedWindow | None = None
+        self._rates: tuple[float, float, timedelta] | None = None  # simulate()'s, until the first registration
 
     def now(self) -> datetime:
         wall = datetime.now(UTC)
@@ -61,13 +62,14 @@ class SandboxClock:
         return self.now()
 
     def simulate(self, *, fast_rate: float, near_rate: float, near: timedelta) -> WarpedWindow:
-        """From now on, run fast between waypoints (none yet) and at ``near_rate`` around them."""
+        """Simulate: wall time until the first waypoints are registered (nothing is scheduled yet, and a campaign's
+        planning and purchase must not cost hours of the window), then fast between waypoints and at
+        ``near_rate`` around them."""
         wall = datetime.now(UTC)
         with self._lock:
             start = self._warp.to_sim(wall) if self._warp is not None else wall + self._offset
-            self._warp = WarpedWindow(
-                anchor_wall=wall, anchor_sim=start, fast_rate=fast_rate, near_rate=near_rate, near=near
-            )
+            self._warp = WarpedWindow.real_time(wall).model_copy(update={"anchor_sim": start})
+            self._rates = (fast_rate, near_rate, near)
             return self._warp
 
     def register(
@@ -81,6 +83,13 @@ class SandboxClock:
         with self._lock:
             if self._warp is None:
                 return WarpedWindow.real_time(wall).model_copy(update={"anchor_sim": wall + self._offset})
+            if self._rates is not None:  # the first waypoints: from now on the window plays fast
+                fast_rate, near_rate, near = self._rates
+                self._warp = WarpedWindow(
+                    anchor_wall=wall, anchor_sim=self._warp.to_sim(wall), fast_rate=fast_rate, near_rate=near_rate,
+                    near=near,
+                )
+                self._rates = None
             self._warp = self._warp.with_waypoints(waypoints, now_wall=wall, spans=spans)
             return self._warp
 
@@ -88,6 +97,7 @@ class SandboxClock:
         with self._lock:
             self._offset = timedelta(0)
             self._warp = None
+            self._rates = None
 
 
 CLOCK = SandboxClock()

@@ -10,18 +10,36 @@ OpenAI-compatible server (``inference``) for callers that evaluate an endpoint o
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Literal
 
 from capserve.sandbox.aws import moto_sandbox, patched_environ
 from capserve.sandbox.aws_ext import capacity as capacity_ext
 from capserve.sandbox.aws_ext import eks as eks_ext
 from capserve.sandbox.clock import CLOCK
+from capserve.sandbox.clock_server import clock_server
 from capserve.sandbox.hub import local_hub
 from capserve.sandbox.kube import FakeKube, fake_kube
 from capserve.sandbox.openai_server import SandboxConfig, serve
+from capserve.tasks.clock import CLOCK_URL_ENV
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """Play a reservation faster than wall time (``CLOCK.simulate``; capserve.core.warp): ``rate`` simulated
+    seconds per wall second between the campaign's waypoints, ``near_rate`` around them."""
+
+    rate: float = 5760.0
+    near_rate: float = 60.0
+    near: timedelta = timedelta(minutes=5)
+    tick_seconds: float = 0.2
 
 
 @dataclass(frozen=True)
@@ -33,6 +51,7 @@ class SandboxEndpoints:
     hub: str
     inference: str
     inference_note: str
+    clock: str | None = None  # the simulated clock's URL (CAPSERVE_CLOCK_URL), when simulating
 
 
 @contextmanager
@@ -42,21 +61,31 @@ def sandbox(
     region: str = "us-east-2",
     kube_time_scale: float = 60.0,
     kube_serving: Literal["sandbox", "vllm"] = "sandbox",
+    simulate: Simulation | None = None,
 ) -> Iterator[SandboxEndpoints]:
     """Start every stand-in; stop them all (and every pod's local process) on exit.
 
     ``kube_time_scale`` divides the fake Kubernetes' durations (probes, back-offs, deadlines), so a
     90-minute startup budget plays out in 90 s at 60; ``kube_serving`` picks what a vLLM pod runs
     (the sandbox OpenAI server, or the real vLLM from ``.venv-vllm``; give it a small scale: the real
-    server needs a minute or two to start on a CPU).
+    server needs a minute or two to start on a CPU). ``simulate`` plays the block on a simulated clock
+    instead of jumping to its start: reservations turn active, AWS warns at end − 40 and terminates at
+    end − 30 on that clock, and campaigns read it at ``CAPSERVE_CLOCK_URL``.
     """
     with ExitStack() as stack:
         # A bought block starts at the next 11:30 UTC or later; the sandbox's AWS jumps its own clock to
         # the start on the first look instead of making the demo wait. Production code never reads this
         # clock: it follows the states AWS reports.
         capacity_ext.reset()  # its reservations live beside moto's state, not in it
-        capacity_ext.SETTINGS.auto_activate = True
+        capacity_ext.SETTINGS.auto_activate = simulate is None
         stack.callback(CLOCK.reset)
+        clock_url = None
+        if simulate is not None:
+            # Simulated: the block is reached by the clock running, not by a jump; the campaign registers its
+            # scheduled runs' times so the clock slows down around them (capserve.core.warp).
+            CLOCK.simulate(fast_rate=simulate.rate, near_rate=simulate.near_rate, near=simulate.near)
+            clock_url = stack.enter_context(clock_server())
+            stack.enter_context(patched_environ({CLOCK_URL_ENV: clock_url}))
         stack.callback(capacity_ext.reset)
         aws = stack.enter_context(moto_sandbox(region))
         # EKS clusters in the sandbox answer at the fake Kubernetes API; a cluster that becomes ACTIVE
@@ -73,6 +102,8 @@ def sandbox(
         # moto has no Price List API: the campaign's ledger prices from the packaged table, and says so.
         stack.enter_context(patched_environ({"CAPSERVE_COST__PRICE_LIST_API": "false"}))
         inference = stack.enter_context(serve(SandboxConfig(model=served_model_name)))
+        if simulate is not None:
+            stack.enter_context(_ticking(simulate.tick_seconds))
         yield SandboxEndpoints(
             aws=aws.endpoint_url,
             region=aws.region,
@@ -80,8 +111,31 @@ def sandbox(
             kube_server=kube,
             hub=hub,
             inference=inference,
+            clock=clock_url,
             inference_note=(
                 "The endpoint evaluated here is the sandbox's local OpenAI-compatible server, standing in for "
                 "the vLLM endpoint the rollout stage will create; its latencies are synthetic."
             ),
         )
+
+
+@contextmanager
+def _ticking(every_s: float) -> Iterator[None]:
+    """Time passes on its own in a simulated window: AWS's events and end − 30 terminations happen when due,
+    not only when somebody describes a reservation."""
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(every_s):
+            capacity_ext.deliver_due_events()
+            for done in capacity_ext.terminate_due():
+                found = ", ".join(done.terminated) or "nothing running"
+                _log.info("sandbox EC2: block %s at end − 30 min terminated %s", done.reservation_id, found)
+
+    thread = threading.Thread(target=tick, name="sandbox-clock-tick", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)

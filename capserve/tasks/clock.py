@@ -43,6 +43,12 @@ def campaign_now() -> datetime:
     return campaign_window().to_sim(datetime.now(UTC))
 
 
+def campaign_time_of(wall: datetime) -> datetime:
+    """A past wall instant on the campaign's clock (one before the mapping's last re-anchoring reads as that)."""
+    window = campaign_window()
+    return window.to_sim(max(wall, window.anchor_wall))
+
+
 def register_waypoints(
     waypoints: Iterable[datetime], spans: Iterable[tuple[datetime, datetime]] = ()
 ) -> WarpedWindow:

@@ -55,6 +55,28 @@ def write_report_files(report: CampaignReport, out_dir: Path) -> tuple[Path, Pat
     return json_path, md_path
 
 
+def amend_report_files(partial: CampaignReport, out_dir: Path, *, heading: str) -> Path | None:
+    """Put ``partial``'s sections into the report already in ``out_dir`` (report.json keys replaced, report.md
+    gains them under ``heading``): how a run that comes after the campaign's (the scheduled teardown) finishes
+    its report. None when there is no report there to finish."""
+    json_path, md_path = out_dir / "report.json", out_dir / "report.md"
+    if not json_path.exists():
+        return None
+    redact = redactor()
+    document = json.loads(json_path.read_text(encoding="utf-8"))
+    added = redact.redact_data(partial.to_json())
+    document.update({key: value for key, value in added.items() if key not in ("campaign", "stages", "events")})
+    sections = redact.redact(partial.to_markdown(images=False)).split("\n## ", 1)
+    markdown = md_path.read_text(encoding="utf-8") if md_path.exists() else ""
+    if len(sections) == 2:
+        markdown = f"{markdown.rstrip()}\n\n# {heading}\n\n## {sections[1]}"
+    for path, text in ((json_path, json.dumps(document, indent=2) + "\n"), (md_path, markdown)):
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    return json_path
+
+
 @orchestrator_task(name="publish-report")
 def publish_report(report: CampaignReport) -> None:
     """The report as a Prefect artifact, for the UI: the stage table is its timeline (the UI shows no local

@@ -10,8 +10,9 @@ only reads the campaign's runs by tag and creates or cancels them (docs/prefect.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
+from uuid import UUID
 
 from prefect import get_client, get_run_logger
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
@@ -26,20 +27,16 @@ from capserve.core.schedule import (
     LeaseSchedule,
     PlannedRun,
     ScheduledStage,
+    WindowFacts,
     campaign_tag,
     planned_runs,
     reconcile,
     schedule_entry,
+    slow_spans,
 )
 from capserve.core.spec import TeardownSpec
+from capserve.tasks.clock import register_waypoints
 from capserve.tasks.resilience import orchestrator_task
-
-WallTime = Callable[[datetime], datetime]
-"""Maps a time in the campaign's clock to the wall-clock time Prefect schedules at (identity on AWS)."""
-
-
-def _same(moment: datetime) -> datetime:
-    return moment
 
 
 @orchestrator_task(name="schedule-lease-runs")
@@ -50,7 +47,7 @@ def schedule_lease_runs(
     *,
     bring_up_lead: timedelta = timedelta(0),
     no_longer_needed: Sequence[ScheduledStage] = (),
-    wall_time: WallTime = _same,
+    fired: Mapping[str, datetime] | None = None,
 ) -> LeaseSchedule:
     """Make the server hold exactly the runs ``lease`` needs; return them for the report.
 
@@ -58,6 +55,9 @@ def schedule_lease_runs(
     older lease that have not started are cancelled, missing ones are created.
     """
     planned = planned_runs(campaign_id, lease, teardown, bring_up_lead=bring_up_lead)
+    # Prefect schedules in wall time; the runs' times are on the campaign's clock. A simulated clock (the
+    # sandbox) slows down around them before they are created, so each fires at its time to the minute.
+    window = register_waypoints([run.scheduled_at for run in planned], slow_spans(planned, lease.end))
     existing = read_campaign_runs(campaign_id)
     actions = reconcile(planned, existing, no_longer_needed=no_longer_needed)
     for stale in actions.cancel:
@@ -65,7 +65,7 @@ def schedule_lease_runs(
     notes: dict[str, str] = {}
     for run in actions.create:
         try:
-            create_run(run, wall_time(run.scheduled_at))
+            create_run(run, window.to_wall(max(run.scheduled_at, window.anchor_sim)))
         except ObjectNotFound:
             notes[run.idempotency_key] = f"not scheduled: no deployment {run.deployment!r} on this Prefect server"
             _logger().warning(
@@ -76,10 +76,17 @@ def schedule_lease_runs(
     # Read back: the report shows each run's state as the server has it now (cancelled ones included).
     now_held = {run.idempotency_key: run for run in read_campaign_runs(campaign_id) if run.idempotency_key}
     entries = tuple(
-        schedule_entry(run, now_held.get(run.idempotency_key), note=notes.get(run.idempotency_key, "not needed"))
+        schedule_entry(
+            run, now_held.get(run.idempotency_key), note=notes.get(run.idempotency_key, "not needed"),
+            fired_at=(fired or {}).get(run.stage.value),
+        )
         for run in planned
     )
-    return LeaseSchedule(runs=entries, lease_end=lease.end)
+    facts = WindowFacts(
+        simulated=window.simulated, rate=window.fast_rate, near_rate=window.near_rate,
+        block_start=lease.start, block_end=lease.end,
+    )
+    return LeaseSchedule(runs=entries, window=facts)
 
 
 def read_campaign_runs(campaign_id: str) -> list[ExistingRun]:
@@ -103,6 +110,14 @@ def create_run(run: PlannedRun, wall_at: datetime) -> ExistingRun:
             idempotency_key=run.idempotency_key,
         )
     return existing_run(created)
+
+
+def run_started_at(flow_run_id: str | None) -> datetime | None:
+    """When the server set the run Running (wall time); None outside a run."""
+    if flow_run_id is None:
+        return None
+    with get_client(sync_client=True) as client:
+        return client.read_flow_run(UUID(flow_run_id)).start_time
 
 
 def cancel_run(flow_run_id: str, why: str) -> None:

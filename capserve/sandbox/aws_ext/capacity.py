@@ -10,6 +10,9 @@ Behaviour, as AWS documents it (EC2 user guide, capacity-blocks*.html; SageMaker
   ``DryRunOperation`` or ``UnauthorizedOperation``; the reservation carries the purchase's tags;
 - reservations go ``payment-pending`` → ``scheduled`` → ``active`` → ``expired`` on
   ``capserve.sandbox.clock.CLOCK``; training plans go Pending → Scheduled → Active → Expired;
+- at end − 30 min EC2 terminates the instances still running in the block (docs/aws-capacity.md §1.4):
+  every hook in ``TERMINATION_HOOKS`` is called with the reservation (the fake Kubernetes then loses the
+  nodes of that instance type and their pods) and what it terminated is kept in ``TERMINATIONS``;
 - EC2 tells EventBridge (the default bus of the block's region) "Capacity Block Delivered" at the start
   and "Capacity Block Expiration Warning" at end − 40 min, once each (docs/events.md §2): here through
   moto's own ``put_events``, so the rules and SQS targets capserve creates are what routes them. The
@@ -65,6 +68,7 @@ BLOCK_HOUR, BLOCK_MINUTE = 11, 30  # every Capacity Block starts and ends at 11:
 MAX_OFFERINGS = 6  # DescribeCapacityBlockOfferings returns at most 6 (docs/aws-capacity.md §1.1)
 MAX_AHEAD = timedelta(weeks=8)  # blocks can be reserved up to 8 weeks ahead
 WARNING_BEFORE_END = timedelta(minutes=40)  # the Expiration Warning (docs/aws-capacity.md §1.4)
+TERMINATION_BEFORE_END = timedelta(minutes=30)  # EC2 terminates what still runs (docs/aws-capacity.md §1.4)
 
 
 @dataclass
@@ -99,8 +103,19 @@ class Call:
         return bool(self.params.get("DryRun"))
 
 
+@dataclass(frozen=True)
+class Termination:
+    """What EC2's end − 30 min termination of a block found still running."""
+
+    reservation_id: str
+    at: datetime
+    terminated: tuple[str, ...]
+
+
 SETTINGS = CapacitySandboxSettings()
 CALLS: list[Call] = []
+TERMINATION_HOOKS: list[Callable[[dict[str, Any]], list[str]]] = []
+TERMINATIONS: list[Termination] = []
 _LOCK = threading.RLock()
 # (account, region) → id → object. Module-level (not on moto's backends) so reset() reaches everything.
 _OFFERINGS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
@@ -137,6 +152,7 @@ def reset() -> None:
         for table in (_OFFERINGS, _RESERVATIONS, _PLAN_OFFERINGS, _PLANS):
             table.clear()
         CALLS.clear()
+        TERMINATIONS.clear()
         defaults = CapacitySandboxSettings()
         for knob in fields(CapacitySandboxSettings):
             setattr(SETTINGS, knob.name, getattr(defaults, knob.name))
@@ -397,6 +413,7 @@ def describe_capacity_reservations(self: Any) -> Any:
         chosen = [table[i] for i in ids] if ids else list(table.values())
         views = [_reservation_view(r, advance=True) for r in chosen]
     deliver_due_events()
+    terminate_due()
     return ActionResult(_page(self, "CapacityReservations", [v for v in views if _matches(v, filters)]))
 
 
@@ -412,6 +429,26 @@ def _due_events(reservation: dict[str, Any], now: datetime) -> list[tuple[str, d
     due = [(kind, at) for kind, at in owed if at <= now and kind not in sent]
     sent.update(kind for kind, _ in due)
     return due
+
+
+def terminate_due() -> list[Termination]:
+    """At end − 30 min (on CLOCK) terminate each block's instances, once: what a teardown left behind goes."""
+    now = CLOCK.now()
+    due = []
+    with _LOCK:
+        for table in _RESERVATIONS.values():
+            for reservation in table.values():
+                at = reservation["EndDate"] - TERMINATION_BEFORE_END
+                if at <= now and not reservation.get("_terminated") and not reservation.get("_payment_failed"):
+                    reservation["_terminated"] = True
+                    due.append((reservation, at))
+    done = []
+    for reservation, at in due:
+        found = [name for hook in TERMINATION_HOOKS for name in hook(reservation)]
+        done.append(Termination(reservation_id=reservation["CapacityReservationId"], at=at, terminated=tuple(found)))
+    with _LOCK:
+        TERMINATIONS.extend(done)
+    return done
 
 
 def deliver_due_events() -> int:

@@ -34,6 +34,7 @@ from typing import Any
 from moto.core.responses import BaseResponse
 from moto.eks.models import EKSBackend
 
+from capserve.sandbox.aws_ext import capacity as capacity_ext
 from capserve.sandbox.aws_ext.nodeadm import NodeConfigError, node_storage
 from capserve.sandbox.clock import CLOCK
 from capserve.sandbox.kube.instances import CPU_TYPES, known_instance_type
@@ -106,6 +107,7 @@ def reset() -> None:
     BEHAVIOUR = Behaviour()
     NODE_HOOKS.clear()
     CLUSTER_HOOKS.clear()
+    capacity_ext.TERMINATION_HOOKS.clear()
     clear_calls()
 
 
@@ -150,6 +152,10 @@ def attach_fake_kube(kube: Any, *, failure: str | None = None) -> Callable[[Node
     def bootstrap(cluster_name: str) -> None:
         kube.bootstrap_eks()
 
+    def terminate(reservation: dict[str, Any]) -> list[str]:
+        return list(kube.terminate_instances(reservation["InstanceType"]))
+
+    capacity_ext.TERMINATION_HOOKS.append(terminate)
     NODE_HOOKS.append(provision)
     CLUSTER_HOOKS.append(bootstrap)
     return provision

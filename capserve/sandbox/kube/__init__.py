@@ -219,6 +219,20 @@ class FakeKube:
             self.node_devices.pop(name, None)
         return removed
 
+    def terminate_instances(self, instance_type: str) -> list[str]:
+        """EC2 terminated every instance of ``instance_type`` (a Capacity Block's end − 30 min): their Nodes go."""
+        nodes = self.store.resource("", "v1", "nodes")
+        gone = [
+            node["metadata"]["name"] for node in self.objects("nodes")
+            if node["metadata"].get("labels", {}).get("node.kubernetes.io/instance-type") == instance_type
+        ]
+        for name in gone:
+            self.store.delete(nodes, None, name)
+            self.node_devices.pop(name, None)
+        for pool, names in list(self._pools.items()):
+            self._pools[pool] = [n for n in names if n not in gone]
+        return gone
+
     def _put_node(self, node: dict[str, Any]) -> None:
         self.store.put_object(self.store.resource("", "v1", "nodes"), node, manager="kubelet", trusted=True)
 
