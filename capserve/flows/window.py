@@ -156,11 +156,17 @@ def _finish_report(record: CampaignRecord, spec: CampaignSpec, done: TeardownRes
         return
     partial = CampaignReport(campaign=record.campaign_id)
     partial.add(done)
-    partial.add(schedule_lease_runs(
+    schedule = schedule_lease_runs(
         record.campaign_id, record.lease, spec.teardown,
         bring_up_lead=timedelta(minutes=spec.teardown.bring_up_lead_minutes),
         no_longer_needed=stages_no_longer_needed(torn_down=True, served=True), fired=record.fired,
-    ))
+    )
+    # This run is still Running on the server as it writes; its teardown is done.
+    runs = tuple(
+        run.model_copy(update={"state": "Completed"}) if run.stage is ScheduledStage.TEARDOWN else run
+        for run in schedule.runs
+    )
+    partial.add(schedule.model_copy(update={"runs": runs}))
     written = amend_report_files(partial, Path(record.report_dir), heading="After serving: the scheduled runs")
     get_run_logger().info("report of %s finished: %s", record.campaign_id, written or "no report folder on this host")
 
