@@ -270,13 +270,26 @@ def teardown_finished(refs: CampaignRefs, result: TeardownResult, *, complete: b
 
 
 def revision_published(
-    refs: CampaignRefs, *, repo: str, branch: str, pinned: str, head: str, occurred: datetime
+    refs: CampaignRefs,
+    *,
+    repo: str,
+    branch: str,
+    pinned: str,
+    head: str,
+    occurred: datetime,
+    home_region: str | None = None,
 ) -> CapserveEvent:
-    """The campaign's branch on the Hub moved from its pinned sha to ``head``: one event per (campaign, head)."""
+    """The campaign's branch on the Hub moved from its pinned sha to ``head``: one event per (campaign, head).
+
+    ``home_region``: where the campaign's record lives (the redeploy it starts reads the record from there).
+    """
+    payload: dict[str, JsonValue] = {"repo": repo, "branch": branch, "pinned": pinned, "revision": head}
+    if home_region:
+        payload["home_region"] = home_region
     return campaign_event(
         EventName.REVISION_PUBLISHED,
         refs.updated(repo=repo, revision_sha=head),
         occurred=occurred,
-        payload={"repo": repo, "branch": branch, "pinned": pinned, "revision": head},
+        payload=payload,
         key=head,
     )

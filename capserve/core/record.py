@@ -9,7 +9,7 @@ exists; the record says what a run decided, paid and produced:
   campaign id and its home region can load it;
 - each stage's status, start and end, the digest of its inputs and a few outputs (what a later run
   needs to skip a stage whose inputs did not change and whose outputs still verify);
-- the lease, the approvals (who, when, note), the last good rollout and what teardown kept.
+- the lease, the approvals (who, when, note), the last good rollout, what teardown kept, and every redeploy.
 
 Every change is a pure function from one record to the next (``with_*``), so a conflicting write is
 re-read and the change re-applied.
@@ -26,6 +26,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, mod
 
 from capserve.core.lease import Lease
 from capserve.core.locations import BucketLocation
+from capserve.core.redeploy import RedeployEntry
 from capserve.core.rollout.config import RolloutConfig
 from capserve.core.rollout.strategy import Serving
 from capserve.core.spec import CampaignSpec
@@ -198,6 +199,9 @@ class CampaignRecord(BaseModel):
         default_factory=dict, max_length=16,
         description="Scheduled stage (bring_up, drain, teardown) → when its run started, on the campaign's clock.",
     )
+    redeploys: tuple[RedeployEntry, ...] = Field(
+        default=(), max_length=256, description="Every redeploy, oldest first (capserve.core.redeploy)."
+    )
     updated_at: AwareDatetime = Field(description="Last write.")
 
     @model_validator(mode="before")
@@ -254,6 +258,9 @@ class CampaignRecord(BaseModel):
 
     def with_fired(self, stage: str, *, now: datetime) -> CampaignRecord:
         return self.model_copy(update={"fired": {**self.fired, stage: now}, "updated_at": now})
+
+    def with_redeploy(self, entry: RedeployEntry) -> CampaignRecord:
+        return self.model_copy(update={"redeploys": (*self.redeploys, entry), "updated_at": entry.ended_at})
 
     def with_kept(self, kept: tuple[KeptResource, ...], *, now: datetime) -> CampaignRecord:
         merged = {k.resource: k for k in (*self.kept, *kept)}

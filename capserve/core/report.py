@@ -9,6 +9,9 @@ optional fields with a ``Section`` marker. Adding one is a field here and a stag
 
 A section's JSON is its ``report_section()`` under the field's name and its markdown its ``markdown()``
 (``Section`` takes other functions where a result spells them differently).
+
+Two lists close it: ``"events"`` (the lifecycle events this run sent) and ``"redeploys"`` (every redeploy of
+the campaign, copied from its record when the report is written, whichever run did them).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from capserve.core.events import CapserveEvent
 from capserve.core.markdown import markdown_table
 from capserve.core.plan_check import plan_markdown
 from capserve.core.planner import ServingPlan
+from capserve.core.redeploy import RedeployEntry, redeploys_markdown
 from capserve.core.rollout.result import RolloutResult
 from capserve.core.schedule import LeaseSchedule
 from capserve.core.stages import Stage, StageStatus
@@ -135,6 +139,11 @@ class CampaignReport(BaseModel):
     events: list[CapserveEvent] = Field(
         default_factory=list, max_length=1000, description="Lifecycle events this run sent, in order."
     )
+    redeploys: list[RedeployEntry] = Field(
+        default_factory=list,
+        max_length=256,
+        description="The campaign's redeploys, from its record (report.json 'redeploys'; capserve.core.redeploy).",
+    )
 
     # ------------------------------------------------------------------ sections
 
@@ -193,6 +202,7 @@ class CampaignReport(BaseModel):
             if value is not None:
                 out.update(marker.json_of(name, value))
         out["events"] = [e.report_entry() for e in self.events]
+        out["redeploys"] = [r.report_entry() for r in self.redeploys]
         return out
 
     def to_markdown(self, *, images: bool = True) -> str:
@@ -215,6 +225,8 @@ class CampaignReport(BaseModel):
             if body:
                 lines += ["", f"## {marker.title}", ""] if marker.title else [""]
                 lines.append(body.rstrip())
+        if self.redeploys:
+            lines += ["", "## Redeploys", "", redeploys_markdown(self.redeploys).rstrip()]
         if self.events:
             lines += ["", "## Events", "", markdown_table([_event_row(e) for e in self.events]).rstrip()]
         text = "\n".join(lines)

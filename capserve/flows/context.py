@@ -88,6 +88,11 @@ class CampaignContext:
             write_attempts=self.settings.records.write_attempts,
         )
 
+    @property
+    def saving(self) -> bool:
+        """The record is kept in S3 (so other runs, a redeploy say, may have changed it since)."""
+        return self._saving
+
     def start_saving(self) -> None:
         """From now on every change is written to S3 (the campaign has reached the cloud: from acquire on)."""
         self._saving = True

@@ -46,7 +46,8 @@ def watch_hub(regions: list[str], hub_endpoint: str | None = None, now: datetime
                 campaign_id=target.campaign_id, region=target.region, reservation_id=target.reservation_id
             )
             emit(revision_published(
-                refs, repo=target.repo, branch=target.branch, pinned=target.pinned, head=head, occurred=utc_now()
+                refs, repo=target.repo, branch=target.branch, pinned=target.pinned, head=head, occurred=utc_now(),
+                home_region=region,
             ))
             mark_announced(location, target.campaign_id, head)
             logger.info("hub watcher: %s@%s moved %s → %s", target.repo, target.branch, target.pinned[:12],

@@ -1,23 +1,276 @@
 """Redeploy a running campaign on a new model revision (the target of the revision-published automation).
 
-Not yet: staging, rolling out, evaluating and promoting or rolling back a revision needs the rollout stage
-(issue 9), which is not in this tree yet. Until it is, the flow refuses every run with one clear message,
-so an automation that fires shows a Failed run saying why, instead of doing half a redeploy
-(docs/events.md §4).
+    refuse? ─► same sha again? ─► plan ─► stage_weights ─► bring_up (finds the cluster) ─► weights_to_nodes
+        ─► rollout (the rollout stage's strategy; a rollout that never gets ready rolls back on its own)
+        ─► evaluate ─► pass: promote │ otherwise: roll back to the last good revision
+
+Like the window's runs (``capserve.flows.window``) it is given the campaign id and its home region and reads
+the spec, the lease and the last good rollout from the campaign record. It refuses, with one message
+naming why, a campaign inside its drain window (end − ``teardown.drain_before_end_minutes``), torn down,
+drained or without a cluster (the record and AWS's tags are both asked), or with no good rollout to fall
+back on. One redeploy per campaign at a time: deployment runs take the campaign's slot
+(``capserve.flows.slots``, shared with the campaign and serve runs), and once they hold it they read the
+record again, so a second event for the same commit finds it served or tried and ends Completed
+("Skipped") without doing anything.
+
+Where the outcome goes: each redeploy appends a ``RedeployEntry`` (from, to, trigger, strategy, verdict,
+outcome) to the campaign record, together with the moved last good rollout when it promotes. The record
+is the carrier: every report a campaign run writes copies the record's redeploys into ``report.json``
+``"redeploys"`` (``capserve.flows.runner``). The redeploy also writes its own report (its stages, the
+rollout and rollback, the evaluation and the record's redeploys so far) under ``out_dir``.
+
+A failure of the redeploy itself never tears the campaign down: before the rollout the old revision keeps
+serving; a rollback that fails leaves the cluster to the scheduled teardown (the entry says "failed").
 """
 
 from __future__ import annotations
 
-from prefect import flow
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
 
-from capserve.core.errors import PermanentError
+from prefect import flow, get_run_logger
+from prefect.client.schemas.objects import State
+from prefect.states import Completed
+
+from capserve.core.cluster.result import ClusterResult
+from capserve.core.errors import CapserveError, PermanentError
+from capserve.core.events import rollout_event
+from capserve.core.planner import ServingPlan
+from capserve.core.record import CampaignRecord, RecordRef, RolloutRecord
+from capserve.core.redeploy import (
+    Outcome,
+    RedeployEntry,
+    Verdict,
+    already_handled,
+    outcome_for,
+    redeploys_markdown,
+    refusal,
+)
+from capserve.core.report import CampaignReport
+from capserve.core.spec import CampaignSpec
+from capserve.core.stages import Stage, StageStatus
+from capserve.core.weights.assembly import model_repo
+from capserve.flows.announce import about, announce
+from capserve.flows.announce import now as utc_now
+from capserve.flows.bring_up import bring_up
+from capserve.flows.context import CampaignContext, RunOptions, need
+from capserve.flows.rollout import roll_back
+from capserve.flows.runner import StageEnd, StageOutput
+from capserve.flows.slots import campaign_slot
+from capserve.flows.stages import (
+    evaluate_stage,
+    rollout_inputs,
+    rollout_stage,
+    stage_weights_stage,
+    weights_to_nodes_stage,
+)
+from capserve.flows.window import campaign_record, recorded_spec
+from capserve.tasks.clock import campaign_now
+from capserve.tasks.planning import plan_campaign, resolve_model
+from capserve.tasks.record_store import change_record, load_record
+from capserve.tasks.reporting import publish_redeploy, write_report_files
+from capserve.tasks.settings import hub_endpoint_from_environment, settings_from_environment
+from capserve.tasks.teardown.inventory import inventory_campaign
+from capserve.tasks.weights.hub import hub_connection, resolve_revision
 
 
-@flow(name="redeploy", validate_parameters=True)
-def redeploy(campaign_id: str, revision: str, trigger: str = "manual", region: str | None = None) -> None:
-    """Refuse: a redeploy needs the rollout stage."""
-    raise PermanentError(
-        f"redeploy of campaign {campaign_id} to revision {revision} ({trigger}) is not available yet: it needs "
-        "the rollout stage (issue 9). The campaign keeps serving its pinned revision; run the campaign again "
-        "with model.revision set to the new commit to move it by hand"
-    )
+@flow(name="redeploy", flow_run_name="redeploy-{campaign_id}", validate_parameters=True)
+def redeploy(
+    campaign_id: str,
+    revision: str,
+    trigger: str = "manual",
+    region: str | None = None,
+    hub_endpoint: str | None = None,
+    out_dir: Path | None = None,
+    now: datetime | None = None,
+) -> RedeployEntry | State:
+    """Stage, roll out and evaluate ``revision`` (a commit, branch or tag of the campaign's repo) on the running
+    campaign, then promote it or roll back. ``region``: the campaign's home region (where its record lives;
+    default ``CAPSERVE_RECORDS__REGION``). ``now``: when the drain window is judged (default: the current time).
+    """
+    base = settings_from_environment()
+    home = region or base.records.region
+    if not home:
+        raise PermanentError(
+            f"redeploy of campaign {campaign_id}: no region given: pass region (the campaign's home region, the "
+            "first of its capacity.regions) or set CAPSERVE_RECORDS__REGION"
+        )
+    record, ref = campaign_record(campaign_id, home, base)
+    _refuse(record, now)
+    with campaign_slot(campaign_id):
+        record = load_record(ref) or record  # the slot may have been waited for: what did the last holder do?
+        spec = recorded_spec(record)
+        hub = hub_endpoint or hub_endpoint_from_environment()
+        sha = _pin(spec, revision, hub, base.weights.hub_timeout_seconds)
+        done = already_handled(record, sha)
+        if done is not None:
+            get_run_logger().info("redeploy of %s to %s: nothing to do (%s)", campaign_id, sha, done)
+            return Completed(name="Skipped", message=done)
+        _refuse(record, now, cluster_spec=spec)
+        options = RunOptions(
+            out_dir=out_dir or Path("out") / campaign_id / "redeploy" / sha[:12],
+            staging_dir=(out_dir or Path("out") / campaign_id / "redeploy") / "staging",
+            hub_endpoint=hub,
+        )
+        ctx = CampaignContext(
+            spec=_at_revision(spec, sha),
+            settings=base.for_campaign(spec.campaign_settings()),
+            options=options,
+            report=CampaignReport(campaign=campaign_id),
+            record=record,  # changes stay local (never start_saving): the outcome is written once, below
+            lease=record.lease,
+        )
+        return _redeploy(ctx, ref, sha, trigger)
+
+
+def _refuse(record: CampaignRecord, now: datetime | None, *, cluster_spec: CampaignSpec | None = None) -> None:
+    """Raise the reason the campaign cannot be redeployed now; with ``cluster_spec``, AWS is asked for its cluster."""
+    has_cluster = None
+    if cluster_spec is not None and record.lease is not None:
+        found = inventory_campaign(
+            record.campaign_id,
+            record.lease.region,
+            kind=cluster_spec.cluster.kind,
+            existing_cluster=cluster_spec.cluster.existing_cluster_name,
+        )
+        has_cluster = found.workload_cluster is not None and found.workload_cluster.endpoint is not None
+    why = refusal(record, now=now or campaign_now(), has_cluster=has_cluster)
+    if why is not None:
+        raise PermanentError(f"redeploy refused: {why}")
+
+
+def _pin(spec: CampaignSpec, revision: str, hub_endpoint: str | None, timeout_s: float) -> str:
+    """The commit ``revision`` names now (a sha names itself): what "already tried" is judged on."""
+    return resolve_revision(hub_connection(hub_endpoint, None, timeout_s), model_repo(spec.model), revision)
+
+
+def _at_revision(spec: CampaignSpec, sha: str) -> CampaignSpec:
+    """The campaign's spec with the model pinned to ``sha`` (the record's spec is left as the person wrote it)."""
+    document = spec.model_dump(mode="json")
+    document["model"]["revision"] = sha
+    return CampaignSpec.model_validate(document)
+
+
+def _redeploy(ctx: CampaignContext, ref: RecordRef, sha: str, trigger: str) -> RedeployEntry:
+    previous = need(ctx.record.last_good_rollout, Stage.ROLLOUT)
+    entry = _Entry(from_sha=previous.revision_sha, to_sha=sha, trigger=trigger, serving=previous.revision_sha)
+    try:
+        _stage(ctx, Stage.PLAN, _plan)
+        _stage(ctx, Stage.STAGE_WEIGHTS, stage_weights_stage)
+        _stage(ctx, Stage.BRING_UP, _cluster)
+        _stage(ctx, Stage.WEIGHTS_TO_NODES, weights_to_nodes_stage)
+        entry.serving = None  # from here on, what serves depends on how the rollout ends
+        _stage(ctx, Stage.ROLLOUT, rollout_stage)
+    except CapserveError as exc:
+        _finish(ctx, ref, entry.ended("failed", f"{type(exc).__name__}: {exc}"))
+        raise
+    rolled = need(ctx.report.rollout, Stage.ROLLOUT)
+    entry.strategy = rolled.attempts[0].strategy
+    if rolled.rolled_back:  # it never became ready: the rollout put the last good configuration back itself
+        entry.serving = previous.revision_sha
+        failure = "; ".join(a.failure or "" for a in rolled.failed)
+        return _finish(ctx, ref, entry.ended("rolled-back", f"the rollout failed: {failure}"),
+                       good=ctx.record.last_good_rollout)
+    new = need(ctx.record.last_good_rollout, Stage.ROLLOUT)  # what the rollout recorded (locally, not yet in S3)
+    entry.serving = sha
+    entry.verdict, why = _evaluate(ctx)
+    if outcome_for(entry.verdict) == "promoted":
+        return _finish(ctx, ref, entry.ended("promoted", ""), good=new)
+    try:
+        back, good = roll_back(replace(rollout_inputs(ctx), last_good=previous), new.color or "blue", why)
+    except CapserveError as exc:
+        entry.serving = None
+        _finish(ctx, ref, entry.ended("failed", f"{why}; the rollback failed too: {exc}"))
+        raise
+    # The report's rollout says what serves now (the last good one) and lists every attempt, the failed one first.
+    ctx.report.rollout = back.model_copy(update={"attempts": (*rolled.attempts, *back.attempts)})
+    announce(ctx, rollout_event(about(ctx), "rolled-back", revision=sha, strategy=back.strategy, occurred=utc_now(),
+                                detail=why, rolled_back_to=previous.revision_sha))
+    entry.serving = previous.revision_sha
+    return _finish(ctx, ref, entry.ended("rolled-back", why), good=good)
+
+
+@dataclass
+class _Entry:
+    """The redeploy's entry while it runs."""
+
+    from_sha: str
+    to_sha: str
+    trigger: str
+    serving: str | None
+    strategy: str = ""
+    verdict: Verdict = "not-evaluated"
+    started_at: datetime = field(default_factory=lambda: campaign_now())
+
+    def ended(self, outcome: Outcome, detail: str) -> RedeployEntry:
+        return RedeployEntry(
+            from_sha=self.from_sha, to_sha=self.to_sha, trigger=self.trigger[:100], strategy=self.strategy,
+            verdict=self.verdict, outcome=outcome, serving_sha=self.serving, started_at=self.started_at,
+            ended_at=campaign_now(), detail=detail[:2000],
+        )
+
+
+def _stage(ctx: CampaignContext, stage: Stage, run: Callable[[CampaignContext], StageOutput]) -> None:
+    """One stage, timed in the redeploy's report, its result in its section (the campaign record is left alone)."""
+    line = ctx.report.begin(stage)
+    try:
+        output = run(ctx)
+    except BaseException as exc:
+        status = StageStatus.FAILED if isinstance(exc, CapserveError) else StageStatus.INTERRUPTED
+        ctx.report.end(line, status, f"{type(exc).__name__}: {exc}")
+        raise
+    section = output.section if isinstance(output, StageEnd) else output
+    if section is not None:
+        ctx.report.add(section)
+    if isinstance(output, StageEnd):
+        ctx.report.end(line, output.status, output.why)
+    else:
+        ctx.report.end(line, StageStatus.COMPLETED)
+
+
+def _plan(ctx: CampaignContext) -> ServingPlan:
+    """The plan for the new revision (its geometry may differ); no preflight: nothing is bought."""
+    model = resolve_model(ctx.spec.model, ctx.options.hub_endpoint)
+    return plan_campaign(ctx.spec, model, ctx.settings.planner)
+
+
+def _cluster(ctx: CampaignContext) -> ClusterResult:
+    """The campaign's cluster, found and proven usable by bring-up (it exists: checked before; nothing is made)."""
+    return bring_up(ctx.spec, need(ctx.lease, Stage.ACQUIRE), ctx.settings.bring_up)
+
+
+def _evaluate(ctx: CampaignContext) -> tuple[Verdict, str]:
+    """The new revision's verdict, and why it is not promoted ('' when it passed)."""
+    line_count = len(ctx.report.stages)
+    try:
+        _stage(ctx, Stage.EVALUATE, evaluate_stage)
+    except CapserveError as exc:
+        return "not-evaluated", f"its evaluation could not run: {exc}"
+    evaluation = ctx.report.evaluation
+    if evaluation is None:
+        return "not-evaluated", ctx.report.stages[line_count].detail or "it was not evaluated"
+    if evaluation.verdict == "pass":
+        return "pass", ""
+    failed = sorted({g.name for g in evaluation.gates if g.passed is False})
+    gates = ", ".join(failed) or "none"
+    return evaluation.verdict, f"its evaluation verdict is {evaluation.verdict} (gates failed: {gates})"
+
+
+def _finish(
+    ctx: CampaignContext, ref: RecordRef, entry: RedeployEntry, *, good: RolloutRecord | None = None
+) -> RedeployEntry:
+    """Write the outcome to the record (the last good rollout moves with it), then the redeploy's own report."""
+    changes = [lambda record: record.with_rollout(good)] if good is not None else []
+    record = change_record(ref, [*changes, lambda record: record.with_redeploy(entry)])
+    ctx.report.redeploys = list(record.redeploys)
+    logger = get_run_logger()
+    logger.info("redeploy of %s: %s → %s %s (%s)", ctx.spec.campaign_id, entry.from_sha[:12], entry.to_sha[:12],
+                entry.outcome, entry.detail or entry.verdict)
+    try:
+        write_report_files(ctx.report, ctx.options.out_dir)
+        publish_redeploy(ctx.spec.campaign_id, redeploys_markdown([entry]))
+    except Exception:
+        logger.exception("could not write the redeploy's report to %s", ctx.options.out_dir)
+    return entry

@@ -22,9 +22,11 @@ from prefect import flow, get_run_logger
 
 from capserve.core.cluster.readiness import KubeSettings
 from capserve.core.cluster.result import ClusterResult
+from capserve.core.errors import PermanentError
 from capserve.core.planner import ServingPlan
 from capserve.core.record import RolloutRecord
 from capserve.core.rollout import (
+    Color,
     RenderedRollout,
     RolloutConfig,
     RolloutDecision,
@@ -286,6 +288,34 @@ def roll_out(inputs: RolloutInputs) -> tuple[RolloutResult, RolloutRecord]:
     return run.result(outcome, decision, rolled_back=False), _record_of(inputs, config, decision.new_color)
 
 
+@flow(name="rollback")
+def roll_back(inputs: RolloutInputs, failed_color: Color, why: str) -> tuple[RolloutResult, RolloutRecord]:
+    """Bring ``inputs.last_good`` back after a configuration that served under ``failed_color`` was found bad
+    (a redeploy whose evaluation failed). Its rollout had finished, so the old colour is gone whatever the
+    strategy (blue/green deletes it after the switch): undo it as a recreate does (delete the failed colour,
+    apply the last good configuration under its own colour, wait, switch the Services back).
+    """
+    good = inputs.last_good.serving if inputs.last_good else None
+    if good is None:
+        raise PermanentError(
+            f"campaign {inputs.spec.campaign_id}: no last good configuration recorded to roll back to ({why})"
+        )
+    cluster = inputs.cluster
+    run = _Run(
+        inputs,
+        api_client_for_eks(cluster.endpoint, cluster.ca_data, cluster.name, cluster.region),
+        serving_namespace(inputs.spec.campaign_id),
+    )
+    served = RolloutDecision(
+        strategy="recreate", new_color=failed_color, steps=(Step.APPLY_NEW,), reason=f"served, then {why}"[:500]
+    )
+    undo = rollback_decision(served, good)
+    assert undo is not None  # a last good configuration always has an undo
+    get_run_logger().warning("rolling back to revision %s: %s", good.config.revision, why)
+    outcome = run.attempt(good.config, undo)
+    return run.result(outcome, undo, rolled_back=True), _record_of(inputs, good.config, good.color)
+
+
 @contextmanager
 def served_endpoint(cluster: ClusterResult, rolled: RolloutResult, campaign_id: str) -> Iterator[tuple[str, str]]:
     """A local URL for the serving leader (port-forward) and the name of the environment variable that holds
@@ -299,4 +329,4 @@ def served_endpoint(cluster: ClusterResult, rolled: RolloutResult, campaign_id: 
         yield url, key_env
 
 
-__all__ = ["RolloutInputs", "roll_out", "served_endpoint", "workload_name"]
+__all__ = ["RolloutInputs", "roll_back", "roll_out", "served_endpoint", "workload_name"]

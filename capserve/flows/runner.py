@@ -9,7 +9,8 @@ The rules (decided in ``capserve.core.sequencing``, applied here):
   ("failed-stage"); an interruption (Ctrl-C, SIGTERM, a Prefect cancellation, a broken output pipe)
   leaves the cluster to the scheduled teardown and the reaper, and the report and record say so;
 - an error while tearing down after a failure never replaces the failure, and the report is always
-  written, with the cost ledger of the run (``capserve.flows.cost``; 0 when no capacity was obtained).
+  written, with the cost ledger of the run (``capserve.flows.cost``; 0 when no capacity was obtained) and
+  the campaign's redeploys as its record holds them (a redeploy run appends to the record, not to this report).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from capserve.flows.context import CampaignContext
 from capserve.flows.cost import campaign_ledger
 from capserve.flows.reuse import reuse_unchanged
 from capserve.tasks.clock import campaign_now
+from capserve.tasks.record_store import load_record
 from capserve.tasks.reporting import publish_report, write_report_files
 
 
@@ -125,6 +127,7 @@ def finish(ctx: CampaignContext, error: BaseException | None, tear_down: TearDow
             _explain_interruption(ctx, ending.why)
     finally:
         _add_cost(ctx, interrupted=error is not None and not isinstance(error, CapserveError))
+        _add_redeploys(ctx)
         _write_report(ctx, quietly=error is not None)
 
 
@@ -185,6 +188,20 @@ def _add_cost(ctx: CampaignContext, *, interrupted: bool) -> None:
         campaign_ledger(ctx, interrupted=interrupted)
     except Exception:
         _logger().exception("could not compute the cost ledger of campaign %s", ctx.spec.campaign_id)
+
+
+def _add_redeploys(ctx: CampaignContext) -> None:
+    """The redeploys the record holds (capserve.core.redeploy): redeploy runs write them there, never to this
+    run's report, so the report a campaign writes lists every redeploy made until then."""
+    if not ctx.saving:
+        return  # the record never reached S3: no redeploy can have found the campaign
+    try:
+        record = load_record(ctx.record_ref)
+    except Exception:
+        _logger().exception("could not read the redeploys of campaign %s from its record", ctx.spec.campaign_id)
+        return
+    if record is not None:
+        ctx.report.redeploys = list(record.redeploys)
 
 
 def _write_report(ctx: CampaignContext, *, quietly: bool) -> None:

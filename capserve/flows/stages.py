@@ -147,16 +147,7 @@ def weights_to_nodes_stage(ctx: CampaignContext) -> NodeStagingResult:
 
 def rollout_stage(ctx: CampaignContext) -> RolloutResult | StageEnd:
     """Serve the plan with vLLM on the cluster (or converge on it); a failure rolls back or raises (→ teardown)."""
-    inputs = RolloutInputs(
-        spec=ctx.spec,
-        plan=need(ctx.report.plan, Stage.PLAN),
-        weights=need(ctx.report.weights, Stage.STAGE_WEIGHTS),
-        staged=need(ctx.report.node_staging, Stage.WEIGHTS_TO_NODES),
-        cluster=need(ctx.report.cluster, Stage.BRING_UP),
-        last_good=ctx.record.last_good_rollout,
-        region=ctx.locations.weights.region,
-        weights_settings=ctx.settings.weights,
-    )
+    inputs = rollout_inputs(ctx)
     tried = inputs.weights.revision_sha
     try:
         result, serving = roll_out(inputs)
@@ -180,6 +171,20 @@ def rollout_stage(ctx: CampaignContext) -> RolloutResult | StageEnd:
         return StageEnd(StageStatus.STOPPED, f"rolled back to revision {result.revision}: {failed}", result)
     announce(ctx, rollout_event(about(ctx), "ready", revision=tried, strategy=result.strategy, occurred=now()))
     return result
+
+
+def rollout_inputs(ctx: CampaignContext) -> RolloutInputs:
+    """What the rollout is given: the earlier stages' results and the record's last good configuration."""
+    return RolloutInputs(
+        spec=ctx.spec,
+        plan=need(ctx.report.plan, Stage.PLAN),
+        weights=need(ctx.report.weights, Stage.STAGE_WEIGHTS),
+        staged=need(ctx.report.node_staging, Stage.WEIGHTS_TO_NODES),
+        cluster=need(ctx.report.cluster, Stage.BRING_UP),
+        last_good=ctx.record.last_good_rollout,
+        region=ctx.locations.weights.region,
+        weights_settings=ctx.settings.weights,
+    )
 
 
 def evaluate_stage(ctx: CampaignContext) -> EvaluationResult | StageEnd:

@@ -61,12 +61,12 @@ from capserve.tasks.teardown.workloads import connect
 def serve(campaign_id: str, region: str, reservation_id: str) -> CampaignReport | State:
     """Bring up, stage weights on the nodes and evaluate, at the block's start (the campaign's serve part)."""
     base = settings_from_environment()
-    record, ref = _campaign_record(campaign_id, region, base)
+    record, ref = campaign_record(campaign_id, region, base)
     stale = _stale(record, reservation_id)
     if stale:
         return Cancelled(name="Stale", message=stale)
     _stamp_fired(ref, ScheduledStage.BRING_UP)
-    spec = _spec(record)
+    spec = recorded_spec(record)
     # The campaign's report folder (on this worker's host), so the report a person opens is the whole campaign's.
     out_dir = Path(record.report_dir) if record.report_dir else Path("out") / campaign_id
     options = RunOptions(out_dir=out_dir, staging_dir=out_dir / "staging", hub_endpoint=hub_endpoint_from_environment())
@@ -89,13 +89,13 @@ def drain(
     the automation on AWS's expiration warning (docs/events.md) drains whatever the campaign holds.
     """
     base = settings_from_environment()
-    record, ref = _campaign_record(campaign_id, region, base)
+    record, ref = campaign_record(campaign_id, region, base)
     stale = _stale(record, reservation_id) if reservation_id is not None else ""
     if stale:
         return Cancelled(name="Stale", message=stale)
     if reservation_id is not None:
         _stamp_fired(ref, ScheduledStage.DRAIN)
-    spec = _spec(record)
+    spec = recorded_spec(record)
     started = campaign_now()
     settings = base.for_campaign(spec.campaign_settings()).teardown
     found = inventory_campaign(campaign_id, region, kind=spec.cluster.kind,
@@ -129,13 +129,13 @@ def scheduled_teardown(
     the automation on AWS's expiration warning (docs/events.md §4) tears down whatever the campaign holds.
     """
     base = settings_from_environment()
-    record, ref = _campaign_record(campaign_id, region, base)
+    record, ref = campaign_record(campaign_id, region, base)
     stale = _stale(record, reservation_id) if reservation_id is not None else ""
     if stale:
         return Cancelled(name="Stale", message=stale)
     if reservation_id is not None:
         _stamp_fired(ref, ScheduledStage.TEARDOWN)
-    spec = _spec(record)
+    spec = recorded_spec(record)
     done = teardown(spec, region, reason=reason)
     record = change_record(ref, [lambda rec: rec.with_kept(done.kept, now=campaign_now())])
     _finish_report(record, spec, done)
@@ -192,7 +192,7 @@ def teardown_orphan(flow_run_id: str, soon_minutes: int = 30) -> TeardownResult 
         return Cancelled(name="LeftAlone", message=message)
     base = settings_from_environment()
     if target.home_region is not None:
-        record, ref = _campaign_record(target.campaign_id, target.home_region, base)
+        record, ref = campaign_record(target.campaign_id, target.home_region, base)
     else:
         assert target.spec is not None  # a campaign run's target always carries its spec
         ref = record_ref(target.spec, base.records)
@@ -202,7 +202,7 @@ def teardown_orphan(flow_run_id: str, soon_minutes: int = 30) -> TeardownResult 
         record = loaded
     if record.lease is None:
         return _unsure(crashed.name, f"campaign {target.campaign_id} records no lease: no region to tear down in")
-    spec = _spec(record)
+    spec = recorded_spec(record)
     region = record.lease.region
     logger.warning("campaign %s: run %s crashed and no other run of it is live; tearing down in %s",
                    target.campaign_id, crashed.name, region)
@@ -218,7 +218,7 @@ def _unsure(crashed: str, why: str) -> State:
     return Cancelled(name="Unsure", message=f"{subject}: {why}")
 
 
-def _campaign_record(campaign_id: str, region: str, settings: Settings) -> tuple[CampaignRecord, RecordRef]:
+def campaign_record(campaign_id: str, region: str, settings: Settings) -> tuple[CampaignRecord, RecordRef]:
     location = locate_records(region, settings.records)
     ref = RecordRef(campaign_id=campaign_id, location=location, write_attempts=settings.records.write_attempts)
     record = load_record(ref)
@@ -238,7 +238,7 @@ def _stale(record: CampaignRecord, reservation_id: str) -> str:
     return ""
 
 
-def _spec(record: CampaignRecord) -> CampaignSpec:
+def recorded_spec(record: CampaignRecord) -> CampaignSpec:
     spec = record.load_spec()
     if spec is None:
         raise PermanentError(f"the record of campaign {record.campaign_id} holds no spec: start the campaign again")

@@ -23,7 +23,7 @@ from capserve.sandbox.aws_ext import capacity as capacity_ext
 from capserve.sandbox.aws_ext import eks as eks_ext
 from capserve.sandbox.clock import CLOCK
 from capserve.sandbox.clock_server import clock_server
-from capserve.sandbox.hub import local_hub
+from capserve.sandbox.hub import HubState, local_hub, publish_revision
 from capserve.sandbox.kube import FakeKube, fake_kube
 from capserve.sandbox.openai_server import SandboxConfig, serve
 from capserve.tasks.clock import CLOCK_URL_ENV
@@ -49,9 +49,15 @@ class SandboxEndpoints:
     kube: str
     kube_server: FakeKube  # for tests that inject Kubernetes-side failures
     hub: str
+    hub_state: HubState  # the local Hub's repos (publish_revision moves a branch)
     inference: str
     inference_note: str
     clock: str | None = None  # the simulated clock's URL (CAPSERVE_CLOCK_URL), when simulating
+
+    def publish_revision(self, *, good: bool = True) -> str:
+        """A new commit of the demo's model (``capserve-sandbox/tiny-k3``) on the local Hub; its sha.
+        ``good=False``: a revision whose served quality fails the quality gate (``capserve.sandbox.hub.revisions``)."""
+        return publish_revision(self.hub_state, good=good)
 
 
 @contextmanager
@@ -96,7 +102,8 @@ def sandbox(
         # Clusters and node groups still pass through CREATING, but turn ACTIVE at the first status
         # poll after creation: a real EKS cluster's ~10 minutes would only make the demo wait.
         eks_ext.BEHAVIOUR.describes_until_active = 1
-        hub = stack.enter_context(local_hub())
+        hub_states: list[HubState] = []
+        hub = stack.enter_context(local_hub(states=hub_states))
         # The local Hub serves plain files; the Xet protocol is for hf.co's storage only.
         stack.enter_context(patched_environ({"HF_HUB_DISABLE_XET": "1"}))
         # moto has no Price List API: the campaign's ledger prices from the packaged table, and says so.
@@ -110,6 +117,7 @@ def sandbox(
             kube=kube.url,
             kube_server=kube,
             hub=hub,
+            hub_state=hub_states[0],
             inference=inference,
             clock=clock_url,
             inference_note=(

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -102,6 +103,24 @@ class SandboxConfig(BaseModel):
         "`vllm serve --api-key` does (401 otherwise; /health stays open). The key itself never goes into the "
         "config, which travels on the command line.",
     )
+
+
+# A sandbox-only key of a checkpoint's config.json: {"capserve_sandbox": {"quality_accuracy": 0.0, ...}} makes
+# the stand-in serving that checkpoint answer golden-set questions right with that probability, so a "bad"
+# revision (capserve.sandbox.hub.publish_revision) fails the quality gate on what it really answers. vLLM
+# ignores keys a model's config does not use.
+MODEL_CONFIG_KEY = "capserve_sandbox"
+
+
+def quality_of_checkpoint(model_dir: Path) -> float | None:
+    """The served quality a checkpoint's config.json asks of the stand-in (None: the server's default)."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    marker = config.get(MODEL_CONFIG_KEY) if isinstance(config, dict) else None
+    value = marker.get("quality_accuracy") if isinstance(marker, dict) else None
+    return float(value) if isinstance(value, int | float) and 0 <= value <= 1 else None
 
 
 def _text_of(messages: list[dict[str, Any]]) -> tuple[str, bool]:

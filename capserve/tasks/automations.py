@@ -8,7 +8,7 @@ an existing automation, create a missing one), so it can run after every ``prefe
 
 | automation | fires on | starts |
 |---|---|---|
-| ``capserve-redeploy-on-new-revision`` | ``capserve.model.revision-published`` | redeploy (campaign, revision) |
+| ``capserve-redeploy-on-new-revision`` | ``capserve.model.revision-published`` | redeploy (campaign, sha, region) |
 | ``capserve-drain-on-expiration-warning`` | ``capserve.aws.capacity-block.expiration-warning`` | drain, then teardown |
 | ``capserve-crash-silent-campaign-run`` | a ``campaign`` run's heartbeat, then silence | marks the run Crashed |
 | ``capserve-teardown-crashed-campaign`` | ``prefect.flow-run.Crashed`` of a ``campaign`` run | teardown of orphans |
@@ -118,6 +118,7 @@ def build_automations(ids: Mapping[str, UUID], targets: AutomationTargets) -> li
             trigger=_on_campaign(EventName.REVISION_PUBLISHED),
             actions=[run(targets.redeploy, {
                 "campaign_id": CAMPAIGN, "revision": "{{ event.payload.revision }}", "trigger": "revision-published",
+                "region": "{{ event.payload.home_region }}",  # where the record lives (the hub watcher's region)
             })],
         ),
         Automation(

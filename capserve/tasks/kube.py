@@ -271,6 +271,30 @@ def apply(
     return _apply(dynamic_client(api), manifest, field_manager)
 
 
+def apply_job(
+    api: k8s.ApiClient, manifest: Mapping[str, Any], field_manager: str = DEFAULT_FIELD_MANAGER
+) -> dict[str, Any]:
+    """Server-side apply a Job; one whose pod template changed (another model revision's files, another
+    compile-cache key) is deleted and made again: Kubernetes refuses to change a Job's template (it is
+    immutable), and a finished Job under the same name would otherwise pass for the new one."""
+    dyn = dynamic_client(api)
+    try:
+        return _apply(dyn, manifest, field_manager)
+    except PermanentError as exc:
+        if "field is immutable" not in str(exc):  # the API server's Status.message, kept by convert()
+            raise
+    metadata = manifest.get("metadata") or {}
+    jobs = _resource(dyn, "batch/v1", "Job")
+    try:
+        # Background: the Job object goes at once; its finished pods are garbage-collected after it.
+        jobs.delete(name=metadata.get("name"), namespace=metadata.get("namespace"),
+                    body={"propagationPolicy": "Background"})
+    except Exception as exc:
+        if getattr(exc, "status", None) != 404:
+            raise convert(exc, f"deleting {_describe(manifest)} to make it again") from exc
+    return _apply(dyn, manifest, field_manager)
+
+
 def _key(obj: Mapping[str, Any]) -> str:
     metadata = obj.get("metadata") or {}
     return f"{metadata.get('namespace') or ''}/{metadata.get('name')}"

@@ -92,6 +92,12 @@ def publish_teardown(campaign_id: str, markdown: str) -> None:
     create_markdown_artifact(key=f"{campaign_id}-teardown", markdown=markdown, description="Teardown")
 
 
+@orchestrator_task(name="publish-redeploy")
+def publish_redeploy(campaign_id: str, markdown: str) -> None:
+    """A redeploy's outcome, for the UI (its own key: the campaign's report artifact stays the campaign's)."""
+    create_markdown_artifact(key=f"{campaign_id}-redeploy", markdown=markdown, description="Redeploy")
+
+
 @orchestrator_task(name="publish-reaper")
 def publish_reaper(markdown: str) -> None:
     """What the reaper reaped (or would reap) and kept, for the UI."""

@@ -84,11 +84,14 @@ def campaign(name: str) -> dict[str, str]:
 
 def test_a_published_revision_starts_one_redeploy_and_its_duplicate_none(deployments: dict[str, uuid.UUID]) -> None:
     target = deployments[TARGETS.redeploy]
-    first = send("capserve.model.revision-published", campaign("c-rev"), payload={"revision": SHA})
+    payload = {"revision": SHA, "home_region": "us-east-2"}
+    first = send("capserve.model.revision-published", campaign("c-rev"), payload=payload)
     [run] = runs_of(target, 1)
-    assert run.parameters == {"campaign_id": "c-rev", "revision": SHA, "trigger": "revision-published"}
-    send("capserve.model.revision-published", campaign("c-rev"), payload={"revision": SHA}, event_id=first)
-    send("capserve.model.other", campaign("c-rev"), payload={"revision": SHA})  # not an event it expects
+    assert run.parameters == {
+        "campaign_id": "c-rev", "revision": SHA, "trigger": "revision-published", "region": "us-east-2"
+    }
+    send("capserve.model.revision-published", campaign("c-rev"), payload=payload, event_id=first)
+    send("capserve.model.other", campaign("c-rev"), payload=payload)  # not an event it expects
     time.sleep(5)  # long enough for a wrongly fired automation to show its run
     assert len(runs_of(target, 1)) == 1
 

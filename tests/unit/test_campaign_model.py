@@ -126,7 +126,7 @@ def test_the_report_renders_sections_in_campaign_order_with_their_own_json() -> 
         lease_end=T0,
     ))
     out = report.to_json()
-    assert list(out) == ["campaign", "stages", "schedule", "cluster", "events"]
+    assert list(out) == ["campaign", "stages", "schedule", "cluster", "events", "redeploys"]
     assert out["schedule"] == [{
         "name": "teardown-k3-demo", "stage": "teardown", "scheduled_at": T0.isoformat(), "flow_run_id": None,
         "state": "Scheduled", "fired_at": None,

@@ -10,9 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from capserve.sandbox.hub.checkpoint import K3, TINY_K3, CheckpointGeometry, write_checkpoint
+from capserve.sandbox.hub.revisions import publish_revision
 from capserve.sandbox.hub.server import Faults, HubServer, HubState, ServedRepo
 
-__all__ = ["K3", "TINY_K3", "CheckpointGeometry", "Faults", "local_hub", "write_checkpoint"]
+__all__ = [
+    "K3", "TINY_K3", "CheckpointGeometry", "Faults", "HubState", "local_hub", "publish_revision", "write_checkpoint",
+]
 
 
 @contextmanager

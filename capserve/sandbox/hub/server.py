@@ -115,14 +115,27 @@ class HubState:
         with self.lock:
             self.log.append(entry)
 
-    def publish(self, repo_id: str) -> str:
-        """A new commit on ``main``: the repo's directory is read again (write the new files first); returns its
-        sha. Like a push to the Hub, the branch now resolves to the new commit (docs/events.md §3)."""
+    older: dict[str, dict[str, ServedRepo]] = field(default_factory=dict)  # repo -> sha -> an earlier commit
+
+    def publish(self, repo_id: str, root: Path | None = None) -> str:
+        """A new commit on ``main``: ``root`` (default: the repo's directory, read again: write the new files
+        first); returns its sha. Like a push to the Hub, the branch now resolves to the new commit
+        (docs/events.md §3); an earlier commit still resolves by its sha while its directory is unchanged."""
         with self.lock:
             repos = dict(self.repos)
-            repos[repo_id] = ServedRepo.scan(self.repos[repo_id].root)
+            before = self.repos[repo_id]
+            repos[repo_id] = ServedRepo.scan(root or before.root)
+            if root is not None and root != before.root:
+                self.older.setdefault(repo_id, {})[before.sha] = before
             self.repos = repos
             return repos[repo_id].sha
+
+    def commit(self, repo_id: str, revision: str) -> ServedRepo | None:
+        """The commit ``revision`` names: ``main`` or the head's sha, or an earlier commit's sha."""
+        head = self.repos.get(repo_id)
+        if head is None or revision in ("main", head.sha):
+            return head
+        return self.older.get(repo_id, {}).get(revision)
 
 
 class HubServer(ThreadingHTTPServer):
@@ -200,11 +213,11 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, body, {"X-Error-Code": code, "X-Error-Message": message or code, **(headers or {})})
 
     def _repo(self, org: str, name: str, revision: str) -> ServedRepo | None:
-        repo = self.state.repos.get(f"{org}/{name}")
-        if repo is None:
+        if f"{org}/{name}" not in self.state.repos:
             self._error(404, "RepoNotFound", f"repository {org}/{name} not found")
             return None
-        if urllib.parse.unquote(revision) not in ("main", repo.sha):
+        repo = self.state.commit(f"{org}/{name}", urllib.parse.unquote(revision))
+        if repo is None:
             self._error(404, "RevisionNotFound", f"revision {revision} not found")
             return None
         return repo

@@ -496,6 +496,8 @@ class Store:
                     # Built-ins come back with a zero status after create (DaemonSetStatus has required counters).
                     obj["status"] = copy.deepcopy(_INITIAL_STATUS.get(resource.kind, {}))
         self._default(resource, obj)
+        if old is not None and subresource != "status":
+            _check_immutable(resource, old, obj)
         # The fake's own controllers and kubelet are "trusted": checking every status write against the
         # OpenAPI schema would cost ~30 ms each; tests validate what they write instead.
         self._validate(resource, obj, schema=not trusted)
@@ -656,6 +658,19 @@ def _load_apply(raw: bytes) -> Any:
         return yaml.load(raw, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - safe loaders only
     except yaml.YAMLError as exc:
         raise ApiError(400, "BadRequest", f"the apply body is not YAML: {exc}") from exc
+
+
+def _check_immutable(resource: Resource, old: dict[str, Any], new: dict[str, Any]) -> None:
+    """A Job's pod template and selector never change after creation (batch/v1 validation: "field is
+    immutable"); a changed Job is deleted and created again."""
+    if (resource.group, resource.plural) != ("batch", "jobs"):
+        return
+    for field in ("template", "selector"):
+        before, after = (old.get("spec") or {}).get(field), (new.get("spec") or {}).get(field)
+        if before != after:
+            name = new["metadata"].get("name")
+            message = f'Job.batch "{name}" is invalid: spec.{field}: Invalid value: "object": field is immutable'
+            raise ApiError(422, "Invalid", message)
 
 
 def _unchanged(old: dict[str, Any], new: dict[str, Any]) -> bool:

@@ -15,7 +15,7 @@ from capserve.core.rollout.cache import CACHE_MARKER, CacheOutcome, cache_outcom
 from capserve.core.rollout.workload import RenderedRollout
 from capserve.core.weights.settings import WeightsSettings
 from capserve.tasks import aws
-from capserve.tasks.kube import apply, wait_workloads_ready
+from capserve.tasks.kube import apply_job, wait_workloads_ready
 from capserve.tasks.resilience import kube_task, s3_task
 
 PREPARE_CONTAINER = "prepare-node"
@@ -89,7 +89,7 @@ def save_caches(
             kube_node=str(node_name),
             settings=weights,
         )
-        apply(api, job)
+        apply_job(api, job)  # this colour's Job of an earlier configuration is made again
         jobs.append(job)
     if jobs:
         wait_workloads_ready(api, jobs, kube, timeout_s=3600, what="compile-cache save Jobs")

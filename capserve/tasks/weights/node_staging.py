@@ -11,7 +11,7 @@ from capserve.core.spec import CampaignSpec
 from capserve.core.weights.manifest import WeightsManifest
 from capserve.core.weights.node_staging import NodeStagingResult, staging_workloads
 from capserve.core.weights.settings import WeightsSettings
-from capserve.tasks.kube import api_client_for_eks, apply, wait_workloads_ready
+from capserve.tasks.kube import api_client_for_eks, apply, apply_job, wait_workloads_ready
 from capserve.tasks.resilience import kube_task
 
 
@@ -38,7 +38,10 @@ def stage_on_nodes(
     )
     api = api_client_for_eks(cluster.endpoint, cluster.ca_data, cluster.name, cluster.region)
     for obj in objects:
-        apply(api, obj)
+        if obj["kind"] == "Job":
+            apply_job(api, obj)  # a Job of another revision under the same name is made again
+        else:
+            apply(api, obj)
     # A Job's activeDeadlineSeconds bounds each copy; the wait may take as long, not longer.
     jobs = [o for o in objects if o["kind"] == "Job"]
     wait_workloads_ready(api, jobs, KubeSettings(), timeout_s=settings.staging_deadline_seconds, what="staging Jobs")

@@ -32,6 +32,7 @@ from capserve.sandbox.kube.kubelet.logs import InstanceLog
 from capserve.sandbox.kube.kubelet.processes import LocalProcess, free_port
 from capserve.sandbox.kube.kubelet.volumes import expand, rewrite_paths, to_host
 from capserve.sandbox.kube.vllm_args import ServeArgs, VllmArgsError, parse_serve_args, serve_argv, vllm_version
+from capserve.sandbox.openai_server import quality_of_checkpoint
 
 if TYPE_CHECKING:
     from capserve.sandbox.kube.kubelet import Kubelet
@@ -414,6 +415,9 @@ def _printable(values: Mapping[str, Any]) -> str:
 def sandbox_server(ctx: ContainerContext, args: ServeArgs, host_model: Path, port: int, delay_s: float) -> LocalProcess:
     """The sandbox OpenAI server standing in for vLLM: the pod's served name, key and context length."""
     config: dict[str, Any] = {"model": args.served_model_names[0]}
+    quality = quality_of_checkpoint(host_model)  # a deliberately bad revision answers badly
+    if quality is not None:
+        config["quality_accuracy"] = quality
     max_len = args.get("max_model_len")
     if isinstance(max_len, int) and max_len > 0:
         config["max_model_len"] = max_len

@@ -1,0 +1,124 @@
+"""Redeploying a running campaign on a new model revision: when it may run, and what it records (pure).
+
+A redeploy stages the new revision, rolls it out with the rollout stage's strategy, evaluates it, and then
+either **promotes** it (the record's last good rollout moves to it) or **rolls back** to the last good
+revision. Only a revision that passed its gates is promoted: a failed or invalid evaluation rolls back,
+as does a rollout that never became ready (the rollout's own rollback).
+
+Each redeploy appends one ``RedeployEntry`` to the campaign record (``CampaignRecord.redeploys``). The
+record is what carries it to the campaign's report: every report a campaign run writes copies the
+record's redeploys into ``report.json`` ``"redeploys"`` (``capserve.flows.runner``), whichever run did them.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from capserve.core.markdown import markdown_table
+from capserve.core.stages import Stage, StageStatus
+
+if TYPE_CHECKING:  # the record holds RedeployEntry: importing it at run time would be a cycle
+    from capserve.core.record import CampaignRecord
+
+SHA = re.compile(r"^[0-9a-f]{40}$")
+
+Verdict = Literal["pass", "fail", "invalid", "not-evaluated"]
+Outcome = Literal["promoted", "rolled-back", "failed"]
+
+
+class RedeployEntry(BaseModel):
+    """One redeploy of a campaign: from which revision to which, why, how, and how it ended."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    from_sha: str = Field(pattern=SHA.pattern, description="Commit served before the redeploy.")
+    to_sha: str = Field(pattern=SHA.pattern, description="Commit the redeploy tried.")
+    trigger: str = Field(min_length=1, max_length=100, description="What started it (revision-published, manual).")
+    strategy: str = Field(max_length=32, description="Rollout strategy used ('' when it never rolled out).")
+    verdict: Verdict = Field(description="The new revision's evaluation verdict.")
+    outcome: Outcome = Field(description="promoted | rolled-back | failed.")
+    serving_sha: str | None = Field(None, max_length=40, description="Commit serving afterwards (None: nothing).")
+    started_at: AwareDatetime = Field(description="When it started.")
+    ended_at: AwareDatetime = Field(description="When it ended.")
+    detail: str = Field("", max_length=2000, description="Why it rolled back or failed.")
+
+    def report_entry(self) -> dict[str, Any]:
+        """report.json ``"redeploys"`` entry."""
+        return {
+            "from": self.from_sha,
+            "to": self.to_sha,
+            "trigger": self.trigger,
+            "strategy": self.strategy,
+            "verdict": self.verdict,
+            "outcome": self.outcome,
+            "serving": self.serving_sha,
+            "started_at": self.started_at.isoformat(),
+            "ended_at": self.ended_at.isoformat(),
+            **({"detail": self.detail} if self.detail else {}),
+        }
+
+
+def redeploys_markdown(entries: list[RedeployEntry] | tuple[RedeployEntry, ...]) -> str:
+    rows = [
+        {
+            "started (UTC)": f"{e.started_at:%Y-%m-%d %H:%M:%S}",
+            "from": f"`{e.from_sha[:12]}`",
+            "to": f"`{e.to_sha[:12]}`",
+            "trigger": e.trigger,
+            "strategy": e.strategy or "—",
+            "verdict": e.verdict,
+            "outcome": f"**{e.outcome}**",
+            "why": e.detail[:200].replace("|", "/"),  # a cell must not end the row
+        }
+        for e in entries
+    ]
+    return markdown_table(rows)
+
+
+def refusal(record: CampaignRecord, *, now: datetime, has_cluster: bool | None = None) -> str | None:
+    """Why the campaign cannot be redeployed now (None: it can). ``has_cluster``: what AWS says, once asked."""
+    who = f"campaign {record.campaign_id}"
+    spec = record.load_spec()
+    if spec is None or record.lease is None:
+        return f"{who} has no spec or no lease in its record: run the campaign first (`capserve up`)"
+    drain_at = spec.teardown.drain_at(record.lease.end)
+    if now >= drain_at:
+        return (
+            f"{who} is inside its drain window (reservation {record.lease.reservation_id} ends "
+            f"{record.lease.end.isoformat()}; drain from {drain_at.isoformat()}, teardown.drain_before_end_minutes = "
+            f"{spec.teardown.drain_before_end_minutes}): nothing is redeployed this close to the end"
+        )
+    for stage, what in ((Stage.TEARDOWN, "torn down"), (Stage.DRAIN, "drained")):
+        entry = record.stage(stage)
+        if entry is not None and entry.status is StageStatus.COMPLETED:
+            return f"{who} has no cluster to redeploy on: it was {what}; run the campaign again to serve"
+    brought_up = record.stage(Stage.BRING_UP)
+    if brought_up is None or brought_up.status is not StageStatus.COMPLETED or has_cluster is False:
+        return f"{who} has no cluster to redeploy on: run the campaign (`capserve up`) to bring one up first"
+    good = record.last_good_rollout
+    if good is None or good.serving is None:
+        return f"{who} records no good rollout to roll back to: let the campaign roll out and evaluate first"
+    return None
+
+
+def already_handled(record: CampaignRecord, sha: str) -> str | None:
+    """Why a redeploy to ``sha`` has nothing to do (None: it has): it serves already, or it was tried."""
+    good = record.last_good_rollout
+    if good is not None and good.revision_sha == sha:
+        return f"campaign {record.campaign_id} already serves revision {sha}"
+    tried = [e for e in record.redeploys if e.to_sha == sha]
+    if tried:
+        return (
+            f"campaign {record.campaign_id} already tried revision {sha} ({tried[-1].outcome} at "
+            f"{tried[-1].ended_at.isoformat()}): publish a new commit to redeploy"
+        )
+    return None
+
+
+def outcome_for(verdict: Verdict) -> Outcome:
+    """Only a revision that passed its gates is promoted; anything else goes back to the last good one."""
+    return "promoted" if verdict == "pass" else "rolled-back"

@@ -1,0 +1,83 @@
+"""When a redeploy may run, when it has nothing to do, and what a verdict makes of it (capserve.core.redeploy)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from capserve.core.lease import Lease
+from capserve.core.record import CampaignRecord, RolloutRecord, StageEntry
+from capserve.core.redeploy import RedeployEntry, already_handled, outcome_for, refusal
+from capserve.core.report import CampaignReport
+from capserve.core.spec import load_spec
+from capserve.core.stages import Stage, StageStatus
+from tests.unit.rollout_fixtures import config_for, k3_plan
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml"
+NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+OLD, NEW = "a" * 40, "b" * 40
+
+
+def running(**stages: StageStatus) -> CampaignRecord:
+    lease = Lease(
+        provider="ec2-capacity-block", region="us-east-2", availability_zone="us-east-2a", reservation_id="cr-0abc",
+        start=NOW - timedelta(hours=1), end=NOW + timedelta(hours=23), instance_type="p6-b300.48xlarge",
+        instance_count=1, upfront_fee=1.0,
+    )
+    good = RolloutRecord(revision_sha=OLD, image="vllm", served_model_name="kimi-k3", ready_at=NOW, color="blue",
+                         config=config_for(k3_plan()))
+    record = (
+        CampaignRecord.new("k3-demo", NOW).with_spec(load_spec(EXAMPLE), now=NOW)
+        .with_lease(lease, offering_id=None, now=NOW).with_rollout(good)
+    )
+    for name, status in {"bring_up": StageStatus.COMPLETED, **stages}.items():
+        record = record.with_stage(Stage(name), StageEntry(status=status))
+    return record
+
+
+def entry(to: str, outcome: str = "rolled-back") -> RedeployEntry:
+    return RedeployEntry.model_validate({
+        "from_sha": OLD, "to_sha": to, "trigger": "manual", "strategy": "recreate", "verdict": "fail",
+        "outcome": outcome, "started_at": NOW, "ended_at": NOW,
+    })
+
+
+def test_a_running_campaign_may_be_redeployed_until_its_drain_window() -> None:
+    record = running()
+    assert refusal(record, now=NOW) is None
+    assert record.lease is not None
+    drain = record.lease.end - timedelta(minutes=45)
+    assert refusal(record, now=drain - timedelta(seconds=1)) is None
+    why = refusal(record, now=drain)
+    assert why is not None and "drain window" in why and "teardown.drain_before_end_minutes = 45" in why
+
+
+def test_a_campaign_without_a_cluster_or_a_good_rollout_is_refused_naming_why() -> None:
+    assert "it was torn down" in (refusal(running(teardown=StageStatus.COMPLETED), now=NOW) or "")
+    assert "it was drained" in (refusal(running(drain=StageStatus.COMPLETED), now=NOW) or "")
+    assert "bring one up first" in (refusal(running(bring_up=StageStatus.FAILED), now=NOW) or "")
+    assert "bring one up first" in (refusal(running(), now=NOW, has_cluster=False) or "")
+    no_rollout = running().model_copy(update={"last_good_rollout": None})
+    assert "no good rollout to roll back to" in (refusal(no_rollout, now=NOW) or "")
+    no_lease = running().model_copy(update={"lease": None})
+    assert "run the campaign first" in (refusal(no_lease, now=NOW) or "")
+
+
+def test_a_revision_served_or_tried_already_has_nothing_to_do() -> None:
+    record = running()
+    assert "already serves" in (already_handled(record, OLD) or "")
+    assert already_handled(record, NEW) is None
+    assert "already tried" in (already_handled(record.with_redeploy(entry(NEW)), NEW) or "")
+
+
+def test_only_a_pass_is_promoted_and_the_report_lists_the_redeploys_in_its_contract() -> None:
+    assert [outcome_for(v) for v in ("pass", "fail", "invalid", "not-evaluated")] == [
+        "promoted", "rolled-back", "rolled-back", "rolled-back",
+    ]
+    report = CampaignReport(campaign="k3-demo", redeploys=[entry(NEW)])
+    [listed] = report.to_json()["redeploys"]
+    assert {k: listed[k] for k in ("from", "to", "trigger", "strategy", "verdict", "outcome")} == {
+        "from": OLD, "to": NEW, "trigger": "manual", "strategy": "recreate", "verdict": "fail",
+        "outcome": "rolled-back",
+    }
+    assert "## Redeploys" in report.to_markdown(images=False)
