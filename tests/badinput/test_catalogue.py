@@ -74,7 +74,7 @@ BOMB = 'a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n'
     f"{name}: &{name} [{', '.join([f'*{prev}'] * 9)}]\n" for prev, name in zip("abcdefgh", "bcdefghi", strict=True)
 )
 
-UP = ["up", "{spec}", "--out", "{tmp}/out"]
+UP = ["up", "{spec}", "--in-process", "--out", "{tmp}/out"]
 SANDBOX = [*UP, "--sandbox"]
 EVAL = ["eval", "--url", "http://127.0.0.1:9", "--model", "m", "--out-dir", "{tmp}/out"]
 

@@ -88,7 +88,8 @@ def test_capserve_up_with_a_key_echoing_endpoint_and_a_hub_token_leaks_nothing(
     with serve(endpoint) as url:
         code = main(
             [
-                "up", str(spec_file(tmp_path)), "--sandbox", "--teardown-when-done", "--yes", "--out", str(out),
+                "up", str(spec_file(tmp_path)), "--sandbox", "--in-process", "--teardown-when-done", "--yes",
+                "--out", str(out),
                 "--evaluate-url", url, "--api-key-env", "CAPSERVE_TEST_ENDPOINT_KEY",
             ]
         )

@@ -265,7 +265,7 @@ def test_a_reservation_too_small_for_the_plan_stops_before_anything_is_bought(tm
 def test_up_with_a_bad_spec_exits_2_and_names_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = spec_file(tmp_path, capacity__instance_count=0)
 
-    assert main(["up", str(path), "--sandbox"]) == 2
+    assert main(["up", str(path), "--sandbox", "--in-process"]) == 2
     err = capsys.readouterr().err
     assert "capacity.instance_count" in err and "greater than or equal to 1" in err
 
@@ -273,7 +273,8 @@ def test_up_with_a_bad_spec_exits_2_and_names_the_field(tmp_path: Path, capsys: 
 def test_up_on_the_sandbox_runs_the_demo_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = spec_file(tmp_path, evaluation__load=SMALL_LOAD)
 
-    assert main(["up", str(path), "--sandbox", "--teardown-when-done", "--out", str(tmp_path / "out")]) == 0
+    argv = ["up", str(path), "--sandbox", "--in-process", "--teardown-when-done", "--out", str(tmp_path / "out")]
+    assert main(argv) == 0
 
     written = json.loads((tmp_path / "out" / "report.json").read_text())
     assert all(s["status"] == "completed" for s in written["stages"])

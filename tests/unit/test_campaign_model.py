@@ -16,7 +16,7 @@ from capserve.core.lease import Lease
 from capserve.core.locations import default_records_bucket, resolve_locations
 from capserve.core.record import CampaignRecord, SpecSnapshot, StageEntry, stage_outputs
 from capserve.core.report import CampaignReport
-from capserve.core.schedule import LeaseSchedule, ScheduledStage, ScheduleEntry
+from capserve.core.schedule import LeaseSchedule, ScheduledStage, ScheduleEntry, WindowFacts
 from capserve.core.sequencing import blocked_by, decide_ending
 from capserve.core.settings import RecordSettings, Settings
 from capserve.core.spec import CampaignSpec, load_spec
@@ -123,10 +123,11 @@ def test_the_report_renders_sections_in_campaign_order_with_their_own_json() -> 
         runs=(ScheduleEntry(
             name="teardown-k3-demo", stage=ScheduledStage.TEARDOWN, scheduled_at=T0, state="Scheduled"
         ),),
-        lease_end=T0,
+        window=WindowFacts(simulated=False, rate=1, near_rate=1, block_start=T0 - timedelta(days=1), block_end=T0),
     ))
     out = report.to_json()
-    assert list(out) == ["campaign", "stages", "schedule", "cluster", "events", "redeploys"]
+    assert list(out) == ["campaign", "stages", "schedule", "window", "cluster", "events", "redeploys"]
+    assert out["window"]["aws_terminates_at"] == (T0 - timedelta(minutes=30)).isoformat()
     assert out["schedule"] == [{
         "name": "teardown-k3-demo", "stage": "teardown", "scheduled_at": T0.isoformat(), "flow_run_id": None,
         "state": "Scheduled", "fired_at": None,

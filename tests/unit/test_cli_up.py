@@ -48,6 +48,6 @@ def test_exit_codes(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], result: Any, code: int
 ) -> None:
     monkeypatch.setattr(campaign_module, "campaign", fake_campaign(result))
-    assert main(["up", EXAMPLE, "--out", str(tmp_path)]) == code
+    assert main(["up", EXAMPLE, "--in-process", "--out", str(tmp_path)]) == code
     if isinstance(result, Exception):
         assert "set capacity.instance_count to 2" in capsys.readouterr().err
