@@ -44,7 +44,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--yes",
         dest="interactive",
         action="store_false",
-        help="never prompt: purchases above the approval threshold wait for approval in the Prefect UI",
+        help="with --in-process: never prompt; a purchase above the approval threshold waits for approval in the "
+        "Prefect UI (a deployment run always does)",
     )
     parser.add_argument(
         "--evaluate-url",
@@ -153,6 +154,9 @@ def run(args: argparse.Namespace) -> int:
                 keep_server=args.keep_server, console=console, server=server,
                 follow_window=not args.teardown_when_done,
             )
+        from capserve.flows.context import TERMINAL_APPROVAL
+
+        asking = TERMINAL_APPROVAL.set(args.interactive and sys.stdin.isatty())
         try:
             report = campaign(
                 spec,
@@ -162,7 +166,6 @@ def run(args: argparse.Namespace) -> int:
                 endpoint_note=endpoint_note,
                 api_key_env=args.api_key_env,
                 basic_auth_env=basic_auth_env,
-                interactive=args.interactive and sys.stdin.isatty(),
                 teardown_when_done=args.teardown_when_done,
             )
         except SpecError as exc:  # preflight: a problem found before anything was bought or created
@@ -173,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"[red]campaign {spec.campaign_id} stopped:[/red] {redact(str(exc))}", highlight=False)
             console.print(f"report: {out_dir / 'report.md'}", highlight=False)
             return ExitCode.FAILED
+        finally:
+            TERMINAL_APPROVAL.reset(asking)
     # Run in this process (not as a deployment run), the campaign returns its report, never a state.
     from capserve.core.report import CampaignReport
 

@@ -26,7 +26,7 @@ from capserve.core.report import CampaignReport
 from capserve.core.settings import Settings
 from capserve.core.spec import CampaignSpec
 from capserve.core.stages import CampaignPart, Stage
-from capserve.flows.context import CampaignContext, RunOptions
+from capserve.flows.context import TERMINAL_APPROVAL, CampaignContext, RunOptions
 from capserve.flows.runner import Step, run_campaign
 from capserve.flows.slots import campaign_slot
 from capserve.flows.stages import (
@@ -71,7 +71,6 @@ def campaign(
     endpoint_note: str | None = None,
     api_key_env: str | None = None,
     basic_auth_env: str | None = None,
-    interactive: bool = False,
     teardown_when_done: bool = False,
     settings: Settings | None = None,
 ) -> CampaignReport | State:
@@ -81,8 +80,9 @@ def campaign(
     ``hub_endpoint`` overrides the Hugging Face endpoint. ``endpoint_url`` names an OpenAI-compatible
     endpoint to evaluate instead of the one the rollout stage serves;
     ``endpoint_note`` says in the report what that endpoint is; ``api_key_env`` / ``basic_auth_env``
-    name the environment variables holding its credentials (never the values). ``interactive`` lets a person at a
-    terminal approve a purchase above the threshold. ``settings`` default to the environment's
+    name the environment variables holding its credentials (never the values). A purchase above the threshold
+    suspends the run until a person answers in the UI (at a terminal, ``capserve up --in-process`` asks there:
+    ``TERMINAL_APPROVAL``). ``settings`` default to the environment's
     (``CAPSERVE_…``); the spec's ``settings:`` block goes on top.
     """
     options = RunOptions(
@@ -93,7 +93,7 @@ def campaign(
         endpoint_note=endpoint_note,
         api_key_env=api_key_env,
         basic_auth_env=basic_auth_env,
-        interactive=interactive,
+        interactive=TERMINAL_APPROVAL.get(),
         teardown_when_done=teardown_when_done,
     )
     base = settings or settings_from_environment()

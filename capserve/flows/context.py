@@ -8,6 +8,7 @@ context from what the record holds.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -26,6 +27,10 @@ from capserve.tasks.locations import locate
 from capserve.tasks.record_store import RecordChange, change_record
 
 T = TypeVar("T")
+
+TERMINAL_APPROVAL: ContextVar[bool] = ContextVar("capserve_terminal_approval", default=False)
+"""Set by ``capserve up --in-process`` at a terminal: a purchase above the threshold is approved there. Not a flow
+parameter (a deployment run has no terminal); every other run is suspended until a person answers in the UI."""
 
 
 @dataclass(frozen=True)
