@@ -1,5 +1,6 @@
 # Two set-up commands, each fine on a fresh machine with only Python and pip:
-#   make demo   — create .venv if missing, install, run the K3 campaign on the sandbox
+#   make demo   — create .venv if missing, install, play the K3 campaign's whole block on the sandbox
+#                 through a local Prefect server and worker (README, "Two commands")
 #   make test   — same install, then ruff, mypy (strict on capserve/core) and the whole test suite
 PYTHON ?= python3
 VENV   := .venv
@@ -11,7 +12,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 90
 export PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW := ignore
 
-.PHONY: install demo demo-server test lint typecheck unit bench vllm-venv clean
+.PHONY: install demo demo-in-process test lint typecheck unit bench vllm-venv clean
 
 # '.[dev]' brings the '[sandbox]' extra (moto, the fake Kubernetes' packages) that make demo and
 # make test need; a production install is plain 'pip install .' (docs/README.md).
@@ -26,10 +27,10 @@ install: $(STAMP)
 demo: install
 	$(VENV)/bin/capserve up examples/kimi-k3-sandbox.yaml --sandbox --out out/demo
 
-# The same campaign as a deployment run on a local Prefect server and worker (README, "The embedded server").
-demo-server: install
-	$(VENV)/bin/capserve up examples/kimi-k3-sandbox.yaml --sandbox --prefect-server --teardown-when-done \
-		--out out/demo-server
+# The same stages in one process, without a server (nothing scheduled fires; the sandbox jumps to the block).
+demo-in-process: install
+	$(VENV)/bin/capserve up examples/kimi-k3-sandbox.yaml --sandbox --in-process --teardown-when-done \
+		--out out/demo-in-process
 
 lint: install
 	$(VENV)/bin/ruff check capserve tests bench
