@@ -112,7 +112,8 @@ class _Run:
 
     def render(self, config: RolloutConfig, decision: RolloutDecision) -> RenderedRollout:
         uri_probe = render_rollout(config, self._target(decision, warm=False), weights=self.inputs.weights_settings)
-        warm = config.compile_cache and cache_complete(uri_probe.cache_uri, config.layout.nodes, self.inputs.region)
+        nodes = config.layout.nodes_per_replica
+        warm = config.compile_cache and cache_complete(uri_probe.cache_uri, nodes, self.inputs.region)
         return render_rollout(config, self._target(decision, warm=warm), weights=self.inputs.weights_settings)
 
     def _target(self, decision: RolloutDecision, *, warm: bool) -> RolloutTarget:
