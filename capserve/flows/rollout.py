@@ -26,6 +26,7 @@ from capserve.core.cluster.result import ClusterResult
 from capserve.core.planner import ServingPlan
 from capserve.core.record import RolloutRecord
 from capserve.core.rollout import (
+    Color,
     RenderedRollout,
     RolloutConfig,
     RolloutDecision,
@@ -206,7 +207,7 @@ class _Run:
     def decide(self, config: RolloutConfig) -> tuple[RolloutDecision, Serving | None]:
         """The strategy, from what the record says serves and what the cluster really runs."""
         on_cluster = serving_workloads(self.api, self.namespace, self.inputs.spec.campaign_id)
-        last = self.inputs.last_good.serving if self.inputs.last_good else None
+        last = self.inputs.last_good
         current = last if last is not None and last.name in on_cluster else None
         for name in sorted(set(on_cluster) - ({current.name} if current else set())):
             # Left over from a run that failed or was interrupted before it was recorded good.
@@ -247,15 +248,8 @@ class _Run:
         )
 
 
-def _record_of(inputs: RolloutInputs, config: RolloutConfig, color: str) -> RolloutRecord:
-    return RolloutRecord(
-        revision_sha=config.revision_sha,
-        image=config.image,
-        served_model_name=inputs.spec.served_model_name,
-        ready_at=datetime.now(UTC),
-        color="green" if color == "green" else "blue",
-        config=config,
-    )
+def _record_of(config: RolloutConfig, color: Color) -> RolloutRecord:
+    return RolloutRecord(color=color, config=config, ready_at=datetime.now(UTC))
 
 
 @flow(name="rollout")
@@ -283,8 +277,8 @@ def roll_out(inputs: RolloutInputs) -> tuple[RolloutResult, RolloutRecord]:
             raise  # nothing good to go back to: the campaign tears down
         get_run_logger().warning("rollout of %s failed: %s; rolling back", decision.new_name, failed)
         outcome = run.attempt(current.config, undo)
-        return run.result(outcome, undo, rolled_back=True), _record_of(inputs, current.config, current.color)
-    return run.result(outcome, decision, rolled_back=False), _record_of(inputs, config, decision.new_color)
+        return run.result(outcome, undo, rolled_back=True), _record_of(current.config, current.color)
+    return run.result(outcome, decision, rolled_back=False), _record_of(config, decision.new_color)
 
 
 @contextmanager

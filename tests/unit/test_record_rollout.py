@@ -1,4 +1,8 @@
-"""The last good rollout in the campaign record: records written by earlier versions still load, unchanged."""
+"""The last good rollout in the campaign record: records written by earlier versions still load, unchanged.
+
+Earlier versions wrote the rollout's configuration with the rollout's own layout form, and repeated the
+configuration's model commit, image and served name beside it.
+"""
 
 from __future__ import annotations
 
@@ -41,15 +45,19 @@ def test_an_old_record_loads_with_the_planner_layout_and_keeps_its_names() -> No
     record = CampaignRecord.model_validate_json(json.dumps(old_record(OLD_CONFIG)))
     assert record.last_good_rollout is not None
     loaded = record.last_good_rollout.config
-    assert loaded is not None and loaded.replicas == 2 and loaded.layout.layout == "DP16+EP16"
+    assert loaded.replicas == 2 and loaded.layout.layout == "DP16+EP16"
     # The same configuration as this version derives from the plan, under the names already on the cluster and in S3.
     assert loaded == config_for(k3_ep16_on_two_b200(), spec(replicas=2))
     assert (loaded.revision, loaded.cache_key) == (OLD_REVISION, OLD_CACHE_KEY)
 
 
-def test_a_record_round_trips_in_the_new_form() -> None:
+def test_a_record_round_trips_and_states_what_it_serves_once() -> None:
     record = CampaignRecord.model_validate_json(json.dumps(old_record(OLD_CONFIG)))
-    again = CampaignRecord.model_validate_json(record.model_dump_json())
-    assert again == record
-    assert record.last_good_rollout is not None and again.last_good_rollout is not None
-    assert again.last_good_rollout.config == record.last_good_rollout.config
+    assert record.last_good_rollout is not None
+    written = json.loads(record.model_dump_json())["last_good_rollout"]
+    assert set(written) == {"color", "config", "ready_at"}  # commit, image and served name only in the config
+    served = record.last_good_rollout
+    assert (served.name, served.config.revision_sha, served.config.engine.served_model_name) == (
+        "vllm-blue", SHA, "kimi-k3"
+    )
+    assert CampaignRecord.model_validate_json(record.model_dump_json()) == record
