@@ -51,7 +51,7 @@ def watch_target(record: CampaignRecord, now: datetime) -> tuple[WatchTarget | N
     weights = record.stage(Stage.STAGE_WEIGHTS)
     staged = weights.outputs if weights is not None else {}
     repo, staged_sha = staged.get("repo"), staged.get("revision_sha")
-    pinned = record.last_good_rollout.revision_sha if record.last_good_rollout else staged_sha
+    pinned = record.last_good_rollout.config.revision_sha if record.last_good_rollout else staged_sha
     if not isinstance(repo, str) or not isinstance(pinned, str) or not _SHA.match(pinned):
         return None, "no weights staged yet"
     target = WatchTarget(

@@ -27,7 +27,6 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, mod
 from capserve.core.lease import Lease
 from capserve.core.locations import BucketLocation
 from capserve.core.redeploy import RedeployEntry
-from capserve.core.rollout.config import RolloutConfig
 from capserve.core.rollout.strategy import Serving
 from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage, StageStatus
@@ -159,25 +158,27 @@ class Approval(BaseModel):
     decided_at: AwareDatetime = Field(description="When.")
 
 
-class RolloutRecord(BaseModel):
-    """The last rollout that passed its evaluation: what a failed rollout goes back to."""
+# What records written before kept beside the rollout's config, each a copy of the config's own field
+# (``revision_sha``, ``image``, ``engine.served_model_name``) or never set (``endpoint``).
+_RESTATED_ROLLOUT_FIELDS = ("revision_sha", "image", "served_model_name", "endpoint")
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    revision_sha: str = Field(min_length=7, max_length=64, description="Model commit served.")
-    image: str = Field(min_length=1, max_length=255, description="Serving image.")
-    served_model_name: str = Field(min_length=1, max_length=200, description="Name clients ask for.")
-    endpoint: str | None = Field(None, max_length=2048, description="Where it was reached (no credentials).")
+class RolloutRecord(Serving):
+    """The last rollout that passed its evaluation: what serves (colour and configuration) and since when.
+
+    A failed rollout goes back to it: the strategy compares against it and a rollback renders its
+    configuration again. What it serves (model commit, image, served name) is read from the configuration.
+    """
+
     ready_at: AwareDatetime = Field(description="When it passed.")
-    color: Literal["blue", "green"] | None = Field(None, description="The workload colour it serves under.")
-    config: RolloutConfig | None = Field(None, description="Everything it runs: rendering it again is the rollback.")
 
-    @property
-    def serving(self) -> Serving | None:
-        """What the rollout strategy compares against and a rollback renders again (None: not recorded)."""
-        if self.color is None or self.config is None:
-            return None
-        return Serving(color=self.color, config=self.config)
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_restated(cls, data: Any) -> Any:
+        """Read a record written with the configuration's fields repeated beside it."""
+        if not isinstance(data, dict):
+            return data
+        return {key: value for key, value in data.items() if key not in _RESTATED_ROLLOUT_FIELDS}
 
 
 class CampaignRecord(BaseModel):

@@ -100,7 +100,7 @@ def refusal(record: CampaignRecord, *, now: datetime, has_cluster: bool | None =
     if brought_up is None or brought_up.status is not StageStatus.COMPLETED or has_cluster is False:
         return f"{who} has no cluster to redeploy on: run the campaign (`capserve up`) to bring one up first"
     good = record.last_good_rollout
-    if good is None or good.serving is None:
+    if good is None:
         return f"{who} records no good rollout to roll back to: let the campaign roll out and evaluate first"
     return None
 
@@ -108,7 +108,7 @@ def refusal(record: CampaignRecord, *, now: datetime, has_cluster: bool | None =
 def already_handled(record: CampaignRecord, sha: str) -> str | None:
     """Why a redeploy to ``sha`` has nothing to do (None: it has): it serves already, or it was tried."""
     good = record.last_good_rollout
-    if good is not None and good.revision_sha == sha:
+    if good is not None and good.config.revision_sha == sha:
         return f"campaign {record.campaign_id} already serves revision {sha}"
     tried = [e for e in record.redeploys if e.to_sha == sha]
     if tried:

@@ -155,7 +155,8 @@ def _at_revision(spec: CampaignSpec, sha: str) -> CampaignSpec:
 
 def _redeploy(ctx: CampaignContext, ref: RecordRef, sha: str, trigger: str) -> RedeployEntry:
     previous = need(ctx.record.last_good_rollout, Stage.ROLLOUT)
-    entry = _Entry(from_sha=previous.revision_sha, to_sha=sha, trigger=trigger, serving=previous.revision_sha)
+    serving = previous.config.revision_sha
+    entry = _Entry(from_sha=serving, to_sha=sha, trigger=trigger, serving=serving)
     try:
         _stage(ctx, Stage.PLAN, _plan)
         _stage(ctx, Stage.STAGE_WEIGHTS, stage_weights_stage)
@@ -169,7 +170,7 @@ def _redeploy(ctx: CampaignContext, ref: RecordRef, sha: str, trigger: str) -> R
     rolled = need(ctx.report.rollout, Stage.ROLLOUT)
     entry.strategy = rolled.attempts[0].strategy
     if rolled.rolled_back:  # it never became ready: the rollout put the last good configuration back itself
-        entry.serving = previous.revision_sha
+        entry.serving = previous.config.revision_sha
         failure = "; ".join(a.failure or "" for a in rolled.failed)
         return _finish(ctx, ref, entry.ended("rolled-back", f"the rollout failed: {failure}"),
                        good=ctx.record.last_good_rollout)
@@ -187,8 +188,8 @@ def _redeploy(ctx: CampaignContext, ref: RecordRef, sha: str, trigger: str) -> R
     # The report's rollout says what serves now (the last good one) and lists every attempt, the failed one first.
     ctx.report.rollout = back.model_copy(update={"attempts": (*rolled.attempts, *back.attempts)})
     announce(ctx, rollout_event(about(ctx), "rolled-back", revision=sha, strategy=back.strategy, occurred=utc_now(),
-                                detail=why, rolled_back_to=previous.revision_sha))
-    entry.serving = previous.revision_sha
+                                detail=why, rolled_back_to=previous.config.revision_sha))
+    entry.serving = previous.config.revision_sha
     return _finish(ctx, ref, entry.ended("rolled-back", why), good=good)
 
 

@@ -114,7 +114,8 @@ class _Run:
 
     def render(self, config: RolloutConfig, decision: RolloutDecision) -> RenderedRollout:
         uri_probe = render_rollout(config, self._target(decision, warm=False), weights=self.inputs.weights_settings)
-        warm = config.compile_cache and cache_complete(uri_probe.cache_uri, config.layout.nodes, self.inputs.region)
+        nodes = config.layout.nodes_per_replica
+        warm = config.compile_cache and cache_complete(uri_probe.cache_uri, nodes, self.inputs.region)
         return render_rollout(config, self._target(decision, warm=warm), weights=self.inputs.weights_settings)
 
     def _target(self, decision: RolloutDecision, *, warm: bool) -> RolloutTarget:
@@ -207,7 +208,7 @@ class _Run:
     def decide(self, config: RolloutConfig) -> tuple[RolloutDecision, Serving | None]:
         """The strategy, from what the record says serves and what the cluster really runs."""
         on_cluster = serving_workloads(self.api, self.namespace, self.inputs.spec.campaign_id)
-        last = self.inputs.last_good.serving if self.inputs.last_good else None
+        last = self.inputs.last_good
         current = last if last is not None and last.name in on_cluster else None
         for name in sorted(set(on_cluster) - ({current.name} if current else set())):
             # Left over from a run that failed or was interrupted before it was recorded good.
@@ -248,15 +249,8 @@ class _Run:
         )
 
 
-def _record_of(inputs: RolloutInputs, config: RolloutConfig, color: str) -> RolloutRecord:
-    return RolloutRecord(
-        revision_sha=config.revision_sha,
-        image=config.image,
-        served_model_name=inputs.spec.served_model_name,
-        ready_at=campaign_now(),
-        color="green" if color == "green" else "blue",
-        config=config,
-    )
+def _record_of(config: RolloutConfig, color: Color) -> RolloutRecord:
+    return RolloutRecord(color=color, config=config, ready_at=campaign_now())
 
 
 @flow(name="rollout")
@@ -284,8 +278,8 @@ def roll_out(inputs: RolloutInputs) -> tuple[RolloutResult, RolloutRecord]:
             raise  # nothing good to go back to: the campaign tears down
         get_run_logger().warning("rollout of %s failed: %s; rolling back", decision.new_name, failed)
         outcome = run.attempt(current.config, undo)
-        return run.result(outcome, undo, rolled_back=True), _record_of(inputs, current.config, current.color)
-    return run.result(outcome, decision, rolled_back=False), _record_of(inputs, config, decision.new_color)
+        return run.result(outcome, undo, rolled_back=True), _record_of(current.config, current.color)
+    return run.result(outcome, decision, rolled_back=False), _record_of(config, decision.new_color)
 
 
 @flow(name="rollback")
@@ -295,7 +289,7 @@ def roll_back(inputs: RolloutInputs, failed_color: Color, why: str) -> tuple[Rol
     strategy (blue/green deletes it after the switch): undo it as a recreate does (delete the failed colour,
     apply the last good configuration under its own colour, wait, switch the Services back).
     """
-    good = inputs.last_good.serving if inputs.last_good else None
+    good = inputs.last_good
     if good is None:
         raise PermanentError(
             f"campaign {inputs.spec.campaign_id}: no last good configuration recorded to roll back to ({why})"
@@ -313,7 +307,7 @@ def roll_back(inputs: RolloutInputs, failed_color: Color, why: str) -> tuple[Rol
     assert undo is not None  # a last good configuration always has an undo
     get_run_logger().warning("rolling back to revision %s: %s", good.config.revision, why)
     outcome = run.attempt(good.config, undo)
-    return run.result(outcome, undo, rolled_back=True), _record_of(inputs, good.config, good.color)
+    return run.result(outcome, undo, rolled_back=True), _record_of(good.config, good.color)
 
 
 @contextmanager

@@ -165,7 +165,7 @@ def rollout_stage(ctx: CampaignContext) -> RolloutResult | StageEnd:
             strategy=result.strategy,
             occurred=now(),
             detail=failed,
-            rolled_back_to=serving.revision_sha,
+            rolled_back_to=serving.config.revision_sha,
         )
         announce(ctx, back)
         return StageEnd(StageStatus.STOPPED, f"rolled back to revision {result.revision}: {failed}", result)

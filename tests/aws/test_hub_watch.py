@@ -22,6 +22,7 @@ from capserve.flows.hub_watch import watch_hub
 from capserve.sandbox.aws import moto_sandbox
 from capserve.sandbox.hub import local_hub
 from capserve.sandbox.hub.server import HubState
+from tests.unit.rollout_fixtures import config_for, k3_plan
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml"
 REGION = "us-east-2"
@@ -96,7 +97,8 @@ def test_a_moved_branch_is_announced_once_per_campaign_and_commit(world: tuple[s
 
 def test_the_served_commit_is_the_last_good_rollout_and_a_torn_down_campaign_is_not_watched() -> None:
     staged, rolled = "a" * 40, "b" * 40
-    rollout = RolloutRecord(revision_sha=rolled, image="vllm", served_model_name="k3", ready_at=NOW)
+    served = config_for(k3_plan()).model_copy(update={"revision_sha": rolled})
+    rollout = RolloutRecord(color="blue", config=served, ready_at=NOW)
     target, _ = watch_target(record("c", staged).with_rollout(rollout), NOW)
     assert target is not None and target.pinned == rolled and target.branch == "main"
     done = record("c", staged).with_stage(Stage.TEARDOWN, StageEntry(status=StageStatus.COMPLETED))

@@ -21,7 +21,8 @@ from capserve.core.cluster.addons import GPU_TOLERATIONS, AddonOptions, lws_cont
 from capserve.core.cluster.eks import gpu_pool_selector
 from capserve.core.cluster.readiness import KubeSettings
 from capserve.core.evaluation import EvaluationSpec
-from capserve.core.rollout import EngineOptions, RolloutConfig, RolloutTarget, ServingLayout, render_rollout
+from capserve.core.planner import ParallelLayout
+from capserve.core.rollout import EngineOptions, RolloutConfig, RolloutTarget, render_rollout
 from capserve.core.rollout.diagnosis import RolloutWaitSettings
 from capserve.core.rollout.result import server_from_log
 from capserve.core.weights.settings import WeightsSettings
@@ -51,15 +52,21 @@ def kube() -> Iterator[FakeKube]:
 
 
 def config() -> RolloutConfig:
-    layout = ServingLayout(
+    layout = ParallelLayout(
+        layout="TP1",
         nodes=1,
         gpus_per_node=8,
+        gpus_per_node_used=1,
         tensor_parallel=1,
         pipeline_parallel=1,
         data_parallel=1,
         data_parallel_local=1,
         expert_parallel=1,
         enable_expert_parallel=False,
+        serving_replicas=1,
+        gpus_per_replica=1,
+        nodes_per_replica=1,
+        sequences_per_dp_rank=4,
     )
     engine = EngineOptions(
         served_model_name=SETTINGS.served_name,

@@ -12,7 +12,7 @@ import kubernetes_validate
 import yaml
 
 from capserve.core.catalog import get_instance_type, get_model
-from capserve.core.planner import ServingPlan, plan_serving
+from capserve.core.planner import ParallelLayout, ServingPlan, Shape, plan_serving
 from capserve.core.rollout import RolloutConfig, RolloutTarget, rollout_config
 from capserve.core.spec import CampaignSpec, parse_spec
 from capserve.core.weights.placement import Layout
@@ -35,6 +35,18 @@ def spec(**serving: Any) -> CampaignSpec:
     })
 
 
+def parallel_layout(*, tp: int, pp: int = 1, dp: int = 1, nodes: int = 1, ep: bool = False, gpus_per_node: int = 8,
+                    sequences: int = 8, name: str | None = None) -> ParallelLayout:
+    """One engine per copy on ``nodes`` nodes, as the planner lays it out (and validates it)."""
+    shape = Shape(tp=tp, pp=pp, dp=dp, expert_parallel=ep, gpus_per_node=gpus_per_node)
+    return ParallelLayout(
+        layout=name or shape.name, nodes=nodes, gpus_per_node=gpus_per_node, gpus_per_node_used=shape.gpus // nodes,
+        tensor_parallel=tp, pipeline_parallel=pp, data_parallel=dp, data_parallel_local=dp // nodes if dp > 1 else 1,
+        expert_parallel=shape.ep_size, enable_expert_parallel=ep, serving_replicas=1, gpus_per_replica=shape.gpus,
+        nodes_per_replica=nodes, sequences_per_dp_rank=-(-sequences // dp),
+    )
+
+
 def k3_plan(instance_type: str = "p6-b300.48xlarge", **update: Any) -> ServingPlan:
     """K3's plan on ``instance_type``; ``update`` forces another layout (its ``parallel`` kept consistent)."""
     plan = plan_serving(get_model("kimi-k3"), get_instance_type(instance_type), context_length=262144, concurrency=8)
@@ -42,14 +54,11 @@ def k3_plan(instance_type: str = "p6-b300.48xlarge", **update: Any) -> ServingPl
         return plan
     fields = {k: update.get(k, getattr(plan, k)) for k in ("layout", "nodes", "tensor_parallel", "pipeline_parallel",
                                                             "data_parallel", "expert_parallel")}
-    dp, nodes = fields["data_parallel"], fields["nodes"]
-    gpus = fields["tensor_parallel"] * fields["pipeline_parallel"] * dp
-    parallel = plan.parallel.model_copy(update={
-        **{k: v for k, v in fields.items() if k != "nodes"}, "nodes": nodes, "nodes_per_replica": nodes,
-        "data_parallel_local": dp // nodes if dp > 1 else 1, "enable_expert_parallel": fields["expert_parallel"] > 1,
-        "gpus_per_replica": gpus, "gpus_per_node_used": gpus // nodes, "serving_replicas": 1,
-        "sequences_per_dp_rank": -(-plan.concurrency // dp),
-    })
+    parallel = parallel_layout(
+        tp=fields["tensor_parallel"], pp=fields["pipeline_parallel"], dp=fields["data_parallel"], nodes=fields["nodes"],
+        ep=fields["expert_parallel"] > 1, gpus_per_node=plan.gpus_per_node, sequences=plan.concurrency,
+        name=fields["layout"],
+    )
     return plan.model_copy(update={**update, "parallel": parallel})
 
 
@@ -70,9 +79,9 @@ def config_for(plan: ServingPlan, the_spec: CampaignSpec | None = None, **extra:
 
 def target_for(config: RolloutConfig, color: str = "blue", *, warm: bool = False, spare: int = 0) -> RolloutTarget:
     """Staged nodes as weights_to_nodes names them: replica r, node n on the (r × nodes + n)-th node."""
-    nodes = config.layout.nodes
-    names = [f"ip-10-64-0-{10 + i}.ec2.internal" for i in range(nodes * config.layout.replicas + spare)]
-    placement = {n: tuple(names[r * nodes + n] for r in range(config.layout.replicas)) for n in range(nodes)}
+    nodes = config.layout.nodes_per_replica
+    names = [f"ip-10-64-0-{10 + i}.ec2.internal" for i in range(nodes * config.replicas + spare)]
+    placement = {n: tuple(names[r * nodes + n] for r in range(config.replicas)) for n in range(nodes)}
     return RolloutTarget(campaign_id="k3-demo", color=color, placement=placement, node_target="nvme",  # type: ignore[arg-type]
                          bucket="capserve-weights", prefix="capserve/weights", cache_warm=warm)
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from rollout_fixtures import config_for
 
 from capserve.core.catalog import get_instance_type, get_model
 from capserve.core.planner import PlannerSettings, ServingPlan, plan_serving
-from capserve.core.rollout.layout import launch_blockers, layout_from_plan
+from capserve.core.rollout.layout import launch_blockers
 from capserve.core.weights.listing import RepoFile, RepoListing
 from capserve.core.weights.placement import Layout, expert_of
 from capserve.core.weights.plan import plan_weights
@@ -188,19 +189,8 @@ def test_weight_and_rollout_stages_read_one_layout(objective: str) -> None:
     settings = PlannerSettings(objective=objective)  # type: ignore[arg-type]
     plan = plan_serving(K3, get_instance_type("p6-b200.48xlarge"), settings=settings)
     p = plan.parallel
-    rollout = layout_from_plan(plan)
-    assert (rollout.nodes, rollout.tensor_parallel, rollout.pipeline_parallel, rollout.data_parallel) == (
-        p.nodes_per_replica,
-        p.tensor_parallel,
-        p.pipeline_parallel,
-        p.data_parallel,
-    )
-    assert (rollout.data_parallel_local, rollout.expert_parallel, rollout.enable_expert_parallel) == (
-        p.data_parallel_local,
-        p.expert_parallel,
-        p.enable_expert_parallel,
-    )
+    assert config_for(plan).layout == p  # the rollout renders the plan's own layout
     placement = p.expert_placement()
-    assert placement.expert_parallel == rollout.expert_parallel and placement.nodes == rollout.nodes
+    assert placement.expert_parallel == p.expert_parallel and placement.nodes == p.nodes_per_replica
     # Two nodes per replica: a LeaderWorkerSet can start either layout.
-    assert launch_blockers(rollout, splits_experts=placement.splits_experts) == []
+    assert launch_blockers(p, splits_experts=placement.splits_experts) == []

@@ -24,8 +24,8 @@ def running(**stages: StageStatus) -> CampaignRecord:
         start=NOW - timedelta(hours=1), end=NOW + timedelta(hours=23), instance_type="p6-b300.48xlarge",
         instance_count=1, upfront_fee=1.0,
     )
-    good = RolloutRecord(revision_sha=OLD, image="vllm", served_model_name="kimi-k3", ready_at=NOW, color="blue",
-                         config=config_for(k3_plan()))
+    serving = config_for(k3_plan()).model_copy(update={"revision_sha": OLD})
+    good = RolloutRecord(ready_at=NOW, color="blue", config=serving)
     record = (
         CampaignRecord.new("k3-demo", NOW).with_spec(load_spec(EXAMPLE), now=NOW)
         .with_lease(lease, offering_id=None, now=NOW).with_rollout(good)

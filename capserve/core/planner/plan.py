@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from capserve.core.catalog import INSTANCE_TYPES
 from capserve.core.catalog.hardware import InstanceType
@@ -40,7 +40,10 @@ class _Frozen(BaseModel):
 
 
 class ParallelLayout(_Frozen):
-    """The chosen layout as the weight and rollout stages consume it (vLLM's flags, per replica)."""
+    """The chosen layout as the weight and rollout stages consume it (vLLM's flags, per replica).
+
+    Validated here, so that a layout built by hand (a test, a stored rollout) is refused as vLLM would.
+    """
 
     layout: str = Field(description="Layout name, e.g. 'TP8xDP2+EP16'.")
     nodes: int = Field(ge=1, le=1024, description="Nodes the plan uses.")
@@ -58,6 +61,33 @@ class ParallelLayout(_Frozen):
     sequences_per_dp_rank: int = Field(
         ge=1, le=1 << 20, description="Sequences each DP rank must hold (--max-num-seqs is per DP rank)."
     )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        """Refuse a layout vLLM would refuse, or one that needs more GPUs per node than the node has."""
+        nodes, world = self.nodes_per_replica, self.tensor_parallel * self.pipeline_parallel * self.data_parallel
+        if world % nodes:
+            raise ValueError(f"TP×PP×DP = {world} GPUs do not split evenly over {nodes} nodes")
+        if world // nodes > self.gpus_per_node:
+            raise ValueError(
+                f"TP×PP×DP = {world} GPUs over {nodes} node(s) needs {world // nodes} per node; "
+                f"the instance has {self.gpus_per_node}"
+            )
+        if self.data_parallel % self.data_parallel_local or self.data_parallel // self.data_parallel_local != (
+            nodes if self.data_parallel > 1 else 1
+        ):
+            raise ValueError(
+                f"data_parallel {self.data_parallel} with {self.data_parallel_local} local rank(s) per node "
+                f"does not match {nodes} node(s)"
+            )
+        if self.enable_expert_parallel != (self.expert_parallel > 1):
+            raise ValueError("enable_expert_parallel must be set exactly when expert_parallel > 1")
+        if self.enable_expert_parallel and self.expert_parallel != self.tensor_parallel * self.data_parallel:
+            raise ValueError(
+                f"with --enable-expert-parallel vLLM makes EP = TP × DP = "
+                f"{self.tensor_parallel * self.data_parallel}, not {self.expert_parallel}"
+            )
+        return self
 
     def expert_placement(self) -> ExpertPlacement:
         """The weight stage's layout: which experts each node of a replica holds (vLLM linear placement)."""

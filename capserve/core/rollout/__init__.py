@@ -24,7 +24,7 @@ public sources are in docs/serving.md):
 from capserve.core.rollout.args import EngineOptions, merge_extra_args, vllm_args
 from capserve.core.rollout.cache import cache_outcome, cache_uri, render_cache_save_job
 from capserve.core.rollout.config import RolloutConfig, engine_options, rollout_config
-from capserve.core.rollout.layout import ServingLayout, launch_blockers, layout_from_plan
+from capserve.core.rollout.layout import LaunchMode, launch_blockers, launch_mode
 from capserve.core.rollout.names import Color, other_color, serving_namespace, workload_name
 from capserve.core.rollout.probes import engine_ready_timeout_s, startup_budget_s
 from capserve.core.rollout.secret import api_key_secret, redact_for_disk
@@ -47,13 +47,13 @@ from capserve.core.rollout.workload import (
 __all__ = [
     "Color",
     "EngineOptions",
+    "LaunchMode",
     "RenderedRollout",
     "RolloutConfig",
     "RolloutDecision",
     "RolloutSettings",
     "RolloutTarget",
     "Serving",
-    "ServingLayout",
     "StartupModel",
     "Step",
     "api_key_secret",
@@ -64,7 +64,7 @@ __all__ = [
     "engine_options",
     "engine_ready_timeout_s",
     "launch_blockers",
-    "layout_from_plan",
+    "launch_mode",
     "merge_extra_args",
     "other_color",
     "placement_from_staging",

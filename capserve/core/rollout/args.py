@@ -19,7 +19,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from capserve.core.errors import SpecError
-from capserve.core.rollout.layout import ServingLayout
+from capserve.core.planner import ParallelLayout
+from capserve.core.rollout.layout import launch_mode
 from capserve.core.rollout.settings import RolloutSettings
 
 API_KEY_ENV = "VLLM_API_KEY"
@@ -103,7 +104,7 @@ Role = Literal["leader", "worker"]
 
 
 def vllm_args(
-    layout: ServingLayout,
+    layout: ParallelLayout,
     engine: EngineOptions,
     *,
     role: Role,
@@ -119,7 +120,8 @@ def vllm_args(
     number where vLLM needs arithmetic on it (the data-parallel start rank).
     """
     settings = settings or RolloutSettings()
-    if role == "worker" and layout.nodes == 1:
+    nodes, mode = layout.nodes_per_replica, launch_mode(layout)
+    if role == "worker" and nodes == 1:
         raise ValueError("a single-node layout has no workers")
     args = [
         "--model",
@@ -142,11 +144,11 @@ def vllm_args(
         ]
     if layout.enable_expert_parallel:
         args.append("--enable-expert-parallel")
-    if layout.mode == "multi-node-tp-pp":
+    if mode == "multi-node-tp-pp":
         rank = "0" if role == "leader" else str(worker_rank)
         args += [
             "--nnodes",
-            str(layout.nodes),
+            str(nodes),
             "--node-rank",
             rank,
             "--master-addr",
@@ -154,7 +156,7 @@ def vllm_args(
             "--master-port",
             str(settings.master_port),
         ]
-    elif layout.mode == "multi-node-dp":
+    elif mode == "multi-node-dp":
         args += [
             "--data-parallel-address",
             LEADER_ADDRESS,

@@ -4,24 +4,35 @@ A ``RolloutConfig`` holds everything that decides what the pods run (image, mode
 engine options, endpoint access, caching) and nothing about where (nodes, colour). Rendering the
 last good config again, under the other colour, *is* the rollback. ``revision`` names a config by
 its content; ``cache_key`` names the compile caches it can share.
+
+The layout is the planner's own (``ServingPlan.parallel``). Both names digest it in the form configs had
+before the rollout took the planner's model (``_LAYOUT_KEYS``), so workloads already labelled and compile
+caches already saved keep their names, and a stored config of that form still loads (``_read_old_layout``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from capserve.core.planner import ServingPlan
+from capserve.core.planner import ParallelLayout, ServingPlan, Shape
 from capserve.core.rollout.args import EngineOptions
-from capserve.core.rollout.layout import ServingLayout, layout_from_plan
 from capserve.core.spec import CampaignSpec
 from capserve.core.weights.listing import SHA1_HEX
 
 EndpointAccess = Literal["port-forward", "internal-nlb"]
 _DIGEST = r"^sha256:[0-9a-f]{64}$"
+
+# The layout's fields the pods are rendered from, by the names configs stored them under before the rollout
+# took the planner's layout (``nodes`` was one copy's nodes). The planner's other fields change no pod.
+_LAYOUT_KEYS = (
+    "nodes", "gpus_per_node", "tensor_parallel", "pipeline_parallel", "data_parallel", "data_parallel_local",
+    "expert_parallel", "enable_expert_parallel",
+)  # fmt: skip
+_PLANNER_NAMES = {"nodes": "nodes_per_replica"}
 
 
 class RolloutConfig(BaseModel):
@@ -36,7 +47,8 @@ class RolloutConfig(BaseModel):
     model_repo: str = Field(min_length=3, max_length=200, description="Hub repo 'owner/name' of the weights.")
     revision_sha: str = Field(pattern=SHA1_HEX, description="Pinned commit the staged weights come from.")
     instance_type: str = Field(min_length=1, max_length=64, description="EC2 instance type of the GPU nodes.")
-    layout: ServingLayout = Field(description="Nodes, TP/PP/DP/EP, replicas.")
+    layout: ParallelLayout = Field(description="The plan's layout of one copy: nodes, TP/PP/DP/EP.")
+    replicas: int = Field(1, ge=1, le=64, description="Independent model copies (LWS groups): serving.replicas.")
     engine: EngineOptions = Field(description="Lengths, KV dtype, memory ceiling, served name, extra args.")
     endpoint_access: EndpointAccess = Field("port-forward", description="How the endpoint is reached.")
     compile_cache: bool = Field(True, description="Restore/save compile caches through S3.")
@@ -44,6 +56,34 @@ class RolloutConfig(BaseModel):
     node_bytes: int = Field(ge=0, description="Bytes the fullest node loads (the load part of the budget).")
     splits_experts: bool = Field(description="Nodes hold different experts: each pod must run on its own node.")
     startup_budget_minutes: int | None = Field(None, ge=5, le=24 * 60, description="The spec's override, if any.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_old_layout(cls, data: Any) -> Any:
+        """Read a config stored with the rollout's own layout (``{nodes, …, replicas}``) with the planner's."""
+        layout = data.get("layout") if isinstance(data, dict) else None
+        if not isinstance(layout, dict) or "layout" in layout:
+            return data  # the planner's form
+        if not all(isinstance(layout.get(key), int) for key in _LAYOUT_KEYS):
+            return data  # not a layout of either form: validation says what is wrong
+        old = {_PLANNER_NAMES.get(key, key): layout[key] for key in _LAYOUT_KEYS}
+        nodes, per_node = old["nodes_per_replica"], old["gpus_per_node"]
+        shape = Shape(
+            tp=old["tensor_parallel"], pp=old["pipeline_parallel"], dp=old["data_parallel"],
+            expert_parallel=old["enable_expert_parallel"], gpus_per_node=per_node,
+        )  # fmt: skip
+        engine = data.get("engine")
+        # What the old form did not keep, as the planner states it for one engine per copy; the sequences
+        # per rank are the engine's (``engine_options`` copies them from the plan).
+        derived = {
+            "layout": shape.name,
+            "nodes": nodes,
+            "gpus_per_node_used": per_node if nodes > 1 else shape.gpus,
+            "serving_replicas": 1,
+            "gpus_per_replica": shape.gpus,
+            "sequences_per_dp_rank": engine.get("max_num_seqs", 1) if isinstance(engine, dict) else 1,
+        }
+        return {**data, "replicas": layout.get("replicas", 1), "layout": {**derived, **old}}
 
     @property
     def image_ref(self) -> str:
@@ -61,7 +101,8 @@ class RolloutConfig(BaseModel):
     @property
     def revision(self) -> str:
         """10 hex characters naming this configuration (label ``capserve.io/revision``)."""
-        return _digest(self.model_dump(mode="json"))[:10]
+        config = self.model_dump(mode="json", exclude={"replicas"})
+        return _digest({**config, "layout": {**self._layout_digested(), "replicas": self.replicas}})[:10]
 
     @property
     def cache_key(self) -> str:
@@ -72,16 +113,19 @@ class RolloutConfig(BaseModel):
         one vLLM will find, and a configuration that would miss anyway gets its own key. Endpoint
         access, budgets and replica count do not change compiled code and are left out.
         """
-        layout = self.layout.model_dump(mode="json", exclude={"replicas"})
         engine = self.engine.model_dump(mode="json", exclude={"served_model_name"})
         parts = {
             "image": self.pinned_digest or self.image,
             "model": f"{self.model_repo}@{self.revision_sha}",
             "instance_type": self.instance_type,
-            "layout": layout,
+            "layout": self._layout_digested(),
             "engine": engine,
         }
         return _digest(parts)[:16]
+
+    def _layout_digested(self) -> dict[str, int | bool]:
+        """The layout as ``revision`` and ``cache_key`` digest it: ``_LAYOUT_KEYS``, under their old names."""
+        return {key: getattr(self.layout, _PLANNER_NAMES.get(key, key)) for key in _LAYOUT_KEYS}
 
 
 def _digest(data: object) -> str:
@@ -121,7 +165,8 @@ def rollout_config(
         model_repo=model_repo,
         revision_sha=revision_sha,
         instance_type=plan.instance_type,
-        layout=layout_from_plan(plan, replicas=spec.serving.replicas),
+        layout=plan.parallel,
+        replicas=spec.serving.replicas,
         engine=engine_options(plan, spec),
         endpoint_access=spec.serving.endpoint_access,
         compile_cache=spec.serving.compile_cache,

@@ -73,7 +73,7 @@ class RolloutDecision(BaseModel):
 
 
 def nodes_per_copy(config: RolloutConfig) -> int:
-    return config.layout.nodes * config.layout.replicas
+    return config.layout.nodes_per_replica * config.replicas
 
 
 def choose_strategy(current: Serving | None, new: RolloutConfig, *, nodes_available: int) -> RolloutDecision:

@@ -32,7 +32,7 @@ from capserve.core.errors import PermanentError
 from capserve.core.rollout.args import API_KEY_ENV, WORKER_INDEX, vllm_args
 from capserve.core.rollout.cache import cache_env, cache_uri, cache_volume, prepare_container
 from capserve.core.rollout.config import RolloutConfig
-from capserve.core.rollout.layout import launch_blockers
+from capserve.core.rollout.layout import launch_blockers, launch_mode
 from capserve.core.rollout.names import (
     REVISION_LABEL,
     ROLE_LABEL,
@@ -147,13 +147,14 @@ def render_rollout(
     leader_args = vllm_args(layout, config.engine, role="leader", model_path=model_path, settings=settings)
     common = _PodParts(config, target, name, model_path, uri, budget, ready_timeout, settings, weights)
     leader = common.template("leader", leader_args, _hosts(config, target, 0))
-    templates: dict[str, Any] = {"size": layout.nodes, "restartPolicy": "RecreateGroupOnPodRestart"}
+    nodes = layout.nodes_per_replica
+    templates: dict[str, Any] = {"size": nodes, "restartPolicy": "RecreateGroupOnPodRestart"}
     worker_args: list[str] = []
-    if layout.nodes == 1:
+    if nodes == 1:
         templates["workerTemplate"] = leader  # a group of one: its leader uses the worker template
     else:
         # Data-parallel workers need their start rank as a number; only 2-node groups get here (blockers).
-        rank: int | str = 1 if layout.mode == "multi-node-dp" else WORKER_INDEX
+        rank: int | str = 1 if launch_mode(layout) == "multi-node-dp" else WORKER_INDEX
         worker_args = vllm_args(
             layout, config.engine, role="worker", model_path=model_path, settings=settings, worker_rank=rank
         )
@@ -169,7 +170,7 @@ def render_rollout(
             "annotations": {CACHE_KEY_ANNOTATION: config.cache_key},
         },
         "spec": {
-            "replicas": layout.replicas,
+            "replicas": config.replicas,
             "startupPolicy": "LeaderCreated",
             # Never surge: the reservation holds exactly the GPUs of the groups it serves.
             "rolloutStrategy": {
@@ -184,7 +185,7 @@ def render_rollout(
         namespace=namespace,
         color=target.color,
         revision=config.revision,
-        nodes=layout.nodes * layout.replicas,
+        nodes=nodes * config.replicas,
         image=config.image_ref,
         leader_args=tuple(leader_args),
         worker_args=tuple(worker_args),
@@ -200,12 +201,12 @@ def render_rollout(
 
 
 def _check_placement(config: RolloutConfig, target: RolloutTarget) -> None:
-    layout = config.layout
-    missing = [node for node in range(layout.nodes) if len(target.placement.get(node, ())) < layout.replicas]
+    nodes, replicas = config.layout.nodes_per_replica, config.replicas
+    missing = [node for node in range(nodes) if len(target.placement.get(node, ())) < replicas]
     if missing:
         raise PermanentError(
-            f"{layout.nodes} node(s) × {layout.replicas} replica(s) need staged weights on enough Kubernetes "
-            f"nodes, but layout node(s) {missing} have fewer than {layout.replicas} (staged: {target.placement}); "
+            f"{nodes} node(s) × {replicas} replica(s) need staged weights on enough Kubernetes "
+            f"nodes, but layout node(s) {missing} have fewer than {replicas} (staged: {target.placement}); "
             "run the weights_to_nodes stage for this layout first"
         )
 

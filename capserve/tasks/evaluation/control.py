@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
@@ -78,6 +79,23 @@ def make_client(base_url: str, spec: EvaluationSpec, auth: EndpointAuth | None, 
         timeout=httpx.Timeout(spec.smoke.check_timeout_s, connect=spec.connect_timeout_s),
         limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
     )
+
+
+@contextmanager
+def _endpoint_session(
+    base_url: str,
+    spec: EvaluationSpec,
+    api_key_env: str | None,
+    basic_auth_env: str | None,
+    time_budget_s: float | None,
+    connections: int = 8,
+) -> Iterator[tuple[httpx.Client, Budget]]:
+    """What each profile calls the endpoint with: the credentials from the environment, a bounded client,
+    and the profile's time budget (``time_budget_s``, else the spec's ``timeout_s``) counted from now."""
+    auth = read_auth(api_key_env, basic_auth_env)
+    budget = Budget(spec.timeout_s if time_budget_s is None else time_budget_s)
+    with make_client(base_url, spec, auth, connections) as client:
+        yield client, budget
 
 
 class Call:
@@ -272,9 +290,7 @@ def run_smoke(
     time_budget_s: float | None = None,
 ) -> SmokeResult:
     """Smoke profile: health, models, a streamed chat, an image, a tool call."""
-    auth = read_auth(api_key_env, basic_auth_env)
-    budget = Budget(spec.timeout_s if time_budget_s is None else time_budget_s)
-    with make_client(base_url, spec, auth) as client:
+    with _endpoint_session(base_url, spec, api_key_env, basic_auth_env, time_budget_s) as (client, budget):
         result = run_smoke_checks(client, model, spec.smoke, budget, spec.connect_timeout_s, redactor())
     logger = get_run_logger()
     for check in result.checks:
@@ -368,9 +384,8 @@ def run_quality(
     time_budget_s: float | None = None,
 ) -> QualityResult:
     """Quality profile: the golden set, exact match, confidence interval."""
-    auth = read_auth(api_key_env, basic_auth_env)
-    budget = Budget(spec.timeout_s if time_budget_s is None else time_budget_s)
-    with make_client(base_url, spec, auth, spec.quality.concurrency) as client:
+    session = _endpoint_session(base_url, spec, api_key_env, basic_auth_env, time_budget_s, spec.quality.concurrency)
+    with session as (client, budget):
         result = score_golden(client, model, spec.quality, budget, spec.connect_timeout_s, redactor())
     get_run_logger().info(
         "quality: %d/%d correct (%.1f%%, CI %.1f–%.1f%%), %d request errors, %d not asked (deadline)",
