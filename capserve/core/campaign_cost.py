@@ -93,11 +93,14 @@ def campaign_cost_inputs(
                 "and the endpoint is expected to serve until the drain point."
             )
     evaluation = document.get("evaluation")
+    # Only a reservation named in the spec was paid outside the campaign; one found by the campaign's tag was
+    # bought by an earlier run of this campaign (a re-run, the scheduled serve run), and its fee is this one's.
+    external = lease.adopted and lease.provider == "existing-reservation"
     return CostInputs(
         campaign=report.campaign,
         currency=lease.currency,
-        upfront_fee=0.0 if lease.adopted else lease.upfront_fee,
-        adopted=lease.adopted,
+        upfront_fee=0.0 if external else lease.upfront_fee,
+        adopted=external,
         region=lease.region,
         window=window,
         instance_type=lease.instance_type,

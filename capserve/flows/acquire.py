@@ -47,7 +47,7 @@ from capserve.tasks.capacity.reservations import (
 from capserve.tasks.capacity.search import search_offers
 from capserve.tasks.clock import campaign_now
 from capserve.tasks.locations import record_ref
-from capserve.tasks.record_store import load_record, save_approval, save_lease, save_stage
+from capserve.tasks.record_store import save_approval, save_lease, save_stage
 from capserve.tasks.settings import settings_from_environment
 
 
@@ -195,12 +195,7 @@ def _finish(
 ) -> AcquireResult:
     """Record the lease, wait until AWS says it is usable, publish the artifact."""
     provider = spec.capacity.provider
-    adopted = outcome == "adopted"
-    bought_earlier = _bought_earlier(record, reservation.reservation_id) if adopted else None
-    if bought_earlier is not None:
-        # A re-run (or the scheduled serve run) finds the block this campaign bought: its fee is this campaign's.
-        adopted, fee = False, bought_earlier.upfront_fee
-    lease: Lease = lease_from_reservation(reservation, provider=provider, adopted=adopted, fee=fee)
+    lease: Lease = lease_from_reservation(reservation, provider=provider, adopted=outcome == "adopted", fee=fee)
     save_lease(record, lease, offering_id)
     current = wait_until_usable(reservation, settings)
     verb = "Adopted" if outcome == "adopted" else "Bought"
@@ -216,15 +211,6 @@ def _finish(
     )
     _publish(result)
     return result
-
-
-def _bought_earlier(record: RecordRef, reservation_id: str) -> Lease | None:
-    """The lease an earlier run of this campaign bought, when that is the reservation found now."""
-    stored = load_record(record)
-    lease = stored.lease if stored is not None else None
-    if lease is not None and lease.reservation_id == reservation_id and not lease.adopted:
-        return lease
-    return None
 
 
 def _stopped(spec: CampaignSpec, ranking: Ranking, outcome: Outcome, message: str) -> AcquireResult:

@@ -88,7 +88,10 @@ def preflight(ctx: CampaignContext, plan: ServingPlan) -> None:
 
 def acquire_stage(ctx: CampaignContext) -> StageOutput:
     """Buy (exactly once) or adopt the capacity; schedule serve, drain and teardown the moment a lease exists."""
-    obtained: AcquireResult = acquire(
+    # The acquire flow's body runs in the campaign run itself, not as a subflow: a purchase that needs approval
+    # suspends the campaign run (the process is freed; Prefect refuses to suspend a subflow, docs/prefect.md §6),
+    # and the resumed run comes back here with the answer (its approval is keyed by the offering).
+    obtained: AcquireResult = acquire.fn(
         ctx.spec, interactive=ctx.options.interactive, settings=ctx.settings.capacity, record=ctx.record_ref
     )
     if obtained.lease is None:

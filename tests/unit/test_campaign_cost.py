@@ -211,6 +211,12 @@ def test_an_adopted_reservation_has_no_fee_here() -> None:
     assert ledger.usd_per_million_output_tokens is None
 
 
+def test_a_reservation_the_campaign_bought_in_an_earlier_run_keeps_its_fee() -> None:
+    # The scheduled serve run (or a re-run) adopts the block by the campaign's tag: the fee is still this campaign's.
+    ledger = ledger_of(served_day(), lease(upfront_fee=2832.0, adopted=True))
+    assert not ledger.adopted and ledger.upfront_fee == 2832.0
+
+
 def test_serving_that_begins_after_the_drain_point_is_none() -> None:
     window = BlockWindow.for_block(START, END, drain_before_end=timedelta(minutes=45))
     campaign = report((Stage.EVALUATE, StageStatus.COMPLETED, minute(1400), minute(1405)))
