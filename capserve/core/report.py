@@ -31,6 +31,7 @@ from capserve.core.events import CapserveEvent
 from capserve.core.markdown import markdown_table
 from capserve.core.plan_check import plan_markdown
 from capserve.core.planner import ServingPlan
+from capserve.core.record import Approval
 from capserve.core.redeploy import RedeployEntry, redeploys_markdown
 from capserve.core.rollout.result import RolloutResult
 from capserve.core.schedule import LeaseSchedule
@@ -144,6 +145,10 @@ class CampaignReport(BaseModel):
         max_length=256,
         description="The campaign's redeploys, from its record (report.json 'redeploys'; capserve.core.redeploy).",
     )
+    approvals: list[Approval] = Field(
+        default_factory=list, max_length=256,
+        description="Every decision a person made for the campaign, from its record (report.json 'approvals').",
+    )
 
     # ------------------------------------------------------------------ sections
 
@@ -203,6 +208,8 @@ class CampaignReport(BaseModel):
                 out.update(marker.json_of(name, value))
         out["events"] = [e.report_entry() for e in self.events]
         out["redeploys"] = [r.report_entry() for r in self.redeploys]
+        if self.approvals:
+            out["approvals"] = [a.model_dump(mode="json") for a in self.approvals]
         return out
 
     def to_markdown(self, *, images: bool = True) -> str:
@@ -225,6 +232,10 @@ class CampaignReport(BaseModel):
             if body:
                 lines += ["", f"## {marker.title}", ""] if marker.title else [""]
                 lines.append(body.rstrip())
+        if self.approvals:
+            rows = [{"stage": a.stage.value, "about": a.subject, "approved": "yes" if a.approved else "no",
+                     "by": a.approver or "—", "at": a.decided_at.isoformat(), "note": a.note} for a in self.approvals]
+            lines += ["", "## Approvals", "", markdown_table(rows).rstrip()]
         if self.redeploys:
             lines += ["", "## Redeploys", "", redeploys_markdown(self.redeploys).rstrip()]
         if self.events:

@@ -191,8 +191,8 @@ def _add_cost(ctx: CampaignContext, *, interrupted: bool) -> None:
 
 
 def _add_redeploys(ctx: CampaignContext) -> None:
-    """The redeploys the record holds (capserve.core.redeploy): redeploy runs write them there, never to this
-    run's report, so the report a campaign writes lists every redeploy made until then."""
+    """The redeploys and approvals the record holds (capserve.core.redeploy): redeploy runs write them there, never
+    to this run's report, so the report a campaign writes lists every redeploy made and decision given until then."""
     if not ctx.saving:
         return  # the record never reached S3: no redeploy can have found the campaign
     try:
@@ -202,6 +202,7 @@ def _add_redeploys(ctx: CampaignContext) -> None:
         return
     if record is not None:
         ctx.report.redeploys = list(record.redeploys)
+        ctx.report.approvals = list(record.approvals)
 
 
 def _write_report(ctx: CampaignContext, *, quietly: bool) -> None:

@@ -99,6 +99,7 @@ def campaign_spec(tmp_path: Path) -> dict[str, Any]:
     data["evaluation"]["load"] = {"concurrency_levels": [1], "request_rates": [], "requests_per_stream": 2,
                                   "min_requests": 2}
     data["serving"]["served_model_name"] = "not-served-here"
+    data["capacity"]["approval_threshold_usd"] = 100  # the block costs more: a person must approve it
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(data))
     return load_spec(path).model_dump(mode="json")
@@ -106,7 +107,8 @@ def campaign_spec(tmp_path: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def campaign_run(world: World, tmp_path_factory: pytest.TempPathFactory) -> FlowRun:
-    """One campaign started as a deployment run (exactly what a UI click does), to its end."""
+    """One campaign started as a deployment run (exactly what a UI click does), approved as the UI approves a
+    suspended run, to its end."""
     out = tmp_path_factory.mktemp("campaign")
     started = run_deployment(
         "campaign/campaign",
@@ -114,7 +116,46 @@ def campaign_run(world: World, tmp_path_factory: pytest.TempPathFactory) -> Flow
                     "endpoint_url": world.far_ends.inference},
         timeout=0,
     )
+    suspended = wait_suspended(started.id)  # type: ignore[union-attr]
+    assert suspended.state_name == "Suspended", suspended.state
+    approve_as_the_ui_does(world, suspended, approver="ops-test", note="within budget")
     return wait_final(started.id)  # type: ignore[union-attr]
+
+
+def wait_suspended(flow_run_id: Any, timeout_s: float = 300) -> FlowRun:
+    deadline = time.monotonic() + timeout_s
+    with get_client(sync_client=True) as client:
+        while True:
+            run = client.read_flow_run(flow_run_id)
+            if run.state_type in {StateType.PAUSED, *FINAL} or time.monotonic() > deadline:
+                return run
+            time.sleep(1)
+
+
+def approve_as_the_ui_does(world: World, run: FlowRun, *, approver: str, note: str) -> None:
+    """The UI reads the form's schema (its defaults carry the offer) and posts the filled form to /resume."""
+    keyset = run.state.state_details.run_input_keyset  # type: ignore[union-attr]
+    assert keyset is not None, "the suspended run waits for no input"
+    api = world.server.url
+    with urllib.request.urlopen(f"{api}/flow_runs/{run.id}/input/{keyset['schema']}") as answer:  # noqa: S310
+        schema = json.loads(json.loads(answer.read()))
+    offering = schema["properties"]["offering_id"]["default"]
+    body = {"run_input": {"approved": True, "offering_id": offering, "approver": approver, "note": note}}
+    request = urllib.request.Request(
+        f"{api}/flow_runs/{run.id}/resume", data=json.dumps(body).encode(), method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request) as answer:  # noqa: S310  # loopback
+        assert json.loads(answer.read())["status"] == "ACCEPT"
+
+
+def test_the_purchase_waited_for_the_approval_given_in_the_ui(campaign_run: FlowRun) -> None:
+    acquire = next(line for line in _report(campaign_run)["stages"] if line["name"] == "acquire")
+    assert acquire["status"] == "completed"
+    lease = _report(campaign_run)["lease"]
+    assert lease["upfront_fee"] > 100
+    approvals = _report(campaign_run).get("approvals") or []
+    assert [(a["approver"], a["approved"], a["note"]) for a in approvals] == [("ops-test", True, "within budget")]
 
 
 def scheduled_runs() -> list[FlowRun]:
