@@ -106,7 +106,7 @@ def planned_runs(
     )
 
 
-SERVE_SPAN = timedelta(hours=2)
+SERVE_SPAN = timedelta(minutes=90)
 """How long after bring-up fires a simulated clock stays near wall time: the serve run's bring-up, rollout and
 evaluation take real seconds, each an hour of the block at full speed (docs/prefect.md §14)."""
 

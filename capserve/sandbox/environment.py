@@ -38,7 +38,7 @@ class Simulation:
 
     rate: float = 5760.0
     near_rate: float = 60.0
-    near: timedelta = timedelta(minutes=5)
+    near: timedelta = timedelta(minutes=3)
     tick_seconds: float = 0.2
 
 
