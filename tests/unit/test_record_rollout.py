@@ -47,7 +47,9 @@ def test_an_old_record_loads_with_the_planner_layout_and_keeps_its_names() -> No
     loaded = record.last_good_rollout.config
     assert loaded.replicas == 2 and loaded.layout.layout == "DP16+EP16"
     # The same configuration as this version derives from the plan, under the names already on the cluster and in S3.
-    assert loaded == config_for(k3_ep16_on_two_b200(), spec(replicas=2))
+    derived = config_for(k3_ep16_on_two_b200(), spec(replicas=2))
+    # Written when the engine's max_num_seqs held one DP rank's share: the record keeps its own engine options.
+    assert loaded.model_copy(update={"engine": derived.engine}) == derived
     assert (loaded.revision, loaded.cache_key) == (OLD_REVISION, OLD_CACHE_KEY)
 
 

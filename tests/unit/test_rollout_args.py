@@ -112,6 +112,13 @@ def test_a_bad_spec_fails_at_render_time_with_one_clear_error() -> None:
         render_rollout(config, target_for(config))
 
 
+def test_each_data_parallel_rank_gets_the_sequences_the_plan_gave_it() -> None:
+    for plan in (k3_plan(), k3_ep16_on_two_b200()):
+        config = config_for(plan)
+        args = vllm_args(config.layout, config.engine, role="leader", model_path="/weights")
+        assert args[args.index("--max-num-seqs") + 1] == str(plan.parallel.sequences_per_dp_rank)
+
+
 def test_layout_is_read_from_the_plan_and_checked() -> None:
     layout = config_for(k3_ep16_on_two_b200()).layout
     assert (layout.nodes, layout.data_parallel, layout.data_parallel_local, layout.expert_parallel) == (2, 16, 8, 16)

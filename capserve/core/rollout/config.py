@@ -137,7 +137,8 @@ def engine_options(plan: ServingPlan, spec: CampaignSpec) -> EngineOptions:
     return EngineOptions(
         served_model_name=spec.served_model_name,
         max_model_len=plan.context_length,
-        max_num_seqs=plan.parallel.sequences_per_dp_rank,  # vLLM's --max-num-seqs counts per DP rank
+        # The total over all DP ranks (the field's meaning); vllm_args hands each rank its share.
+        max_num_seqs=plan.parallel.sequences_per_dp_rank * plan.parallel.data_parallel,
         kv_cache_dtype="fp8" if plan.kv_cache_dtype_bytes == 1 else "auto",
         gpu_memory_utilization=plan.gpu_memory_utilization,
         extra_args=tuple(spec.serving.extra_args),
