@@ -89,13 +89,10 @@ def drain(
     the automation on AWS's expiration warning (docs/events.md) drains whatever the campaign holds.
     """
     base = settings_from_environment()
-    record, ref = campaign_record(campaign_id, region, base)
-    stale = _stale(record, reservation_id) if reservation_id is not None else ""
-    if stale:
-        return Cancelled(name="Stale", message=stale)
-    if reservation_id is not None:
-        _stamp_fired(ref, ScheduledStage.DRAIN)
-    spec = recorded_spec(record)
+    acting = _window_run(campaign_id, region, reservation_id, ScheduledStage.DRAIN, base)
+    if isinstance(acting, State):
+        return acting
+    _, ref, spec = acting
     started = campaign_now()
     settings = base.for_campaign(spec.campaign_settings()).teardown
     found = inventory_campaign(campaign_id, region, kind=spec.cluster.kind,
@@ -128,18 +125,28 @@ def scheduled_teardown(
     The scheduled run names its reservation (a run for a lease the campaign no longer holds does nothing);
     the automation on AWS's expiration warning (docs/events.md §4) tears down whatever the campaign holds.
     """
-    base = settings_from_environment()
+    found = _window_run(campaign_id, region, reservation_id, ScheduledStage.TEARDOWN, settings_from_environment())
+    if isinstance(found, State):
+        return found
+    _, ref, spec = found
+    done = teardown(spec, region, reason=reason)
+    record = change_record(ref, [lambda rec: rec.with_kept(done.kept, now=campaign_now())])
+    _finish_report(record, spec, done)
+    return done
+
+
+def _window_run(
+    campaign_id: str, region: str, reservation_id: str | None, stage: ScheduledStage, base: Settings
+) -> tuple[CampaignRecord, RecordRef, CampaignSpec] | State:
+    """The campaign a drain or teardown run acts on, or Cancelled ("Stale") when its lease is no longer the
+    campaign's; a scheduled run (it names its reservation) stamps when it fired."""
     record, ref = campaign_record(campaign_id, region, base)
     stale = _stale(record, reservation_id) if reservation_id is not None else ""
     if stale:
         return Cancelled(name="Stale", message=stale)
     if reservation_id is not None:
-        _stamp_fired(ref, ScheduledStage.TEARDOWN)
-    spec = recorded_spec(record)
-    done = teardown(spec, region, reason=reason)
-    record = change_record(ref, [lambda rec: rec.with_kept(done.kept, now=campaign_now())])
-    _finish_report(record, spec, done)
-    return done
+        _stamp_fired(ref, stage)
+    return record, ref, recorded_spec(record)
 
 
 def _stamp_fired(ref: RecordRef, stage: ScheduledStage) -> None:

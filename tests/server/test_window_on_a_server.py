@@ -138,7 +138,7 @@ def approve_as_the_ui_does(world: World, run: FlowRun, *, approver: str, note: s
     assert keyset is not None, "the suspended run waits for no input"
     api = world.server.url
     with urllib.request.urlopen(f"{api}/flow_runs/{run.id}/input/{keyset['schema']}") as answer:  # noqa: S310
-        schema = json.loads(json.loads(answer.read()))
+        schema = json.loads(answer.read())
     offering = schema["properties"]["offering_id"]["default"]
     body = {"run_input": {"approved": True, "offering_id": offering, "approver": approver, "note": note}}
     request = urllib.request.Request(
