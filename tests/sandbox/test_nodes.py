@@ -253,3 +253,12 @@ def test_user_data_nodeadm_rejects_fails_the_node_group(eks_kube: FakeKube) -> N
     [issue] = group["health"]["issues"]
     assert issue["code"] == "NodeCreationFailure" and "RAID5" in issue["message"]
     assert eks_kube.objects("nodes") == []
+
+
+def test_ec2s_end_of_block_termination_takes_only_that_instance_types_nodes(kube: FakeKube) -> None:
+    gpu = kube.provision_nodes("gpu", 2, instance_type="p6-b300.48xlarge", labels=GPU_LABELS, taints=[GPU_TAINT])
+    system = kube.provision_nodes("system", 1, instance_type="m7i.xlarge")
+    assert sorted(kube.terminate_instances("p6-b300.48xlarge")) == sorted(gpu)
+    left = {node["metadata"]["name"] for node in kube.objects("nodes")}
+    assert set(system) <= left and not set(gpu) & left
+    assert kube.terminate_instances("p6-b300.48xlarge") == []  # nothing left to terminate

@@ -1,0 +1,101 @@
+"""The sandbox's simulated window: the clock the campaign reads, the waypoints it registers, AWS's end − 30 min."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import boto3
+import pytest
+
+from capserve.core.errors import PermanentError
+from capserve.core.schedule import ScheduledStage, planned_runs, slow_spans
+from capserve.core.spec import TeardownSpec
+from capserve.sandbox.aws import moto_sandbox, patched_environ
+from capserve.sandbox.aws_ext import capacity as ext
+from capserve.sandbox.clock import CLOCK
+from capserve.sandbox.clock_server import clock_server
+from capserve.tasks.clock import CLOCK_URL_ENV, campaign_now, campaign_window, register_waypoints
+from tests.aws.test_moto_ext_capacity import buy, offerings
+
+REGION = "us-east-2"
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[None]:
+    with moto_sandbox(REGION):
+        yield
+
+
+@pytest.fixture
+def simulated(sandbox: None) -> Iterator[str]:
+    ext.reset()
+    CLOCK.reset()
+    CLOCK.simulate(fast_rate=5760, near_rate=60, near=timedelta(minutes=3))
+    with clock_server() as url, patched_environ({CLOCK_URL_ENV: url}):
+        yield url
+    ext.reset()
+    CLOCK.reset()
+
+
+def test_without_a_clock_url_the_campaign_clock_is_the_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(CLOCK_URL_ENV, raising=False)
+    before = datetime.now(UTC)
+    assert before <= campaign_now() <= datetime.now(UTC)
+    assert not campaign_window().simulated
+    assert not register_waypoints([before + timedelta(days=1)]).simulated
+
+
+def test_the_clock_keeps_wall_time_until_the_campaign_registers_its_runs(simulated: str) -> None:
+    # Planning and purchase happen before any waypoint: they must not cost hours of the block.
+    assert abs(campaign_now() - datetime.now(UTC)) < timedelta(seconds=5)
+    start = datetime.now(UTC).replace(hour=11, minute=30, second=0, microsecond=0) + timedelta(days=1)
+    lease = _lease(start)
+    planned = planned_runs("c1", lease, TeardownSpec())
+    window = register_waypoints([run.scheduled_at for run in planned], slow_spans(planned, lease.end))
+    assert window.simulated and window.fast_rate == 5760
+    walls = {run.stage: window.to_wall(run.scheduled_at) for run in planned}
+    # The whole block, purchase to teardown, in minutes of wall time; each run at its simulated minute.
+    assert walls[ScheduledStage.TEARDOWN] - datetime.now(UTC) < timedelta(minutes=4)
+    for run in planned:
+        assert abs(window.to_sim(walls[run.stage]) - run.scheduled_at) < timedelta(seconds=1)
+        assert window.rate_at(run.scheduled_at) == 60  # near wall time where a run starts
+    # The serve run's work and the hard teardown run slowly too.
+    assert window.rate_at(lease.start + timedelta(minutes=60)) == 60
+    assert window.rate_at(lease.end - timedelta(minutes=31)) == 60
+    assert window.rate_at(lease.start + timedelta(hours=8)) == 5760
+
+
+def test_a_waypoint_that_would_move_a_scheduled_run_is_refused_with_a_reason(simulated: str) -> None:
+    start = datetime.now(UTC) + timedelta(days=1)
+    register_waypoints([start + timedelta(hours=20)])
+    with pytest.raises(PermanentError, match="would move the waypoint"):
+        register_waypoints([], spans=[(start, start + timedelta(hours=2))])
+
+
+def test_aws_terminates_what_still_runs_at_end_minus_30_on_the_simulated_clock(simulated: str) -> None:
+    ec2 = boto3.client("ec2", region_name=REGION)
+    bought = buy(ec2, offerings(ec2)[0])
+    terminated: list[dict[str, Any]] = []
+    ext.TERMINATION_HOOKS.append(lambda r: terminated.append(r) or ["node-gpu-0"])
+    try:
+        CLOCK.advance(bought["EndDate"] - timedelta(minutes=31) - CLOCK.now())
+        assert ext.terminate_due() == [] and terminated == []
+        CLOCK.advance(timedelta(minutes=2))
+        done = ext.terminate_due()
+        assert [(d.reservation_id, d.terminated) for d in done] == [(bought["CapacityReservationId"], ("node-gpu-0",))]
+        assert done[0].at == bought["EndDate"] - timedelta(minutes=30)
+        assert ext.terminate_due() == []  # once
+    finally:
+        ext.TERMINATION_HOOKS.clear()
+
+
+def _lease(start: datetime) -> Any:
+    from capserve.core.lease import Lease
+
+    return Lease(
+        provider="ec2-capacity-block", region=REGION, availability_zone=f"{REGION}a", reservation_id="cr-0abc",
+        start=start, end=start + timedelta(days=1), instance_type="p6-b300.48xlarge", instance_count=1,
+        upfront_fee=1.0,
+    )
