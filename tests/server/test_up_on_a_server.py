@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -39,7 +40,8 @@ def prefect_children() -> list[str]:
     return found
 
 
-def test_up_runs_the_campaign_through_a_local_server_and_leaves_no_child_behind(tmp_path: Path) -> None:
+def test_up_plays_the_whole_block_through_a_local_server_and_leaves_no_child_behind(tmp_path: Path) -> None:
+    """What `make demo` does: purchase, the serve run fired at the block's start, drain, teardown, AWS's end."""
     data = yaml.safe_load(EXAMPLE.read_text())
     data["evaluation"]["load"] = {"concurrency_levels": [1], "request_rates": [], "requests_per_stream": 2,
                                   "min_requests": 2}
@@ -48,14 +50,25 @@ def test_up_runs_the_campaign_through_a_local_server_and_leaves_no_child_behind(
     out = tmp_path / "out"
     before = set(prefect_children())  # the test session's own temporary server
 
-    code = main(["up", str(spec), "--sandbox", "--real-time", "--teardown-when-done", "--yes", "--out", str(out)])
+    code = main(["up", str(spec), "--sandbox", "--yes", "--out", str(out)])
 
     report = json.loads((out / "report.json").read_text())
     assert code in (0, 3), report["stages"]  # pass, or invalid on a loaded machine: never failed
-    assert [s["name"] for s in report["stages"]][-1] == "teardown"
+    window = report["window"]
+    assert window["simulated"] and window["rate"] > 1
+    start, end = (datetime.fromisoformat(window[k]) for k in ("block_start", "block_end"))
+    assert (start.hour, start.minute, end - start) == (11, 30, timedelta(hours=24))  # Capacity Block rules hold
     schedule = {entry["stage"]: entry for entry in report["schedule"]}
     assert sorted(schedule) == ["bring_up", "drain", "teardown"]
-    # Torn down when done: nothing is left to bring up, drain or tear down, and each run says so.
-    assert all(entry["flow_run_id"] and entry["state"] == "Cancelled" for entry in schedule.values()), schedule
+    for entry in schedule.values():  # each fired by its schedule, at its simulated time to the minute
+        assert entry["flow_run_id"] and entry["state"] == "Completed", entry
+        fired, due = datetime.fromisoformat(entry["fired_at"]), datetime.fromisoformat(entry["scheduled_at"])
+        assert abs(fired - due) <= timedelta(minutes=1), entry
+    assert datetime.fromisoformat(schedule["bring_up"]["scheduled_at"]) == start
+    # The serve run served from the block (its stages are on the simulated clock, after the start).
+    served = {s["name"]: s for s in report["stages"]}
+    assert served["rollout"]["status"] == "completed"
+    assert datetime.fromisoformat(served["rollout"]["started_at"]) > start
+    assert report["teardown"]["deleted"] and report["cost"]["serving_gpu_hours"] > 0
     assert (out / "prefect" / "home" / "prefect.db").exists()  # the server's database is under --out
     assert set(prefect_children()) - before == set()
