@@ -198,7 +198,10 @@ def _finish(
     lease: Lease = lease_from_reservation(reservation, provider=provider, adopted=outcome == "adopted", fee=fee)
     save_lease(record, lease, offering_id)
     current = wait_until_usable(reservation, settings)
-    verb = "Adopted" if outcome == "adopted" else "Bought"
+    verb = "Bought"
+    if outcome == "adopted":
+        # Found by the campaign's tag: an earlier run of this campaign (or the run the lease scheduled) bought it.
+        verb = "Adopted" if provider == "existing-reservation" else "Holds (bought by an earlier run of this campaign)"
     message = f"{verb} {lease.reservation_id} ({current.state.value}); it ends {lease.end.isoformat()}."
     result = AcquireResult(
         campaign_id=spec.campaign_id,
