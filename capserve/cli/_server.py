@@ -1,9 +1,10 @@
-"""``capserve up --prefect-server``: the campaign as a deployment run on a real Prefect server, followed here.
+"""``capserve up`` (the default): the campaign as a deployment run on a real Prefect server, followed here.
 
 Without ``PREFECT_API_URL`` it starts a local ``prefect server`` (home and SQLite under ``<out>/prefect``)
-and a process worker (``capserve.runtime.prefect_server``), registers deployments/prefect.yaml, triggers
-the ``campaign`` deployment exactly as a click in the UI does, and prints each state change and, at the
-end, the runs the lease scheduled. It stops what it started (``--keep-server`` leaves the server and the
+while the sandbox comes up, registers deployments/prefect.yaml, starts a process worker
+(``capserve.runtime.prefect_server``), triggers the ``campaign`` deployment exactly as a click in the UI
+does, prints each state change, then follows the runs the lease scheduled (serve, drain, teardown) until
+none is left to run (not with ``--teardown-when-done``: nothing is left). It stops what it started (``--keep-server`` leaves the server and the
 worker up and prints the UI's address). With ``PREFECT_API_URL`` set it registers on that server and
 starts nothing: a worker of yours runs the campaign.
 
