@@ -145,7 +145,7 @@ CASES = [
     Case("start-not-a-time", UP, "capacity.earliest_start: Input should be a valid datetime",
          changed("capacity.earliest_start", "tomorrow")),
     Case("start-date-only", UP, "capacity.earliest_start: Input should have timezone info",
-         text_with("  earliest_start: now ", "  earliest_start: 2026-12-01 ")),
+         text_with("  earliest_start: now+1d ", "  earliest_start: 2026-12-01 ")),
     Case("start-without-timezone", UP, "capacity.earliest_start: Input should have timezone info",
          changed("capacity.earliest_start", "2026-12-01T11:30:00")),
     Case("window-too-short", UP, "is shorter than duration_hours=24", changed("capacity.latest_end", "now+12h")),

@@ -140,7 +140,7 @@ def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
     assert "--tensor-parallel-size" in rollout["args"] and "$(VLLM_API_KEY)" in rollout["args"]
     assert rollout["endpoint_access"] == "port-forward" and "127.0.0.1" in rollout["endpoint_note"]
     assert rollout["compile_cache"]["result"] == "miss" and rollout["compile_cache"]["saved_jobs"] == 1
-    assert "stand-in" in rollout["server"] and "vLLM 0.32" in rollout["server"]
+    assert "simulated vLLM 0.32" in rollout["server"]
     assert written["evaluation"]["url"].startswith("http://127.0.0.1:")
     assert any("Server: the sandbox kubelet" in note for note in written["evaluation"]["notes"])
     assert written["evaluation"]["verdict"] in {"pass", "invalid"}  # invalid only when the machine starves the client

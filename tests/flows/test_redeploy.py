@@ -72,7 +72,7 @@ def test_a_good_revision_is_promoted_and_a_second_event_for_it_does_nothing(runn
     assert (entry.from_sha, entry.to_sha, entry.trigger) == (before, good, "revision-published")
     assert (entry.strategy, entry.verdict, entry.outcome, entry.serving_sha) == ("recreate", "pass", "promoted", good)
     record = running.record()
-    assert record.last_good_rollout is not None and record.last_good_rollout.revision_sha == good
+    assert record.last_good_rollout is not None and record.last_good_rollout.config.revision_sha == good
     assert record.redeploys == (entry,)
     written = json.loads((running.out / "good" / "report.json").read_text())
     assert written["rollout"]["revision"] == record.last_good_rollout.config.revision  # type: ignore[union-attr]
@@ -95,7 +95,7 @@ def test_a_bad_revision_fails_its_evaluation_and_is_rolled_back_to_the_good_one(
     assert (entry.from_sha, entry.to_sha, entry.verdict, entry.outcome) == (good, bad, "fail", "rolled-back")
     assert entry.serving_sha == good and "quality" in entry.detail
     record = running.record()
-    assert record.last_good_rollout is not None and record.last_good_rollout.revision_sha == good
+    assert record.last_good_rollout is not None and record.last_good_rollout.config.revision_sha == good
     written = json.loads((running.out / "bad" / "report.json").read_text())
     assert written["rollout"]["rolled_back"] is True
     assert [(a["revision"] == written["rollout"]["revision"], a["rollback"]) for a in written["rollout"]["attempts"]] \
