@@ -253,3 +253,20 @@ def test_user_data_nodeadm_rejects_fails_the_node_group(eks_kube: FakeKube) -> N
     [issue] = group["health"]["issues"]
     assert issue["code"] == "NodeCreationFailure" and "RAID5" in issue["message"]
     assert eks_kube.objects("nodes") == []
+
+
+def test_deleting_a_node_group_removes_its_nodes_and_stops_their_pods(eks_kube: FakeKube) -> None:
+    subnet = cluster("gone")
+    nodegroup("gone", "keep", subnet, instanceTypes=["m7i.large"])
+    nodegroup("gone", "drop", subnet, instanceTypes=["m7i.large"])
+    dropped = pool_node(eks_kube, "drop")["metadata"]["name"]
+    eks_kube.store.create(eks_kube.store.resource("", "v1", "pods"), "default", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "on-drop", "namespace": "default"},
+        "spec": {"nodeName": dropped, "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]},
+    }, "test")
+
+    boto3.client("eks").delete_nodegroup(clusterName="gone", nodegroupName="drop")
+
+    assert [n["metadata"]["labels"]["eks.amazonaws.com/nodegroup"] for n in eks_kube.objects("nodes")] == ["keep"]
+    until(eks_kube, lambda: not [p for p in eks_kube.objects("pods") if p["metadata"]["name"] == "on-drop"],
+          what="the pod on the deleted node garbage-collected")
