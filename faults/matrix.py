@@ -243,13 +243,15 @@ def leftovers(spec: CampaignSpec, cluster: str) -> list[str]:
 
 
 def run_matrix(world: World, points: list[KillPoint], signals: list[str], out: Path,
-               progress: Any = print, first: int = 1) -> list[Row]:
+               progress: Any = print, first: int = 1, on_row: Any = None) -> list[Row]:
     """Every point × signal, one row after the other: the sandbox has one Kubernetes for every EKS cluster,
     so two campaigns' clusters up at once would see (and schedule on) each other's nodes. Campaigns are
-    named ``faults-<NN>`` from ``first`` on (a name is never reused in one sandbox)."""
+    named ``faults-<NN>`` from ``first`` on (a name is never reused in one sandbox). Every point with the
+    first signal, then every point with the next: a matrix stopped early still covers every point.
+    ``on_row`` is called with the rows so far after each row."""
     rows: list[Row] = []
-    for point in points:
-        for sig in signals:
+    for sig in signals:
+        for point in points:
             index = first + len(rows)
             (out / f"faults-{index:02d}").mkdir(parents=True, exist_ok=True)
             row, spec, run_id, killed, survivors = kill_half(world, point, sig, index, out)
@@ -261,4 +263,6 @@ def run_matrix(world: World, points: list[KillPoint], signals: list[str], out: P
             progress(f"{row.campaign}: {point.name} / {sig}: killed at {row.killed_at or '?'}: "
                      f"{'ok' if row.green else 'FAIL'} (purchases {row.purchases}, destroyed {row.destroyed}, "
                      f"left {row.leftovers}, orphans {row.orphans}, re-run {row.rerun_state}) {'; '.join(row.notes)}")
+            if on_row is not None:
+                on_row(rows)
     return rows

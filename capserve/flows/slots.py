@@ -5,8 +5,10 @@ UI, the scheduled serve run firing while the campaign run still stages weights) 
 and the scheduled teardown do not take the slot: they must run at their times whatever else is running.
 
 Only deployment runs take it: they run against a real server whose repossessor frees the slot of a
-killed holder once its lease expires (docs/prefect.md §5). A temporary server never expires leases, so
-an in-process run (the CLI) killed while holding it would block its campaign for good.
+killed holder once its lease expires (docs/prefect.md §5), also across a restart of the server (leases on
+disk). The lease is ``settings.slots.lease_seconds`` (``CAPSERVE_SLOTS__LEASE_SECONDS``, 300 s): how long a
+re-run after a crash waits. A temporary server never expires leases, so an in-process run (the CLI) killed
+while holding it would block its campaign for good.
 """
 
 from __future__ import annotations
