@@ -12,7 +12,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 90
 export PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW := ignore
 
-.PHONY: install demo demo-in-process test lint typecheck unit bench vllm-venv clean
+.PHONY: install demo demo-in-process test test-faults lint typecheck unit bench faults vllm-venv clean
 
 # '.[dev]' brings the '[sandbox]' extra (moto, the fake Kubernetes' packages) that make demo and
 # make test need; a production install is plain 'pip install .' (docs/README.md).
@@ -33,7 +33,7 @@ demo-in-process: install
 		--out out/demo-in-process
 
 lint: install
-	$(VENV)/bin/ruff check capserve tests bench
+	$(VENV)/bin/ruff check capserve tests bench faults
 
 typecheck: install
 	$(VENV)/bin/mypy
@@ -44,10 +44,19 @@ typecheck: install
 TEST_WORKERS ?= 2
 
 test: lint typecheck
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not faults"
+
+# Two rows of the kill matrix as tests (about 8 minutes; `make faults` runs all of it).
+test-faults: install
+	$(PY) -m pytest -m faults
 
 bench: install
 	$(PY) -m bench
+
+# The kill matrix (docs/faults.md): campaigns killed at every stage boundary and inside purchase, download,
+# apply, rollout and teardown, re-run and torn down; prints the table and keeps it in docs/faults.md.
+faults: install
+	$(PY) -m faults --docs
 
 # A real vLLM on the CPU, in its own venv so its pins never touch the project's (used by the
 # `vllm`-marked integration test; skipped when absent).

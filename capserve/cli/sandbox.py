@@ -10,7 +10,9 @@ credentials) and waits until Ctrl-C or SIGTERM, then stops everything it started
     prefect worker start --pool capserve
 
 The stand-ins keep their state in memory for as long as the service runs, so the worker, re-runs of a
-campaign and crash tests all see one "AWS" and one "cluster"; it is lost when the service stops.
+campaign and crash tests all see one "AWS" and one "cluster"; it is lost when the service stops. The file
+also names a loopback control endpoint (``CAPSERVE_SANDBOX_CONTROL``, ``capserve/sandbox/control.py``)
+where a harness holds requests and reads what the sandbox sold and deleted (the fault matrix, docs/faults.md).
 """
 
 from __future__ import annotations
@@ -76,7 +78,8 @@ def write_env_file(path: Path, env: dict[str, str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from capserve.sandbox.environment import Simulation, sandbox  # the [sandbox] extra, only for this command
+    from capserve.sandbox.control import control_endpoint  # the [sandbox] extra, only for this command
+    from capserve.sandbox.environment import Simulation, sandbox
 
     console = Console()
     stop = threading.Event()
@@ -87,8 +90,12 @@ def run(args: argparse.Namespace) -> int:
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         simulate = Simulation() if args.simulate else None
-        with sandbox(served_model_name=args.model, region=args.region, simulate=simulate) as far_ends:
+        with (
+            sandbox(served_model_name=args.model, region=args.region, simulate=simulate) as far_ends,
+            control_endpoint() as control,
+        ):
             env = worker_environment(dict(os.environ), hub=far_ends.hub, inference=far_ends.inference)
+            env["CAPSERVE_SANDBOX_CONTROL"] = control  # for harnesses (python -m faults); a worker ignores it
             write_env_file(args.env_file, env)
             for key in SHOWN_KEYS:
                 console.print(f"{key}={env[key]}", highlight=False)

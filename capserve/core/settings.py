@@ -51,6 +51,19 @@ class RecordSettings(BaseModel):
     write_attempts: int = Field(5, ge=1, le=20, description="Read-modify-write attempts on a conflicting write.")
 
 
+class SlotSettings(BaseModel):
+    """The one-run-per-campaign slot on a Prefect server (capserve/flows/slots.py, docs/prefect.md §5)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    lease_seconds: int = Field(
+        300,
+        ge=60,  # Prefect's minimum lease
+        le=3600,
+        description="Lease of the slot, renewed while its run lives: how long a killed run's slot stays taken.",
+    )
+
+
 class CampaignSettings(BaseModel):
     """The settings a campaign spec may override (its ``settings:`` block)."""
 
@@ -82,6 +95,9 @@ class Settings(CampaignSettings):
     )
     cost: CostSettings = Field(
         default_factory=CostSettings, description="The cost ledger: whether to read live prices."
+    )
+    slots: SlotSettings = Field(
+        default_factory=SlotSettings, description="The campaign slot: how long a killed holder keeps it."
     )
 
     def for_campaign(self, overrides: CampaignSettings | None) -> Settings:

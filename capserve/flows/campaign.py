@@ -98,6 +98,7 @@ def campaign(
     )
     base = settings or settings_from_environment()
     ctx = CampaignContext.start(spec, base.for_campaign(spec.campaign_settings()), options)
-    with campaign_slot(spec.campaign_id), recording(out_dir / "manifests"):  # every applied object, in order
+    # recording: every applied object, in order
+    with campaign_slot(spec.campaign_id, ctx.settings.slots), recording(out_dir / "manifests"):
         run_campaign(ctx, CAMPAIGN, teardown_stage)
     return verdict_state(ctx.report)

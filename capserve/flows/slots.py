@@ -5,8 +5,10 @@ UI, the scheduled serve run firing while the campaign run still stages weights) 
 and the scheduled teardown do not take the slot: they must run at their times whatever else is running.
 
 Only deployment runs take it: they run against a real server whose repossessor frees the slot of a
-killed holder once its lease expires (docs/prefect.md §5). A temporary server never expires leases, so
-an in-process run (the CLI) killed while holding it would block its campaign for good.
+killed holder once its lease expires (docs/prefect.md §5), also across a restart of the server (leases on
+disk). The lease is ``settings.slots.lease_seconds`` (``CAPSERVE_SLOTS__LEASE_SECONDS``, 300 s): how long a
+re-run after a crash waits. A temporary server never expires leases, so an in-process run (the CLI) killed
+while holding it would block its campaign for good.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from prefect import get_client, get_run_logger
 from prefect.concurrency.sync import concurrency
 from prefect.runtime import deployment
 
-SLOT_LEASE_SECONDS = 300
+from capserve.core.settings import SlotSettings
 
 
 def campaign_limit_name(campaign_id: str) -> str:
@@ -26,14 +28,20 @@ def campaign_limit_name(campaign_id: str) -> str:
 
 
 @contextmanager
-def campaign_slot(campaign_id: str) -> Iterator[None]:
+def campaign_slot(campaign_id: str, settings: SlotSettings | None = None) -> Iterator[None]:
     """Hold the campaign's slot for the duration of a deployment run (created on demand, limit 1)."""
     if deployment.get_id() is None:
         yield
         return
+    lease_seconds = (settings or SlotSettings()).lease_seconds
     name = campaign_limit_name(campaign_id)
     with get_client(sync_client=True) as client:
         client.upsert_global_concurrency_limit_by_name(name, 1)
-    get_run_logger().info("waiting for the slot of campaign %s (limit %s: one run per campaign)", campaign_id, name)
-    with concurrency(name, occupy=1, strict=True, lease_duration=SLOT_LEASE_SECONDS):
+    get_run_logger().info(
+        "waiting for the slot of campaign %s (concurrency limit %s: one run per campaign); another run of the "
+        "campaign holds it until it ends, a killed one until its lease of %d s runs out",
+        campaign_id, name, lease_seconds,
+    )
+    with concurrency(name, occupy=1, strict=True, lease_duration=lease_seconds):
+        get_run_logger().info("holding the slot of campaign %s", campaign_id)
         yield

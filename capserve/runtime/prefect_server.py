@@ -173,7 +173,11 @@ def _run(argv: list[str], env: Mapping[str, str], *, cwd: Path, log: Path) -> No
         raise ServerError(f"`{' '.join(argv[2:])}` failed (exit {done.returncode}): see {log}")
 
 
-def start_worker(root: Path, env: Mapping[str, str], log: Path, *, name: str = "capserve-local") -> Child:
-    """``prefect worker start --pool capserve`` with the tuned poll and prefetch."""
+def start_worker(
+    root: Path, env: Mapping[str, str], log: Path, *, name: str = "capserve-local", queue: str | None = None
+) -> Child:
+    """``prefect worker start --pool capserve`` with the tuned poll and prefetch (only ``queue``'s runs if given)."""
     argv = [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--type", "process", "--name", name]
+    if queue is not None:
+        argv += ["--work-queue", queue]
     return _spawn("prefect worker", argv, {**env, **WORKER_SETTINGS}, log, cwd=root)

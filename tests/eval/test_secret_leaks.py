@@ -100,6 +100,7 @@ def test_capserve_up_with_a_key_echoing_endpoint_and_a_hub_token_leaks_nothing(
     evaluation = (out / "evaluation" / "evaluation.json").read_text()
     assert report["evaluation"]["smoke"][1]["status"] == "passed"
     assert "invalid credentials 'Bearer [redacted]'" in evaluation
+    assert "report:" in captured.out and "TP 8" in captured.out  # the in-process run's summary
     files = [p for p in out.rglob("*") if p.is_file()] + prefect_files()
     assert leaks([API_KEY, HUB_TOKEN], captured.out + captured.err, files) == []
 

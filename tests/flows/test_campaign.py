@@ -268,18 +268,3 @@ def test_up_with_a_bad_spec_exits_2_and_names_the_field(tmp_path: Path, capsys: 
     assert main(["up", str(path), "--sandbox", "--in-process"]) == 2
     err = capsys.readouterr().err
     assert "capacity.instance_count" in err and "greater than or equal to 1" in err
-
-
-def test_up_on_the_sandbox_runs_the_demo_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = spec_file(tmp_path, evaluation__load=SMALL_LOAD)
-
-    argv = ["up", str(path), "--sandbox", "--in-process", "--teardown-when-done", "--out", str(tmp_path / "out")]
-    assert main(argv) == 0
-
-    written = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert all(s["status"] == "completed" for s in written["stages"])
-    report = (tmp_path / "out" / "report.md").read_text()
-    assert "## Rollout" in report and "Server: the sandbox kubelet's simulated vLLM 0.32.0" in report
-    assert "stand-in" not in report
-    out = capsys.readouterr().out
-    assert "report:" in out and "TP 8" in out

@@ -262,3 +262,20 @@ def test_ec2s_end_of_block_termination_takes_only_that_instance_types_nodes(kube
     left = {node["metadata"]["name"] for node in kube.objects("nodes")}
     assert set(system) <= left and not set(gpu) & left
     assert kube.terminate_instances("p6-b300.48xlarge") == []  # nothing left to terminate
+
+
+def test_deleting_a_node_group_removes_its_nodes_and_stops_their_pods(eks_kube: FakeKube) -> None:
+    subnet = cluster("gone")
+    nodegroup("gone", "keep", subnet, instanceTypes=["m7i.large"])
+    nodegroup("gone", "drop", subnet, instanceTypes=["m7i.large"])
+    dropped = pool_node(eks_kube, "drop")["metadata"]["name"]
+    eks_kube.store.create(eks_kube.store.resource("", "v1", "pods"), "default", {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "on-drop", "namespace": "default"},
+        "spec": {"nodeName": dropped, "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]},
+    }, "test")
+
+    boto3.client("eks").delete_nodegroup(clusterName="gone", nodegroupName="drop")
+
+    assert [n["metadata"]["labels"]["eks.amazonaws.com/nodegroup"] for n in eks_kube.objects("nodes")] == ["keep"]
+    until(eks_kube, lambda: not [p for p in eks_kube.objects("pods") if p["metadata"]["name"] == "on-drop"],
+          what="the pod on the deleted node garbage-collected")

@@ -100,3 +100,39 @@ def test_an_unschedulable_pod_fails_after_its_grace_with_the_schedulers_reason(
         wait(api)
     assert failed.value.diagnosis.trouble is Trouble.UNSCHEDULABLE
     assert "untolerated taint {nvidia.com/gpu: true}" in str(failed.value)
+
+
+def test_the_endpoint_check_tries_a_dropped_connection_again_but_not_a_wrong_answer() -> None:
+    """A stream that drops before an answer says nothing about the pod (a failed check tears down)."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[str] = []
+
+    class Flaky(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - stdlib signature
+            pass
+
+        def do_GET(self) -> None:
+            seen.append(self.path)
+            if len(seen) == 1:
+                self.close_connection = True  # no answer at all: the client sees the connection drop
+                return
+            body = json.dumps({"data": [{"id": "kimi-k3"}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        assert check_endpoint(url, SecretStr("k"), "kimi-k3", retry_seconds=0) is None
+        assert len(seen) == 2
+        assert "not 'other'" in (check_endpoint(url, SecretStr("k"), "other", retry_seconds=0) or "")
+        assert len(seen) == 3  # an answer, even a wrong one, is not asked again
+    finally:
+        server.shutdown()
+        server.server_close()

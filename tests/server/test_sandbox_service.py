@@ -36,6 +36,7 @@ def test_the_service_serves_another_process_and_stops_on_sigterm(tmp_path: Path)
         assert env_file.stat().st_mode & 0o077 == 0  # it holds credentials, even dummy ones
         env = read_env(env_file)
         assert env["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:")
+        assert env["CAPSERVE_SANDBOX_CONTROL"].startswith("http://127.0.0.1:")  # the fault matrix's holds
         ec2 = boto3.client(
             "ec2", region_name=env["AWS_DEFAULT_REGION"], endpoint_url=env["AWS_ENDPOINT_URL"],
             aws_access_key_id=env["AWS_ACCESS_KEY_ID"], aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],

@@ -67,7 +67,10 @@ def test_up_plays_the_whole_block_through_a_local_server_and_leaves_no_child_beh
     assert datetime.fromisoformat(schedule["bring_up"]["scheduled_at"]) == start
     # The serve run served from the block (its stages are on the simulated clock, after the start).
     served = {s["name"]: s for s in report["stages"]}
+    assert all(line["status"] in ("completed", "skipped") for line in report["stages"]), report["stages"]
     assert served["rollout"]["status"] == "completed"
+    markdown = (out / "report.md").read_text()
+    assert "Server: the sandbox kubelet's simulated vLLM 0.32.0" in markdown and "stand-in" not in markdown
     assert datetime.fromisoformat(served["rollout"]["started_at"]) > start
     assert report["teardown"]["deleted"] and report["cost"]["serving_gpu_hours"] > 0
     assert (out / "prefect" / "home" / "prefect.db").exists()  # the server's database is under --out

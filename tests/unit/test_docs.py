@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
-SCANNED = ("capserve", "tests", "bench", "scripts", "deployments", "examples", "docs", ".ci")
+SCANNED = ("capserve", "tests", "bench", "faults", "scripts", "deployments", "examples", "docs", ".ci")
 TOP_LEVEL = ("Makefile", "README.md", "pyproject.toml")
 SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".sh", ".txt", ".cfg", ""}
 

@@ -49,6 +49,7 @@ from moto.sagemaker.exceptions import (
 from moto.sagemaker.responses import SageMakerResponse
 
 from capserve.sandbox.clock import CLOCK
+from capserve.sandbox.gates import GATES
 
 # Illustrative on-demand-like hourly block prices per instance (third-party, volatile: only the API's
 # UpfrontFee is truth, docs/aws-capacity.md §1.6). Chosen so the K3 demo's 24 h block (~$2.8–3.0k) sits
@@ -349,6 +350,7 @@ def purchase_capacity_block(self: Any) -> Any:
         _RESERVATIONS.setdefault(_key(self), {})[reservation_id] = reservation
     if SETTINGS.on_purchase is not None:
         SETTINGS.on_purchase(reservation_id)
+    GATES.wait("purchase", reservation_id)  # bought, the answer not yet sent (fault matrix)
     view = _reservation_view(reservation, advance=False)
     view["State"] = "payment-pending"  # AWS answers a purchase before the fee has been charged
     view["AvailableInstanceCount"] = 0
@@ -639,3 +641,13 @@ def install() -> None:
     if SageMakerResponse.list_tags is not _list_tags:
         _NEXT_LIST_TAGS[0] = SageMakerResponse.list_tags
         SageMakerResponse.list_tags = _list_tags  # type: ignore[method-assign]
+
+
+def reservations() -> list[dict[str, Any]]:
+    """Every reservation bought in this sandbox (id, region, tags), for harnesses counting purchases."""
+    with _LOCK:
+        return [
+            {"reservation_id": rid, "region": region, "tags": {t["Key"]: t["Value"] for t in r["Tags"]}}
+            for (_, region), table in _RESERVATIONS.items()
+            for rid, r in table.items()
+        ]

@@ -15,7 +15,8 @@ node groups are born ACTIVE, the endpoint is a made-up https URL, no nodes ever 
   node's storage as nodeadm would set it up from the launch template (``nodeadm.py``: NVMe RAID0 or the
   root volume). User data nodeadm cannot read fails the node group (``CREATE_FAILED``,
   ``NodeCreationFailure``) and no node joins, as on EKS. ``attach_fake_kube`` registers the hooks
-  that make the fake Kubernetes server provision those nodes;
+  that make the fake Kubernetes server provision those nodes, and remove them when their node group is
+  deleted (``NODE_GONE_HOOKS``: EKS terminates the instances);
 - ``CALLS`` records every AWS request the moto server handles (service, action), so tests can assert
   that a converged re-run created nothing.
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -37,6 +39,7 @@ from moto.eks.models import EKSBackend
 from capserve.sandbox.aws_ext import capacity as capacity_ext
 from capserve.sandbox.aws_ext.nodeadm import NodeConfigError, node_storage
 from capserve.sandbox.clock import CLOCK
+from capserve.sandbox.gates import GATES
 from capserve.sandbox.kube.instances import CPU_TYPES, known_instance_type
 
 
@@ -70,6 +73,8 @@ class Behaviour:
 class Call:
     service: str
     action: str
+    path: str = ""  # the request path (REST APIs such as EKS name the cluster in it)
+    at: float = 0.0  # time.time() when it arrived
 
 
 @dataclass
@@ -80,6 +85,8 @@ class _CallLog:
 
 BEHAVIOUR = Behaviour()
 NODE_HOOKS: list[Callable[[NodePoolActivated], None]] = []
+# Called with (cluster name, node group name) once a node group is deleted: its instances are gone.
+NODE_GONE_HOOKS: list[Callable[[str, str], None]] = []
 CLUSTER_HOOKS: list[Callable[[str], None]] = []
 _LOG = _CallLog()
 _INSTALLED = False
@@ -106,6 +113,7 @@ def reset() -> None:
     global BEHAVIOUR
     BEHAVIOUR = Behaviour()
     NODE_HOOKS.clear()
+    NODE_GONE_HOOKS.clear()
     CLUSTER_HOOKS.clear()
     capacity_ext.TERMINATION_HOOKS.clear()
     clear_calls()
@@ -156,7 +164,12 @@ def attach_fake_kube(kube: Any, *, failure: str | None = None) -> Callable[[Node
         return list(kube.terminate_instances(reservation["InstanceType"]))
 
     capacity_ext.TERMINATION_HOOKS.append(terminate)
+
+    def remove(cluster_name: str, nodegroup_name: str) -> None:
+        kube.remove_nodes(nodegroup_name)  # their pods are then garbage-collected and stopped
+
     NODE_HOOKS.append(provision)
+    NODE_GONE_HOOKS.append(remove)
     CLUSTER_HOOKS.append(bootstrap)
     return provision
 
@@ -172,8 +185,11 @@ def _record_calls() -> None:
             action = str(self._get_action())
         except Exception:  # noqa: BLE001 - a request moto cannot route is still worth serving as moto would
             action = "?"
+        path = str(getattr(self, "path", "") or "")
         with _LOG.lock:
-            _LOG.calls.append(Call(service=str(self.service_name), action=action))
+            _LOG.calls.append(Call(service=str(self.service_name), action=action, path=path, at=time.time()))
+        if action.startswith("Delete"):  # held before AWS deletes anything (fault matrix)
+            GATES.wait("delete", f"{self.service_name}:{action}:{path}")
         return original(self)
 
     BaseResponse.call_action = call_action  # type: ignore[method-assign]
@@ -220,6 +236,7 @@ def _patch_eks() -> None:
     describe_cluster = EKSBackend.describe_cluster
     create_nodegroup = EKSBackend.create_nodegroup
     describe_nodegroup = EKSBackend.describe_nodegroup
+    delete_nodegroup = EKSBackend.delete_nodegroup
 
     def _create_cluster(self: EKSBackend, *args: Any, **kwargs: Any) -> Any:
         cluster: Any = create_cluster(self, *args, **kwargs)
@@ -283,7 +300,15 @@ def _patch_eks() -> None:
                 )
         return nodegroup
 
+    def _delete_nodegroup(self: EKSBackend, cluster_name: str, nodegroup_name: str) -> Any:
+        # EKS terminates the group's instances, so their Nodes leave the cluster (stock moto forgets them).
+        deleted = delete_nodegroup(self, cluster_name, nodegroup_name)
+        for hook in list(NODE_GONE_HOOKS):
+            hook(cluster_name, nodegroup_name)
+        return deleted
+
     EKSBackend.create_cluster = _create_cluster  # type: ignore[method-assign]
+    EKSBackend.delete_nodegroup = _delete_nodegroup  # type: ignore[method-assign]
     EKSBackend.describe_cluster = _describe_cluster  # type: ignore[method-assign]
     EKSBackend.create_nodegroup = _create_nodegroup  # type: ignore[method-assign]
     EKSBackend.describe_nodegroup = _describe_nodegroup  # type: ignore[method-assign]

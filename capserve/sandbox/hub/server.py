@@ -25,6 +25,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from capserve.sandbox.gates import GATES
+
 LFS_MIN_BYTES = 10 * 1024  # the Hub stores big files (and every *.safetensors) in LFS
 
 
@@ -339,6 +341,7 @@ class _Handler(BaseHTTPRequestHandler):
         )
         if self.command == "HEAD":
             return
+        GATES.wait("download", rel)  # headers sent, the body not yet (fault matrix)
         faults = self.state.faults
         cut = None
         with self.state.lock:

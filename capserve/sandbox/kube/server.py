@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from capserve.sandbox.gates import GATES
 from capserve.sandbox.kube import streams
 from capserve.sandbox.kube.auth import check_bearer
 from capserve.sandbox.kube.errors import ApiError
@@ -141,6 +142,8 @@ class ApiServer:
         if request.method == "PUT":
             return web.json_response(store.replace(resource, namespace, name, _json(raw), manager, sub))
         if request.method == "PATCH":
+            if content_type == "application/apply-patch+yaml":  # held before it is stored (fault matrix)
+                await GATES.wait_async("apply", f"{resource.kind}/{name}")
             force = query.get("force", "").lower() in _TRUE
             existed = self._exists(target)
             obj = store.patch(resource, namespace, name, raw, content_type, manager, force, sub)

@@ -18,6 +18,7 @@ import os
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -174,16 +175,33 @@ def port_forward(api: k8s.ApiClient, namespace: str, pod: str, port: int) -> Ite
         forward.close()
 
 
-def check_endpoint(url: str, key: SecretStr, model: str, timeout_s: float = 30.0) -> str | None:
+CHECK_ATTEMPTS = 3  # a dropped connection is retried; a wrong answer is not
+CHECK_RETRY_SECONDS = 2.0
+
+
+def check_endpoint(
+    url: str, key: SecretStr, model: str, timeout_s: float = 30.0, *, attempts: int = CHECK_ATTEMPTS,
+    retry_seconds: float = CHECK_RETRY_SECONDS,
+) -> str | None:
     """The rollout's own check before traffic moves: ``/v1/models`` with the key lists ``model``.
 
-    Returns None when it does, else what went wrong (the key never appears in it).
+    Returns None when it does, else what went wrong (the key never appears in it). A connection that drops
+    before an answer is tried again (up to ``attempts``): a failed check tears a new cluster down, and one
+    dropped stream through the API server says nothing about the pod (the fault matrix saw one right after a
+    killed run's client went away, docs/faults.md).
     """
     headers = {"Authorization": f"Bearer {key.get_secret_value()}"}
-    try:
-        response = httpx.get(f"{url}/v1/models", headers=headers, timeout=timeout_s)
-    except httpx.HTTPError as exc:
-        return f"GET /v1/models through the port-forward failed: {type(exc).__name__}"
+    for attempt in range(1, attempts + 1):
+        try:
+            response = httpx.get(f"{url}/v1/models", headers=headers, timeout=timeout_s)
+            break
+        except httpx.TransportError as exc:
+            if attempt == attempts:
+                return f"GET /v1/models through the port-forward failed {attempts} times: {type(exc).__name__}"
+            _log.info("GET /v1/models through the port-forward failed (%s): trying again", type(exc).__name__)
+            time.sleep(retry_seconds)
+        except httpx.HTTPError as exc:
+            return f"GET /v1/models through the port-forward failed: {type(exc).__name__}"
     if response.status_code != 200:
         return f"GET /v1/models answered {response.status_code} with the campaign's API key"
     try:

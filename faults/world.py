@@ -1,0 +1,146 @@
+"""What the fault matrix runs against: the ``capserve sandbox`` service, a Prefect server and two workers.
+
+Everything is a child process in its own session (``capserve.runtime.prefect_server``), so a worker can be
+killed as a host loss would kill it without touching the rest. Two workers poll the one work pool:
+
+- the *victim* takes only the ``faults-victim`` queue: the runs the matrix kills;
+- the *steady* one takes the pool's default queue: re-runs, and whatever the automations start (the
+  teardown of a crashed campaign), so those never land on a worker about to be killed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prefect.settings import PREFECT_API_URL, temporary_settings
+
+from capserve.runtime.prefect_server import (
+    POOL,
+    Child,
+    LocalServer,
+    prefect_cli,
+    register,
+    start_server,
+    start_worker,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+VICTIM_QUEUE = "faults-victim"
+# A killed run's slot is free again after this (Prefect's minimum lease); the default is 300 s.
+FAST_SETTINGS = {"CAPSERVE_SLOTS__LEASE_SECONDS": "60"}
+SANDBOX_START_SECONDS = 180
+
+
+@dataclass
+class World:
+    logs: Path
+    sandbox: subprocess.Popen[bytes]
+    server: LocalServer
+    env: dict[str, str]  # what the workers (and this process) run with
+    control: str
+    victim: Child
+    steady: Child
+
+    def restart_victim(self) -> None:
+        self.victim.stop(grace_seconds=5)
+        self.victim = start_worker(ROOT, self.env, self.logs / "victim.log", name="faults-victim", queue=VICTIM_QUEUE)
+
+    def state(self) -> dict[str, Any]:
+        with urllib.request.urlopen(f"{self.control}/state", timeout=30) as answer:  # noqa: S310  # loopback
+            result: dict[str, Any] = json.load(answer)
+            return result
+
+    def hold(self, point: str, match: str) -> None:
+        self._post("/hold", {"point": point, "match": match})
+
+    def release(self) -> None:
+        self._post("/release", {})
+
+    def _post(self, path: str, body: dict[str, str]) -> None:
+        request = urllib.request.Request(  # noqa: S310  # the sandbox's loopback control endpoint
+            f"{self.control}{path}", data=json.dumps(body).encode(), method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
+            answer.read()
+
+
+def read_env(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+
+
+def _start_sandbox(logs: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+    env_file = logs / "worker.env"
+    with (logs / "sandbox.log").open("ab") as out:
+        service = subprocess.Popen(  # noqa: S603  # our own interpreter and fixed arguments
+            [sys.executable, "-m", "capserve.cli", "sandbox", "--env-file", str(env_file)],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, cwd=ROOT,
+        )
+    deadline = time.monotonic() + SANDBOX_START_SECONDS
+    while not env_file.exists():
+        if service.poll() is not None or time.monotonic() > deadline:
+            _stop(service)
+            raise RuntimeError(f"`capserve sandbox` did not start: see {logs / 'sandbox.log'}")
+        time.sleep(0.3)
+    time.sleep(0.2)  # the file is written in one go; let it be closed
+    return service, read_env(env_file)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if process.poll() is not None:
+            return
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@contextmanager
+def world(logs: Path) -> Iterator[World]:
+    """Start the sandbox service, a Prefect server (deployments and automations registered) and the two
+    workers; this process's environment points at them while the block runs; everything stops after."""
+    logs.mkdir(parents=True, exist_ok=True)
+    service, sandbox_env = _start_sandbox(logs)
+    server: LocalServer | None = None
+    workers: list[Child] = []
+    before = dict(os.environ)
+    try:
+        server = start_server(logs / "prefect")
+        env = {**os.environ, **server.env, **sandbox_env, **FAST_SETTINGS}
+        register(ROOT, env, logs / "register.log")
+        prefect_cli(["work-queue", "create", VICTIM_QUEUE, "--pool", POOL], env, cwd=ROOT, log=logs / "register.log")
+        steady = start_worker(ROOT, env, logs / "steady.log", name="faults-steady", queue="default")
+        victim = start_worker(ROOT, env, logs / "victim.log", name="faults-victim", queue=VICTIM_QUEUE)
+        workers = [steady, victim]
+        os.environ.update({k: v for k, v in env.items() if k not in before or before[k] != v})
+        the_world = World(logs=logs, sandbox=service, server=server, env=env,
+                          control=sandbox_env["CAPSERVE_SANDBOX_CONTROL"], victim=victim, steady=steady)
+        try:
+            with temporary_settings({PREFECT_API_URL: server.url}):  # Prefect read its settings at import
+                yield the_world
+        finally:
+            workers = [the_world.steady, the_world.victim]
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
+        for child in workers:
+            child.stop(grace_seconds=10)
+        if server is not None:
+            server.child.stop(grace_seconds=10)
+        _stop(service)

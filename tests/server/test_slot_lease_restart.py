@@ -1,0 +1,107 @@
+"""The campaign slot of a killed run is freed even when the Prefect server restarts in between.
+
+``campaign_slot`` holds ``campaign-<id>`` with a lease; ``start_server`` keeps leases on disk
+(``SERVER_SETTINGS``, docs/prefect.md §5). A holder is SIGKILLed, the server stops and starts again on
+the same home, the slot is still taken, and a new holder gets it once the dead one's lease runs out, having
+said in its log what it waits for. Takes about 2 minutes (two server starts, a 60 s lease).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from prefect import get_client
+from prefect.settings import PREFECT_API_URL, temporary_settings
+
+from capserve.flows.slots import campaign_limit_name
+from capserve.runtime.prefect_server import LocalServer, free_port, start_server
+
+pytestmark = pytest.mark.server
+
+CAMPAIGN = "lease-test"
+HOLDER = """
+import sys, time
+from pathlib import Path
+from prefect import flow
+from prefect.runtime import deployment
+import capserve.flows.slots as slots
+from capserve.core.settings import SlotSettings
+
+deployment.get_id = lambda: "a-deployment"  # only deployment runs take the slot: be one
+marker, hold_seconds = Path(sys.argv[1]), float(sys.argv[2])
+
+@flow(name="slot-holder")
+def holder() -> None:
+    with slots.campaign_slot(sys.argv[3], SlotSettings(lease_seconds=60)):
+        marker.write_text("held")
+        time.sleep(hold_seconds)
+
+holder()
+"""
+WAIT_SECONDS = 240  # a bound on a loaded machine, not a measurement
+
+
+def _holder(
+    server: LocalServer, tmp: Path, name: str, hold_seconds: float
+) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    script, marker, log = tmp / "holder.py", tmp / f"{name}.held", tmp / f"{name}.log"
+    script.write_text(HOLDER)
+    env = {**os.environ, **server.env}
+    with log.open("wb") as out:
+        child = subprocess.Popen(  # noqa: S603  # our own interpreter and script
+            [sys.executable, str(script), str(marker), str(hold_seconds), CAMPAIGN], env=env, stdout=out,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )
+    return child, marker, log
+
+
+def _wait_for(path: Path, child: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while not path.exists():
+        assert child.poll() is None, f"the holder exited early:\n{log.read_text()[-3000:]}"
+        assert time.monotonic() < deadline, f"no slot within {WAIT_SECONDS} s:\n{log.read_text()[-3000:]}"
+        time.sleep(0.5)
+
+
+def _active_slots(server: LocalServer) -> int:
+    with temporary_settings({PREFECT_API_URL: server.url}), get_client(sync_client=True) as client:
+        return client.read_global_concurrency_limit_by_name(campaign_limit_name(CAMPAIGN)).active_slots
+
+
+def test_a_killed_holder_s_slot_survives_a_server_restart_and_is_freed_when_its_lease_runs_out(
+    tmp_path: Path,
+) -> None:
+    port, home = free_port(), tmp_path / "home"
+    server = start_server(home, port=port)
+    children: list[subprocess.Popen[bytes]] = []
+    try:
+        first, held, log = _holder(server, tmp_path, "first", 3600)
+        children.append(first)
+        _wait_for(held, first, log)
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+
+        server.child.stop()
+        server = start_server(home, port=port)  # same database, same lease files
+        assert _active_slots(server) == 1  # the dead holder's slot is still taken: the lease outlived the server
+
+        second, got, log = _holder(server, tmp_path, "second", 0)
+        children.append(second)
+        _wait_for(got, second, log)
+        assert second.wait(timeout=WAIT_SECONDS) == 0, log.read_text()[-3000:]
+        said = log.read_text()
+        assert f"waiting for the slot of campaign {CAMPAIGN}" in said, said[-3000:]
+        assert "lease of 60 s runs out" in said
+        assert _active_slots(server) == 0  # released at the end of the run
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        server.child.stop()
