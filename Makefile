@@ -38,10 +38,10 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy
 
-# Two test processes, one per core of the CI machine: most tests wait on local servers (moto, the fake
-# Kubernetes, Prefect, vLLM), so two keep both cores busy. A file's tests stay in one process (its
-# module fixtures start those servers once).
-TEST_WORKERS ?= 2
+# Three test processes on the 2-core CI machine: most tests wait on local servers (moto, the fake
+# Kubernetes, Prefect, vLLM) and use under half a core each, so three keep both cores busy. A file's tests
+# stay in one process (its module fixtures start those servers once).
+TEST_WORKERS ?= 3
 
 test: lint typecheck
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not faults"
