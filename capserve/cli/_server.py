@@ -150,7 +150,11 @@ def _print_schedule(campaign_id: str, console: Console) -> None:
         return
     for run in sorted(runs, key=lambda r: r.scheduled_at.isoformat() if r.scheduled_at else ""):
         when = run.scheduled_at.isoformat() if run.scheduled_at else "—"
-        console.print(f"  scheduled: {run.name} at {when} — {run.state_name or run.state_type}", highlight=False)
+        console.print(
+            f"  scheduled: {run.name} at {when} (wall time) — {run.state_name or run.state_type}", highlight=False
+        )
+    console.print("  the report gives each run's time and when it fired on the campaign's (block's) clock",
+                  highlight=False)
 
 
 def _exit_code(state: tuple[str, str], out_dir: Path) -> int:
