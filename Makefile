@@ -44,7 +44,8 @@ typecheck: install
 TEST_WORKERS ?= 3
 
 test: lint typecheck
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not faults"
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not faults and not solo"
+	$(PY) -m pytest -m "solo and not faults"
 
 # Two rows of the kill matrix as tests (about 8 minutes; `make faults` runs all of it).
 test-faults: install

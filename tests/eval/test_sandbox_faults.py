@@ -75,6 +75,7 @@ def test_load_run_reports_each_failure_kind_and_keeps_going() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.solo  # the other test processes would take the CPU the measurement is about
 def test_injected_ttft_measured_within_2ms_at_64_streams() -> None:
     """The issue's own accuracy requirement: known TTFT, 64 concurrent streams, error < 2 ms.
 
