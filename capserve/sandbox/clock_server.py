@@ -13,14 +13,14 @@ Loopback only; no state beyond ``CLOCK``.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError
 
 from capserve.sandbox.clock import CLOCK
+from capserve.sandbox.loopback import serve_on_loopback
 
 
 class Registration(BaseModel):
@@ -65,13 +65,7 @@ class _Handler(BaseHTTPRequestHandler):
 @contextmanager
 def clock_server() -> Iterator[str]:
     """Serve the sandbox clock on 127.0.0.1 (a free port); yields its base URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, name="sandbox-clock", daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_on_loopback(_Handler, "sandbox-clock") as url:
+        yield url
 
 

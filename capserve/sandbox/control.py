@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from capserve.sandbox.aws_ext import capacity as capacity_ext
 from capserve.sandbox.aws_ext import eks as eks_ext
 from capserve.sandbox.gates import GATES
+from capserve.sandbox.loopback import serve_on_loopback
 
 
 def state() -> dict[str, Any]:
@@ -74,14 +74,8 @@ class _Handler(BaseHTTPRequestHandler):
 @contextmanager
 def control_endpoint() -> Iterator[str]:
     """Serve the control endpoint on 127.0.0.1 (a free port); yields its URL; releases every hold on exit."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, name="capserve-sandbox-control", daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        GATES.release()
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
+    with serve_on_loopback(_Handler, "capserve-sandbox-control") as url:
+        try:
+            yield url
+        finally:
+            GATES.release()
