@@ -42,9 +42,10 @@ class WarpedWindow(BaseModel):
     )
 
     @classmethod
-    def real_time(cls, now: datetime) -> WarpedWindow:
-        """The identity: simulated time is wall time (the campaign's clock on AWS)."""
-        return cls(anchor_wall=now, anchor_sim=now, fast_rate=1.0, near_rate=1.0, near=timedelta(0))
+    def real_time(cls, now: datetime, *, shows: datetime | None = None) -> WarpedWindow:
+        """Rate 1 everywhere: the identity (the campaign's clock on AWS), or a clock that ``shows`` another time
+        at the wall instant ``now`` and keeps that offset."""
+        return cls(anchor_wall=now, anchor_sim=shows or now, fast_rate=1.0, near_rate=1.0, near=timedelta(0))
 
     @property
     def simulated(self) -> bool:

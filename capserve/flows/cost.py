@@ -33,9 +33,9 @@ def campaign_ledger(ctx: CampaignContext, *, interrupted: bool) -> CostLedger:
         except CapserveError as exc:
             notes.append(f"AWS's clock could not be read ({str(exc)[:300]}): stage times are the host's.")
     inputs = campaign_cost_inputs(ctx.report, ctx.spec, lease, written_at=campaign_now(), clock_offset=offset)
-    if notes or window.simulated:
-        simulated = {"simulated_rate": window.fast_rate} if window.simulated else {}
-        inputs = inputs.model_copy(update={"notes": [*notes, *inputs.notes], **simulated})
+    inputs = inputs.model_copy(update={
+        "notes": [*notes, *inputs.notes], "simulated_rate": window.fast_rate if window.simulated else None,
+    })
     prices, note = _prices(ctx, inputs.region, interrupted=interrupted)
     ledger = build_ledger(inputs, prices, price_note=note)
     ctx.report.add(ledger)

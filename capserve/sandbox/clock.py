@@ -45,7 +45,7 @@ class SandboxClock:
         with self._lock:
             if self._warp is not None:
                 return self._warp
-            return WarpedWindow.real_time(wall).model_copy(update={"anchor_sim": wall + self._offset})
+            return WarpedWindow.real_time(wall, shows=wall + self._offset)
 
     def advance(self, delta: timedelta) -> datetime:
         """Move the sandbox's "now" forward (never backward: AWS states only move forward)."""
@@ -68,7 +68,7 @@ class SandboxClock:
         wall = datetime.now(UTC)
         with self._lock:
             start = self._warp.to_sim(wall) if self._warp is not None else wall + self._offset
-            self._warp = WarpedWindow.real_time(wall).model_copy(update={"anchor_sim": start})
+            self._warp = WarpedWindow.real_time(wall, shows=start)
             self._rates = (fast_rate, near_rate, near)
             return self._warp
 
@@ -82,7 +82,7 @@ class SandboxClock:
         wall = datetime.now(UTC)
         with self._lock:
             if self._warp is None:
-                return WarpedWindow.real_time(wall).model_copy(update={"anchor_sim": wall + self._offset})
+                return WarpedWindow.real_time(wall, shows=wall + self._offset)
             if self._rates is not None:  # the first waypoints: from now on the window plays fast
                 fast_rate, near_rate, near = self._rates
                 self._warp = WarpedWindow(

@@ -3,7 +3,6 @@ through one path that tags them, whatever order the stages touch them in; a buck
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
@@ -14,7 +13,6 @@ from capserve.core.locations import BucketLocation
 from capserve.core.record import CampaignRecord, RecordRef
 from capserve.core.settings import RecordSettings
 from capserve.core.spec import CampaignSpec, load_spec
-from capserve.sandbox.aws import moto_sandbox
 from capserve.tasks.buckets import ensure_bucket
 from capserve.tasks.locations import locations_for
 from capserve.tasks.record_store import update_record
@@ -22,11 +20,6 @@ from capserve.tasks.weights.s3 import ensure_weights_bucket
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml"
 
-
-@pytest.fixture(scope="module")
-def sandbox() -> Iterator[None]:
-    with moto_sandbox("us-east-2"):
-        yield
 
 
 def two_region_spec(bucket: str) -> CampaignSpec:

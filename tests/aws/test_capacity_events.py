@@ -27,7 +27,6 @@ from capserve.core.aws_events import (
 )
 from capserve.core.events import CapserveEvent
 from capserve.flows.forward_events import forward_capacity_events
-from capserve.sandbox.aws import moto_sandbox
 from capserve.sandbox.aws_ext import capacity as ext
 from capserve.sandbox.clock import CLOCK
 from capserve.tasks.aws_events import (
@@ -41,11 +40,6 @@ from capserve.tasks.aws_events import (
 REGION = "us-east-2"
 CAMPAIGN = "k3-demo"
 
-
-@pytest.fixture(scope="module")
-def sandbox() -> Iterator[None]:
-    with moto_sandbox(REGION):
-        yield
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ tests rely on; it does not make check-and-write atomic the way S3 does.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import boto3
@@ -18,7 +17,6 @@ from capserve.core.lease import Lease
 from capserve.core.locations import BucketLocation
 from capserve.core.record import CampaignRecord, RecordRef, record_key
 from capserve.core.stages import Stage, StageStatus
-from capserve.sandbox.aws import moto_sandbox
 from capserve.tasks.record_store import (
     RecordConflictError,
     load_record,
@@ -31,11 +29,6 @@ from capserve.tasks.record_store import (
 REGION = "us-east-2"
 NOW = datetime(2026, 12, 1, 11, 30, tzinfo=UTC)
 
-
-@pytest.fixture(scope="module")
-def sandbox() -> Iterator[None]:
-    with moto_sandbox(REGION):
-        yield
 
 
 def ref(bucket: str, campaign_id: str, attempts: int = 5) -> RecordRef:

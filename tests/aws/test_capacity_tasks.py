@@ -15,7 +15,6 @@ from capserve.core.capacity.settings import CapacitySettings
 from capserve.core.capacity.states import ReservationState
 from capserve.core.errors import PermanentError, RetryableError, WaitTimeoutError
 from capserve.core.spec import CapacitySpec
-from capserve.sandbox.aws import moto_sandbox
 from capserve.sandbox.aws_ext import capacity as ext
 from capserve.sandbox.clock import CLOCK
 from capserve.tasks.capacity.purchase import PurchaseOutcomeUnknownError, preflight_purchase, purchase
@@ -30,11 +29,6 @@ REGIONS = ["us-east-2", "us-west-2"]
 FAST = CapacitySettings(poll_initial_seconds=0.01, poll_max_seconds=0.05, payment_timeout_seconds=5,
                         activation_grace_seconds=0, max_activation_wait_seconds=14 * 86_400)
 
-
-@pytest.fixture(scope="module")
-def sandbox() -> Iterator[None]:
-    with moto_sandbox(REGIONS[0]):
-        yield
 
 
 @pytest.fixture(autouse=True)

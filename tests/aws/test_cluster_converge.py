@@ -22,7 +22,6 @@ from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.errors import PermanentError
 from capserve.core.lease import Lease
 from capserve.core.tags import CAMPAIGN_TAG
-from capserve.sandbox.aws import moto_sandbox
 from capserve.sandbox.aws_ext import eks as eks_ext
 from capserve.tasks.cluster.eks import (
     converge_cluster,
@@ -36,11 +35,6 @@ from capserve.tasks.cluster.network import converge_network
 
 REGION = "us-east-2"
 
-
-@pytest.fixture(scope="module")
-def sandbox() -> Iterator[None]:
-    with moto_sandbox(REGION):
-        yield
 
 
 @pytest.fixture

@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import boto3
-import pytest
 
-from capserve.sandbox.aws import moto_sandbox
 from capserve.tasks.eks_leftovers import eks_made_resources
 
 REGION = "us-east-2"
 CLUSTER = "capserve-k3-demo"
 
-
-@pytest.fixture(scope="module")
-def sandbox() -> Iterator[None]:
-    with moto_sandbox(REGION):
-        yield
 
 
 def test_nothing_made_for_the_cluster_lists_nothing(sandbox: None) -> None:

@@ -11,18 +11,12 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from capserve.sandbox.aws import moto_sandbox
 from capserve.sandbox.aws_ext import capacity as ext
 from capserve.sandbox.clock import CLOCK
 
 REGION = "us-east-2"
 NO_RETRIES = Config(retries={"mode": "standard", "total_max_attempts": 1})
 
-
-@pytest.fixture(scope="module")
-def sandbox() -> Iterator[None]:
-    with moto_sandbox(REGION):
-        yield
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 from capserve.core.errors import PermanentError
 from capserve.core.schedule import ScheduledStage, planned_runs, slow_spans
 from capserve.core.spec import TeardownSpec
-from capserve.sandbox.aws import moto_sandbox, patched_environ
+from capserve.sandbox.aws import patched_environ
 from capserve.sandbox.aws_ext import capacity as ext
 from capserve.sandbox.clock import CLOCK
 from capserve.sandbox.clock_server import clock_server
@@ -21,11 +21,6 @@ from tests.aws.test_moto_ext_capacity import buy, offerings
 
 REGION = "us-east-2"
 
-
-@pytest.fixture(scope="module")
-def sandbox() -> Iterator[None]:
-    with moto_sandbox(REGION):
-        yield
 
 
 @pytest.fixture
