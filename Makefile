@@ -1,5 +1,5 @@
 # Two set-up commands, each fine on a fresh machine with only Python and pip:
-#   make demo   — create .venv if missing, install, play the K3 campaign's whole block on the sandbox
+#   make demo   — create .venv if missing, install, play the K3 campaign's whole block (two redeploys in it) on the sandbox
 #                 through a local Prefect server and worker (README, "Two commands")
 #   make test   — same install, then ruff, mypy (strict on capserve/core) and the whole test suite
 PYTHON ?= python3

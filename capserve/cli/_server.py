@@ -17,10 +17,11 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -71,9 +72,18 @@ def server_in_background(out_dir: Path, *, keep_server: bool, console: Console) 
                 started[0].child.stop()
 
 
+@dataclass(frozen=True)
+class HubWatches:
+    """Hub watches to ask for once the campaign run has scheduled its lease: the sandbox's simulated block
+    publishes revisions at times its clock knows only then (``capserve.sandbox.revisions``)."""
+
+    regions: list[str]  # where the watcher looks for campaign records
+    times: Callable[[], list[datetime]]  # when, on the campaign's clock
+
+
 def run_on_server(
     parameters: dict[str, Any], *, campaign_id: str, out_dir: Path, worker_env: dict[str, str], keep_server: bool,
-    console: Console, server: Future[Registered], follow_window: bool = False,
+    console: Console, server: Future[Registered], follow_window: bool = False, watches: HubWatches | None = None,
 ) -> int:
     """Start a worker (with a server this command started), run the campaign deployment, follow it; the exit
     code."""
@@ -88,16 +98,19 @@ def run_on_server(
             if not keep_server:
                 stack.callback(worker.stop)
         stack.enter_context(temporary_settings({PREFECT_API_URL: registered.url}))
+        since = datetime.now(UTC)  # the runs to follow are this campaign run's, not an earlier one's
         try:
             state = _run_and_follow(parameters, console)
             if follow_window and state[0] == "COMPLETED":
-                _follow_scheduled(campaign_id, console)
+                if watches is not None:
+                    _ask_for_watches(campaign_id, watches, console)
+                _follow_scheduled(campaign_id, since, console)
         except KeyboardInterrupt:
             console.print("stopped following; the campaign run goes on without this terminal "
                           "(its cluster is left to the scheduled teardown and the reaper)")
             return int(ExitCode.INTERRUPTED)
         finally:
-            _print_schedule(campaign_id, console)
+            _print_schedule(campaign_id, since, console)
             if keep_server:
                 console.print(f"Prefect UI: {registered.url.removesuffix('/api')} (server and worker left running)")
     return _exit_code(state, out_dir)
@@ -122,14 +135,27 @@ def _run_and_follow(parameters: dict[str, Any], console: Console) -> tuple[str, 
             time.sleep(2)
 
 
-def _follow_scheduled(campaign_id: str, console: Console) -> None:
-    """Follow the runs the lease scheduled (serve at the start, drain, teardown) until none is left to run."""
-    from capserve.tasks.scheduling import read_campaign_runs
+def _ask_for_watches(campaign_id: str, watches: HubWatches, console: Console) -> None:
+    from capserve.tasks.scheduling import pause_wall_clock_watches, schedule_hub_watch
+
+    pause_wall_clock_watches()
+    console.print("  sandbox: the hub-watcher's every-10-minutes schedule (wall time) is off on this server: "
+                  "the simulated block has a watch after each revision instead", highlight=False)
+    for at in watches.times():
+        schedule_hub_watch(campaign_id, watches.regions, at)
+        console.print(f"  sandbox: the Hub publishes a revision at {at:%Y-%m-%d %H:%M} UTC (block time); a Hub watch "
+                      "is scheduled then", highlight=False)
+
+
+def _follow_scheduled(campaign_id: str, since: datetime, console: Console) -> None:
+    """Follow the runs the lease scheduled (serve at the start, drain, teardown), and the Hub watches and
+    redeploys of the campaign, until none is left to run."""
+    from capserve.tasks.scheduling import read_runs_about
 
     console.print("following the scheduled runs until the teardown (Ctrl-C stops following; they still run)")
     last: dict[str, str] = {}
     while True:
-        runs = read_campaign_runs(campaign_id)
+        runs = read_runs_about(campaign_id, since=since)
         for run in runs:
             now = run.state_name or run.state_type
             if last.get(run.flow_run_id) != now:
@@ -140,15 +166,15 @@ def _follow_scheduled(campaign_id: str, console: Console) -> None:
         time.sleep(1)
 
 
-def _print_schedule(campaign_id: str, console: Console) -> None:
-    from capserve.tasks.scheduling import read_campaign_runs
+def _print_schedule(campaign_id: str, since: datetime, console: Console) -> None:
+    from capserve.tasks.scheduling import read_runs_about
 
     try:
-        runs = read_campaign_runs(campaign_id)
+        runs = read_runs_about(campaign_id, since=since)
     except Exception as exc:  # the server may be gone; the report lists them too
         console.print(f"could not list the scheduled runs: {type(exc).__name__}")
         return
-    for run in sorted(runs, key=lambda r: r.scheduled_at.isoformat() if r.scheduled_at else ""):
+    for run in runs:
         when = run.scheduled_at.isoformat() if run.scheduled_at else "—"
         console.print(
             f"  scheduled: {run.name} at {when} (wall time) — {run.state_name or run.state_type}", highlight=False

@@ -74,9 +74,31 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--real-time",
         action="store_true",
         help="with --sandbox on a local server: do not simulate the block (by default the sandbox plays it at "
-        "5760× wall time between scheduled runs and 60× around them, so the demo shows the whole window)",
+        "11520× wall time between scheduled runs and 60× around them, so the demo shows the whole window)",
+    )
+    parser.add_argument(
+        "--revisions",
+        default="good,bad",
+        type=revisions_option,
+        metavar="LIST",
+        help="with the simulated sandbox: new revisions of the model the local Hub publishes while the campaign "
+        "serves, in order, each redeployed by the revision-published automation: 'good' passes the gates, 'bad' "
+        "fails the quality gate (its redeploy rolls back); 'none' for none (default: good,bad)",
     )
     parser.set_defaults(func=run)
+
+
+def revisions_option(value: str) -> tuple[bool, ...]:
+    """``good,bad`` → (True, False); ``none`` → ()."""
+    words = [word.strip().lower() for word in value.split(",") if word.strip()]
+    if words == ["none"]:
+        return ()
+    unknown = sorted(set(words) - {"good", "bad"})
+    if unknown or not words or len(words) > 4:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: give up to 4 of 'good' and 'bad', comma-separated (e.g. good,bad), or 'none'"
+        )
+    return tuple(word == "good" for word in words)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -125,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
             if not args.in_process and not args.real_time and "PREFECT_API_URL" not in os.environ:
                 from capserve.sandbox.environment import Simulation
 
-                simulate = Simulation()
+                simulate = Simulation(revisions=args.revisions)
             endpoints = stack.enter_context(sandbox(served_model_name=spec.served_model_name, simulate=simulate))
             if simulate is not None:
                 console.print(
@@ -149,10 +171,17 @@ def run(args: argparse.Namespace) -> int:
                 "basic_auth_env": basic_auth_env, "teardown_when_done": args.teardown_when_done,
             }
             worker_env = {"CAPSERVE_HUB_ENDPOINT": hub_endpoint} if hub_endpoint else {}
+            watches = None
+            if args.sandbox and endpoints.revisions is not None and args.revisions:
+                from capserve.cli._server import HubWatches
+
+                schedule = endpoints.revisions
+                watches = HubWatches(regions=list(spec.capacity.regions),
+                                     times=lambda: [p.watch_at for p in schedule.publications])
             return run_on_server(
                 parameters, campaign_id=spec.campaign_id, out_dir=out_dir, worker_env=worker_env,
                 keep_server=args.keep_server, console=console, server=server,
-                follow_window=not args.teardown_when_done,
+                follow_window=not args.teardown_when_done, watches=watches,
             )
         from capserve.flows.context import TERMINAL_APPROVAL
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from capserve.core.events import CapserveEvent
 from capserve.core.markdown import markdown_table
 from capserve.core.stages import Stage, StageStatus
 
@@ -45,6 +46,9 @@ class RedeployEntry(BaseModel):
     started_at: AwareDatetime = Field(description="When it started.")
     ended_at: AwareDatetime = Field(description="When it ended.")
     detail: str = Field("", max_length=2000, description="Why it rolled back or failed.")
+    events: tuple[CapserveEvent, ...] = Field(
+        (), max_length=50, description="The lifecycle events it sent (the campaign's report lists them)."
+    )
 
     def report_entry(self) -> dict[str, Any]:
         """report.json ``"redeploys"`` entry."""

@@ -19,7 +19,7 @@ from capserve.tasks.clock import campaign_now
 from capserve.tasks.events import emit
 from capserve.tasks.hub_watch import list_campaign_records, mark_announced, was_announced
 from capserve.tasks.locations import locate_records
-from capserve.tasks.settings import settings_from_environment
+from capserve.tasks.settings import hub_endpoint_from_environment, settings_from_environment
 from capserve.tasks.weights.hub import hub_connection, resolve_revision
 
 
@@ -29,7 +29,7 @@ def watch_hub(regions: list[str], hub_endpoint: str | None = None, now: datetime
     ``campaign@sha`` for each revision announced by this run."""
     logger = get_run_logger()
     settings = settings_from_environment()
-    conn = hub_connection(hub_endpoint, None, settings.weights.hub_timeout_seconds)
+    conn = hub_connection(hub_endpoint or hub_endpoint_from_environment(), None, settings.weights.hub_timeout_seconds)
     at = now or campaign_now()
     announced: list[str] = []
     for region in dict.fromkeys(regions):

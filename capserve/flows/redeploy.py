@@ -109,10 +109,10 @@ def redeploy(
             get_run_logger().info("redeploy of %s to %s: nothing to do (%s)", campaign_id, sha, done)
             return Completed(name="Skipped", message=done)
         _refuse(record, now, cluster_spec=spec)
+        # Unless told otherwise, beside the campaign's report (on this worker's host), a folder per revision.
+        folder = Path(record.report_dir) / "redeploys" if record.report_dir else Path("out") / campaign_id / "redeploy"
         options = RunOptions(
-            out_dir=out_dir or Path("out") / campaign_id / "redeploy" / sha[:12],
-            staging_dir=(out_dir or Path("out") / campaign_id / "redeploy") / "staging",
-            hub_endpoint=hub,
+            out_dir=out_dir or folder / sha[:12], staging_dir=(out_dir or folder) / "staging", hub_endpoint=hub
         )
         ctx = CampaignContext(
             spec=_at_revision(spec, sha),
@@ -263,6 +263,7 @@ def _finish(
     ctx: CampaignContext, ref: RecordRef, entry: RedeployEntry, *, good: RolloutRecord | None = None
 ) -> RedeployEntry:
     """Write the outcome to the record (the last good rollout moves with it), then the redeploy's own report."""
+    entry = entry.model_copy(update={"events": tuple(ctx.report.events[-50:])})
     changes = [lambda record: record.with_rollout(good)] if good is not None else []
     record = change_record(ref, [*changes, lambda record: record.with_redeploy(entry)])
     ctx.report.redeploys = list(record.redeploys)

@@ -158,10 +158,15 @@ def _stamp_fired(ref: RecordRef, stage: ScheduledStage) -> None:
 
 
 def _finish_report(record: CampaignRecord, spec: CampaignSpec, done: TeardownResult) -> None:
-    """The last scheduled run completes the campaign's report: its teardown, and when each scheduled run fired."""
+    """The last scheduled run completes the campaign's report: the redeploys while it served, its teardown, and
+    when each scheduled run fired."""
     if record.report_dir is None or record.lease is None:
         return
-    partial = CampaignReport(campaign=record.campaign_id)
+    partial = CampaignReport(
+        campaign=record.campaign_id,
+        redeploys=list(record.redeploys),
+        events=[event for redeploy in record.redeploys for event in redeploy.events],
+    )
     partial.add(done)
     schedule = schedule_lease_runs(
         record.campaign_id, record.lease, spec.teardown,
@@ -174,7 +179,7 @@ def _finish_report(record: CampaignRecord, spec: CampaignSpec, done: TeardownRes
         for run in schedule.runs
     )
     partial.add(schedule.model_copy(update={"runs": runs}))
-    written = amend_report_files(partial, Path(record.report_dir), heading="After serving: the scheduled runs")
+    written = amend_report_files(partial, Path(record.report_dir), heading="After serving")
     get_run_logger().info("report of %s finished: %s", record.campaign_id, written or "no report folder on this host")
 
 

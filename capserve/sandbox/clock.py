@@ -16,10 +16,13 @@ It runs in one of two modes:
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 
 from capserve.core.warp import WarpedWindow
+
+Spans = list[tuple[datetime, datetime]]
+Extension = Callable[[Sequence[datetime], Sequence[tuple[datetime, datetime]]], tuple[list[datetime], Spans]]
 
 
 class SandboxClock:
@@ -28,6 +31,7 @@ class SandboxClock:
         self._offset = timedelta(0)
         self._warp: WarpedWindow | None = None
         self._rates: tuple[float, float, timedelta] | None = None  # simulate()'s, until the first registration
+        self._extend: Extension | None = None
 
     def now(self) -> datetime:
         wall = datetime.now(UTC)
@@ -61,15 +65,19 @@ class SandboxClock:
                 self._offset += delta
         return self.now()
 
-    def simulate(self, *, fast_rate: float, near_rate: float, near: timedelta) -> WarpedWindow:
+    def simulate(
+        self, *, fast_rate: float, near_rate: float, near: timedelta, extend: Extension | None = None
+    ) -> WarpedWindow:
         """Simulate: wall time until the first waypoints are registered (nothing is scheduled yet, and a campaign's
         planning and purchase must not cost hours of the window), then fast between waypoints and at
-        ``near_rate`` around them."""
+        ``near_rate`` around them. ``extend`` sees the first registration and adds waypoints and spans of the
+        sandbox's own (``capserve.sandbox.revisions``): the mapping cannot change once runs are scheduled on it."""
         wall = datetime.now(UTC)
         with self._lock:
             start = self._warp.to_sim(wall) if self._warp is not None else wall + self._offset
             self._warp = WarpedWindow.real_time(wall, shows=start)
             self._rates = (fast_rate, near_rate, near)
+            self._extend = extend
             return self._warp
 
     def register(
@@ -84,6 +92,10 @@ class SandboxClock:
             if self._warp is None:
                 return WarpedWindow.real_time(wall, shows=wall + self._offset)
             if self._rates is not None:  # the first waypoints: from now on the window plays fast
+                if self._extend is not None:
+                    waypoints, spans = list(waypoints), list(spans)
+                    more_waypoints, more_spans = self._extend(waypoints, spans)
+                    waypoints, spans = waypoints + more_waypoints, spans + more_spans
                 fast_rate, near_rate, near = self._rates
                 self._warp = WarpedWindow(
                     anchor_wall=wall, anchor_sim=self._warp.to_sim(wall), fast_rate=fast_rate, near_rate=near_rate,
@@ -98,6 +110,7 @@ class SandboxClock:
             self._offset = timedelta(0)
             self._warp = None
             self._rates = None
+            self._extend = None
 
 
 CLOCK = SandboxClock()

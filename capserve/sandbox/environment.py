@@ -26,6 +26,7 @@ from capserve.sandbox.clock_server import clock_server
 from capserve.sandbox.hub import HubState, local_hub, publish_revision
 from capserve.sandbox.kube import FakeKube, fake_kube
 from capserve.sandbox.openai_server import SandboxConfig, serve
+from capserve.sandbox.revisions import RevisionSchedule
 from capserve.tasks.clock import CLOCK_URL_ENV
 
 _log = logging.getLogger(__name__)
@@ -34,12 +35,15 @@ _log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Simulation:
     """Play a reservation faster than wall time (``CLOCK.simulate``; capserve.core.warp): ``rate`` simulated
-    seconds per wall second between the campaign's waypoints, ``near_rate`` around them."""
+    seconds per wall second between the campaign's waypoints, ``near_rate`` around them. ``revisions``: new
+    revisions of the demo's model the Hub publishes while the campaign serves (True: good; False: its quality
+    fails the gate), in that order (``capserve.sandbox.revisions``)."""
 
-    rate: float = 5760.0
+    rate: float = 11520.0
     near_rate: float = 60.0
     near: timedelta = timedelta(minutes=3)
     tick_seconds: float = 0.2
+    revisions: tuple[bool, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class SandboxEndpoints:
     inference: str
     inference_note: str
     clock: str | None = None  # the simulated clock's URL (CAPSERVE_CLOCK_URL), when simulating
+    revisions: RevisionSchedule | None = None  # the revisions the Hub publishes mid-block, when simulating
 
     def publish_revision(self, *, good: bool = True) -> str:
         """A new commit of the demo's model (``capserve-sandbox/tiny-k3``) on the local Hub; its sha.
@@ -86,10 +91,13 @@ def sandbox(
         capacity_ext.SETTINGS.auto_activate = simulate is None
         stack.callback(CLOCK.reset)
         clock_url = None
+        revisions = None
         if simulate is not None:
             # Simulated: the block is reached by the clock running, not by a jump; the campaign registers its
             # scheduled runs' times so the clock slows down around them (capserve.core.warp).
-            CLOCK.simulate(fast_rate=simulate.rate, near_rate=simulate.near_rate, near=simulate.near)
+            revisions = RevisionSchedule(simulate.revisions, near=simulate.near)
+            CLOCK.simulate(fast_rate=simulate.rate, near_rate=simulate.near_rate, near=simulate.near,
+                           extend=revisions.place)
             clock_url = stack.enter_context(clock_server())
             stack.enter_context(patched_environ({CLOCK_URL_ENV: clock_url}))
         stack.callback(capacity_ext.reset)
@@ -110,7 +118,7 @@ def sandbox(
         stack.enter_context(patched_environ({"CAPSERVE_COST__PRICE_LIST_API": "false"}))
         inference = stack.enter_context(serve(SandboxConfig(model=served_model_name)))
         if simulate is not None:
-            stack.enter_context(_ticking(simulate.tick_seconds))
+            stack.enter_context(_ticking(simulate.tick_seconds, revisions, hub_states[0]))
         yield SandboxEndpoints(
             aws=aws.endpoint_url,
             region=aws.region,
@@ -120,6 +128,7 @@ def sandbox(
             hub_state=hub_states[0],
             inference=inference,
             clock=clock_url,
+            revisions=revisions,
             inference_note=(
                 "The endpoint evaluated here is the sandbox's local OpenAI-compatible server, standing in for "
                 "the vLLM endpoint the rollout stage will create; its latencies are synthetic."
@@ -128,9 +137,9 @@ def sandbox(
 
 
 @contextmanager
-def _ticking(every_s: float) -> Iterator[None]:
+def _ticking(every_s: float, revisions: RevisionSchedule | None, hub: HubState) -> Iterator[None]:
     """Time passes on its own in a simulated window: AWS's events and end − 30 terminations happen when due,
-    not only when somebody describes a reservation."""
+    not only when somebody describes a reservation, and the Hub publishes its revisions on time."""
     stop = threading.Event()
 
     def tick() -> None:
@@ -139,6 +148,8 @@ def _ticking(every_s: float) -> Iterator[None]:
             for done in capacity_ext.terminate_due():
                 found = ", ".join(done.terminated) or "nothing running"
                 _log.info("sandbox EC2: block %s at end − 30 min terminated %s", done.reservation_id, found)
+            if revisions is not None:
+                revisions.publish_due(CLOCK.now(), hub)
 
     thread = threading.Thread(target=tick, name="sandbox-clock-tick", daemon=True)
     thread.start()

@@ -56,16 +56,19 @@ def write_report_files(report: CampaignReport, out_dir: Path) -> tuple[Path, Pat
 
 
 def amend_report_files(partial: CampaignReport, out_dir: Path, *, heading: str) -> Path | None:
-    """Put ``partial``'s sections into the report already in ``out_dir`` (report.json keys replaced, report.md
-    gains them under ``heading``): how a run that comes after the campaign's (the scheduled teardown) finishes
-    its report. None when there is no report there to finish."""
+    """Put ``partial``'s sections into the report already in ``out_dir`` (report.json keys replaced, its events
+    added to the report's, report.md gains them under ``heading``): how a run that comes after the campaign's
+    (the scheduled teardown) finishes its report. None when there is no report there to finish."""
     json_path, md_path = out_dir / "report.json", out_dir / "report.md"
     if not json_path.exists():
         return None
     redact = redactor()
     document = json.loads(json_path.read_text(encoding="utf-8"))
     added = redact.redact_data(partial.to_json())
+    events = list(document.get("events") or [])
+    events += [event for event in added.get("events") or [] if event not in events]
     document.update({key: value for key, value in added.items() if key not in ("campaign", "stages", "events")})
+    document["events"] = sorted(events, key=lambda event: str(event.get("occurred", "")))
     sections = redact.redact(partial.to_markdown(images=False)).split("\n## ", 1)
     markdown = md_path.read_text(encoding="utf-8") if md_path.exists() else ""
     if len(sections) == 2:

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 from prefect import get_client, get_run_logger
-from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName, FlowRunFilterTags
 from prefect.client.schemas.objects import FlowRun
 from prefect.exceptions import MissingContextError, ObjectNotFound
 from prefect.states import Cancelled, Scheduled
@@ -35,7 +35,7 @@ from capserve.core.schedule import (
     slow_spans,
 )
 from capserve.core.spec import TeardownSpec
-from capserve.tasks.clock import register_waypoints
+from capserve.tasks.clock import campaign_window, register_waypoints
 from capserve.tasks.resilience import orchestrator_task
 
 
@@ -95,6 +95,55 @@ def read_campaign_runs(campaign_id: str) -> list[ExistingRun]:
     with get_client(sync_client=True) as client:
         runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(tags=tags), limit=200)
     return [existing_run(run) for run in runs]
+
+
+WATCH_TAG = "capserve.io/watch"
+"""Tag on a one-off Hub watch asked for a campaign (not ``SCHEDULED_TAG``: ``reconcile`` leaves it alone)."""
+
+
+HUB_WATCHER = "hub-watcher/hub-watcher"
+
+
+def pause_wall_clock_watches() -> None:
+    """Turn the ``hub-watcher`` deployment's every-10-minutes schedule off (wall time means nothing in a block
+    played faster than it, and its runs would take the deployment's one slot from the watches asked for)."""
+    with get_client(sync_client=True) as client:
+        deployment = client.read_deployment_by_name(HUB_WATCHER)
+        for schedule in client.read_deployment_schedules(deployment.id):
+            if schedule.active:
+                client.update_deployment_schedule(deployment.id, schedule.id, active=False)
+
+
+def schedule_hub_watch(campaign_id: str, regions: Sequence[str], at: datetime) -> ExistingRun:
+    """A one-off run of the ``hub-watcher`` deployment at ``at`` on the campaign's clock; once per campaign and
+    time."""
+    window = campaign_window()
+    with get_client(sync_client=True) as client:
+        deployment = client.read_deployment_by_name(HUB_WATCHER)
+        created = client.create_flow_run_from_deployment(
+            deployment.id,
+            parameters={"regions": list(regions)},
+            state=Scheduled(scheduled_time=window.to_wall(max(at, window.anchor_sim))),
+            name=f"hub-watcher-{campaign_id}",
+            tags=[campaign_tag(campaign_id), WATCH_TAG],
+            idempotency_key=f"capserve:{campaign_id}:watch:{at.isoformat()}",
+        )
+    return existing_run(created)
+
+
+def read_runs_about(campaign_id: str, *, since: datetime) -> list[ExistingRun]:
+    """The campaign's runs a person follows: the scheduled ones, Hub watches and redeploys, expected to start
+    at or after ``since`` (wall time; an earlier lease's runs are history)."""
+    tagged = FlowRunFilter(tags=FlowRunFilterTags(all_=[campaign_tag(campaign_id)]))
+    named = FlowRunFilter(name=FlowRunFilterName(any_=[f"redeploy-{campaign_id}"]))
+    with get_client(sync_client=True) as client:
+        runs = {run.id: run for run in client.read_flow_runs(flow_run_filter=tagged, limit=200)}
+        runs.update({run.id: run for run in client.read_flow_runs(flow_run_filter=named, limit=200)})
+    found = [existing_run(run) for run in runs.values()]
+    return sorted(
+        (run for run in found if run.scheduled_at is None or run.scheduled_at >= since),
+        key=lambda run: run.scheduled_at or since,
+    )
 
 
 def create_run(run: PlannedRun, wall_at: datetime) -> ExistingRun:

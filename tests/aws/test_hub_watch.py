@@ -74,7 +74,9 @@ def store(*records: CampaignRecord) -> None:
         s3.put_object(Bucket=BUCKET, Key=record_key(r.campaign_id), Body=r.model_dump_json().encode())
 
 
-def test_a_moved_branch_is_announced_once_per_campaign_and_commit(world: tuple[str, HubState, Path]) -> None:
+def test_a_moved_branch_is_announced_once_per_campaign_and_commit(
+    world: tuple[str, HubState, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     hub, state, repo_dir = world
     first = state.repos[REPO].sha
     over = record("over", first, end=NOW - timedelta(minutes=1))
@@ -89,7 +91,9 @@ def test_a_moved_branch_is_announced_once_per_campaign_and_commit(world: tuple[s
 
     (repo_dir / "config.json").write_text('{"v": 3}')
     third = state.publish(REPO)
-    assert watch_hub([REGION], hub_endpoint=hub) == [f"live@{third}"]
+    # As a deployment run: no parameter, the worker's environment names the Hub (as for every scheduled run).
+    monkeypatch.setenv("CAPSERVE_HUB_ENDPOINT", hub)
+    assert watch_hub([REGION]) == [f"live@{third}"]
     events = asyncio.run(_published("live"))
     assert sorted(e["payload"]["revision"] for e in events) == sorted([second, third])
     assert all(e["payload"]["pinned"] == first for e in events)

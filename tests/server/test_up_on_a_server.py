@@ -73,5 +73,16 @@ def test_up_plays_the_whole_block_through_a_local_server_and_leaves_no_child_beh
     assert "Server: the sandbox kubelet's simulated vLLM 0.32.0" in markdown and "stand-in" not in markdown
     assert datetime.fromisoformat(served["rollout"]["started_at"]) > start
     assert report["teardown"]["deleted"] and report["cost"]["serving_gpu_hours"] > 0
+    # Mid-block the sandbox Hub published a good revision, then a bad one: the watcher saw each, the automation
+    # redeployed, the good one was promoted and the bad one (its quality fails the gate) rolled back.
+    good, bad = report["redeploys"]
+    assert {good["trigger"], bad["trigger"]} == {"revision-published"}
+    assert good["verdict"] in ("pass", "invalid")  # invalid: a loaded machine; then it is rolled back too
+    assert good["outcome"] == ("promoted" if good["verdict"] == "pass" else "rolled-back"), good
+    assert (bad["verdict"], bad["outcome"]) == ("fail", "rolled-back"), bad
+    assert bad["from"] == bad["serving"] == (good["to"] if good["outcome"] == "promoted" else good["from"])
+    drain = datetime.fromisoformat(schedule["drain"]["scheduled_at"])
+    assert start < datetime.fromisoformat(good["started_at"]) < datetime.fromisoformat(bad["started_at"]) < drain
+    assert "## Redeploys" in markdown
     assert (out / "prefect" / "home" / "prefect.db").exists()  # the server's database is under --out
     assert set(prefect_children()) - before == set()

@@ -1,0 +1,50 @@
+"""Finishing a campaign's report after serving: the redeploys and their events join what the serve run wrote."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from capserve.core.events import CapserveEvent
+from capserve.core.redeploy import RedeployEntry
+from capserve.core.report import CampaignReport
+from capserve.tasks.reporting import amend_report_files
+
+T0 = datetime(2026, 12, 3, 11, 30, tzinfo=UTC)
+
+
+def event(name: str, at: datetime) -> CapserveEvent:
+    return CapserveEvent(
+        event=name, resource={"prefect.resource.id": "capserve.campaign.demo"}, occurred=at, id=uuid.uuid4(),
+        payload={"revision": "b" * 40},
+    )
+
+
+def test_redeploys_and_their_events_are_added_once_in_time_order(tmp_path: Path) -> None:
+    served = CampaignReport(campaign="demo", events=[event("capserve.evaluation.passed", T0)])
+    (tmp_path / "report.json").write_text(json.dumps(served.to_json()))
+    (tmp_path / "report.md").write_text(served.to_markdown(images=False))
+    rolled_back = event("capserve.rollout.rolled-back", T0 + timedelta(hours=9))
+    entry = RedeployEntry(
+        from_sha="a" * 40, to_sha="b" * 40, trigger="revision-published", strategy="recreate", verdict="fail",
+        outcome="rolled-back", serving_sha="a" * 40, started_at=T0 + timedelta(hours=8),
+        ended_at=T0 + timedelta(hours=9), detail="its evaluation verdict is fail", events=(rolled_back,),
+    )
+    partial = CampaignReport(campaign="demo", redeploys=[entry], events=list(entry.events))
+
+    for _ in range(2):  # a teardown run that finishes the report again adds no event twice
+        assert amend_report_files(partial, tmp_path, heading="After serving") == tmp_path / "report.json"
+
+    document = json.loads((tmp_path / "report.json").read_text())
+    assert [e["event"] for e in document["events"]] == ["capserve.evaluation.passed", "capserve.rollout.rolled-back"]
+    assert [(r["from"], r["to"], r["outcome"]) for r in document["redeploys"]] == [("a" * 40, "b" * 40, "rolled-back")]
+    assert "events" not in document["redeploys"][0]  # report.json's redeploy entries keep their shape
+    markdown = (tmp_path / "report.md").read_text()
+    assert "# After serving" in markdown and "## Redeploys" in markdown
+
+
+def test_nothing_to_finish_without_a_report(tmp_path: Path) -> None:
+    assert amend_report_files(CampaignReport(campaign="demo"), tmp_path, heading="After serving") is None
+    assert list(tmp_path.iterdir()) == []
