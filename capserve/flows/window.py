@@ -11,9 +11,10 @@ was not cancelled in time) ends Cancelled ("Stale") and does nothing.
 - ``drain`` stops the serving workload from taking traffic and marks the record.
 - ``scheduled_teardown`` deletes everything of the campaign (the reservation itself ends with AWS).
 
-``drain`` and ``scheduled_teardown`` are also what AWS's expiration warning starts (no reservation id: they
-act on whatever the campaign holds), and ``teardown_orphan`` is what a crashed campaign run starts: it tears
-down only a campaign with no other live run (docs/events.md §4).
+``drain`` and ``scheduled_teardown`` are also what AWS's expiration warning starts (with the warned
+reservation: a late warning about a block the campaign no longer holds does nothing), and
+``teardown_orphan`` is what a crashed campaign run starts: it tears down only a campaign with no other live
+run (docs/events.md §4).
 """
 
 from __future__ import annotations
@@ -85,11 +86,12 @@ def drain(
 ) -> DrainResult | State:
     """Stop taking traffic (Services removed, serving workloads at zero replicas); the cluster stays.
 
-    The scheduled run names its reservation (a run for a lease the campaign no longer holds does nothing);
-    the automation on AWS's expiration warning (docs/events.md) drains whatever the campaign holds.
+    The scheduled run and the automation on AWS's expiration warning (docs/events.md §4) name the reservation:
+    a run for a lease the campaign no longer holds does nothing. Without one it drains whatever the campaign holds.
     """
     base = settings_from_environment()
-    acting = _window_run(campaign_id, region, reservation_id, ScheduledStage.DRAIN, base)
+    scheduled = reason == "scheduled"
+    acting = _window_run(campaign_id, region, reservation_id, ScheduledStage.DRAIN, base, scheduled=scheduled)
     if isinstance(acting, State):
         return acting
     _, ref, spec = acting
@@ -122,10 +124,12 @@ def scheduled_teardown(
 ) -> TeardownResult | State:
     """The hard teardown before AWS ends the block: everything of the campaign, from its recorded spec.
 
-    The scheduled run names its reservation (a run for a lease the campaign no longer holds does nothing);
-    the automation on AWS's expiration warning (docs/events.md §4) tears down whatever the campaign holds.
+    The scheduled run and the automation on AWS's expiration warning (docs/events.md §4) name the reservation:
+    a run for a lease the campaign no longer holds does nothing. Without one it tears down whatever the campaign
+    holds.
     """
-    found = _window_run(campaign_id, region, reservation_id, ScheduledStage.TEARDOWN, settings_from_environment())
+    found = _window_run(campaign_id, region, reservation_id, ScheduledStage.TEARDOWN, settings_from_environment(),
+                        scheduled=reason == "drain-deadline")
     if isinstance(found, State):
         return found
     _, ref, spec = found
@@ -136,15 +140,16 @@ def scheduled_teardown(
 
 
 def _window_run(
-    campaign_id: str, region: str, reservation_id: str | None, stage: ScheduledStage, base: Settings
+    campaign_id: str, region: str, reservation_id: str | None, stage: ScheduledStage, base: Settings, *,
+    scheduled: bool,
 ) -> tuple[CampaignRecord, RecordRef, CampaignSpec] | State:
-    """The campaign a drain or teardown run acts on, or Cancelled ("Stale") when its lease is no longer the
-    campaign's; a scheduled run (it names its reservation) stamps when it fired."""
+    """The campaign a drain or teardown run acts on, or Cancelled ("Stale") when the reservation it names is no
+    longer the campaign's; the lease's own scheduled run stamps when it fired."""
     record, ref = campaign_record(campaign_id, region, base)
     stale = _stale(record, reservation_id) if reservation_id is not None else ""
     if stale:
         return Cancelled(name="Stale", message=stale)
-    if reservation_id is not None:
+    if scheduled and reservation_id is not None:
         _stamp_fired(ref, stage)
     return record, ref, recorded_spec(record)
 

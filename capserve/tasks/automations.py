@@ -40,6 +40,7 @@ CAMPAIGN = "{{ event.resource['prefect.resource.name'] }}"
 TEARDOWN_FLOWS = ("scheduled-teardown", "teardown")
 """Flows whose Late runs need a person: the one a lease schedules, and the one `capserve down` runs."""
 CRASHED_RUN = "{{ event.resource['prefect.resource.id'] | replace('prefect.flow-run.', '') }}"
+WARNED = "{{ event.payload.reservation_id }}"
 
 
 class AutomationTargets(BaseModel):
@@ -125,9 +126,11 @@ def build_automations(ids: Mapping[str, UUID], targets: AutomationTargets) -> li
             name="capserve-drain-on-expiration-warning",
             description="AWS will terminate the block's instances in 10 minutes: drain, then tear down now.",
             trigger=_on_campaign(EventName.CAPACITY_BLOCK_EXPIRATION_WARNING),
+            # The warning's reservation: a late warning about a block the campaign no longer holds (a queue
+            # drained days later) must not drain the block it holds now; those runs end "Stale".
             actions=[
-                run(targets.drain, {**where, "reason": "expiration-warning"}),
-                run(targets.teardown, {**where, "reason": "expiration-warning"}),
+                run(targets.drain, {**where, "reservation_id": WARNED, "reason": "expiration-warning"}),
+                run(targets.teardown, {**where, "reservation_id": WARNED, "reason": "expiration-warning"}),
             ],
         ),
         Automation(

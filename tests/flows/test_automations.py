@@ -101,8 +101,11 @@ def test_the_expiration_warning_drains_then_tears_down_that_campaign(deployments
          payload={"region": "us-east-2", "reservation_id": "cr-1", "kind": "expiration-warning"})
     [drain] = runs_of(deployments[TARGETS.drain], 1)
     [teardown] = runs_of(deployments[TARGETS.teardown], 1)
-    assert drain.parameters == {"campaign_id": "c-exp", "region": "us-east-2", "reason": "expiration-warning"}
-    assert teardown.parameters == {"campaign_id": "c-exp", "region": "us-east-2", "reason": "expiration-warning"}
+    # The warning's reservation goes with them: a late warning about a block the campaign no longer holds
+    # ends Stale instead of draining the one it holds now.
+    expected = {"campaign_id": "c-exp", "region": "us-east-2", "reservation_id": "cr-1", "reason": "expiration-warning"}
+    assert drain.parameters == expected
+    assert teardown.parameters == expected
 
 
 def test_a_crashed_campaign_run_asks_for_an_orphan_teardown_and_a_late_teardown_notifies(

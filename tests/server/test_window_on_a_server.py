@@ -294,7 +294,8 @@ def test_registration_wires_every_automation_and_the_expiration_warning_drains_t
     time.sleep(5)  # long enough for a second reaction to show its runs
     runs = _runs_named(names, expected=2)
     assert sorted(run.name for run in runs) == names
-    window = {"campaign_id": ghost, "region": world.far_ends.region, "reason": "expiration-warning"}
+    window = {"campaign_id": ghost, "region": world.far_ends.region, "reservation_id": "cr-0123456789abcdef0",
+              "reason": "expiration-warning"}
     for run in runs:
         assert run.parameters == window
         ended = wait_final(run.id)
