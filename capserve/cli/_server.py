@@ -143,8 +143,8 @@ def _ask_for_watches(campaign_id: str, watches: HubWatches, console: Console) ->
                   "the simulated block has a watch after each revision instead", highlight=False)
     for at in watches.times():
         schedule_hub_watch(campaign_id, watches.regions, at)
-        console.print(f"  sandbox: the Hub publishes a revision at {at:%Y-%m-%d %H:%M} UTC (block time); a Hub watch "
-                      "is scheduled then", highlight=False)
+        console.print(f"  sandbox: a Hub watch at {at:%Y-%m-%d %H:%M} UTC (block time), just after the Hub publishes "
+                      "a new revision", highlight=False)
 
 
 def _follow_scheduled(campaign_id: str, since: datetime, console: Console) -> None:
