@@ -74,7 +74,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--real-time",
         action="store_true",
         help="with --sandbox on a local server: do not simulate the block (by default the sandbox plays it at "
-        "11520× wall time between scheduled runs and 60× around them, so the demo shows the whole window)",
+        "5760× wall time between scheduled runs and 60× around them, so the demo shows the whole window)",
     )
     parser.add_argument(
         "--revisions",

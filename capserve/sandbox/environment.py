@@ -39,7 +39,7 @@ class Simulation:
     revisions of the demo's model the Hub publishes while the campaign serves (True: good; False: its quality
     fails the gate), in that order (``capserve.sandbox.revisions``)."""
 
-    rate: float = 11520.0
+    rate: float = 5760.0
     near_rate: float = 60.0
     near: timedelta = timedelta(minutes=3)
     tick_seconds: float = 0.2

@@ -66,7 +66,7 @@ def clock() -> Iterator[None]:
 
 def test_the_clock_adds_the_revisions_to_the_first_registration_only(clock: None) -> None:
     schedule = RevisionSchedule([True], near=NEAR)
-    CLOCK.simulate(fast_rate=11520, near_rate=60, near=NEAR, extend=schedule.place)
+    CLOCK.simulate(fast_rate=5760, near_rate=60, near=NEAR, extend=schedule.place)
     waypoints, spans = lease_waypoints()
 
     window = CLOCK.register(waypoints, spans)
@@ -74,7 +74,7 @@ def test_the_clock_adds_the_revisions_to_the_first_registration_only(clock: None
     (publication,) = schedule.publications
     assert window.rate_at(publication.publish_at) == 60  # near wall time from publication to redeploy's end
     assert window.rate_at(publication.watch_at + REDEPLOY_SPAN - timedelta(minutes=1)) == 60
-    assert window.rate_at(publication.watch_at + REDEPLOY_SPAN + timedelta(hours=1)) == 11520
+    assert window.rate_at(publication.watch_at + REDEPLOY_SPAN + timedelta(hours=1)) == 5760
     CLOCK.register(waypoints, spans)  # a re-run registers the same again: no second plan
     assert schedule.publications == [publication]
 
