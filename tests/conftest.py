@@ -32,3 +32,18 @@ from prefect.testing.utilities import prefect_test_harness  # noqa: E402
 def prefect_harness() -> Iterator[None]:
     with prefect_test_harness(server_startup_timeout=90):
         yield
+
+
+# Longest files first. With `--dist loadfile`, xdist hands files out in collection order as test processes
+# free up: a multi-minute server or vLLM file collected late starts last and runs alone at the end, while
+# started first the many short files fill the other processes around it.
+_LONG_MARKERS = ("server", "vllm")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        if any(item.get_closest_marker(name) for name in _LONG_MARKERS):
+            return 0
+        return 1 if item.path.parent.name == "flows" else 2
+
+    items.sort(key=rank)  # stable: within a rank, files and their tests keep their order
