@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
             }
             worker_env = {"CAPSERVE_HUB_ENDPOINT": hub_endpoint} if hub_endpoint else {}
             watches = None
-            if args.sandbox and endpoints.revisions is not None and args.revisions:
+            if args.sandbox and endpoints.revisions is not None:
                 from capserve.cli._server import HubWatches
 
                 schedule = endpoints.revisions

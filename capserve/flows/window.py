@@ -90,8 +90,8 @@ def drain(
     a run for a lease the campaign no longer holds does nothing. Without one it drains whatever the campaign holds.
     """
     base = settings_from_environment()
-    scheduled = reason == "scheduled"
-    acting = _window_run(campaign_id, region, reservation_id, ScheduledStage.DRAIN, base, scheduled=scheduled)
+    acting = _window_run(campaign_id, region, reservation_id, ScheduledStage.DRAIN, base,
+                         scheduled=reason == "scheduled")
     if isinstance(acting, State):
         return acting
     _, ref, spec = acting

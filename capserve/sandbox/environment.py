@@ -57,7 +57,7 @@ class SandboxEndpoints:
     inference: str
     inference_note: str
     clock: str | None = None  # the simulated clock's URL (CAPSERVE_CLOCK_URL), when simulating
-    revisions: RevisionSchedule | None = None  # the revisions the Hub publishes mid-block, when simulating
+    revisions: RevisionSchedule | None = None  # the revisions the Hub publishes mid-block (simulating, if asked)
 
     def publish_revision(self, *, good: bool = True) -> str:
         """A new commit of the demo's model (``capserve-sandbox/tiny-k3``) on the local Hub; its sha.
@@ -95,9 +95,9 @@ def sandbox(
         if simulate is not None:
             # Simulated: the block is reached by the clock running, not by a jump; the campaign registers its
             # scheduled runs' times so the clock slows down around them (capserve.core.warp).
-            revisions = RevisionSchedule(simulate.revisions, near=simulate.near)
+            revisions = RevisionSchedule(simulate.revisions, near=simulate.near) if simulate.revisions else None
             CLOCK.simulate(fast_rate=simulate.rate, near_rate=simulate.near_rate, near=simulate.near,
-                           extend=revisions.place)
+                           extend=revisions.place if revisions is not None else None)
             clock_url = stack.enter_context(clock_server())
             stack.enter_context(patched_environ({CLOCK_URL_ENV: clock_url}))
         stack.callback(capacity_ext.reset)

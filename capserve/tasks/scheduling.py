@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 from uuid import UUID
 
 from prefect import get_client, get_run_logger
@@ -118,17 +119,11 @@ def schedule_hub_watch(campaign_id: str, regions: Sequence[str], at: datetime) -
     """A one-off run of the ``hub-watcher`` deployment at ``at`` on the campaign's clock; once per campaign and
     time."""
     window = campaign_window()
-    with get_client(sync_client=True) as client:
-        deployment = client.read_deployment_by_name(HUB_WATCHER)
-        created = client.create_flow_run_from_deployment(
-            deployment.id,
-            parameters={"regions": list(regions)},
-            state=Scheduled(scheduled_time=window.to_wall(max(at, window.anchor_sim))),
-            name=f"hub-watcher-{campaign_id}",
-            tags=[campaign_tag(campaign_id), WATCH_TAG],
-            idempotency_key=f"capserve:{campaign_id}:watch:{at.isoformat()}",
-        )
-    return existing_run(created)
+    return _create(
+        HUB_WATCHER, {"regions": list(regions)}, window.to_wall(max(at, window.anchor_sim)),
+        name=f"hub-watcher-{campaign_id}", tags=[campaign_tag(campaign_id), WATCH_TAG],
+        idempotency_key=f"capserve:{campaign_id}:watch:{at.isoformat()}",
+    )
 
 
 def read_runs_about(campaign_id: str, *, since: datetime) -> list[ExistingRun]:
@@ -148,15 +143,19 @@ def read_runs_about(campaign_id: str, *, since: datetime) -> list[ExistingRun]:
 
 def create_run(run: PlannedRun, wall_at: datetime) -> ExistingRun:
     """Create ``run`` (or get back the one the server holds under its idempotency key)."""
+    return _create(run.deployment, dict(run.parameters), wall_at, name=run.name, tags=list(run.tags),
+                   idempotency_key=run.idempotency_key)
+
+
+def _create(
+    deployment_name: str, parameters: dict[str, Any], wall_at: datetime, *, name: str, tags: list[str],
+    idempotency_key: str,
+) -> ExistingRun:
     with get_client(sync_client=True) as client:
-        deployment = client.read_deployment_by_name(run.deployment)
+        deployment = client.read_deployment_by_name(deployment_name)
         created = client.create_flow_run_from_deployment(
-            deployment.id,
-            parameters=dict(run.parameters),
-            state=Scheduled(scheduled_time=wall_at),
-            name=run.name,
-            tags=list(run.tags),
-            idempotency_key=run.idempotency_key,
+            deployment.id, parameters=parameters, state=Scheduled(scheduled_time=wall_at), name=name, tags=tags,
+            idempotency_key=idempotency_key,
         )
     return existing_run(created)
 
