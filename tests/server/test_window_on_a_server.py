@@ -16,6 +16,7 @@ import json
 import os
 import signal
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -137,16 +138,28 @@ def approve_as_the_ui_does(world: World, run: FlowRun, *, approver: str, note: s
     keyset = run.state.state_details.run_input_keyset  # type: ignore[union-attr]
     assert keyset is not None, "the suspended run waits for no input"
     api = world.server.url
-    with urllib.request.urlopen(f"{api}/flow_runs/{run.id}/input/{keyset['schema']}") as answer:  # noqa: S310
-        schema = json.loads(answer.read())
+    schema = _call_as_a_client_does(urllib.request.Request(f"{api}/flow_runs/{run.id}/input/{keyset['schema']}"))
     offering = schema["properties"]["offering_id"]["default"]
     body = {"run_input": {"approved": True, "offering_id": offering, "approver": approver, "note": note}}
     request = urllib.request.Request(
         f"{api}/flow_runs/{run.id}/resume", data=json.dumps(body).encode(), method="POST",
         headers={"Content-Type": "application/json"},
     )
-    with urllib.request.urlopen(request) as answer:  # noqa: S310  # loopback
-        assert json.loads(answer.read())["status"] == "ACCEPT"
+    assert _call_as_a_client_does(request)["status"] == "ACCEPT"
+
+
+def _call_as_a_client_does(request: urllib.request.Request, attempts: int = 6) -> Any:
+    """One API call, retried on 503 as Prefect's own client and the UI do: the server answers 503 for errors it
+    marks retryable (on a loaded machine, SQLite's "database is locked"), and nothing was applied."""
+    for attempt in range(1, attempts + 1):
+        try:
+            with urllib.request.urlopen(request, timeout=60) as answer:  # noqa: S310  # loopback
+                return json.loads(answer.read())
+        except urllib.error.HTTPError as exc:
+            if exc.code != 503 or attempt == attempts:
+                raise
+            time.sleep(2 * attempt)
+    raise AssertionError("unreachable")
 
 
 def test_the_purchase_waited_for_the_approval_given_in_the_ui(campaign_run: FlowRun) -> None:
