@@ -80,6 +80,11 @@ def kept_on_every_run(
             why="the purchase slot of the campaign (one at a time): harmless; `prefect gcl delete` removes it",
         ),
         KeptResource(
+            resource=f"prefect/variables/capserve-slot-*-{campaign_id}",
+            why="notes naming who holds each of the campaign's slots; a killed run's stays until the next holder "
+            "replaces it: harmless; `prefect variable unset` removes them",
+        ),
+        KeptResource(
             resource=f"prefect/flow-runs/campaign-{campaign_id}",
             why="flow runs, their artifacts and the scheduled teardown run stay in Prefect's history",
         ),

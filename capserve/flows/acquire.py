@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
-from prefect.client.orchestration import get_client
-from prefect.concurrency.sync import concurrency
 from prefect.context import FlowRunContext
 from prefect.exceptions import FlowPauseTimeout
 from prefect.flow_runs import pause_flow_run, suspend_flow_run
@@ -38,6 +36,7 @@ from capserve.core.lease import Lease
 from capserve.core.record import Approval, RecordRef, StageEntry
 from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage, StageStatus
+from capserve.flows.slots import leased_slot
 from capserve.tasks.capacity.purchase import preflight_purchase, purchase
 from capserve.tasks.capacity.reservations import (
     describe_reservation_by_id,
@@ -129,13 +128,11 @@ def _buy(
 ) -> AcquireResult:
     """The purchase, under the campaign's limit of one at a time, after a last look for what it already has."""
     campaign_id = spec.campaign_id
-    _ensure_purchase_limit(campaign_id)
-    with concurrency(
+    with leased_slot(
         purchase_limit_name(campaign_id),
-        occupy=1,
-        strict=True,
+        settings.purchase_slot_lease_seconds,
+        purpose=f"one purchase for campaign {campaign_id} at a time",
         timeout_seconds=settings.purchase_slot_timeout_seconds,
-        lease_duration=settings.purchase_slot_lease_seconds,
     ):
         # Another run may have bought while this one searched or waited for approval.
         adopted = _already_ours(spec)
@@ -240,12 +237,6 @@ def _publish(result: AcquireResult) -> None:
     create_markdown_artifact(
         key=f"capacity-{result.campaign_id}", markdown=result.markdown(), description="acquire stage: lease and offers"
     )
-
-
-def _ensure_purchase_limit(campaign_id: str) -> None:
-    """The per-campaign limit of one purchase at a time must exist before a strict acquire (docs/prefect.md §5)."""
-    with get_client(sync_client=True) as client:
-        client.upsert_global_concurrency_limit_by_name(purchase_limit_name(campaign_id), 1)
 
 
 def _ask_for_approval(

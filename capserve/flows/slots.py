@@ -1,30 +1,80 @@
-"""One run per campaign at a time: a per-campaign global concurrency limit, ``campaign-<id>``.
+"""Slots: one run per campaign at a time (``campaign-<id>``), one purchase per campaign at a time
+(``capserve-purchase-<id>``). Each is a Prefect global concurrency limit of 1, held under a lease.
 
 Campaigns run side by side (no deployment-wide limit); two runs of the same campaign (a re-run from the
 UI, the scheduled serve run firing while the campaign run still stages weights) take turns. The drain
-and the scheduled teardown do not take the slot: they must run at their times whatever else is running.
+and the scheduled teardown do not take the campaign slot: they must run at their times whatever else runs.
 
-Only deployment runs take it: they run against a real server whose repossessor frees the slot of a
-killed holder once its lease expires (docs/prefect.md §5), also across a restart of the server (leases on
-disk). The lease is ``settings.slots.lease_seconds`` (``CAPSERVE_SLOTS__LEASE_SECONDS``, 300 s): how long a
-re-run after a crash waits. A temporary server never expires leases, so an in-process run (the CLI) killed
-while holding it would block its campaign for good.
+A holder renews its lease while it lives; the server frees the slot of a holder that stopped renewing
+once the lease runs out (docs/prefect.md §5). That is how long a re-run would wait after a crash, so a
+holder also leaves a note beside its lease, a Prefect variable ``capserve-slot-<limit>``: its flow run,
+its lease and who its process is (``capserve/tasks/processes.py``). A waiter that can prove the holder
+dead (same machine and pid namespace, the process gone) releases that lease at once and takes the slot;
+any other holder it names in its log, and waits for it to end or for its lease to run out.
+
+The campaign slot is taken only by deployment runs: a temporary server never expires leases, so an
+in-process run (the CLI) killed while holding it on one would block its campaign for good.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
 
+import httpx
 from prefect import get_client, get_run_logger
-from prefect.concurrency.sync import concurrency
-from prefect.runtime import deployment
+from prefect.client.schemas.actions import VariableCreate
+from prefect.concurrency._leases import maintain_concurrency_lease  # the renewal thread of prefect's concurrency()
+from prefect.exceptions import MissingContextError, ObjectNotFound
+from prefect.logging import get_logger
+from prefect.runtime import deployment, flow_run
+from prefect.types._concurrency import ConcurrencyLeaseHolder
+from pydantic import BaseModel, ValidationError
 
 from capserve.core.settings import SlotSettings
+from capserve.tasks.processes import ProcessIdentity, provably_dead, this_process
+
+LOCKED = 423
+MAX_POLL_SECONDS = 5.0
+
+
+class SlotTimeout(RuntimeError):
+    """The slot stayed taken for the whole wait."""
+
+
+class SlotNote(BaseModel):
+    """What a holder leaves beside its lease: enough for a waiter to name it, and to prove it dead."""
+
+    lease_id: UUID
+    flow_run_id: UUID | None = None
+    flow_run_name: str | None = None
+    process: ProcessIdentity | None = None
+    since: datetime
+
+    def describe(self) -> str:
+        run = f"flow run {self.flow_run_name} ({self.flow_run_id})" if self.flow_run_id else "a run outside Prefect"
+        where = f", {self.process.describe()}" if self.process else ""
+        return f"{run}{where}, since {self.since:%Y-%m-%d %H:%M:%S} UTC"
 
 
 def campaign_limit_name(campaign_id: str) -> str:
     return f"campaign-{campaign_id}"
+
+
+def note_name(limit: str) -> str:
+    return f"capserve-slot-{limit}"
+
+
+def _log() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
+    try:
+        return get_run_logger()
+    except MissingContextError:  # outside a run (a test, the CLI): the module's logger
+        return get_logger("capserve.slots")
 
 
 @contextmanager
@@ -33,15 +83,97 @@ def campaign_slot(campaign_id: str, settings: SlotSettings | None = None) -> Ite
     if deployment.get_id() is None:
         yield
         return
-    lease_seconds = (settings or SlotSettings()).lease_seconds
-    name = campaign_limit_name(campaign_id)
-    with get_client(sync_client=True) as client:
-        client.upsert_global_concurrency_limit_by_name(name, 1)
-    get_run_logger().info(
-        "waiting for the slot of campaign %s (concurrency limit %s: one run per campaign); another run of the "
-        "campaign holds it until it ends, a killed one until its lease of %d s runs out",
-        campaign_id, name, lease_seconds,
-    )
-    with concurrency(name, occupy=1, strict=True, lease_duration=lease_seconds):
-        get_run_logger().info("holding the slot of campaign %s", campaign_id)
+    with leased_slot(campaign_limit_name(campaign_id), (settings or SlotSettings()).lease_seconds,
+                     purpose=f"one run of campaign {campaign_id} at a time"):
         yield
+
+
+@contextmanager
+def leased_slot(
+    limit: str, lease_seconds: int, *, purpose: str, timeout_seconds: float | None = None
+) -> Iterator[None]:
+    """Hold the one slot of ``limit`` (created here, limit 1) for the block; reclaim it from a dead holder."""
+    with get_client(sync_client=True) as client:
+        client.upsert_global_concurrency_limit_by_name(limit, 1)
+        lease_id = _acquire(client, limit, lease_seconds, purpose, timeout_seconds)
+    _log().info("holding slot %s (%s)", limit, purpose)
+    try:
+        # strict, as prefect's own concurrency(strict=True): a run whose lease is lost is stopped rather than
+        # go on beside a second holder.
+        with maintain_concurrency_lease(lease_id, lease_seconds, raise_on_lease_renewal_failure=True):
+            yield
+    finally:
+        with get_client(sync_client=True) as client:
+            _forget(client, limit, lease_id)  # before the release: nobody else can hold the slot yet
+            client.release_concurrency_slots_with_lease(lease_id)
+
+
+def _acquire(client: Any, limit: str, lease_seconds: int, purpose: str, timeout_seconds: float | None) -> UUID:
+    run_id = flow_run.get_id()
+    holder = ConcurrencyLeaseHolder(type="flow_run", id=UUID(run_id)) if run_id else None
+    deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
+    reclaimed: set[UUID] = set()
+    named: object = "nobody yet"  # the holder last named in the log: name each one once
+    while True:
+        try:
+            answer = client.increment_concurrency_slots_with_lease(
+                names=[limit], slots=1, mode="concurrency", lease_duration=lease_seconds, holder=holder
+            )
+        except httpx.HTTPStatusError as exc:
+            if exc.response.status_code != LOCKED:
+                raise
+            wait = float(exc.response.headers.get("Retry-After", 1))
+        else:
+            lease_id = UUID(answer.json()["lease_id"])
+            mine = SlotNote(lease_id=lease_id, flow_run_id=UUID(run_id) if run_id else None,
+                            flow_run_name=flow_run.get_name() if run_id else None, process=this_process(),
+                            since=datetime.now(UTC))
+            _leave(client, limit, mine)
+            return lease_id
+        note = _read(client, limit)
+        if note is not None and note.lease_id not in reclaimed and note.process and provably_dead(note.process):
+            reclaimed.add(note.lease_id)  # a note left behind by a holder whose lease is already gone: once
+            _log().warning("slot %s: its holder is gone (%s, no longer running on this machine); releasing its "
+                           "lease now instead of waiting up to %d s for it to run out", limit, note.describe(),
+                           lease_seconds)
+            client.release_concurrency_slots_with_lease(note.lease_id)
+            continue
+        if (note.lease_id if note else None) != named:
+            named = note.lease_id if note else None
+            who = note.describe() if note else "a holder that left no note"
+            _log().info("waiting for slot %s (%s): held by %s; it is free when that run ends, or at most %d s "
+                        "after it stops renewing its lease", limit, purpose, who, lease_seconds)
+        if deadline is not None and time.monotonic() > deadline:
+            who = note.describe() if note is not None else "a holder that left no note"
+            raise SlotTimeout(f"slot {limit} ({purpose}) was still held by {who} after {timeout_seconds:.0f} s; "
+                              "nothing was done. Run again once that run has ended (capserve status shows it).")
+        time.sleep(min(max(wait, 0.5), MAX_POLL_SECONDS))
+
+
+def _read(client: Any, limit: str) -> SlotNote | None:
+    variable = client.read_variable_by_name(note_name(limit))
+    if variable is None:
+        return None
+    try:
+        return SlotNote.model_validate(variable.value)
+    except ValidationError:  # someone else's variable of that name: not a note to act on
+        return None
+
+
+def _leave(client: Any, limit: str, note: SlotNote) -> None:
+    name = note_name(limit)
+    value = note.model_dump(mode="json")
+    try:
+        client.delete_variable_by_name(name)
+    except ObjectNotFound:
+        pass
+    client.create_variable(VariableCreate(name=name, value=value, tags=["capserve"]))
+
+
+def _forget(client: Any, limit: str, lease_id: UUID) -> None:
+    note = _read(client, limit)
+    if note is not None and note.lease_id == lease_id:
+        try:
+            client.delete_variable_by_name(note_name(limit))
+        except ObjectNotFound:
+            pass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -53,7 +54,19 @@ def condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
 
 
 def until(kube: FakeKube, check: Callable[[], Any], timeout_s: float = 20.0, what: str = "condition") -> Any:
+    """Wait for a condition on the fake's store (read under its lock: never call its API from ``check``)."""
     return kube.wait_for(lambda _: check(), timeout_s=timeout_s, what=what)
+
+
+def until_answered(check: Callable[[], Any], timeout_s: float = 20.0, what: str = "condition") -> Any:
+    """Wait for a condition read through the fake's API. Not under the store's lock, which the server's
+    handlers take: a call from ``until`` waits forever on its own lock."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if found := check():
+            return found
+        time.sleep(0.1)
+    raise TimeoutError(f"fake Kubernetes: {what} not reached within {timeout_s:g} s")
 
 
 def events(kube: FakeKube, name: str, reason: str | None = None) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ from kubernetes import client as k8s
 from capserve.core.cluster.addons import AddonOptions, lws_controller
 from capserve.sandbox.kube import FakeKube
 from capserve.tasks import kube as tasks_kube
-from tests.sandbox.conftest import container_status, events, get, until
+from tests.sandbox.conftest import container_status, events, get, until, until_answered
 from tests.sandbox.test_kubelet import MODEL_DIR, http_get, ready, stage_model, vllm_pod
 
 
@@ -186,9 +186,11 @@ def test_a_worker_whose_layout_differs_from_its_leader_crashes(kube: FakeKube, a
     if why not in log:
         # On a busy machine the back-off may end before the log is read: this is then the next run's log,
         # which crashes the same way once it has compared its layout with the leader's.
-        until(kube, lambda: why in k8s.CoreV1Api(api).read_namespaced_pod_log("odd-0-1", "default", container="vllm"),
-              what="the worker's next run to crash the same way")
-        log = k8s.CoreV1Api(api).read_namespaced_pod_log("odd-0-1", "default", container="vllm")
+        def worker_log() -> str:
+            return str(k8s.CoreV1Api(api).read_namespaced_pod_log("odd-0-1", "default", container="vllm"))
+
+        until_answered(lambda: why in worker_log(), what="the worker's next run to crash the same way")
+        log = worker_log()
     assert why in log and "'tensor_parallel_size': (4, 8)" in log
     assert not ready(kube, "odd-0")  # the leader never listens: its engines never all joined
     assert get(kube, "pods", "odd-0")["status"]["phase"] == "Running"  # ...though its container runs
