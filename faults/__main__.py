@@ -10,10 +10,17 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from faults.matrix import POINTS, SIGNALS, Row, run_matrix
-from faults.processes import descendants
+from faults.matrix import POINTS, SIGNALS, Row, chains, run_matrix
+from faults.processes import cwd, descendants
 from faults.table import table, write_docs
 from faults.world import ROOT, world
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
+    except OSError:
+        return "?"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,10 +47,14 @@ def main(argv: list[str] | None = None) -> int:
             write_docs(ROOT / "docs" / "faults.md", f"{table(rows)}\n(in progress: {len(rows)} of {total} rows)")
 
     with world(args.out / "logs") as w:
-        rows = run_matrix(w, [names[n] for n in wanted], signals, args.out,
+        rows = run_matrix(w, chains([names[n] for n in wanted], signals), args.out,
                           progress=lambda line: print(line, flush=True), on_row=keep)
-        # Every row tore its campaign down: nothing should run as a local process of the sandbox's kubelet.
-        left_running = len(descendants(w.state()["pid"]))
+        # Every chain tore its campaign down: nothing should run as a local process of the sandbox's kubelet.
+        # (the sandbox's own children, its OpenAI stand-in, run in the checkout; pods run in their own folders)
+        left = [p for p in descendants(w.state()["pid"]) if cwd(p[0]) != str(ROOT)]
+        left_running = len(left)
+        for pid, _ in left:
+            print(f"left running under the sandbox: {pid} {_cmdline(pid)} (in {cwd(pid)})", flush=True)
     minutes = (time.monotonic() - started) / 60
     text = table(rows)
     green = sum(row.green for row in rows)

@@ -1,19 +1,31 @@
-"""The kill matrix: for each kill point, start a campaign, kill its worker there, re-run it, tear it down, count.
+"""The kill matrix: a campaign killed at every kill point in turn, each re-run recovering what the last kill broke.
 
-A row (``run_row``) has two halves. The *kill* half runs on the victim worker: the campaign is started as a
-deployment run (as a UI click would), and once it reaches the kill point the worker and every process
-under it get the signal at once (what a host shutdown, or systemd stopping the worker's unit, does).
-Kill points are either a stage boundary (the campaign record says the stage ended) or a request the
-sandbox holds (``capserve.sandbox.gates``) until the kill: the purchase after AWS bought, a checkpoint
-file mid-download, a server-side apply, the LeaderWorkerSet's apply, a node group's deletion. The *recover*
-half runs on the steady worker: the same campaign again, then ``capserve down``, then the counts of ``Row``.
+One *chain* per signal. Its campaign is started as a deployment run (as a UI click would) on a victim worker;
+once it reaches the first kill point, the worker and every process under it get the signal at once (what a
+host shutdown, or systemd stopping the worker's unit, does). The same campaign is started again, the re-run an
+operator would make, on the other victim worker; it must recover (adopt the block, skip what is done, finish
+what was cut) and is itself killed at the next point; and so on to the last point. A last re-run on the
+steady worker ends the campaign, ``capserve down`` tears it down, and the chain is counted.
+
+Kill points are either a stage boundary (the campaign record says the stage ended) or a request the sandbox
+holds (``capserve.sandbox.gates``) until the kill: the purchase after AWS bought, a checkpoint file
+mid-download, a server-side apply, the LeaderWorkerSet's apply, a node group's deletion.
+
+Why chains rather than one campaign per kill point: a row's cost is mostly fixed (a flow-run process starts,
+a campaign buys, downloads and brings a cluster up), and campaigns cannot run side by side (the sandbox has
+one Kubernetes for every EKS cluster). A chain pays the campaign's work once, and each kill costs one more
+flow-run start; a killed run's slots are taken back at once (``capserve/flows/slots.py``: its holder is
+provably dead). Each kill is still met by a run that did not see it coming.
 """
 
 from __future__ import annotations
 
+import contextvars
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,11 +37,12 @@ from prefect.client.schemas.objects import StateType
 from prefect.deployments import run_deployment
 
 from capserve.core.cluster.naming import ClusterNames
+from capserve.core.record import StageEntry
 from capserve.core.settings import RecordSettings
 from capserve.core.spec import CampaignSpec, load_spec
 from capserve.core.stages import Stage, StageStatus
-from faults.processes import Proc, alive, cwd, descendants, signal_all, this
-from faults.world import ROOT, VICTIM_QUEUE, World
+from faults.processes import alive, cwd, descendants, signal_all, this
+from faults.world import ROOT, World
 
 EXAMPLE = ROOT / "examples" / "kimi-k3-sandbox.yaml"
 FINAL = {StateType.COMPLETED, StateType.FAILED, StateType.CRASHED, StateType.CANCELLED}
@@ -38,33 +51,42 @@ RERUN_SECONDS = 600
 SIGTERM_GRACE_SECONDS = 30  # what a process may take to stop on SIGTERM before it counts as left behind
 SIGKILL_GRACE_SECONDS = 3
 POD_GRACE_SECONDS = 30  # the kubelet stops a deleted node's pods (grace scaled down by the sandbox)
+POLL_SECONDS = 0.3
 
 
 @dataclass(frozen=True)
 class KillPoint:
     name: str
-    after: Stage | None = None  # a boundary: kill once the record shows this stage ended
-    hold: str | None = None  # inside a step: the sandbox holds a request at this point
+    stage: Stage  # the stage the point ends (a boundary) or lies in: recovered once a re-run has ended it
+    boundary: bool = False  # kill once the record shows ``stage`` ended; else the sandbox holds a request
+    hold: str | None = None
     match: str = "*"
     teardown_when_done: bool = False  # the killed run tears down when done (to be killed inside teardown)
 
 
 POINTS: tuple[KillPoint, ...] = (
-    KillPoint("after plan", after=Stage.PLAN),
-    KillPoint("inside purchase", hold="purchase"),
-    KillPoint("after acquire", after=Stage.ACQUIRE),
-    KillPoint("inside download", hold="download", match="*.safetensors"),
-    KillPoint("after stage_weights", after=Stage.STAGE_WEIGHTS),
-    KillPoint("inside apply (bring_up)", hold="apply"),
-    KillPoint("after bring_up", after=Stage.BRING_UP),
-    KillPoint("after weights_to_nodes", after=Stage.WEIGHTS_TO_NODES),
-    KillPoint("inside rollout (LWS apply)", hold="apply", match="LeaderWorkerSet/*"),
-    KillPoint("after rollout", after=Stage.ROLLOUT),
-    KillPoint("after evaluate", after=Stage.EVALUATE),
-    KillPoint("inside teardown (DeleteNodegroup)", hold="delete", match="eks:DeleteNodegroup:*",
+    KillPoint("after plan", Stage.PLAN, boundary=True),
+    KillPoint("inside purchase", Stage.ACQUIRE, hold="purchase"),
+    KillPoint("after acquire", Stage.ACQUIRE, boundary=True),
+    KillPoint("inside download", Stage.STAGE_WEIGHTS, hold="download", match="*.safetensors"),
+    KillPoint("after stage_weights", Stage.STAGE_WEIGHTS, boundary=True),
+    KillPoint("inside apply (bring_up)", Stage.BRING_UP, hold="apply"),
+    KillPoint("after bring_up", Stage.BRING_UP, boundary=True),
+    KillPoint("after weights_to_nodes", Stage.WEIGHTS_TO_NODES, boundary=True),
+    KillPoint("inside rollout (LWS apply)", Stage.ROLLOUT, hold="apply", match="LeaderWorkerSet/*"),
+    KillPoint("after rollout", Stage.ROLLOUT, boundary=True),
+    KillPoint("after evaluate", Stage.EVALUATE, boundary=True),
+    KillPoint("inside teardown (DeleteNodegroup)", Stage.TEARDOWN, hold="delete", match="eks:DeleteNodegroup:*",
               teardown_when_done=True),
 )
+# The last re-run of a chain is started with `capserve up` against the matrix's server (an operator's own
+# server: the CLI starts and follows the run, a worker runs it), and the CLI gets the chain's signal once the
+# run exists: the run must go on without it, and nothing of the CLI may outlive it.
+CLI_POINT = KillPoint("capserve up, following the re-run", Stage.TEARDOWN)
+CLI_CREATED = re.compile(r"campaign run ([0-9a-f-]{36}) created")
+CLI_SECONDS = 240
 SIGNALS = {"SIGKILL": signal.SIGKILL, "SIGTERM": signal.SIGTERM}
+CLUSTER_STAGES = {Stage.BRING_UP, Stage.WEIGHTS_TO_NODES, Stage.ROLLOUT, Stage.EVALUATE, Stage.TEARDOWN}
 ENDED = {StageStatus.COMPLETED.value, StageStatus.SKIPPED.value, StageStatus.STOPPED.value}
 
 
@@ -74,29 +96,35 @@ class Row:
     signal: str
     campaign: str
     killed_at: str = ""  # what the kill interrupted (the held request, or the stage that had ended)
-    killed_state: str = ""  # the killed run's Prefect state when the re-run ended
-    rerun_state: str = ""
-    purchases: int = -1
-    destroyed: int = -1
-    leftovers: int = -1
+    killed_state: str = ""  # the killed run's Prefect state when the chain ended
+    rerun_state: str = ""  # the state of the run after the kill (killed at the next point, or the last re-run's)
+    purchases: int = -1  # the chain's, at its end
+    destroyed: int = -1  # from this kill to the next (or to the final `capserve down`)
+    leftovers: int = -1  # the chain's, after the final `capserve down`
     orphans: int = -1
     recover_seconds: float | None = None
     notes: list[str] = field(default_factory=list)
+    # harness bookkeeping
+    run_id: Any = None
+    killed: float | None = None  # monotonic
+    started_wall: float = 0.0  # time.time() when its run was started
+    killed_wall: float | None = None  # time.time(), to compare with the sandbox's record of deletions
+    before: StageEntry | None = None  # the record's entry for the point's stage when the kill went out
 
     @property
     def green(self) -> bool:
         return (self.purchases, self.destroyed, self.leftovers, self.orphans) == (1, 0, 0, 0) and self.rerun_state in (
-            "Completed", "Inconclusive"
+            "Completed", "Inconclusive", "Killed"
         )
 
 
 def campaign_spec(campaign: str, out: Path) -> CampaignSpec:
-    """The demo spec under another name, its own weights bucket (so every row downloads), two-week blocks and
+    """The demo spec under another name, its own weights bucket (so every chain downloads), two-week blocks and
     a small load."""
     data = yaml.safe_load(EXAMPLE.read_text())
     data["name"] = campaign
     # Every purchase moves the one sandbox clock to its block's start (the next 11:30 UTC), a day further
-    # each time: two-week blocks keep the earlier rows' reservations active while later rows buy theirs.
+    # each time: two-week blocks keep the earlier chains' reservations active while later ones buy theirs.
     fee = 60_000
     data["capacity"].update({"duration_hours": 14 * 24, "latest_end": "now+56d", "max_upfront_fee_usd": fee,
                              "approval_threshold_usd": fee})
@@ -121,99 +149,191 @@ def _state(run_id: Any) -> tuple[StateType, str]:
     return run.state_type, (run.state_name or "")  # type: ignore[return-value]
 
 
-def _stage_ended(spec: CampaignSpec, stage: Stage) -> bool:
+def _entry(spec: CampaignSpec, stage: Stage) -> StageEntry | None:
     from capserve.tasks.locations import record_ref
     from capserve.tasks.record_store import read_record
 
     try:
         stored = read_record(record_ref(spec, RecordSettings()))
     except Exception:  # noqa: BLE001 - no bucket yet, or a read racing a write: look again
-        return False
-    entry = stored.record.stage(stage) if stored is not None else None
+        return None
+    return stored.record.stage(stage) if stored is not None else None
+
+
+def _ended(entry: StageEntry | None) -> bool:
     return entry is not None and entry.status.value in ENDED
 
 
-def _reach(world: World, point: KillPoint, spec: CampaignSpec, run_id: Any) -> str:
-    """Wait until the run is at the kill point; what it is doing there."""
+def _reach(world: World, point: KillPoint, spec: CampaignSpec, run_id: Any, previous: Row | None) -> str:
+    """Wait until the run is at the kill point; what it is doing there. On the way, note when the run got past
+    the previous kill (the previous row's time to recover)."""
     deadline = time.monotonic() + REACH_SECONDS
     while time.monotonic() < deadline:
+        _note_recovery(previous, spec)
         if point.hold is not None:
             held = world.state()["holds"].get(point.hold, {}).get("held")
             if held:
                 return str(held)
-        elif point.after is not None and _stage_ended(spec, point.after):
-            return f"{point.after.value} ended"
+        elif _ended(_entry(spec, point.stage)):
+            return f"{point.stage.value} ended"
         state, name = _state(run_id)
         if state in FINAL:
             raise RuntimeError(f"the run ended ({name}) before reaching the kill point")
-        time.sleep(0.3)
+        time.sleep(POLL_SECONDS)
     raise RuntimeError(f"the run did not reach the kill point within {REACH_SECONDS} s")
 
 
-def kill_half(
-    world: World, point: KillPoint, sig: str, index: int, out: Path
-) -> tuple[Row, CampaignSpec, Any, float, list[Proc]]:
-    """Start the row's campaign on the victim worker, kill the worker at the point; the victims left alive."""
-    campaign = f"faults-{index:02d}"
-    spec = campaign_spec(campaign, out)
-    row = Row(point=point, signal=sig, campaign=campaign)
-    if point.hold is not None:
-        world.hold(point.hold, point.match)
-    run_id = _start(world, spec, out / campaign / "killed", teardown=point.teardown_when_done, queue=VICTIM_QUEUE)
-    try:
-        row.killed_at = _reach(world, point, spec, run_id)
-    except RuntimeError as exc:
-        row.notes.append(str(exc))
-    victims = [*this(world.victim.process.pid), *descendants(world.victim.process.pid)]
-    signal_all(victims, SIGNALS[sig])
-    killed = time.monotonic()
-    grace = SIGTERM_GRACE_SECONDS if sig == "SIGTERM" else SIGKILL_GRACE_SECONDS
+def _note_recovery(row: Row | None, spec: CampaignSpec) -> None:
+    """The re-run has recovered from ``row``'s kill once the killed point's stage has ended again (its entry
+    in the record changed since the kill)."""
+    if row is None or row.recover_seconds is not None or row.killed is None:
+        return
+    entry = _entry(spec, row.point.stage)
+    if _ended(entry) and entry != row.before:
+        row.recover_seconds = time.monotonic() - row.killed
+
+
+def _kill(world: World, row: Row, spec: CampaignSpec, victim: int) -> None:
+    """Signal the victim worker's whole tree, count who outlives the grace, let the held request go on."""
+    worker = world.victims[victim]
+    victims = [*this(worker.process.pid), *descendants(worker.process.pid)]
+    row.before = _entry(spec, row.point.stage)
+    signal_all(victims, SIGNALS[row.signal])
+    row.killed, row.killed_wall = time.monotonic(), time.time()
+    grace = SIGTERM_GRACE_SECONDS if row.signal == "SIGTERM" else SIGKILL_GRACE_SECONDS
     deadline = time.monotonic() + grace
     while alive(victims) and time.monotonic() < deadline:
         time.sleep(0.2)
-        world.victim.process.poll()  # reap the worker so it does not linger as a zombie
-    world.release()  # the held request goes on, to a client that is gone
+        worker.process.poll()  # reap the worker so it does not linger as a zombie
+    if row.point.hold is not None:
+        world.release(row.point.hold)  # the held request goes on, to a client that is gone
     survivors = alive(victims)
     signal_all(survivors, signal.SIGKILL)  # an operator would have to: they count as orphans
-    world.restart_victim()
-    return row, spec, run_id, killed, survivors
+    row.orphans = len(survivors)
+    # The next run goes to the other victim worker, already polling; this one is back before it is needed.
+    world.restart_victim_soon(victim)
 
 
-def recover_half(
-    world: World, row: Row, spec: CampaignSpec, killed_run: Any, killed: float, survivors: list[Proc], out: Path
-) -> None:
-    """Re-run the campaign on the steady worker, tear it down with ``capserve down``, count."""
+def run_chain(world: World, kills: list[tuple[KillPoint, str]], campaign: str, out: Path, *, victims: tuple[int, int],
+              kube: Kube | None = None, progress: Any = print) -> list[Row]:
+    """One campaign killed at each point with its signal in turn (in the pipeline's order), then ended, torn
+    down, counted. Its runs alternate between the two ``victims`` workers; it takes ``kube`` (the sandbox's
+    one Kubernetes) before its first cluster stage and lets it go once torn down."""
+    spec = campaign_spec(campaign, out)
     cluster = ClusterNames(campaign_id=spec.campaign_id).eks_cluster
-    rerun_started = time.time()
-    run_id = _start(world, spec, out / row.campaign / "rerun", teardown=False, queue=None)
-    deadline = time.monotonic() + RERUN_SECONDS
-    while (state := _state(run_id))[0] not in FINAL and time.monotonic() < deadline:
-        time.sleep(1)
-    row.rerun_state = state[1]
-    if state[0] is StateType.COMPLETED:
-        row.recover_seconds = time.monotonic() - killed
-    row.killed_state = _state(killed_run)[1]
+    rows: list[Row] = []
+    kube = kube or Kube()
+    try:
+        for index, (point, sig) in enumerate(kills):
+            if point.stage in CLUSTER_STAGES:
+                kube.take(campaign)
+            victim = victims[index % 2]
+            row = Row(point=point, signal=sig, campaign=campaign)
+            previous = rows[-1] if rows else None
+            world.wait_victim(victim)
+            if point.hold is not None:
+                world.hold(point.hold, point.match)
+            row.started_wall = time.time()
+            row.run_id = _start(world, spec, out / campaign / f"{index + 1:02d}",
+                                teardown=point.teardown_when_done, queue=world.victim_queue(victim))
+            try:
+                row.killed_at = _reach(world, point, spec, row.run_id, previous)
+            except RuntimeError as exc:
+                row.notes.append(str(exc))
+            if previous is not None:
+                previous.rerun_state = "Killed" if row.killed_at else _state(row.run_id)[1]
+                if previous.recover_seconds is None and row.killed_at:  # got past it, the record not saying so
+                    previous.recover_seconds = time.monotonic() - previous.killed  # type: ignore[operator]
+            _kill(world, row, spec, victim)
+            rows.append(row)
+            progress(f"{campaign}: {point.name} / {sig}: killed at {row.killed_at or '?'} "
+                     f"(orphans {row.orphans}) {'; '.join(row.notes)}")
+        kube.take(campaign)  # the last re-run and the teardown work on the cluster
+        _finish(world, rows, spec, cluster, out)
+    finally:
+        kube.give(campaign)
+    return rows
+
+
+def _cli_rerun(world: World, row: Row, spec_file: Path, out: Path) -> Any:
+    """Start the last re-run as an operator would from a terminal, kill the CLI once its run exists; the run."""
+    out.mkdir(parents=True, exist_ok=True)
+    log_path = out / "cli.log"
+    with log_path.open("wb") as log:
+        cli = subprocess.Popen(  # noqa: S603  # our own interpreter and fixed arguments
+            [sys.executable, "-m", "capserve.cli", "up", str(spec_file), "--out", str(out)], env=world.env, cwd=ROOT,
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+    deadline = time.monotonic() + CLI_SECONDS
+    while not (found := CLI_CREATED.search(log_path.read_text(errors="replace"))):
+        if cli.poll() is not None or time.monotonic() > deadline:
+            cli.kill()
+            raise RuntimeError(f"`capserve up` started no campaign run (exit {cli.poll()}; see {log_path})")
+        time.sleep(POLL_SECONDS)
+    row.killed_at = f"run {found.group(1)[:8]} created"
+    victims = [*this(cli.pid), *descendants(cli.pid)]
+    row.before = None
+    signal_all(victims, SIGNALS[row.signal])
+    row.killed, row.killed_wall = time.monotonic(), time.time()
+    try:
+        code = cli.wait(timeout=SIGTERM_GRACE_SECONDS if row.signal == "SIGTERM" else SIGKILL_GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        code = None
+    if row.signal == "SIGTERM" and code != 130:  # docs: stopped following, exit 130 (README, exit codes)
+        row.notes.append(f"capserve up exited {code} on SIGTERM, not 130")
+    survivors = alive(victims)
+    signal_all(survivors, signal.SIGKILL)
+    row.orphans = len(survivors)
+    return found.group(1)
+
+
+def _finish(world: World, rows: list[Row], spec: CampaignSpec, cluster: str, out: Path) -> None:
+    """The last re-run, from `capserve up` killed once the run exists, then ``capserve down``; the chain's
+    counts go to every row."""
+    last = rows[-1]
+    cli = Row(point=CLI_POINT, signal=last.signal, campaign=last.campaign)
+    rerun_started = cli.started_wall = time.time()
+    rows.append(cli)
+    try:
+        cli.run_id = _cli_rerun(world, cli, out / f"{last.campaign}.yaml", out / last.campaign / "rerun")
+    except RuntimeError as exc:
+        cli.notes.append(str(exc))
+    if cli.run_id is not None:
+        deadline = time.monotonic() + RERUN_SECONDS
+        while (state := _state(cli.run_id))[0] not in FINAL and time.monotonic() < deadline:
+            _note_recovery(last, spec)
+            time.sleep(1)
+        last.rerun_state = cli.rerun_state = state[1]  # the run after the last worker kill is the CLI's
+        if state[0] is StateType.COMPLETED:
+            cli.recover_seconds = time.monotonic() - cli.killed  # type: ignore[operator]
+            if last.recover_seconds is None:
+                last.recover_seconds = time.monotonic() - last.killed  # type: ignore[operator]
+    for row in rows[:-1]:
+        row.killed_state = _state(row.run_id)[1]
+    cli.killed_state = "—"  # the CLI is not a run: its run is the one that went on
     down_started = time.time()
-    spec_file = out / f"{row.campaign}.yaml"
-    with (out / row.campaign / "down.log").open("wb") as log:
+    with (out / cli.campaign / "down.log").open("wb") as log:
         code = subprocess.run(  # noqa: S603  # our own interpreter and fixed arguments
-            [sys.executable, "-m", "capserve.cli", "down", str(spec_file)], env=world.env, cwd=ROOT,
-            stdout=log, stderr=subprocess.STDOUT, check=False,
+            [sys.executable, "-m", "capserve.cli", "down", str(out / f"{cli.campaign}.yaml")], env=world.env,
+            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=False,
         ).returncode
     if code != 0:
-        row.notes.append(f"capserve down exited {code} (see {out / row.campaign / 'down.log'})")
-    row.leftovers = len(leftovers(spec, cluster))
+        cli.notes.append(f"capserve down exited {code} (see {out / cli.campaign / 'down.log'})")
+    leftover = len(leftovers(spec, cluster))
     seen = world.state()
-    row.purchases = sum(1 for r in seen["reservations"] if r["tags"].get("capserve.io/campaign") == row.campaign)
-    # A deletion of the campaign's cluster or node group that nobody asked for: not in the final `capserve
-    # down`, and not in the killed run's own teardown when that row asked for one (until the re-run began).
-    allowed_until = rerun_started if row.point.teardown_when_done else 0.0
-    row.destroyed = sum(
-        1 for d in seen["deletes"]
-        if d["action"] in ("DeleteCluster", "DeleteNodegroup") and f"/clusters/{cluster}" in d["path"]
-        and allowed_until <= d["at"] < down_started
-    )
-    row.orphans = len(survivors) + _pods_left(seen["pid"], row.campaign)
+    purchases = sum(1 for r in seen["reservations"] if r["tags"].get("capserve.io/campaign") == cli.campaign)
+    # Deletions a run asked for itself: the teardown of a run that had teardown_when_done on, until the last
+    # re-run began. Any other deletion of the campaign's cluster before `capserve down` destroyed it.
+    allowed = [(row.started_wall, rerun_started) for row in rows if row.point.teardown_when_done]
+    deletions = [d["at"] for d in seen["deletes"]
+                 if d["action"] in ("DeleteCluster", "DeleteNodegroup") and f"/clusters/{cluster}" in d["path"]
+                 and not any(start <= d["at"] < end for start, end in allowed)]
+    for row, following in zip(rows, [*rows[1:], None], strict=True):
+        row.purchases, row.leftovers = purchases, leftover
+        start = row.killed_wall or 0.0
+        end = following.killed_wall if following is not None and following.killed_wall else down_started
+        row.destroyed = sum(1 for at in deletions if start <= at < end)
+    cli.orphans += _pods_left(seen["pid"], cli.campaign)
 
 
 def _pods_left(sandbox_pid: int, campaign: str) -> int:
@@ -242,27 +362,75 @@ def leftovers(spec: CampaignSpec, cluster: str) -> list[str]:
     return [*plan_teardown(found, settings).resources(), *eks_made_resources(cluster, region)]
 
 
-def run_matrix(world: World, points: list[KillPoint], signals: list[str], out: Path,
+def chains(points: list[KillPoint], signals: list[str]) -> list[list[tuple[KillPoint, str]]]:
+    """The matrix as chains: one per signal, through every point in the pipeline's order."""
+    ordered = [p for p in POINTS if p in points]
+    return [[(point, sig) for point in ordered] for sig in signals]
+
+
+class Kube:
+    """The sandbox's one Kubernetes, taken by one chain at a time: two campaigns' clusters up at once would see
+    (and schedule on) each other's nodes. A chain's first stages (plan, purchase, download) need none."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holder: str | None = None
+        self.takers: set[str] = set()
+
+    def take(self, campaign: str) -> None:
+        if self._holder == campaign:
+            return
+        self._lock.acquire()
+        self._holder = campaign
+        self.takers.add(campaign)
+
+    def give(self, campaign: str) -> None:
+        if self._holder == campaign:
+            self._holder = None
+            self._lock.release()
+
+
+def run_matrix(world: World, plan: list[list[tuple[KillPoint, str]]], out: Path,
                progress: Any = print, first: int = 1, on_row: Any = None) -> list[Row]:
-    """Every point × signal, one row after the other: the sandbox has one Kubernetes for every EKS cluster,
-    so two campaigns' clusters up at once would see (and schedule on) each other's nodes. Campaigns are
-    named ``faults-<NN>`` from ``first`` on (a name is never reused in one sandbox). Every point with the
-    first signal, then every point with the next: a matrix stopped early still covers every point.
-    ``on_row`` is called with the rows so far after each row."""
-    rows: list[Row] = []
-    for sig in signals:
-        for point in points:
-            index = first + len(rows)
-            (out / f"faults-{index:02d}").mkdir(parents=True, exist_ok=True)
-            row, spec, run_id, killed, survivors = kill_half(world, point, sig, index, out)
-            rows.append(row)
-            try:
-                recover_half(world, row, spec, run_id, killed, survivors, out)
-            except Exception as exc:  # noqa: BLE001 - one row's failure is that row's red, not the matrix's end
-                row.notes.append(f"recovery failed: {type(exc).__name__}: {exc}")
-            progress(f"{row.campaign}: {point.name} / {sig}: killed at {row.killed_at or '?'}: "
-                     f"{'ok' if row.green else 'FAIL'} (purchases {row.purchases}, destroyed {row.destroyed}, "
-                     f"left {row.leftovers}, orphans {row.orphans}, re-run {row.rerun_state}) {'; '.join(row.notes)}")
+    """The chains, two at a time in a pipeline: a chain starts once the one before has taken the sandbox's
+    Kubernetes (so that one before it has ended), and meanwhile makes its plan, purchase and download kills.
+    Their holds (purchase, download) are never the cluster stages' (apply, delete), and each chain has its own
+    two victim workers. Campaigns are named ``faults-<NN>`` from ``first`` on (a name is never reused in one
+    sandbox). ``on_row`` is called with the rows so far after each chain."""
+    kube = Kube()
+    results: dict[int, list[Row]] = {}
+    done = threading.Lock()
+
+    def chain(number: int, kills: list[tuple[KillPoint, str]], victims: tuple[int, int]) -> None:
+        campaign = f"faults-{number:02d}"
+        (out / campaign).mkdir(parents=True, exist_ok=True)
+        try:
+            rows = run_chain(world, kills, campaign, out, victims=victims, kube=kube, progress=progress)
+        except Exception as exc:  # noqa: BLE001 - one chain's failure is its rows' red, not the matrix's end
+            progress(f"{campaign}: the chain stopped: {type(exc).__name__}: {exc}")
+            rows = []
+        with done:
+            results[number] = rows
+            for row in rows:
+                progress(f"{campaign}: {row.point.name} / {row.signal}: {'ok' if row.green else 'FAIL'} (purchases "
+                         f"{row.purchases}, destroyed {row.destroyed}, left {row.leftovers}, orphans "
+                         f"{row.orphans}, recovered in {row.recover_seconds or float('nan'):.0f} s, then "
+                         f"{row.rerun_state}) {'; '.join(row.notes)}")
             if on_row is not None:
-                on_row(rows)
-    return rows
+                on_row([row for key in sorted(results) for row in results[key]])
+
+    threads: list[threading.Thread] = []
+    for offset, kills in enumerate(plan):
+        number = first + offset
+        # In this thread's context: Prefect's API URL is a context setting (faults.world), which a new thread
+        # would not see (its client would start a temporary server of its own).
+        context = contextvars.copy_context()
+        thread = threading.Thread(target=context.run,
+                                  args=(chain, number, kills, (2 * (offset % 2), 2 * (offset % 2) + 1)))
+        threads.append(thread)
+        thread.start()
+        while thread.is_alive() and f"faults-{number:02d}" not in kube.takers:
+            time.sleep(1)
+    for thread in threads:
+        thread.join()
+    return [row for key in sorted(results) for row in results[key]]

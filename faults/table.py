@@ -26,7 +26,7 @@ def table(rows: list[Row]) -> str:
             "left after teardown": _cell(row.leftovers, 0),
             "orphan processes": _cell(row.orphans, 0),
             "time to recover (s)": f"{row.recover_seconds:.0f}" if row.recover_seconds is not None else "—",
-            "re-run": row.rerun_state or "?",
+            "next run": row.rerun_state or "?",
             "killed run": row.killed_state or "?",
             "result": "ok" if row.green else "FAIL",
             "notes": "; ".join(row.notes),

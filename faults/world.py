@@ -3,9 +3,11 @@
 Everything is a child process in its own session (``capserve.runtime.prefect_server``), so a worker can be
 killed as a host loss would kill it without touching the rest. Two workers poll the one work pool:
 
-- the *victim* takes only the ``faults-victim`` queue: the runs the matrix kills;
-- the *steady* one takes the pool's default queue: re-runs, and whatever the automations start (the
-  teardown of a crashed campaign), so those never land on a worker about to be killed.
+- four *victims*, each taking only its own queue (``faults-victim-0`` … ``-3``): the runs the matrix
+  kills. A chain's runs alternate between its two, so the next run never waits for a killed worker to be
+  started again, and two chains at once never kill each other's runs;
+- the *steady* one takes the pool's default queue: the last re-run of a chain, and whatever the automations
+  start (the teardown of a crashed campaign), so those never land on a worker about to be killed.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +39,8 @@ from capserve.runtime.prefect_server import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-VICTIM_QUEUE = "faults-victim"
+# Two per chain, for two chains at once (faults/matrix.py runs a chain's first stages beside the last one's).
+VICTIM_QUEUES = ("faults-victim-0", "faults-victim-1", "faults-victim-2", "faults-victim-3")
 # A killed run's slot is free again after this (Prefect's minimum lease); the default is 300 s.
 FAST_SETTINGS = {"CAPSERVE_SLOTS__LEASE_SECONDS": "60"}
 SANDBOX_START_SECONDS = 180
@@ -49,12 +53,27 @@ class World:
     server: LocalServer
     env: dict[str, str]  # what the workers (and this process) run with
     control: str
-    victim: Child
+    victims: list[Child]
     steady: Child
+    restarts: dict[int, threading.Thread] = field(default_factory=dict)
 
-    def restart_victim(self) -> None:
-        self.victim.stop(grace_seconds=5)
-        self.victim = start_worker(ROOT, self.env, self.logs / "victim.log", name="faults-victim", queue=VICTIM_QUEUE)
+    @staticmethod
+    def victim_queue(index: int) -> str:
+        return VICTIM_QUEUES[index]
+
+    def restart_victim(self, index: int) -> None:
+        self.victims[index].stop(grace_seconds=5)
+        self.victims[index] = _victim(self.env, self.logs, index)
+
+    def restart_victim_soon(self, index: int) -> None:
+        """Start victim ``index`` again in the background (``wait_victim`` waits for it)."""
+        thread = threading.Thread(target=self.restart_victim, args=(index,), daemon=True)
+        self.restarts[index] = thread
+        thread.start()
+
+    def wait_victim(self, index: int) -> None:
+        if (thread := self.restarts.pop(index, None)) is not None:
+            thread.join()
 
     def state(self) -> dict[str, Any]:
         with urllib.request.urlopen(f"{self.control}/state", timeout=30) as answer:  # noqa: S310  # loopback
@@ -64,8 +83,8 @@ class World:
     def hold(self, point: str, match: str) -> None:
         self._post("/hold", {"point": point, "match": match})
 
-    def release(self) -> None:
-        self._post("/release", {})
+    def release(self, point: str) -> None:
+        self._post("/release", {"point": point})
 
     def _post(self, path: str, body: dict[str, str]) -> None:
         request = urllib.request.Request(  # noqa: S310  # the sandbox's loopback control endpoint
@@ -74,6 +93,11 @@ class World:
         )
         with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
             answer.read()
+
+
+def _victim(env: dict[str, str], logs: Path, index: int) -> Child:
+    return start_worker(ROOT, env, logs / f"victim-{index}.log", name=VICTIM_QUEUES[index],
+                        queue=VICTIM_QUEUES[index])
 
 
 def read_env(path: Path) -> dict[str, str]:
@@ -124,18 +148,21 @@ def world(logs: Path) -> Iterator[World]:
         server = start_server(logs / "prefect")
         env = {**os.environ, **server.env, **sandbox_env, **FAST_SETTINGS}
         register(ROOT, env, logs / "register.log")
-        prefect_cli(["work-queue", "create", VICTIM_QUEUE, "--pool", POOL], env, cwd=ROOT, log=logs / "register.log")
+        for queue in VICTIM_QUEUES:
+            prefect_cli(["work-queue", "create", queue, "--pool", POOL], env, cwd=ROOT, log=logs / "register.log")
         steady = start_worker(ROOT, env, logs / "steady.log", name="faults-steady", queue="default")
-        victim = start_worker(ROOT, env, logs / "victim.log", name="faults-victim", queue=VICTIM_QUEUE)
-        workers = [steady, victim]
+        victims = [_victim(env, logs, index) for index in range(len(VICTIM_QUEUES))]
+        workers = [steady, *victims]
         os.environ.update({k: v for k, v in env.items() if k not in before or before[k] != v})
         the_world = World(logs=logs, sandbox=service, server=server, env=env,
-                          control=sandbox_env["CAPSERVE_SANDBOX_CONTROL"], victim=victim, steady=steady)
+                          control=sandbox_env["CAPSERVE_SANDBOX_CONTROL"], victims=victims, steady=steady)
         try:
             with temporary_settings({PREFECT_API_URL: server.url}):  # Prefect read its settings at import
                 yield the_world
         finally:
-            workers = [the_world.steady, the_world.victim]
+            for index in list(the_world.restarts):
+                the_world.wait_victim(index)
+            workers = [the_world.steady, *the_world.victims]
     finally:
         os.environ.clear()
         os.environ.update(before)

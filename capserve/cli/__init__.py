@@ -17,7 +17,8 @@ code  name         meaning
                    that may pass; running the same command again converges
 5     INTERNAL     an unexpected error (a bug): one line is printed; ``--debug`` shows the
                    traceback
-130   INTERRUPTED  stopped by Ctrl-C
+130   INTERRUPTED  stopped by Ctrl-C or SIGTERM (what was started is stopped; a campaign run on a
+                   Prefect server goes on without this command)
 ====  ===========  ==========================================================================
 
 Errors are one message naming the field or value and what is allowed; no traceback reaches the
@@ -30,9 +31,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
+from types import FrameType
 
 from capserve.cli.exit_codes import ExitCode
 from capserve.core.errors import CapserveError, RetryableError, SpecError
@@ -73,7 +77,22 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt  # SIGTERM (systemd, `kill`, a CI timeout) stops a command as Ctrl-C does
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; SIGTERM is handled as Ctrl-C while it runs."""
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if in_main_thread else None
+    try:
+        return _main(argv)
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     # --debug may follow the subcommand (`capserve up spec.yaml --debug`): take it from anywhere.
     debug = "--debug" in args_list or os.environ.get("CAPSERVE_DEBUG", "") not in ("", "0")

@@ -41,7 +41,7 @@ from capserve.flows.stages import (
 )
 from capserve.flows.states import verdict_state
 from capserve.tasks.manifests import recording
-from capserve.tasks.settings import settings_from_environment
+from capserve.tasks.settings import hub_endpoint_from_environment, settings_from_environment
 
 PREPARE: tuple[Step, ...] = (
     Step(Stage.PLAN, plan_stage),
@@ -77,7 +77,8 @@ def campaign(
     """Run a campaign's stages in order and return its report (also written to ``out_dir``).
 
     ``staging_dir`` is where checkpoint files are downloaded and verified (default: under ``out_dir``);
-    ``hub_endpoint`` overrides the Hugging Face endpoint. ``endpoint_url`` names an OpenAI-compatible
+    ``hub_endpoint`` overrides the Hugging Face endpoint (unset: the worker's ``CAPSERVE_HUB_ENDPOINT``, as for
+    the scheduled runs, then huggingface.co). ``endpoint_url`` names an OpenAI-compatible
     endpoint to evaluate instead of the one the rollout stage serves;
     ``endpoint_note`` says in the report what that endpoint is; ``api_key_env`` / ``basic_auth_env``
     name the environment variables holding its credentials (never the values). A purchase above the threshold
@@ -88,7 +89,7 @@ def campaign(
     options = RunOptions(
         out_dir=out_dir,
         staging_dir=staging_dir or out_dir / "staging",
-        hub_endpoint=hub_endpoint,
+        hub_endpoint=hub_endpoint or hub_endpoint_from_environment(),
         endpoint_url=endpoint_url,
         endpoint_note=endpoint_note,
         api_key_env=api_key_env,

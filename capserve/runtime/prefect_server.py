@@ -12,7 +12,8 @@ its services, its SQLite database and home under the run's output folder, and:
   starts on time (docs/prefect.md §11).
 
 Every child runs in its own session; stopping sends SIGINT, then SIGTERM, then SIGKILL to its process
-group, so no server or worker outlives the CLI.
+group, so no server or worker outlives the CLI. Each runs under a tether (``capserve.runtime.tether``) that
+stops it when the process that started it dies without stopping it (SIGKILL).
 """
 
 from __future__ import annotations
@@ -105,8 +106,9 @@ def free_port() -> int:
 def _spawn(name: str, argv: list[str], env: Mapping[str, str], log: Path, cwd: Path | None = None) -> Child:
     log.parent.mkdir(parents=True, exist_ok=True)
     out: IO[bytes] = log.open("ab")
-    process = subprocess.Popen(
-        argv, env=dict(env), cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    tethered = [sys.executable, "-m", "capserve.runtime.tether", str(os.getpid()), "--", *argv]
+    process = subprocess.Popen(  # noqa: S603  # our own interpreter and fixed arguments
+        tethered, env=dict(env), cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         start_new_session=True,
     )
     out.close()  # the child holds its own descriptor

@@ -1,45 +1,41 @@
-"""Two rows of the fault matrix (docs/faults.md) in the test suite: the money row and a cluster row.
+"""A chain of the fault matrix (docs/faults.md) in the test suite: the money kill, a cluster kill, the CLI.
 
-A SIGKILL while the purchase is in flight (AWS sold the block, the answer never arrived) and a SIGTERM
-once bring-up has ended: each re-run buys nothing more, destroys no healthy cluster, `capserve down` then
-leaves nothing, and no process outlives the kill. The whole matrix is `make faults`.
+One campaign SIGKILLed while the purchase is in flight (AWS sold the block, the answer never arrived), its
+re-run SIGTERMed once bring-up has ended, a last re-run from `capserve up` whose CLI is SIGTERMed once the run
+exists, then `capserve down`: one purchase, no healthy cluster destroyed, nothing left, no process outliving
+a kill, each re-run past the killed point, and the last run Completed without its CLI. The whole matrix is
+`make faults`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from faults.matrix import POINTS, Row, run_matrix
-from faults.world import World, world
+from faults.matrix import CLI_POINT, POINTS, Row, run_matrix
+from faults.world import world
 
 pytestmark = [pytest.mark.server, pytest.mark.faults]
 
-ROWS = (("inside purchase", "SIGKILL"), ("after bring_up", "SIGTERM"))
+KILLS = (("inside purchase", "SIGKILL"), ("after bring_up", "SIGTERM"))
 
 
-@pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[World, Path]]:
-    out = tmp_path_factory.mktemp("faults")
-    with world(out / "logs") as the_world:
-        yield the_world, out
-
-
-@pytest.mark.parametrize(("point", "sig"), ROWS)
-def test_a_killed_campaign_recovers_buys_once_and_leaves_nothing(
-    running: tuple[World, Path], point: str, sig: str
-) -> None:
-    the_world, out = running
-    [kill_point] = [p for p in POINTS if p.name == point]
-    [row] = run_matrix(the_world, [kill_point], [sig], out, first=ROWS.index((point, sig)) + 1)
-    assert _verdict(row) == {"purchases": 1, "destroyed": 0, "leftovers": 0, "orphans": 0, "re-run": "Completed"}, (
-        row.notes
-    )
-    assert row.killed_at, row.notes  # the kill happened where it was meant to
+def test_a_campaign_killed_twice_recovers_each_time_buys_once_and_leaves_nothing(tmp_path: Path) -> None:
+    points = {p.name: p for p in POINTS}
+    with world(tmp_path / "logs") as the_world:
+        rows = run_matrix(the_world, [[(points[name], sig) for name, sig in KILLS]], tmp_path)
+    assert [(row.point.name, row.signal) for row in rows] == [*KILLS, (CLI_POINT.name, "SIGTERM")]
+    assert [_verdict(row) for row in rows] == [
+        {"purchases": 1, "destroyed": 0, "leftovers": 0, "orphans": 0, "then": "Killed", "recovered": True},
+        {"purchases": 1, "destroyed": 0, "leftovers": 0, "orphans": 0, "then": "Completed", "recovered": True},
+        {"purchases": 1, "destroyed": 0, "leftovers": 0, "orphans": 0, "then": "Completed", "recovered": True},
+    ], [row.notes for row in rows]
+    assert rows[0].killed_at.startswith("cr-"), rows[0].notes  # the purchase was in flight: AWS had sold it
+    assert rows[1].killed_at == "bring_up ended", rows[1].notes
+    assert rows[2].killed_at.startswith("run ") and not rows[2].notes, rows[2].notes  # exit 130, as documented
 
 
 def _verdict(row: Row) -> dict[str, object]:
     return {"purchases": row.purchases, "destroyed": row.destroyed, "leftovers": row.leftovers,
-            "orphans": row.orphans, "re-run": row.rerun_state}
+            "orphans": row.orphans, "then": row.rerun_state, "recovered": row.recover_seconds is not None}
