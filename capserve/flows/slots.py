@@ -26,11 +26,10 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
-import httpx
 from prefect import get_client, get_run_logger
 from prefect.client.schemas.actions import VariableCreate
 from prefect.concurrency._leases import maintain_concurrency_lease  # the renewal thread of prefect's concurrency()
-from prefect.exceptions import MissingContextError, ObjectNotFound
+from prefect.exceptions import MissingContextError, ObjectNotFound, PrefectHTTPStatusError
 from prefect.logging import get_logger
 from prefect.runtime import deployment, flow_run
 from prefect.types._concurrency import ConcurrencyLeaseHolder
@@ -119,7 +118,7 @@ def _acquire(client: Any, limit: str, lease_seconds: int, purpose: str, timeout_
             answer = client.increment_concurrency_slots_with_lease(
                 names=[limit], slots=1, mode="concurrency", lease_duration=lease_seconds, holder=holder
             )
-        except httpx.HTTPStatusError as exc:
+        except PrefectHTTPStatusError as exc:
             if exc.response.status_code != LOCKED:
                 raise
             wait = float(exc.response.headers.get("Retry-After", 1))

@@ -237,8 +237,10 @@ def test_killing_the_worker_mid_run_leaves_the_cluster_standing_then_drain_and_t
     run_id = started.id  # type: ignore[union-attr]
     _wait_running(run_id)
     time.sleep(5)  # inside the campaign's stages
-    flows = _descendants(world.worker.process.pid)
-    os.kill(world.worker.process.pid, signal.SIGKILL)  # the worker dies at once
+    tether = world.worker.process.pid  # the worker runs under capserve's tether (capserve/runtime/tether.py)
+    worker, *flows = _descendants(tether)
+    for pid in (worker, tether):
+        os.kill(pid, signal.SIGKILL)  # the worker dies at once
     for pid in flows:  # its flow process is stopped, as a host shutdown or an OOM-killed pod would
         _signal(pid, signal.SIGTERM)
     try:

@@ -32,6 +32,6 @@ def test_sigterm_stops_a_command_with_exit_130_and_no_traceback() -> None:
             raise AssertionError("the command never called the endpoint")
         with connection:
             command.send_signal(signal.SIGTERM)
-            out, err = command.communicate(timeout=60)
+            out, err = command.communicate(timeout=180)  # it reports the flow crashed first: slow when loaded
     assert command.returncode == 130, (out, err)
     assert "interrupted" in err and "Traceback" not in err + out
