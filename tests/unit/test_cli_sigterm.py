@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -24,6 +25,8 @@ def _parser_with_a_command_that_gets_sigterm(only: str | None = None) -> argpars
     sub = parser.add_subparsers(dest="command", required=True)
 
     def run(args: argparse.Namespace) -> int:
+        # Only the main thread gets a handler (and signals): anywhere else the signal would end the test process.
+        assert threading.current_thread() is threading.main_thread(), "run this test in the main thread"
         os.kill(os.getpid(), signal.SIGTERM)  # what systemd, `kill` or a CI timeout sends
         time.sleep(30)  # interrupted at once by the handler
         FINISHED.append(True)
