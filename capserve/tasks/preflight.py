@@ -14,7 +14,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import boto3
 from botocore.exceptions import ClientError
 from prefect.cache_policies import NO_CACHE
 
@@ -23,7 +22,7 @@ from capserve.core.preflight import PreflightFacts, ReservationWindow
 from capserve.core.spec import CampaignSpec
 from capserve.core.urls import parse_endpoint_url, parse_hub_endpoint
 from capserve.core.weights.assembly import model_repo
-from capserve.tasks.aws import client, convert, error_code
+from capserve.tasks.aws import client, convert, error_code, session
 from capserve.tasks.capacity.reservations import describe_reservation_by_id
 from capserve.tasks.clock import campaign_now
 from capserve.tasks.resilience import aws_task, local_task
@@ -47,7 +46,7 @@ class PreflightInputs:
 
 def known_regions(partition: str = "aws") -> tuple[str, ...]:
     """The EC2 regions botocore's endpoint data lists for ``partition`` (offline: no call is made)."""
-    return tuple(sorted(boto3.session.Session().get_available_regions("ec2", partition_name=partition)))
+    return tuple(sorted(session().get_available_regions("ec2", partition_name=partition)))
 
 
 @aws_task(name="preflight-instance-type-offering", cache_policy=NO_CACHE)

@@ -23,6 +23,12 @@ Each kind of call has its own policy, because each far end fails differently:
 - ``local``: files on this host and pure computation: nothing transient to wait out.
 - ``single-shot``: a call that must never be sent twice (a purchase: ``PurchaseCapacityBlock`` has no
   idempotency token and a Capacity Block cannot be cancelled). No retries, and the reason is required.
+
+The kind is kept beside the task (``kind_of``), not as a Prefect tag: Prefect asks the server for a tag
+concurrency slot before every tagged task run (its "no such limit" answer is cached for 5 s only), a write
+transaction that SQLite, the local server's database, often answers with a retryable 503 and Prefect's
+client then waits 2 s. Measured: 30 tagged task calls took 12–31 s more than untagged ones on Prefect's
+test server; in the fault matrix, nearly half of a campaign re-run's time went there (docs/prefect.md §10).
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ R = TypeVar("R")
 
 
 class CallKind(enum.StrEnum):
-    """What a task talks to; also its Prefect tag (tag concurrency limits can throttle one kind)."""
+    """What a task talks to."""
 
     AWS = "aws"
     S3 = "s3"
@@ -113,18 +119,28 @@ def retry_options(policy: RetryPolicy) -> dict[str, Any]:
 
 
 def resilient_task(
-    kind: CallKind, name: str, *, policy: RetryPolicy | None = None, tags: tuple[str, ...] = (), **options: Any
+    kind: CallKind, name: str, *, policy: RetryPolicy | None = None, **options: Any
 ) -> Callable[[Callable[P, R]], Task[P, R]]:
-    """A Prefect task tagged with its kind of call and carrying that kind's retry policy."""
+    """A Prefect task for a kind of call, carrying that kind's retry policy (its kind: ``kind_of``)."""
     chosen = POLICIES[kind] if policy is None else policy
     if kind is CallKind.SINGLE_SHOT and chosen.retries:
         raise ValueError(f"task {name}: a single-shot call must never be retried")
 
     def decorate(fn: Callable[P, R]) -> Task[P, R]:
-        made: Task[P, R] = task(name=name, tags=[kind.value, *tags], **retry_options(chosen), **options)(fn)
+        made: Task[P, R] = task(name=name, **retry_options(chosen), **options)(fn)
+        _KINDS[fn] = kind
         return made
 
     return decorate
+
+
+# By the task's function: Prefect's ``with_options`` copies of a task keep it.
+_KINDS: dict[Callable[..., Any], CallKind] = {}
+
+
+def kind_of(made: Task[..., Any]) -> CallKind | None:
+    """The kind of call ``made`` was made for here (None: not made by this module)."""
+    return _KINDS.get(made.fn)
 
 
 def aws_task(name: str, **options: Any) -> Callable[[Callable[P, R]], Task[P, R]]:
@@ -166,11 +182,11 @@ def single_shot_task(name: str, *, why: str, **options: Any) -> Callable[[Callab
     """A call that must never be repeated by a retry; ``why`` is required so the reason stays next to it."""
     if not why.strip():
         raise ValueError(f"task {name}: say why it is single-shot")
-    return resilient_task(CallKind.SINGLE_SHOT, name, tags=("aws",), **options)
+    return resilient_task(CallKind.SINGLE_SHOT, name, **options)
 
 
 def with_policy(made: Task[P, R], policy: RetryPolicy) -> Task[P, R]:
     """The same task with another retry policy (still retrying only ``RetryableError``)."""
-    if CallKind.SINGLE_SHOT.value in made.tags and policy.retries:
+    if kind_of(made) is CallKind.SINGLE_SHOT and policy.retries:
         raise ValueError(f"task {made.name}: a single-shot call must never be retried")
     return made.with_options(**retry_options(policy))
