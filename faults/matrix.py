@@ -51,7 +51,7 @@ RERUN_SECONDS = 600
 SIGTERM_GRACE_SECONDS = 30  # what a process may take to stop on SIGTERM before it counts as left behind
 SIGKILL_GRACE_SECONDS = 3
 POD_GRACE_SECONDS = 30  # the kubelet stops a deleted node's pods (grace scaled down by the sandbox)
-POLL_SECONDS = 0.3
+POLL_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -107,9 +107,16 @@ class Row:
     # harness bookkeeping
     run_id: Any = None
     killed: float | None = None  # monotonic
+    rerun_started: float | None = None  # monotonic: the run after the kill was started (recovery's clock)
     started_wall: float = 0.0  # time.time() when its run was started
     killed_wall: float | None = None  # time.time(), to compare with the sandbox's record of deletions
     before: StageEntry | None = None  # the record's entry for the point's stage when the kill went out
+
+    def recovered(self) -> None:
+        """The run after this row's kill is past its point: how long that took since the run was started (a
+        re-run may wait for the other chain to let go of the sandbox's Kubernetes; that is not recovery)."""
+        if self.recover_seconds is None and self.killed is not None:
+            self.recover_seconds = time.monotonic() - (self.rerun_started or self.killed)
 
     @property
     def green(self) -> bool:
@@ -143,61 +150,78 @@ def _start(world: World, spec: CampaignSpec, out: Path, *, teardown: bool, queue
     return run.id  # type: ignore[union-attr]  # sync in a sync caller
 
 
-def _state(run_id: Any) -> tuple[StateType, str]:
-    with get_client(sync_client=True) as client:
-        run = client.read_flow_run(run_id)
-    return run.state_type, (run.state_name or "")  # type: ignore[return-value]
+class Watch:
+    """What a chain polls, twice a second: its campaign's record and its runs' Prefect states.
 
+    The record's place is resolved once (an STS call) and one Prefect client serves every look: built per
+    look, the two cost the harness most of a core, which the runs it watches then lacked.
+    """
 
-def _entry(spec: CampaignSpec, stage: Stage) -> StageEntry | None:
-    from capserve.tasks.locations import record_ref
-    from capserve.tasks.record_store import read_record
+    def __init__(self, spec: CampaignSpec) -> None:
+        from capserve.tasks.locations import record_ref
 
-    try:
-        stored = read_record(record_ref(spec, RecordSettings()))
-    except Exception:  # noqa: BLE001 - no bucket yet, or a read racing a write: look again
-        return None
-    return stored.record.stage(stage) if stored is not None else None
+        self._ref = record_ref(spec, RecordSettings())
+        self._prefect = get_client(sync_client=True)
+
+    def __enter__(self) -> Watch:
+        self._prefect.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._prefect.__exit__(*exc)
+
+    def state(self, run_id: Any) -> tuple[StateType, str]:
+        run = self._prefect.read_flow_run(run_id)
+        return run.state_type, (run.state_name or "")  # type: ignore[return-value]
+
+    def entry(self, stage: Stage) -> StageEntry | None:
+        from capserve.tasks.record_store import read_record
+
+        try:
+            stored = read_record(self._ref)
+        except Exception:  # noqa: BLE001 - no bucket yet, or a read racing a write: look again
+            return None
+        return stored.record.stage(stage) if stored is not None else None
 
 
 def _ended(entry: StageEntry | None) -> bool:
     return entry is not None and entry.status.value in ENDED
 
 
-def _reach(world: World, point: KillPoint, spec: CampaignSpec, run_id: Any, previous: Row | None) -> str:
+def _reach(world: World, watch: Watch, point: KillPoint, run_id: Any, previous: Row | None) -> str:
     """Wait until the run is at the kill point; what it is doing there. On the way, note when the run got past
     the previous kill (the previous row's time to recover)."""
     deadline = time.monotonic() + REACH_SECONDS
     while time.monotonic() < deadline:
-        _note_recovery(previous, spec)
+        _note_recovery(previous, watch)
         if point.hold is not None:
             held = world.state()["holds"].get(point.hold, {}).get("held")
             if held:
                 return str(held)
-        elif _ended(_entry(spec, point.stage)):
+        elif _ended(watch.entry(point.stage)):
             return f"{point.stage.value} ended"
-        state, name = _state(run_id)
+        state, name = watch.state(run_id)
         if state in FINAL:
             raise RuntimeError(f"the run ended ({name}) before reaching the kill point")
         time.sleep(POLL_SECONDS)
     raise RuntimeError(f"the run did not reach the kill point within {REACH_SECONDS} s")
 
 
-def _note_recovery(row: Row | None, spec: CampaignSpec) -> None:
+def _note_recovery(row: Row | None, watch: Watch) -> None:
     """The re-run has recovered from ``row``'s kill once the killed point's stage has ended again (its entry
     in the record changed since the kill)."""
     if row is None or row.recover_seconds is not None or row.killed is None:
         return
-    entry = _entry(spec, row.point.stage)
+    entry = watch.entry(row.point.stage)
     if _ended(entry) and entry != row.before:
-        row.recover_seconds = time.monotonic() - row.killed
+        row.recovered()
 
 
-def _kill(world: World, row: Row, spec: CampaignSpec, victim: int) -> None:
+def _kill(world: World, watch: Watch, row: Row, victim: int) -> None:
     """Signal the victim worker's whole tree, count who outlives the grace, let the held request go on."""
     worker = world.victims[victim]
     victims = [*this(worker.process.pid), *descendants(worker.process.pid)]
-    row.before = _entry(spec, row.point.stage)
+    row.before = watch.entry(row.point.stage)
     signal_all(victims, SIGNALS[row.signal])
     row.killed, row.killed_wall = time.monotonic(), time.time()
     grace = SIGTERM_GRACE_SECONDS if row.signal == "SIGTERM" else SIGKILL_GRACE_SECONDS
@@ -223,36 +247,45 @@ def run_chain(world: World, kills: list[tuple[KillPoint, str]], campaign: str, o
     cluster = ClusterNames(campaign_id=spec.campaign_id).eks_cluster
     rows: list[Row] = []
     kube = kube or Kube()
-    try:
-        for index, (point, sig) in enumerate(kills):
-            if point.stage in CLUSTER_STAGES:
-                kube.take(campaign)
-            victim = victims[index % 2]
-            row = Row(point=point, signal=sig, campaign=campaign)
-            previous = rows[-1] if rows else None
-            world.wait_victim(victim)
-            if point.hold is not None:
-                world.hold(point.hold, point.match)
-            row.started_wall = time.time()
-            row.run_id = _start(world, spec, out / campaign / f"{index + 1:02d}",
-                                teardown=point.teardown_when_done, queue=world.victim_queue(victim))
-            try:
-                row.killed_at = _reach(world, point, spec, row.run_id, previous)
-            except RuntimeError as exc:
-                row.notes.append(str(exc))
-            if previous is not None:
-                previous.rerun_state = "Killed" if row.killed_at else _state(row.run_id)[1]
-                if previous.recover_seconds is None and row.killed_at:  # got past it, the record not saying so
-                    previous.recover_seconds = time.monotonic() - previous.killed  # type: ignore[operator]
-            _kill(world, row, spec, victim)
-            rows.append(row)
-            progress(f"{campaign}: {point.name} / {sig}: killed at {row.killed_at or '?'} "
-                     f"(orphans {row.orphans}) {'; '.join(row.notes)}")
-        kube.take(campaign)  # the last re-run and the teardown work on the cluster
-        _finish(world, rows, spec, cluster, out)
-    finally:
-        kube.give(campaign)
+    with Watch(spec) as watch:
+        try:
+            _links(world, watch, spec, kills, campaign, out, victims=victims, kube=kube, rows=rows, progress=progress)
+            kube.take(campaign)  # the last re-run and the teardown work on the cluster
+            _finish(world, watch, rows, spec, cluster, out)
+        finally:
+            kube.give(campaign)
     return rows
+
+
+def _links(world: World, watch: Watch, spec: CampaignSpec, kills: list[tuple[KillPoint, str]], campaign: str,
+           out: Path, *, victims: tuple[int, int], kube: Kube, rows: list[Row], progress: Any) -> None:
+    """The chain's kills: each run started on the victim whose turn it is, killed at its point (``rows``)."""
+    for index, (point, sig) in enumerate(kills):
+        if point.stage in CLUSTER_STAGES:
+            kube.take(campaign)
+        victim = victims[index % 2]
+        row = Row(point=point, signal=sig, campaign=campaign)
+        previous = rows[-1] if rows else None
+        world.wait_victim(victim)
+        if point.hold is not None:
+            world.hold(point.hold, point.match)
+        row.started_wall = time.time()
+        if previous is not None:
+            previous.rerun_started = time.monotonic()
+        row.run_id = _start(world, spec, out / campaign / f"{index + 1:02d}",
+                            teardown=point.teardown_when_done, queue=world.victim_queue(victim))
+        try:
+            row.killed_at = _reach(world, watch, point, row.run_id, previous)
+        except RuntimeError as exc:
+            row.notes.append(str(exc))
+        if previous is not None:
+            previous.rerun_state = "Killed" if row.killed_at else watch.state(row.run_id)[1]
+            if row.killed_at:  # got past it (at the next point), the record perhaps not saying so
+                previous.recovered()
+        _kill(world, watch, row, victim)
+        rows.append(row)
+        progress(f"{campaign}: {point.name} / {sig}: killed at {row.killed_at or '?'} "
+                 f"(orphans {row.orphans}) {'; '.join(row.notes)}")
 
 
 def _cli_rerun(world: World, row: Row, spec_file: Path, out: Path) -> Any:
@@ -287,12 +320,13 @@ def _cli_rerun(world: World, row: Row, spec_file: Path, out: Path) -> Any:
     return found.group(1)
 
 
-def _finish(world: World, rows: list[Row], spec: CampaignSpec, cluster: str, out: Path) -> None:
+def _finish(world: World, watch: Watch, rows: list[Row], spec: CampaignSpec, cluster: str, out: Path) -> None:
     """The last re-run, from `capserve up` killed once the run exists, then ``capserve down``; the chain's
     counts go to every row."""
     last = rows[-1]
     cli = Row(point=CLI_POINT, signal=last.signal, campaign=last.campaign)
     rerun_started = cli.started_wall = time.time()
+    last.rerun_started = time.monotonic()
     rows.append(cli)
     try:
         cli.run_id = _cli_rerun(world, cli, out / f"{last.campaign}.yaml", out / last.campaign / "rerun")
@@ -300,16 +334,15 @@ def _finish(world: World, rows: list[Row], spec: CampaignSpec, cluster: str, out
         cli.notes.append(str(exc))
     if cli.run_id is not None:
         deadline = time.monotonic() + RERUN_SECONDS
-        while (state := _state(cli.run_id))[0] not in FINAL and time.monotonic() < deadline:
-            _note_recovery(last, spec)
+        while (state := watch.state(cli.run_id))[0] not in FINAL and time.monotonic() < deadline:
+            _note_recovery(last, watch)
             time.sleep(1)
         last.rerun_state = cli.rerun_state = state[1]  # the run after the last worker kill is the CLI's
         if state[0] is StateType.COMPLETED:
-            cli.recover_seconds = time.monotonic() - cli.killed  # type: ignore[operator]
-            if last.recover_seconds is None:
-                last.recover_seconds = time.monotonic() - last.killed  # type: ignore[operator]
+            cli.recovered()
+            last.recovered()
     for row in rows[:-1]:
-        row.killed_state = _state(row.run_id)[1]
+        row.killed_state = watch.state(row.run_id)[1]
     cli.killed_state = "—"  # the CLI is not a run: its run is the one that went on
     down_started = time.time()
     with (out / cli.campaign / "down.log").open("wb") as log:
@@ -397,6 +430,9 @@ def run_matrix(world: World, plan: list[list[tuple[KillPoint, str]]], out: Path,
     Their holds (purchase, download) are never the cluster stages' (apply, delete), and each chain has its own
     two victim workers. Campaigns are named ``faults-<NN>`` from ``first`` on (a name is never reused in one
     sandbox). ``on_row`` is called with the rows so far after each chain."""
+    if len(world.victims) < 2 * min(len(plan), 2):
+        raise ValueError(f"{len(plan)} chains need {2 * min(len(plan), 2)} victim workers; the world has "
+                         f"{len(world.victims)}")
     kube = Kube()
     results: dict[int, list[Row]] = {}
     done = threading.Lock()

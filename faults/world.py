@@ -1,7 +1,7 @@
-"""What the fault matrix runs against: the ``capserve sandbox`` service, a Prefect server and two workers.
+"""What the fault matrix runs against: the ``capserve sandbox`` service, a Prefect server and its workers.
 
 Everything is a child process in its own session (``capserve.runtime.prefect_server``), so a worker can be
-killed as a host loss would kill it without touching the rest. Two workers poll the one work pool:
+killed as a host loss would kill it without touching the rest. The workers poll the one work pool:
 
 - four *victims*, each taking only its own queue (``faults-victim-0`` … ``-3``): the runs the matrix
   kills. A chain's runs alternate between its two, so the next run never waits for a killed worker to be
@@ -136,9 +136,12 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def world(logs: Path) -> Iterator[World]:
-    """Start the sandbox service, a Prefect server (deployments and automations registered) and the two
-    workers; this process's environment points at them while the block runs; everything stops after."""
+def world(logs: Path, *, victims: int = len(VICTIM_QUEUES)) -> Iterator[World]:
+    """Start the sandbox service, a Prefect server (deployments and automations registered), the steady
+    worker and ``victims`` victim workers (two per chain run at once); this process's environment points at
+    them while the block runs; everything stops after."""
+    if not 2 <= victims <= len(VICTIM_QUEUES):
+        raise ValueError(f"victims: 2 (one chain at a time) to {len(VICTIM_QUEUES)} (two), not {victims}")
     logs.mkdir(parents=True, exist_ok=True)
     service, sandbox_env = _start_sandbox(logs)
     server: LocalServer | None = None
@@ -148,14 +151,14 @@ def world(logs: Path) -> Iterator[World]:
         server = start_server(logs / "prefect")
         env = {**os.environ, **server.env, **sandbox_env, **FAST_SETTINGS}
         register(ROOT, env, logs / "register.log")
-        for queue in VICTIM_QUEUES:
+        for queue in VICTIM_QUEUES[:victims]:
             prefect_cli(["work-queue", "create", queue, "--pool", POOL], env, cwd=ROOT, log=logs / "register.log")
         steady = start_worker(ROOT, env, logs / "steady.log", name="faults-steady", queue="default")
-        victims = [_victim(env, logs, index) for index in range(len(VICTIM_QUEUES))]
-        workers = [steady, *victims]
+        victim_workers = [_victim(env, logs, index) for index in range(victims)]
+        workers = [steady, *victim_workers]
         os.environ.update({k: v for k, v in env.items() if k not in before or before[k] != v})
         the_world = World(logs=logs, sandbox=service, server=server, env=env,
-                          control=sandbox_env["CAPSERVE_SANDBOX_CONTROL"], victims=victims, steady=steady)
+                          control=sandbox_env["CAPSERVE_SANDBOX_CONTROL"], victims=victim_workers, steady=steady)
         try:
             with temporary_settings({PREFECT_API_URL: server.url}):  # Prefect read its settings at import
                 yield the_world

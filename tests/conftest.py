@@ -34,16 +34,18 @@ def prefect_harness() -> Iterator[None]:
         yield
 
 
-# Longest files first. With `--dist loadfile`, xdist hands files out in collection order as test processes
-# free up: a multi-minute server or vLLM file collected late starts last and runs alone at the end, while
-# started first the many short files fill the other processes around it.
-_LONG_MARKERS = ("server", "vllm")
+# Longest files first: the fault chain (minutes of a real server, five workers and the sandbox), then the
+# other server and vLLM files, then the flows. `make test` keeps this order (`--no-loadscope-reorder`: by
+# default xdist re-sorts files by their number of tests), so a multi-minute file starts early while the many
+# short files fill the other processes around it, instead of starting last and running alone at the end.
+_RANKED_MARKERS = (("faults",), ("server", "vllm"))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> int:
-        if any(item.get_closest_marker(name) for name in _LONG_MARKERS):
-            return 0
-        return 1 if item.path.parent.name == "flows" else 2
+        for position, markers in enumerate(_RANKED_MARKERS):
+            if any(item.get_closest_marker(name) for name in markers):
+                return position
+        return len(_RANKED_MARKERS) + (0 if item.path.parent.name == "flows" else 1)
 
     items.sort(key=rank)  # stable: within a rank, files and their tests keep their order

@@ -3,8 +3,8 @@
 One campaign SIGKILLed while the purchase is in flight (AWS sold the block, the answer never arrived), its
 re-run SIGTERMed once bring-up has ended, a last re-run from `capserve up` whose CLI is SIGTERMed once the run
 exists, then `capserve down`: one purchase, no healthy cluster destroyed, nothing left, no process outliving
-a kill, each re-run past the killed point, and the last run Completed without its CLI. The whole matrix is
-`make faults`.
+a kill, each re-run past the killed point, and the last run Completed without its CLI. It runs in `make test`
+(CI); the whole matrix is `make faults`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ KILLS = (("inside purchase", "SIGKILL"), ("after bring_up", "SIGTERM"))
 
 def test_a_campaign_killed_twice_recovers_each_time_buys_once_and_leaves_nothing(tmp_path: Path) -> None:
     points = {p.name: p for p in POINTS}
-    with world(tmp_path / "logs") as the_world:
+    with world(tmp_path / "logs", victims=2) as the_world:  # one chain: two victims are all it kills
         rows = run_matrix(the_world, [[(points[name], sig) for name, sig in KILLS]], tmp_path)
     assert [(row.point.name, row.signal) for row in rows] == [*KILLS, (CLI_POINT.name, "SIGTERM")]
     assert [_verdict(row) for row in rows] == [
