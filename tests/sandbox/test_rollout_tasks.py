@@ -136,3 +136,18 @@ def test_the_endpoint_check_tries_a_dropped_connection_again_but_not_a_wrong_ans
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_pod_gone_while_unschedulable_leaves_no_grace_behind() -> None:
+    """Its grace end, kept, would lie in the past for good, and the wait would watch in a busy loop."""
+    from capserve.tasks.rollout.wait import _Judge
+
+    def pod(name: str, scheduled: str) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "status": {"phase": "Pending",
+                "conditions": [{"type": "PodScheduled", "status": scheduled, "reason": "Unschedulable"}]}}
+
+    judge = _Judge(None, "capserve", 1, RolloutWaitSettings(), KubeSettings())  # type: ignore[arg-type]
+    judge.judge([pod("vllm-blue-0", "False")])
+    assert judge.next_grace_end() is not None
+    judge.judge([pod("vllm-blue-0-replaced", "True")])
+    assert judge.next_grace_end() is None and not judge.found

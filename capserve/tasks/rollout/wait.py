@@ -120,7 +120,10 @@ class _Judge:
                 self.since.setdefault(name, now)
             else:
                 self.since.pop(name, None)
-        pending = {name: now - start for name, start in self.since.items() if name in names}
+        # A pod gone while it waited for its grace (deleted, replaced under another name) has no grace left
+        # to run out: kept, its past grace end would make every later watch return at once, a busy loop.
+        self.since = {name: start for name, start in self.since.items() if name in names}
+        pending = {name: now - start for name, start in self.since.items()}
         events = _events(self.api, self.namespace, self.kube) if _restarted(pods) else []
         self.found = diagnose(pods, events, pending_for_s=pending, settings=self.wait)
 
