@@ -249,43 +249,37 @@ def run_chain(world: World, kills: list[tuple[KillPoint, str]], campaign: str, o
     kube = kube or Kube()
     with Watch(spec) as watch:
         try:
-            _links(world, watch, spec, kills, campaign, out, victims=victims, kube=kube, rows=rows, progress=progress)
+            for index, (point, sig) in enumerate(kills):
+                if point.stage in CLUSTER_STAGES:
+                    kube.take(campaign)
+                victim = victims[index % 2]
+                row = Row(point=point, signal=sig, campaign=campaign)
+                previous = rows[-1] if rows else None
+                world.wait_victim(victim)
+                if point.hold is not None:
+                    world.hold(point.hold, point.match)
+                row.started_wall = time.time()
+                if previous is not None:
+                    previous.rerun_started = time.monotonic()
+                row.run_id = _start(world, spec, out / campaign / f"{index + 1:02d}",
+                                    teardown=point.teardown_when_done, queue=world.victim_queue(victim))
+                try:
+                    row.killed_at = _reach(world, watch, point, row.run_id, previous)
+                except RuntimeError as exc:
+                    row.notes.append(str(exc))
+                if previous is not None:
+                    previous.rerun_state = "Killed" if row.killed_at else watch.state(row.run_id)[1]
+                    if row.killed_at:  # got past it (at the next point), the record perhaps not saying so
+                        previous.recovered()
+                _kill(world, watch, row, victim)
+                rows.append(row)
+                progress(f"{campaign}: {point.name} / {sig}: killed at {row.killed_at or '?'} "
+                         f"(orphans {row.orphans}) {'; '.join(row.notes)}")
             kube.take(campaign)  # the last re-run and the teardown work on the cluster
             _finish(world, watch, rows, spec, cluster, out)
         finally:
             kube.give(campaign)
     return rows
-
-
-def _links(world: World, watch: Watch, spec: CampaignSpec, kills: list[tuple[KillPoint, str]], campaign: str,
-           out: Path, *, victims: tuple[int, int], kube: Kube, rows: list[Row], progress: Any) -> None:
-    """The chain's kills: each run started on the victim whose turn it is, killed at its point (``rows``)."""
-    for index, (point, sig) in enumerate(kills):
-        if point.stage in CLUSTER_STAGES:
-            kube.take(campaign)
-        victim = victims[index % 2]
-        row = Row(point=point, signal=sig, campaign=campaign)
-        previous = rows[-1] if rows else None
-        world.wait_victim(victim)
-        if point.hold is not None:
-            world.hold(point.hold, point.match)
-        row.started_wall = time.time()
-        if previous is not None:
-            previous.rerun_started = time.monotonic()
-        row.run_id = _start(world, spec, out / campaign / f"{index + 1:02d}",
-                            teardown=point.teardown_when_done, queue=world.victim_queue(victim))
-        try:
-            row.killed_at = _reach(world, watch, point, row.run_id, previous)
-        except RuntimeError as exc:
-            row.notes.append(str(exc))
-        if previous is not None:
-            previous.rerun_state = "Killed" if row.killed_at else watch.state(row.run_id)[1]
-            if row.killed_at:  # got past it (at the next point), the record perhaps not saying so
-                previous.recovered()
-        _kill(world, watch, row, victim)
-        rows.append(row)
-        progress(f"{campaign}: {point.name} / {sig}: killed at {row.killed_at or '?'} "
-                 f"(orphans {row.orphans}) {'; '.join(row.notes)}")
 
 
 def _cli_rerun(world: World, row: Row, spec_file: Path, out: Path) -> Any:

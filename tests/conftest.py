@@ -34,7 +34,7 @@ def prefect_harness() -> Iterator[None]:
         yield
 
 
-# Longest files first: the fault chain (minutes of a real server, five workers and the sandbox), then the
+# Longest files first: the fault chain (minutes of a real server, three workers and the sandbox), then the
 # other server and vLLM files, then the flows. `make test` keeps this order (`--no-loadscope-reorder`: by
 # default xdist re-sorts files by their number of tests), so a multi-minute file starts early while the many
 # short files fill the other processes around it, instead of starting last and running alone at the end.
