@@ -1,6 +1,8 @@
 """The acquire stage: find, approve and buy GPU capacity exactly once (or adopt what the campaign already has).
 
 Order, and why:
+0. a run started for a recorded lease (the scheduled serve run) adopts exactly that reservation or stops
+   ("expired"): it never searches offers, so a run that fires after its block ended cannot buy another;
 1. the campaign record, then AWS by the campaign tag: a run that died after buying (even before it
    recorded anything) adopts instead of buying again — PurchaseCapacityBlock has no idempotency token;
 2. offers from every region, ranked by the spec's policy (the decision is data, shown in the report);
@@ -66,16 +68,20 @@ def acquire(
     dry_run: bool = False,
     settings: CapacitySettings | None = None,
     record: RecordRef | None = None,
+    bound: Lease | None = None,
 ) -> AcquireResult:
     """Obtain the campaign's capacity. ``dry_run``: search, rank and check permissions, buy nothing.
 
     ``record`` is where the campaign record lives (default: resolved from the environment's settings).
+    ``bound``: the lease this run was started for; only that reservation is adopted, nothing is ever bought.
     """
     if settings is None or record is None:  # a standalone run (its own deployment): from the environment
         configured = settings_from_environment().for_campaign(spec.campaign_settings())
         settings = settings or configured.capacity
         record = record or record_ref(spec, configured.records)
     logger = get_run_logger()
+    if bound is not None:
+        return _adopt_bound(spec, bound, settings, record)
     adopted = _already_ours(spec)
     if adopted is not None:
         logger.info("campaign %s holds %s: adopting it, buying nothing", spec.campaign_id, adopted.reservation_id)
@@ -145,6 +151,29 @@ def _buy(
     return _finish(
         spec, bought, ranking, settings, record, outcome="bought", offering_id=offer.offering_id, fee=offer.upfront_fee
     )
+
+
+def _adopt_bound(spec: CampaignSpec, bound: Lease, settings: CapacitySettings, record: RecordRef) -> AcquireResult:
+    """The reservation this run was started for, if it can still be used; else stop without searching offers."""
+    found = describe_reservation_by_id(bound.reservation_id, bound.region)
+    tagged = None if spec.capacity.provider == "existing-reservation" else spec.campaign_id
+    problems = (
+        [f"{bound.reservation_id} is not found in {bound.region}"]
+        if found is None
+        else adoption_problems(found, spec.capacity, now=campaign_now(), campaign_id=tagged)
+    )
+    if found is None or problems:
+        message = (
+            f"this run was started for reservation {bound.reservation_id}, which it cannot use: "
+            f"{'; '.join(problems)}. A run started for a recorded lease never buys: nothing was bought "
+            f"(start the campaign {spec.campaign_id} again to buy a new block)"
+        )
+        get_run_logger().warning(message)
+        result = AcquireResult(campaign_id=spec.campaign_id, outcome="expired", message=message)
+        _publish(result)
+        return result
+    get_run_logger().info("run bound to %s: adopting it", found.reservation_id)
+    return _finish(spec, found, None, settings, record, outcome="adopted", offering_id=found.offering_id)
 
 
 def _already_ours(spec: CampaignSpec) -> Reservation | None:

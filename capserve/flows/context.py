@@ -46,6 +46,9 @@ class RunOptions:
     basic_auth_env: str | None = None
     interactive: bool = False
     teardown_when_done: bool = False
+    # The lease this run was started for (a scheduled serve run): acquire adopts exactly that reservation or
+    # stops; such a run never searches offers, let alone buys (only a campaign run may).
+    bound_lease: Lease | None = None
 
 
 @dataclass

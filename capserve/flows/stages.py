@@ -92,7 +92,8 @@ def acquire_stage(ctx: CampaignContext) -> StageOutput:
     # suspends the campaign run (the process is freed; Prefect refuses to suspend a subflow, docs/prefect.md §6),
     # and the resumed run comes back here with the answer (its approval is keyed by the offering).
     obtained: AcquireResult = acquire.fn(
-        ctx.spec, interactive=ctx.options.interactive, settings=ctx.settings.capacity, record=ctx.record_ref
+        ctx.spec, interactive=ctx.options.interactive, settings=ctx.settings.capacity, record=ctx.record_ref,
+        bound=ctx.options.bound_lease,
     )
     if obtained.lease is None:
         ctx.no_capacity = obtained.message

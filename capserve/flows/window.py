@@ -39,7 +39,7 @@ from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage, StageStatus
 from capserve.core.teardown.result import TeardownResult
 from capserve.flows.campaign import CAMPAIGN
-from capserve.flows.context import CampaignContext, RunOptions
+from capserve.flows.context import CampaignContext, RunOptions, need
 from capserve.flows.notify import notify
 from capserve.flows.runner import run_campaign
 from capserve.flows.slots import campaign_slot
@@ -52,7 +52,7 @@ from capserve.tasks.locations import locate_records, record_ref
 from capserve.tasks.orphans import read_crashed_run, runs_in_flight
 from capserve.tasks.record_store import change_record, load_record
 from capserve.tasks.reporting import amend_report_files
-from capserve.tasks.scheduling import run_started_at, schedule_lease_runs
+from capserve.tasks.scheduling import cancelled_before_start, run_started_at, schedule_lease_runs
 from capserve.tasks.settings import hub_endpoint_from_environment, settings_from_environment
 from capserve.tasks.teardown.inventory import inventory_campaign
 from capserve.tasks.teardown.workloads import connect
@@ -62,15 +62,26 @@ from capserve.tasks.teardown.workloads import connect
 def serve(campaign_id: str, region: str, reservation_id: str) -> CampaignReport | State:
     """Bring up, stage weights on the nodes and evaluate, at the block's start (the campaign's serve part)."""
     base = settings_from_environment()
+    cancelled = cancelled_before_start(flow_run.get_id())
+    if cancelled:
+        return Cancelled(name="Cancelled", message=cancelled)
     record, ref = campaign_record(campaign_id, region, base)
     stale = _stale(record, reservation_id)
     if stale:
         return Cancelled(name="Stale", message=stale)
+    lease = need(record.lease, Stage.ACQUIRE)
+    if lease.end <= campaign_now():
+        # A run that fires after its block (a worker down for a day): nothing to serve on, and nothing to buy.
+        return Cancelled(name="Expired", message=(
+            f"reservation {reservation_id} ended at {lease.end.isoformat()}: nothing to serve on; nothing was "
+            f"bought (start the campaign {campaign_id} again to buy a new block)"
+        ))
     _stamp_fired(ref, ScheduledStage.BRING_UP)
     spec = recorded_spec(record)
     # The campaign's report folder (on this worker's host), so the report a person opens is the whole campaign's.
     out_dir = Path(record.report_dir) if record.report_dir else Path("out") / campaign_id
-    options = RunOptions(out_dir=out_dir, staging_dir=out_dir / "staging", hub_endpoint=hub_endpoint_from_environment())
+    options = RunOptions(out_dir=out_dir, staging_dir=out_dir / "staging", hub_endpoint=hub_endpoint_from_environment(),
+                         bound_lease=lease)
     ctx = CampaignContext.start(spec, base.for_campaign(spec.campaign_settings()), options)
     with campaign_slot(campaign_id, ctx.settings.slots):
         run_campaign(ctx, CAMPAIGN, teardown_stage)
@@ -145,6 +156,9 @@ def _window_run(
 ) -> tuple[CampaignRecord, RecordRef, CampaignSpec] | State:
     """The campaign a drain or teardown run acts on, or Cancelled ("Stale") when the reservation it names is no
     longer the campaign's; the lease's own scheduled run stamps when it fired."""
+    cancelled = cancelled_before_start(flow_run.get_id()) if scheduled else ""
+    if cancelled:
+        return Cancelled(name="Cancelled", message=cancelled)
     record, ref = campaign_record(campaign_id, region, base)
     stale = _stale(record, reservation_id) if reservation_id is not None else ""
     if stale:

@@ -17,7 +17,7 @@ from uuid import UUID
 
 from prefect import get_client, get_run_logger
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName, FlowRunFilterTags
-from prefect.client.schemas.objects import FlowRun
+from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.exceptions import MissingContextError, ObjectNotFound
 from prefect.states import Cancelled, Scheduled
 
@@ -166,6 +166,23 @@ def run_started_at(flow_run_id: str | None) -> datetime | None:
         return None
     with get_client(sync_client=True) as client:
         return client.read_flow_run(UUID(flow_run_id)).start_time
+
+
+def cancelled_before_start(flow_run_id: str | None) -> str:
+    """Why this run must not act ('' when it may): it was cancelled before a worker started it anyway.
+
+    A worker that had already fetched a scheduled run can start it after a person cancelled it: the run then
+    goes Cancelled → Pending → Running (seen on a sandbox service). Its state history still holds the cancel.
+    """
+    if flow_run_id is None:
+        return ""
+    with get_client(sync_client=True) as client:
+        states = client.read_flow_run_states(UUID(flow_run_id))
+    for state in sorted(states, key=lambda s: s.timestamp):
+        if state.type in (StateType.CANCELLED, StateType.CANCELLING):
+            when = state.timestamp.isoformat(timespec="seconds") if state.timestamp else "earlier"
+            return f"this run was cancelled at {when} before it started: it does nothing (start it again to act)"
+    return ""
 
 
 def cancel_run(flow_run_id: str, why: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -13,10 +14,12 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, Fl
 from prefect.client.schemas.objects import StateType
 from prefect.flow_runs import resume_flow_run
 
+from capserve.core.capacity.adoption import lease_from_reservation
 from capserve.core.capacity.ranking import rank_offers
 from capserve.core.capacity.result import AcquireResult
 from capserve.core.capacity.settings import CapacitySettings
 from capserve.core.errors import PermanentError
+from capserve.core.lease import Lease
 from capserve.core.settings import RecordSettings
 from capserve.core.spec import CampaignSpec, parse_spec
 from capserve.flows.acquire import acquire
@@ -168,3 +171,39 @@ def test_an_unanswered_approval_times_out_with_nothing_bought() -> None:
     result = acquire(make_spec("acq-timeout", approval_threshold_usd=100), settings=FAST)
     assert result.outcome == "approval-timed-out" and result.stopped
     assert ext.calls("purchase_capacity_block", include_dry_run=True) == []
+
+
+def _bound_lease(spec: CampaignSpec) -> Lease:
+    """A lease as a scheduled serve run finds it in the record: bought by the campaign run earlier."""
+    offer = search_offers.fn(spec.capacity)[0]
+    bought = purchase.fn(offer, spec.campaign_id)
+    return lease_from_reservation(bought, provider="ec2-capacity-block", adopted=False, fee=offer.upfront_fee)
+
+
+def test_a_run_bound_to_a_live_reservation_adopts_exactly_it() -> None:
+    spec = make_spec("acq-bound-live")
+    lease = _bound_lease(spec)
+    searched = len(ext.calls("describe_capacity_block_offerings"))
+    result = acquire(spec, settings=FAST, bound=lease)
+    assert (result.outcome, result.lease and result.lease.reservation_id) == ("adopted", lease.reservation_id)
+    assert len(ext.calls("describe_capacity_block_offerings")) == searched  # it never looked for offers
+
+
+def test_a_run_bound_to_an_ended_reservation_stops_without_searching_or_buying() -> None:
+    spec = make_spec("acq-bound-ended")
+    lease = _bound_lease(spec)
+    searched = len(ext.calls("describe_capacity_block_offerings"))
+    CLOCK.advance(lease.end - CLOCK.now() + timedelta(hours=1))  # the worker was down past the block's end
+    result = acquire(spec, settings=FAST, bound=lease)
+    assert (result.outcome, result.lease) == ("expired", None)
+    assert f"started for reservation {lease.reservation_id}" in result.message and "never buys" in result.message
+    assert len(ext.calls("describe_capacity_block_offerings")) == searched
+    assert len(ext.calls("purchase_capacity_block", include_dry_run=True)) == 1  # only the setup purchase
+
+
+def test_a_run_bound_to_a_reservation_aws_does_not_know_stops_without_buying() -> None:
+    spec = make_spec("acq-bound-gone")
+    lease = _bound_lease(spec).model_copy(update={"reservation_id": "cr-0000000000000dead"})
+    result = acquire(spec, settings=FAST, bound=lease)
+    assert result.outcome == "expired" and "cr-0000000000000dead is not found in" in result.message
+    assert len(ext.calls("purchase_capacity_block", include_dry_run=True)) == 1

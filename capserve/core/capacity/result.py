@@ -11,7 +11,8 @@ from capserve.core.capacity.states import ReservationState
 from capserve.core.cost.planning import CostForecast, forecast_table
 from capserve.core.lease import Lease
 
-Outcome = Literal["bought", "adopted", "rejected", "approval-timed-out", "dry-run"]
+# "expired": a run started for a recorded lease found that reservation ended (or gone); it never searches offers.
+Outcome = Literal["bought", "adopted", "rejected", "approval-timed-out", "dry-run", "expired"]
 
 
 class AcquireResult(BaseModel):
