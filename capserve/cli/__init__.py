@@ -121,12 +121,40 @@ def _main(argv: Sequence[str] | None = None) -> int:
         # The reader of our output went away (`capserve plan ... | head`): nothing more to say to it.
         _silence_stdout()
         return ExitCode.FAILED
+    except (PermissionError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
+        # A path the user gave (an --out folder without permission, a file that is gone): their input, not a bug.
+        where = f": {exc.filename}" if exc.filename else ""
+        _say(f"{command}: {exc.strerror or type(exc).__name__}{where}: give a path this user can read and write",
+             debug)
+        return ExitCode.BAD_INPUT
     except Exception as exc:
-        first = (str(exc).splitlines() or [""])[0][:300]
-        _say(f"{command}: unexpected error: {type(exc).__name__}: {first}", debug)
-        if not debug:
-            _say(f"  {DEBUG_HINT} (capserve --debug {args.command} …)")
-        return ExitCode.INTERNAL
+        unreachable = _unreachable(exc)
+        if unreachable is None:
+            first = (str(exc).splitlines() or [""])[0][:300]
+            _say(f"{command}: unexpected error: {type(exc).__name__}: {first}", debug)
+            if not debug:
+                _say(f"  {DEBUG_HINT} (capserve --debug {args.command} …)")
+            return ExitCode.INTERNAL
+        _say(f"{command}: cannot reach {unreachable}; check the address and that the service runs, then run the "
+             "same command again", debug)
+        return ExitCode.UNAVAILABLE
+
+
+# Exception classes (by name, anywhere in the class's ancestry) that mean "the service did not answer": httpx's
+# (Prefect's client), requests' (older huggingface_hub), botocore's and the standard library's.
+_UNREACHABLE = frozenset({
+    "ConnectionError", "TransportError", "ConnectError", "TimeoutException", "ConnectTimeout",
+    "EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError",
+})
+
+
+def _unreachable(exc: BaseException) -> str | None:
+    """What could not be reached when ``exc`` says a service did not answer (its address when known); else None."""
+    if not any(cls.__name__ in _UNREACHABLE for cls in type(exc).__mro__):
+        return None
+    request = getattr(exc, "_request", None) or getattr(exc, "request", None)
+    url = getattr(request, "url", None) or getattr(exc, "kwargs", {}).get("endpoint_url")
+    return str(url) if url else f"a service ({type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]})"
 
 
 def _say(message: str, debug: bool = False) -> None:

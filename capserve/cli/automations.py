@@ -39,6 +39,10 @@ def run(args: argparse.Namespace) -> int:
             "PREFECT_API_URL is not set: automations live on a Prefect server; set it to that server's API "
             "(e.g. http://127.0.0.1:4200/api) and run `capserve automations register` again"
         )
+    api = str(PREFECT_API_URL.value())
+    if not api.startswith(("http://", "https://")):
+        raise SpecError(f"PREFECT_API_URL {api!r} has no http:// or https:// scheme: write it as "
+                        "http://HOST:PORT/api")
     from capserve.tasks.automations import register_automations
 
     for name in register_automations.fn():

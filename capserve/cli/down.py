@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from capserve.core.errors import CapserveError
 from capserve.core.spec import AWS_REGION, load_spec
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         spec = load_spec(args.spec)
     except CapserveError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
         return 2
 
     from capserve.core.cluster.naming import ClusterNames
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             region = down_region(spec.campaign_id, recorded=recorded, flag=args.region, record_uri=ref.uri)
         except CapserveError as exc:
-            console.print(f"[red]error:[/red] {exc}")
+            console.print(f"[red]error:[/red] {escape(str(exc))}")
             return 2
         reservations = [r.reservation_id for r in capacity_reservations_by_tag(spec.campaign_id, region)]
         if record is not None and record.lease is not None:
@@ -72,10 +73,10 @@ def run(args: argparse.Namespace) -> int:
         result = teardown(spec, region, reason="manual", dry_run=args.dry_run, settings=settings.teardown)
         leftovers = eks_made_resources(ClusterNames(campaign_id=spec.campaign_id).eks_cluster, region)
     except CapserveError as exc:
-        console.print(f"[red]teardown of {spec.campaign_id} did not finish:[/red] {exc}")
+        console.print(f"[red]teardown of {spec.campaign_id} did not finish:[/red] {escape(str(exc))}")
         return 1
     if record is None and not result.deleted and not reservations and not leftovers:
-        console.print(f"[red]error:[/red] {nothing_found_message(spec.campaign_id, region, ref.uri)}")
+        console.print(f"[red]error:[/red] {escape(nothing_found_message(spec.campaign_id, region, ref.uri))}")
         return 1
     kept = kept_on_every_run(
         spec.campaign_id, reservation_ids=reservations, weights_bucket=spec.weights.s3_bucket, record_uri=ref.uri,

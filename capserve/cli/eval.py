@@ -27,6 +27,7 @@ from capserve.cli.inputs import api_key_option, endpoint_option, load_option, wr
 from capserve.core.errors import SpecError
 from capserve.core.evaluation import EvaluationSpec, LoadSpec
 from capserve.core.spec import describe_errors, read_spec_bytes
+from capserve.core.spec_checks import non_finite_problems
 from capserve.core.strict_yaml import Document, parse_document
 
 _EXIT = {"pass": ExitCode.OK, "fail": ExitCode.FAILED, "invalid": ExitCode.INVALID}
@@ -155,6 +156,9 @@ def build_spec(args: argparse.Namespace) -> EvaluationSpec:
     if args.timeout is not None:
         base["timeout_s"] = args.timeout
     source = str(args.spec) if args.spec else "evaluation options"
+    non_finite = non_finite_problems(base)
+    if non_finite:
+        raise SpecError(f"{source}: invalid evaluation spec\n" + "\n".join(f"  {p}" for p in non_finite))
     try:
         return EvaluationSpec.model_validate(base)
     except ValidationError as exc:

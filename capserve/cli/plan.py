@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from capserve.cli import arg_types
+from capserve.cli.exit_codes import ExitCode
 from capserve.core.catalog import ModelEntry, get_instance_type, get_model
 from capserve.core.cost import CostForecast, ExpectedTimeline, ThroughputEstimate, load_price_table
 from capserve.core.cost.planning import forecast_layout
-from capserve.core.errors import CapserveError, DoesNotFitError, SpecError
+from capserve.core.errors import CapserveError, DoesNotFitError, RetryableError, SpecError
 from capserve.core.planner import PlannerSettings, ServingPlan, plan_serving
 from capserve.core.planner.settings import GIB
 from capserve.core.urls import parse_hub_endpoint
@@ -137,6 +138,9 @@ def run(args: argparse.Namespace) -> int:
             model, instance, context_length=args.context, concurrency=args.concurrency, settings=settings
         )
         forecast = _forecast(args, plan)
+    except RetryableError as exc:  # the Hub did not answer: the same command may work later
+        print(f"capserve plan: {exc}", file=sys.stderr)
+        return ExitCode.UNAVAILABLE
     except (ValueError, CapserveError) as exc:  # unknown names, bad values, an unreadable config.json
         print(f"capserve plan: {exc}", file=sys.stderr)
         return 2

@@ -28,6 +28,8 @@ from typing import Any
 from rich.console import Console
 
 from capserve.cli.exit_codes import ExitCode
+from capserve.cli.inputs import writable_dir
+from capserve.core.errors import SpecError
 
 WORKER_ENV_KEYS = (
     "AWS_ENDPOINT_URL",
@@ -78,6 +80,10 @@ def write_env_file(path: Path, env: dict[str, str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Checked before anything starts: a folder or an unwritable place for the file is the user's to fix.
+    if args.env_file.is_dir():
+        raise SpecError(f"--env-file: {args.env_file} is a folder; give the path of a file to write")
+    writable_dir(args.env_file.parent, "--env-file")
     from capserve.sandbox.control import control_endpoint  # the [sandbox] extra, only for this command
     from capserve.sandbox.environment import Simulation, sandbox
 

@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 from contextlib import ExitStack
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,7 +16,7 @@ from rich.markup import escape
 from capserve.cli.exit_codes import ExitCode
 from capserve.cli.inputs import api_key_option, endpoint_option, load_option, writable_dir
 from capserve.core.errors import CapserveError, SpecError
-from capserve.core.spec import load_spec
+from capserve.core.spec import load_spec, new_campaign_problems
 from capserve.tasks.secrets import redact
 
 if TYPE_CHECKING:
@@ -106,15 +107,24 @@ def run(args: argparse.Namespace) -> int:
     # Every input is checked before anything runs, so a bad one never costs a purchase.
     try:
         spec = load_spec(args.spec)
+        refused = new_campaign_problems(spec, now=datetime.now(UTC))
+        if refused:
+            lines = "\n".join(f"  {p}" for p in refused)
+            raise SpecError(f"{args.spec}: nothing can be bought for this spec now\n{lines}")
         endpoint_url, basic_auth_env = (None, None)
         if args.evaluate_url is not None:
             endpoint_url, basic_auth_env = endpoint_option(args.evaluate_url, "--evaluate-url")
         api_key_option(args.api_key_env, basic_auth_env)
         if endpoint_url is not None or args.sandbox:
             load_option(spec.evaluation.load, f"{args.spec}: evaluation.load")
+        if spec.evaluation.quality.golden_path:
+            # Read now, not after the rollout: a missing or malformed golden set must cost nothing.
+            from capserve.core.evaluation.quality import golden_from_file
+
+            golden_from_file(spec.evaluation.quality.golden_path)
         out_dir: Path = writable_dir(args.out or Path("out") / spec.campaign_id, "--out")
     except SpecError as exc:
-        console.print(f"[red]error:[/red] {redact(str(exc))}", markup=True, highlight=False)
+        console.print(f"[red]error:[/red] {escape(redact(str(exc)))}", highlight=False)
         return ExitCode.BAD_INPUT
 
     if args.sandbox:
@@ -198,12 +208,13 @@ def run(args: argparse.Namespace) -> int:
                 teardown_when_done=args.teardown_when_done,
             )
         except SpecError as exc:  # preflight: a problem found before anything was bought or created
-            console.print(f"[red]error:[/red] {redact(str(exc))}", highlight=False)
-            console.print(f"report: {out_dir / 'report.md'}", highlight=False)
+            console.print(f"[red]error:[/red] {escape(redact(str(exc)))}", highlight=False)
+            console.print(f"report: {escape(str(out_dir / 'report.md'))}", highlight=False)
             return ExitCode.BAD_INPUT
         except CapserveError as exc:
-            console.print(f"[red]campaign {spec.campaign_id} stopped:[/red] {redact(str(exc))}", highlight=False)
-            console.print(f"report: {out_dir / 'report.md'}", highlight=False)
+            stopped = escape(redact(str(exc)))
+            console.print(f"[red]campaign {spec.campaign_id} stopped:[/red] {stopped}", highlight=False)
+            console.print(f"report: {escape(str(out_dir / 'report.md'))}", highlight=False)
             return ExitCode.FAILED
         finally:
             TERMINAL_APPROVAL.reset(asking)

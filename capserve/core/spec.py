@@ -8,6 +8,7 @@ names each field path and what is allowed there, never a traceback.
 from __future__ import annotations
 
 import json
+import math
 import re
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -33,6 +34,14 @@ from pydantic import (
 from capserve.core.cost.spec import CostSpec
 from capserve.core.errors import SpecError
 from capserve.core.evaluation.spec import EvaluationSpec
+from capserve.core.spec_checks import (
+    capacity_block_window_problems,
+    image_reference_problem,
+    instance_type_problem,
+    non_finite_problems,
+    s3_prefix_problem,
+    secret_argument_problems,
+)
 from capserve.core.strict_yaml import MAX_DOCUMENT_BYTES, Document, parse_document
 
 if TYPE_CHECKING:
@@ -156,6 +165,16 @@ class CapacitySpec(StrictModel):
         description="For 'existing-reservation': the capacity reservation id (cr-…) or training plan ARN.",
     )
 
+    @field_validator("instance_type")
+    @classmethod
+    def _known_instance_type(cls, value: str) -> str:
+        from capserve.core.catalog import INSTANCE_TYPES
+
+        problem = instance_type_problem(value, INSTANCE_TYPES)
+        if problem:
+            raise ValueError(problem)
+        return value
+
     @model_validator(mode="after")
     def _provider_fields(self) -> CapacitySpec:
         if self.provider == "existing-reservation":
@@ -228,6 +247,14 @@ class WeightsSpec(StrictModel):
         "nvme", description="Per-node copy target: the instance's local NVMe, or an FSx for Lustre file system."
     )
 
+    @field_validator("s3_prefix")
+    @classmethod
+    def _clean_prefix(cls, value: str) -> str:
+        problem = s3_prefix_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
 
 class ServingSpec(StrictModel):
     """How vLLM serves the model."""
@@ -264,6 +291,22 @@ class ServingSpec(StrictModel):
         description="Restore vLLM's compile/JIT/autotune caches from S3 before start and save them once ready, "
         "so the next reservation's first boot is warm.",
     )
+
+    @field_validator("image")
+    @classmethod
+    def _pullable_image(cls, value: str) -> str:
+        problem = image_reference_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_secrets_in_args(cls, value: list[str]) -> list[str]:
+        problems = secret_argument_problems(value, "serving.extra_args")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
 
 
 class TeardownSpec(StrictModel):
@@ -367,6 +410,29 @@ class CampaignSpec(StrictModel):
         return self.serving.served_model_name or self.model.repo or self.model.catalog or self.name
 
     @model_validator(mode="after")
+    def _fits_the_block(self) -> CampaignSpec:
+        """What the spec asks of the block and of the model must fit them (checkable without a plan)."""
+        hours = self.capacity.duration_hours
+        serving_room = None if hours is None else hours * 60 - self.teardown.drain_before_end_minutes
+        if serving_room is not None and self.cluster.min_serving_minutes > serving_room:
+            raise ValueError(
+                f"cluster.min_serving_minutes {self.cluster.min_serving_minutes} is more than a {hours} h block "
+                f"leaves before its drain point ({serving_room} min): lower it or ask for a longer block"
+            )
+        context = self.serving.max_model_len or _catalog_context(self.model.catalog)
+        load = self.evaluation.load
+        longest = math.floor(load.prompt.tokens * (1 + load.prompt.range_ratio)) + math.floor(
+            load.output.tokens * (1 + load.output.range_ratio)
+        )
+        if context is not None and longest > context:
+            raise ValueError(
+                f"evaluation.load.prompt.tokens + evaluation.load.output.tokens reach {longest:,} tokens (with their "
+                f"range_ratio), more than the {context:,}-token context the endpoint will serve "
+                f"({'serving.max_model_len' if self.serving.max_model_len else 'the model'}); shorten them"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _cluster_matches_capacity(self) -> CampaignSpec:
         provider, kind = self.capacity.provider, self.cluster.kind
         if provider == "sagemaker-training-plan" and kind != "hyperpod":
@@ -379,11 +445,35 @@ class CampaignSpec(StrictModel):
         return self
 
 
+def _catalog_context(catalog: str | None) -> int | None:
+    """The catalog model's longest context, or None (a Hub repo's is known only once its config is read)."""
+    from capserve.core.catalog import MODELS
+
+    entry = MODELS.get(catalog) if catalog else None
+    return entry.max_context if entry is not None else None
+
+
+def new_campaign_problems(spec: CampaignSpec, *, now: datetime) -> list[str]:
+    """What makes ``spec`` unable to buy anything *now* (a window over, too far ahead, or with no block in it).
+
+    Not a validator: a recorded spec is read again by later runs (serve, drain, teardown) after its window has
+    passed, and must still load. ``capserve up`` and the campaign flow ask this before anything runs.
+    """
+    capacity = spec.capacity
+    if capacity.provider != "ec2-capacity-block":
+        return []
+    assert capacity.earliest_start and capacity.latest_end and capacity.duration_hours  # the validator's
+    return capacity_block_window_problems(
+        capacity.earliest_start, capacity.latest_end, timedelta(hours=capacity.duration_hours), now=now
+    )
+
+
 def _campaign_settings(value: dict[str, JsonValue]) -> CampaignSettings:
     from capserve.core.settings import CampaignSettings
 
     try:
-        return CampaignSettings.model_validate(value)
+        # Strict as the spec itself: ``true`` is not 1.0 s, "5" is not 5, "no" is not false.
+        return CampaignSettings.model_validate(value, strict=True)
     except ValidationError as exc:
         problems = describe_errors(exc, CampaignSettings).replace("\n  ", "; ").strip()
         raise ValueError(f"{problems} (see `capserve.core.settings`)") from None
@@ -392,6 +482,9 @@ def _campaign_settings(value: dict[str, JsonValue]) -> CampaignSettings:
 def read_spec_bytes(path: Path) -> bytes:
     """The file's bytes, read no further than one byte past the size limit (a huge file is not slurped)."""
     try:
+        if path.exists() and not (path.is_file() or path.is_dir()):
+            # /dev/zero, a FIFO (whose open would block until a writer came), a socket: never a spec.
+            raise SpecError(f"{path}: is not a regular file (a device, pipe or socket); give the spec's YAML file")
         with path.open("rb") as stream:
             return stream.read(MAX_DOCUMENT_BYTES + 1)
     except IsADirectoryError:
@@ -419,6 +512,9 @@ def parse_spec(
         raise SpecError(
             f"{source}: the spec must be a mapping of fields (name, model, capacity, …), got {_kind(data)}"
         )
+    non_finite = non_finite_problems(data)
+    if non_finite:
+        raise SpecError(f"{source}: invalid campaign spec\n" + "\n".join(f"  {p}" for p in non_finite))
     try:
         return CampaignSpec.model_validate(data, context={"now": now or datetime.now(UTC)})
     except ValidationError as exc:

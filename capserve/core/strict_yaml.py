@@ -10,7 +10,13 @@ A spec buys capacity, so the loader refuses, each with one message naming the pl
   a 1 KB spec took 157 s and all memory before this). The composer meets the first anchor before
   anything is expanded, so such a spec fails in microseconds and nothing of it is printed;
 - nesting deeper than ``MAX_DEPTH`` (PyYAML composes recursively; a deep enough document would
-  otherwise end in a RecursionError traceback).
+  otherwise end in a RecursionError traceback);
+- numbers YAML 1.1 reads differently than a person wrote them: a leading zero is octal (``0060`` minutes
+  would be 48) and colons are base 60 (``1:00`` would be 60); YAML 1.2 dropped both (YAML 1.2.2 spec,
+  "Changes in version 1.2": octal is ``0o``, sexagesimal numbers are gone), so the loader asks for an
+  unambiguous spelling instead of guessing;
+- the ``!!set``, ``!!omap``, ``!!pairs`` and ``!!binary`` types: a set's order changes between runs (the
+  home region is the first of ``capacity.regions``), and nothing in a spec is binary.
 
 ``parse_document`` also returns the line of every mapping key and sequence item, so validation
 errors can say where in the file a bad value is.
@@ -88,6 +94,38 @@ class _StrictLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
+    def construct_yaml_int(self, node: ScalarNode) -> int:
+        text = str(node.value).replace("_", "").lstrip("+-")
+        line = node.start_mark.line + 1
+        if ":" in text:
+            raise _Refused(
+                f"line {line}: {node.value!r} is a base-60 number in YAML 1.1 (it would read as "
+                f"{super().construct_yaml_int(node)}); write the plain number, or quote it if it is text"
+            )
+        if len(text) > 1 and text.startswith("0") and text[1:2] not in ("x", "b", "o"):
+            raise _Refused(
+                f"line {line}: {node.value!r} has a leading zero, which YAML 1.1 reads as octal (it would be "
+                f"{super().construct_yaml_int(node)}); write it without the leading zero"
+            )
+        value: int = super().construct_yaml_int(node)
+        return value
+
+    def construct_yaml_float(self, node: ScalarNode) -> float:
+        if ":" in str(node.value):
+            raise _Refused(
+                f"line {node.start_mark.line + 1}: {node.value!r} is a base-60 number in YAML 1.1; write the "
+                "plain number, or quote it if it is text"
+            )
+        value: float = super().construct_yaml_float(node)
+        return value
+
+    def construct_refused_type(self, node: Node) -> None:
+        kind = node.tag.rsplit(":", 1)[-1]
+        raise _Refused(
+            f"line {node.start_mark.line + 1}: the YAML type !!{kind} is not allowed in a spec; use a plain list, "
+            "mapping or string"
+        )
+
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, str] = {}
         for key_node, _ in node.value:
@@ -107,6 +145,12 @@ class _StrictLoader(yaml.SafeLoader):
                 )
             seen[key] = where
         return super().construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
+_StrictLoader.add_constructor("tag:yaml.org,2002:float", _StrictLoader.construct_yaml_float)
+for _refused in ("set", "omap", "pairs", "binary"):
+    _StrictLoader.add_constructor(f"tag:yaml.org,2002:{_refused}", _StrictLoader.construct_refused_type)
 
 
 def decode_utf8(raw: bytes, source: str) -> str:

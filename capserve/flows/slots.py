@@ -35,6 +35,7 @@ from prefect.runtime import deployment, flow_run
 from prefect.types._concurrency import ConcurrencyLeaseHolder
 from pydantic import BaseModel, ValidationError
 
+from capserve.core.errors import PermanentError
 from capserve.core.settings import SlotSettings
 from capserve.tasks.processes import ProcessIdentity, provably_dead, this_process
 
@@ -42,8 +43,8 @@ LOCKED = 423
 MAX_POLL_SECONDS = 5.0
 
 
-class SlotTimeout(RuntimeError):
-    """The slot stayed taken for the whole wait."""
+class SlotTimeout(PermanentError):
+    """The slot stayed taken for the whole wait: nothing was done; the CLI says so with exit 1, never as a bug."""
 
 
 class SlotNote(BaseModel):

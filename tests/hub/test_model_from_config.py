@@ -57,4 +57,4 @@ def test_plan_cli_takes_a_hub_repo_or_a_config_file(
     assert from_hub["weight_bytes"] == from_file["weight_bytes"] > 0
 
     assert main(["plan", "x", "--config", str(tmp_path / "missing.json"), "--instance-type", "p5.48xlarge"]) == 2
-    assert "not a readable config.json" in capsys.readouterr().err
+    assert "missing.json: cannot read it (No such file or directory)" in capsys.readouterr().err

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import io
 import math
 import re
 from collections.abc import Iterable
 from importlib import resources
+from pathlib import Path
 from statistics import NormalDist
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from capserve.core.bounded_read import read_bounded
 from capserve.core.errors import SpecError
 
 Extractor = Literal["answer_line", "last_number"]
@@ -121,13 +124,19 @@ def quality_messages(item: GoldenItem) -> list[dict[str, Any]]:
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": item.prompt}]
 
 
+# A golden set is a few thousand short items: far below this, which keeps a wrong path (a device, a
+# multi-gigabyte dump) from being read into memory.
+MAX_GOLDEN_BYTES = 16 * 2**20
+
+
 def golden_from_file(path: str) -> list[GoldenItem]:
-    """Load a user-supplied golden JSONL file."""
+    """Load a user-supplied golden JSONL file (a regular file of at most ``MAX_GOLDEN_BYTES``)."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            return load_golden(handle, path)
-    except OSError as exc:
-        raise SpecError(f"cannot read golden file {path}: {exc.strerror or exc}") from None
+        raw = read_bounded(Path(path), MAX_GOLDEN_BYTES, "golden file")
+    except SpecError as exc:
+        raise SpecError(f"cannot read {exc}") from None
+    try:
+        return load_golden(io.StringIO(raw.decode("utf-8")), path)
     except UnicodeDecodeError as exc:
         raise SpecError(f"golden file {path} is not UTF-8 (byte offset {exc.start}); save it as UTF-8") from None
 
