@@ -4,12 +4,14 @@ Without ``PREFECT_API_URL`` it starts a local ``prefect server`` (home and SQLit
 while the sandbox comes up, registers deployments/prefect.yaml, starts a process worker
 (``capserve.runtime.prefect_server``), triggers the ``campaign`` deployment exactly as a click in the UI does,
 prints each state change, then follows the runs the lease scheduled (serve, drain, teardown) until none is
-left to run (not with ``--teardown-when-done``: nothing is left). It stops what it started (``--keep-server``
-leaves the server and the worker up and prints the UI's address). With ``PREFECT_API_URL`` set it registers on
-that server and starts nothing: a worker of yours runs the campaign.
+left to run: on a server the campaign run only prepares and buys, so ``--teardown-when-done`` too follows until
+the teardown has run. It stops what it started (``--keep-server`` leaves the server and the worker up and
+prints the UI's address). With ``PREFECT_API_URL`` set it registers on that server and starts nothing: a worker
+of yours runs the campaign.
 
-Ctrl-C or SIGTERM stops following; the campaign run is left to its own fate (its cluster to the
-scheduled teardown and the reaper), and the children this command started are stopped.
+Ctrl-C or SIGTERM stops following. On a server of yours the runs go on; on the server this command started they
+stop with it (the server and worker are stopped as it exits), and it says so: the scheduled runs fire only once a
+server with a worker runs again, so the cluster is left to ``capserve down`` and the reaper.
 """
 
 from __future__ import annotations
@@ -106,8 +108,13 @@ def run_on_server(
                     _ask_for_watches(campaign_id, watches, console)
                 _follow_scheduled(campaign_id, since, console)
         except KeyboardInterrupt:
-            console.print("stopped following; the campaign run goes on without this terminal "
-                          "(its cluster is left to the scheduled teardown and the reaper)")
+            if registered.started and not keep_server:
+                console.print("stopped: the Prefect server and worker this command started stop with it, so the "
+                              "campaign's runs stop too and the scheduled ones fire only once a server with a worker "
+                              "runs again; run `capserve down SPEC` to delete what the campaign made")
+            else:
+                console.print("stopped following; the campaign's runs go on on the server without this terminal "
+                              "(its cluster is left to the scheduled teardown and the reaper)")
             return int(ExitCode.INTERRUPTED)
         finally:
             _print_schedule(campaign_id, since, console)
@@ -152,7 +159,7 @@ def _follow_scheduled(campaign_id: str, since: datetime, console: Console) -> No
     redeploys of the campaign, until none is left to run."""
     from capserve.tasks.scheduling import read_runs_about
 
-    console.print("following the scheduled runs until the teardown (Ctrl-C stops following; they still run)")
+    console.print("following the scheduled runs until the teardown (Ctrl-C stops following)")
     last: dict[str, str] = {}
     while True:
         runs = read_runs_about(campaign_id, since=since)

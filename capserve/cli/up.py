@@ -191,7 +191,9 @@ def run(args: argparse.Namespace) -> int:
             return run_on_server(
                 parameters, campaign_id=spec.campaign_id, out_dir=out_dir, worker_env=worker_env,
                 keep_server=args.keep_server, console=console, server=server,
-                follow_window=not args.teardown_when_done, watches=watches,
+                # On a server the campaign run prepares and buys; serving and the teardown are the scheduled
+                # runs, so the command follows them whether or not --teardown-when-done was given.
+                follow_window=True, watches=watches,
             )
         from capserve.flows.context import TERMINAL_APPROVAL
 

@@ -196,6 +196,10 @@ class CampaignRecord(BaseModel):
     report_dir: str | None = Field(
         None, max_length=4096, description="Where the campaign's report is written (on the worker's host)."
     )
+    teardown_when_done: bool = Field(
+        False, description="The person who started the campaign asked for a teardown as soon as it has served and "
+        "been evaluated (`capserve up --teardown-when-done`): the scheduled serve run does it, not only end − 35 min.",
+    )
     fired: dict[str, AwareDatetime] = Field(
         default_factory=dict, max_length=16,
         description="Scheduled stage (bring_up, drain, teardown) → when its run started, on the campaign's clock.",
@@ -256,6 +260,9 @@ class CampaignRecord(BaseModel):
 
     def with_report_dir(self, report_dir: str, *, now: datetime) -> CampaignRecord:
         return self.model_copy(update={"report_dir": report_dir, "updated_at": now})
+
+    def with_teardown_when_done(self, wanted: bool, *, now: datetime) -> CampaignRecord:
+        return self.model_copy(update={"teardown_when_done": wanted, "updated_at": now})
 
     def with_fired(self, stage: str, *, now: datetime) -> CampaignRecord:
         return self.model_copy(update={"fired": {**self.fired, stage: now}, "updated_at": now})

@@ -81,7 +81,7 @@ def serve(campaign_id: str, region: str, reservation_id: str) -> CampaignReport 
     # The campaign's report folder (on this worker's host), so the report a person opens is the whole campaign's.
     out_dir = Path(record.report_dir) if record.report_dir else Path("out") / campaign_id
     options = RunOptions(out_dir=out_dir, staging_dir=out_dir / "staging", hub_endpoint=hub_endpoint_from_environment(),
-                         bound_lease=lease)
+                         bound_lease=lease, teardown_when_done=record.teardown_when_done)
     ctx = CampaignContext.start(spec, base.for_campaign(spec.campaign_settings()), options)
     with campaign_slot(campaign_id, ctx.settings.slots):
         run_campaign(ctx, CAMPAIGN, teardown_stage)
