@@ -58,7 +58,8 @@ def bring_up_eks(campaign: str) -> None:
     roles = converge_roles.fn(campaign, "eks", REGION)
     cluster = converge_cluster.fn(
         campaign, REGION, kubernetes_version="1.34", role_arn=roles.by_component["eks-cluster-role"],
-        subnet_ids=list(network.control_plane_subnet_ids), security_group_id=network.security_group_id, timeout_s=60, poll_s=0,
+        subnet_ids=list(network.control_plane_subnet_ids), security_group_id=network.security_group_id,
+        timeout_s=60, poll_s=0,
     )
     template = converge_launch_template.fn(campaign, lease(), network.security_group_id)
     converge_nodegroup.fn(
@@ -67,7 +68,8 @@ def bring_up_eks(campaign: str) -> None:
     )
     converge_system_nodegroup.fn(
         campaign, REGION, cluster_name=cluster.name, node_role_arn=roles.by_component["eks-node-role"],
-        subnet_ids=list(network.control_plane_subnet_ids), instance_type="m7i.large", node_count=2, timeout_s=60, poll_s=0,
+        subnet_ids=list(network.control_plane_subnet_ids), instance_type="m7i.large", node_count=2,
+        timeout_s=60, poll_s=0,
     )
 
 

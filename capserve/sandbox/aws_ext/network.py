@@ -4,8 +4,8 @@
   ``available`` at once, ignores tag filters in DescribeNatGateways, and on delete marks them ``deleted``
   while their network interface and Elastic IP association stay (and crashes on an unknown id). Here a
   gateway is ``pending`` until ``eks.BEHAVIOUR.describes_until_active`` describes (or seconds on the sandbox
-  clock) have passed, then ``available``; DeleteNatGateway makes it ``deleting``, and the next describe
-  ``deleted``, its interface gone and its Elastic IP disassociated (EC2 API reference, DeleteNatGateway:
+  clock) have passed, then ``available``; DeleteNatGateway makes it ``deleting``, and as many describes
+  later ``deleted``, its interface gone and its Elastic IP disassociated (EC2 API reference, DeleteNatGateway:
   "Deleting a public NAT gateway disassociates its Elastic IP address"); an unknown id answers
   ``NatGatewayNotFound`` (the code botocore's ``nat_gateway_deleted`` waiter accepts). Tag filters
   (``tag:<key>``, ``tag-key``) are applied.
@@ -78,6 +78,9 @@ def _advance(backend: Any, gateway: Any) -> None:
         if eks_ext.activation_due(created, gateway._capserve_describes):
             gateway.state = "available"
     elif gateway.state == "deleting":
+        gateway._capserve_describes += 1
+        if not eks_ext.activation_due(gateway._capserve_deleting, gateway._capserve_describes):
+            return
         gateway.state = "deleted"
         # AWS disassociates the Elastic IP and removes the gateway's interface once it is deleted.
         for address in list(backend.addresses):
@@ -109,8 +112,8 @@ def _patch_nat_gateways() -> None:
         gateway = self.nat_gateways.get(nat_gateway_id)
         if gateway is None:
             raise EC2ClientError("NatGatewayNotFound", f"NAT gateway {nat_gateway_id} was not found")
-        if gateway.state != "deleted":
-            gateway.state = "deleting"
+        if gateway.state not in ("deleting", "deleted"):
+            gateway.state, gateway._capserve_deleting, gateway._capserve_describes = "deleting", CLOCK.now(), 0
         return gateway
 
     NatGatewayBackend.create_nat_gateway = create_nat_gateway  # type: ignore[method-assign]
