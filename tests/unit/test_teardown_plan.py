@@ -65,7 +65,8 @@ def test_plan_order_follows_the_dependencies() -> None:
     assert ops == [
         "delete", "delete_cluster", "delete_nodegroup", "terminate_instances", "delete_launch_template",
         "delete_cluster", "detach_role_policy", "delete_role_policy", "delete_role",
-        "delete_vpc_endpoints", "delete_nat_gateway", "release_address", "revoke_security_group_ingress", "revoke_security_group_egress", "delete_security_group",
+        "delete_vpc_endpoints", "delete_nat_gateway", "release_address",
+        "revoke_security_group_ingress", "revoke_security_group_egress", "delete_security_group",
         "disassociate_route_table", "delete_route_table", "detach_internet_gateway", "delete_internet_gateway",
         "delete_subnet", "delete_vpc",
     ]
