@@ -63,6 +63,11 @@ class PlannedSubnet(BaseModel):
     cidr_index: int = Field(ge=0, le=255, description="Which block of the VPC's CIDR it takes (subnet_cidr).")
 
 
+# The VPC is cut into 16 blocks (subnet_cidr); public subnets take the first ones, the GPU subnet the
+# ninth (the upper half), so the two kinds never collide whatever the number of public subnets.
+PRIVATE_CIDR_INDEX = 8
+
+
 def _sorted_zones(zones: list[Zone]) -> list[Zone]:
     return sorted(zones, key=lambda z: z.name)
 
@@ -106,11 +111,6 @@ def subnet_layout(names: ClusterNames, reservation_az: str, zones: list[Zone]) -
         )
     )
     return tuple(planned)
-
-
-# The VPC is cut into 16 blocks (subnet_cidr); public subnets take the first ones, the GPU subnet the
-# ninth (the upper half), so the two kinds never collide whatever the number of public subnets.
-PRIVATE_CIDR_INDEX = 8
 
 
 def subnet_cidr(vpc_cidr: str, index: int) -> str:
