@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import boto3
 import pytest
 
 from capserve.core.cluster.readiness import KubeSettings
@@ -72,6 +73,18 @@ def test_eks_bring_up_then_a_rerun_creates_nothing(kube: FakeKube) -> None:
     assert (result.system_pool.instance_type, result.system_pool.node_count) == ("m7i.large", 2)
     assert "2 × m7i.large on demand" in result.markdown()
     assert set(result.node_storage_bytes) == set(result.node_names)
+    # The GPU node group is in the private subnet; the control plane and the system nodes in public ones.
+    network = result.network
+    assert network is not None and network.gpu_subnet_id not in network.control_plane_subnet_ids
+    eks = boto3.client("eks")
+    gpu_group = eks.describe_nodegroup(clusterName="capserve-flow-eks", nodegroupName="capserve-flow-eks-gpu")
+    assert gpu_group["nodegroup"]["subnets"] == [network.gpu_subnet_id]
+    system = eks.describe_nodegroup(clusterName="capserve-flow-eks", nodegroupName="capserve-flow-eks-system")
+    assert system["nodegroup"]["subnets"] == list(network.control_plane_subnet_ids)
+    cluster = eks.describe_cluster(name="capserve-flow-eks")["cluster"]["resourcesVpcConfig"]
+    assert cluster["subnetIds"] == list(network.control_plane_subnet_ids)
+    assert f"NAT gateway {network.nat_gateway_id}" in result.markdown() and "| private |" in result.markdown()
+    assert result.gpu_interface_security_groups == (network.security_group_id,)
     # The add-ons the serving stage needs were applied.
     daemonsets = {o["metadata"]["name"] for o in kube.objects("daemonsets", "apps")}
     assert any("nvidia" in name for name in daemonsets) and any("efa" in name for name in daemonsets)
@@ -103,6 +116,9 @@ def test_hyperpod_bring_up_on_a_training_plan(kube: FakeKube) -> None:
     result = bring_up(make_spec("flow-hp", kind="hyperpod", reservation=plan), make_lease(plan, count=1), FAST)
     assert (result.kind, result.nodes_ready, result.gpus_allocatable) == ("hyperpod", 1, 8)
     assert "hyperpod-cluster/capserve-flow-hp-hp" in result.created
+    # HyperPod's instances go in the private GPU subnet too.
+    described = boto3.client("sagemaker").describe_cluster(ClusterName="capserve-flow-hp-hp")
+    assert result.network is not None and described["VpcConfig"]["Subnets"] == [result.network.gpu_subnet_id]
 
 
 def test_bring_up_refuses_when_the_drain_is_too_near(aws: None) -> None:
