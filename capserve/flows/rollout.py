@@ -103,6 +103,9 @@ class Outcome:
     api_calls: int
     server: str
     pods: list[dict[str, Any]] = field(default_factory=list)
+    # The compile-cache save after the switch: not-needed (a hit, or caching off), saved or failed (with why).
+    cache_save: str = "not-needed"
+    cache_save_detail: str | None = None
 
 
 @dataclass
@@ -167,7 +170,7 @@ class _Run:
             elif step is Step.WAIT_READY:
                 self.wait_ready(rendered, outcome)
             elif step is Step.SAVE_CACHE and config.compile_cache and outcome.cache != "hit":
-                outcome.saved = self.save_cache(rendered, outcome.pods)
+                self.save_cache(rendered, outcome)
             elif step is Step.EVALUATE:
                 self.check(rendered)
             elif step is Step.SWITCH_SERVICE:
@@ -191,9 +194,33 @@ class _Run:
         outcome.cache = pod_cache_outcome(self.api, self.namespace, leader) or "unknown"
         outcome.server = server_from_log("\n".join(log_tail(self.api, self.namespace, leader, "vllm", 500)))
 
-    def save_cache(self, rendered: RenderedRollout, pods: list[dict[str, Any]]) -> int:
+    def save_cache(self, rendered: RenderedRollout, outcome: Outcome) -> None:
+        """Save the compile cache once the Services point at the new server; never raises.
+
+        The server already serves (this is the last step): an S3 hiccup, a missing permission or no egress
+        must not fail the stage, whose failure would tear down a warm server after a cold start of hours.
+        The save runs as its own task run, awaited up to ``cache_save_timeout_s``; a failure or a timeout
+        is a warning in the log and in ``report.json`` (``rollout.compile_cache.save``), and the next
+        campaign finds no complete cache (no marker) and starts cold.
+        """
         inputs = self.inputs
-        return save_caches(self.api, rendered, inputs.spec.campaign_id, pods, inputs.weights_settings, inputs.kube)
+        deadline = inputs.wait.cache_save_timeout_s
+        future = save_caches.submit(
+            self.api, rendered, inputs.spec.campaign_id, outcome.pods, inputs.weights_settings, inputs.kube, deadline
+        )
+        try:
+            # The task's own wait ends at the deadline; the margin covers its API calls around that wait.
+            outcome.saved = future.result(timeout=deadline + 120)
+        except Exception as exc:  # noqa: BLE001 - whatever went wrong, the serving server stays up
+            outcome.cache_save = "failed"
+            outcome.cache_save_detail = f"{type(exc).__name__}: {exc}"[:1000]
+            get_run_logger().warning(
+                "rollout %s serves; its compile cache was not saved (%s): the next campaign starts cold",
+                rendered.name,
+                outcome.cache_save_detail,
+            )
+            return
+        outcome.cache_save = "saved"
 
     def check(self, rendered: RenderedRollout) -> None:
         key = ensure_api_key(self.api, self.namespace, self.inputs.spec.campaign_id)
@@ -214,7 +241,7 @@ class _Run:
             # Left over from a run that failed or was interrupted before it was recorded good.
             delete_workload(self.api, self.namespace, name, self.inputs.kube, timeout_s=900)
         if current is not None and current.config.revision == config.revision:
-            steps = (Step.APPLY_NEW, Step.WAIT_READY, Step.SAVE_CACHE, Step.EVALUATE, Step.SWITCH_SERVICE)
+            steps = (Step.APPLY_NEW, Step.WAIT_READY, Step.EVALUATE, Step.SWITCH_SERVICE, Step.SAVE_CACHE)
             reason = f"{current.name} already serves revision {config.revision}: converge on it"
             unchanged = RolloutDecision(strategy="unchanged", new_color=current.color, steps=steps, reason=reason)
             return unchanged, current
@@ -242,6 +269,8 @@ class _Run:
                 "key": rendered.cache_key,
                 "uri": rendered.cache_uri,
                 "saved_jobs": outcome.saved,
+                "save": outcome.cache_save,
+                "save_detail": outcome.cache_save_detail,
             },
             rolled_back=rolled_back,
             attempts=tuple(self.attempts),

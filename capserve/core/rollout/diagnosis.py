@@ -83,6 +83,13 @@ class RolloutWaitSettings(BaseModel):
         "scheduling and the compile-cache restore happen before the startup probe starts counting.",
     )
     log_lines: int = Field(20, ge=1, le=500, description="Log lines of a crashed container kept in the error.")
+    cache_save_timeout_s: float = Field(
+        1800.0,
+        ge=1,
+        le=3600,
+        description="How long the flow waits, after the Services switched, for the compile-cache save Jobs; past "
+        "it (or on their failure) the report says the cache was not saved and the next campaign starts cold.",
+    )
 
 
 class Diagnosis(BaseModel):
