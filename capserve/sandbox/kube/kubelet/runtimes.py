@@ -32,6 +32,7 @@ from capserve.sandbox.kube.kubelet.logs import InstanceLog
 from capserve.sandbox.kube.kubelet.processes import LocalProcess, free_port
 from capserve.sandbox.kube.kubelet.volumes import expand, rewrite_paths, to_host
 from capserve.sandbox.kube.vllm_args import ServeArgs, VllmArgsError, parse_serve_args, serve_argv, vllm_version
+from capserve.sandbox.kube.vllm_rules import tool_choice_auto_refusal
 from capserve.sandbox.openai_server import quality_of_checkpoint
 
 if TYPE_CHECKING:
@@ -421,6 +422,9 @@ def sandbox_server(ctx: ContainerContext, args: ServeArgs, host_model: Path, por
     max_len = args.get("max_model_len")
     if isinstance(max_len, int) and max_len > 0:
         config["max_model_len"] = max_len
+    refusal = tool_choice_auto_refusal(args.values)  # started without --enable-auto-tool-choice + a parser
+    if refusal is not None:
+        config["tool_choice_auto_refusal"] = refusal
     env = {**os.environ, **ctx.env}
     env.pop("VLLM_API_KEY", None)
     if args.api_keys:
