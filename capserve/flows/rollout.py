@@ -41,7 +41,7 @@ from capserve.core.rollout import (
     serving_namespace,
     workload_name,
 )
-from capserve.core.rollout.diagnosis import Diagnosis, RolloutWaitSettings, Trouble
+from capserve.core.rollout.diagnosis import Diagnosis, RolloutWaitSettings, Trouble, transport_diagnosis
 from capserve.core.rollout.result import Attempt, RolloutFailedError, RolloutResult, server_from_log
 from capserve.core.rollout.settings import RolloutSettings
 from capserve.core.spec import CampaignSpec
@@ -59,7 +59,7 @@ from capserve.tasks.rollout.access import (
 )
 from capserve.tasks.rollout.cache import cache_complete, pod_cache_outcome, save_caches
 from capserve.tasks.rollout.objects import apply_objects, delete_workload, ensure_api_key, serving_workloads
-from capserve.tasks.rollout.wait import log_tail, wait_rollout_ready
+from capserve.tasks.rollout.wait import log_tail, pod_log, wait_rollout_ready
 
 # The variable the evaluation reads the campaign's endpoint key from, only while it runs.
 ENDPOINT_KEY_ENV = "CAPSERVE_ENDPOINT_API_KEY"
@@ -193,6 +193,10 @@ class _Run:
         leader = f"{rendered.name}-0"
         outcome.cache = pod_cache_outcome(self.api, self.namespace, leader) or "unknown"
         outcome.server = server_from_log("\n".join(log_tail(self.api, self.namespace, leader, "vllm", 500)))
+        if rendered.worker_args:  # one copy spans several nodes: its NCCL traffic between them must be on EFA
+            found = transport_diagnosis(pod_log(self.api, self.namespace, leader, "vllm"), pod=leader)
+            if found is not None:
+                raise RolloutFailedError(found)
 
     def save_cache(self, rendered: RenderedRollout, outcome: Outcome) -> None:
         """Save the compile cache once the Services point at the new server; never raises.

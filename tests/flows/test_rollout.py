@@ -147,6 +147,22 @@ def test_the_two_node_example_rolls_out_one_group_of_two_with_each_nodes_experts
     assert report.teardown is not None and report.teardown.remaining == ()
 
 
+def test_a_two_node_server_whose_nccl_falls_back_to_sockets_fails_before_the_evaluation(
+    tmp_path: Path, far_ends: SandboxEndpoints
+) -> None:
+    # The image has no aws-ofi-nccl plugin: NCCL talks between the two nodes over TCP sockets.
+    far_ends.kube_server.inject(Fault(FaultKind.NO_EFA_PLUGIN, pod="vllm-*", container="vllm"))
+    spec = example("kimi-k3-2node-sandbox.yaml", tmp_path)
+
+    with pytest.raises(PermanentError, match="transport: pod vllm-blue-0 container vllm: NCCL uses network Socket"):
+        campaign(spec, out_dir=tmp_path / "out", hub_endpoint=far_ends.hub)
+
+    written = json.loads((tmp_path / "out" / "report.json").read_text())
+    status = {s["name"]: s for s in written["stages"]}
+    assert status["rollout"]["status"] == "failed" and "aws-ofi-nccl" in status["rollout"]["detail"]
+    assert "evaluate" not in status
+
+
 def test_the_hyperpod_example_rolls_out_through_the_same_path(tmp_path: Path, far_ends: SandboxEndpoints) -> None:
     spec = example("kimi-k3-hyperpod-sandbox.yaml", tmp_path)
     report = campaign(spec, out_dir=tmp_path / "out", hub_endpoint=far_ends.hub, teardown_when_done=True)

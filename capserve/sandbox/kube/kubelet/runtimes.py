@@ -345,6 +345,8 @@ class VllmRuntime(ProcessRuntime):
                 group.changed.clear()
                 await group.changed.wait()
             ctx.log.write(f"INFO [core_client.py] All {expected} remote engine node(s) connected")
+            for line in nccl_transport_lines(ctx):
+                ctx.log.write(line)
         slow = ctx.kubelet.faults.take(FaultKind.SLOW_START, ctx.pod_name, str(ctx.container.get("name")), ctx.image)
         delay = ctx.kubelet.timing.wall(slow.seconds) if slow else 0.0
         local = free_port()
@@ -406,6 +408,31 @@ class VllmRuntime(ProcessRuntime):
             self.ctx.kubelet.vllm_group_close(self.ctx.namespace, self.ctx.pod_name)
         elif self.args is not None:
             self.ctx.kubelet.vllm_leave(str(self.ctx.pod["metadata"]["uid"]))
+
+
+def nccl_transport_lines(ctx: ContainerContext) -> list[str]:
+    """What NCCL logs about its network once the ranks on several nodes set up their communicator.
+
+    Only with ``NCCL_DEBUG=INFO`` (NCCL prints INFO lines at that level only), in NCCL's format
+    ``<host>:<pid>:<tid> [<dev>] NCCL INFO <message>`` (src/debug.cc). The stand-in image is taken to ship
+    the aws-ofi-nccl plugin: with EFA devices allocated to the container and ``FI_PROVIDER=efa`` the plugin
+    selects libfabric's efa provider (aws-ofi-nccl "Selected Provider is %s (found %d nics)", plugin name
+    "Libfabric"); otherwise NCCL falls back to its socket transport ("NET/Socket : Using ...", "Using network
+    Socket": src/transport/net_socket.cc, src/init.cc).
+    """
+    if ctx.env.get("NCCL_DEBUG", "").upper() != "INFO":
+        return []
+    prefix = f"{ctx.pod_name}:{os.getpid()}:{os.getpid()} [0] NCCL INFO"
+    limits = (ctx.container.get("resources") or {}).get("limits") or {}
+    efa_devices = int(str(limits.get("vpc.amazonaws.com/efa", "0")) or 0)
+    container = str(ctx.container.get("name"))
+    plugin = ctx.kubelet.faults.peek(FaultKind.NO_EFA_PLUGIN, ctx.pod_name, container, ctx.image) is None
+    if efa_devices > 0 and ctx.env.get("FI_PROVIDER") == "efa" and plugin:
+        return [
+            f"{prefix} NET/OFI Selected Provider is efa (found {efa_devices} nics)",
+            f"{prefix} Using network Libfabric",
+        ]
+    return [f"{prefix} NET/Socket : Using [0]eth0:{ctx.pod_ip}<0>", f"{prefix} Using network Socket"]
 
 
 def _printable(values: Mapping[str, Any]) -> str:
