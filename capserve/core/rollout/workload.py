@@ -276,6 +276,8 @@ class _PodParts:
             # libfabric's EFA provider with GPUDirect RDMA (AWS EFA cheatsheet; docs/serving.md §5.2).
             env += [{"name": "FI_PROVIDER", "value": "efa"}, {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"}]
         env += cache_env(node)
+        # The recipe's and serving.extra_env's (plain values; names the rollout sets are refused: args.py).
+        env += [{"name": name, "value": value} for name, value in self.config.engine.extra_env]
         if role == "leader":
             env.append(api_key_env(API_KEY_ENV))
         return env
