@@ -118,3 +118,10 @@ def test_extra_env_refuses_bad_names_and_credentials_without_repeating_them(env:
     message = str(refused.value)
     assert problem in message and "Kubernetes Secret" in message and "capserve/core/rollout/secret.py" in message
     assert all(value not in message for value in env.values() if len(value) > 3)
+
+
+def test_only_pods_of_a_layout_across_nodes_log_nccl_at_info() -> None:
+    single = config_for(k3_plan())  # TP8 on one p6-b300
+    double = config_for(k3_plan("p6-b200.48xlarge"))  # TP8xPP2 on two p6-b200
+    assert single.layout.nodes_per_replica == 1 and double.layout.nodes_per_replica == 2
+    assert leader_env(single)["NCCL_DEBUG"] == "WARN" and leader_env(double)["NCCL_DEBUG"] == "INFO"
