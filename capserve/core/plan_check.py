@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from capserve.core.errors import DoesNotFitError
+from capserve.core.catalog import get_instance_type
+from capserve.core.catalog.recipes import recipe_for
+from capserve.core.errors import DoesNotFitError, SpecError
 from capserve.core.planner import ServingPlan
+from capserve.core.rollout.args import vllm_args
+from capserve.core.rollout.config import engine_options
 from capserve.core.spec import CampaignSpec
 
 _GIB = 1024**3
@@ -18,6 +22,39 @@ def check_plan_against_capacity(plan: ServingPlan, spec: CampaignSpec) -> None:
             f"{spec.serving.replicas} replica(s) need {needed}, but capacity.instance_count is "
             f"{spec.capacity.instance_count}: set capacity.instance_count to {needed} or lower serving.replicas"
         )
+
+
+def check_plan_against_recipe(plan: ServingPlan, spec: CampaignSpec) -> None:
+    """Refuse, before anything is bought, a spec that contradicts the model's vLLM recipe or its own arguments.
+
+    - The recipe's ``--max-model-len`` / ``--max-num-seqs`` for the GPU family are the limits it was validated
+      at (catalog/recipes.py): the plan may not ask more (K3 on Hopper: 32768 tokens, 5 sequences per rank).
+    - The composed arguments and environment must not contradict the plan (``merge_extra_args``,
+      ``compose_env``): the same SpecError the rollout would raise after the purchase, raised now.
+    """
+    recipe = recipe_for(plan.model) if spec.serving.recipe else None
+    instance = get_instance_type(plan.instance_type)
+    override = recipe.families.get(instance.gpu.family) if recipe is not None else None
+    if recipe is not None and override is not None:
+        gpus = f"{instance.gpu.family} GPUs ({instance.name}: {instance.gpu.name})"
+        where = f"the vLLM recipe for {recipe.model} on {gpus}"
+        off = "or set serving.recipe: false to serve without the recipe"
+        if override.max_model_len is not None and plan.context_length > override.max_model_len:
+            raise SpecError(
+                f"{where} serves at most --max-model-len {override.max_model_len}, but the plan serves "
+                f"{plan.context_length} tokens per sequence: set serving.max_model_len to {override.max_model_len} "
+                f"or less, {off} (source: {recipe.source})"
+            )
+        per_rank = plan.parallel.sequences_per_dp_rank  # what vllm_args passes as --max-num-seqs
+        if override.max_num_seqs_per_rank is not None and per_rank > override.max_num_seqs_per_rank:
+            ceiling = override.max_num_seqs_per_rank * plan.parallel.data_parallel
+            raise SpecError(
+                f"{where} runs at most --max-num-seqs {override.max_num_seqs_per_rank} per data-parallel rank, but "
+                f"the plan holds {per_rank} per rank: set serving.max_num_seqs to {ceiling} or less, {off} "
+                f"(source: {recipe.source})"
+            )
+    engine = engine_options(plan, spec)  # raises SpecError for serving.extra_env names the rollout sets
+    vllm_args(plan.parallel, engine, role="leader", model_path="/weights")  # and for extra_args against the plan
 
 
 def plan_summary_rows(plan: ServingPlan) -> list[tuple[str, str]]:

@@ -34,6 +34,7 @@ from pydantic import (
 from capserve.core.cost.spec import CostSpec
 from capserve.core.errors import SpecError
 from capserve.core.evaluation.spec import EvaluationSpec
+from capserve.core.plain_env import SECRET_HINT, env_problems
 from capserve.core.spec_checks import (
     capacity_block_window_problems,
     image_reference_problem,
@@ -266,6 +267,21 @@ class ServingSpec(StrictModel):
         description="Extra `vllm serve` arguments, appended after the ones derived from the plan; none may repeat "
         "or contradict those (the layout, lengths, KV dtype, model path, port and API key come from the plan).",
     )
+    extra_env: dict[
+        Annotated[str, StringConstraints(min_length=1, max_length=128)],
+        Annotated[str, StringConstraints(max_length=4096)],
+    ] = Field(
+        default_factory=dict,
+        max_length=64,
+        description="Extra environment variables of the vLLM container (values are strings: quote numbers), set over "
+        "the recipe's. Plain settings only: names or values that look like credentials are refused (use a "
+        "Kubernetes Secret), and so are the variables the rollout sets itself.",
+    )
+    recipe: StrictBool = Field(
+        True,
+        description="Pass the catalog's vLLM recipe for the model and GPU family (capserve/core/catalog/recipes.py) "
+        "before serving.extra_args; false: only the plan's arguments and serving.extra_args.",
+    )
     replicas: StrictInt = Field(1, ge=1, le=64, description="Independent serving replicas (each a full model copy).")
     max_model_len: StrictInt | None = Field(
         None, ge=256, le=16 * 1024 * 1024, description="Context length to serve; default: the model's maximum."
@@ -307,6 +323,14 @@ class ServingSpec(StrictModel):
         if problems:
             raise ValueError("; ".join(problems))
         return value
+
+    @field_validator("extra_env")
+    @classmethod
+    def _plain_env(cls, env: dict[str, str]) -> dict[str, str]:
+        problems = env_problems(env)
+        if problems:
+            raise ValueError("; ".join(problems) + f". {SECRET_HINT}")
+        return env
 
 
 class TeardownSpec(StrictModel):

@@ -41,7 +41,7 @@ from capserve.core.rollout import (
     serving_namespace,
     workload_name,
 )
-from capserve.core.rollout.diagnosis import Diagnosis, RolloutWaitSettings, Trouble
+from capserve.core.rollout.diagnosis import Diagnosis, RolloutWaitSettings, Trouble, transport_diagnosis
 from capserve.core.rollout.result import Attempt, RolloutFailedError, RolloutResult, server_from_log
 from capserve.core.rollout.settings import RolloutSettings
 from capserve.core.spec import CampaignSpec
@@ -59,7 +59,7 @@ from capserve.tasks.rollout.access import (
 )
 from capserve.tasks.rollout.cache import cache_complete, pod_cache_outcome, save_caches
 from capserve.tasks.rollout.objects import apply_objects, delete_workload, ensure_api_key, serving_workloads
-from capserve.tasks.rollout.wait import log_tail, wait_rollout_ready
+from capserve.tasks.rollout.wait import log_tail, pod_log, wait_rollout_ready
 
 # The variable the evaluation reads the campaign's endpoint key from, only while it runs.
 ENDPOINT_KEY_ENV = "CAPSERVE_ENDPOINT_API_KEY"
@@ -103,6 +103,9 @@ class Outcome:
     api_calls: int
     server: str
     pods: list[dict[str, Any]] = field(default_factory=list)
+    # The compile-cache save after the switch: not-needed (a hit, or caching off), saved or failed (with why).
+    cache_save: str = "not-needed"
+    cache_save_detail: str | None = None
 
 
 @dataclass
@@ -167,7 +170,7 @@ class _Run:
             elif step is Step.WAIT_READY:
                 self.wait_ready(rendered, outcome)
             elif step is Step.SAVE_CACHE and config.compile_cache and outcome.cache != "hit":
-                outcome.saved = self.save_cache(rendered, outcome.pods)
+                self.save_cache(rendered, outcome)
             elif step is Step.EVALUATE:
                 self.check(rendered)
             elif step is Step.SWITCH_SERVICE:
@@ -190,10 +193,38 @@ class _Run:
         leader = f"{rendered.name}-0"
         outcome.cache = pod_cache_outcome(self.api, self.namespace, leader) or "unknown"
         outcome.server = server_from_log("\n".join(log_tail(self.api, self.namespace, leader, "vllm", 500)))
+        if rendered.worker_args:  # one copy spans several nodes: its NCCL traffic between them must be on EFA
+            found = transport_diagnosis(pod_log(self.api, self.namespace, leader, "vllm"), pod=leader)
+            if found is not None:
+                raise RolloutFailedError(found)
 
-    def save_cache(self, rendered: RenderedRollout, pods: list[dict[str, Any]]) -> int:
+    def save_cache(self, rendered: RenderedRollout, outcome: Outcome) -> None:
+        """Save the compile cache once the Services point at the new server; never raises.
+
+        The server already serves (this is the last step): an S3 hiccup, a missing permission or no egress
+        must not fail the stage, whose failure would tear down a warm server after a cold start of hours.
+        The save runs as its own task run, awaited up to ``cache_save_timeout_s``; a failure or a timeout
+        is a warning in the log and in ``report.json`` (``rollout.compile_cache.save``), and the next
+        campaign finds no complete cache (no marker) and starts cold.
+        """
         inputs = self.inputs
-        return save_caches(self.api, rendered, inputs.spec.campaign_id, pods, inputs.weights_settings, inputs.kube)
+        deadline = inputs.wait.cache_save_timeout_s
+        future = save_caches.submit(
+            self.api, rendered, inputs.spec.campaign_id, outcome.pods, inputs.weights_settings, inputs.kube, deadline
+        )
+        try:
+            # The task's own wait ends at the deadline; the margin covers its API calls around that wait.
+            outcome.saved = future.result(timeout=deadline + 120)
+        except Exception as exc:  # noqa: BLE001 - whatever went wrong, the serving server stays up
+            outcome.cache_save = "failed"
+            outcome.cache_save_detail = f"{type(exc).__name__}: {exc}"[:1000]
+            get_run_logger().warning(
+                "rollout %s serves; its compile cache was not saved (%s): the next campaign starts cold",
+                rendered.name,
+                outcome.cache_save_detail,
+            )
+            return
+        outcome.cache_save = "saved"
 
     def check(self, rendered: RenderedRollout) -> None:
         key = ensure_api_key(self.api, self.namespace, self.inputs.spec.campaign_id)
@@ -214,7 +245,7 @@ class _Run:
             # Left over from a run that failed or was interrupted before it was recorded good.
             delete_workload(self.api, self.namespace, name, self.inputs.kube, timeout_s=900)
         if current is not None and current.config.revision == config.revision:
-            steps = (Step.APPLY_NEW, Step.WAIT_READY, Step.SAVE_CACHE, Step.EVALUATE, Step.SWITCH_SERVICE)
+            steps = (Step.APPLY_NEW, Step.WAIT_READY, Step.EVALUATE, Step.SWITCH_SERVICE, Step.SAVE_CACHE)
             reason = f"{current.name} already serves revision {config.revision}: converge on it"
             unchanged = RolloutDecision(strategy="unchanged", new_color=current.color, steps=steps, reason=reason)
             return unchanged, current
@@ -242,6 +273,8 @@ class _Run:
                 "key": rendered.cache_key,
                 "uri": rendered.cache_uri,
                 "saved_jobs": outcome.saved,
+                "save": outcome.cache_save,
+                "save_detail": outcome.cache_save_detail,
             },
             rolled_back=rolled_back,
             attempts=tuple(self.attempts),

@@ -96,6 +96,12 @@ class SandboxConfig(BaseModel):
     record_timings: bool = Field(
         default=False, description="Keep the server's own clock per stream, served at GET /sandbox/timings."
     )
+    tool_choice_auto_refusal: dict[str, Any] | None = Field(
+        default=None,
+        description="{'status', 'body'}: answer a chat request with tool_choice 'auto' this way, as vLLM does when "
+        "started without --enable-auto-tool-choice and --tool-call-parser (the kubelet fills it from vLLM's own "
+        "rule, capserve/sandbox/kube/vllm_rules.py); None: auto tool choice is on.",
+    )
     api_key_env: str | None = Field(
         default=None,
         max_length=128,
@@ -209,6 +215,12 @@ class _Server:
             return web.json_response(
                 {"error": {"message": f"The model `{body.get('model')}` does not exist."}}, status=404
             )
+        refusal = cfg.tool_choice_auto_refusal
+        # vLLM's request model makes tool_choice "auto" when tools come without one (ChatCompletionRequest's
+        # check_tool_usage, vllm/entrypoints/openai/chat_completion/protocol.py).
+        tool_choice = body.get("tool_choice", "auto" if body.get("tools") else None)
+        if refusal is not None and tool_choice == "auto":
+            return web.json_response(refusal["body"], status=int(refusal["status"]))
         if self._roll(faults.http_5xx_rate):
             return web.json_response({"error": {"message": "injected fault: service unavailable"}}, status=503)
         prompt, has_image = _text_of(body.get("messages", []))

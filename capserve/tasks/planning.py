@@ -5,7 +5,7 @@ from __future__ import annotations
 from prefect.artifacts import create_table_artifact
 
 from capserve.core.catalog import ModelEntry, get_instance_type, get_model
-from capserve.core.plan_check import check_plan_against_capacity, plan_summary_rows
+from capserve.core.plan_check import check_plan_against_capacity, check_plan_against_recipe, plan_summary_rows
 from capserve.core.planner import PlannerSettings, ServingPlan, plan_serving
 from capserve.core.spec import CampaignSpec, ModelRef
 from capserve.tasks.model_config import model_from_hub
@@ -26,7 +26,8 @@ def resolve_model(ref: ModelRef, hub_endpoint: str | None = None) -> ModelEntry:
 
 @local_task(name="plan-serving")
 def plan_campaign(spec: CampaignSpec, model: ModelEntry, settings: PlannerSettings | None = None) -> ServingPlan:
-    """Plan the model on the spec's instance type; refuse before anything is bought if it cannot fit."""
+    """Plan the model on the spec's instance type; refuse before anything is bought if it cannot fit, or if the
+    spec contradicts the model's vLLM recipe or the plan's own arguments."""
     instance = get_instance_type(spec.capacity.instance_type)
     plan = plan_serving(
         model,
@@ -36,6 +37,7 @@ def plan_campaign(spec: CampaignSpec, model: ModelEntry, settings: PlannerSettin
         settings=settings,
     ).require_fit()
     check_plan_against_capacity(plan, spec)
+    check_plan_against_recipe(plan, spec)
     return plan
 
 

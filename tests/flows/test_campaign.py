@@ -140,6 +140,7 @@ def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
     assert "--tensor-parallel-size" in rollout["args"] and "$(VLLM_API_KEY)" in rollout["args"]
     assert rollout["endpoint_access"] == "port-forward" and "127.0.0.1" in rollout["endpoint_note"]
     assert rollout["compile_cache"]["result"] == "miss" and rollout["compile_cache"]["saved_jobs"] == 1
+    assert rollout["compile_cache"]["save"] == "saved"
     assert "simulated vLLM 0.32" in rollout["server"]
     assert written["evaluation"]["url"].startswith("http://127.0.0.1:")
     assert any("Server: the sandbox kubelet" in note for note in written["evaluation"]["notes"])
@@ -150,8 +151,8 @@ def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
     assert [m.split("-", 1)[1] for m in manifests[-4:]] == [
         "Secret-capserve-k3-demo-serving-api-key.yaml",
         "LeaderWorkerSet-capserve-k3-demo-vllm-blue.yaml",
-        "Job-capserve-k3-demo-vllm-blue-cache-save-n0.yaml",
         "Service-capserve-k3-demo-serving.yaml",
+        "Job-capserve-k3-demo-vllm-blue-cache-save-n0.yaml",  # saved once the Service points at the server
     ]
     secret = yaml.safe_load(next((tmp_path / "out" / "manifests").glob("*-Secret-*")).read_text())
     assert secret["data"] == {"api-key": "<redacted>"}

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from capserve.core.errors import PermanentError
+from capserve.core.rollout.service import leader_selector
 from capserve.core.settings import RecordSettings
 from capserve.core.spec import CampaignSpec, load_spec
 from capserve.flows.campaign import campaign
@@ -43,6 +44,28 @@ def test_a_first_rollout_that_never_listens_fails_with_its_diagnosis_and_tears_d
     assert "evaluate" not in status
     assert written["teardown"]["reason"] == "failed-stage"
     assert tagged_vpcs(spec.campaign_id, written["lease"]["region"]) == []
+
+
+def test_a_failed_compile_cache_save_leaves_the_server_serving_and_says_so(
+    tmp_path: Path, far_ends: SandboxEndpoints
+) -> None:
+    # Every try of the save Job fails (an S3 upload that cannot succeed): the Job runs out of its back-offs.
+    far_ends.kube_server.inject(Fault(FaultKind.CRASH_LOOP, pod="vllm-*-cache-save-*", container="save"))
+    spec = load_spec(spec_file(tmp_path, evaluation__load=SMALL_LOAD))
+
+    report = campaign(spec, out_dir=tmp_path / "out", hub_endpoint=far_ends.hub)
+
+    written = json.loads((tmp_path / "out" / "report.json").read_text())
+    status = {s["name"]: s for s in written["stages"]}
+    assert status["rollout"]["status"] == "completed" and status["evaluate"]["status"] == "completed"
+    cache = written["rollout"]["compile_cache"]
+    assert (cache["result"], cache["save"]) == ("miss", "failed") and "cache-save" in cache["save_detail"]
+    assert written.get("teardown") is None  # nothing was torn down: the block keeps serving
+    # The Service still selects the new server's leader, and that leader still runs.
+    service = far_ends.kube_server.store.objects[("", "services", "capserve-k3-demo", "serving")]
+    assert service["spec"]["selector"] == leader_selector("vllm-blue")
+    assert report.rollout is not None and report.rollout.name == "vllm-blue"
+    assert ("", "pods", "capserve-k3-demo", "vllm-blue-0") in far_ends.kube_server.store.objects
 
 
 def test_a_failed_second_rollout_rolls_back_to_the_first(tmp_path: Path, far_ends: SandboxEndpoints) -> None:
@@ -122,6 +145,22 @@ def test_the_two_node_example_rolls_out_one_group_of_two_with_each_nodes_experts
     assert hosts == {"leader": [staged[0]], "worker": [staged[1]]}
     assert report.evaluation is not None and report.evaluation.verdict in {"pass", "invalid"}
     assert report.teardown is not None and report.teardown.remaining == ()
+
+
+def test_a_two_node_server_whose_nccl_falls_back_to_sockets_fails_before_the_evaluation(
+    tmp_path: Path, far_ends: SandboxEndpoints
+) -> None:
+    # The image has no aws-ofi-nccl plugin: NCCL talks between the two nodes over TCP sockets.
+    far_ends.kube_server.inject(Fault(FaultKind.NO_EFA_PLUGIN, pod="vllm-*", container="vllm"))
+    spec = example("kimi-k3-2node-sandbox.yaml", tmp_path)
+
+    with pytest.raises(PermanentError, match="transport: pod vllm-blue-0 container vllm: NCCL uses network Socket"):
+        campaign(spec, out_dir=tmp_path / "out", hub_endpoint=far_ends.hub)
+
+    written = json.loads((tmp_path / "out" / "report.json").read_text())
+    status = {s["name"]: s for s in written["stages"]}
+    assert status["rollout"]["status"] == "failed" and "aws-ofi-nccl" in status["rollout"]["detail"]
+    assert "evaluate" not in status
 
 
 def test_the_hyperpod_example_rolls_out_through_the_same_path(tmp_path: Path, far_ends: SandboxEndpoints) -> None:

@@ -13,6 +13,7 @@ from pydantic import SecretStr
 
 from capserve.sandbox.kube import fake_kube
 from capserve.sandbox.kube.vllm_args import VllmArgsError, parse_serve_args, serve_argv, snapshot
+from capserve.sandbox.kube.vllm_rules import rules
 from capserve.sandbox.vllm_cpu import VllmCpuSettings, unavailable_reason
 from capserve.tasks import kube as tasks_kube
 from tests.sandbox.conftest import condition, get, until
@@ -33,6 +34,20 @@ def test_the_snapshot_is_what_the_real_parser_says_now() -> None:
     ).stdout
     assert json.loads(fresh) == snapshot(), (
         "vLLM's flags changed: run `.venv-vllm/bin/python scripts/snapshot_vllm_flags.py` and commit the snapshot"
+    )
+
+
+@pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no .venv-vllm (scripts/install-vllm-cpu.sh; CI installs it)")
+def test_the_rules_snapshot_is_what_vllms_own_checks_say_now() -> None:
+    fresh = subprocess.run(
+        [str(VLLM_PYTHON), str(ROOT / "scripts" / "snapshot_vllm_rules.py"), "--stdout"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    ).stdout
+    assert json.loads(fresh) == rules(), (
+        "vLLM's cross-flag rules changed: run `.venv-vllm/bin/python scripts/snapshot_vllm_rules.py` and commit it"
     )
 
 
@@ -70,6 +85,12 @@ def test_arguments_parse_with_vllms_rewriting() -> None:
         (["/w", "--max-model-len", "1.5K"], 2, "Decimals are not allowed with binary suffixes"),
         (["--served-model-name", "x"], 1, "`model` should be provided as the first positional argument"),
         (["/w", "--enable-auto-tool-choice"], 1, "--enable-auto-tool-choice requires --tool-call-parser"),
+        (
+            ["/w", "--enable-per-request-metrics", "--disable-log-stats"],
+            1,
+            "ValueError: Error: --enable-per-request-metrics requires engine statistics logging",
+        ),
+        (["/w", "--reasoning-parser", "kimi_k9"], 1, "reasoning_parser_name='kimi_k9' has not been registered"),
         (["/w", "--nnodes", "2", "--node-rank", "2"], 1, "node_rank 2 must be in [0, 2)"),
         (["/w", "-tp", "3", "--nnodes", "2"], 1, "not divisible by nnodes 2"),
     ],

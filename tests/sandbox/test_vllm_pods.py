@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from kubernetes import client as k8s
+from kubernetes.stream import portforward
 
 from capserve.core.cluster.addons import AddonOptions, lws_controller
 from capserve.sandbox.kube import FakeKube
@@ -92,6 +93,78 @@ def test_the_api_key_from_a_secret_is_enforced(kube: FakeKube, api: k8s.ApiClien
     assert http_get(api, "keyed", "/v1/models", key="s3cr3t")[0] == 200
     log = k8s.CoreV1Api(api).read_namespaced_pod_log("keyed", "default")
     assert "s3cr3t" not in log and "'api_key': '<hidden>'" in log
+
+
+def chat(api: k8s.ApiClient, name: str, body: dict[str, Any], port: int = 8000) -> tuple[int, dict[str, Any]]:
+    """POST /v1/chat/completions (not streamed) through the API server's port-forward."""
+    forward = portforward(k8s.CoreV1Api(api).connect_get_namespaced_pod_portforward, name, "default", ports=str(port))
+    sock = forward.socket(port)
+    sock.setblocking(True)
+    payload = json.dumps(body).encode()
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: pod\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n"
+    )
+    sock.sendall(head.encode() + payload)
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    sock.close()
+    status, _, answer = data.decode().partition("\r\n\r\n")
+    return int(status.split()[1]), json.loads(answer)
+
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
+}
+
+
+def test_a_tool_call_parser_without_auto_tool_choice_answers_tool_choice_auto_with_vllms_400(
+    kube: FakeKube, api: k8s.ApiClient
+) -> None:
+    (node,) = kube.provision_nodes("gpu", 1)
+    stage_model(kube, node)
+    tasks_kube.apply(api, vllm_pod("parser-only", "--tool-call-parser", "kimi_k3"))
+    until(kube, lambda: ready(kube, "parser-only"))
+    request = {"model": "kimi-k3", "messages": [{"role": "user", "content": "weather?"}], "tools": [WEATHER_TOOL]}
+
+    status, answer = chat(api, "parser-only", {**request, "tool_choice": "auto"})
+
+    assert status == 400 and answer["error"]["type"] == "BadRequestError"
+    assert answer["error"]["message"] == (
+        '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+    )
+    assert chat(api, "parser-only", request)[0] == 400  # tools without a tool_choice mean "auto" to vLLM
+    assert chat(api, "parser-only", {**request, "tool_choice": "none"})[0] == 200
+
+
+def test_auto_tool_choice_with_its_parser_serves_tool_choice_auto(kube: FakeKube, api: k8s.ApiClient) -> None:
+    (node,) = kube.provision_nodes("gpu", 1)
+    stage_model(kube, node)
+    tasks_kube.apply(api, vllm_pod("tools", "--enable-auto-tool-choice", "--tool-call-parser", "kimi_k3"))
+    until(kube, lambda: ready(kube, "tools"))
+    request = {"model": "kimi-k3", "messages": [{"role": "user", "content": "weather?"}], "tools": [WEATHER_TOOL]}
+    status, answer = chat(api, "tools", {**request, "tool_choice": "auto"})
+    assert status == 200 and answer["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+
+
+def test_auto_tool_choice_without_a_parser_does_not_start(kube: FakeKube, api: k8s.ApiClient) -> None:
+    (node,) = kube.provision_nodes("gpu", 1)
+    stage_model(kube, node)
+    tasks_kube.apply(api, vllm_pod("no-parser", "--enable-auto-tool-choice"))
+    assert "TypeError: Error: --enable-auto-tool-choice requires --tool-call-parser" in crash_log(
+        kube, api, "no-parser"
+    )
+    last = container_status(get(kube, "pods", "no-parser"))["lastState"]["terminated"]
+    assert last["exitCode"] == 1
+
+
+def test_a_tool_parser_vllm_does_not_register_does_not_start(kube: FakeKube, api: k8s.ApiClient) -> None:
+    (node,) = kube.provision_nodes("gpu", 1)
+    stage_model(kube, node)
+    tasks_kube.apply(api, vllm_pod("typo-parser", "--enable-auto-tool-choice", "--tool-call-parser", "kimi_k9"))
+    assert "requires tool_parser:'kimi_k9' which has not been registered" in crash_log(kube, api, "typo-parser")
 
 
 # ----------------------------------------------------------------------------- two nodes, one server

@@ -40,9 +40,13 @@ def every_arg_list() -> list[list[str]]:
 
 
 def test_only_flags_vllm_032_accepts_are_written() -> None:
-    for args in every_arg_list():
-        derived = args[: len(args) - 8]  # the recipe's extra args are the user's, appended last
-        assert {a for a in derived if a.startswith("--")} <= VLLM_032_FLAGS
+    for plan in (k3_plan(), k3_plan("p6-b200.48xlarge"), k3_ep16_on_two_b200()):
+        config = config_for(plan)
+        rendered = render_rollout(config, target_for(config))
+        extra = len(config.engine.extra_args)  # the recipe's and the spec's, appended last
+        for args in (rendered.leader_args, rendered.worker_args):
+            derived = args[: len(args) - extra] if args else ()
+            assert {a for a in derived if a.startswith("--")} <= VLLM_032_FLAGS
 
 
 @pytest.mark.vllm

@@ -11,6 +11,7 @@ from capserve.core.rollout.diagnosis import (
     diagnose,
     diagnose_pod,
     timeout_diagnosis,
+    transport_diagnosis,
 )
 from capserve.core.rollout.result import server_from_log
 
@@ -121,3 +122,32 @@ def test_the_server_is_read_from_the_leaders_log() -> None:
     )
     logo = " \x1b[33m▄▄\x1b[0m \x1b[97m█     █     █ ▀▄▀ █\x1b[0m  version \x1b[97m0.32.1\x1b[0m\n"
     assert server_from_log(checked + logo) == "vLLM 0.32.1"
+
+
+# NCCL's own lines with NCCL_DEBUG=INFO (src/debug.cc format; src/init.cc, aws-ofi-nccl, net_socket.cc).
+EFA_LOG = """INFO [core_client.py] All 1 remote engine node(s) connected
+vllm-blue-0:41:41 [0] NCCL INFO NET/OFI Selected Provider is efa (found 16 nics)
+vllm-blue-0:41:41 [0] NCCL INFO Using network Libfabric
+"""
+SOCKET_LOG = """vllm-blue-0:41:41 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.1.7<0>
+vllm-blue-0:41:41 [0] NCCL INFO Using network Socket
+"""
+
+
+def test_nccl_over_the_efa_plugin_is_the_transport_a_multi_node_server_needs() -> None:
+    assert transport_diagnosis(EFA_LOG, pod="vllm-blue-0") is None
+    assert transport_diagnosis(EFA_LOG.replace("Libfabric", "AWS Libfabric"), pod="vllm-blue-0") is None
+
+
+def test_nccl_on_sockets_fails_the_rollout_with_what_to_fix() -> None:
+    found = transport_diagnosis(SOCKET_LOG, pod="vllm-blue-0")
+    assert found is not None and found.trouble is Trouble.TRANSPORT and found.fatal
+    assert "NCCL uses network Socket, not EFA" in found.describe() and "aws-ofi-nccl" in found.describe()
+
+
+def test_another_libfabric_provider_or_no_nccl_line_is_not_efa_either() -> None:
+    tcp = EFA_LOG.replace("Provider is efa", "Provider is tcp")
+    found = transport_diagnosis(tcp, pod="vllm-blue-0")
+    assert found is not None and "selected libfabric provider tcp, not efa" in found.message
+    silent = transport_diagnosis("INFO [core_client.py] All 1 remote engine node(s) connected\n", pod="vllm-blue-0")
+    assert silent is not None and "no NCCL 'Using network' line" in silent.message

@@ -58,3 +58,15 @@ def test_a_failed_recreate_brings_the_last_good_configuration_back() -> None:
     assert RolloutConfig.model_validate_json(good_config.model_dump_json()) == good_config
     # Nothing was ever good: no rollback (the campaign tears down instead).
     assert rollback_decision(choose_strategy(None, good_config, nodes_available=1), None) is None
+
+
+def test_every_strategy_saves_the_compile_cache_only_after_the_services_switched() -> None:
+    old = Serving(color="green", config=config_for(k3_plan()))
+    new = config_for(k3_plan(), spec(max_num_seqs=4))
+    decisions = [
+        choose_strategy(None, new, nodes_available=1),
+        choose_strategy(old, new, nodes_available=1),
+        choose_strategy(old, new, nodes_available=2),
+    ]
+    assert [d.strategy for d in decisions] == ["initial", "recreate", "blue-green"]
+    assert all(d.steps[-1] is Step.SAVE_CACHE for d in decisions)

@@ -1,9 +1,21 @@
 """The ``vllm serve`` arguments of every pod, derived from the plan in one function.
 
 ``vllm_args`` writes what the plan decides (layout, lengths, KV dtype, model folder, port, the API
-key reference), then appends the spec's ``serving.extra_args``. An extra argument may add anything
-else (``--trust-remote-code``, parsers, load format), but it may neither repeat a flag nor touch one
+key reference), then appends the extra arguments: the catalog's vLLM recipe for the model and GPU
+family (``capserve.core.catalog.recipes``), composed with the spec's ``serving.extra_args`` by
+``compose_extra_args``. Who wins:
+
+- the plan over the recipe: the recipe's values for flags the plan owns (``--gpu-memory-utilization``,
+  ``--kv-cache-dtype``, ``--max-model-len``, ``--max-num-seqs``) are not passed; its lengths are ceilings
+  the plan check enforces before anything is bought (``plan_check.check_plan_against_recipe``);
+- the spec over the recipe: a flag given in ``serving.extra_args`` replaces the recipe's same flag
+  (``serving.recipe: false`` drops the recipe altogether);
+- within the recipe, the GPU family's override over the layout's (the recipe's own last-wins rule).
+
+An extra argument of the spec may add anything else, but it may neither repeat a flag nor touch one
 the plan owns: ``merge_extra_args`` raises ``SpecError`` naming both sides, before anything runs.
+The environment is composed the same way (``compose_env``): recipe, then ``serving.extra_env``; names the
+rollout sets itself are refused (``ROLLOUT_ENV``).
 
 Only flags vLLM 0.32's parser accepts are written (checked against its ``--help`` in the tests).
 Values like ``$(LWS_LEADER_ADDRESS)`` are Kubernetes references: the kubelet substitutes the pod's
@@ -13,11 +25,13 @@ environment before the process starts (Kubernetes docs, "Define dependent enviro
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from capserve.core.catalog.hardware import GpuFamily
+from capserve.core.catalog.recipes import ServingRecipe
 from capserve.core.errors import SpecError
 from capserve.core.planner import ParallelLayout
 from capserve.core.rollout.layout import launch_mode
@@ -97,7 +111,12 @@ class EngineOptions(BaseModel):
     max_num_seqs: int = Field(ge=1, le=65_536, description="Sequences the plan holds at once, over all DP ranks.")
     kv_cache_dtype: Literal["auto", "fp8"] = Field(description="--kv-cache-dtype the plan's KV budget assumed.")
     gpu_memory_utilization: float = Field(gt=0, le=1, description="--gpu-memory-utilization the plan assumed.")
-    extra_args: tuple[str, ...] = Field(default=(), max_length=64, description="serving.extra_args, as given.")
+    extra_args: tuple[str, ...] = Field(
+        default=(), max_length=128, description="The recipe's arguments composed with serving.extra_args."
+    )
+    extra_env: tuple[tuple[str, str], ...] = Field(
+        default=(), max_length=128, description="The recipe's environment composed with serving.extra_env."
+    )
 
 
 Role = Literal["leader", "worker"]
@@ -232,6 +251,98 @@ def _parse(args: Sequence[str], what: str) -> list[tuple[str, str, str]]:
 
 def _shown(written: str, value: str) -> str:
     return f"{written} {value}".strip() if "=" not in written else written
+
+
+def _groups(args: Sequence[str], what: str) -> list[tuple[str, list[str]]]:
+    """(canonical flag, its tokens: the flag and its values) for every flag, in order."""
+    groups: list[tuple[str, list[str]]] = []
+    for token in args:
+        flag = _flag(token)
+        if flag is not None:
+            groups.append((flag[0].removeprefix("no-"), [token]))
+        elif groups:
+            groups[-1][1].append(token)
+        else:
+            raise SpecError(f"{what}: {token!r} is not a flag: start every argument with '--'")
+    return groups
+
+
+def _last_wins(groups: Sequence[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
+    last = {name: index for index, (name, _) in enumerate(groups)}
+    return [group for index, group in enumerate(groups) if last[group[0]] == index]
+
+
+def recipe_arguments(
+    recipe: ServingRecipe | None, *, family: GpuFamily, layout: ParallelLayout, kv_cache_dtype: str
+) -> tuple[list[str], list[tuple[str, str]]]:
+    """The recipe's arguments and environment for this GPU family, layout and KV dtype (none without a recipe).
+
+    Order as the recipe builds its command: base and feature arguments, the layout's, the family's
+    (a later one of the same flag wins), then the fp8-KV attention config when the plan's KV cache is fp8.
+    """
+    if recipe is None:
+        return [], []
+    parts = [recipe.args]
+    env: list[tuple[str, str]] = []
+    if launch_mode(layout) == "multi-node-tp-pp":
+        parts.append(recipe.multi_node_tp_pp.args)
+        env += recipe.multi_node_tp_pp.env
+    family_override = recipe.families.get(family)
+    if family_override is not None:
+        parts.append(family_override.args)
+        env += family_override.env
+    if kv_cache_dtype == "fp8":
+        parts.append(recipe.fp8_kv_args)
+    groups = _groups([token for part in parts for token in part], f"the {recipe.model} recipe")
+    owned = [name for name, _ in groups if name in OWNED]
+    if owned:  # the catalog keeps these as ceilings, never as arguments (catalog/recipes.py)
+        raise ValueError(f"the {recipe.model} recipe passes flags the plan owns: {owned}")
+    args = [token for _, tokens in _last_wins(groups) for token in tokens]
+    return args, list(dict(env).items())
+
+
+def compose_extra_args(recipe: Sequence[str], spec: Sequence[str]) -> list[str]:
+    """The recipe's arguments, less those the spec's ``serving.extra_args`` gives again, then the spec's."""
+    given = {name for name, _ in _groups(spec, "serving.extra_args")}
+    kept = [token for name, tokens in _groups(recipe, "the recipe") if name not in given for token in tokens]
+    return [*kept, *spec]
+
+
+# Environment variables the rollout sets on the vLLM container itself (workload.py, cache.py, secret.py)
+# or that LeaderWorkerSet injects (its pod webhook): serving.extra_env may not set them.
+ROLLOUT_ENV = frozenset(
+    {
+        API_KEY_ENV,
+        "VLLM_HOST_IP",
+        "HF_HUB_OFFLINE",
+        "VLLM_ENGINE_READY_TIMEOUT_S",
+        "NCCL_DEBUG",
+        "FI_PROVIDER",
+        "FI_EFA_USE_DEVICE_RDMA",
+        "VLLM_CACHE_ROOT",
+        "FLASHINFER_WORKSPACE_BASE",
+        "CUDA_CACHE_PATH",
+        "CUDA_CACHE_MAXSIZE",
+        "LWS_LEADER_ADDRESS",
+        "LWS_GROUP_SIZE",
+        "LWS_WORKER_INDEX",
+    }
+)
+
+
+def compose_env(recipe: Sequence[tuple[str, str]], spec: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The recipe's environment with ``serving.extra_env`` over it (the spec's value wins for a name).
+
+    Raises SpecError for a name the rollout sets itself.
+    """
+    taken = sorted(set(spec) & ROLLOUT_ENV)
+    if taken:
+        raise SpecError(
+            f"serving.extra_env sets {taken}, which the rollout sets itself (the pod's address, the startup "
+            "budget, NCCL's log level, EFA, the cache folders, the API key, LeaderWorkerSet's variables): "
+            "remove them from serving.extra_env"
+        )
+    return list({**dict(recipe), **dict(spec)}.items())
 
 
 def merge_extra_args(derived: Sequence[str], extra: Sequence[str]) -> list[str]:

@@ -18,8 +18,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from capserve.core.catalog import get_instance_type
+from capserve.core.catalog.recipes import recipe_for
 from capserve.core.planner import ParallelLayout, ServingPlan, Shape
-from capserve.core.rollout.args import EngineOptions
+from capserve.core.rollout.args import EngineOptions, compose_env, compose_extra_args, recipe_arguments
 from capserve.core.spec import CampaignSpec
 from capserve.core.weights.listing import SHA1_HEX
 
@@ -102,6 +104,7 @@ class RolloutConfig(BaseModel):
     def revision(self) -> str:
         """10 hex characters naming this configuration (label ``capserve.io/revision``)."""
         config = self.model_dump(mode="json", exclude={"replicas"})
+        config["engine"] = _engine_digested(config["engine"])
         return _digest({**config, "layout": {**self._layout_digested(), "replicas": self.replicas}})[:10]
 
     @property
@@ -113,7 +116,7 @@ class RolloutConfig(BaseModel):
         one vLLM will find, and a configuration that would miss anyway gets its own key. Endpoint
         access, budgets and replica count do not change compiled code and are left out.
         """
-        engine = self.engine.model_dump(mode="json", exclude={"served_model_name"})
+        engine = _engine_digested(self.engine.model_dump(mode="json", exclude={"served_model_name"}))
         parts = {
             "image": self.pinned_digest or self.image,
             "model": f"{self.model_repo}@{self.revision_sha}",
@@ -128,20 +131,35 @@ class RolloutConfig(BaseModel):
         return {key: getattr(self.layout, _PLANNER_NAMES.get(key, key)) for key in _LAYOUT_KEYS}
 
 
+def _engine_digested(engine: dict[str, Any]) -> dict[str, Any]:
+    """The engine options as digested: without an empty environment (configs from before ``extra_env`` existed
+    keep their revision and compile-cache key); with one, the environment changes both (vLLM hashes some of it)."""
+    return {key: value for key, value in engine.items() if not (key == "extra_env" and not value)}
+
+
 def _digest(data: object) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def engine_options(plan: ServingPlan, spec: CampaignSpec) -> EngineOptions:
-    """The engine options the plan was computed for, plus the spec's served name and extra args."""
+    """The engine options the plan was computed for, plus the spec's served name, and the catalog's vLLM recipe
+    for the model and GPU family composed with the spec's extra arguments and environment (args.py says who wins).
+
+    Raises SpecError when ``serving.extra_env`` sets a variable the rollout sets itself.
+    """
+    kv_cache_dtype: Literal["auto", "fp8"] = "fp8" if plan.kv_cache_dtype_bytes == 1 else "auto"
+    recipe = recipe_for(plan.model) if spec.serving.recipe else None
+    family = get_instance_type(plan.instance_type).gpu.family
+    args, env = recipe_arguments(recipe, family=family, layout=plan.parallel, kv_cache_dtype=kv_cache_dtype)
     return EngineOptions(
         served_model_name=spec.served_model_name,
         max_model_len=plan.context_length,
         # The total over all DP ranks (the field's meaning); vllm_args hands each rank its share.
         max_num_seqs=plan.parallel.sequences_per_dp_rank * plan.parallel.data_parallel,
-        kv_cache_dtype="fp8" if plan.kv_cache_dtype_bytes == 1 else "auto",
+        kv_cache_dtype=kv_cache_dtype,
         gpu_memory_utilization=plan.gpu_memory_utilization,
-        extra_args=tuple(spec.serving.extra_args),
+        extra_args=tuple(compose_extra_args(args, spec.serving.extra_args)),
+        extra_env=tuple(compose_env(env, spec.serving.extra_env)),
     )
 
 

@@ -19,6 +19,9 @@ Kubernetes reports in each case is in docs/serving.md §7.1:
 - **startup-probe**: the kubelet killed the container because its startup probe ran out
   (``Killing``: "failed startup probe"): the startup budget is spent, fatal.
 - **config**: ``CreateContainerConfigError`` (e.g. the API-key Secret is missing): fatal after the grace.
+- **transport** (multi-node layouts, once ready): the leader's log (``NCCL_DEBUG=INFO``) does not show
+  NCCL on the aws-ofi-nccl plugin with libfabric's ``efa`` provider (``transport_diagnosis``): fatal,
+  before the evaluation, since a server on TCP sockets across nodes is far slower than the plan assumed.
 
 The wait's own deadline (the startup budget plus the allowance for pulling and scheduling) ends
 anything else as **timeout**, with the last state of each pod.
@@ -27,6 +30,7 @@ anything else as **timeout**, with the last state of each pod.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -44,6 +48,7 @@ class Trouble(enum.StrEnum):
     STARTUP_PROBE = "startup-probe"
     CONFIG = "config"
     CHECK = "endpoint-check"
+    TRANSPORT = "transport"
     TIMEOUT = "timeout"
 
 
@@ -60,8 +65,46 @@ _FIX = {
     "(a cold first boot of a large MoE takes over an hour) or check the log for a hang",
     Trouble.CONFIG: "a Secret or ConfigMap the pod reads is missing",
     Trouble.CHECK: "the pod is ready but its API does not serve the model with the campaign's key: read its log",
+    Trouble.TRANSPORT: "NCCL must reach the other nodes over EFA: use an image with the aws-ofi-nccl plugin and "
+    "libfabric (docs/serving.md §5.2), and check that the pods get vpc.amazonaws.com/efa devices and FI_PROVIDER=efa",
     Trouble.TIMEOUT: "the pods did not become ready in time; see their state above",
 }
+
+# NCCL's and aws-ofi-nccl's own log lines with NCCL_DEBUG=INFO ("<host>:<pid>:<tid> [<dev>] NCCL INFO <message>",
+# NCCL src/debug.cc). NCCL names the network it uses at communicator init, src/init.cc:
+# INFO(NCCL_INIT, "Using network %s", ...): "Socket" or "IB" built in, the plugin's name otherwise ("Libfabric" for
+# aws-ofi-nccl >= 1.12, "AWS Libfabric" before, or with NCCL_NET="AWS Libfabric"; "OFI" with NCCL_NET=OFI:
+# aws-ofi-nccl src/nccl_ofi_interface_nvidia.cpp). The plugin names libfabric's provider, src/nccl_ofi_net.cpp
+# (NCCL_OFI_INFO prefixes "NET/OFI "): "Selected Provider is %s (found %d nics)". NCCL's socket transport says
+# "NET/Socket : Using ..." (src/transport/net_socket.cc).
+_NCCL_NETWORK = re.compile(r"NCCL INFO Using network (.+?)\s*$", re.MULTILINE)
+_OFI_PROVIDER = re.compile(r"NCCL INFO NET/OFI Selected [Pp]rovider is ([A-Za-z0-9_;-]+)")
+_OFI_NETWORKS = ("Libfabric", "AWS Libfabric", "OFI")
+
+
+def transport_diagnosis(log: str, *, pod: str, container: str = "vllm") -> Diagnosis | None:
+    """None when the leader's log shows NCCL over aws-ofi-nccl with the ``efa`` provider, else why not (fatal)."""
+    networks = {match.strip() for match in _NCCL_NETWORK.findall(log)}
+    providers = set(_OFI_PROVIDER.findall(log))
+    if providers == {"efa"} and networks and networks <= set(_OFI_NETWORKS):
+        return None
+    if not networks and not providers:
+        message = (
+            "the leader's log has no NCCL 'Using network' line although NCCL_DEBUG=INFO is set: NCCL's transport "
+            "across nodes is unknown"
+        )
+    elif networks - set(_OFI_NETWORKS):
+        fallback = ", ".join(sorted(networks - set(_OFI_NETWORKS)))
+        message = (
+            f"NCCL uses network {fallback}, not EFA: the aws-ofi-nccl plugin is missing or found no EFA device, so "
+            "traffic between the nodes goes over TCP"
+        )
+    else:
+        message = (
+            f"NCCL's aws-ofi-nccl plugin selected libfabric provider {', '.join(sorted(providers)) or '(none named)'}, "
+            "not efa"
+        )
+    return Diagnosis(trouble=Trouble.TRANSPORT, pod=pod, container=container, message=message, fatal=True)
 
 
 class RolloutWaitSettings(BaseModel):
@@ -83,6 +126,13 @@ class RolloutWaitSettings(BaseModel):
         "scheduling and the compile-cache restore happen before the startup probe starts counting.",
     )
     log_lines: int = Field(20, ge=1, le=500, description="Log lines of a crashed container kept in the error.")
+    cache_save_timeout_s: float = Field(
+        1800.0,
+        ge=1,
+        le=3600,
+        description="How long the flow waits, after the Services switched, for the compile-cache save Jobs; past "
+        "it (or on their failure) the report says the cache was not saved and the next campaign starts cold.",
+    )
 
 
 class Diagnosis(BaseModel):

@@ -80,7 +80,10 @@ class RolloutResult(BaseModel):
     endpoint_access: str = Field(min_length=1, max_length=32, description="port-forward | internal-nlb.")
     endpoint_note: str = Field(min_length=1, max_length=1000, description="How the flow reaches the endpoint.")
     server: str = Field(min_length=1, max_length=400, description="What the leader pod runs (from its log).")
-    compile_cache: dict[str, Any] = Field(description="{'result': hit|miss|off|unknown, 'key', 'uri', 'saved'}.")
+    compile_cache: dict[str, Any] = Field(
+        description="{'result': hit|miss|off|unknown, 'key', 'uri', 'saved_jobs', 'save': not-needed|saved|failed, "
+        "'save_detail': why it failed}."
+    )
     rolled_back: bool = Field(description="A failed rollout was undone: the last good configuration serves.")
     attempts: tuple[Attempt, ...] = Field(min_length=1, description="What ran, in order.")
     api_calls_while_waiting: int = Field(0, ge=0, description="Kubernetes API requests made by the ready wait.")
@@ -122,6 +125,12 @@ class RolloutResult(BaseModel):
             "",
             f"Compile cache: **{cache.get('result')}** (key `{cache.get('key')}`, {cache.get('uri')}).",
         ]
+        if cache.get("save") == "failed":
+            lines += [
+                "",
+                f"**Warning**: the compile cache was not saved ({cache.get('save_detail')}). The server serves; "
+                "the next campaign starts cold.",
+            ]
         if self.rolled_back:
             lines += ["", "**Rolled back**: the new configuration failed; the last good one serves again."]
         rows = [

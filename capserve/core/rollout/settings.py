@@ -79,7 +79,8 @@ class RolloutSettings(BaseModel):
     nccl_debug: str = Field(
         "WARN",
         pattern=r"^(VERSION|WARN|INFO|TRACE)$",
-        description="NCCL_DEBUG. INFO once per image shows whether NCCL uses EFA ('NET/OFI') or plain TCP sockets.",
+        description="NCCL_DEBUG of single-node pods. Pods of a layout spanning nodes always get INFO: the rollout "
+        "reads from the leader's log whether NCCL uses EFA ('NET/OFI Selected Provider is efa') or TCP sockets.",
     )
     startup: StartupModel = Field(
         default_factory=StartupModel, description="How the startup probe's budget is computed."

@@ -1,7 +1,8 @@
 """How a new configuration replaces the serving one, and how a failure goes back: decisions as data.
 
-- **initial**: nothing serves yet: apply, wait until ready, save the compile cache, evaluate, point
-  the Services at it.
+- **initial**: nothing serves yet: apply, wait until ready, evaluate, point the Services at it, then
+  save the compile cache (last, so an upload failure never touches a server that already serves: the
+  flow reports it as a warning and the next campaign starts cold).
 - **blue-green**: the reservation holds two copies. The new colour comes up beside the old one, is
   evaluated, then the Services switch to it and the old colour is deleted. A failure before the
   switch only deletes the new colour: the old one never stopped serving.
@@ -33,7 +34,7 @@ class Step(enum.StrEnum):
     DELETE_OLD = "delete-old"  # delete the old colour's workload (and wait until its pods are gone)
     APPLY_NEW = "apply-new"  # server-side apply the new colour's workload
     WAIT_READY = "wait-ready"  # watch until every group is ready, within the startup budget
-    SAVE_CACHE = "save-cache"  # one Job per node saves the compile cache (skipped when it was a hit)
+    SAVE_CACHE = "save-cache"  # after the switch: Jobs save the compile cache; a failure is a warning only
     EVALUATE = "evaluate"  # run the evaluation against the new colour
     SWITCH_SERVICE = "switch-service"  # point the Services at the new colour's leader
 
@@ -86,7 +87,7 @@ def choose_strategy(current: Serving | None, new: RolloutConfig, *, nodes_availa
         return RolloutDecision(
             strategy="initial",
             new_color="blue",
-            steps=(Step.APPLY_NEW, Step.WAIT_READY, Step.SAVE_CACHE, Step.EVALUATE, Step.SWITCH_SERVICE),
+            steps=(Step.APPLY_NEW, Step.WAIT_READY, Step.EVALUATE, Step.SWITCH_SERVICE, Step.SAVE_CACHE),
             reason=f"nothing serves yet; the new configuration takes {need} of {nodes_available} GPU nodes",
         )
     both = nodes_per_copy(current.config) + need
@@ -99,10 +100,10 @@ def choose_strategy(current: Serving | None, new: RolloutConfig, *, nodes_availa
             steps=(
                 Step.APPLY_NEW,
                 Step.WAIT_READY,
-                Step.SAVE_CACHE,
                 Step.EVALUATE,
                 Step.SWITCH_SERVICE,
                 Step.DELETE_OLD,
+                Step.SAVE_CACHE,
             ),
             reason=f"old and new copies need {both} GPU nodes and the reservation has {nodes_available}",
         )
@@ -110,7 +111,7 @@ def choose_strategy(current: Serving | None, new: RolloutConfig, *, nodes_availa
         strategy="recreate",
         new_color=new_color,
         old_color=current.color,
-        steps=(Step.DELETE_OLD, Step.APPLY_NEW, Step.WAIT_READY, Step.SAVE_CACHE, Step.EVALUATE, Step.SWITCH_SERVICE),
+        steps=(Step.DELETE_OLD, Step.APPLY_NEW, Step.WAIT_READY, Step.EVALUATE, Step.SWITCH_SERVICE, Step.SAVE_CACHE),
         reason=(
             f"old and new copies would need {both} GPU nodes but the reservation has {nodes_available}: "
             "the old copy stops before the new one starts (the endpoint is down in between)"

@@ -256,6 +256,10 @@ class _PodParts:
                 amounts["hugepages-2Mi"] = f"{settings.efa_hugepages_mib}Mi"
         return amounts
 
+    @property
+    def nccl_debug(self) -> str:
+        return "INFO" if self.config.layout.nodes_per_replica > 1 else self.settings.nccl_debug
+
     def env(self, role: str, node: str) -> list[dict[str, Any]]:
         env: list[dict[str, Any]] = [
             # The address vLLM advertises to the other nodes: the pod's own IP (docs/serving.md §1.3).
@@ -264,12 +268,16 @@ class _PodParts:
             {"name": "HF_HUB_OFFLINE", "value": "1"},
             # The same value cold or warm: vLLM hashes it into the compile-cache key (docs/serving.md §4).
             {"name": "VLLM_ENGINE_READY_TIMEOUT_S", "value": str(self.ready_timeout)},
-            {"name": "NCCL_DEBUG", "value": self.settings.nccl_debug},
+            # INFO on several nodes: the rollout reads NCCL's transport from the leader's log (diagnosis.py,
+            # transport_diagnosis) and refuses a server whose traffic between nodes is not on EFA.
+            {"name": "NCCL_DEBUG", "value": self.nccl_debug},
         ]
         if self.instance.efa_card_indices:
             # libfabric's EFA provider with GPUDirect RDMA (AWS EFA cheatsheet; docs/serving.md §5.2).
             env += [{"name": "FI_PROVIDER", "value": "efa"}, {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"}]
         env += cache_env(node)
+        # The recipe's and serving.extra_env's (plain values; names the rollout sets are refused: args.py).
+        env += [{"name": name, "value": value} for name, value in self.config.engine.extra_env]
         if role == "leader":
             env.append(api_key_env(API_KEY_ENV))
         return env

@@ -11,9 +11,10 @@ rewriting vLLM's ``FlexibleArgumentParser`` does before parsing (vllm/utils/argp
 - ``-O3`` / ``-O 3`` mean ``--optimization-level 3``;
 - dotted JSON flags (``--compilation-config.mode 3``) are merged into one JSON value.
 
-Errors are argparse's (exit code 2, "usage:" then "vllm serve: error: ..."); the two startup checks
-of ``validate_parsed_serve_args`` that need no model raise like vLLM does (exit code 1). What is not
-modelled: ``--config`` files, and every check that needs the model or a GPU (see docs/sandbox-kubelet.md).
+Errors are argparse's (exit code 2, "usage:" then "vllm serve: error: ..."); the cross-flag checks of
+``validate_parsed_serve_args`` and the parser-name lookups raise like vLLM does (exit code 1), from the
+rules snapshot vLLM's own code produced (``vllm_rules.py``). What is not modelled: ``--config`` files,
+and every check that needs the model or a GPU (see docs/sandbox-kubelet.md).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from typing import Any, NoReturn
+
+from capserve.sandbox.kube.vllm_rules import VllmStartupError, check_startup
 
 USAGE = "usage: vllm serve [model_tag] [options]"
 TOP_USAGE = "usage: vllm [-h] [-v] {chat,complete,serve,bench,collect-env,run-batch} ..."
@@ -331,10 +334,10 @@ def parse_serve_args(argv: Sequence[str]) -> ServeArgs:
     defaults = vars(parser.parse_args([]))
     non_default = {k: v for k, v in values.items() if v != defaults.get(k)}
     model = values.get("model_tag") or "Qwen/Qwen3-0.6B"  # vLLM's default model when none is named
-    if values.get("enable_auto_tool_choice") and not values.get("tool_call_parser"):
-        raise VllmArgsError(["TypeError: Error: --enable-auto-tool-choice requires --tool-call-parser"], 1)
-    if values.get("enable_log_outputs") and not values.get("enable_log_requests"):
-        raise VllmArgsError(["TypeError: Error: --enable-log-outputs requires --enable-log-requests"], 1)
+    try:
+        check_startup(values)  # vLLM's own cross-flag rules and parser names (vllm_rules.py)
+    except VllmStartupError as error:
+        raise VllmArgsError([str(error)], 1) from None
     nnodes, rank = int(values.get("nnodes") or 1), int(values.get("node_rank") or 0)
     if not 0 <= rank < nnodes:
         raise VllmArgsError([f"ValueError: node_rank {rank} must be in [0, {nnodes}) (nnodes={nnodes})"], 1)

@@ -64,10 +64,13 @@ def save_caches(
     pods: Sequence[dict[str, Any]],
     weights: WeightsSettings,
     kube: KubeSettings,
+    timeout_s: float = 3600,
 ) -> int:
-    """One Job per layout node, on the node its pod of group 0 ran, uploading that node's cache; waits for them.
+    """One Job per layout node, on the node its pod of group 0 ran, uploading that node's cache; waits for them
+    (at most ``timeout_s``).
 
-    Returns the number of Jobs. Each Job is a no-op when S3 already has the node's complete cache.
+    Returns the number of Jobs. Each Job is a no-op when S3 already has the node's complete cache. Raises when a
+    Job fails or the wait runs out; the rollout flow calls it after the switch and reports that as a warning.
     """
     first_group = [
         p
@@ -92,5 +95,5 @@ def save_caches(
         apply_job(api, job)  # this colour's Job of an earlier configuration is made again
         jobs.append(job)
     if jobs:
-        wait_workloads_ready(api, jobs, kube, timeout_s=3600, what="compile-cache save Jobs")
+        wait_workloads_ready(api, jobs, kube, timeout_s=timeout_s, what="compile-cache save Jobs")
     return len(jobs)

@@ -89,6 +89,16 @@ def log_tail(api: k8s.ApiClient, namespace: str, pod: str, container: str | None
     return ()
 
 
+@kube_task(name="read-leader-log", cache_policy=NO_CACHE)
+def pod_log(api: k8s.ApiClient, namespace: str, pod: str, container: str) -> str:
+    """The container's whole current log (NCCL's transport lines come early in a long start); '' if unreadable."""
+    try:
+        text: str = k8s.CoreV1Api(api).read_namespaced_pod_log(pod, namespace, container=container)
+    except k8s.ApiException:
+        return ""
+    return text
+
+
 class _Judge:
     """What the wait has seen so far, judged on every change."""
 

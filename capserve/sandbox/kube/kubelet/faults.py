@@ -4,6 +4,9 @@
 - ``crash-loop``: the container exits 1 after ``seconds`` (then ``CrashLoopBackOff``);
 - ``oom``: the container is killed after ``seconds`` with exit code 137, reason ``OOMKilled``;
 - ``slow-start``: the container's server listens only after ``seconds`` (probes see connection refused).
+- ``no-efa-plugin``: the vLLM image lacks NCCL's aws-ofi-nccl plugin, so NCCL falls back to its socket
+  transport between nodes even with EFA devices and ``FI_PROVIDER=efa`` (whether the stock vLLM image
+  ships the plugin is not documented; docs/serving.md §5.2).
 
 ``seconds`` are cluster seconds (divided by the time scale); ``times`` limits a fault to the first
 N starts of each matching container (then it runs normally), e.g. one crash that a group recreation heals.
@@ -21,6 +24,7 @@ class FaultKind(StrEnum):
     CRASH_LOOP = "crash-loop"
     OOM = "oom"
     SLOW_START = "slow-start"
+    NO_EFA_PLUGIN = "no-efa-plugin"
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from capserve.sandbox.kube.kubelet.logs import InstanceLog
 from capserve.sandbox.kube.kubelet.processes import LocalProcess, free_port
 from capserve.sandbox.kube.kubelet.volumes import expand, rewrite_paths, to_host
 from capserve.sandbox.kube.vllm_args import ServeArgs, VllmArgsError, parse_serve_args, serve_argv, vllm_version
+from capserve.sandbox.kube.vllm_rules import tool_choice_auto_refusal
 from capserve.sandbox.openai_server import quality_of_checkpoint
 
 if TYPE_CHECKING:
@@ -344,6 +345,8 @@ class VllmRuntime(ProcessRuntime):
                 group.changed.clear()
                 await group.changed.wait()
             ctx.log.write(f"INFO [core_client.py] All {expected} remote engine node(s) connected")
+            for line in nccl_transport_lines(ctx):
+                ctx.log.write(line)
         slow = ctx.kubelet.faults.take(FaultKind.SLOW_START, ctx.pod_name, str(ctx.container.get("name")), ctx.image)
         delay = ctx.kubelet.timing.wall(slow.seconds) if slow else 0.0
         local = free_port()
@@ -407,6 +410,31 @@ class VllmRuntime(ProcessRuntime):
             self.ctx.kubelet.vllm_leave(str(self.ctx.pod["metadata"]["uid"]))
 
 
+def nccl_transport_lines(ctx: ContainerContext) -> list[str]:
+    """What NCCL logs about its network once the ranks on several nodes set up their communicator.
+
+    Only with ``NCCL_DEBUG=INFO`` (NCCL prints INFO lines at that level only), in NCCL's format
+    ``<host>:<pid>:<tid> [<dev>] NCCL INFO <message>`` (src/debug.cc). The stand-in image is taken to ship
+    the aws-ofi-nccl plugin: with EFA devices allocated to the container and ``FI_PROVIDER=efa`` the plugin
+    selects libfabric's efa provider (aws-ofi-nccl "Selected Provider is %s (found %d nics)", plugin name
+    "Libfabric"); otherwise NCCL falls back to its socket transport ("NET/Socket : Using ...", "Using network
+    Socket": src/transport/net_socket.cc, src/init.cc).
+    """
+    if ctx.env.get("NCCL_DEBUG", "").upper() != "INFO":
+        return []
+    prefix = f"{ctx.pod_name}:{os.getpid()}:{os.getpid()} [0] NCCL INFO"
+    limits = (ctx.container.get("resources") or {}).get("limits") or {}
+    efa_devices = int(str(limits.get("vpc.amazonaws.com/efa", "0")) or 0)
+    container = str(ctx.container.get("name"))
+    plugin = ctx.kubelet.faults.peek(FaultKind.NO_EFA_PLUGIN, ctx.pod_name, container, ctx.image) is None
+    if efa_devices > 0 and ctx.env.get("FI_PROVIDER") == "efa" and plugin:
+        return [
+            f"{prefix} NET/OFI Selected Provider is efa (found {efa_devices} nics)",
+            f"{prefix} Using network Libfabric",
+        ]
+    return [f"{prefix} NET/Socket : Using [0]eth0:{ctx.pod_ip}<0>", f"{prefix} Using network Socket"]
+
+
 def _printable(values: Mapping[str, Any]) -> str:
     hidden = {"api_key", "hf_token"}
     return repr({k: ("<hidden>" if k in hidden else v) for k, v in sorted(values.items())})
@@ -421,6 +449,9 @@ def sandbox_server(ctx: ContainerContext, args: ServeArgs, host_model: Path, por
     max_len = args.get("max_model_len")
     if isinstance(max_len, int) and max_len > 0:
         config["max_model_len"] = max_len
+    refusal = tool_choice_auto_refusal(args.values)  # started without --enable-auto-tool-choice + a parser
+    if refusal is not None:
+        config["tool_choice_auto_refusal"] = refusal
     env = {**os.environ, **ctx.env}
     env.pop("VLLM_API_KEY", None)
     if args.api_keys:
