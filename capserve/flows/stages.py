@@ -178,15 +178,17 @@ def rollout_stage(ctx: CampaignContext) -> RolloutResult | StageEnd:
 
 def rollout_inputs(ctx: CampaignContext) -> RolloutInputs:
     """What the rollout is given: the earlier stages' results and the record's last good configuration."""
+    cluster = need(ctx.report.cluster, Stage.BRING_UP)
     return RolloutInputs(
         spec=ctx.spec,
         plan=need(ctx.report.plan, Stage.PLAN),
         weights=need(ctx.report.weights, Stage.STAGE_WEIGHTS),
         staged=need(ctx.report.node_staging, Stage.WEIGHTS_TO_NODES),
-        cluster=need(ctx.report.cluster, Stage.BRING_UP),
+        cluster=cluster,
         last_good=ctx.record.last_good_rollout,
         region=ctx.locations.weights.region,
-        weights_settings=ctx.settings.weights,
+        # The vLLM pods mount the weights (and caches) where the staging Jobs wrote them: the kind's NVMe.
+        weights_settings=ctx.settings.weights.for_cluster(cluster.kind),
     )
 
 
