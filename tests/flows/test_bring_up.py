@@ -118,7 +118,6 @@ def test_sandbox_hyperpod_refuses_an_eks_cluster_without_the_hyperpod_dependenci
     import boto3
     from botocore.exceptions import ClientError
 
-    from capserve.core.cluster.hyperpod import dependencies
     from capserve.tasks import kube as tasks_kube
 
     eks_ext.attach_fake_kube(kube)
@@ -135,6 +134,8 @@ def test_sandbox_hyperpod_refuses_an_eks_cluster_without_the_hyperpod_dependenci
     with pytest.raises(ClientError, match="install the HyperPod dependencies Helm chart first") as refused:
         sagemaker.create_cluster(**request)
     assert refused.value.response["Error"]["Code"] == "ValidationException"
+    from capserve.core.cluster.hyperpod import dependencies  # capserve's vendored chart objects
+
     api = tasks_kube.api_client(kube.url, None, lambda: SecretStr(kube.token))
     tasks_kube.apply_addons(api, dependencies(REGION, "bare"), KubeSettings())
     assert sagemaker.create_cluster(**request)["ClusterArn"].startswith("arn:aws:sagemaker:")
