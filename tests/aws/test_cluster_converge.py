@@ -324,3 +324,21 @@ def test_hyperpod_execution_role_carries_its_eks_weights_and_cache_policies(sand
         document = json.loads(unquote(document))
     assert {"Effect": "Allow", "Action": ["s3:GetObject"],
             "Resource": ["arn:aws:s3:::capserve-weights/capserve/weights/*"]} in document["Statement"]
+
+
+def test_preflight_tells_whether_the_lifecycle_script_can_be_put_or_found(sandbox: None) -> None:
+    from capserve.tasks.cluster.hyperpod import lifecycle_problem
+
+    settings = BringUpSettings(poll_seconds=0)
+    assert lifecycle_problem.fn("conv-pre-free", REGION, settings) is None  # the name is free: bring-up makes it
+    converge_lifecycle_scripts.fn("conv-pre-ours", REGION, settings)
+    assert lifecycle_problem.fn("conv-pre-ours", REGION, settings) is None  # already the campaign's
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="sagemaker-conv-pre-taken-123456789012",
+                     CreateBucketConfiguration={"LocationConstraint": REGION})
+    taken = lifecycle_problem.fn("conv-pre-taken", REGION, settings)
+    assert taken is not None and "not tagged as campaign conv-pre-taken's HyperPod lifecycle bucket" in taken
+    s3.create_bucket(Bucket="sagemaker-pre-user", CreateBucketConfiguration={"LocationConstraint": REGION})
+    user = settings.model_copy(update={"hyperpod_lifecycle_s3_uri": "s3://sagemaker-pre-user/lcs/"})
+    missing = lifecycle_problem.fn("conv-pre-user", REGION, user)
+    assert missing is not None and "s3://sagemaker-pre-user/lcs/on_create.sh cannot be read (404)" in missing

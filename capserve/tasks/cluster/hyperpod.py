@@ -95,6 +95,51 @@ def converge_lifecycle_scripts(campaign_id: str, region: str, settings: BringUpS
     return LifecycleScripts(uri=uri, created=tuple(created))
 
 
+@aws_task(name="preflight-hyperpod-lifecycle-scripts", cache_policy=NO_CACHE)
+def lifecycle_problem(campaign_id: str, region: str, settings: BringUpSettings) -> str | None:
+    """Before anything is bought (read-only): can bring-up put or find the lifecycle script? None when it can.
+
+    The settings' folder must hold the entrypoint script; the campaign's own bucket name must be free, or
+    already the campaign's (bucket names are global: another account may own it).
+    """
+    s3 = aws.client("s3", region)
+    try:
+        if settings.hyperpod_lifecycle_s3_uri:
+            uri = settings.hyperpod_lifecycle_s3_uri
+            bucket, _ = build.split_s3_uri(uri)
+            key = build.script_key(uri, settings.hyperpod_on_create_script)
+            try:
+                s3.head_object(Bucket=bucket, Key=key)
+            except ClientError as exc:
+                if aws.error_code(exc) in (*_ABSENT, "403"):
+                    return (
+                        f"the HyperPod lifecycle script s3://{bucket}/{key} cannot be read ({aws.error_code(exc)}): "
+                        "upload it, or unset bring_up.hyperpod_lifecycle_s3_uri to use capserve's own on_create.sh"
+                    )
+                raise
+            return None
+        account = aws.client("sts", region).get_caller_identity()["Account"]
+        bucket = build.lifecycle_bucket(campaign_id, account)
+        try:
+            s3.head_bucket(Bucket=bucket)
+        except ClientError as exc:
+            if aws.error_code(exc) in _ABSENT:
+                return None
+            if aws.error_code(exc) == "403":
+                return (
+                    f"the HyperPod lifecycle bucket name {bucket} belongs to another account: rename the campaign "
+                    "or set bring_up.hyperpod_lifecycle_s3_uri to a sagemaker- folder of your own"
+                )
+            raise
+        try:
+            _ours(s3, bucket, campaign_id, fresh=False)
+        except PermanentError as exc:
+            return str(exc)
+        return None
+    except (ClientError, BotoCoreError) as exc:
+        raise aws.convert(exc, "HyperPod lifecycle script preflight") from exc
+
+
 def _ours(s3: Any, bucket: str, campaign_id: str, *, fresh: bool) -> None:
     """Tag a bucket this run made; refuse one of the campaign's name that another campaign (or nobody) tagged."""
     tags_wanted = build.lifecycle_bucket_tags(campaign_id, bucket)
