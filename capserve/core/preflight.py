@@ -81,6 +81,9 @@ class PreflightFacts(BaseModel):
     bucket_names: tuple[str, ...] = Field((), max_length=16, description="Bucket names the campaign will use.")
     reservation: ReservationWindow | None = Field(None, description="The existing reservation the spec names.")
     reservation_problem: str | None = Field(None, max_length=2000, description="Why it could not be read.")
+    lifecycle_problem: str | None = Field(
+        None, max_length=2000, description="Why HyperPod's lifecycle script cannot be put or found (docs/hyperpod.md)."
+    )
 
 
 def bucket_name_problems(name: str) -> list[str]:
@@ -140,6 +143,7 @@ def preflight_problems(
         *(p for name in facts.bucket_names for p in bucket_name_problems(name)),
         *_capacity_problems(spec),
         *_window_problems(spec, plan, facts, bring_up),
+        *([facts.lifecycle_problem] if facts.lifecycle_problem else []),
     ]
 
 

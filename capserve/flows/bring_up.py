@@ -4,7 +4,7 @@ EKS: network (docs/aws-network.md: GPU nodes in a private subnet behind a NAT ga
 and system nodes in public subnets of zones EKS allows) → IAM roles → control plane → system node group →
 capacity-block launch template → CAPACITY_BLOCK node group.
 HyperPod: network → IAM roles → EKS control plane (the orchestrator) → system node group → HyperPod
-cluster on the training plan.
+dependencies on the EKS cluster and the lifecycle script in S3 → HyperPod cluster on the training plan.
 Then, for both: a Kubernetes client (in memory, EKS token) → add-ons applied → every GPU node Ready with
 its GPUs (and EFA devices) allocatable → add-ons and EKS's CoreDNS ready (on the system nodes: the GPU
 nodes are tainted).
@@ -22,6 +22,7 @@ from datetime import datetime
 from prefect import flow, get_run_logger
 
 from capserve.core.cluster.expectations import bring_up_steps, cluster_expectations
+from capserve.core.cluster.hyperpod import dependencies as hyperpod_dependencies
 from capserve.core.cluster.naming import ClusterNames
 from capserve.core.cluster.network import NetworkIds
 from capserve.core.cluster.readiness import Readiness
@@ -39,7 +40,7 @@ from capserve.tasks.cluster.eks import (
     converge_system_nodegroup,
     existing_cluster,
 )
-from capserve.tasks.cluster.hyperpod import converge_hyperpod
+from capserve.tasks.cluster.hyperpod import converge_hyperpod, converge_lifecycle_scripts
 from capserve.tasks.cluster.iam import RoleArns, converge_roles
 from capserve.tasks.cluster.network import converge_network
 from capserve.tasks.kube import api_client_for_eks, apply_addons, wait_addons_ready, wait_gpu_nodes_ready
@@ -129,6 +130,8 @@ def _converge_aws(spec: CampaignSpec, lease: Lease, settings: BringUpSettings, b
             region,
             compile_cache_bucket=spec.weights.s3_bucket if spec.serving.compile_cache else None,
             compile_cache_prefix=spec.weights.s3_prefix,
+            weights_bucket=spec.weights.s3_bucket,
+            weights_prefix=spec.weights.s3_prefix,
         )
     with budget.step("EKS control plane"):
         cluster = converge_cluster(
@@ -190,6 +193,14 @@ def _gpu_pool(
             )
         aws.gpu_pool = names.nodegroup
         return
+    # HyperPod's prerequisites come first (docs/hyperpod.md): its dependencies on the EKS cluster, and the
+    # lifecycle script in a sagemaker- bucket. CreateCluster starts provisioning on the paid plan.
+    with budget.step("HyperPod prerequisites"):
+        cluster = aws.cluster
+        api = api_client_for_eks(cluster.endpoint, cluster.ca_data, cluster.name, lease.region, settings=settings.kube)
+        apply_addons(api, hyperpod_dependencies(lease.region, spec.campaign_id), settings.kube)
+        lifecycle = converge_lifecycle_scripts(spec.campaign_id, lease.region, settings)
+        aws.created += lifecycle.created
     with budget.step("HyperPod cluster"):
         aws.created += converge_hyperpod(
             spec.campaign_id,
@@ -199,6 +210,7 @@ def _gpu_pool(
             execution_role_arn=roles.by_component["hyperpod-execution-role"],
             subnet_id=subnet_id,
             security_group_id=security_group_id,
+            lifecycle_uri=lifecycle.uri,
             timeout_s=budget.cap(settings.hyperpod_in_service_timeout_s, "HyperPod cluster"),
         )
     aws.gpu_pool = names.hyperpod_cluster

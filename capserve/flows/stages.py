@@ -43,6 +43,7 @@ from capserve.flows.runner import StageEnd, StageOutput
 from capserve.flows.stage_weights import stage_weights
 from capserve.flows.teardown import teardown
 from capserve.tasks.clock import campaign_now
+from capserve.tasks.cluster.hyperpod import lifecycle_problem
 from capserve.tasks.planning import plan_campaign, publish_plan, resolve_model
 from capserve.tasks.preflight import PreflightInputs, gather_facts
 from capserve.tasks.scheduling import schedule_lease_runs
@@ -82,6 +83,10 @@ def preflight(ctx: CampaignContext, plan: ServingPlan) -> None:
     # The default records bucket is named after the account (12 digits): its length is known without asking.
     records_bucket = records.bucket or default_records_bucket("0" * 12, home_region(ctx.spec, records))
     facts = gather_facts(ctx.spec, inputs, bucket_names=(ctx.spec.weights.s3_bucket, records_bucket))
+    if ctx.spec.cluster.kind == "hyperpod" and not ctx.spec.cluster.existing_cluster_name:
+        # The lifecycle script must be in S3 before CreateCluster, which runs on the bought plan: check now.
+        problem = lifecycle_problem(ctx.spec.campaign_id, ctx.spec.capacity.regions[0], ctx.settings.bring_up)
+        facts = facts.model_copy(update={"lifecycle_problem": problem})
     check_preflight(ctx.spec, plan, facts, bring_up=ctx.settings.bring_up)
     get_run_logger().info("preflight: every check passed for campaign %s", ctx.spec.campaign_id)
 
@@ -179,15 +184,17 @@ def rollout_stage(ctx: CampaignContext) -> RolloutResult | StageEnd:
 
 def rollout_inputs(ctx: CampaignContext) -> RolloutInputs:
     """What the rollout is given: the earlier stages' results and the record's last good configuration."""
+    cluster = need(ctx.report.cluster, Stage.BRING_UP)
     return RolloutInputs(
         spec=ctx.spec,
         plan=need(ctx.report.plan, Stage.PLAN),
         weights=need(ctx.report.weights, Stage.STAGE_WEIGHTS),
         staged=need(ctx.report.node_staging, Stage.WEIGHTS_TO_NODES),
-        cluster=need(ctx.report.cluster, Stage.BRING_UP),
+        cluster=cluster,
         last_good=ctx.record.last_good_rollout,
         region=ctx.locations.weights.region,
-        weights_settings=ctx.settings.weights,
+        # The vLLM pods mount the weights (and caches) where the staging Jobs wrote them: the kind's NVMe.
+        weights_settings=ctx.settings.weights.for_cluster(cluster.kind),
     )
 
 

@@ -17,6 +17,7 @@ import boto3
 import pytest
 
 from capserve.core.catalog import get_instance_type
+from capserve.core.cluster.hyperpod import cluster_security_groups, on_create_script
 from capserve.core.cluster.naming import ClusterNames
 from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.errors import PermanentError
@@ -29,7 +30,7 @@ from capserve.tasks.cluster.eks import (
     converge_nodegroup,
     converge_system_nodegroup,
 )
-from capserve.tasks.cluster.hyperpod import converge_hyperpod
+from capserve.tasks.cluster.hyperpod import converge_hyperpod, converge_lifecycle_scripts
 from capserve.tasks.cluster.iam import converge_roles
 from capserve.tasks.cluster.network import converge_network
 
@@ -217,6 +218,7 @@ def test_hyperpod_path_on_a_training_plan(events: list[eks_ext.NodePoolActivated
     lease = make_lease(provider="sagemaker-training-plan", reservation_id=plan, instance_count=1)
     network, roles, cluster = control_plane(campaign, lease, "hyperpod")
     settings = BringUpSettings(poll_seconds=0)
+    lifecycle = converge_lifecycle_scripts.fn(campaign, REGION, settings)
 
     def run() -> tuple[str, ...]:
         return converge_hyperpod.fn(
@@ -227,12 +229,18 @@ def test_hyperpod_path_on_a_training_plan(events: list[eks_ext.NodePoolActivated
             execution_role_arn=roles.by_component["hyperpod-execution-role"],
             subnet_id=network.gpu_subnet_id,
             security_group_id=network.security_group_id,
+            lifecycle_uri=lifecycle.uri,
             timeout_s=60,
         )
 
     assert run() == ("hyperpod-cluster/capserve-conv-hp-hp",)
     described = boto3.client("sagemaker").describe_cluster(ClusterName="capserve-conv-hp-hp")
     assert described["ClusterStatus"] == "InService"
+    eks_group = boto3.client("eks").describe_cluster(name=cluster.name)["cluster"]["resourcesVpcConfig"].get(
+        "clusterSecurityGroupId"
+    )
+    assert described["VpcConfig"]["SecurityGroupIds"] == cluster_security_groups(network.security_group_id, eks_group)
+    assert described["InstanceGroups"][0]["LifeCycleConfig"]["SourceS3Uri"] == lifecycle.uri
     group = described["InstanceGroups"][0]
     assert group["InstanceType"] == "ml.p6-b300.48xlarge" and group["TrainingPlanArn"] == plan
     assert described["Orchestrator"]["Eks"]["ClusterArn"] == cluster.arn
@@ -259,3 +267,92 @@ def test_node_role_may_write_compile_caches_beside_the_weights_only(sandbox: Non
     converge_roles.fn(campaign, "eks", REGION, compile_cache_bucket="capserve-weights",
                       compile_cache_prefix="capserve/weights")
     assert [c.action for c in eks_ext.calls("iam") if c.action.startswith(("Create", "Put", "Attach"))] == []
+
+
+def test_the_lifecycle_script_goes_to_the_campaigns_sagemaker_bucket_once(sandbox: None) -> None:
+    campaign = "conv-lcs"
+    settings = BringUpSettings(poll_seconds=0)
+    made = converge_lifecycle_scripts.fn(campaign, REGION, settings)
+    bucket = f"sagemaker-{campaign}-123456789012"
+    assert (made.uri, made.created) == (f"s3://{bucket}/lifecycle/", (f"s3-bucket/{bucket}",))
+    s3 = boto3.client("s3")
+    assert s3.get_object(Bucket=bucket, Key="lifecycle/on_create.sh")["Body"].read() == on_create_script()
+    tags = {t["Key"]: t["Value"] for t in s3.get_bucket_tagging(Bucket=bucket)["TagSet"]}
+    assert tags[CAMPAIGN_TAG] == campaign and tags["capserve.io/component"] == "hyperpod-lifecycle-scripts"
+    assert s3.get_bucket_location(Bucket=bucket)["LocationConstraint"] == REGION
+    assert converge_lifecycle_scripts.fn(campaign, REGION, settings).created == ()
+
+
+def test_a_lifecycle_bucket_of_the_campaigns_name_but_not_its_tags_is_refused(sandbox: None) -> None:
+    campaign = "conv-lcs-other"
+    boto3.client("s3").create_bucket(
+        Bucket=f"sagemaker-{campaign}-123456789012", CreateBucketConfiguration={"LocationConstraint": REGION}
+    )
+    with pytest.raises(PermanentError, match="not tagged as campaign conv-lcs-other's HyperPod lifecycle bucket"):
+        converge_lifecycle_scripts.fn(campaign, REGION, BringUpSettings(poll_seconds=0))
+
+
+def test_a_user_lifecycle_folder_without_the_script_is_refused_before_create_cluster(sandbox: None) -> None:
+    boto3.client("s3").create_bucket(
+        Bucket="sagemaker-users-own", CreateBucketConfiguration={"LocationConstraint": REGION}
+    )
+    settings = BringUpSettings(poll_seconds=0, hyperpod_lifecycle_s3_uri="s3://sagemaker-users-own/scripts/")
+    with pytest.raises(PermanentError, match="s3://sagemaker-users-own/scripts/on_create.sh does not exist"):
+        converge_lifecycle_scripts.fn("conv-lcs-user", REGION, settings)
+
+
+def test_hyperpod_fails_the_cluster_without_its_lifecycle_script(events: list[eks_ext.NodePoolActivated]) -> None:
+    campaign = "conv-hp-nolcs"
+    plan = f"arn:aws:sagemaker:{REGION}:123456789012:training-plan/{campaign}"
+    lease = make_lease(provider="sagemaker-training-plan", reservation_id=plan, instance_count=1)
+    network, roles, cluster = control_plane(campaign, lease, "hyperpod")
+    boto3.client("s3").create_bucket(
+        Bucket="sagemaker-empty-scripts", CreateBucketConfiguration={"LocationConstraint": REGION}
+    )
+    with pytest.raises(PermanentError, match="Lifecycle scripts did not run successfully"):
+        converge_hyperpod.fn(
+            campaign,
+            lease,
+            BringUpSettings(poll_seconds=0),
+            eks_cluster_arn=cluster.arn,
+            execution_role_arn=roles.by_component["hyperpod-execution-role"],
+            subnet_id=network.node_subnet_id,
+            security_group_id=network.security_group_id,
+            lifecycle_uri="s3://sagemaker-empty-scripts/lifecycle/",
+            timeout_s=60,
+        )
+    assert events == []  # no node joined
+
+
+def test_hyperpod_execution_role_carries_its_eks_weights_and_cache_policies(sandbox: None) -> None:
+    campaign = "conv-hp-iam"
+    converge_roles.fn(campaign, "hyperpod", REGION, compile_cache_bucket="capserve-weights",
+                      compile_cache_prefix="capserve/weights", weights_bucket="capserve-weights",
+                      weights_prefix="capserve/weights")
+    iam_client = boto3.client("iam")
+    role = f"capserve-{campaign}-hyperpod"
+    names = iam_client.list_role_policies(RoleName=role)["PolicyNames"]
+    assert sorted(names) == ["capserve-compile-cache", "capserve-hyperpod-eks", "capserve-weights-read"]
+    document = iam_client.get_role_policy(RoleName=role, PolicyName="capserve-weights-read")["PolicyDocument"]
+    if isinstance(document, str):
+        document = json.loads(unquote(document))
+    assert {"Effect": "Allow", "Action": ["s3:GetObject"],
+            "Resource": ["arn:aws:s3:::capserve-weights/capserve/weights/*"]} in document["Statement"]
+
+
+def test_preflight_tells_whether_the_lifecycle_script_can_be_put_or_found(sandbox: None) -> None:
+    from capserve.tasks.cluster.hyperpod import lifecycle_problem
+
+    settings = BringUpSettings(poll_seconds=0)
+    assert lifecycle_problem.fn("conv-pre-free", REGION, settings) is None  # the name is free: bring-up makes it
+    converge_lifecycle_scripts.fn("conv-pre-ours", REGION, settings)
+    assert lifecycle_problem.fn("conv-pre-ours", REGION, settings) is None  # already the campaign's
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="sagemaker-conv-pre-taken-123456789012",
+                     CreateBucketConfiguration={"LocationConstraint": REGION})
+    taken = lifecycle_problem.fn("conv-pre-taken", REGION, settings)
+    assert taken is not None and "not tagged as campaign conv-pre-taken's HyperPod lifecycle bucket" in taken
+    s3.create_bucket(Bucket="sagemaker-pre-user", CreateBucketConfiguration={"LocationConstraint": REGION})
+    user = settings.model_copy(update={"hyperpod_lifecycle_s3_uri": "s3://sagemaker-pre-user/lcs/"})
+    missing = lifecycle_problem.fn("conv-pre-user", REGION, user)
+    assert missing is not None and "s3://sagemaker-pre-user/lcs/on_create.sh cannot be read (404)" in missing

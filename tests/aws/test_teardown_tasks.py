@@ -187,3 +187,23 @@ def test_the_reaper_sees_both_node_groups(sandbox: None) -> None:
     seen = find_campaigns.fn(REGION)["td-reap"]
     assert {"eks-nodegroup/capserve-td-reap-gpu", "eks-nodegroup/capserve-td-reap-system"} <= set(seen)
     assert "eks-cluster/capserve-td-reap" in seen
+
+
+def test_the_hyperpod_lifecycle_bucket_is_emptied_and_deleted_and_a_foreign_one_kept(sandbox: None) -> None:
+    from capserve.core.cluster.settings import BringUpSettings
+    from capserve.tasks.cluster.hyperpod import converge_lifecycle_scripts
+
+    made = converge_lifecycle_scripts.fn("td-lcs", REGION, BringUpSettings(poll_seconds=0))
+    bucket = made.uri.removeprefix("s3://").split("/")[0]
+    inventory = inventory_campaign.fn("td-lcs", REGION, kind="hyperpod", settings=FAST)
+    assert inventory.lifecycle_bucket is not None
+    assert (inventory.lifecycle_bucket.name, inventory.lifecycle_bucket.keys) == (bucket, ("lifecycle/on_create.sh",))
+    outcome = execute_plan.fn(plan_teardown(inventory, FAST), FAST)
+    assert f"s3-bucket/{bucket}" in outcome.deleted
+    assert bucket not in [b["Name"] for b in boto3.client("s3").list_buckets()["Buckets"]]
+    # A bucket with the campaign's lifecycle name but not its tags is somebody else's: kept, never emptied.
+    foreign = "sagemaker-td-lcs-foreign-123456789012"
+    boto3.client("s3").create_bucket(Bucket=foreign, CreateBucketConfiguration={"LocationConstraint": REGION})
+    boto3.client("s3").put_object(Bucket=foreign, Key="lifecycle/on_create.sh", Body=b"#!/bin/sh\n")
+    again = inventory_campaign.fn("td-lcs-foreign", REGION, kind="hyperpod", settings=FAST)
+    assert again.lifecycle_bucket is None and [k.resource for k in again.kept] == [f"s3-bucket/{foreign}"]

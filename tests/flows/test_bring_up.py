@@ -8,6 +8,7 @@ from typing import Any
 
 import boto3
 import pytest
+from pydantic import SecretStr
 
 from capserve.core.cluster.readiness import KubeSettings
 from capserve.core.cluster.settings import BringUpSettings
@@ -119,6 +120,41 @@ def test_hyperpod_bring_up_on_a_training_plan(kube: FakeKube) -> None:
     # HyperPod's instances go in the private GPU subnet too.
     described = boto3.client("sagemaker").describe_cluster(ClusterName="capserve-flow-hp-hp")
     assert result.network is not None and described["VpcConfig"]["Subnets"] == [result.network.gpu_subnet_id]
+    # Its prerequisites came first: the chart's dependencies on the EKS cluster, the script in a sagemaker- bucket.
+    assert "s3-bucket/sagemaker-flow-hp-123456789012" in result.created
+    daemonsets = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in kube.objects("daemonsets", "apps")}
+    assert ("aws-hyperpod", "health-monitoring-agent") in daemonsets
+    # A HyperPod node is no nodeadm node: its NVMe is at /opt/dlami/nvme, and there is no /mnt/k8s-disks.
+    (node,) = result.node_names
+    assert kube.kubelet.layout.host_path(node, "/opt/dlami/nvme").is_dir()
+    assert not kube.kubelet.layout.host_path(node, "/mnt/k8s-disks/0").exists()
+
+
+def test_sandbox_hyperpod_refuses_an_eks_cluster_without_the_hyperpod_dependencies(kube: FakeKube) -> None:
+    import boto3
+    from botocore.exceptions import ClientError
+
+    from capserve.tasks import kube as tasks_kube
+
+    eks_ext.attach_fake_kube(kube)
+    eks = boto3.client("eks", region_name=REGION)
+    arn = eks.create_cluster(name="bare-eks", roleArn="arn:aws:iam::123456789012:role/r",
+                             resourcesVpcConfig={"subnetIds": []})["cluster"]["arn"]
+    while eks.describe_cluster(name="bare-eks")["cluster"]["status"] != "ACTIVE":
+        pass  # the sandbox's EKS turns ACTIVE after a few describes
+    group = {"InstanceGroupName": "gpu", "InstanceType": "ml.p6-b300.48xlarge", "InstanceCount": 1,
+             "ExecutionRole": "arn:aws:iam::123456789012:role/x",
+             "LifeCycleConfig": {"SourceS3Uri": "s3://sagemaker-x/lifecycle/", "OnCreate": "on_create.sh"}}
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+    request = {"ClusterName": "bare-hp", "InstanceGroups": [group], "Orchestrator": {"Eks": {"ClusterArn": arn}}}
+    with pytest.raises(ClientError, match="install the HyperPod dependencies Helm chart first") as refused:
+        sagemaker.create_cluster(**request)
+    assert refused.value.response["Error"]["Code"] == "ValidationException"
+    from capserve.core.cluster.hyperpod import dependencies  # capserve's vendored chart objects
+
+    api = tasks_kube.api_client(kube.url, None, lambda: SecretStr(kube.token))
+    tasks_kube.apply_addons(api, dependencies(REGION, "bare"), KubeSettings())
+    assert sagemaker.create_cluster(**request)["ClusterArn"].startswith("arn:aws:sagemaker:")
 
 
 def test_bring_up_refuses_when_the_drain_is_too_near(aws: None) -> None:

@@ -171,3 +171,7 @@ def test_the_hyperpod_example_rolls_out_through_the_same_path(tmp_path: Path, fa
     assert report.rollout is not None and report.rollout.name == "vllm-blue" and not report.rollout.rolled_back
     assert report.evaluation is not None and report.evaluation.verdict in {"pass", "invalid"}
     assert report.teardown is not None and report.teardown.remaining == ()
+    # The lifecycle-script bucket bring-up made went with the campaign.
+    assert [r for r in report.teardown.deleted if r.startswith("s3-bucket/")] == [
+        f"s3-bucket/sagemaker-{spec.campaign_id}-123456789012"
+    ]

@@ -54,8 +54,11 @@ def publish(repo: str, corrupt: str | None = None) -> WeightsManifest:
     return WeightsManifest(repo=repo, revision_sha=SHA, layout_id="full", nodes=1, files=tuple(files))
 
 
-def stage(kube: FakeKube, api: k8s.ApiClient, manifest: WeightsManifest) -> tuple[dict[str, Any], str]:
-    (node,) = kube.provision_nodes("gpu", 1, taints=[GPU_TAINT])
+def stage(
+    kube: FakeKube, api: k8s.ApiClient, manifest: WeightsManifest, settings: WeightsSettings | None = None,
+    **node: Any,
+) -> tuple[dict[str, Any], str]:
+    (node_name,) = kube.provision_nodes("gpu", 1, taints=[GPU_TAINT], **node)
     job = render_staging_job(
         manifest,
         node=0,
@@ -64,10 +67,11 @@ def stage(kube: FakeKube, api: k8s.ApiClient, manifest: WeightsManifest) -> tupl
         bucket=BUCKET,
         prefix="models",
         node_target="nvme",
-        node_name=node,
+        node_name=node_name,
+        settings=settings,
     )
     job["spec"]["backoffLimit"] = 1
-    tasks_kube.apply(api, job)
+    tasks_kube.apply_job(api, job)  # a second stage on one cluster makes the Job again
     name = job["metadata"]["name"]
     until(
         kube,
@@ -78,7 +82,7 @@ def stage(kube: FakeKube, api: k8s.ApiClient, manifest: WeightsManifest) -> tupl
         timeout_s=60,
         what="the staging Job finished",
     )
-    return get(kube, "jobs", name, "batch"), node
+    return get(kube, "jobs", name, "batch"), node_name
 
 
 def test_the_staging_job_copies_and_verifies_every_file_onto_its_node(cluster: tuple[FakeKube, k8s.ApiClient]) -> None:
@@ -142,3 +146,38 @@ def test_the_aws_shim_refuses_what_it_does_not_implement(cluster: tuple[FakeKube
     assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 252
     log = k8s.CoreV1Api(api).read_namespaced_pod_log(pod["metadata"]["name"], "default")
     assert "implements only `aws s3 cp|sync|ls`" in log and "aws s3api list-buckets" in log
+
+
+def hyperpod_execution_role(name: str) -> str:
+    """A role as bring-up made it before this change: only AmazonSageMakerClusterInstanceRolePolicy."""
+    iam = boto3.client("iam")
+    arn = iam.create_role(RoleName=name, AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    iam.attach_role_policy(RoleName=name, PolicyArn="arn:aws:iam::aws:policy/AmazonSageMakerClusterInstanceRolePolicy")
+    return str(arn)
+
+
+def test_a_hyperpod_nodes_pods_read_s3_only_as_its_execution_role_allows(
+    cluster: tuple[FakeKube, k8s.ApiClient],
+) -> None:
+    from capserve.core.cluster.iam import WEIGHTS_READ_POLICY, weights_read_policy
+
+    kube, api = cluster
+    role = hyperpod_execution_role("staging-hp-role")
+    on_hyperpod = WeightsSettings().for_cluster("hyperpod")
+    hyperpod_node = {"instance_role_arn": role, "host_directories": ("opt/dlami/nvme", "opt/sagemaker")}
+    # The managed policy reads sagemaker-* buckets only: the weights bucket is refused as S3 refuses a HEAD.
+    job, _ = stage(kube, api, publish("org/denied"), on_hyperpod, **hyperpod_node)
+    assert condition(job, "Failed") is not None
+    pods = [p for p in kube.objects("pods") if p["metadata"]["name"].startswith(job["metadata"]["name"])]
+    log = k8s.CoreV1Api(api).read_namespaced_pod_log(pods[0]["metadata"]["name"], "default")
+    assert "An error occurred (403) when calling the HeadObject operation: Forbidden" in log
+    # With capserve's inline policy on the weights prefix the same copy goes through, onto /opt/dlami/nvme.
+    boto3.client("iam").put_role_policy(
+        RoleName="staging-hp-role", PolicyName=WEIGHTS_READ_POLICY,
+        PolicyDocument=weights_read_policy("aws", BUCKET, "models"),
+    )
+    manifest = publish("org/allowed")
+    job, node = stage(kube, api, manifest, on_hyperpod, **hyperpod_node)
+    assert condition(job, "Complete")["status"] == "True"
+    target = kube.kubelet.layout.host_path(node, f"/opt/dlami/nvme/capserve/weights/org/allowed/{SHA}")
+    assert all((target / staged.dest).is_file() for staged in manifest.files)

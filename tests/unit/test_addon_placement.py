@@ -107,7 +107,7 @@ def test_the_nvidia_plugin_selects_labels_the_gpu_nodes_really_carry() -> None:
         NAMES, LEASE.model_copy(update={"provider": "sagemaker-training-plan",
                                          "reservation_id": "arn:aws:sagemaker:us-east-2:1:training-plan/x"}),
         BringUpSettings(), eks_cluster_arn="arn:aws:eks:us-east-2:1:cluster/c", execution_role_arn="arn:r",
-        subnet_id="subnet-1", security_group_id="sg-1", lifecycle_uri="s3://sagemaker-x/lifecycle/",
+        subnet_id="subnet-1", security_group_ids=["sg-1"], lifecycle_uri="s3://sagemaker-x/lifecycle/",
     )
     assert selector.items() <= hp["InstanceGroups"][0]["KubernetesConfig"]["Labels"].items()
     # The upstream chart's default affinity looks for nvidia.com/gpu.present=true: our GPU nodes carry it.

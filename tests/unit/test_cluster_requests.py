@@ -17,7 +17,7 @@ from capserve.core.cluster.deadline import bring_up_budget
 from capserve.core.cluster.naming import ClusterNames
 from capserve.core.cluster.result import ClusterResult
 from capserve.core.cluster.settings import BringUpSettings
-from capserve.core.errors import DeadlineError
+from capserve.core.errors import DeadlineError, PermanentError
 from capserve.core.lease import Lease
 from capserve.core.spec import parse_spec
 from capserve.core.tags import CAMPAIGN_TAG
@@ -93,9 +93,11 @@ def test_hyperpod_request_uses_training_plan_orchestrator_and_deep_checks() -> N
     request = hyperpod.cluster_request(
         ClusterNames(campaign_id="k3-demo"), lease(provider="sagemaker-training-plan", reservation_id=plan),
         BringUpSettings(), eks_cluster_arn="arn:aws:eks:us-east-2:1:cluster/c", execution_role_arn="arn:r",
-        subnet_id="subnet-1", security_group_id="sg-1", lifecycle_uri="s3://sagemaker-x/lifecycle/",
+        subnet_id="subnet-1", security_group_ids=["sg-1", "sg-eks"], lifecycle_uri="s3://sagemaker-x/lifecycle/",
     )
     group = request["InstanceGroups"][0]
+    assert group["LifeCycleConfig"] == {"SourceS3Uri": "s3://sagemaker-x/lifecycle/", "OnCreate": "on_create.sh"}
+    assert request["VpcConfig"] == {"SecurityGroupIds": ["sg-1", "sg-eks"], "Subnets": ["subnet-1"]}
     assert group["InstanceType"] == "ml.p6-b300.48xlarge" and group["TrainingPlanArn"] == plan
     assert group["OnStartDeepHealthChecks"] == ["InstanceStress", "InstanceConnectivity"]
     assert request["Orchestrator"] == {"Eks": {"ClusterArn": "arn:aws:eks:us-east-2:1:cluster/c"}}
@@ -183,3 +185,73 @@ def test_gpu_user_data_is_a_nodeadm_raid0_node_config_and_part_of_drift() -> Non
     assert data["UserData"] == nvme.gpu_user_data_base64()
     assert eks.launch_template_drift({**data, "UserData": "e30="}, data) == ["UserData"]
     assert "UserData" in eks.MATERIAL_TEMPLATE_FIELDS
+
+
+def test_hyperpod_nodes_get_the_eks_cluster_security_group_beside_the_campaigns() -> None:
+    assert hyperpod.cluster_security_groups("sg-campaign", "sg-eks") == ["sg-campaign", "sg-eks"]
+    # A DescribeCluster without clusterSecurityGroupId (or naming the campaign's group) adds nothing.
+    assert hyperpod.cluster_security_groups("sg-campaign", None) == ["sg-campaign"]
+    assert hyperpod.cluster_security_groups("sg-campaign", "sg-campaign") == ["sg-campaign"]
+
+
+def test_the_lifecycle_bucket_starts_with_sagemaker_and_fits_s3s_name_limit() -> None:
+    bucket = hyperpod.lifecycle_bucket("a" * 40, "123456789012")
+    assert bucket.startswith("sagemaker-") and len(bucket) <= 63
+    uri = hyperpod.lifecycle_uri(bucket)
+    assert uri == f"s3://{bucket}/lifecycle/"
+    assert hyperpod.script_key(uri, "on_create.sh") == "lifecycle/on_create.sh"
+    assert hyperpod.on_create_script().startswith(b"#!/bin/bash\n")
+
+
+def test_hyperpod_dependencies_are_the_charts_resiliency_objects_with_the_regional_agent_image() -> None:
+    objects = hyperpod.dependencies("us-west-2", "k3-demo")
+    kinds = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objects}
+    assert ("Namespace", None, "aws-hyperpod") in kinds
+    assert ("DaemonSet", "aws-hyperpod", "health-monitoring-agent") in kinds
+    assert ("ClusterRoleBinding", None, "hyperpod-patching") in kinds
+    assert ("ClusterRoleBinding", None, "job-auto-restart") in kinds
+    agent = next(o for o in objects if o["kind"] == "DaemonSet" and o["metadata"]["name"] == "health-monitoring-agent")
+    image = agent["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == "905418368575.dkr.ecr.us-west-2.amazonaws.com/hyperpod-health-monitoring-agent:1.0.1892.0_1.0.424.0"
+    assert all(o["metadata"]["labels"][CAMPAIGN_TAG] == "k3-demo" for o in objects)
+    # A region the chart has no registry for falls back to us-east-1's, as the chart's helper does.
+    assert hyperpod.health_monitoring_agent_image("me-south-1").startswith("767398015722.dkr.ecr.us-east-1.")
+
+
+def test_the_execution_role_reads_the_weights_prefix_and_writes_only_compile_caches() -> None:
+    from capserve.sandbox.kube.iam_eval import allowed, document
+
+    policies = iam.hyperpod_inline_policies(
+        "aws", weights_bucket="capserve-w", weights_prefix="capserve/weights", compile_cache=True
+    )
+    docs = [document(text) for text in policies.values()]
+
+    def may(action: str, resource: str) -> bool:
+        return allowed(docs, action, resource, account="123456789012")
+
+    assert may("s3:GetObject", "arn:aws:s3:::capserve-w/capserve/weights/org/model/sha/model.safetensors")
+    assert may("s3:ListBucket", "arn:aws:s3:::capserve-w")
+    assert not may("s3:GetObject", "arn:aws:s3:::capserve-w/elsewhere/file")
+    assert not may("s3:GetObject", "arn:aws:s3:::other-bucket/capserve/weights/file")
+    assert may("s3:PutObject", "arn:aws:s3:::capserve-w/capserve/weights/compile-cache/key/node-0/x")
+    assert not may("s3:PutObject", "arn:aws:s3:::capserve-w/capserve/weights/org/model/sha/model.safetensors")
+    assert may("eks-auth:AssumeRoleForPodIdentity", "arn:aws:eks:us-east-2:123456789012:cluster/c")
+
+
+def test_node_data_paths_follow_the_cluster_kind() -> None:
+    from capserve.core.weights.settings import WeightsSettings
+
+    eks_paths = WeightsSettings()
+    assert eks_paths.nvme_path == "/mnt/k8s-disks/0/capserve/weights"
+    on_hyperpod = eks_paths.for_cluster("hyperpod")
+    assert on_hyperpod.nvme_path == "/opt/dlami/nvme/capserve/weights"
+    assert on_hyperpod.compile_cache_path == "/opt/dlami/nvme/capserve/cache"
+    assert on_hyperpod.for_cluster("eks") == eks_paths
+    with pytest.raises(ValueError, match="unknown cluster kind 'gke'"):
+        eks_paths.for_cluster("gke")
+
+
+def test_the_room_check_names_hyperpods_lifecycle_script_as_the_fix() -> None:
+    fix = "HyperPod lifecycle script must mount the instance-store NVMe at /opt/dlami/nvme"
+    with pytest.raises(PermanentError, match=fix):
+        nvme.check_node_room({"n1": 10**12}, {"n1": 500 * 10**9}, margin_bytes=0, kind="hyperpod")

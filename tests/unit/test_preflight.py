@@ -200,3 +200,11 @@ def test_every_problem_in_one_error_that_is_bad_input(tmp_path: Path, plan: Serv
     for part in ("zz-north-1", "MY_KEY", "local disk", "my..bucket"):
         assert part in message
     assert len(caught.value.problems) == 4
+
+
+def test_a_hyperpod_lifecycle_script_bring_up_cannot_put_or_find_is_a_problem_before_buying(
+    tmp_path: Path, plan: ServingPlan
+) -> None:
+    why = "the HyperPod lifecycle bucket name sagemaker-demo-123456789012 belongs to another account: rename it"
+    problems = preflight_problems(spec_of(tmp_path), plan, good_facts(lifecycle_problem=why), bring_up=BRING_UP)
+    assert problems == [why]

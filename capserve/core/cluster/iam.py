@@ -108,3 +108,86 @@ def compile_cache_policy(partition: str, bucket: str, prefix: str) -> str:
         },
         sort_keys=True,
     )
+
+
+# Inline policies of the HyperPod execution role (docs/hyperpod.md §5). AmazonSageMakerClusterInstanceRolePolicy
+# lets it read only buckets named sagemaker-* (its DataRetrievalFromS3BucketPermissions statement), and the
+# staging and compile-cache Jobs on HyperPod nodes run as this role (the instance's role, through IMDS).
+HYPERPOD_EKS_POLICY = "capserve-hyperpod-eks"
+WEIGHTS_READ_POLICY = "capserve-weights-read"
+
+# What the SageMaker developer guide ("IAM role for SageMaker HyperPod", the Amazon EKS orchestrator
+# section) lists for the execution role of an EKS-orchestrated cluster: the VPC CNI's network-interface
+# calls, ECR image pulls and EKS Pod Identity.
+HYPERPOD_EKS_ACTIONS: tuple[str, ...] = (
+    "ec2:AssignPrivateIpAddresses",
+    "ec2:CreateNetworkInterface",
+    "ec2:CreateNetworkInterfacePermission",
+    "ec2:DeleteNetworkInterface",
+    "ec2:DeleteNetworkInterfacePermission",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeVpcs",
+    "ec2:DescribeDhcpOptions",
+    "ec2:DescribeSubnets",
+    "ec2:DescribeSecurityGroups",
+    "ec2:DetachNetworkInterface",
+    "ec2:ModifyNetworkInterfaceAttribute",
+    "ec2:UnassignPrivateIpAddresses",
+    "ecr:BatchGetImage",
+    "ecr:GetAuthorizationToken",
+    "ecr:GetDownloadUrlForLayer",
+    "eks-auth:AssumeRoleForPodIdentity",
+)
+
+
+def _prefix_parts(prefix: str) -> list[str]:
+    return [p for p in prefix.split("/") if p]
+
+
+def hyperpod_eks_policy(partition: str) -> str:
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Effect": "Allow", "Action": list(HYPERPOD_EKS_ACTIONS), "Resource": ["*"]},
+                {
+                    "Effect": "Allow",
+                    "Action": ["ec2:CreateTags"],
+                    "Resource": [f"arn:{partition}:ec2:*:*:network-interface/*"],
+                },
+            ],
+        },
+        sort_keys=True,
+    )
+
+
+def weights_read_policy(partition: str, bucket: str, prefix: str) -> str:
+    """Read the weights (and the compile caches beside them) under ``<prefix>/`` of ``bucket``, nothing else.
+
+    ListBucket is on the bucket (S3 authorizes it there); without it a missing key answers 403 instead of
+    404 and ``aws s3 sync`` cannot list. Narrower still: an ``s3:prefix`` condition on the statement.
+    """
+    parts = _prefix_parts(prefix)
+    objects = f"arn:{partition}:s3:::{bucket}/{'/'.join(parts)}/*" if parts else f"arn:{partition}:s3:::{bucket}/*"
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Effect": "Allow", "Action": ["s3:GetObject"], "Resource": [objects]},
+                {"Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": [f"arn:{partition}:s3:::{bucket}"]},
+            ],
+        },
+        sort_keys=True,
+    )
+
+
+def hyperpod_inline_policies(
+    partition: str, *, weights_bucket: str | None, weights_prefix: str, compile_cache: bool
+) -> dict[str, str]:
+    """Name → document of every inline policy the HyperPod execution role carries."""
+    policies = {HYPERPOD_EKS_POLICY: hyperpod_eks_policy(partition)}
+    if weights_bucket:
+        policies[WEIGHTS_READ_POLICY] = weights_read_policy(partition, weights_bucket, weights_prefix)
+        if compile_cache:
+            policies[COMPILE_CACHE_POLICY] = compile_cache_policy(partition, weights_bucket, weights_prefix)
+    return policies

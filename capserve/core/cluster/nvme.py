@@ -26,6 +26,20 @@ from capserve.core.errors import PermanentError
 
 # nodeadm's default localStorage.mountPath is /mnt/k8s-disks/; RAID0 mounts the array at <mountPath>/0.
 RAID0_MOUNT = "/mnt/k8s-disks/0"
+# HyperPod nodes are not nodeadm nodes: their instance-store NVMe is mounted where the DLAMI mounts it,
+# /opt/dlami/nvme, and our lifecycle script (data/hyperpod/on_create.sh) makes sure of it (RAID0 of the
+# local disks when nothing is mounted there yet). /opt/sagemaker is the extra EBS volume
+# (SageMaker API reference, ClusterEbsVolumeConfig), far too small for weights. docs/hyperpod.md §3.
+HYPERPOD_NVME_MOUNT = "/opt/dlami/nvme"
+NVME_MOUNTS: dict[str, str] = {"eks": RAID0_MOUNT, "hyperpod": HYPERPOD_NVME_MOUNT}
+
+
+def nvme_mount(kind: str) -> str:
+    """Where a GPU node of ``kind`` ("eks" or "hyperpod") has its instance-store NVMe mounted."""
+    try:
+        return NVME_MOUNTS[kind]
+    except KeyError:
+        raise ValueError(f"unknown cluster kind {kind!r} (known: {', '.join(sorted(NVME_MOUNTS))})") from None
 NODEADM_CONTENT_TYPE = "application/node.eks.aws"
 _BOUNDARY = "//capserve-nodeadm//"
 
@@ -130,7 +144,12 @@ def _gb(nbytes: int) -> str:
 
 
 def check_node_room(
-    needs: Mapping[str, int], capacity: Mapping[str, int], *, margin_bytes: int, what: str = "weights"
+    needs: Mapping[str, int],
+    capacity: Mapping[str, int],
+    *,
+    margin_bytes: int,
+    what: str = "weights",
+    kind: str = "eks",
 ) -> None:
     """Refuse, before anything is copied, every node whose disk cannot hold its share plus the margin.
 
@@ -138,6 +157,7 @@ def check_node_room(
     0 when they live elsewhere), ``capacity`` maps it to its ``ephemeral-storage`` capacity (0 or
     absent: unknown, refused). ``margin_bytes`` covers what else the array holds (compile caches,
     container images, logs). One PermanentError names every short node, what it needs and has.
+    ``kind`` ("eks" or "hyperpod") says who puts the kubelet's storage on the NVMe, for the fix.
     """
     short = []
     for node in sorted(needs):
@@ -149,10 +169,16 @@ def check_node_room(
                 f"caches and images) but its ephemeral-storage is {have:,} bytes ({_gb(have)})"
             )
     if short:
+        who = (
+            "The HyperPod lifecycle script must mount the instance-store NVMe "
+            f"at {HYPERPOD_NVME_MOUNT} and move the kubelet's directory onto it"
+            if kind == "hyperpod"
+            else "The launch template's user data must set up the instance-store NVMe as RAID0 "
+            f"(mounted at {RAID0_MOUNT})"
+        )
         raise PermanentError(
             "GPU nodes without room on local disk: "
             + "; ".join(short)
-            + ". The launch template's user data must set up the instance-store NVMe as RAID0 "
-            f"(mounted at {RAID0_MOUNT}); on an instance type without enough local NVMe, stage the weights "
+            + f". {who}; on an instance type without enough local NVMe, stage the weights "
             "on FSx (weights.node_target: fsx) or choose a larger instance type"
         )

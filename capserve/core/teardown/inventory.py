@@ -85,6 +85,13 @@ class HyperPodFound(_Strict):
     arn: str = Field(min_length=1, max_length=2048, description="HyperPod cluster ARN.")
 
 
+class BucketFound(_Strict):
+    """The campaign's HyperPod lifecycle bucket and the keys in it (emptied before DeleteBucket)."""
+
+    name: str = Field(min_length=3, max_length=63, description="Bucket name.")
+    keys: tuple[str, ...] = Field(default=(), max_length=1000, description="Object keys to delete first.")
+
+
 class WorkloadFound(_Strict):
     """A Kubernetes object labelled with the campaign."""
 
@@ -110,6 +117,7 @@ class Inventory(_Strict):
     )
     launch_templates: tuple[Named, ...] = Field(default=(), max_length=64, description="Tagged launch templates.")
     eks_cluster: ClusterFound | None = Field(None, description="The campaign's own EKS cluster.")
+    lifecycle_bucket: BucketFound | None = Field(None, description="The campaign's HyperPod lifecycle bucket.")
     roles: tuple[RoleFound, ...] = Field(default=(), max_length=16, description="The campaign's IAM roles.")
     internet_gateways: tuple[InternetGatewayFound, ...] = Field(
         default=(), max_length=16, description="Tagged internet gateways."
@@ -147,6 +155,7 @@ class Inventory(_Strict):
             or self.instances
             or self.launch_templates
             or self.eks_cluster
+            or self.lifecycle_bucket
             or self.roles
             or self.internet_gateways
             or self.vpcs

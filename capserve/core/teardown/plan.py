@@ -1,10 +1,11 @@
 """The ordered deletion plan, as data, built from an inventory.
 
-Order (docs/design.md §9, docs/aws-network.md): workloads → node groups / HyperPod cluster → leftover
-instances → launch templates → EKS cluster → IAM (detach policies, delete roles) → gateways (VPC
-endpoints; NAT gateways, waited for until deleted: only then is the Elastic IP free and the subnet empty)
-→ network (Elastic IPs released, security group rules and groups, route table associations and tables,
-internet gateway detach and delete, subnets, VPC).
+Order (docs/design.md §9, docs/aws-network.md): workloads → node groups / HyperPod cluster → the HyperPod
+lifecycle bucket (emptied, then deleted: no node can be made from it any more) → leftover instances → launch
+templates → EKS cluster → IAM (detach policies, delete roles) → gateways (VPC endpoints; NAT gateways, waited
+for until deleted: only then is the Elastic IP free and the subnet empty) → network (Elastic IPs released,
+security group rules and groups, route table associations and tables, internet gateway detach and delete,
+subnets, VPC).
 Each phase waits until its deletions are done before the next one starts: an EKS cluster cannot be
 deleted while it has node groups (``ResourceInUseException``, EKS API reference DeleteCluster), and a
 VPC not while anything is in it (``DependencyViolation``, EC2 API reference DeleteVpc).
@@ -21,11 +22,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from capserve.core.cluster.addons import LWS_NAMESPACE, SYSTEM_NAMESPACE
+from capserve.core.cluster.hyperpod import HYPERPOD_NAMESPACE
 from capserve.core.tags import CAMPAIGN_TAG
 from capserve.core.teardown.inventory import Inventory, SecurityGroupFound
 from capserve.core.teardown.settings import TeardownSettings
 
-Service = Literal["ec2", "eks", "iam", "sagemaker", "kubernetes"]
+Service = Literal["ec2", "eks", "iam", "sagemaker", "s3", "kubernetes"]
 
 # The codes each delete call may answer with when its target no longer exists. Nothing else is tolerated.
 NOT_FOUND: dict[str, tuple[str, ...]] = {
@@ -57,6 +59,9 @@ NOT_FOUND: dict[str, tuple[str, ...]] = {
     "iam.delete_role": ("NoSuchEntity",),
     # SageMaker API reference, DeleteCluster / DescribeCluster, "Errors": ResourceNotFound.
     "sagemaker.delete_cluster": ("ResourceNotFound",),
+    # S3 API reference, "Error responses": NoSuchBucket (404). DeleteObjects reports missing keys as deleted.
+    "s3.delete_objects": ("NoSuchBucket",),
+    "s3.delete_bucket": ("NoSuchBucket",),
     # Kubernetes API conventions: DELETE of a missing object answers 404 NotFound.
     "kubernetes.delete": ("404",),
 }
@@ -84,7 +89,7 @@ WORKLOAD_KINDS: tuple[tuple[str, str], ...] = (
 
 # Bring-up's add-ons (device plugins, FSx CSI driver, LWS controller) carry the campaign label too but are
 # not workloads: they go with our cluster, and in a spec's existing cluster they may serve others.
-ADDON_NAMESPACES: frozenset[str] = frozenset({SYSTEM_NAMESPACE, LWS_NAMESPACE})
+ADDON_NAMESPACES: frozenset[str] = frozenset({SYSTEM_NAMESPACE, LWS_NAMESPACE, HYPERPOD_NAMESPACE})
 
 
 def is_workload(namespace: str | None) -> bool:
@@ -100,6 +105,7 @@ def workload_selector(campaign_id: str) -> str:
 class Phase(enum.StrEnum):
     WORKLOADS = "workloads"
     NODES = "nodes"
+    LIFECYCLE_BUCKET = "lifecycle-bucket"
     INSTANCES = "instances"
     LAUNCH_TEMPLATES = "launch-templates"
     CLUSTER = "cluster"
@@ -179,6 +185,7 @@ def plan_teardown(inventory: Inventory, settings: TeardownSettings) -> TeardownP
     steps: list[Step] = []
     steps += _workloads(inventory, settings)
     steps += _nodes(inventory, settings)
+    steps += _lifecycle_bucket(inventory)
     if inventory.instances:
         ids = [i.id for i in inventory.instances]
         step = _step(Phase.INSTANCES, label("instances", inventory.campaign_id, ", ".join(ids)), "ec2",
@@ -228,6 +235,21 @@ def _nodes(inventory: Inventory, settings: TeardownSettings) -> list[Step]:
         wait = Wait(kind="waiter", service="eks", name="nodegroup_deleted", params=params, timeout_s=timeout)
         steps.append(_step(Phase.NODES, label("eks-nodegroup", group.name), "eks", "delete_nodegroup", **params)
                      .model_copy(update={"wait": wait}))
+    return steps
+
+
+def _lifecycle_bucket(inventory: Inventory) -> list[Step]:
+    """DeleteBucket refuses a bucket with objects (S3 API reference, DeleteBucket: BucketNotEmpty): empty it first."""
+    bucket = inventory.lifecycle_bucket
+    if bucket is None:
+        return []
+    steps = []
+    if bucket.keys:
+        objects = {"Objects": [{"Key": key} for key in bucket.keys], "Quiet": True}
+        steps.append(_step(Phase.LIFECYCLE_BUCKET, label("s3-objects", bucket.name), "s3", "delete_objects",
+                           Bucket=bucket.name, Delete=objects).model_copy(update={"report": False}))
+    steps.append(_step(Phase.LIFECYCLE_BUCKET, label("s3-bucket", bucket.name), "s3", "delete_bucket",
+                       Bucket=bucket.name))
     return steps
 
 

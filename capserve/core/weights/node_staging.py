@@ -73,6 +73,7 @@ def staging_workloads(
     node_target: Literal["fsx", "nvme"],
     settings: WeightsSettings | None = None,
     node_storage: Mapping[str, int] | None = None,
+    cluster_kind: str = "eks",
 ) -> tuple[list[dict[str, Any]], NodeStagingResult]:
     """The namespace and one Job per (replica, node), pinned to its Kubernetes node, and what they will do.
 
@@ -99,7 +100,7 @@ def staging_workloads(
             kube_node: manifest.bytes_for_node(node) if node_target == "nvme" else 0
             for (_, node), kube_node in placement.items()
         }
-        check_node_room(needs, node_storage, margin_bytes=settings.node_storage_margin_bytes)
+        check_node_room(needs, node_storage, margin_bytes=settings.node_storage_margin_bytes, kind=cluster_kind)
     for (replica, node), kube_node in placement.items():
         job = render_staging_job(
             manifest,

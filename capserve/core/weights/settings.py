@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from capserve.core.cluster.nvme import RAID0_MOUNT
+from capserve.core.cluster.nvme import NVME_MOUNTS, RAID0_MOUNT, nvme_mount
 
 FIVE_GIB = 5 * 1024**3
-# Anything the nodes keep on local NVMe lives under the RAID0 mount: elsewhere it would land on the
-# 20 GiB root EBS volume, which a checkpoint overflows (docs/serving.md §5.3).
-NVME_PATH = rf"^{RAID0_MOUNT}(/[A-Za-z0-9._-]+)+$"
+# Anything the nodes keep on local NVMe lives under the NVMe mount of the cluster kind (EKS: nodeadm's
+# RAID0 array; HyperPod: /opt/dlami/nvme, docs/hyperpod.md §3): elsewhere it would land on a small
+# EBS volume, which a checkpoint overflows (docs/serving.md §5.3).
+_MOUNTS = "|".join(sorted({mount.replace(".", r"\.") for mount in NVME_MOUNTS.values()}))
+NVME_PATH = rf"^({_MOUNTS})(/[A-Za-z0-9._-]+)+$"
 
 
 class WeightsSettings(BaseModel):
@@ -54,7 +56,8 @@ class WeightsSettings(BaseModel):
         pattern=NVME_PATH,
         max_length=255,
         description=f"Host directory on each node's local NVMe (the RAID0 array nodeadm mounts at {RAID0_MOUNT}) "
-        "where weights are staged; the vLLM pods mount the same directory.",
+        "where weights are staged; the vLLM pods mount the same directory. On HyperPod the same path under "
+        "/opt/dlami/nvme is used (for_cluster).",
     )
     compile_cache_path: str = Field(
         f"{RAID0_MOUNT}/capserve/cache",
@@ -74,3 +77,18 @@ class WeightsSettings(BaseModel):
         pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
         description="PersistentVolumeClaim of the FSx for Lustre file system (node_target 'fsx').",
     )
+
+    def for_cluster(self, kind: str) -> WeightsSettings:
+        """These settings with the node paths on ``kind``'s NVMe mount ("eks" or "hyperpod").
+
+        A path under another kind's mount is moved to this kind's (the same directory below the mount):
+        /mnt/k8s-disks/0 does not exist on a HyperPod node, nor /opt/dlami/nvme on an EKS node.
+        """
+        mount = nvme_mount(kind)
+        moved = {}
+        for field in ("nvme_path", "compile_cache_path"):
+            path: str = getattr(self, field)
+            for other in NVME_MOUNTS.values():
+                if other != mount and (path == other or path.startswith(other + "/")):
+                    moved[field] = mount + path[len(other) :]
+        return self.model_copy(update=moved) if moved else self

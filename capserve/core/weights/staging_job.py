@@ -9,7 +9,9 @@ before it starts.
 
 The staging Job and the vLLM pods mount the same volume (``weights_volume``) at the same path
 (``CONTAINER_DIR``): the folder vLLM's ``--model`` names (``node_model_path``) is exactly the one the
-Job filled. On NVMe that is a hostPath under the RAID0 array (``WeightsSettings.nvme_path``).
+Job filled. On NVMe that is a hostPath on the node's NVMe mount (``WeightsSettings.nvme_path``, moved to
+the cluster kind's mount by ``WeightsSettings.for_cluster``: nodeadm's RAID0 array on EKS, /opt/dlami/nvme
+on HyperPod).
 """
 
 from __future__ import annotations

@@ -57,6 +57,8 @@ class NodePoolActivated:
     hyperpod: bool = False  # HyperPod nodes carry health labels (set by the fake Kubernetes server)
     local_storage: str | None = None  # nodeadm localStorage.strategy from the launch template's user data
     root_volume_gib: int = 20
+    host_directories: tuple[str, ...] = ()  # directories the node's OS has mounted besides nodeadm's (HyperPod)
+    instance_role_arn: str | None = None  # the role the instance's credentials (IMDS) are for; None: unchecked
 
 
 @dataclass
@@ -88,6 +90,9 @@ NODE_HOOKS: list[Callable[[NodePoolActivated], None]] = []
 # Called with (cluster name, node group name) once a node group is deleted: its instances are gone.
 NODE_GONE_HOOKS: list[Callable[[str, str], None]] = []
 CLUSTER_HOOKS: list[Callable[[str], None]] = []
+# Called with (EKS cluster name, (group, plural, namespace, name)): whether that Kubernetes object exists
+# in the cluster (the fake Kubernetes server's store). HyperPod's CreateCluster checks its dependencies so.
+KUBE_OBJECT_HOOKS: list[Callable[[str, tuple[str, str, str | None, str]], bool]] = []
 _LOG = _CallLog()
 _INSTALLED = False
 _ACTIVE = "ACTIVE"
@@ -115,6 +120,7 @@ def reset() -> None:
     NODE_HOOKS.clear()
     NODE_GONE_HOOKS.clear()
     CLUSTER_HOOKS.clear()
+    KUBE_OBJECT_HOOKS.clear()
     capacity_ext.TERMINATION_HOOKS.clear()
     clear_calls()
 
@@ -154,6 +160,8 @@ def attach_fake_kube(kube: Any, *, failure: str | None = None) -> Callable[[Node
             health_labels=event.hyperpod,
             local_storage=event.local_storage,
             root_volume_gib=event.root_volume_gib,
+            host_directories=event.host_directories,
+            instance_role_arn=event.instance_role_arn,
             **where,
         )
 
@@ -168,9 +176,13 @@ def attach_fake_kube(kube: Any, *, failure: str | None = None) -> Callable[[Node
     def remove(cluster_name: str, nodegroup_name: str) -> None:
         kube.remove_nodes(nodegroup_name)  # their pods are then garbage-collected and stopped
 
+    def has_object(cluster_name: str, key: tuple[str, str, str | None, str]) -> bool:
+        return key in kube.store.objects
+
     NODE_HOOKS.append(provision)
     NODE_GONE_HOOKS.append(remove)
     CLUSTER_HOOKS.append(bootstrap)
+    KUBE_OBJECT_HOOKS.append(has_object)
     return provision
 
 

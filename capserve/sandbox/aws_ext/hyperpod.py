@@ -9,7 +9,14 @@ optional ``ThreadsPerCore`` is absent. These operations replace moto's cluster o
 - the cluster goes ``Creating`` → ``InService`` on the same rule as EKS (describes or sandbox clock,
   see ``eks.BEHAVIOUR``); at that moment each instance group's nodes are announced to ``eks.NODE_HOOKS``
   so the fake Kubernetes server of the orchestrator cluster provisions them;
-- ``describe_cluster`` of an unknown name raises ``ResourceNotFound``, as SageMaker does.
+- ``describe_cluster`` of an unknown name raises ``ResourceNotFound``, as SageMaker does;
+- the prerequisites are enforced (docs/hyperpod.md §6): an orchestrator EKS cluster without the
+  HyperPod dependencies (the Helm chart's objects, looked up in the fake Kubernetes server through
+  ``eks.KUBE_OBJECT_HOOKS``) is refused with a ValidationException, and a lifecycle entrypoint script
+  that is not in (moto's) S3 makes the cluster ``Failed`` once its instances would have come up, with
+  the FailureMessage SageMaker gives then;
+- each node is announced with the instance group's ``ExecutionRole``: the sandbox kubelet makes that
+  node's tool containers act as that role for S3 (``capserve.sandbox.kube.aws_shim``).
 
 State hangs off moto's SageMaker backend, so ``/moto-api/reset`` clears it.
 """
@@ -25,6 +32,7 @@ import botocore.session
 from moto.core.exceptions import JsonRESTError
 from moto.core.responses import ActionResult
 from moto.eks.models import eks_backends
+from moto.s3.models import s3_backends
 from moto.sagemaker.models import sagemaker_backends
 from moto.sagemaker.responses import SageMakerResponse
 
@@ -58,6 +66,7 @@ class _HyperPodCluster:
     status: str = "Creating"
     describes: int = 0
     nodes: list[dict[str, Any]] = field(default_factory=list)
+    failure: str | None = None  # the FailureMessage the cluster gets instead of InService
 
 
 def _valid_instance_types() -> set[str]:
@@ -93,11 +102,63 @@ def _check_orchestrator(response: SageMakerResponse, orchestrator: dict[str, Any
     return str(name)
 
 
+# The objects of the HyperPod dependencies chart (aws/sagemaker-hyperpod-cli, helm_chart/HyperPodHelmChart)
+# that its readme marks required for HyperPod resiliency, which bring-up turns on (NodeRecovery=Automatic,
+# deep health checks): (group, plural, namespace, name) as the fake Kubernetes store keys them. Named here
+# from the chart's templates, not read from capserve's vendored copy, so the two are checked against each other.
+HYPERPOD_DEPENDENCIES: tuple[tuple[str, str, str | None, str], ...] = (
+    ("", "namespaces", None, "aws-hyperpod"),  # deep-health-check/templates/aws-hyperpod-namespace.yaml
+    ("", "serviceaccounts", "aws-hyperpod", "deep-health-check-service-account"),
+    ("apps", "daemonsets", "aws-hyperpod", "health-monitoring-agent"),  # health-monitoring-agent.yaml
+    ("rbac.authorization.k8s.io", "clusterrolebindings", None, "health-monitoring-agent"),
+    ("rbac.authorization.k8s.io", "clusterrolebindings", None, "job-auto-restart"),  # job-auto-restart-rbac.yaml
+    ("rbac.authorization.k8s.io", "clusterrolebindings", None, "hyperpod-patching"),  # hyperpod-patching
+)
+
+# What DescribeCluster reports when an instance's lifecycle script is missing or fails, as SageMaker words it
+# (quoted in the troubleshooting reports of aws-samples/awsome-distributed-training for HyperPod).
+LIFECYCLE_FAILURE = (
+    "Instance {instance} failed to provision with the following error: \"Lifecycle scripts did not run "
+    "successfully. Ensure the scripts exist in provided S3 path, are accessible, and run without errors. "
+    "Please see CloudWatch logs for lifecycle script execution details.\" Note that multiple instances may "
+    "be impacted."
+)
+
+
+def _check_dependencies(cluster_name: str) -> None:
+    """The SageMaker guide ("Installing packages on the Amazon EKS cluster using Helm"): the chart is required
+    before CreateCluster; without it "the creation process [may fail] entirely". The wording is the sandbox's.
+    Without a fake Kubernetes server attached (plain moto tests) there is nothing to look in."""
+    for lookup in list(eks_ext.KUBE_OBJECT_HOOKS):
+        missing = [key for key in HYPERPOD_DEPENDENCIES if not lookup(cluster_name, key)]
+        if missing:
+            what = ", ".join(f"{plural}/{(ns + '/') if ns else ''}{name}" for _, plural, ns, name in missing)
+            raise ValidationException(
+                f"The Amazon EKS cluster {cluster_name} is not set up for SageMaker HyperPod: install the "
+                f"HyperPod dependencies Helm chart first (missing: {what})"
+            )
+
+
+def _script_present(response: SageMakerResponse, group: dict[str, Any]) -> bool:
+    """Whether ``LifeCycleConfig.OnCreate`` exists under ``SourceS3Uri`` in (moto's) S3."""
+    config = group.get("LifeCycleConfig") or {}
+    bucket, _, folder = str(config.get("SourceS3Uri", "")).removeprefix("s3://").partition("/")
+    key = f"{folder.rstrip('/')}/{config.get('OnCreate', '')}".lstrip("/")
+    backend: Any = s3_backends[response.current_account]["aws"]
+    try:
+        return backend.get_object(bucket, key) is not None
+    except Exception:  # noqa: BLE001 - moto raises MissingBucket / MissingKey
+        return False
+
+
 def _advance(response: SageMakerResponse, cluster: _HyperPodCluster) -> None:
     if cluster.status != "Creating":
         return
     cluster.describes += 1
     if not eks_ext.activation_due(cluster.created, cluster.describes):
+        return
+    if cluster.failure is not None:
+        cluster.status = "Failed"
         return
     cluster.status = "InService"
     eks_name = _check_orchestrator(response, cluster.request.get("Orchestrator"))
@@ -134,9 +195,12 @@ def _advance(response: SageMakerResponse, cluster: _HyperPodCluster) -> None:
                 ],
                 zone=eks_ext.subnet_zone(response.current_account, response.region, subnets[0]) if subnets else None,
                 hyperpod=True,
-                # Sandbox assumption (not verified against a HyperPod node): kubelet's storage sits on the
-                # instance-store NVMe, as with nodeadm's RAID0 on EKS (docs/sandbox-kubelet.md).
+                # Sandbox assumption (docs/hyperpod.md §3): the lifecycle script mounts the instance-store NVMe
+                # at /opt/dlami/nvme and moves the kubelet's directory onto it, so ephemeral storage is the
+                # NVMe; /opt/sagemaker is the extra EBS volume. No /mnt/k8s-disks: these are not nodeadm nodes.
                 local_storage="RAID0",
+                host_directories=("opt/dlami/nvme", "opt/sagemaker"),
+                instance_role_arn=group.get("ExecutionRole"),
             )
         )
 
@@ -168,7 +232,9 @@ def create_cluster(self: SageMakerResponse) -> ActionResult:
         uri = (group.get("LifeCycleConfig") or {}).get("SourceS3Uri", "s3://sagemaker-")
         if not uri.startswith("s3://sagemaker-"):
             raise ValidationException(f"SourceS3Uri {uri} does not start with 's3://sagemaker-'")
-    _check_orchestrator(self, self._get_param("Orchestrator"))
+    eks_name = _check_orchestrator(self, self._get_param("Orchestrator"))
+    if eks_name is not None:
+        _check_dependencies(eks_name)
     arn = f"arn:aws:sagemaker:{self.region}:{self.current_account}:cluster/{uuid.uuid4().hex[:12]}"
     request = {
         "InstanceGroups": groups,
@@ -177,7 +243,10 @@ def create_cluster(self: SageMakerResponse) -> ActionResult:
         "NodeRecovery": self._get_param("NodeRecovery") or "Automatic",
         "Tags": self._get_param("Tags") or [],
     }
-    clusters[name] = _HyperPodCluster(name=name, arn=arn, request=request, created=CLOCK.now())
+    cluster = _HyperPodCluster(name=name, arn=arn, request=request, created=CLOCK.now())
+    if not all(_script_present(self, group) for group in groups):
+        cluster.failure = LIFECYCLE_FAILURE.format(instance="i-" + uuid.uuid4().hex[:17])
+    clusters[name] = cluster
     return ActionResult({"ClusterArn": arn})
 
 
@@ -193,6 +262,8 @@ def describe_cluster(self: SageMakerResponse) -> ActionResult:
         "VpcConfig": cluster.request["VpcConfig"],
         "NodeRecovery": cluster.request["NodeRecovery"],
     }
+    if cluster.status == "Failed" and cluster.failure:
+        body["FailureMessage"] = cluster.failure
     if cluster.request.get("Orchestrator"):
         body["Orchestrator"] = cluster.request["Orchestrator"]
     return ActionResult(body)

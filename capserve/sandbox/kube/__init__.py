@@ -149,6 +149,8 @@ class FakeKube:
         local_storage: str | None = None,
         root_volume_gib: int = DEFAULT_ROOT_GIB,
         device_plugins: DevicePluginMode = "daemonset",
+        host_directories: Sequence[str] = (),
+        instance_role_arn: str | None = None,
     ) -> list[str]:
         """Make ``count`` nodes of ``pool`` register, as a node group's instances would.
 
@@ -159,6 +161,9 @@ class FakeKube:
         device-plugin pods run there; "builtin" (Bottlerocket NVIDIA, Auto Mode) advertises them at once.
         ``failure``: "never-ready", "no-gpus" (the plugin finds no healthy GPU), "health-check-failed"
         (HyperPod). With ``ready_after_s`` > 0 the nodes register NotReady and turn Ready later.
+        ``host_directories`` exist on the node from boot (HyperPod: /opt/dlami/nvme, /opt/sagemaker).
+        ``instance_role_arn``: the node's tool containers act as that IAM role for S3 (``aws_shim``); None
+        leaves them with the sandbox's own credentials.
         """
         failure = NodeFailure(failure) if failure is not None else None
         shape = node_shape(
@@ -177,6 +182,7 @@ class FakeKube:
                 efa=shape.efa,
                 builtin_plugins=device_plugins == "builtin",
                 broken_gpus=failure is NodeFailure.NO_GPUS,
+                instance_role_arn=instance_role_arn,
             )
             # Plugins shipped in the AMI register their devices with the kubelet before the node is Ready.
             builtin = {"nvidia.com/gpu": shape.gpus if failure is not NodeFailure.NO_GPUS else 0} if shape.gpus else {}
@@ -194,7 +200,7 @@ class FakeKube:
                 ready=ready_after_s <= 0,
                 zone=zone,
             )
-            self.kubelet.layout.prepare_node(name, local_storage, shape.nvme_disks)
+            self.kubelet.layout.prepare_node(name, local_storage, shape.nvme_disks, host_directories)
             self._put_node(node)
             if ready_after_s > 0 and failure is not NodeFailure.NEVER_READY:
                 self._later(ready_after_s, lambda n=name: self.set_node_ready(n, True))

@@ -10,6 +10,13 @@ usage exit code (252), so a script that starts using another command fails in th
 Output and exit codes follow the AWS CLI v2 (``download: s3://... to ...``; a missing key is
 ``fatal error: An error occurred (404) when calling the HeadObject operation: Not Found``, exit 1).
 
+On a node with an instance role (HyperPod: the instance group's ExecutionRole; the kubelet sets
+``INSTANCE_ROLE_ENV``), every S3 call is first checked against that role's policies
+(``iam_eval``) and refused as S3 refuses it: ``HeadObject`` → ``(403) ... Forbidden``, the others
+``AccessDenied ... is not authorized to perform: s3:<Action> on resource: "<arn>" because no
+identity-based policy allows the s3:<Action> action`` (IAM user guide, "Troubleshoot access denied
+error messages"). Without one, calls go out with the sandbox's own credentials.
+
 Starting Python and importing boto3 for every ``aws s3 cp`` of a staging script would take a second
 each on a small box, so the kubelet serves the commands in-process (``ShimServer``, a Unix socket in
 the sandbox's state directory) and the ``aws`` on the container's PATH is a tiny client
@@ -30,6 +37,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 USAGE_EXIT = 252
+# Set by the kubelet on nodes whose instance has an IAM role (the AWS_ prefix: the client forwards AWS_* only).
+INSTANCE_ROLE_ENV = "AWS_CAPSERVE_SANDBOX_INSTANCE_ROLE_ARN"
 QUIET_FLAGS = {"--only-show-errors", "--quiet", "--no-progress"}
 ACCEPTED_FLAGS = {
     "cp": QUIET_FLAGS | {"--recursive"},
@@ -43,10 +52,36 @@ class _Io:
 
     def __init__(self, out: TextIO, err: TextIO, cwd: Path, env: Mapping[str, str]) -> None:
         self.out, self.err, self.cwd, self.env = out, err, cwd, env
+        self._documents: list[dict[str, Any]] | None = None
 
     def path(self, value: str) -> Path:
         path = Path(value)
         return path if path.is_absolute() else self.cwd / path
+
+    def authorize(self, action: str, bucket: str, key: str | None, operation: str) -> None:
+        """Raise S3's ClientError when the node's instance role may not do ``action`` (no role: no check)."""
+        role_arn = self.env.get(INSTANCE_ROLE_ENV)
+        if not role_arn:
+            return
+        from botocore.exceptions import ClientError
+
+        from capserve.sandbox.kube import iam_eval
+
+        # arn:aws:iam::<account>:role/<path/><name>
+        account, role_name = role_arn.split(":")[4], role_arn.rsplit("/", 1)[-1]
+        if self._documents is None:
+            self._documents = iam_eval.role_documents(_client(self.env, "iam"), role_name)
+        resource = f"arn:aws:s3:::{bucket}" + (f"/{key}" if key is not None else "")
+        if iam_eval.allowed(self._documents, action, resource, account=account):
+            return
+        if operation == "HeadObject":  # HEAD has no body: only the status reaches the client
+            raise ClientError({"Error": {"Code": "403", "Message": "Forbidden"}}, operation)
+        who = f"arn:aws:sts::{account}:assumed-role/{role_name}/sandbox-instance"
+        message = (
+            f'User: {who} is not authorized to perform: {action} on resource: "{resource}" because no '
+            f"identity-based policy allows the {action} action"
+        )
+        raise ClientError({"Error": {"Code": "AccessDenied", "Message": message}}, operation)
 
 
 def _refuse(argv: list[str], io_: _Io) -> int:
@@ -67,8 +102,8 @@ _CLIENTS: dict[tuple[str, ...], Any] = {}
 _CLIENTS_LOCK = threading.Lock()
 
 
-def _client(env: Mapping[str, str]) -> Any:
-    """An S3 client for the container's AWS settings (one per distinct settings, reused)."""
+def _client(env: Mapping[str, str], service: str = "s3") -> Any:
+    """A client for the container's AWS settings (one per service and distinct settings, reused)."""
     import boto3
 
     keys = (
@@ -79,7 +114,7 @@ def _client(env: Mapping[str, str]) -> Any:
         "AWS_REGION",
         "AWS_DEFAULT_REGION",
     )
-    settings = tuple(env.get(k, "") for k in keys)
+    settings = (service, *(env.get(k, "") for k in keys))
     with _CLIENTS_LOCK:
         if settings not in _CLIENTS:
             session = boto3.session.Session(
@@ -88,11 +123,14 @@ def _client(env: Mapping[str, str]) -> Any:
                 aws_session_token=env.get("AWS_SESSION_TOKEN") or None,
                 region_name=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
             )
-            _CLIENTS[settings] = session.client("s3", endpoint_url=env.get("AWS_ENDPOINT_URL") or None)
+            _CLIENTS[settings] = session.client(  # type: ignore[call-overload]
+                service, endpoint_url=env.get("AWS_ENDPOINT_URL") or None
+            )
         return _CLIENTS[settings]
 
 
-def _keys(s3: Any, bucket: str, prefix: str) -> list[dict[str, Any]]:
+def _keys(s3: Any, bucket: str, prefix: str, io_: _Io) -> list[dict[str, Any]]:
+    io_.authorize("s3:ListBucket", bucket, None, "ListObjectsV2")
     found: list[dict[str, Any]] = []
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         found += page.get("Contents") or []
@@ -103,6 +141,7 @@ def _download(s3: Any, bucket: str, key: str, target: Path, quiet: bool, io_: _I
     if target.is_dir() or str(target).endswith("/"):
         target = target / key.rsplit("/", 1)[-1]
     target.parent.mkdir(parents=True, exist_ok=True)
+    io_.authorize("s3:GetObject", bucket, key, "GetObject")
     s3.download_file(bucket, key, str(target))
     if not quiet:
         print(f"download: s3://{bucket}/{key} to {target}", file=io_.out)
@@ -111,6 +150,7 @@ def _download(s3: Any, bucket: str, key: str, target: Path, quiet: bool, io_: _I
 def _upload(s3: Any, source: Path, bucket: str, key: str, quiet: bool, io_: _Io) -> None:
     if not key or key.endswith("/"):
         key = key + source.name
+    io_.authorize("s3:PutObject", bucket, key, "PutObject")
     s3.upload_file(str(source), bucket, key)
     if not quiet:
         print(f"upload: {source} to s3://{bucket}/{key}", file=io_.out)
@@ -122,20 +162,19 @@ def cp(source: str, target: str, recursive: bool, quiet: bool, io_: _Io) -> int:
         bucket, key = _split(source)
         if recursive:
             prefix = key.rstrip("/") + "/" if key else ""
-            for item in _keys(s3, bucket, prefix):
+            for item in _keys(s3, bucket, prefix, io_):
                 _download(s3, bucket, item["Key"], io_.path(target) / item["Key"][len(prefix) :], quiet, io_)
             return 0
         from botocore.exceptions import ClientError
 
         try:
+            io_.authorize("s3:GetObject", bucket, key, "HeadObject")
             s3.head_object(Bucket=bucket, Key=key)
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
-            print(
-                f"fatal error: An error occurred ({code}) when calling the HeadObject operation: "
-                f"{'Not Found' if code == '404' else exc}",
-                file=io_.err,
-            )
+            message = {"404": "Not Found", "403": "Forbidden"}.get(code) or exc.response["Error"].get("Message", "")
+            print(f"fatal error: An error occurred ({code}) when calling the HeadObject operation: {message}",
+                  file=io_.err)
             return 1
         _download(s3, bucket, key, io_.path(target), quiet, io_)
         return 0
@@ -160,14 +199,14 @@ def sync(source: str, target: str, quiet: bool, io_: _Io) -> int:
     if source.startswith("s3://") and not target.startswith("s3://"):
         bucket, key = _split(source)
         prefix = key.rstrip("/") + "/" if key else ""
-        for item in _keys(s3, bucket, prefix):
+        for item in _keys(s3, bucket, prefix, io_):
             local = io_.path(target) / item["Key"][len(prefix) :]
             if not local.is_file() or local.stat().st_size != item["Size"]:
                 _download(s3, bucket, item["Key"], local, quiet, io_)
         return 0
     if target.startswith("s3://") and not source.startswith("s3://"):
         bucket, key = _split(target)
-        remote = {item["Key"]: item["Size"] for item in _keys(s3, bucket, key.rstrip("/") + "/" if key else "")}
+        remote = {item["Key"]: item["Size"] for item in _keys(s3, bucket, key.rstrip("/") + "/" if key else "", io_)}
         root = io_.path(source)
         for file in sorted(p for p in root.rglob("*") if p.is_file()):
             destination = f"{key.rstrip('/')}/{file.relative_to(root)}".lstrip("/")
@@ -181,7 +220,7 @@ def sync(source: str, target: str, quiet: bool, io_: _Io) -> int:
 def ls(uri: str, recursive: bool, io_: _Io) -> int:
     s3 = _client(io_.env)
     bucket, key = _split(uri)
-    items = _keys(s3, bucket, key)
+    items = _keys(s3, bucket, key, io_)
     if not recursive:
         seen = set()
         for item in items:
@@ -220,7 +259,10 @@ def run(argv: list[str], io_: _Io) -> int:
             return cp(positional[0], positional[1], "--recursive" in flags, quiet, io_)
         return sync(positional[0], positional[1], quiet, io_)
     except Exception as exc:  # noqa: BLE001 - the CLI prints any failure and exits 1
-        print(f"fatal error: {type(exc).__name__}: {exc}", file=io_.err)
+        from botocore.exceptions import ClientError
+
+        # The CLI prints a service error as botocore words it: "An error occurred (Code) when calling ...".
+        print(f"fatal error: {exc if isinstance(exc, ClientError) else f'{type(exc).__name__}: {exc}'}", file=io_.err)
         return 1
 
 

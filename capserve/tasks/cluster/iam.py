@@ -28,10 +28,21 @@ class RoleArns(BaseModel):
 
 @aws_task(name="converge-iam-roles", cache_policy=NO_CACHE)
 def converge_roles(
-    campaign_id: str, kind: str, region: str, *, compile_cache_bucket: str | None = None, compile_cache_prefix: str = ""
+    campaign_id: str,
+    kind: str,
+    region: str,
+    *,
+    compile_cache_bucket: str | None = None,
+    compile_cache_prefix: str = "",
+    weights_bucket: str | None = None,
+    weights_prefix: str = "",
 ) -> RoleArns:
     """Every role of the campaign, with its managed policies; with ``compile_cache_bucket``, the node role
-    may also upload compile caches under ``<compile_cache_prefix>/compile-cache/`` of that bucket."""
+    may also upload compile caches under ``<compile_cache_prefix>/compile-cache/`` of that bucket.
+
+    The HyperPod execution role also gets its inline policies (``build.hyperpod_inline_policies``): what
+    HyperPod on EKS needs, reading the weights under ``weights_prefix`` of ``weights_bucket``, and (with
+    ``compile_cache_bucket``) writing the compile caches."""
     names = ClusterNames(campaign_id=campaign_id)
     iam = aws.client("iam", region)
     partition = partition_for(region)
@@ -59,6 +70,15 @@ def converge_roles(
             if role.component == "eks-node-role" and compile_cache_bucket:
                 document = build.compile_cache_policy(partition, compile_cache_bucket, compile_cache_prefix)
                 _converge_inline_policy(iam, role.name, build.COMPILE_CACHE_POLICY, document)
+            if role.component == "hyperpod-execution-role":
+                inline = build.hyperpod_inline_policies(
+                    partition,
+                    weights_bucket=weights_bucket,
+                    weights_prefix=weights_prefix,
+                    compile_cache=bool(compile_cache_bucket),
+                )
+                for policy_name, document in inline.items():
+                    _converge_inline_policy(iam, role.name, policy_name, document)
         except (ClientError, BotoCoreError) as exc:
             raise aws.convert(exc, f"IAM role {role.name}") from exc
         arns[role.component] = str(found["Arn"])

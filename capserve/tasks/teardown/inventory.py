@@ -10,12 +10,14 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 from prefect.cache_policies import NO_CACHE
 
+from capserve.core.cluster.hyperpod import is_lifecycle_bucket_of, lifecycle_bucket
 from capserve.core.cluster.iam import roles_for
 from capserve.core.cluster.naming import ClusterNames
 from capserve.core.cluster.network import GONE_ENDPOINT_STATES
 from capserve.core.tags import CAMPAIGN_TAG
 from capserve.core.teardown.inventory import (
     AddressFound,
+    BucketFound,
     ClusterFound,
     ClusterKind,
     HyperPodFound,
@@ -105,6 +107,7 @@ def inventory_campaign(
             _missing_egress(names, nats, endpoints, addresses, seen)
         eks_cluster, nodegroups = _eks(names, region, kind, seen)
         hyperpod = _hyperpod(names, region, kind, seen)
+        bucket = _lifecycle_bucket(names, region, kind, seen)
         roles = _roles(names, region, kind, seen)
         workload_cluster = eks_cluster
         if existing_cluster:
@@ -130,6 +133,7 @@ def inventory_campaign(
         instances=tuple(instances),
         launch_templates=tuple(templates),
         eks_cluster=eks_cluster,
+        lifecycle_bucket=bucket,
         roles=tuple(roles),
         internet_gateways=tuple(gateways),
         vpcs=tuple(vpcs),
@@ -368,6 +372,42 @@ def _hyperpod(names: ClusterNames, region: str, kind: ClusterKind | None, seen: 
         if group.get("TrainingPlanArn"):
             seen.reservations.append(group["TrainingPlanArn"])
     return HyperPodFound(name=name, arn=cluster["ClusterArn"])
+
+
+def _lifecycle_bucket(
+    names: ClusterNames, region: str, kind: ClusterKind | None, seen: _Collector
+) -> BucketFound | None:
+    """The HyperPod lifecycle bucket by its deterministic name, when it carries the campaign's lifecycle tags.
+
+    Found whatever the kind (the reaper passes none); a bucket of that name without those tags is kept.
+    A bucket the settings named (``bring_up.hyperpod_lifecycle_s3_uri``) is the user's and never looked at.
+    """
+    account = aws.client("sts", region).get_caller_identity()["Account"]
+    name = lifecycle_bucket(names.campaign_id, account)
+    s3 = aws.client("s3", region)
+    try:
+        s3.head_bucket(Bucket=name)
+    except ClientError as exc:
+        if _code(exc) not in ("404", "NoSuchBucket", "NotFound"):  # HeadBucket: bare status code
+            raise
+        if kind == "hyperpod":
+            seen.missing.append(label("s3-bucket", name))
+        return None
+    try:
+        tags = _tags(s3.get_bucket_tagging(Bucket=name).get("TagSet"))
+    except ClientError as exc:
+        if _code(exc) != "NoSuchTagSet":
+            raise
+        tags = {}
+    if not is_lifecycle_bucket_of(tags, names.campaign_id):
+        seen.not_ours(label("s3-bucket", name), tags)
+        return None
+    keys = [
+        item["Key"]
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=name)
+        for item in page.get("Contents", [])
+    ]
+    return BucketFound(name=name, keys=tuple(keys[:1000]))
 
 
 def _roles(names: ClusterNames, region: str, kind: ClusterKind | None, seen: _Collector) -> list[RoleFound]:

@@ -23,7 +23,8 @@ def stage_on_nodes(
     settings: WeightsSettings | None = None,
 ) -> NodeStagingResult:
     """Apply the namespace and one staging Job per node (server-side, so a re-run converges), then wait."""
-    settings = settings or WeightsSettings()
+    # The node data path is the cluster kind's NVMe mount (nodeadm's RAID0 on EKS, /opt/dlami/nvme on HyperPod).
+    settings = (settings or WeightsSettings()).for_cluster(cluster.kind)
     objects, result = staging_workloads(
         manifest,
         kube_nodes=cluster.node_names,
@@ -35,6 +36,7 @@ def stage_on_nodes(
         settings=settings,
         # Refuses a node too small for its share (plus caches) before any Job is applied.
         node_storage=cluster.node_storage_bytes,
+        cluster_kind=cluster.kind,
     )
     api = api_client_for_eks(cluster.endpoint, cluster.ca_data, cluster.name, cluster.region)
     for obj in objects:

@@ -60,6 +60,7 @@ class NodeDevices:
     efa: int
     builtin_plugins: bool = False  # Bottlerocket NVIDIA / Auto Mode: no DaemonSet needed
     broken_gpus: bool = False  # the plugin runs but finds no healthy GPU (driver trouble)
+    instance_role_arn: str | None = None  # the IAM role of the instance's credentials (what IMDS would hand out)
 
 
 class DevicePlugins:

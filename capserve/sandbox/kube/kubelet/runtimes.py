@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from capserve.sandbox.kube.aws_shim import INSTANCE_ROLE_ENV
 from capserve.sandbox.kube.kubelet.faults import FaultKind
 from capserve.sandbox.kube.kubelet.logs import InstanceLog
 from capserve.sandbox.kube.kubelet.processes import LocalProcess, free_port
@@ -204,6 +205,10 @@ class ToolRuntime(ProcessRuntime):
             argv[0] = argv[0].rsplit("/", 1)[1]
         env = {key: rewrite_paths(value, ctx.mounts) for key, value in ctx.env.items()}
         env.update({key: os.environ[key] for key in AWS_ENV if key in os.environ})
+        devices = ctx.kubelet.node_devices.get(ctx.node)
+        if devices is not None and devices.instance_role_arn:
+            # The pod's AWS SDK would get the instance's role credentials from IMDS: the shim acts as that role.
+            env[INSTANCE_ROLE_ENV] = devices.instance_role_arn
         env["PATH"] = f"{ctx.kubelet.shim_dir()}:{os.environ.get('PATH', '/usr/bin:/bin')}"
         env["HOME"] = str(ctx.scratch)
         env["TMPDIR"] = str(ctx.scratch)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,15 +66,23 @@ class Layout:
     def pod_dir(self, uid: str) -> Path:
         return self.root / "pods" / uid
 
-    def prepare_node(self, node: str, local_storage: str | None, disks: int) -> None:
-        """The directories a freshly booted EKS node has, for hostPath type checks to find.
+    def prepare_node(
+        self, node: str, local_storage: str | None, disks: int, host_directories: Sequence[str] = ()
+    ) -> None:
+        """The directories a freshly booted node has, for hostPath type checks to find.
 
-        nodeadm's RAID0/RAID10 array is mounted at /mnt/k8s-disks/0; ``Mount`` mounts each disk at
-        /mnt/k8s-disks/1..N (nodeadm ``setup-local-disks``); without a strategy there is no /mnt/k8s-disks.
+        On an EKS node nodeadm's RAID0/RAID10 array is mounted at /mnt/k8s-disks/0; ``Mount`` mounts each
+        disk at /mnt/k8s-disks/1..N (nodeadm ``setup-local-disks``); without a strategy there is no
+        /mnt/k8s-disks. ``host_directories`` are what another node OS mounts instead (HyperPod:
+        /opt/dlami/nvme and /opt/sagemaker, no /mnt/k8s-disks at all: it is not a nodeadm node).
         """
         root = self.node_dir(node)
         for path in HOST_DIRECTORIES:
             (root / path).mkdir(parents=True, exist_ok=True)
+        if host_directories:
+            for path in host_directories:
+                (root / path.lstrip("/")).mkdir(parents=True, exist_ok=True)
+            return
         if local_storage in ("RAID0", "RAID10"):
             (root / "mnt/k8s-disks/0").mkdir(parents=True, exist_ok=True)
         elif local_storage == "Mount":
