@@ -13,6 +13,18 @@ from capserve.core.catalog.models import (
     ModelEntry,
     MoeGeometry,
     Quantization,
+    Thinking,
+)
+
+# vLLM 0.32 vllm/reasoning/kimi_k3_reasoning_parser.py: thinking is on unless the request's
+# chat_template_kwargs sets `thinking` (or `enable_thinking`) to false, which makes it instruct mode.
+# That is vLLM's parser; the model card's own word on the switch was not read, so the quality check
+# leaves room for the thinking by default rather than turning it off (docs/evaluation.md §6.4).
+K3_THINKING = Thinking(
+    reasoning_parser="kimi_k3",
+    off_switch="thinking",
+    source="vLLM 0.32 vllm/reasoning/kimi_k3_reasoning_parser.py (chat_template_kwargs thinking=false: instruct "
+    "mode); the recipe serves K3 with --reasoning-parser kimi_k3",
 )
 
 
@@ -70,6 +82,7 @@ KIMI_K3 = ModelEntry(
     # MXFP4 weights with MXFP8 activations from quantization-aware training (vLLM K3 recipe and serving
     # note; docs/planner.md).
     quantization=Quantization(routed_experts="mxfp4", dense="bf16", activations="mxfp8"),
+    thinking=K3_THINKING,
 )
 
 KIMI_K2 = ModelEntry(
@@ -153,6 +166,12 @@ GPT_OSS_120B = ModelEntry(
         router_bias=True,
     ),
     quantization=Quantization(routed_experts="mxfp4", dense="bf16"),
+    # The harmony format always reasons (an analysis channel before the final one); reasoning_effort
+    # shortens it but nothing turns it off. vLLM 0.32 vllm/reasoning/gptoss_reasoning_parser.py.
+    thinking=Thinking(
+        reasoning_parser="openai_gptoss",
+        source="vLLM 0.32 vllm/reasoning/gptoss_reasoning_parser.py (harmony analysis channel)",
+    ),
 )
 
 _TINY_LAYERS = 6
@@ -190,6 +209,7 @@ TINY_K3 = ModelEntry(
         score_correction_bias=True,
     ),
     quantization=Quantization(routed_experts="mxfp4", dense="bf16", activations="mxfp8"),
+    thinking=K3_THINKING,  # the sandbox serves it as vLLM serves K3
 )
 
 MODELS: Mapping[str, ModelEntry] = MappingProxyType(

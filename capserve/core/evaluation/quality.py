@@ -11,7 +11,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from capserve.core.catalog.models import Thinking
 from capserve.core.errors import SpecError
+from capserve.core.evaluation.spec import QualitySpec
 
 Extractor = Literal["answer_line", "last_number"]
 
@@ -119,6 +121,48 @@ def wilson_interval(correct: int, total: int, confidence: float = 0.95) -> tuple
 def quality_messages(item: GoldenItem) -> list[dict[str, Any]]:
     """Chat messages for one golden item."""
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": item.prompt}]
+
+
+def quality_payload(
+    model: str, item: GoldenItem, spec: QualitySpec, *, thinks: bool = False, thinking: Thinking | None = None
+) -> dict[str, Any]:
+    """The chat request for one golden item (docs/evaluation.md §6.4).
+
+    A model that thinks (``thinks``: the catalog's ``thinking`` or the smoke stream's evidence) spends
+    tokens on thinking before its answer, and vLLM counts them against ``max_tokens``: an answer budget
+    alone would be cut off mid-thought and score as wrong. So it either gets room for both
+    (``leave_room``: ``max_tokens + thinking_budget_tokens``) or is asked to answer without thinking
+    (``off``: the catalog's chat-template switch). Only the answer (``message.content``) is scored.
+    """
+    payload: dict[str, Any] = {
+        "model": model,
+        "messages": quality_messages(item),
+        "max_tokens": spec.max_tokens,
+        "temperature": 0.0,
+        "seed": spec.seed,
+    }
+    thinks = thinks or thinking is not None
+    if not thinks:
+        return payload
+    if spec.thinking == "off":
+        payload.update(thinking_off_request(thinking))
+    else:
+        payload["max_tokens"] = spec.max_tokens + spec.thinking_budget_tokens
+    return payload
+
+
+def thinking_off_request(thinking: Thinking | None) -> dict[str, Any]:
+    """The request fields that turn a thinking model's thinking off; a SpecError saying what to change
+    when the catalog knows no switch for it."""
+    if thinking is None:
+        raise SpecError(
+            "quality.thinking is 'off' but the catalog knows no switch that turns this model's thinking off "
+            "(serve a catalog model that has one, or set quality.thinking to 'leave_room')"
+        )
+    try:
+        return thinking.off_request()
+    except ValueError as exc:
+        raise SpecError(f"quality.thinking is 'off' but {exc}: set quality.thinking to 'leave_room'") from None
 
 
 def golden_from_file(path: str) -> list[GoldenItem]:

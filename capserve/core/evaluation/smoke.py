@@ -24,6 +24,20 @@ class SmokeCheck(BaseModel):
     status: CheckStatus = Field(description="passed, failed, skipped (does not apply) or not_run (deadline).")
     detail: str = Field(default="", max_length=1000, description="What was seen, or what went wrong and where.")
     duration_ms: float = Field(default=0.0, ge=0, description="Wall time of the check.")
+    # The streamed chat's two first-token times (docs/evaluation.md §4): a reasoning model streams its
+    # thinking first, so its first token and its first answer token can be far apart.
+    ttft_ms: float | None = Field(
+        default=None, ge=0, description="chat_stream: send → first chunk with choices, of any kind (vLLM bench's TTFT)."
+    )
+    first_answer_ms: float | None = Field(
+        default=None,
+        ge=0,
+        description="chat_stream: send → first answer token (delta.content or a tool call; thinking excluded). "
+        "None when the stream carried no answer within max_tokens.",
+    )
+    thinking: bool | None = Field(
+        default=None, description="chat_stream: whether the stream carried thinking (delta.reasoning)."
+    )
 
 
 # A tool with a schema tight enough that a mis-emitting parser is caught (wrong type, missing field,

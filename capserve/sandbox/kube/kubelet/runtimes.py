@@ -421,6 +421,10 @@ def sandbox_server(ctx: ContainerContext, args: ServeArgs, host_model: Path, por
     max_len = args.get("max_model_len")
     if isinstance(max_len, int) and max_len > 0:
         config["max_model_len"] = max_len
+    parser = args.get("reasoning_parser")
+    if isinstance(parser, str) and parser:
+        # Served with --reasoning-parser, the stand-in thinks first and streams it as vLLM does.
+        config["reasoning_parser"] = parser
     env = {**os.environ, **ctx.env}
     env.pop("VLLM_API_KEY", None)
     if args.api_keys:
