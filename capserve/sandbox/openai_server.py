@@ -394,10 +394,11 @@ def _plan_reply(
     if tool_call is not None and room > 0:
         arguments = tool_call["function"]["arguments"]
         pieces = [arguments[: len(arguments) // 2], arguments[len(arguments) // 2 :]]
+        # DeltaToolCall's field order: id, type, index, function.
         name = {
-            "index": 0,
             "id": tool_call["id"],
             "type": "function",
+            "index": 0,
             "function": {"name": tool_call["function"]["name"]},
         }
         steps = [{"tool_calls": [name]}] + [
