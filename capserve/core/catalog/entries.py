@@ -13,19 +13,8 @@ from capserve.core.catalog.models import (
     ModelEntry,
     MoeGeometry,
     Quantization,
-    Thinking,
 )
-
-# vLLM 0.32 vllm/reasoning/kimi_k3_reasoning_parser.py: thinking is on unless the request's
-# chat_template_kwargs sets `thinking` (or `enable_thinking`) to false, which makes it instruct mode.
-# That is vLLM's parser; the model card's own word on the switch was not read, so the quality check
-# leaves room for the thinking by default rather than turning it off (docs/evaluation.md §6.4).
-K3_THINKING = Thinking(
-    reasoning_parser="kimi_k3",
-    off_switch="thinking",
-    source="vLLM 0.32 vllm/reasoning/kimi_k3_reasoning_parser.py (chat_template_kwargs thinking=false: instruct "
-    "mode); the recipe serves K3 with --reasoning-parser kimi_k3",
-)
+from capserve.core.catalog.thinking import GPT_OSS_THINKING, K3_THINKING
 
 
 def hybrid_layers(num_layers: int, full_attn_layers_1based: Iterable[int]) -> tuple[AttentionKind, ...]:
@@ -166,12 +155,7 @@ GPT_OSS_120B = ModelEntry(
         router_bias=True,
     ),
     quantization=Quantization(routed_experts="mxfp4", dense="bf16"),
-    # The harmony format always reasons (an analysis channel before the final one); reasoning_effort
-    # shortens it but nothing turns it off. vLLM 0.32 vllm/reasoning/gptoss_reasoning_parser.py.
-    thinking=Thinking(
-        reasoning_parser="openai_gptoss",
-        source="vLLM 0.32 vllm/reasoning/gptoss_reasoning_parser.py (harmony analysis channel)",
-    ),
+    thinking=GPT_OSS_THINKING,
 )
 
 _TINY_LAYERS = 6
