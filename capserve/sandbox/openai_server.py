@@ -238,7 +238,16 @@ class _Server:
         prompt, has_image = _text_of(body.get("messages", []))
         if has_image and not cfg.vision:
             return web.json_response({"error": {"message": "sandbox-model is not a multimodal model"}}, status=400)
-        n = int(body.get("max_completion_tokens") or body.get("max_tokens") or cfg.default_output_tokens)
+        field = "max_completion_tokens" if body.get("max_completion_tokens") else "max_tokens"
+        n = int(body.get(field) or cfg.default_output_tokens)
+        if n > cfg.max_model_len:
+            # vLLM 0.32 refuses it (vllm/renderers/params.py TokenizeParams); below it, it trims max_tokens
+            # to what the prompt leaves (get_max_tokens in vllm/entrypoints/serve/utils/api_utils.py).
+            text = f"{field}={n} cannot be greater than max_model_len={cfg.max_model_len}. Please request fewer "
+            text += f"output tokens. (parameter={field}, value={n})"
+            error = {"message": text, "type": "BadRequestError", "param": field, "code": 400}
+            return web.json_response({"error": error}, status=400)
+        n = max(1, min(n, cfg.max_model_len - len(prompt.split())))
         user = next((m.get("content") for m in reversed(body.get("messages", [])) if m.get("role") == "user"), "")
         words = self._reply_words(user if isinstance(user, str) else prompt, n)
         tool_call = None

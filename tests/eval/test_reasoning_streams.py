@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 
 from capserve.core.catalog import get_model
@@ -129,3 +130,21 @@ def test_load_ttft_counts_thinking_and_first_answer_is_apart() -> None:
     m = summarize_run(answered, spec, SPEC.gates).metrics
     assert m.completed == 4 and m.first_answer_ms.count == 4
     assert all(r.first_answer is not None and r.chunk_times[0] <= r.first_answer for r in answered.requests)
+
+
+def test_the_stand_in_refuses_max_tokens_beyond_the_context_as_vllm_does() -> None:
+    with serve(SandboxConfig(max_model_len=512)) as url:
+        body = {"model": "sandbox-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 513}
+        answer = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=30)
+    assert answer.status_code == 400
+    assert answer.json()["error"]["message"].startswith("max_tokens=513 cannot be greater than max_model_len=512.")
+
+
+def test_room_for_thinking_stays_within_the_served_context() -> None:
+    # 4096 (smoke) and 8192 (quality) tokens of room would be refused by a 512-token context.
+    config = SandboxConfig(reasoning_parser="kimi_k3", thinking_tokens=48, max_model_len=512)
+    with serve(config) as url, make_client(url, SPEC, None) as client:
+        smoke = run_smoke_checks(client, config.model, SPEC.smoke)
+        quality = score_golden(client, config.model, QualitySpec(max_items=4, max_tokens=16), thinks=True)
+    assert [c.status for c in smoke.checks] == ["passed"] * 5, [c.detail for c in smoke.checks]
+    assert (quality.total, quality.correct, quality.errors) == (4, 4, 0)

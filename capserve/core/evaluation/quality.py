@@ -123,8 +123,31 @@ def quality_messages(item: GoldenItem) -> list[dict[str, Any]]:
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": item.prompt}]
 
 
+def fit_max_tokens(requested: int, max_model_len: int | None) -> int:
+    """``requested`` within the endpoint's context: vLLM answers 400 to a max_tokens above max_model_len
+    (vllm/renderers/params.py ``TokenizeParams``) and itself trims what the prompt leaves below it
+    (``get_max_tokens`` in vllm/entrypoints/serve/utils/api_utils.py)."""
+    return requested if max_model_len is None else max(1, min(requested, max_model_len))
+
+
+def model_context(models_answer: Any, model: str) -> int | None:
+    """``max_model_len`` that a /v1/models answer reports for ``model`` (None when it does not say)."""
+    data = models_answer.get("data") if isinstance(models_answer, dict) else None
+    for entry in data if isinstance(data, list) else []:
+        if isinstance(entry, dict) and entry.get("id") == model:
+            value = entry.get("max_model_len")
+            return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    return None
+
+
 def quality_payload(
-    model: str, item: GoldenItem, spec: QualitySpec, *, thinks: bool = False, thinking: Thinking | None = None
+    model: str,
+    item: GoldenItem,
+    spec: QualitySpec,
+    *,
+    thinks: bool = False,
+    thinking: Thinking | None = None,
+    max_model_len: int | None = None,
 ) -> dict[str, Any]:
     """The chat request for one golden item (docs/evaluation.md §6.4).
 
@@ -132,7 +155,8 @@ def quality_payload(
     tokens on thinking before its answer, and vLLM counts them against ``max_tokens``: an answer budget
     alone would be cut off mid-thought and score as wrong. So it either gets room for both
     (``leave_room``: ``max_tokens + thinking_budget_tokens``) or is asked to answer without thinking
-    (``off``: the catalog's chat-template switch). Only the answer (``message.content``) is scored.
+    (``off``: the catalog's chat-template switch). Only the answer (``message.content``) is scored. The
+    budget stays within ``max_model_len`` (``fit_max_tokens``).
     """
     payload: dict[str, Any] = {
         "model": model,
@@ -147,7 +171,7 @@ def quality_payload(
     if spec.thinking == "off":
         payload.update(thinking_off_request(thinking))
     else:
-        payload["max_tokens"] = spec.max_tokens + spec.thinking_budget_tokens
+        payload["max_tokens"] = fit_max_tokens(spec.max_tokens + spec.thinking_budget_tokens, max_model_len)
     return payload
 
 

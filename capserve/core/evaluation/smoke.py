@@ -61,13 +61,14 @@ PROBE_TOOL: dict[str, Any] = {
 
 
 def tool_call_payload(model: str, max_tokens: int, tool_choice: str) -> dict[str, Any]:
-    """A chat request that should be answered with one call of ``PROBE_TOOL``."""
+    """A chat request that should be answered with one call of ``PROBE_TOOL`` (give it room for the call:
+    the caller asks for at least 64 tokens)."""
     return {
         "model": model,
         "messages": [{"role": "user", "content": "What is the weather in Paris right now? Use the tool."}],
         "tools": [PROBE_TOOL],
         "tool_choice": tool_choice,
-        "max_tokens": max(max_tokens, 64),
+        "max_tokens": max_tokens,
         "temperature": 0.0,
     }
 

@@ -24,8 +24,10 @@ from capserve.core.catalog.models import Thinking
 from capserve.core.evaluation import smoke as smoke_core
 from capserve.core.evaluation.quality import (
     GoldenItem,
+    fit_max_tokens,
     golden_from_file,
     is_correct,
+    model_context,
     packaged_golden,
     quality_payload,
     wilson_interval,
@@ -126,10 +128,14 @@ class Call:
         self.stream_times = StreamTimes()
         # Set when an earlier check saw the model think: later checks leave room for the thinking.
         self.thinking_seen = False
+        # The endpoint's context length, once /v1/models said it: no max_tokens may exceed it.
+        self.max_model_len: int | None = None
 
-    def room(self, spec: SmokeSpec) -> int:
-        """Extra max_tokens for a model seen thinking (its thinking precedes the answer or tool call)."""
-        return spec.thinking_budget_tokens if self.thinking_seen else 0
+    def max_tokens(self, spec: SmokeSpec, least: int = 1) -> int:
+        """max_tokens of a later check: room for the thinking of a model seen thinking (it precedes the
+        answer or the tool call), within the endpoint's context."""
+        wanted = max(spec.max_tokens, least) + (spec.thinking_budget_tokens if self.thinking_seen else 0)
+        return fit_max_tokens(wanted, self.max_model_len)
 
     def request(self, method: str, path: str, payload: Any = None) -> tuple[int, bytes]:
         """(status, body), reading no longer than the budget and no more than MAX_BODY_BYTES."""
@@ -170,9 +176,11 @@ def check_health(call: Call, model: str, spec: SmokeSpec) -> str:
 
 
 def check_models(call: Call, model: str, spec: SmokeSpec) -> str:
-    listed = [entry.get("id") for entry in call.json("GET", "/v1/models").get("data", [])]
+    answer = call.json("GET", "/v1/models")
+    listed = [entry.get("id") for entry in answer.get("data", [])]
     if model not in listed:
         raise CheckFailed(f"/v1/models does not list {model!r}; it lists {listed[:10]}")
+    call.max_model_len = model_context(answer, model)
     return f"lists {model!r}"
 
 
@@ -243,7 +251,7 @@ class Skipped(Exception):
 def check_image(call: Call, model: str, spec: SmokeSpec) -> str:
     if spec.image == "skip":
         raise Skipped("image check disabled in the spec")
-    payload = smoke_core.image_payload(model, spec.max_tokens + call.room(spec))
+    payload = smoke_core.image_payload(model, call.max_tokens(spec))
     status, raw = call.request("POST", "/v1/chat/completions", payload)
     text = call.scrub.redact(raw.decode("utf-8", errors="replace"))
     if spec.image == "auto" and smoke_core.looks_text_only(status, text):
@@ -266,7 +274,7 @@ def check_image(call: Call, model: str, spec: SmokeSpec) -> str:
 
 
 def check_tool_call(call: Call, model: str, spec: SmokeSpec) -> str:
-    payload = smoke_core.tool_call_payload(model, spec.max_tokens + call.room(spec), spec.tool_choice)
+    payload = smoke_core.tool_call_payload(model, call.max_tokens(spec, least=64), spec.tool_choice)
     problems = smoke_core.check_tool_call(call.json("POST", "/v1/chat/completions", payload))
     if problems:
         raise CheckFailed(call.scrub.redact("; ".join(problems)))
@@ -302,6 +310,7 @@ def run_smoke_checks(
     checks: list[SmokeCheck] = []
     unreachable: list[str] = []
     thinking_seen = False
+    max_model_len: int | None = None
     for name, check in SMOKE_CHECKS:
         started = time.perf_counter()
         timed: dict[str, Any] = {}
@@ -311,7 +320,7 @@ def run_smoke_checks(
             status, detail = "not_run", "endpoint unreachable: " + "; ".join(unreachable)
         else:
             call = Call(client, budget.within(spec.check_timeout_s), connect_s, scrub)
-            call.thinking_seen = thinking_seen
+            call.thinking_seen, call.max_model_len = thinking_seen, max_model_len
             try:
                 status, detail = "passed", check(call, model, spec)
             except Skipped as exc:
@@ -328,6 +337,7 @@ def run_smoke_checks(
                 status, detail = "failed", f"malformed answer: {type(exc).__name__}: {str(exc)[:200]}"
             times = call.stream_times
             thinking_seen |= bool(times.thinking)
+            max_model_len = call.max_model_len or max_model_len
             if times.first_token is not None:
                 timed = {
                     "ttft_ms": times.first_token * 1000,
@@ -385,6 +395,15 @@ def _ask(model: str, item: GoldenItem, payload: dict[str, Any], call: Call) -> Q
     )
 
 
+def _served_context(client: httpx.Client, model: str, budget: Budget, connect_s: float, scrub: Redactor) -> int | None:
+    """The context length /v1/models reports for ``model``, so a thinking budget stays within it; None when
+    the endpoint does not say (or does not answer: the items will then report what is wrong)."""
+    try:
+        return model_context(Call(client, budget.within(30.0), connect_s, scrub).json("GET", "/v1/models"), model)
+    except (CheckFailed, httpx.HTTPError, AttributeError, TypeError):
+        return None
+
+
 def score_golden(
     client: httpx.Client,
     model: str,
@@ -411,7 +430,11 @@ def score_golden(
     budget = budget or Budget(float("inf"))
     scrub = scrub or redactor()
 
-    payloads = {item.id: quality_payload(model, item, spec, thinks=thinks, thinking=thinking) for item in items}
+    context = _served_context(client, model, budget, connect_s, scrub) if thinks or thinking is not None else None
+    payloads = {
+        item.id: quality_payload(model, item, spec, thinks=thinks, thinking=thinking, max_model_len=context)
+        for item in items
+    }
 
     def ask(item: GoldenItem) -> QualityItemResult | None:
         call = Call(client, budget.within(spec.request_timeout_s), connect_s, scrub)
