@@ -168,21 +168,17 @@ def quality_payload(
     thinks = thinks or thinking is not None
     if not thinks:
         return payload
-    if spec.thinking == "off":
+    if spec.thinking == "off" and thinking is not None:
         payload.update(thinking_off_request(thinking))
     else:
+        # leave_room; or "off" for a model seen thinking that the catalog does not know: no switch is
+        # known for it, so it gets room instead (the quality result cannot be a wrong guess at a switch).
         payload["max_tokens"] = fit_max_tokens(spec.max_tokens + spec.thinking_budget_tokens, max_model_len)
     return payload
 
 
-def thinking_off_request(thinking: Thinking | None) -> dict[str, Any]:
-    """The request fields that turn a thinking model's thinking off; a SpecError saying what to change
-    when the catalog knows no switch for it."""
-    if thinking is None:
-        raise SpecError(
-            "quality.thinking is 'off' but the catalog knows no switch that turns this model's thinking off "
-            "(serve a catalog model that has one, or set quality.thinking to 'leave_room')"
-        )
+def thinking_off_request(thinking: Thinking) -> dict[str, Any]:
+    """The request fields that turn the thinking off; a SpecError saying what to change when nothing can."""
     try:
         return thinking.off_request()
     except ValueError as exc:

@@ -176,7 +176,8 @@ class QualitySpec(BaseModel):
         default="leave_room",
         description="For a model that thinks (the catalog says so, or the smoke stream carried thinking): "
         "leave_room asks for max_tokens + thinking_budget_tokens and scores the answer after the thinking; off "
-        "sends the catalog's chat-template switch that turns thinking off (refused for a model without one).",
+        "sends the catalog's chat-template switch that turns thinking off (refused for a catalog model without "
+        "one; a model outside the catalog seen thinking gets room instead).",
     )
     thinking_budget_tokens: StrictInt = Field(
         default=8192,
