@@ -24,7 +24,8 @@ from pydantic import ValidationError
 from capserve.cli import arg_types
 from capserve.cli.exit_codes import ExitCode
 from capserve.cli.inputs import api_key_option, endpoint_option, load_option, writable_dir
-from capserve.core.errors import SpecError
+from capserve.core.catalog import Thinking, get_model
+from capserve.core.errors import SpecError, UnknownCatalogEntryError
 from capserve.core.evaluation import EvaluationSpec, LoadSpec
 from capserve.core.spec import describe_errors, read_spec_bytes
 from capserve.core.spec_checks import non_finite_problems
@@ -46,6 +47,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--model", required=True, help="Served model name as /v1/models lists it.")
     parser.add_argument(
         "--api-key-env", default=None, metavar="NAME", help="Name of the environment variable holding the API key."
+    )
+    parser.add_argument(
+        "--catalog-model",
+        default=None,
+        metavar="ID",
+        help="Catalog model the endpoint serves (e.g. kimi-k3): the quality profile handles its thinking as the "
+        "catalog says (docs/evaluation.md §6.4). Without it, thinking seen in the smoke stream counts.",
     )
     parser.add_argument("--profile", choices=["smoke", "quality", "load", "all"], default="all")
     parser.add_argument("--json", action="store_true", help="Print the evaluation object as JSON on stdout.")
@@ -176,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
         load_option(spec.load, "--concurrency/--rates")
     if "quality" in profiles and spec.quality.golden_path:
         _check_golden(spec.quality.golden_path)
+    thinking = _catalog_thinking(args.catalog_model)
     out_dir = writable_dir(args.out_dir or Path("out") / f"eval-{time.strftime('%Y%m%d-%H%M%S')}", "--out-dir")
 
     from capserve.flows.evaluate import evaluate_endpoint  # Prefect import is slow; only when running
@@ -188,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
         api_key_env=args.api_key_env,
         basic_auth_env=basic_auth_env,
         out_dir=out_dir,
+        thinking=thinking,
     )
     if args.json:
         print(json.dumps(result.report_section(), indent=2))
@@ -195,6 +205,15 @@ def run(args: argparse.Namespace) -> int:
         print(result.markdown())
         print(f"Saved {out_dir / 'evaluation.json'}")
     return _EXIT[result.verdict]
+
+
+def _catalog_thinking(name: str | None) -> Thinking | None:
+    if name is None:
+        return None
+    try:
+        return get_model(name).thinking
+    except UnknownCatalogEntryError as exc:
+        raise SpecError(f"--catalog-model: {exc}") from None
 
 
 def _check_golden(path: str) -> None:

@@ -31,6 +31,7 @@ from pydantic import (
     model_validator,
 )
 
+from capserve.core.catalog import MODELS
 from capserve.core.cost.spec import CostSpec
 from capserve.core.errors import SpecError
 from capserve.core.evaluation.spec import EvaluationSpec
@@ -454,6 +455,19 @@ class CampaignSpec(StrictModel):
                 f"range_ratio), more than the {context:,}-token context the endpoint will serve "
                 f"({'serving.max_model_len' if self.serving.max_model_len else 'the model'}); shorten them"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _thinking_can_be_turned_off(self) -> CampaignSpec:
+        # Checked here, before anything is bought: a quality profile asked to turn off thinking that
+        # the model cannot turn off would only fail after the rollout.
+        entry = MODELS.get(self.model.catalog) if self.model.catalog is not None else None
+        if self.evaluation.quality.thinking == "off" and entry is not None and entry.thinking is not None:
+            if entry.thinking.off_switch is None:
+                raise ValueError(
+                    f"evaluation.quality.thinking is 'off' but {entry.name} always thinks (vLLM "
+                    f"--reasoning-parser {entry.thinking.reasoning_parser} has no switch): set it to 'leave_room'"
+                )
         return self
 
     @model_validator(mode="after")

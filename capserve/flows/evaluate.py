@@ -19,7 +19,9 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger
 
+from capserve.core.catalog.models import Thinking
 from capserve.core.errors import SpecError
+from capserve.core.evaluation.quality import thinking_off_request
 from capserve.core.evaluation.result import EvaluationResult, LoadResult, QualityResult, SmokeResult, evaluate_gates
 from capserve.core.evaluation.spec import EvaluationSpec
 from capserve.core.urls import has_hidden_parts, public_url
@@ -45,12 +47,21 @@ def evaluate_endpoint(
     out_dir: Path,
     baseline: EvaluationResult | None = None,
     notes: Sequence[str] = (),
+    thinking: Thinking | None = None,
 ) -> EvaluationResult:
-    """Run the chosen profiles, judge the gates, save ``out_dir/evaluation.json``, publish artifacts and plots."""
+    """Run the chosen profiles, judge the gates, save ``out_dir/evaluation.json``, publish artifacts and plots.
+
+    ``thinking`` is the catalog's word on how the served model thinks (None: unknown or it does not);
+    the smoke stream's evidence counts too (docs/evaluation.md §6.4).
+    """
     _check_inputs(url, profiles, api_key_env, basic_auth_env)
+    if "quality" in profiles and spec.quality.thinking == "off" and thinking is not None:
+        thinking_off_request(thinking)  # a SpecError before anything runs when it cannot be turned off
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    smoke, quality, load, not_run = _run_profiles(url, model, spec, profiles, api_key_env, basic_auth_env, out_dir)
+    smoke, quality, load, not_run = _run_profiles(
+        url, model, spec, profiles, api_key_env, basic_auth_env, out_dir, thinking
+    )
     gates, verdict = evaluate_gates(spec, smoke, quality, load, baseline, not_run)
     plots = make_plots(load, out_dir) if load is not None and any(p.ran for p in load.points) else []
     result = EvaluationResult(
@@ -102,6 +113,7 @@ def _run_profiles(
     api_key_env: str | None,
     basic_auth_env: str | None,
     out_dir: Path,
+    thinking: Thinking | None = None,
 ) -> tuple[SmokeResult | None, QualityResult | None, LoadResult | None, list[str]]:
     """Each chosen profile within what is left of ``spec.timeout_s``; and what was not run, and why."""
     deadline = time.monotonic() + spec.timeout_s
@@ -123,7 +135,8 @@ def _run_profiles(
         elif left() <= 0:
             not_run.append(f"{name}: not run, the evaluation's deadline ({spec.timeout_s:g} s) had passed")
         elif name == "quality":
-            quality = run_quality(url, model, spec, api_key_env, basic_auth_env, left())
+            thinks = smoke is not None and smoke.saw_thinking
+            quality = run_quality(url, model, spec, api_key_env, basic_auth_env, left(), thinks, thinking)
         else:
             load = run_load(url, model, spec.load, spec.gates, out_dir, api_key_env, basic_auth_env, left())
     return smoke, quality, load, not_run

@@ -14,6 +14,7 @@ from datetime import timedelta
 from prefect import get_run_logger
 
 from capserve.core.capacity.result import AcquireResult
+from capserve.core.catalog import MODELS, Thinking
 from capserve.core.cluster.result import ClusterResult
 from capserve.core.evaluation.result import EvaluationResult
 from capserve.core.events import (
@@ -225,9 +226,16 @@ def _evaluate(
         api_key_env=api_key_env,
         basic_auth_env=basic_auth_env,
         notes=notes,
+        thinking=_catalog_thinking(ctx),
     )
     announce(ctx, evaluation_done(about(ctx), result, occurred=now()))
     return result
+
+
+def _catalog_thinking(ctx: CampaignContext) -> Thinking | None:
+    """How the catalog says the served model thinks (None: a model outside the catalog, or one that does not)."""
+    name = ctx.spec.model.catalog
+    return MODELS[name].thinking if name is not None and name in MODELS else None
 
 
 def teardown_stage(ctx: CampaignContext, reason: TeardownReason) -> TeardownResult:

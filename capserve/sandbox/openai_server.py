@@ -102,6 +102,20 @@ class SandboxConfig(BaseModel):
         "started without --enable-auto-tool-choice and --tool-call-parser (the kubelet fills it from vLLM's own "
         "rule, capserve/sandbox/kube/vllm_rules.py); None: auto tool choice is on.",
     )
+    reasoning_parser: str | None = Field(
+        default=None,
+        max_length=64,
+        description="vLLM --reasoning-parser the stand-in is served with: its thinking then streams in "
+        "delta.reasoning (message.reasoning) before the answer, and usage carries reasoning_tokens. None: no "
+        "thinking.",
+    )
+    thinking_tokens: int = Field(
+        default=48,
+        ge=0,
+        le=100_000,
+        description="Tokens of thinking before each answer when a reasoning parser is set (more than the smoke "
+        "check's 32, as a real reasoning model's thinking is); chat_template_kwargs thinking=false skips it.",
+    )
     api_key_env: str | None = Field(
         default=None,
         max_length=128,
@@ -194,6 +208,16 @@ class _Server:
         ]
         return web.json_response({"object": "list", "data": data})
 
+    def _thinks(self, body: dict[str, Any]) -> bool:
+        """Whether this request streams thinking: served with a reasoning parser, and not turned off by the
+        request's chat_template_kwargs (``thinking`` or ``enable_thinking`` false, as vLLM 0.32's kimi_k3
+        parser reads them: vllm/reasoning/kimi_k3_reasoning_parser.py)."""
+        if self.config.reasoning_parser is None or self.config.thinking_tokens == 0:
+            return False
+        kwargs = body.get("chat_template_kwargs") or {}
+        switch = kwargs.get("thinking", kwargs.get("enable_thinking", True)) if isinstance(kwargs, dict) else True
+        return bool(switch)
+
     async def chat(self, request: Any) -> Any:
         from aiohttp import web
 
@@ -226,60 +250,79 @@ class _Server:
         prompt, has_image = _text_of(body.get("messages", []))
         if has_image and not cfg.vision:
             return web.json_response({"error": {"message": "sandbox-model is not a multimodal model"}}, status=400)
-        n = int(body.get("max_completion_tokens") or body.get("max_tokens") or cfg.default_output_tokens)
+        field = "max_completion_tokens" if body.get("max_completion_tokens") else "max_tokens"
+        n = int(body.get(field) or cfg.default_output_tokens)
+        if n > cfg.max_model_len:
+            # vLLM 0.32 refuses it (vllm/renderers/params.py TokenizeParams); below it, it trims max_tokens
+            # to what the prompt leaves (get_max_tokens in vllm/entrypoints/serve/utils/api_utils.py).
+            text = f"{field}={n} cannot be greater than max_model_len={cfg.max_model_len}. Please request fewer "
+            text += f"output tokens. (parameter={field}, value={n})"
+            error = {"message": text, "type": "BadRequestError", "param": field, "code": 400}
+            return web.json_response({"error": error}, status=400)
+        n = max(1, min(n, cfg.max_model_len - len(prompt.split())))
         user = next((m.get("content") for m in reversed(body.get("messages", [])) if m.get("role") == "user"), "")
         words = self._reply_words(user if isinstance(user, str) else prompt, n)
-        if body.get("ignore_eos"):
-            words = (words * (n // max(1, len(words)) + 1))[:n]
-        else:
-            words = words[:n]
-        ttft = cfg.ttft.sample(self.rng)
-        if self._roll(faults.slow_first_token_rate):
-            ttft += faults.slow_first_token_ms / 1000
-        itls = [cfg.itl.sample(self.rng) for _ in words[1:]]
         tool_call = None
-        if body.get("tools"):
+        if body.get("tools") and body.get("tool_choice") != "none":
             malformed = self._roll(faults.malformed_tool_call_rate)
             tool_call = {
-                "id": "call_sandbox_0",
+                "id": f"chatcmpl-tool-sandbox{self.counter}",
                 "type": "function",
                 "function": {
                     "name": body["tools"][0]["function"]["name"],
                     "arguments": '{"city": "Paris", ' if malformed else '{"city": "Paris", "unit": "celsius"}',
                 },
             }
-        usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(words)}
-        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        reply = _plan_reply(
+            thoughts=[f" think{i}" for i in range(cfg.thinking_tokens)] if self._thinks(body) else [],
+            words=words,
+            tool_call=tool_call,
+            max_tokens=n,
+            ignore_eos=bool(body.get("ignore_eos")),
+        )
+        ttft = cfg.ttft.sample(self.rng)
+        if self._roll(faults.slow_first_token_rate):
+            ttft += faults.slow_first_token_ms / 1000
+        itls = [cfg.itl.sample(self.rng) for _ in reply.deltas[1:]]
+        prompt_tokens = len(prompt.split())
+        # In vLLM's UsageInfo field order (serve/engine/protocol.py), which its JSON keeps.
+        usage: dict[str, Any] = {
+            "prompt_tokens": prompt_tokens,
+            "total_tokens": prompt_tokens + reply.tokens,
+            "completion_tokens": reply.tokens,
+        }
+        if cfg.reasoning_parser is not None:  # vLLM adds the details whenever a reasoning parser is set
+            usage["completion_tokens_details"] = {"reasoning_tokens": reply.reasoning_tokens}
         self.counter += 1
         rid = f"chatcmpl-sandbox-{self.counter}"
         if not body.get("stream"):
             await asyncio.sleep(max(0.0, arrival + ttft + sum(itls) - loop.time()))
-            message: dict[str, Any] = {
-                "role": "assistant",
-                "content": None
-                if tool_call
-                else "".join(w if w.startswith(" ") else (" " + w if i else w) for i, w in enumerate(words)),
-            }
-            if tool_call:
-                message["tool_calls"] = [tool_call]
-            choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if tool_call else "length"}
+            message: dict[str, Any] = {"role": "assistant", "content": reply.content or None}
+            if reply.tool_call is not None:
+                message["tool_calls"] = [reply.tool_call]
+            if cfg.reasoning_parser is not None:
+                message["reasoning"] = reply.reasoning or None  # vLLM 0.32 ChatMessage.reasoning
+            choice = {"index": 0, "message": message, "finish_reason": reply.finish_reason}
             return web.json_response(
                 {"id": rid, "object": "chat.completion", "model": cfg.model, "choices": [choice], "usage": usage}
             )
-        return await self._stream(request, body, rid, words, (arrival, arrival_pc), ttft, itls, usage, tool_call)
+        return await self._stream(request, body, rid, reply, (arrival, arrival_pc), ttft, itls, usage)
 
     async def _stream(
         self,
         request: Any,
         body: dict[str, Any],
         rid: str,
-        words: list[str],
+        reply: Reply,
         arrival_at: tuple[float, float],
         ttft: float,
         itls: list[float],
-        usage: dict[str, int],
-        tool_call: dict[str, Any] | None,
+        usage: dict[str, Any],
     ) -> Any:
+        """The chunks vLLM 0.32's chat_completion_stream_generator sends (docs/evaluation.md §4): the role
+        chunk, one chunk per token (thinking in ``delta.reasoning``, then ``delta.content`` or tool-call
+        deltas), finish_reason on the last, the usage chunk when asked, ``[DONE]``. Field for field as
+        vLLM's pydantic classes serialize them (tests/eval/test_sandbox_stream_format.py)."""
         from aiohttp import web
 
         loop = asyncio.get_running_loop()
@@ -287,13 +330,14 @@ class _Server:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
         cut = self._roll(self.config.faults.stream_cut_rate)
+        head = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": self.config.model}
 
         def event(payload: dict[str, Any]) -> bytes:
-            return b"data: " + json.dumps(payload).encode() + b"\n\n"
+            return b"data: " + json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
 
         due = arrival + ttft
         first_write: float | None = None
-        for i, word in enumerate(words):
+        for i, delta in enumerate(reply.deltas):
             if i:
                 due += itls[i - 1]
             await asyncio.sleep(max(0.0, due - loop.time()))
@@ -301,41 +345,116 @@ class _Server:
                 # Drop the TCP connection mid-body: the client sees an incomplete chunked stream.
                 request.transport.close()
                 return response
-            delta: dict[str, Any] = {"content": word if i else word.lstrip()}
             if i == 0:
-                delta["role"] = "assistant"
-                if tool_call:
-                    delta = {"role": "assistant", "tool_calls": [{"index": 0, **tool_call}]}
-            chunk = {
-                "id": rid,
-                "object": "chat.completion.chunk",
-                "model": self.config.model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
-            }
-            if first_write is None:
+                # vLLM's first iteration: the role with empty content, before the first token's chunk.
+                role = {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None}
                 first_write = time.perf_counter()
-            await response.write(event(chunk))
-        if (body.get("stream_options") or {}).get("include_usage"):
-            # `sandbox` (non-standard) exposes the server's own clock (CLOCK_MONOTONIC, shared with the
-            # client on this host) so tests can tell server-side lateness from client-side error.
-            truth = {"arrival": arrival_pc, "first_write": first_write, "ttft_s": ttft}
-            if self.config.record_timings:
-                self.timings.append({"prompt_head": str(body["messages"][-1].get("content"))[:24], **truth})
-            await response.write(
-                event(
-                    {
-                        "id": rid,
-                        "object": "chat.completion.chunk",
-                        "model": self.config.model,
-                        "choices": [],
-                        "usage": usage,
-                        "sandbox": truth,
-                    }
+                await response.write(
+                    event(
+                        {
+                            **head,
+                            "choices": [{**role, "finish_reason": None}],
+                            "prompt_token_ids": None,
+                            "prompt_text": None,
+                        }
+                    )
                 )
-            )
+            choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None}
+            if i < len(reply.deltas) - 1:
+                choice |= {"finish_reason": None, "token_ids": None}
+            else:
+                choice |= {"finish_reason": reply.finish_reason, "stop_reason": None, "token_ids": None}
+            await response.write(event({**head, "choices": [choice]}))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            if self.config.record_timings:
+                # The server's own clock (CLOCK_MONOTONIC, shared with the client on this host), served at
+                # /sandbox/timings, so tests can tell server-side lateness from client-side error.
+                truth = {"arrival": arrival_pc, "first_write": first_write, "ttft_s": ttft}
+                self.timings.append({"prompt_head": str(body["messages"][-1].get("content"))[:24], **truth})
+            await response.write(event({**head, "choices": [], "usage": usage}))
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+
+class Reply(BaseModel):
+    """What the stand-in answers one request with, token by token."""
+
+    model_config = ConfigDict(extra="forbid")
+    deltas: list[dict[str, Any]] = Field(description="One streamed delta per generated token, in order.")
+    tokens: int = Field(ge=0, description="usage.completion_tokens (an EOS token counts, as in vLLM).")
+    reasoning_tokens: int = Field(ge=0, description="Tokens of thinking.")
+    reasoning: str = Field(default="", description="The thinking text.")
+    content: str = Field(default="", description="The answer text.")
+    tool_call: dict[str, Any] | None = Field(default=None, description="The tool call, when one was made.")
+    finish_reason: str = Field(description="stop, length or tool_calls.")
+
+
+def _texts(words: list[str]) -> list[str]:
+    """Token texts as a detokenizer gives them: a space before every word but the first."""
+    return [w.lstrip() if i == 0 else (w if w.startswith(" ") else " " + w) for i, w in enumerate(words)]
+
+
+def _plan_reply(
+    *, thoughts: list[str], words: list[str], tool_call: dict[str, Any] | None, max_tokens: int, ignore_eos: bool
+) -> Reply:
+    """Thinking first, then the answer (or a tool call), within ``max_tokens``: what vLLM generates.
+
+    A reasoning parser streams the thinking as ``{"reasoning": t}`` deltas and the rest as ``{"content": t}``
+    (vllm/reasoning/kimi_k3_reasoning_parser.py ``extract_reasoning_streaming``); a tool parser streams the
+    call's name, then its arguments in pieces (vllm/tool_parsers/hermes_tool_parser.py). Past
+    ``max_tokens`` the output is cut (finish_reason ``length``), thinking or not; when the model stops by
+    itself, its EOS token is one more completion token whose chunk has an empty delta and the
+    finish_reason (serving.py sends ``DeltaMessage()`` when a finished output has no text).
+    """
+    thinking = _texts(thoughts)[:max_tokens]
+    room = max_tokens - len(thinking)
+    deltas: list[dict[str, Any]] = [{"reasoning": t} for t in thinking]
+    answer: list[str] = []
+    call = None
+    if tool_call is not None and room > 0:
+        arguments = tool_call["function"]["arguments"]
+        pieces = [arguments[: len(arguments) // 2], arguments[len(arguments) // 2 :]]
+        # DeltaToolCall's field order: id, type, index, function.
+        name = {
+            "id": tool_call["id"],
+            "type": "function",
+            "index": 0,
+            "function": {"name": tool_call["function"]["name"]},
+        }
+        steps = [{"tool_calls": [name]}] + [
+            {"tool_calls": [{"index": 0, "function": {"arguments": p}}]} for p in pieces
+        ]
+        if len(steps) <= room:
+            deltas += steps
+            call = tool_call
+            deltas.append({})
+            return Reply(
+                deltas=deltas,
+                tokens=len(deltas),
+                reasoning_tokens=len(thinking),
+                reasoning="".join(thinking),
+                tool_call=call,
+                finish_reason="tool_calls",
+            )
+        room = 0
+    if ignore_eos and words:
+        words = (words * (room // len(words) + 1))[:room]
+    answer = _texts(words)[:room]
+    deltas += [{"content": t} for t in answer]
+    finished = (
+        not ignore_eos and len(thinking) == len(thoughts) and len(answer) == len(words) and len(deltas) < max_tokens
+    )
+    if finished:
+        deltas.append({})
+    return Reply(
+        deltas=deltas,
+        tokens=len(deltas),
+        reasoning_tokens=len(thinking),
+        reasoning="".join(thinking),
+        content="".join(answer),
+        finish_reason="stop" if finished else "length",
+    )
 
 
 def _api_key_middleware(api_key: str) -> Any:

@@ -101,3 +101,22 @@ def test_cli_load_size_options_reach_the_spec(tmp_path: Path) -> None:
 
 def test_public_url_drops_credentials() -> None:
     assert public_url("http://user:pw@host:8000/v1?key=abc") == "http://host:8000/v1"
+
+
+def test_flow_passes_a_thinking_model_whose_thinking_outlasts_the_smoke_tokens(tmp_path: Path) -> None:
+    # No catalog entry given: the smoke stream's thinking is what makes quality leave room for it.
+    spec = EvaluationSpec(quality={"max_items": 6, "max_tokens": 16})  # type: ignore[arg-type]
+    with serve(SandboxConfig(reasoning_parser="kimi_k3", thinking_tokens=48)) as url:
+        result = evaluate_endpoint(url, "sandbox-model", spec, profiles=("smoke", "quality"), out_dir=tmp_path)
+    assert result.verdict == "pass", [g for g in result.gates if not g.passed]
+    assert result.quality is not None and (result.quality.total, result.quality.correct) == (6, 6)
+    stream = next(c for c in result.report_section()["smoke"] if c["name"] == "chat_stream")
+    assert stream["ttft_ms"] is not None and stream["first_answer_ms"] is None and stream["thinking"] is True
+
+
+def test_cli_unknown_catalog_model_is_refused_before_anything_is_sent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["eval", "--url", "http://127.0.0.1:9", "--model", "m", "--catalog-model", "kimi-k9",
+                 "--out-dir", str(tmp_path)])
+    assert code == 2 and "--catalog-model: unknown model 'kimi-k9'" in capsys.readouterr().err

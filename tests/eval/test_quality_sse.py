@@ -74,12 +74,10 @@ def test_sse_decoder_handles_split_events_comments_and_trailing_data() -> None:
 def test_stream_state_counts_tokens_usage_and_errors() -> None:
     state = StreamState()
     role = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
-    assert apply_event(state, json.dumps(role)) == (True, False)  # a token event without content (vLLM TTFT)
-    assert apply_event(state, json.dumps({"choices": [{"delta": {"content": "Hi"}}]})) == (True, True)
-    assert apply_event(state, json.dumps({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}})) == (
-        False,
-        False,
-    )
+    assert apply_event(state, json.dumps(role)) == (True, False, False)  # a token event without output (vLLM TTFT)
+    assert apply_event(state, json.dumps({"choices": [{"delta": {"content": "Hi"}}]})) == (True, True, True)
+    usage = {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+    assert apply_event(state, json.dumps(usage)) == (False, False, False)
     apply_event(state, "[DONE]")
     assert (state.token_events, state.content, state.completion_tokens, state.done) == (2, "Hi", 1, True)
     apply_event(state, json.dumps({"error": {"message": "overloaded"}}))

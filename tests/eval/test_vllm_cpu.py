@@ -2,6 +2,12 @@
 
 Asserts protocol shape, counts and that the machinery ran; never exact generated text (a 135M model
 answers differently across engines, docs/evaluation.md §6.2).
+
+vLLM runs with a reasoning parser, as K3 is served. SmolLM2 does not think, but vLLM 0.32's ``olmo3``
+parser works on text (no special tokens) and starts inside the thinking (for templates that open it in
+the prompt), so a model that never writes ``</think>`` streams everything as ``delta.reasoning``: the
+stream of a reasoning model whose thinking outlasts max_tokens, from vLLM itself. Non-streamed, that
+parser finds no ``</think>`` and returns it all as content (vllm/reasoning/olmo3_reasoning_parser.py).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from capserve.sandbox.vllm_cpu import VllmCpuSettings, serve_vllm, unavailable_r
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-SETTINGS = VllmCpuSettings()
+SETTINGS = VllmCpuSettings(extra_args=(*VllmCpuSettings().extra_args, "--reasoning-parser", "olmo3"))
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +40,10 @@ def test_evaluate_real_vllm(vllm_url: str, tmp_path: Path) -> None:
         {
             # tool_choice=required: vLLM forces a schema-valid call through structured outputs, so the
             # check exercises our validation without a tool parser for SmolLM2.
-            "smoke": {"max_tokens": 16, "tool_choice": "required"},
-            "quality": {"max_items": 8, "max_tokens": 48, "concurrency": 4},
+            # Small thinking budgets: what is checked is that they stay within the context (2048), not
+            # a long generation on a slow CPU.
+            "smoke": {"max_tokens": 16, "tool_choice": "required", "thinking_budget_tokens": 48},
+            "quality": {"max_items": 8, "max_tokens": 48, "concurrency": 4, "thinking_budget_tokens": 16},
             "load": {
                 "concurrency_levels": [1, 4],
                 "request_rates": [2.0],
@@ -55,6 +63,9 @@ def test_evaluate_real_vllm(vllm_url: str, tmp_path: Path) -> None:
     assert checks["health"].status == "passed"
     assert checks["models"].status == "passed"
     assert checks["chat_stream"].status == "passed", checks["chat_stream"].detail
+    # All thinking, no answer token: TTFT is the first thinking chunk's, the first answer never came.
+    stream = checks["chat_stream"]
+    assert stream.thinking is True and stream.ttft_ms is not None and stream.first_answer_ms is None
     assert checks["image"].status == "skipped"  # SmolLM2 is text-only
     assert checks["tool_call"].status in {"passed", "failed"} and checks["tool_call"].detail
     assert result.quality is not None and result.quality.total == 8 and result.quality.errors == 0
@@ -66,6 +77,7 @@ def test_evaluate_real_vllm(vllm_url: str, tmp_path: Path) -> None:
         # On 2 shared cores vLLM's busy threads can starve the client: the run is then flagged invalid
         # (its loop lag says so) and chunks may arrive in one read, so TTFT may equal E2EL.
         assert 0 < m.ttft_ms.p50 <= m.e2el_ms.p50 and m.tpot_ms.count == m.completed
+        assert m.ttft_ms.count == m.completed and m.first_answer_ms.count == 0  # streamed as thinking
         assert point.valid or point.invalid_reasons
     section = result.report_section()
     assert section["verdict"] in {"pass", "fail", "invalid"} and section["gates"]

@@ -122,12 +122,23 @@ def test_absolute_times_with_timezone_are_kept() -> None:
         (with_change("model", {"repo": "not a repo"}), "model.repo: String should match pattern"),
         # 16. not a mapping at all
         (["name", "k3"], "the spec must be a mapping of fields"),
+        # 17. thinking turned off for a model that always thinks (gpt-oss): refused before anything is bought
+        (
+            with_change("model", {"catalog": "gpt-oss-120b"})
+            | {"evaluation": {"quality": {"thinking": "off"}}},
+            "gpt-oss-120b always thinks",
+        ),
     ],
 )
 def test_bad_specs_name_the_field_and_what_is_allowed(data: Any, expected: str) -> None:
     message = error_for(data)
     assert expected in message
     assert "Traceback" not in message
+
+
+def test_thinking_off_is_accepted_for_a_model_with_a_switch() -> None:
+    spec = parse_spec(with_change("evaluation", {"quality": {"thinking": "off"}}), now=NOW)
+    assert spec.evaluation.quality.thinking == "off"
 
 
 def test_all_problems_are_reported_at_once() -> None:

@@ -22,6 +22,7 @@ from capserve.core.catalog.models import (
     ModelEntry,
     MoeGeometry,
     Quantization,
+    Thinking,
 )
 from capserve.core.errors import UnknownCatalogEntryError
 
@@ -39,6 +40,7 @@ __all__ = [
     "MoeGeometry",
     "NetworkCard",
     "Quantization",
+    "Thinking",
     "get_gpu",
     "get_instance_type",
     "get_model",

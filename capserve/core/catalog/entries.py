@@ -14,6 +14,7 @@ from capserve.core.catalog.models import (
     MoeGeometry,
     Quantization,
 )
+from capserve.core.catalog.thinking import GPT_OSS_THINKING, K3_THINKING
 
 
 def hybrid_layers(num_layers: int, full_attn_layers_1based: Iterable[int]) -> tuple[AttentionKind, ...]:
@@ -70,6 +71,7 @@ KIMI_K3 = ModelEntry(
     # MXFP4 weights with MXFP8 activations from quantization-aware training (vLLM K3 recipe and serving
     # note; docs/planner.md).
     quantization=Quantization(routed_experts="mxfp4", dense="bf16", activations="mxfp8"),
+    thinking=K3_THINKING,
 )
 
 KIMI_K2 = ModelEntry(
@@ -153,6 +155,7 @@ GPT_OSS_120B = ModelEntry(
         router_bias=True,
     ),
     quantization=Quantization(routed_experts="mxfp4", dense="bf16"),
+    thinking=GPT_OSS_THINKING,
 )
 
 _TINY_LAYERS = 6
@@ -190,6 +193,7 @@ TINY_K3 = ModelEntry(
         score_correction_bias=True,
     ),
     quantization=Quantization(routed_experts="mxfp4", dense="bf16", activations="mxfp8"),
+    thinking=K3_THINKING,  # the sandbox serves it as vLLM serves K3
 )
 
 MODELS: Mapping[str, ModelEntry] = MappingProxyType(

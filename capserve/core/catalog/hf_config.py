@@ -29,7 +29,9 @@ from capserve.core.catalog.models import (
     MoeGeometry,
     Provenance,
     Quantization,
+    Thinking,
 )
+from capserve.core.catalog.thinking import THINKING_BY_MODEL_TYPE
 from capserve.core.errors import SpecError
 
 _MISSING: Any = object()
@@ -132,10 +134,21 @@ def model_from_hf_config(
             tie_word_embeddings=text.get_bool("tie_word_embeddings", default=False),
             quantization=_quantization(text, top),
             vision_tower_params=_vision_params(top.sub("vision_config")),
+            thinking=_thinking(top, text),
             **fields,
         )
     except ValueError as exc:  # pydantic ValidationError is a ValueError
         raise SpecError(f"config.json of {repo} does not describe a valid model: {exc}") from exc
+
+
+def _thinking(top: _Keys, text: _Keys) -> Thinking | None:
+    """How the family thinks, by its model_type (the top-level one first: a multimodal config's text_config
+    may name its language model's own type)."""
+    for keys in (top, text):
+        found = THINKING_BY_MODEL_TYPE.get(str(keys.data.get("model_type")))
+        if found is not None:
+            return found
+    return None
 
 
 def _mla(text: _Keys, *, output_gate: bool) -> MlaGeometry:

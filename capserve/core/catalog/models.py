@@ -117,6 +117,26 @@ class Quantization(_Frozen):
     )
 
 
+class Thinking(_Frozen):
+    """A model that thinks before it answers; vLLM's reasoning parser streams the thinking apart from
+    the answer (``delta.reasoning``), and it counts against ``max_tokens`` (docs/evaluation.md §6.4)."""
+
+    reasoning_parser: str = Field(min_length=1, max_length=64, description="vLLM --reasoning-parser for it.")
+    off_switch: str | None = Field(
+        default=None,
+        max_length=64,
+        description="The chat_template_kwargs key that, set to false, makes it answer without thinking; None: "
+        "it cannot be turned off.",
+    )
+    source: str = Field(min_length=1, max_length=1000, description="Where the behaviour is documented.")
+
+    def off_request(self) -> dict[str, object]:
+        """Request fields that turn the thinking off (ValueError when it cannot be)."""
+        if self.off_switch is None:
+            raise ValueError(f"thinking with --reasoning-parser {self.reasoning_parser} cannot be turned off")
+        return {"chat_template_kwargs": {self.off_switch: False}}
+
+
 class ModelEntry(_Frozen):
     """A servable model: its identity, where it comes from, and its geometry."""
 
@@ -142,6 +162,9 @@ class ModelEntry(_Frozen):
     quantization: Quantization = Field(description="Storage formats of the weights.")
     vision_tower_params: int = Field(
         default=0, ge=0, le=10**11, description="Parameters of the vision encoder (bf16), 0 for text-only."
+    )
+    thinking: Thinking | None = Field(
+        default=None, description="How it thinks before answering; None: it answers directly."
     )
 
     @model_validator(mode="after")

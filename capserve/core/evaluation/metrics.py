@@ -7,6 +7,9 @@ Definitions (docs/evaluation.md §1):
 - ITL = every gap between consecutive token chunks, pooled over requests.
 - Throughputs divide by the benchmark duration; goodput counts requests meeting *all* given SLOs
   (vLLM uses TPOT 0 for one-token requests there).
+- Time to first answer token (capserve's own, not vLLM bench's): first chunk carrying answer text or a
+  tool call − send, over the successful requests that got one. For a reasoning model TTFT is its first
+  *thinking* token (vLLM bench counts any chunk); this is when its answer starts.
 - Percentiles are numpy's default (linear interpolation between closest ranks); std is population std.
 """
 
@@ -66,6 +69,11 @@ def ttft(record: RequestRecord) -> float:
     return record.chunk_times[0] - record.send
 
 
+def first_answer(record: RequestRecord) -> float | None:
+    """Time to the first answer token (s); None when the request streamed no answer (all thinking)."""
+    return None if record.first_answer is None else record.first_answer - record.send
+
+
 def e2el(record: RequestRecord) -> float:
     """End-to-end latency (s): send → last token chunk."""
     return record.chunk_times[-1] - record.send
@@ -117,7 +125,12 @@ class LoadMetrics(BaseModel):
     error_rate: float = Field(
         ge=0, le=1, description="Endpoint failures ÷ requests the endpoint was judged on (client failures excluded)."
     )
-    ttft_ms: Summary = Field(description="Time to first token.")
+    ttft_ms: Summary = Field(description="Time to first token (any chunk with choices, thinking included).")
+    first_answer_ms: Summary = Field(
+        default_factory=lambda: summarize_ms([]),
+        description="Time to first answer token (content or tool call, thinking excluded), over the successful "
+        "requests that streamed an answer (count says how many).",
+    )
     tpot_ms: Summary = Field(description="Time per output token (excluding the first).")
     itl_ms: Summary = Field(description="Inter-token (inter-chunk) latency, pooled.")
     e2el_ms: Summary = Field(description="End-to-end latency.")
@@ -168,6 +181,7 @@ def compute_metrics(
         goodput_fraction=goodput_fraction,
         error_rate=failed / (len(ok) + failed) if ok or failed else 0.0,
         ttft_ms=summarize_ms([ttft(r) for r in ok]),
+        first_answer_ms=summarize_ms([t for t in (first_answer(r) for r in ok) if t is not None]),
         tpot_ms=summarize_ms(tpots),
         itl_ms=summarize_ms([gap for r in ok for gap in itls(r)]),
         e2el_ms=summarize_ms([e2el(r) for r in ok]),

@@ -14,7 +14,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from capserve.core.bounded_read import read_bounded
+from capserve.core.catalog.models import Thinking
 from capserve.core.errors import SpecError
+from capserve.core.evaluation.spec import QualitySpec
 
 Extractor = Literal["answer_line", "last_number"]
 
@@ -122,6 +124,68 @@ def wilson_interval(correct: int, total: int, confidence: float = 0.95) -> tuple
 def quality_messages(item: GoldenItem) -> list[dict[str, Any]]:
     """Chat messages for one golden item."""
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": item.prompt}]
+
+
+def fit_max_tokens(requested: int, max_model_len: int | None) -> int:
+    """``requested`` within the endpoint's context: vLLM answers 400 to a max_tokens above max_model_len
+    (vllm/renderers/params.py ``TokenizeParams``) and itself trims what the prompt leaves below it
+    (``get_max_tokens`` in vllm/entrypoints/serve/utils/api_utils.py)."""
+    return requested if max_model_len is None else max(1, min(requested, max_model_len))
+
+
+def model_context(models_answer: Any, model: str) -> int | None:
+    """``max_model_len`` that a /v1/models answer reports for ``model`` (None when it does not say)."""
+    data = models_answer.get("data") if isinstance(models_answer, dict) else None
+    for entry in data if isinstance(data, list) else []:
+        if isinstance(entry, dict) and entry.get("id") == model:
+            value = entry.get("max_model_len")
+            return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    return None
+
+
+def quality_payload(
+    model: str,
+    item: GoldenItem,
+    spec: QualitySpec,
+    *,
+    thinks: bool = False,
+    thinking: Thinking | None = None,
+    max_model_len: int | None = None,
+) -> dict[str, Any]:
+    """The chat request for one golden item (docs/evaluation.md §6.4).
+
+    A model that thinks (``thinks``: the catalog's ``thinking`` or the smoke stream's evidence) spends
+    tokens on thinking before its answer, and vLLM counts them against ``max_tokens``: an answer budget
+    alone would be cut off mid-thought and score as wrong. So it either gets room for both
+    (``leave_room``: ``max_tokens + thinking_budget_tokens``) or is asked to answer without thinking
+    (``off``: the catalog's chat-template switch). Only the answer (``message.content``) is scored. The
+    budget stays within ``max_model_len`` (``fit_max_tokens``).
+    """
+    payload: dict[str, Any] = {
+        "model": model,
+        "messages": quality_messages(item),
+        "max_tokens": spec.max_tokens,
+        "temperature": 0.0,
+        "seed": spec.seed,
+    }
+    thinks = thinks or thinking is not None
+    if not thinks:
+        return payload
+    if spec.thinking == "off" and thinking is not None:
+        payload.update(thinking_off_request(thinking))
+    else:
+        # leave_room; or "off" for a model seen thinking that the catalog does not know: no switch is
+        # known for it, so it gets room instead (the quality result cannot be a wrong guess at a switch).
+        payload["max_tokens"] = fit_max_tokens(spec.max_tokens + spec.thinking_budget_tokens, max_model_len)
+    return payload
+
+
+def thinking_off_request(thinking: Thinking) -> dict[str, Any]:
+    """The request fields that turn the thinking off; a SpecError saying what to change when nothing can."""
+    try:
+        return thinking.off_request()
+    except ValueError as exc:
+        raise SpecError(f"quality.thinking is 'off' but {exc}: set quality.thinking to 'leave_room'") from None
 
 
 # A golden set is a few thousand short items: far below this, which keeps a wrong path (a device, a

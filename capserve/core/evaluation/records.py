@@ -36,7 +36,12 @@ class RequestRecord(BaseModel):
         default_factory=list, description="Arrival of every SSE chunk with non-empty `choices` (a token event)."
     )
     first_content: float | None = Field(
-        default=None, description="First chunk whose delta carried text or a tool call."
+        default=None, description="First chunk whose delta carried output: thinking, answer text or a tool call."
+    )
+    first_answer: float | None = Field(
+        default=None,
+        description="First chunk whose delta carried answer text (content) or a tool call, thinking excluded; "
+        "None when the request's output was all thinking.",
     )
     end: float | None = Field(default=None, description="Stream closed ([DONE] or EOF).")
     prompt_tokens: int | None = Field(default=None, ge=0, description="usage.prompt_tokens from the server.")

@@ -34,6 +34,11 @@ class SmokeResult(BaseModel):
     def not_run(self) -> list[SmokeCheck]:
         return [c for c in self.checks if c.status == "not_run"]
 
+    @property
+    def saw_thinking(self) -> bool:
+        """Whether a streamed check carried thinking: the endpoint serves a model that thinks."""
+        return any(c.thinking for c in self.checks)
+
 
 class QualityItemResult(BaseModel):
     """One golden item's outcome."""
@@ -170,7 +175,7 @@ class EvaluationResult(BaseModel):
             ]
         if self.load is not None:
             lines += ["", "### Load", "", load_table_header()]
-            lines += ["|" + "---|" * 11]
+            lines += ["|" + "---|" * 12]
             lines += [load_table_row(p) for p in self.load.points]
         if self.plots:
             lines += ["", "Plots: " + ", ".join(f"`{p}`" for p in self.plots)]
@@ -179,7 +184,8 @@ class EvaluationResult(BaseModel):
 
 def load_table_header() -> str:
     return (
-        "| run | ok/failed | req/s | out tok/s | goodput frac | TTFT p50/p95 ms | TPOT p50/p95 ms "
+        "| run | ok/failed | req/s | out tok/s | goodput frac | TTFT p50/p95 ms | first answer p50/p95 ms "
+        "| TPOT p50/p95 ms "
         "| ITL p95 ms | E2EL p95 ms | client CPU % | valid |"
     )
 
@@ -188,10 +194,16 @@ def load_table_row(p: LoadPointResult) -> str:
     m = p.metrics
     goodput = "—" if m.goodput_fraction is None else f"{m.goodput_fraction:.2f}"
     valid = "yes" if p.valid else "NO: " + "; ".join(p.invalid_reasons)
+    fa = m.first_answer_ms
+    # A reasoning model's first token is thinking; its answer may start later or, within a short
+    # max_tokens, not at all (then "none", with how many requests did answer when some did).
+    answer = "none" if fa.count == 0 else f"{fa.p50:.1f}/{fa.p95:.1f}"
+    if 0 < fa.count < m.completed:
+        answer += f" ({fa.count} of {m.completed})"
     return (
         f"| {p.name} | {m.completed}/{m.failed} | {m.request_throughput:.2f} | {m.output_throughput:.1f} | {goodput} "
-        f"| {m.ttft_ms.p50:.1f}/{m.ttft_ms.p95:.1f} | {m.tpot_ms.p50:.2f}/{m.tpot_ms.p95:.2f} | {m.itl_ms.p95:.2f} "
-        f"| {m.e2el_ms.p95:.1f} | {p.client.cpu_percent:.0f} | {valid} |"
+        f"| {m.ttft_ms.p50:.1f}/{m.ttft_ms.p95:.1f} | {answer} | {m.tpot_ms.p50:.2f}/{m.tpot_ms.p95:.2f} "
+        f"| {m.itl_ms.p95:.2f} | {m.e2el_ms.p95:.1f} | {p.client.cpu_percent:.0f} | {valid} |"
     )
 
 

@@ -24,6 +24,20 @@ class SmokeCheck(BaseModel):
     status: CheckStatus = Field(description="passed, failed, skipped (does not apply) or not_run (deadline).")
     detail: str = Field(default="", max_length=1000, description="What was seen, or what went wrong and where.")
     duration_ms: float = Field(default=0.0, ge=0, description="Wall time of the check.")
+    # The streamed chat's two first-token times (docs/evaluation.md §4): a reasoning model streams its
+    # thinking first, so its first token and its first answer token can be far apart.
+    ttft_ms: float | None = Field(
+        default=None, ge=0, description="chat_stream: send → first chunk with choices, of any kind (vLLM bench's TTFT)."
+    )
+    first_answer_ms: float | None = Field(
+        default=None,
+        ge=0,
+        description="chat_stream: send → first answer token (delta.content or a tool call; thinking excluded). "
+        "None when the stream carried no answer within max_tokens.",
+    )
+    thinking: bool | None = Field(
+        default=None, description="chat_stream: whether the stream carried thinking (delta.reasoning)."
+    )
 
 
 # A tool with a schema tight enough that a mis-emitting parser is caught (wrong type, missing field,
@@ -47,13 +61,14 @@ PROBE_TOOL: dict[str, Any] = {
 
 
 def tool_call_payload(model: str, max_tokens: int, tool_choice: str) -> dict[str, Any]:
-    """A chat request that should be answered with one call of ``PROBE_TOOL``."""
+    """A chat request that should be answered with one call of ``PROBE_TOOL`` (give it room for the call:
+    the caller asks for at least 64 tokens)."""
     return {
         "model": model,
         "messages": [{"role": "user", "content": "What is the weather in Paris right now? Use the tool."}],
         "tools": [PROBE_TOOL],
         "tool_choice": tool_choice,
-        "max_tokens": max(max_tokens, 64),
+        "max_tokens": max_tokens,
         "temperature": 0.0,
     }
 

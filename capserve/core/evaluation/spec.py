@@ -140,6 +140,13 @@ class SmokeSpec(BaseModel):
         description="Most time one smoke check may take; an endpoint that never answers fails the check after this.",
     )
     max_tokens: StrictInt = Field(default=32, ge=1, le=100_000, description="max_tokens of the smoke chat completions.")
+    thinking_budget_tokens: StrictInt = Field(
+        default=4096,
+        ge=0,
+        le=1_000_000,
+        description="Added to max_tokens of the image and tool-call checks once the streamed chat showed the "
+        "model thinks: its thinking comes before the answer or the call and counts against max_tokens.",
+    )
     image: Literal["auto", "required", "skip"] = Field(
         default="auto",
         description="auto: send an image, skip with a note when the endpoint rejects it as text-only; "
@@ -162,7 +169,23 @@ class QualitySpec(BaseModel):
     max_items: StrictInt | None = Field(
         default=None, ge=1, le=100_000, description="Use only the first N items (None = all)."
     )
-    max_tokens: StrictInt = Field(default=256, ge=1, le=100_000, description="max_tokens per golden item.")
+    max_tokens: StrictInt = Field(
+        default=256, ge=1, le=100_000, description="max_tokens per golden item for the answer (thinking apart)."
+    )
+    thinking: Literal["leave_room", "off"] = Field(
+        default="leave_room",
+        description="For a model that thinks (the catalog says so, or the smoke stream carried thinking): "
+        "leave_room asks for max_tokens + thinking_budget_tokens and scores the answer after the thinking; off "
+        "sends the catalog's chat-template switch that turns thinking off (refused for a catalog model without "
+        "one; a model outside the catalog seen thinking gets room instead).",
+    )
+    thinking_budget_tokens: StrictInt = Field(
+        default=8192,
+        ge=0,
+        le=1_000_000,
+        description="Tokens added to max_tokens for the thinking of a thinking model (leave_room); vLLM caps "
+        "the total at what the context leaves.",
+    )
     concurrency: StrictInt = Field(default=4, ge=1, le=256, description="Golden items in flight at once.")
     seed: StrictInt = Field(
         default=1234, ge=0, le=2**63 - 1, description="Sampling seed sent with every request (temperature is 0)."

@@ -4,12 +4,18 @@ Framing as vLLM bench's ``StreamedResponseHandler`` (docs/evaluation.md §3): ev
 on a blank line; lines starting with ``:`` are comments/pings; the ``data: `` prefix is stripped; a
 trailing event without its separator is accepted at EOF. Errors can arrive in-band as
 ``data: {"error": ...}``.
+
+What a chunk carries (docs/evaluation.md §4): a reasoning server (``vllm serve --reasoning-parser``)
+streams the model's thinking in ``delta.reasoning`` (vLLM 0.32's ``DeltaMessage``; older vLLM and
+other servers call it ``reasoning_content``) and the answer in ``delta.content``. Both are output: a
+stream that only thought within its token budget is a working stream. ``content`` is kept apart as
+the answer, so callers can time the first answer token and score only the answer.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -58,7 +64,8 @@ class StreamState(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     token_events: int = Field(default=0, ge=0, description="Chunks with non-empty `choices`.")
-    content: str = Field(default="", description="Concatenated delta content.")
+    content: str = Field(default="", description="The answer: concatenated delta content (or completion text).")
+    reasoning: str = Field(default="", description="The thinking: concatenated delta reasoning / reasoning_content.")
     tool_call_chunks: int = Field(default=0, ge=0, description="Chunks carrying tool-call deltas.")
     prompt_tokens: int | None = Field(default=None, description="usage.prompt_tokens, once seen.")
     completion_tokens: int | None = Field(default=None, description="usage.completion_tokens, once seen.")
@@ -67,41 +74,60 @@ class StreamState(BaseModel):
     error: str | None = Field(default=None, description="In-band error message or an unparsable event.")
 
 
-def apply_event(state: StreamState, payload: str) -> tuple[bool, bool]:
-    """Update ``state`` with one event; returns (is_token_event, carried_content)."""
+class ChunkKind(NamedTuple):
+    """What one event was: a token chunk (``choices`` non-empty, vLLM bench's TTFT/ITL unit), and
+    whether it carried output of any kind (thinking, answer or a tool call) or answer (content or a
+    tool call)."""
+
+    token: bool
+    output: bool
+    answer: bool
+
+
+_NOT_A_TOKEN = ChunkKind(token=False, output=False, answer=False)
+# vLLM 0.32 names the field `reasoning`; vLLM before 0.10 and DeepSeek's API `reasoning_content`.
+REASONING_FIELDS = ("reasoning", "reasoning_content")
+
+
+def apply_event(state: StreamState, payload: str) -> ChunkKind:
+    """Update ``state`` with one event and say what it carried."""
     if payload == DONE:
         state.done = True
-        return False, False
+        return _NOT_A_TOKEN
     try:
         event: Any = json.loads(payload)
     except ValueError:
         state.error = f"unparsable SSE event: {payload[:80]!r}"
-        return False, False
+        return _NOT_A_TOKEN
     if not isinstance(event, dict):
         state.error = f"SSE event is not an object: {payload[:80]!r}"
-        return False, False
+        return _NOT_A_TOKEN
     if "error" in event:
         err = event["error"]
         state.error = str(err.get("message", err) if isinstance(err, dict) else err)[:300]
-        return False, False
+        return _NOT_A_TOKEN
     usage = event.get("usage")
     if isinstance(usage, dict):
         state.prompt_tokens = usage.get("prompt_tokens", state.prompt_tokens)
         state.completion_tokens = usage.get("completion_tokens", state.completion_tokens)
     choices = event.get("choices") or []
     if not choices:
-        return False, False
+        return _NOT_A_TOKEN
     state.token_events += 1
-    carried = False
+    output = answer = False
     for choice in choices:
         delta = choice.get("delta") or {}
-        text = delta.get("content") or delta.get("reasoning_content") or choice.get("text") or ""
-        if text:
+        thought = next((delta[f] for f in REASONING_FIELDS if isinstance(delta.get(f), str) and delta[f]), "")
+        if thought:
+            state.reasoning += thought
+            output = True
+        text = delta.get("content") or choice.get("text") or ""
+        if isinstance(text, str) and text:
             state.content += text
-            carried = True
+            output = answer = True
         if delta.get("tool_calls"):
             state.tool_call_chunks += 1
-            carried = True
+            output = answer = True
         if choice.get("finish_reason"):
             state.finish_reason = choice["finish_reason"]
-    return True, carried
+    return ChunkKind(token=True, output=output, answer=answer)

@@ -109,6 +109,7 @@ async def send_one(
     payload = stream_chat_payload(job.model, planned.prompt, planned.max_tokens, ignore_eos=job.ignore_eos)
     chunk_times: list[float] = []
     first_content: float | None = None
+    first_answer: float | None = None
     headers_at: float | None = None
     status: int | None = None
     state = StreamState()
@@ -133,11 +134,13 @@ async def send_one(
                 async for chunk in response.content.iter_any():
                     now = time.perf_counter()
                     for event in decoder.feed(chunk):
-                        is_token, carried = apply_event(state, event)
-                        if is_token:
+                        kind = apply_event(state, event)
+                        if kind.token:
                             chunk_times.append(now)
-                            if carried and first_content is None:
+                            if kind.output and first_content is None:
                                 first_content = now
+                            if kind.answer and first_answer is None:
+                                first_answer = now
                     if state.done:
                         break  # some servers keep the connection open after [DONE]
                 for event in decoder.finish():
@@ -178,6 +181,7 @@ async def send_one(
         headers=headers_at,
         chunk_times=chunk_times,
         first_content=first_content,
+        first_answer=first_answer,
         end=end,
         prompt_tokens=state.prompt_tokens,
         completion_tokens=state.completion_tokens,

