@@ -325,7 +325,7 @@ def fsx_csi_driver(options: AddonOptions) -> list[Manifest]:
 
 def lws_crd() -> Manifest:
     """The LeaderWorkerSet CRD of the vendored release (the schema the fake API server and tests check against)."""
-    (crd,) = [m for m in load(LWS) if m["kind"] == "CustomResourceDefinition" and m["spec"]["group"] == LWS_GROUP]
+    (crd,) = [m for m in load(LWS, "CustomResourceDefinition") if m["spec"]["group"] == LWS_GROUP]
     return crd
 
 

@@ -60,6 +60,6 @@ def _parsed(vendored: Vendored) -> tuple[Manifest, ...]:
     return tuple(doc for doc in documents if doc)
 
 
-def load(vendored: Vendored) -> list[Manifest]:
-    """The file's objects, in the file's order; fresh copies (callers patch them)."""
-    return copy.deepcopy(list(_parsed(vendored)))
+def load(vendored: Vendored, kind: str | None = None) -> list[Manifest]:
+    """The file's objects (of ``kind``, if given), in the file's order; fresh copies (callers patch them)."""
+    return [copy.deepcopy(doc) for doc in _parsed(vendored) if kind is None or doc.get("kind") == kind]
