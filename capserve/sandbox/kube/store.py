@@ -444,7 +444,9 @@ class Store:
         with self.lock:
             saved = (self.objects, self.owners, self.events, self.revision, self.resources, self.listeners,
                      self.compacted_through)
-            self.objects, self.owners = dict(self.objects), copy.deepcopy(self.owners)
+            # Writes replace stored objects (never change them in place) but change owners' path sets in place.
+            owners = {key: {manager: set(paths) for manager, paths in by.items()} for key, by in self.owners.items()}
+            self.objects, self.owners = dict(self.objects), owners
             self.events, self.resources, self.listeners = [], dict(self.resources), []
             self.dry_running = True
             try:
