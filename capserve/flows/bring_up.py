@@ -43,7 +43,13 @@ from capserve.tasks.cluster.eks import (
 from capserve.tasks.cluster.hyperpod import converge_hyperpod, converge_lifecycle_scripts
 from capserve.tasks.cluster.iam import RoleArns, converge_roles
 from capserve.tasks.cluster.network import converge_network
-from capserve.tasks.kube import api_client_for_eks, apply_addons, wait_addons_ready, wait_gpu_nodes_ready
+from capserve.tasks.kube import (
+    api_client_for_eks,
+    apply_addons,
+    prove_lws_webhooks,
+    wait_addons_ready,
+    wait_gpu_nodes_ready,
+)
 from capserve.tasks.settings import settings_from_environment
 
 
@@ -224,7 +230,11 @@ def _ready_on_kubernetes(
     cluster = aws.cluster
     api = api_client_for_eks(cluster.endpoint, cluster.ca_data, cluster.name, lease.region, settings=settings.kube)
     expect = cluster_expectations(
-        spec.campaign_id, lease, kind=spec.cluster.kind, system_pool=aws.system_pool is not None
+        spec.campaign_id,
+        lease,
+        kind=spec.cluster.kind,
+        system_pool=aws.system_pool is not None,
+        node_target=spec.weights.node_target,
     )
     kube = settings.kube
     with budget.step("add-ons"):
@@ -237,4 +247,7 @@ def _ready_on_kubernetes(
             update={"addons_ready_timeout_s": budget.cap(kube.addons_ready_timeout_s, "add-ons ready")}
         )
         wait_addons_ready(api, expect.wait_for, capped)
+        if expect.lws_probe is not None:
+            # Ready pods are not yet a working LWS: its webhooks must answer (a dry run stores nothing).
+            prove_lws_webhooks(api, expect.lws_probe, kube)
     return readiness

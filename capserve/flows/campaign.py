@@ -40,7 +40,6 @@ from capserve.flows.stages import (
     weights_to_nodes_stage,
 )
 from capserve.flows.states import verdict_state
-from capserve.tasks.manifests import recording
 from capserve.tasks.settings import hub_endpoint_from_environment, settings_from_environment
 
 PREPARE: tuple[Step, ...] = (
@@ -99,7 +98,6 @@ def campaign(
     )
     base = settings or settings_from_environment()
     ctx = CampaignContext.start(spec, base.for_campaign(spec.campaign_settings()), options)
-    # recording: every applied object, in order
-    with campaign_slot(spec.campaign_id, ctx.settings.slots), recording(out_dir / "manifests"):
+    with campaign_slot(spec.campaign_id, ctx.settings.slots):  # run_campaign records every applied object
         run_campaign(ctx, CAMPAIGN, teardown_stage)
     return verdict_state(ctx.report)

@@ -68,6 +68,7 @@ from capserve.flows.stages import (
 )
 from capserve.flows.window import campaign_record, recorded_spec
 from capserve.tasks.clock import campaign_now
+from capserve.tasks.manifests import recording
 from capserve.tasks.planning import plan_campaign, resolve_model
 from capserve.tasks.record_store import change_record, load_record
 from capserve.tasks.reporting import publish_redeploy, write_report_files
@@ -122,7 +123,8 @@ def redeploy(
             record=record,  # changes stay local (never start_saving): the outcome is written once, below
             lease=record.lease,
         )
-        return _redeploy(ctx, ref, sha, trigger)
+        with recording(options.out_dir / "manifests"):  # what this redeploy applied, beside its report
+            return _redeploy(ctx, ref, sha, trigger)
 
 
 def _refuse(record: CampaignRecord, now: datetime | None, *, cluster_spec: CampaignSpec | None = None) -> None:

@@ -34,6 +34,7 @@ from capserve.flows.context import CampaignContext
 from capserve.flows.cost import campaign_ledger
 from capserve.flows.reuse import reuse_unchanged
 from capserve.tasks.clock import campaign_now
+from capserve.tasks.manifests import recording
 from capserve.tasks.record_store import load_record
 from capserve.tasks.reporting import publish_report, write_report_files
 
@@ -62,15 +63,21 @@ TearDown = Callable[[CampaignContext, TeardownReason], StageOutput]
 
 
 def run_campaign(ctx: CampaignContext, steps: Sequence[Step], tear_down: TearDown) -> None:
-    """Run ``steps`` in order, then end the run (tear down or not, by the rules above) and write the report."""
+    """Run ``steps`` in order, then end the run (tear down or not, by the rules above) and write the report.
+
+    Every object applied meanwhile is written to ``<out_dir>/manifests/`` (``capserve.tasks.manifests``):
+    here, not in one flow, because the add-ons are applied by whichever run brings the cluster up (the
+    ``campaign`` run with ``--teardown-when-done``, else the ``serve`` run the lease schedules, in a worker).
+    """
     error: BaseException | None = None
-    try:
-        run_steps(ctx, steps)
-    except BaseException as exc:
-        error = exc
-        raise
-    finally:
-        finish(ctx, error, tear_down)
+    with recording(ctx.options.out_dir / "manifests"):
+        try:
+            run_steps(ctx, steps)
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            finish(ctx, error, tear_down)
 
 
 def run_steps(ctx: CampaignContext, steps: Sequence[Step]) -> None:

@@ -484,6 +484,45 @@ def wait_addons_ready(
     return _wait_objects(dynamic_client(api), manifests, settings, settings.addons_ready_timeout_s, "add-ons")
 
 
+@kube_task(name="prove-lws-webhooks", cache_policy=NO_CACHE)
+def prove_lws_webhooks(api: k8s.ApiClient, probe: Mapping[str, Any], settings: KubeSettings) -> dict[str, Any]:
+    """Server-side dry-run create (``dryRun=All``) of a small LeaderWorkerSet, until LWS's webhooks answer.
+
+    The API server runs the whole admission chain for a dry run and stores nothing (API concepts, "Dry-run").
+    A manager pod is Ready (its readyz is a ping) before its cert rotator has written the serving certificate;
+    until then every call fails with the API server's ``failed calling webhook`` (500, retried here until
+    ``addons_ready_timeout_s``). An answer without the mutating webhook's default
+    (``spec.networkConfig.subdomainPolicy``) means the webhook did not run: a permanent error.
+    """
+    dyn = dynamic_client(api)
+    resource = _resource(dyn, str(probe["apiVersion"]), str(probe["kind"]))
+    namespace = (probe.get("metadata") or {}).get("namespace")
+    deadline = time.monotonic() + settings.addons_ready_timeout_s
+    what = f"dry-run create of {_describe(probe)} (LWS webhooks)"
+    while True:
+        try:
+            answer: dict[str, Any] = resource.create(
+                body=dict(probe), namespace=namespace, dry_run="All", _request_timeout=settings.request_timeout_s
+            ).to_dict()
+            break
+        except k8s.ApiException as exc:
+            error = convert(exc, what)
+            if not isinstance(error, RetryableError):
+                raise error from exc
+            if time.monotonic() >= deadline:
+                raise wait_timeout("LWS webhooks", settings.addons_ready_timeout_s, str(error)) from exc
+        except (urllib3.exceptions.HTTPError, ConnectionError) as exc:
+            raise convert(exc, what) from exc
+        time.sleep(min(2.0, max(deadline - time.monotonic(), 0.0)))
+    policy = ((answer.get("spec") or {}).get("networkConfig") or {}).get("subdomainPolicy")
+    if not policy:
+        raise PermanentError(
+            f"{what}: accepted without the LWS mutating webhook's defaults (spec.networkConfig.subdomainPolicy "
+            "unset): check the lws-mutating-webhook-configuration and the lws-controller-manager pods"
+        )
+    return answer
+
+
 def wait_workloads_ready(
     api: k8s.ApiClient, manifests: Sequence[Mapping[str, Any]], settings: KubeSettings, *, timeout_s: float, what: str
 ) -> dict[str, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -19,6 +20,7 @@ from capserve.flows.bring_up import bring_up
 from capserve.sandbox.aws import moto_sandbox
 from capserve.sandbox.aws_ext import eks as eks_ext
 from capserve.sandbox.kube import FakeKube, fake_kube
+from capserve.tasks.manifests import recording
 
 REGION = "us-east-2"
 FAST = BringUpSettings(poll_seconds=0, kube=KubeSettings(nodes_ready_timeout_s=20, addons_ready_timeout_s=20))
@@ -61,10 +63,11 @@ def make_lease(reservation: str = "cr-0123456789abcdef0", count: int = 2, hours_
     )
 
 
-def test_eks_bring_up_then_a_rerun_creates_nothing(kube: FakeKube) -> None:
+def test_eks_bring_up_then_a_rerun_creates_nothing(kube: FakeKube, tmp_path: Path) -> None:
     eks_ext.attach_fake_kube(kube)
     spec, lease = make_spec("flow-eks"), make_lease()
-    result = bring_up(spec, lease, FAST)
+    with recording(tmp_path / "manifests"):
+        result = bring_up(spec, lease, FAST)
     assert result.report_section() == {"kind": "eks", "name": "capserve-flow-eks", "nodes_ready": 2,
                                        "gpus_allocatable": 16}
     assert "eks-nodegroup/capserve-flow-eks-gpu" in result.created and result.endpoint == kube.url
@@ -89,6 +92,16 @@ def test_eks_bring_up_then_a_rerun_creates_nothing(kube: FakeKube) -> None:
     # The add-ons the serving stage needs were applied.
     daemonsets = {o["metadata"]["name"] for o in kube.objects("daemonsets", "apps")}
     assert any("nvidia" in name for name in daemonsets) and any("efa" in name for name in daemonsets)
+    assert "fsx-csi-node" not in daemonsets  # weights on NVMe: no FSx CSI driver to pull and wait for
+    # LWS as its release installs it, written to the report folder (the Secret's data redacted) ...
+    written = {path.name.split("-", 1)[1] for path in (tmp_path / "manifests").glob("*.yaml")}
+    assert {"MutatingWebhookConfiguration-lws-mutating-webhook-configuration.yaml",
+            "ValidatingWebhookConfiguration-lws-validating-webhook-configuration.yaml",
+            "Secret-lws-system-lws-webhook-server-cert.yaml", "Service-lws-system-lws-webhook-service.yaml",
+            "Deployment-lws-system-lws-controller-manager.yaml"} <= written
+    # ... proven by a dry-run create through its webhooks, which stored nothing.
+    assert kube.objects("leaderworkersets", "leaderworkerset.x-k8s.io") == []
+    assert kube.cluster.lws_manager.ready()
 
     eks_ext.clear_calls()
     again = bring_up(spec, lease, FAST)

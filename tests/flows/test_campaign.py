@@ -154,7 +154,12 @@ def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
         "Service-capserve-k3-demo-serving.yaml",
         "Job-capserve-k3-demo-vllm-blue-cache-save-n0.yaml",  # saved once the Service points at the server
     ]
-    secret = yaml.safe_load(next((tmp_path / "out" / "manifests").glob("*-Secret-*")).read_text())
+    secret = yaml.safe_load(next((tmp_path / "out" / "manifests").glob("*-Secret-*-serving-api-key.yaml")).read_text())
+    # LWS as its release installs it: the webhooks, their Service and the Secret the rotator fills.
+    assert {"MutatingWebhookConfiguration-lws-mutating-webhook-configuration.yaml",
+            "ValidatingWebhookConfiguration-lws-validating-webhook-configuration.yaml",
+            "Service-lws-system-lws-webhook-service.yaml",
+            "Secret-lws-system-lws-webhook-server-cert.yaml"} <= {m.split("-", 1)[1] for m in manifests}
     assert secret["data"] == {"api-key": "<redacted>"}
     assert written["teardown"]["reason"] == "campaign-finished" and written["teardown"]["remaining"] == []
     assert tagged_vpcs("k3-demo", lease["region"]) == []

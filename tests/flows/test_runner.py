@@ -225,3 +225,21 @@ def test_an_environment_setting_and_a_spec_override_reach_the_stage(
     ctx.lease = lease()
     stages_module.bring_up_stage(ctx)
     assert handed == [ctx.settings.bring_up]
+
+
+def test_every_run_of_the_stages_writes_what_it_applied_to_its_report_folder(tmp_path: Path) -> None:
+    """The scheduled ``serve`` run (``make demo``'s bring-up, in a worker) runs the stages through run_campaign
+    too: the objects its bring-up applies land in the campaign's ``manifests/``, not only the campaign run's."""
+    from capserve.tasks.manifests import record_applied
+
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "lws-webhook-server-cert",
+                                                                "namespace": "lws-system"}}
+
+    def applies(ctx: CampaignContext) -> ClusterResult:
+        record_applied(secret)  # what capserve.tasks.kube does after each accepted apply
+        return cluster()
+
+    ctx = context(tmp_path, teardown_when_done=True)
+    run(ctx, [Step(Stage.ACQUIRE, holds(ReservationState.ACTIVE)), Step(Stage.BRING_UP, applies)], TearDown())
+    names = [p.name for p in (tmp_path / "manifests").glob("*.yaml")]
+    assert names == ["001-Secret-lws-system-lws-webhook-server-cert.yaml"]

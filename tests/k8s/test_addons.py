@@ -12,6 +12,7 @@ VERSIONS = ("1.33", "1.34")
 OPTIONS = AddonOptions(
     campaign_id="demo",
     gpu_node_labels={"capserve.io/pool": "gpu"},
+    fsx=True,
     fsx_role_arn="arn:aws:iam::123456789012:role/capserve-demo-fsx",
 )
 
@@ -20,7 +21,8 @@ OPTIONS = AddonOptions(
 def test_every_addon_manifest_validates_strict(version: str) -> None:
     manifests = render_addons(OPTIONS)
     kinds = {m["kind"] for m in manifests}
-    assert {"CustomResourceDefinition", "DaemonSet", "Deployment", "CSIDriver", "ServiceAccount", "Namespace"} <= kinds
+    assert {"CustomResourceDefinition", "DaemonSet", "Deployment", "CSIDriver", "ServiceAccount", "Namespace",
+            "Secret", "Service", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} <= kinds
     for manifest in manifests:
         kubernetes_validate.validate(manifest, version, strict=True)
 

@@ -186,7 +186,7 @@ def test_delete_propagation_and_namespace_cascade(api: k8s.ApiClient) -> None:
 
 
 def test_crd_serves_its_kind_validates_and_defaults(api: k8s.ApiClient) -> None:
-    from capserve.core.cluster.addons import AddonOptions, lws_controller
+    from capserve.core.cluster.addons import lws_crd
 
     lws = {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
@@ -203,7 +203,7 @@ def test_crd_serves_its_kind_validates_and_defaults(api: k8s.ApiClient) -> None:
     with pytest.raises(k8s.ApiException) as before:
         custom.list_namespaced_custom_object("leaderworkerset.x-k8s.io", "v1", "default", "leaderworkersets")
     assert before.value.status == 404
-    tasks_kube.apply(api, lws_controller(AddonOptions(campaign_id="t"))[0])
+    tasks_kube.apply(api, lws_crd())
     created = tasks_kube.apply(api, lws)
     assert created["spec"]["startupPolicy"] == "LeaderCreated"  # schema default
     bad = {**lws, "spec": {"leaderWorkerTemplate": {"restartPolicy": "Sometimes", "workerTemplate": {}}}}

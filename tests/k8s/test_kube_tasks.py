@@ -251,7 +251,7 @@ def test_addons_apply_and_report_ready(kube: FakeKube, api: k8s.ApiClient, patie
 def test_a_failed_addon_is_reported_with_its_reason(kube: FakeKube, api: k8s.ApiClient, patient: KubeSettings) -> None:
     kube.provision_nodes("system", 1, instance_type="m7i.xlarge")
     kube.set_outcome("fail", kind="Deployment", name="fsx-csi-controller")  # its pods crash-loop
-    manifests = render_addons(AddonOptions(campaign_id="demo", lws=False))
+    manifests = render_addons(AddonOptions(campaign_id="demo", lws=False, fsx=True))
     tasks_kube.apply_addons.fn(api, manifests, patient)
     with pytest.raises(
         PermanentError, match="Deployment kube-system/fsx-csi-controller failed: ProgressDeadlineExceeded"

@@ -80,3 +80,13 @@ def events(kube: FakeKube, name: str, reason: str | None = None) -> list[dict[st
 def container_status(obj: dict[str, Any], name: str = "main") -> dict[str, Any]:
     """The container's status, or {} while the kubelet has reported none."""
     return next((c for c in (obj.get("status") or {}).get("containerStatuses") or [] if c["name"] == name), {})
+
+
+def install_lws(kube: FakeKube, api: k8s.ApiClient) -> None:
+    """The whole vendored LWS release, applied as bring-up applies it, and its manager up: a pod Running
+    and Ready, the cert Secret filled by its rotator (needs an untainted node for the manager)."""
+    from capserve.core.cluster.addons import AddonOptions, lws_controller
+
+    for manifest in lws_controller(AddonOptions(campaign_id="t")):
+        tasks_kube.apply(api, manifest)
+    until(kube, kube.cluster.lws_manager.ready, what="the LWS manager up with its certificate")

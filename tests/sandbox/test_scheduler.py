@@ -129,7 +129,9 @@ def test_a_controller_tolerating_only_critical_addons_stays_pending_on_a_gpu_onl
     # A system node (untainted) appears: the pending pod is scheduled there and runs.
     (system,) = kube.provision_nodes("system", 1, instance_type="m7i.large", labels=SYSTEM_LABELS)
     until(kube, lambda: get(kube, "deployments", name, "apps", "lws-system")["status"].get("availableReplicas") == 1)
-    [running] = [p for p in kube.objects("pods") if p["metadata"]["name"].startswith(name)]
+    # The release runs 2 replicas of 1 CPU each: one node of 2 vCPUs holds one.
+    [running] = [p for p in kube.objects("pods")
+                 if p["metadata"]["name"].startswith(name) and p["status"].get("phase") == "Running"]
     assert running["spec"]["nodeName"] == system and running["status"]["phase"] == "Running"
 
 

@@ -9,10 +9,9 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.stream import portforward
 
-from capserve.core.cluster.addons import AddonOptions, lws_controller
 from capserve.sandbox.kube import FakeKube
 from capserve.tasks import kube as tasks_kube
-from tests.sandbox.conftest import container_status, events, get, until, until_answered
+from tests.sandbox.conftest import container_status, events, get, install_lws, until, until_answered
 from tests.sandbox.test_kubelet import MODEL_DIR, http_get, ready, stage_model, vllm_pod
 
 
@@ -229,7 +228,7 @@ def test_the_leader_serves_once_its_headless_worker_joined(kube: FakeKube, api: 
     nodes = kube.provision_nodes("gpu", 2)
     for node in nodes:
         stage_model(kube, node)
-    tasks_kube.apply(api, lws_controller(AddonOptions(campaign_id="t"))[0])
+    install_lws(kube, api)
     tasks_kube.apply(api, two_node_lws("k3"))
     until(
         kube,
@@ -250,7 +249,7 @@ def test_a_worker_whose_layout_differs_from_its_leader_crashes(kube: FakeKube, a
     nodes = kube.provision_nodes("gpu", 2)
     for node in nodes:
         stage_model(kube, node)
-    tasks_kube.apply(api, lws_controller(AddonOptions(campaign_id="t"))[0])
+    install_lws(kube, api)
     odd = two_node_lws("odd", worker_tp=4)
     odd["spec"]["leaderWorkerTemplate"]["restartPolicy"] = "None"  # keep the crashing worker (no group rebuild)
     tasks_kube.apply(api, odd)

@@ -10,10 +10,10 @@ import jsonschema
 import kubernetes_validate
 from kubernetes import client as k8s
 
-from capserve.core.cluster.addons import AddonOptions, lws_controller
+from capserve.core.cluster.addons import lws_crd
 from capserve.sandbox.kube import FakeKube, Fault, FaultKind
 from capserve.tasks import kube as tasks_kube
-from tests.sandbox.conftest import GPU_TAINT, condition, container_status, events, get, until
+from tests.sandbox.conftest import GPU_TAINT, condition, container_status, events, get, install_lws, until
 
 SUFFIX = "[bcdfghjklmnpqrstvwxz2456789]"
 
@@ -201,17 +201,13 @@ def lws(name: str, size: int, **spec: Any) -> dict[str, Any]:
     }
 
 
-def install_lws(api: k8s.ApiClient) -> None:
-    tasks_kube.apply(api, lws_controller(AddonOptions(campaign_id="t"))[0])  # the CRD
-
-
 def env_of(pod: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0]["env"]}
 
 
 def test_leaderworkerset_builds_leader_and_worker_statefulsets(kube: FakeKube, api: k8s.ApiClient) -> None:
     kube.provision_nodes("system", 2, instance_type="m7i.large")
-    install_lws(api)
+    install_lws(kube, api)
     tasks_kube.apply(api, lws("vllm", 3))
     until(
         kube,
@@ -244,7 +240,7 @@ def test_leaderworkerset_builds_leader_and_worker_statefulsets(kube: FakeKube, a
 
 def test_a_restart_in_a_group_recreates_the_whole_group(kube: FakeKube, api: k8s.ApiClient) -> None:
     kube.provision_nodes("system", 1, instance_type="m7i.large")
-    install_lws(api)
+    install_lws(kube, api)
     kube.inject(Fault(FaultKind.CRASH_LOOP, pod="group-0-1", seconds=1, times=1))  # one crash of the worker
     tasks_kube.apply(api, lws("group", 2))
     first = until(kube, lambda: kube.store.objects.get(("", "pods", "default", "group-0")))
@@ -262,7 +258,7 @@ def test_a_restart_in_a_group_recreates_the_whole_group(kube: FakeKube, api: k8s
 
 def test_leader_ready_startup_policy_waits_for_the_leader(kube: FakeKube, api: k8s.ApiClient) -> None:
     kube.provision_nodes("system", 1, instance_type="m7i.large")
-    install_lws(api)
+    install_lws(kube, api)
     kube.inject(Fault(FaultKind.IMAGE_PULL, pod="waits-0"))  # the leader never starts
     tasks_kube.apply(api, lws("waits", 2, startupPolicy="LeaderReady"))
     until(kube, lambda: events(kube, "waits-0", "BackOff"))
@@ -274,7 +270,7 @@ def test_leader_ready_startup_policy_waits_for_the_leader(kube: FakeKube, api: k
 
 @cache
 def lws_status_schema() -> dict[str, Any]:
-    crd = lws_controller(AddonOptions(campaign_id="t"))[0]
+    crd = lws_crd()
     schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     return schema
 
@@ -283,7 +279,7 @@ def test_objects_the_fake_writes_validate_against_the_schemas(kube: FakeKube, ap
     kube.provision_nodes("gpu", 1, taints=[GPU_TAINT])
     kube.provision_nodes("system", 2, instance_type="m7i.large")
     kube.bootstrap_eks()
-    install_lws(api)
+    install_lws(kube, api)
     tasks_kube.apply(api, deployment("web"))
     tasks_kube.apply(api, job("once", 1))
     tasks_kube.apply(api, lws("serve", 2))

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import copy
 from functools import cache
-from importlib import resources
 from typing import Any
 
 import jsonschema
 import kubernetes_validate
-import yaml
 
 from capserve.core.catalog import get_instance_type, get_model
+from capserve.core.cluster.addons import lws_crd
 from capserve.core.planner import ParallelLayout, ServingPlan, Shape, plan_serving
 from capserve.core.rollout import RolloutConfig, RolloutTarget, rollout_config
 from capserve.core.spec import CampaignSpec, parse_spec
@@ -88,8 +87,7 @@ def target_for(config: RolloutConfig, color: str = "blue", *, warm: bool = False
 
 @cache
 def _lws_schema() -> dict[str, Any]:
-    text = resources.files("capserve.core.cluster").joinpath("data/lws-crd.yaml").read_text(encoding="utf-8")
-    crd = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
+    crd = lws_crd()  # the vendored LWS v0.10.0 release's CRD
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
     return _strict(copy.deepcopy(version["schema"]["openAPIV3Schema"]))
 

@@ -42,7 +42,10 @@ _SYSTEM_REQUEST = eks.system_nodegroup_request(
     NAMES, node_role_arn="arn:aws:iam::1:role/n", subnet_ids=["subnet-1", "subnet-2"],
     instance_type="m7i.large", node_count=2,
 )
-GPU_NODE = ({**_GPU_REQUEST["labels"], "eks.amazonaws.com/nodegroup": NAMES.nodegroup},
+# The kubelet adds the well-known node.kubernetes.io/instance-type label to every node (Kubernetes docs,
+# "Well-Known Labels"); the EFA chart's affinity selects on it.
+GPU_NODE = ({**_GPU_REQUEST["labels"], "eks.amazonaws.com/nodegroup": NAMES.nodegroup,
+             "node.kubernetes.io/instance-type": LEASE.instance_type},
             kubernetes_taints(_GPU_REQUEST["taints"]))
 SYSTEM_NODE = ({**_SYSTEM_REQUEST["labels"], "eks.amazonaws.com/nodegroup": NAMES.system_nodegroup}, [])
 
@@ -55,12 +58,14 @@ EKS_COREDNS_POD = {
     ]
 }
 
-GPU_ADDONS = {"nvidia-device-plugin-daemonset", "aws-efa-k8s-device-plugin-daemonset", "fsx-csi-node"}
+GPU_ADDONS = {"nvidia-device-plugin-daemonset", "aws-efa-k8s-device-plugin", "fsx-csi-node"}
+# The EFA chart's DaemonSet keeps its own CriticalAddonsOnly toleration (no node of ours has that taint).
+CHART_TOLERATIONS = {"aws-efa-k8s-device-plugin": [{"key": "CriticalAddonsOnly", "operator": "Exists"}]}
 CONTROLLERS = {"lws-controller-manager", "fsx-csi-controller"}
 
 
 def pod_specs() -> dict[str, dict[str, Any]]:
-    manifests = render_addons(campaign_addon_options("k3-demo", efa=True, system_pool=True))
+    manifests = render_addons(campaign_addon_options("k3-demo", efa=True, system_pool=True, fsx=True))
     return {
         m["metadata"]["name"]: m["spec"]["template"]["spec"]
         for m in manifests
@@ -75,7 +80,7 @@ def test_every_workload_is_either_a_gpu_addon_or_a_controller() -> None:
 @pytest.mark.parametrize("name", sorted(GPU_ADDONS))
 def test_gpu_addons_run_on_gpu_nodes_only_and_tolerate_exactly_the_gpu_taint(name: str) -> None:
     spec = pod_specs()[name]
-    assert spec["tolerations"] == GPU_TOLERATIONS
+    assert spec["tolerations"] == [*CHART_TOLERATIONS.get(name, []), *GPU_TOLERATIONS]
     assert admits(spec, *GPU_NODE), placement_problems(spec, *GPU_NODE)
     assert not admits(spec, *SYSTEM_NODE)  # the nodeSelector keeps them off the system nodes
 
@@ -115,7 +120,7 @@ def test_the_nvidia_plugin_selects_labels_the_gpu_nodes_really_carry() -> None:
 
 
 def test_on_a_cluster_we_did_not_make_controllers_select_no_pool() -> None:
-    manifests = render_addons(campaign_addon_options("k3-demo", efa=False, system_pool=False))
+    manifests = render_addons(campaign_addon_options("k3-demo", efa=False, system_pool=False, fsx=True))
     controllers = [m for m in manifests if m["kind"] == "Deployment" and m["metadata"]["name"] in CONTROLLERS]
     assert controllers and all("nodeSelector" not in m["spec"]["template"]["spec"] for m in controllers)
 

@@ -1,43 +1,43 @@
-"""The cluster add-ons the serving stage needs, rendered as plain Kubernetes objects (pure).
+"""The cluster add-ons the serving stage needs, as plain Kubernetes objects (pure).
 
 - NVIDIA device plugin: advertises ``nvidia.com/gpu`` (NVIDIA/k8s-device-plugin,
-  ``deployments/static/nvidia-device-plugin.yml``).
-- AWS EFA device plugin: advertises ``vpc.amazonaws.com/efa`` (aws/eks-charts,
-  ``stable/aws-efa-k8s-device-plugin``; host network, privileged on some instance types).
+  ``deployments/static/nvidia-device-plugin.yml``; retyped, minimal).
+- AWS EFA device plugin: advertises ``vpc.amazonaws.com/efa``: the aws/eks-charts chart
+  ``stable/aws-efa-k8s-device-plugin`` v0.5.30 rendered with its default values and vendored
+  (``manifests/``, ``vendored.py``); its image comes from the block region's EKS registry.
 - FSx for Lustre CSI driver: CSIDriver + node DaemonSet + controller Deployment
-  (kubernetes-sigs/aws-fsx-csi-driver, ``deploy/kubernetes``), trimmed to the containers that mount.
-- LeaderWorkerSet controller: the CRD (kubernetes-sigs/lws, shipped in ``data/lws-crd.yaml``), its
-  RBAC and its manager Deployment.
+  (kubernetes-sigs/aws-fsx-csi-driver, ``deploy/kubernetes``), trimmed to the containers that mount;
+  rendered only for ``node_target: fsx``.
+- LeaderWorkerSet v0.10.0: the release's manifests vendored as upstream renders them (CRDs, RBAC, cert
+  Secret, webhook Service, Mutating/ValidatingWebhookConfigurations, manager Deployment and config).
 
 Placement (docs/serving.md §5.1, §5.2): every GPU node carries the ``nvidia.com/gpu=true:NoSchedule``
-taint. What must run on GPU nodes (both device plugins, the FSx CSI node DaemonSet) tolerates exactly
-that taint and selects the GPU pool; the controllers (LWS manager, FSx controller) tolerate nothing
-extra and select the untainted system pool. CoreDNS is created by EKS itself; bring-up only waits for
-it (``bootstrap_workloads``).
-
-Minimal on purpose: what these objects must contain for the component to run, nothing of the
-upstream charts' options. Not rendered (and needed on a real cluster): LWS's admission webhooks
-and their certificates, FSx's IRSA role (pass ``fsx_role_arn``). Every object carries the campaign
-label so teardown and the reaper find it. Applied server-side by ``capserve.tasks.kube.apply_addons``.
+taint. What must run on GPU nodes (both device plugins, the FSx CSI node DaemonSet) tolerates that
+taint and selects the GPU pool; the controllers (LWS manager, FSx controller) tolerate nothing extra
+and select the untainted system pool. CoreDNS is created by EKS itself; bring-up only waits for it
+(``bootstrap_workloads``). Vendored manifests are patched only in placement, labels and (EFA) the
+image registry. Every object carries the campaign label so teardown and the reaper find it. Applied
+server-side by ``capserve.tasks.kube.apply_addons``.
 """
 
 from __future__ import annotations
 
 import copy
-from functools import cache
-from importlib import resources
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from capserve.core.cluster.eks import gpu_pool_selector, system_node_labels
+from capserve.core.cluster.registries import eks_addon_registry
+from capserve.core.cluster.vendored import EFA_DEVICE_PLUGIN, LWS, load
 from capserve.core.tags import CAMPAIGN_TAG
 
 CAMPAIGN_LABEL = CAMPAIGN_TAG  # the same key, as a Kubernetes label
 MANAGED_BY = {"app.kubernetes.io/managed-by": "capserve"}
 SYSTEM_NAMESPACE = "kube-system"
 LWS_NAMESPACE = "lws-system"
+LWS_GROUP = "leaderworkerset.x-k8s.io"
+LWS_WEBHOOK_SERVICE = "lws-webhook-service"
 FSX_DRIVER = "fsx.csi.aws.com"
 
 Manifest = dict[str, Any]
@@ -54,11 +54,11 @@ class AddonImages(BaseModel):
         max_length=300,
         description="NVIDIA device plugin image (NVIDIA/k8s-device-plugin releases).",
     )
-    efa_device_plugin: str = Field(
-        "602401143452.dkr.ecr.us-west-2.amazonaws.com/eks/aws-efa-k8s-device-plugin:v0.5.8",
+    efa_device_plugin: str | None = Field(
+        None,
         min_length=3,
         max_length=300,
-        description="EFA device plugin image (aws/eks-charts default; the registry is regional).",
+        description="EFA device plugin image (unset: the vendored chart's, from the region's EKS registry).",
     )
     fsx_csi_driver: str = Field(
         "public.ecr.aws/fsx-csi-driver/aws-fsx-csi-driver:v1.5.0",
@@ -78,13 +78,7 @@ class AddonImages(BaseModel):
         max_length=300,
         description="CSI external-provisioner sidecar.",
     )
-    lws_controller: str = Field(
-        # The newest tag, matching the CRD shipped in data/lws-crd.yaml (docs/serving.md §2).
-        "registry.k8s.io/lws/lws:v0.10.0",
-        min_length=3,
-        max_length=300,
-        description="LeaderWorkerSet controller image.",
-    )
+    # The LWS manager image is the vendored release's (registry.k8s.io/lws/lws:v0.10.0): not an option.
 
 
 class AddonOptions(BaseModel):
@@ -102,7 +96,7 @@ class AddonOptions(BaseModel):
         description="Node labels of the system pool: the controllers run only there (empty: anywhere untainted).",
     )
     efa: bool = Field(True, description="Install the EFA device plugin (instance types with EFA interfaces).")
-    fsx: bool = Field(True, description="Install the FSx for Lustre CSI driver.")
+    fsx: bool = Field(False, description="Install the FSx for Lustre CSI driver (node_target: fsx).")
     lws: bool = Field(True, description="Install the LeaderWorkerSet CRD and controller (multi-node serving).")
     fsx_role_arn: str | None = Field(
         None,
@@ -110,17 +104,25 @@ class AddonOptions(BaseModel):
         max_length=2048,
         description="IAM role for the FSx CSI controller (IRSA annotation on its service account).",
     )
+    region: str | None = Field(
+        None, max_length=30, description="The block's region: add-on images come from its EKS registry."
+    )
     images: AddonImages = Field(default_factory=AddonImages, description="Container images.")
 
 
-def campaign_addon_options(campaign_id: str, *, efa: bool, system_pool: bool) -> AddonOptions:
+def campaign_addon_options(
+    campaign_id: str, *, efa: bool, system_pool: bool, region: str | None = None, fsx: bool = False
+) -> AddonOptions:
     """The add-on options bring-up uses: device plugins on the campaign's GPU pool, controllers on its
-    system pool (``system_pool`` False: a cluster we did not make, whose controllers go anywhere untainted)."""
+    system pool (``system_pool`` False: a cluster we did not make, whose controllers go anywhere untainted);
+    the FSx CSI driver only for ``node_target: fsx``."""
     return AddonOptions(
         campaign_id=campaign_id,
         gpu_node_labels=gpu_pool_selector(campaign_id),
         system_node_labels=system_node_labels(campaign_id) if system_pool else {},
         efa=efa,
+        fsx=fsx,
+        region=region,
     )
 
 
@@ -193,23 +195,34 @@ def nvidia_device_plugin(options: AddonOptions) -> list[Manifest]:
 
 
 def efa_device_plugin(options: AddonOptions) -> list[Manifest]:
-    pod_spec: dict[str, Any] = {
-        "priorityClassName": "system-node-critical",
-        "hostNetwork": True,  # the plugin enumerates the host's EFA devices
-        "containers": [
-            {
-                "name": "aws-efa-k8s-device-plugin",
-                "image": options.images.efa_device_plugin,
-                "securityContext": copy.deepcopy(_DROP_ALL),
-                "resources": {"requests": {"cpu": "10m", "memory": "20Mi"}},
-                "volumeMounts": [{"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins"}],
-            }
-        ],
-        "volumes": [_host_path("device-plugin", "/var/lib/kubelet/device-plugins")],
-    }
-    return [
-        _daemonset("aws-efa-k8s-device-plugin-daemonset", SYSTEM_NAMESPACE, options, _on_gpu_nodes(options, pod_spec))
-    ]
+    """The chart's DaemonSet as vendored (``manifests/aws-efa-k8s-device-plugin-v0.5.30.yaml``): its
+    ``/dev/infiniband`` and neuron mounts, privileged container, instance-type affinity and
+    ``CriticalAddonsOnly`` toleration kept. Set here, as the chart's values would: the image (the block
+    region's EKS registry, ``registries.py``), ``tolerations`` (the GPU taint) and ``nodeSelector`` (the pool)."""
+    (daemonset,) = load(EFA_DEVICE_PLUGIN)
+    _label(daemonset, options.campaign_id)
+    pod_spec = daemonset["spec"]["template"]["spec"]
+    (container,) = pod_spec["containers"]
+    container["image"] = efa_image(options)
+    pod_spec["tolerations"] = [*pod_spec["tolerations"], *copy.deepcopy(GPU_TOLERATIONS)]  # values.tolerations
+    if options.gpu_node_labels:
+        pod_spec["nodeSelector"] = dict(options.gpu_node_labels)  # values.nodeSelector
+    return [daemonset]
+
+
+def efa_image(options: AddonOptions) -> str:
+    """``images.efa_device_plugin`` if set; else the chart's image, from the region's EKS registry."""
+    if options.images.efa_device_plugin:
+        return options.images.efa_device_plugin
+    (daemonset,) = load(EFA_DEVICE_PLUGIN)
+    chart_image = str(daemonset["spec"]["template"]["spec"]["containers"][0]["image"])
+    repository = chart_image.split("/", 1)[1]  # eks/aws-efa-k8s-device-plugin:<appVersion>
+    return f"{eks_addon_registry(options.region)}/{repository}"
+
+
+def _label(manifest: Manifest, campaign_id: str) -> None:
+    """The campaign label (teardown and the reaper find objects by it) and capserve as the manager."""
+    manifest.setdefault("metadata", {}).setdefault("labels", {}).update({CAMPAIGN_LABEL: campaign_id, **MANAGED_BY})
 
 
 def fsx_csi_driver(options: AddonOptions) -> list[Manifest]:
@@ -310,90 +323,44 @@ def fsx_csi_driver(options: AddonOptions) -> list[Manifest]:
     ]
 
 
-@cache
-def _lws_crd() -> Manifest:
-    text = resources.files("capserve.core.cluster").joinpath("data/lws-crd.yaml").read_text(encoding="utf-8")
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C loader parses the 1.3 MB schema in ~0.1 s
-    crd: Manifest = yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader, chosen above
+def lws_crd() -> Manifest:
+    """The LeaderWorkerSet CRD of the vendored release (the schema the fake API server and tests check against)."""
+    (crd,) = [m for m in load(LWS, "CustomResourceDefinition") if m["spec"]["group"] == LWS_GROUP]
     return crd
 
 
 def lws_controller(options: AddonOptions) -> list[Manifest]:
-    crd = copy.deepcopy(_lws_crd())
-    crd["metadata"].setdefault("labels", {}).update({CAMPAIGN_LABEL: options.campaign_id, **MANAGED_BY})
-    name = "lws-controller-manager"
-    selector = {"app.kubernetes.io/name": name}
-    campaign = options.campaign_id
-    rules = [
-        {
-            "apiGroups": ["leaderworkerset.x-k8s.io"],
-            "resources": ["leaderworkersets", "leaderworkersets/status", "leaderworkersets/finalizers"],
-            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-        },
-        {
-            "apiGroups": ["apps"],
-            "resources": ["statefulsets", "statefulsets/status", "controllerrevisions"],
-            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-        },
-        {
-            "apiGroups": [""],
-            "resources": ["pods", "pods/status", "services", "events"],
-            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
-        },
-        {
-            "apiGroups": ["coordination.k8s.io"],
-            "resources": ["leases"],
-            "verbs": ["get", "list", "watch", "create", "update", "patch"],
-        },
-    ]
-    return [
-        crd,
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": _metadata(LWS_NAMESPACE, None, campaign)},
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _metadata(name, LWS_NAMESPACE, campaign)},
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": _metadata(name, None, campaign),
-            "rules": rules,
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": _metadata(name, None, campaign),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": LWS_NAMESPACE}],
-        },
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": _metadata(name, LWS_NAMESPACE, campaign, **selector),
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": selector},
-                "template": {
-                    "metadata": {"labels": selector},
-                    "spec": _on_system_nodes(
-                        options,
-                        {
-                            "serviceAccountName": name,
-                            "containers": [
-                                {
-                                    "name": "manager",
-                                    "image": options.images.lws_controller,
-                                    "args": ["--zap-log-level=2", "--leader-elect"],
-                                    "ports": [{"name": "health", "containerPort": 8081}],
-                                    "readinessProbe": {"httpGet": {"path": "/readyz", "port": 8081}},
-                                    "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8081}},
-                                    "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
-                                    "securityContext": copy.deepcopy(_DROP_ALL),
-                                }
-                            ],
-                        },
-                    ),
-                },
-            },
-        },
-    ]
+    """LWS v0.10.0 as its release installs it (``manifests/lws-v0.10.0.yaml``, docs/serving.md §2): CRDs,
+    Namespace, RBAC, the manager's ConfigMap, the cert Secret its rotator fills, the webhook Service, the
+    webhook configurations and the manager Deployment. Patched: labels, and the manager's placement
+    (the system pool's nodeSelector; no toleration). CRDs first, then the release's order."""
+    manifests = load(LWS)
+    for manifest in manifests:
+        _label(manifest, options.campaign_id)
+        if manifest["kind"] == "Deployment" and options.system_node_labels:
+            manifest["spec"]["template"]["spec"]["nodeSelector"] = dict(options.system_node_labels)
+    crds = [m for m in manifests if m["kind"] == "CustomResourceDefinition"]
+    return crds + [m for m in manifests if m["kind"] != "CustomResourceDefinition"]
+
+
+def lws_webhook_endpoints() -> Manifest:
+    """The webhook Service's Endpoints: ready once a manager pod is Ready (``readiness.workload_state``)."""
+    metadata = {"name": LWS_WEBHOOK_SERVICE, "namespace": LWS_NAMESPACE}
+    return {"apiVersion": "v1", "kind": "Endpoints", "metadata": metadata}
+
+
+def lws_probe(namespace: str = LWS_NAMESPACE) -> Manifest:
+    """A one-pod LeaderWorkerSet for a server-side dry-run create (``dryRun=All``): it passes both LWS
+    webhooks and is never stored. Only the mutating webhook sets ``spec.networkConfig.subdomainPolicy``
+    (LWS ``pkg/webhooks/leaderworkerset_webhook.go`` Default; the CRD has no default for it), so the
+    dry-run's answer shows the webhook ran."""
+    pod = {"containers": [{"name": "probe", "image": "registry.k8s.io/pause:3.10"}]}
+    return {
+        "apiVersion": f"{LWS_GROUP}/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "capserve-lws-probe", "namespace": namespace},
+        "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 1, "workerTemplate": {"spec": pod}}},
+    }
 
 
 def bootstrap_workloads() -> list[Manifest]:
@@ -419,3 +386,14 @@ def render_addons(options: AddonOptions) -> list[Manifest]:
     if options.lws:
         manifests = lws_controller(options) + manifests
     return manifests
+
+
+# What bring-up waits for: the workloads, and the CRDs (Established); the rest is ready once applied.
+_WAITED_KINDS = ("CustomResourceDefinition", "Deployment", "DaemonSet")
+
+
+def addons_to_wait_for(options: AddonOptions, manifests: list[Manifest]) -> list[Manifest]:
+    """The applied add-ons that have a readiness to wait for, then (with LWS) the webhook Service's Endpoints:
+    the LWS manager's webhooks answer only from a Ready pod behind ``lws-webhook-service``."""
+    waited = [m for m in manifests if m.get("kind") in _WAITED_KINDS]
+    return [*waited, lws_webhook_endpoints()] if options.lws else waited

@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from capserve.core.catalog import get_instance_type
-from capserve.core.cluster.addons import Manifest, bootstrap_workloads, campaign_addon_options, render_addons
+from capserve.core.cluster.addons import (
+    Manifest,
+    addons_to_wait_for,
+    bootstrap_workloads,
+    campaign_addon_options,
+    lws_probe,
+    render_addons,
+)
 from capserve.core.cluster.deadline import bring_up_budget
 from capserve.core.cluster.eks import gpu_pool_selector
 from capserve.core.cluster.readiness import NodeExpectation
@@ -24,14 +31,26 @@ class ClusterExpectations:
     addons: list[Manifest]
     wait_for: list[Manifest]
     nodes: NodeExpectation
+    # A LeaderWorkerSet to dry-run create once the add-ons are ready: it passes only through LWS's webhooks.
+    lws_probe: Manifest | None = None
 
 
-def cluster_expectations(campaign_id: str, lease: Lease, *, kind: str, system_pool: bool) -> ClusterExpectations:
-    """The add-ons to apply, the workloads to wait for, and the GPU nodes the lease must show."""
+def cluster_expectations(
+    campaign_id: str, lease: Lease, *, kind: str, system_pool: bool, node_target: str = "nvme"
+) -> ClusterExpectations:
+    """The add-ons to apply, the workloads to wait for, and the GPU nodes the lease must show.
+
+    The FSx CSI driver is rendered only for ``node_target: fsx`` (weights on nodes' NVMe need no driver,
+    and every add-on is an image pull and a readiness wait on paid nodes)."""
     instance = get_instance_type(lease.instance_type)
-    addons = render_addons(
-        campaign_addon_options(campaign_id, efa=bool(instance.efa_card_indices), system_pool=system_pool)
+    options = campaign_addon_options(
+        campaign_id,
+        efa=bool(instance.efa_card_indices),
+        system_pool=system_pool,
+        region=lease.region,
+        fsx=node_target == "fsx",
     )
+    addons = render_addons(options)
     nodes = NodeExpectation(
         count=lease.instance_count,
         gpus_per_node=instance.gpus_per_node,
@@ -39,7 +58,12 @@ def cluster_expectations(campaign_id: str, lease: Lease, *, kind: str, system_po
         node_labels=gpu_pool_selector(campaign_id),
         require_health_label=kind == "hyperpod",
     )
-    return ClusterExpectations(addons=addons, wait_for=[*addons, *bootstrap_workloads()], nodes=nodes)
+    return ClusterExpectations(
+        addons=addons,
+        wait_for=[*addons_to_wait_for(options, addons), *bootstrap_workloads()],
+        nodes=nodes,
+        lws_probe=lws_probe() if options.lws else None,
+    )
 
 
 def bring_up_steps(spec: CampaignSpec, lease: Lease, now: datetime) -> StepBudget:

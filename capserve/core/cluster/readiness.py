@@ -316,6 +316,13 @@ def workload_state(obj: Mapping[str, Any]) -> tuple[WorkloadState, str]:
         if _condition_is(obj, "Established", "True"):
             return WorkloadState.READY, "Established"
         return WorkloadState.PROGRESSING, "not yet Established"
+    if kind == "Endpoints":
+        # A Service answers only through a ready address (core/v1 EndpointSubset: notReadyAddresses are
+        # "not currently marked as ready"); a webhook behind a Service without one fails every call.
+        ready = sum(len(_mapping(s).get("addresses") or []) for s in obj.get("subsets") or [])
+        if ready:
+            return WorkloadState.READY, f"{ready} ready address(es)"
+        return WorkloadState.PROGRESSING, "no ready address"
     return WorkloadState.READY, "applied"
 
 

@@ -1,8 +1,10 @@
 """One reconcile pass of the fake control plane and kubelet, run on the API server's event loop.
 
 A pass runs every component once, in the order a change flows through a real cluster: the API
-server's CRD controller, the LWS controller, kube-controller-manager's workload controllers, the
-scheduler (``scheduler.py``), then the kubelet (``kubelet/``). Every stored change asks for another
+server's CRD controller, the simulated LWS manager (its cert rotator, ``lws_manager.py``) and its
+LWS controller, kube-controller-manager's workload controllers, the scheduler (``scheduler.py``), the
+kubelet (``kubelet/``), then the endpoints controller (a Service's ready and not-ready pod addresses,
+which the API server's webhook calls go through: ``admission.py``). Every stored change asks for another
 pass (coalesced, ``controller_delay_s`` later); components whose work is due later (a Job's
 back-off, a Deployment's progress deadline) ask for a pass at that time. Writes that change nothing
 emit no event, so the passes stop once the cluster is settled.
@@ -15,10 +17,12 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
+from capserve.sandbox.kube.admission import Admission
 from capserve.sandbox.kube.events import Recorder
 from capserve.sandbox.kube.kubelet import Kubelet
 from capserve.sandbox.kube.lws import LeaderWorkerSets
-from capserve.sandbox.kube.pods import is_terminal, merged_conditions
+from capserve.sandbox.kube.lws_manager import LwsManager
+from capserve.sandbox.kube.pods import is_ready, is_terminal, merged_conditions
 from capserve.sandbox.kube.scheduler import SCHEDULER, NodeUsage, place, usage
 from capserve.sandbox.kube.store import Store
 from capserve.sandbox.kube.timing import Timing
@@ -33,7 +37,10 @@ class Cluster:
         self.recorder = recorder
         self.kubelet = kubelet
         self.workloads = Workloads(store, recorder, timing)
-        self.lws = LeaderWorkerSets(store, recorder, self.workloads)
+        self.admission = Admission(store)
+        store.admission = self.admission
+        self.lws_manager = LwsManager(store, self.admission)
+        self.lws = LeaderWorkerSets(store, recorder, self.workloads, self.lws_manager)
 
     def reset(self) -> None:
         self.workloads.reset()
@@ -41,11 +48,68 @@ class Cluster:
     def sync(self) -> float | None:
         """One pass; returns the monotonic instant the next timed pass is due (or None)."""
         self._crds()
+        self.lws_manager.sync()
         self.lws.sync()
         self.workloads.sync()
         self._schedule()
         self.kubelet.sync()
+        self._endpoints()
         return self.workloads.wake_at
+
+    # ------------------------------------------------------------------ kube-controller-manager: endpoints
+
+    def _endpoints(self) -> None:
+        """One Endpoints per Service with a selector, named like it (core/v1 Endpoints): the matching pods'
+        IPs, Ready ones in ``addresses`` and the rest in ``notReadyAddresses`` (all in ``addresses`` for
+        ``publishNotReadyAddresses``), with the Service's target ports."""
+        resource = self.store.resource("", "v1", "endpoints")
+        with self.store.lock:
+            objects = list(self.store.objects.items())
+            pods = [o for k, o in objects if k[:2] == ("", "pods") and not is_terminal(o)]
+            for key, service in objects:
+                if key[:2] != ("", "services"):
+                    continue
+                selector = (service.get("spec") or {}).get("selector")
+                if not selector:
+                    continue
+                namespace, name = key[2], key[3]
+                ready: list[Obj] = []
+                not_ready: list[Obj] = []
+                publish = bool(service["spec"].get("publishNotReadyAddresses"))
+                for pod in pods:
+                    labels = pod["metadata"].get("labels") or {}
+                    ip = (pod.get("status") or {}).get("podIP")
+                    if pod["metadata"].get("namespace") != namespace or not ip:
+                        continue
+                    if any(labels.get(k) != v for k, v in selector.items()):
+                        continue
+                    address = {"ip": ip, "targetRef": {"kind": "Pod", "namespace": namespace,
+                                                       "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}}
+                    if node := (pod.get("spec") or {}).get("nodeName"):
+                        address["nodeName"] = node
+                    (ready if publish or is_ready(pod) else not_ready).append(address)
+                ports = [
+                    {k: v for k, v in {"name": p.get("name"), "port": p.get("targetPort", p.get("port")),
+                                       "protocol": p.get("protocol", "TCP")}.items() if v is not None}
+                    for p in service["spec"].get("ports") or []
+                ]
+                subset: dict[str, Any] = {}
+                if ready:
+                    subset["addresses"] = sorted(ready, key=lambda a: a["ip"])
+                if not_ready:
+                    subset["notReadyAddresses"] = sorted(not_ready, key=lambda a: a["ip"])
+                if subset and ports:
+                    subset["ports"] = ports
+                body: dict[str, Any] = {
+                    "apiVersion": "v1", "kind": "Endpoints",
+                    "metadata": {"name": name, "namespace": namespace,
+                                 "labels": dict(service["metadata"].get("labels") or {})},
+                    "subsets": [subset] if subset else [],
+                }
+                current = self.store.objects.get(("", "endpoints", namespace, name))
+                if current is not None and current.get("subsets", []) == body["subsets"]:
+                    continue
+                self.store.put_object(resource, body, "endpoint-controller", trusted=True)
 
     # ------------------------------------------------------------------ apiextensions
 

@@ -1,7 +1,13 @@
-"""A stand-in for the LeaderWorkerSet controller and its pod webhook (kubernetes-sigs/lws).
+"""A stand-in for the LeaderWorkerSet controller (kubernetes-sigs/lws).
 
-What it does, after ``pkg/controllers/{leaderworkerset,pod}_controller.go`` and
-``pkg/webhooks/pod_webhook.go`` (summarised in docs/sandbox-kubelet.md, "LeaderWorkerSet"):
+It reconciles only while the simulated manager is up (``lws_manager.py``: a manager pod Running and
+Ready, its cert Secret filled: the real controllers wait on ``certsReady``). Its webhooks are not
+here: the pods it has the StatefulSet controller create pass the fake API server's admission, where
+the registered ``mpod.kb.io`` webhook (when its Service has a ready endpoint) adds the group labels and
+the ``LWS_*`` variables; without it the pods have neither.
+
+What it does, after ``pkg/controllers/{leaderworkerset,pod}_controller.go`` (summarised in
+docs/sandbox-kubelet.md, "LeaderWorkerSet"):
 
 - a headless Service ``<lws>`` (``publishNotReadyAddresses``) so ``<lws>-<g>.<lws>.<ns>`` resolves
   before the leader is Ready;
@@ -10,9 +16,8 @@ What it does, after ``pkg/controllers/{leaderworkerset,pod}_controller.go`` and
 - per group with ``size`` > 1, a worker StatefulSet ``<lws>-<g>`` owned by the leader *pod*, pods
   ``<lws>-<g>-<i>`` (ordinals from 1), created once the leader pod exists (``startupPolicy:
   LeaderCreated``) or is Ready (``LeaderReady``);
-- the webhook's labels (``name``, ``group-index``, ``group-key``, ``worker-index``,
-  ``template-revision-hash``), annotation ``size`` and env vars ``LWS_LEADER_ADDRESS``,
-  ``LWS_GROUP_SIZE``, ``LWS_WORKER_INDEX`` (first in every container's env);
+- the pod templates' labels (``name``, ``template-revision-hash``; ``worker-index: "0"`` on leaders;
+  ``group-index``, ``group-key`` on workers) and annotation ``size``, which the pod webhook reads;
 - ``RecreateGroupOnPodRestart`` (the default): a container restart in any pod of a group deletes the
   leader pod, which takes the worker StatefulSet and its pods with it; the group is rebuilt;
 - status: a group is ready when its leader is Ready and its worker StatefulSet has every replica ready.
@@ -29,6 +34,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from capserve.sandbox.kube.events import Recorder
+from capserve.sandbox.kube.lws_manager import LwsManager
 from capserve.sandbox.kube.pods import controller_reference, is_ready, merged_conditions, owner_uid, template_hash
 from capserve.sandbox.kube.store import Store
 from capserve.sandbox.kube.workloads import Workloads, container_restarts
@@ -41,53 +47,23 @@ Obj = dict[str, Any]
 
 
 def group_key(namespace: str, lws: str, group: int) -> str:
+    """The group's key: the webhook's ``genGroupUniqueKey`` of the leader pod ``<lws>-<group>``."""
     return hashlib.sha1(f"{namespace}/{lws}-{group}".encode()).hexdigest()  # noqa: S324 - a label, not security
 
 
-def leader_address(lws: str, group: int, namespace: str) -> str:
-    """What ``LWS_LEADER_ADDRESS`` holds under the default ``Shared`` subdomain policy."""
-    return f"{lws}-{group}.{lws}.{namespace}"
-
-
 class LeaderWorkerSets:
-    def __init__(self, store: Store, recorder: Recorder, workloads: Workloads) -> None:
+    def __init__(self, store: Store, recorder: Recorder, workloads: Workloads, manager: LwsManager) -> None:
         self.store = store
         self.recorder = recorder
         self.workloads = workloads
-        workloads.pod_hooks.append(self.pod_webhook)
-
-    # ------------------------------------------------------------------ the pod webhook
-
-    def pod_webhook(self, pod: Obj) -> None:
-        labels = pod["metadata"].setdefault("labels", {})
-        lws = labels.get(NAME)
-        if not lws:
-            return
-        namespace = pod["metadata"]["namespace"]
-        annotations = pod["metadata"].get("annotations") or {}
-        size = int(annotations.get(SIZE, "1"))
-        if labels.get(WORKER_INDEX) == "0":  # a leader: its group is its ordinal
-            group = int(pod["metadata"]["name"].rsplit("-", 1)[1])
-            worker = 0
-            labels[GROUP_INDEX] = str(group)
-            labels[GROUP_KEY] = group_key(namespace, lws, group)
-        else:
-            group = int(labels.get(GROUP_INDEX, "0"))
-            worker = int(pod["metadata"]["name"].rsplit("-", 1)[1])
-            labels[WORKER_INDEX] = str(worker)
-        env = [
-            {"name": "LWS_LEADER_ADDRESS", "value": leader_address(lws, group, namespace)},
-            {"name": "LWS_GROUP_SIZE", "value": str(size)},
-            {"name": "LWS_WORKER_INDEX", "value": str(worker)},
-        ]
-        for container in [*(pod["spec"].get("containers") or []), *(pod["spec"].get("initContainers") or [])]:
-            rest = [e for e in container.get("env") or [] if e.get("name") not in {v["name"] for v in env}]
-            container["env"] = [*copy.deepcopy(env), *rest]
+        self.manager = manager
 
     # ------------------------------------------------------------------ the controller
 
     def sync(self) -> None:
         with self.store.lock:
+            if not self.manager.ready():  # no manager, no reconcile (cmd/main.go: setupControllers waits)
+                return
             for lws in [
                 o
                 for k, o in list(self.store.objects.items())

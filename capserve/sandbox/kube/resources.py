@@ -45,6 +45,7 @@ BUILTINS: tuple[tuple[str, str, str, str, bool, bool], ...] = (
     ("", "v1", "nodes", "Node", False, True),
     ("", "v1", "pods", "Pod", True, True),
     ("", "v1", "services", "Service", True, True),
+    ("", "v1", "endpoints", "Endpoints", True, False),
     ("", "v1", "configmaps", "ConfigMap", True, False),
     ("", "v1", "secrets", "Secret", True, False),
     ("", "v1", "serviceaccounts", "ServiceAccount", True, False),
@@ -64,6 +65,10 @@ BUILTINS: tuple[tuple[str, str, str, str, bool, bool], ...] = (
     ("rbac.authorization.k8s.io", "v1", "roles", "Role", True, False),
     ("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True, False),
     ("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, True),
+    ("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", "MutatingWebhookConfiguration",
+     False, False),
+    ("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations", "ValidatingWebhookConfiguration",
+     False, False),
 )
 
 

@@ -135,18 +135,21 @@ class ApiServer:
             )
         raw = await request.read()
         content_type = (request.headers.get("Content-Type") or "application/json").split(";")[0].strip()
+        dry_run = _dry_run(query.getall("dryRun", []))
         if request.method == "POST" and not name:
-            return web.json_response(store.create(resource, namespace, _json(raw), manager), status=201)
+            created = store.create(resource, namespace, _json(raw), manager, dry_run=dry_run)
+            return web.json_response(created, status=201)
         if name is None:
             raise ApiError(405, "MethodNotAllowed", f"{request.method} needs an object name")
         if request.method == "PUT":
-            return web.json_response(store.replace(resource, namespace, name, _json(raw), manager, sub))
+            replaced = store.replace(resource, namespace, name, _json(raw), manager, sub, dry_run=dry_run)
+            return web.json_response(replaced)
         if request.method == "PATCH":
             if content_type == "application/apply-patch+yaml":  # held before it is stored (fault matrix)
                 await GATES.wait_async("apply", f"{resource.kind}/{name}")
             force = query.get("force", "").lower() in _TRUE
             existed = self._exists(target)
-            obj = store.patch(resource, namespace, name, raw, content_type, manager, force, sub)
+            obj = store.patch(resource, namespace, name, raw, content_type, manager, force, sub, dry_run=dry_run)
             return web.json_response(
                 obj, status=200 if existed or content_type != "application/apply-patch+yaml" else 201
             )
@@ -349,6 +352,15 @@ def _group(name: str, versions: list[str]) -> dict[str, Any]:
         "versions": [{"groupVersion": f"{name}/{v}", "version": v} for v in versions],
         "preferredVersion": {"groupVersion": f"{name}/{versions[0]}", "version": versions[0]},
     }
+
+
+def _dry_run(values: list[str]) -> bool:
+    """``dryRun=All`` runs the request through admission and validation without storing it; it is the
+    only value the API server accepts (API concepts, "Dry-run")."""
+    for value in values:
+        if value != "All":
+            raise ApiError(400, "BadRequest", f'Invalid value: "{value}": supported values: "All"')
+    return bool(values)
 
 
 def _json(raw: bytes) -> dict[str, Any]:

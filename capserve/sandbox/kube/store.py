@@ -9,8 +9,11 @@ What it models, after the API conventions and the SSA docs: one global resourceV
 both ways; create/replace/patch (merge, strategic, JSON patch, apply) with per-manager field
 ownership and conflicts; delete with propagation; namespaces that must exist; CRDs served as soon
 as they are created; validation of built-ins with kubernetes-validate (strict) and of custom
-objects against their CRD's schema; Pod defaulting and the admission defaults (``defaults.py``).
-What it does not: RBAC, finalizers, graceful deletion (objects go at once).
+objects against their CRD's schema; Pod defaulting and the admission defaults (``defaults.py``);
+dynamic admission (``admission.py``: mutating webhooks, schema validation, validating webhooks) for
+client writes and for the pods controllers create; ``dryRun=All`` (the whole chain runs, nothing is
+stored, no event, no resourceVersion spent). What it does not: RBAC, finalizers, graceful deletion
+(objects go at once).
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import logging
 import re
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -30,6 +34,7 @@ from typing import Any
 import jsonpatch
 import yaml
 
+from capserve.sandbox.kube.admission import Request
 from capserve.sandbox.kube.defaults import default_pod
 from capserve.sandbox.kube.errors import ApiError, not_found
 from capserve.sandbox.kube.patching import (
@@ -91,6 +96,8 @@ class Store:
         self.lock = threading.RLock()
         self.listeners: list[Callable[[Event], None]] = []
         self.revision = 100  # never goes back, not even on reset: watchers compare versions
+        self.admission: Any = None  # capserve.sandbox.kube.admission.Admission, set by FakeKube
+        self.dry_running = False
         self.reset()
 
     def reset(self) -> None:
@@ -173,8 +180,14 @@ class Store:
         manager: str | None,
         *,
         trusted: bool = False,
+        admit: bool | None = None,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
-        """Create an object. ``trusted``: a fake control-plane component writes it (no schema check)."""
+        """Create an object. ``trusted``: a fake control-plane component writes it (no schema check, and no
+        admission unless ``admit``: a controller creating pods goes through the webhooks as in a real cluster)."""
+        if dry_run:
+            with self._dry_run():
+                return self.create(resource, namespace, body, manager, trusted=trusted, admit=admit)
         with self.lock:
             name = (body.get("metadata") or {}).get("name")
             if not name:
@@ -192,6 +205,7 @@ class Store:
                 operation="Update",
                 owned=owned,
                 trusted=trusted,
+                admit=not trusted if admit is None else admit,
             )
 
     def replace(
@@ -202,7 +216,12 @@ class Store:
         body: dict[str, Any],
         manager: str | None,
         subresource: str | None,
+        *,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
+        if dry_run:
+            with self._dry_run():
+                return self.replace(resource, namespace, name, body, manager, subresource)
         with self.lock:
             old = self._existing(resource, namespace, name)
             wanted = (body.get("metadata") or {}).get("resourceVersion")
@@ -222,6 +241,7 @@ class Store:
                 manager=manager,
                 operation="Update",
                 subresource=subresource,
+                admit=subresource != "status",
             )
 
     def patch(
@@ -234,7 +254,12 @@ class Store:
         manager: str | None,
         force: bool,
         subresource: str | None,
+        *,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
+        if dry_run:
+            with self._dry_run():
+                return self.patch(resource, namespace, name, raw, content_type, manager, force, subresource)
         with self.lock:
             if content_type == "application/apply-patch+yaml":
                 config = _load_apply(raw)
@@ -260,7 +285,8 @@ class Store:
                 raise ApiError(415, "UnsupportedMediaType", f"the patch type {content_type} is not supported")
             self._take_ownership(resource, namespace, name, old, new, manager)
             return self._store(
-                resource, namespace, new, old=old, manager=manager, operation="Update", subresource=subresource
+                resource, namespace, new, old=old, manager=manager, operation="Update", subresource=subresource,
+                admit=subresource != "status",
             )
 
     def _apply(
@@ -300,6 +326,7 @@ class Store:
                 operation="Apply",
                 owned={manager: set(paths)},
                 subresource=subresource,
+                admit=subresource != "status",
             )
         owned = self.owners.setdefault(key, {})
         conflicts = sorted(
@@ -324,7 +351,8 @@ class Store:
                 delete_path(merged, path)
         owned[manager] = set(paths)
         return self._store(
-            resource, namespace, merged, old=old, manager=manager, operation="Apply", subresource=subresource
+            resource, namespace, merged, old=old, manager=manager, operation="Apply", subresource=subresource,
+            admit=subresource != "status",
         )
 
     def delete(
@@ -409,6 +437,25 @@ class Store:
 
     # ------------------------------------------------------------------ internals
 
+    @contextmanager
+    def _dry_run(self) -> Iterator[None]:
+        """Run a write against a scratch copy of the state, then put the real state back: the write is
+        admitted, defaulted and validated like any other, and leaves no trace (API concepts, "Dry-run")."""
+        with self.lock:
+            saved = (self.objects, self.owners, self.events, self.revision, self.resources, self.listeners,
+                     self.compacted_through)
+            # Writes replace stored objects (never change them in place) but change owners' path sets in place.
+            owners = {key: {manager: set(paths) for manager, paths in by.items()} for key, by in self.owners.items()}
+            self.objects, self.owners = dict(self.objects), owners
+            self.events, self.resources, self.listeners = [], dict(self.resources), []
+            self.dry_running = True
+            try:
+                yield
+            finally:
+                (self.objects, self.owners, self.events, self.revision, self.resources, self.listeners,
+                 self.compacted_through) = saved
+                self.dry_running = False
+
     def _existing(self, resource: Resource, namespace: str | None, name: str) -> dict[str, Any]:
         obj = self.objects.get((resource.group, resource.plural, namespace, name))
         if obj is None:
@@ -471,6 +518,7 @@ class Store:
         subresource: str | None = None,
         keep_status: bool = False,
         trusted: bool = False,
+        admit: bool = False,
     ) -> dict[str, Any]:
         metadata = obj.setdefault("metadata", {})
         if resource.namespaced:
@@ -496,11 +544,19 @@ class Store:
                     # Built-ins come back with a zero status after create (DaemonSetStatus has required counters).
                     obj["status"] = copy.deepcopy(_INITIAL_STATUS.get(resource.kind, {}))
         self._default(resource, obj)
+        request = None
+        if admit and self.admission is not None:
+            operation_name = "CREATE" if old is None else "UPDATE"
+            request = Request(operation_name, resource, namespace, obj, old, dry_run=self.dry_running)
+            obj = self.admission.mutate(request)
+            metadata = obj["metadata"]
         if old is not None and subresource != "status":
             _check_immutable(resource, old, obj)
         # The fake's own controllers and kubelet are "trusted": checking every status write against the
         # OpenAPI schema would cost ~30 ms each; tests validate what they write instead.
         self._validate(resource, obj, schema=not trusted)
+        if request is not None:
+            self.admission.validate(Request(request.operation, resource, namespace, obj, old, request.dry_run))
         if old is None:
             metadata.update({"uid": str(uuid.uuid4()), "creationTimestamp": timestamp(), "generation": 1})
         else:

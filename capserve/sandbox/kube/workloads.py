@@ -29,9 +29,10 @@ import copy
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from capserve.sandbox.kube.errors import ApiError
 from capserve.sandbox.kube.events import Recorder
 from capserve.sandbox.kube.nodes import is_node_ready
 from capserve.sandbox.kube.pods import (
@@ -51,7 +52,6 @@ from capserve.sandbox.kube.timing import Timing
 
 MANAGER = "kube-controller-manager"
 Obj = dict[str, Any]
-PodHook = Callable[[Obj], None]
 
 # Tolerations the DaemonSet controller adds to every daemon pod (pkg/controller/daemon/util).
 DAEMON_TOLERATIONS = (
@@ -118,7 +118,6 @@ class Workloads:
         self.store = store
         self.recorder = recorder
         self.timing = timing
-        self.pod_hooks: list[PodHook] = []  # admission webhooks (the LWS pod webhook)
         self._marks: dict[str, float] = {}  # monotonic instants: progress, job start/finish/failure
         self._seen_failures: dict[str, int] = {}
         self.wake_at: float | None = None  # the earliest monotonic instant a pass is due again
@@ -189,9 +188,10 @@ class Workloads:
             metadata["generateName"] = generate_name
         pod: Obj = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": copy.deepcopy(template["spec"])}
         pod["spec"].update(copy.deepcopy(dict(spec_changes or {})))
-        for hook in self.pod_hooks:
-            hook(pod)
-        created = self.store.create(self.store.resource("", "v1", "pods"), _ns(owner), pod, MANAGER, trusted=True)
+        # A controller's pod goes through admission like any client's (the LWS pod webhook acts here).
+        created = self.store.create(
+            self.store.resource("", "v1", "pods"), _ns(owner), pod, MANAGER, trusted=True, admit=True
+        )
         return created
 
     # ------------------------------------------------------------------ the pass
@@ -586,9 +586,19 @@ class Workloads:
             changes: Obj = {"hostname": pod_name}
             if spec.get("serviceName"):
                 changes["subdomain"] = spec["serviceName"]
-            by_name[pod_name] = self.create_pod(
-                statefulset, spec["template"], pod_name, labels=labels, spec_changes=changes
-            )
+            try:
+                by_name[pod_name] = self.create_pod(
+                    statefulset, spec["template"], pod_name, labels=labels, spec_changes=changes
+                )
+            except ApiError as refused:  # admission said no (a webhook down): the controller retries later
+                self.recorder.record(
+                    statefulset,
+                    "FailedCreate",
+                    f"create Pod {pod_name} in StatefulSet {name} failed error: {refused.message}",
+                    component="statefulset-controller",
+                    warning=True,
+                )
+                break
             self.recorder.record(
                 statefulset,
                 "SuccessfulCreate",

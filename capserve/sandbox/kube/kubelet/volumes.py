@@ -164,8 +164,11 @@ def container_mounts(container: Mapping[str, Any], volumes: Mapping[str, Path]) 
         if host is None:
             continue
         if mount.get("subPath"):
+            # A subPath that exists (a configMap key's file) is mounted as it is; a missing one is made as
+            # a directory (Kubernetes docs, "Volumes": "Using subPath").
             host = host / mount["subPath"]
-            host.mkdir(parents=True, exist_ok=True)
+            if not host.exists():
+                host.mkdir(parents=True)
         mounts.append((str(mount["mountPath"]).rstrip("/") or "/", host))
     return sorted(mounts, key=lambda m: len(m[0]), reverse=True)
 
