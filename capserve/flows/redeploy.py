@@ -63,6 +63,7 @@ from capserve.flows.stages import (
     evaluate_stage,
     rollout_inputs,
     rollout_stage,
+    stage_image_stage,
     stage_weights_stage,
     weights_to_nodes_stage,
 )
@@ -160,6 +161,7 @@ def _redeploy(ctx: CampaignContext, ref: RecordRef, sha: str, trigger: str) -> R
     try:
         _stage(ctx, Stage.PLAN, _plan)
         _stage(ctx, Stage.STAGE_WEIGHTS, stage_weights_stage)
+        _stage(ctx, Stage.STAGE_IMAGE, stage_image_stage)
         _stage(ctx, Stage.BRING_UP, _cluster)
         _stage(ctx, Stage.WEIGHTS_TO_NODES, weights_to_nodes_stage)
         entry.serving = None  # from here on, what serves depends on how the rollout ends

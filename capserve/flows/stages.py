@@ -27,6 +27,7 @@ from capserve.core.events import (
 from capserve.core.locations import default_records_bucket, home_region
 from capserve.core.planner import ServingPlan
 from capserve.core.preflight import check_preflight
+from capserve.core.rollout.image import ImageMirrorResult
 from capserve.core.rollout.result import RolloutFailedError, RolloutResult
 from capserve.core.schedule import LeaseSchedule, stages_no_longer_needed
 from capserve.core.stages import Stage, StageStatus
@@ -43,6 +44,7 @@ from capserve.flows.runner import StageEnd, StageOutput
 from capserve.flows.stage_weights import stage_weights
 from capserve.flows.teardown import teardown
 from capserve.tasks.clock import campaign_now
+from capserve.tasks.image_mirror import mirror_image
 from capserve.tasks.planning import plan_campaign, publish_plan, resolve_model
 from capserve.tasks.preflight import PreflightInputs, gather_facts
 from capserve.tasks.scheduling import schedule_lease_runs
@@ -133,6 +135,15 @@ def stage_weights_stage(ctx: CampaignContext) -> WeightsResult:
     return staged
 
 
+def stage_image_stage(ctx: CampaignContext) -> ImageMirrorResult | StageEnd:
+    """The serving image into the campaign's ECR repository in the block's region, by digest, before the block:
+    the nodes then pull it in-region, not from Docker Hub through the NAT under its rate limit."""
+    if ctx.spec.serving.image_mirror == "none":
+        return StageEnd(StageStatus.SKIPPED, "serving.image_mirror is none: the nodes pull serving.image as given")
+    lease = need(ctx.lease, Stage.ACQUIRE)
+    return mirror_image(ctx.spec.campaign_id, ctx.spec.serving.image, lease.region)
+
+
 def bring_up_stage(ctx: CampaignContext) -> ClusterResult:
     """The cluster on the active block; once it is up, the scheduled bring-up run is no longer needed."""
     cluster = bring_up(ctx.spec, need(ctx.lease, Stage.ACQUIRE), ctx.settings.bring_up)
@@ -187,6 +198,7 @@ def rollout_inputs(ctx: CampaignContext) -> RolloutInputs:
         last_good=ctx.record.last_good_rollout,
         region=ctx.locations.weights.region,
         weights_settings=ctx.settings.weights,
+        image=ctx.report.image,
     )
 
 

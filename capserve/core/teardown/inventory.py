@@ -99,6 +99,9 @@ class Inventory(_Strict):
     launch_templates: tuple[Named, ...] = Field(default=(), max_length=64, description="Tagged launch templates.")
     eks_cluster: ClusterFound | None = Field(None, description="The campaign's own EKS cluster.")
     roles: tuple[RoleFound, ...] = Field(default=(), max_length=16, description="The campaign's IAM roles.")
+    ecr_repositories: tuple[Named, ...] = Field(
+        default=(), max_length=16, description="The campaign's ECR repositories (the serving image's copy)."
+    )
     internet_gateways: tuple[InternetGatewayFound, ...] = Field(
         default=(), max_length=16, description="Tagged internet gateways."
     )
@@ -129,6 +132,7 @@ class Inventory(_Strict):
             or self.launch_templates
             or self.eks_cluster
             or self.roles
+            or self.ecr_repositories
             or self.internet_gateways
             or self.vpcs
         )

@@ -1,7 +1,8 @@
 """The ordered deletion plan, as data, built from an inventory.
 
 Order (docs/design.md §9): workloads → node groups / HyperPod cluster → leftover instances →
-launch templates → EKS cluster → IAM (detach policies, delete roles) → network (security group rules
+launch templates → EKS cluster → ECR repositories (the serving image's copy) → IAM (detach policies,
+delete roles) → network (security group rules
 and groups, route table associations and tables, internet gateway detach and delete, subnets, VPC).
 Each phase waits until its deletions are done before the next one starts: an EKS cluster cannot be
 deleted while it has node groups (``ResourceInUseException``, EKS API reference DeleteCluster), and a
@@ -23,7 +24,7 @@ from capserve.core.tags import CAMPAIGN_TAG
 from capserve.core.teardown.inventory import Inventory, SecurityGroupFound
 from capserve.core.teardown.settings import TeardownSettings
 
-Service = Literal["ec2", "eks", "iam", "sagemaker", "kubernetes"]
+Service = Literal["ec2", "eks", "iam", "sagemaker", "kubernetes", "ecr"]
 
 # The codes each delete call may answer with when its target no longer exists. Nothing else is tolerated.
 NOT_FOUND: dict[str, tuple[str, ...]] = {
@@ -49,6 +50,8 @@ NOT_FOUND: dict[str, tuple[str, ...]] = {
     "iam.delete_role": ("NoSuchEntity",),
     # SageMaker API reference, DeleteCluster / DescribeCluster, "Errors": ResourceNotFound.
     "sagemaker.delete_cluster": ("ResourceNotFound",),
+    # ECR API reference, DeleteRepository, "Errors": RepositoryNotFoundException.
+    "ecr.delete_repository": ("RepositoryNotFoundException",),
     # Kubernetes API conventions: DELETE of a missing object answers 404 NotFound.
     "kubernetes.delete": ("404",),
 }
@@ -95,6 +98,7 @@ class Phase(enum.StrEnum):
     INSTANCES = "instances"
     LAUNCH_TEMPLATES = "launch-templates"
     CLUSTER = "cluster"
+    REGISTRY = "registry"
     IAM = "iam"
     NETWORK = "network"
 
@@ -186,6 +190,10 @@ def plan_teardown(inventory: Inventory, settings: TeardownSettings) -> TeardownP
                     timeout_s=settings.cluster_gone_timeout_s)
         steps.append(_step(Phase.CLUSTER, label("eks-cluster", name), "eks", "delete_cluster", name=name)
                      .model_copy(update={"wait": wait}))
+    for repository in inventory.ecr_repositories:
+        # force: a repository that holds images is refused without it (DeleteRepository, RepositoryNotEmptyException).
+        steps.append(_step(Phase.REGISTRY, label("ecr-repository", repository.name), "ecr", "delete_repository",
+                           repositoryName=repository.name, force=True))
     steps += _iam(inventory)
     steps += _network(inventory)
     return TeardownPlan(campaign_id=inventory.campaign_id, region=inventory.region, steps=tuple(steps))

@@ -28,6 +28,7 @@ from capserve.core.rollout.diagnosis import (
     needs_grace,
     timeout_diagnosis,
 )
+from capserve.core.rollout.image import ImagePull, slowest_pull
 from capserve.core.rollout.names import ROLLOUT_LABEL
 from capserve.core.rollout.result import RolloutFailedError
 from capserve.tasks.kube import _resource, _watch_until, dynamic_client
@@ -72,6 +73,15 @@ def _restarted(pods: Sequence[Mapping[str, Any]]) -> bool:
 def _events(api: k8s.ApiClient, namespace: str, settings: KubeSettings) -> list[dict[str, Any]]:
     listing = k8s.CoreV1Api(api).list_namespaced_event(namespace, _request_timeout=settings.request_timeout_s)
     return [api.sanitize_for_serialization(item) for item in listing.items]  # type: ignore[no-untyped-call]
+
+
+def image_pull_of(
+    api: k8s.ApiClient, namespace: str, pods: Sequence[Mapping[str, Any]], image: str, kube: KubeSettings
+) -> ImagePull | None:
+    """How long the pods' pull of ``image`` took, from the kubelet's ``Pulled`` events (None: none pulled it)."""
+    metadata = [pod.get("metadata") or {} for pod in pods]
+    uids = {str(meta.get("uid")): str(meta.get("name")) for meta in metadata if meta.get("uid")}
+    return slowest_pull(_events(api, namespace, kube), uids, image)
 
 
 def log_tail(api: k8s.ApiClient, namespace: str, pod: str, container: str | None, lines: int) -> tuple[str, ...]:
