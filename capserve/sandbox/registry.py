@@ -1,4 +1,4 @@
-"""The sandbox's stand-in for ``crane`` and for the upstream registries it copies from (docs/sandbox.md §2.6).
+"""The sandbox's stand-in for ``crane`` and for the upstream registries it copies from (docs/sandbox.md §3).
 
     python -m capserve.sandbox.registry digest --platform linux/amd64 <ref>
     python -m capserve.sandbox.registry copy --platform linux/amd64 <src>@sha256:… <ecr registry>/<repo>:<tag>

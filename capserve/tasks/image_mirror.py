@@ -4,9 +4,9 @@ Why a copy and not a pull-through cache rule: ``capserve.core.rollout.image`` (d
 
     resolve the digest ─► ECR repository (by name, tagged) ─► ECR holds the digest? ─► no: copy it
 
-The copy is a registry tool's (``crane``, go-containerregistry): ``crane digest`` resolves the tag with a
-manifest HEAD (Docker Hub does not count HEAD requests against its pull rate limit), ``crane copy`` copies the
-manifest and layers registry to registry, byte for byte, so ECR's digest is the upstream's. Only the
+The copy is a registry tool's (``crane``, go-containerregistry): ``crane digest`` resolves the tag to the
+platform's manifest digest, ``crane copy`` copies that manifest and its layers registry to registry "while
+retaining the digest value" (crane's docs), so ECR's digest is the upstream's. Only the
 ``linux/amd64`` image is copied: every GPU instance type of the catalog is x86_64, and a whole multi-arch
 index would double the copy. ``CAPSERVE_REGISTRY_TOOL`` names another binary with crane's ``digest`` and
 ``copy`` commands (the sandbox puts its stand-in there).
@@ -34,8 +34,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 from prefect import get_run_logger
-from prefect.exceptions import MissingContextError
 from prefect.cache_policies import NO_CACHE
+from prefect.exceptions import MissingContextError
 
 from capserve.core.cluster.naming import campaign_tags, tag_list
 from capserve.core.errors import PermanentError

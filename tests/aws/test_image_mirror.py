@@ -17,6 +17,7 @@ from capserve.sandbox.registry import registry_tool_command, upstream
 from capserve.tasks.image_mirror import REGISTRY_TOOL_ENV, mirror_image
 from capserve.tasks.teardown.execute import execute_plan
 from capserve.tasks.teardown.inventory import inventory_campaign
+from capserve.tasks.teardown.sightings import find_campaigns
 
 REGION = "us-east-2"
 IMAGE = "vllm/vllm-openai:kimi-k3"
@@ -38,7 +39,8 @@ def test_the_image_is_copied_once_and_pulled_by_its_upstream_digest(sandbox: Non
     first = mirror_image.fn("img-a", IMAGE, REGION)
 
     digest = upstream_digest()
-    assert first.digest == digest and first.copied and first.created == ("ecr-repository/capserve/img-a/vllm/vllm-openai",)
+    assert first.digest == digest and first.copied
+    assert first.created == ("ecr-repository/capserve/img-a/vllm/vllm-openai",)
     assert first.image == f"123456789012.dkr.ecr.{REGION}.amazonaws.com/capserve/img-a/vllm/vllm-openai@{digest}"
     ecr = boto3.client("ecr", region_name=REGION)
     [held] = ecr.describe_images(repositoryName=first.repository)["imageDetails"]
@@ -65,6 +67,7 @@ def test_a_same_named_repository_of_someone_else_is_refused(sandbox: None) -> No
 def test_teardown_lists_and_deletes_the_campaigns_repository_with_its_image(sandbox: None) -> None:
     made = mirror_image.fn("img-d", IMAGE, REGION)
 
+    assert find_campaigns.fn(REGION)["img-d"] == [f"ecr-repository/{made.repository}"]  # the reaper sees it
     inventory = inventory_campaign.fn("img-d", REGION, kind="eks", settings=FAST)
     assert [r.name for r in inventory.ecr_repositories] == [made.repository] and not inventory.is_empty
     plan = plan_teardown(inventory, FAST)

@@ -193,9 +193,10 @@ class ContainerRunner:
         """One pull (``image_pulls.pull_image``), one at a time per node: the kubelet's ``serializeImagePulls``
         defaults to true (KubeletConfiguration reference), so a pull queued behind another says so in the
         "including waiting" part of its ``Pulled`` event."""
-        queued = time.monotonic()
-        async with self.kubelet.pull_lock(node):
-            waited = (time.monotonic() - queued) * self.kubelet.timing.time_scale
+        queued, lock = time.monotonic(), self.kubelet.pull_lock(node)
+        behind = lock.locked()  # another pull runs: this one waits its turn (else no wait to report)
+        async with lock:
+            waited = (time.monotonic() - queued) * self.kubelet.timing.time_scale if behind else 0.0
             pulled = pull_image(self.image, node)  # raises PullError
             await asyncio.sleep(self.kubelet.timing.wall(pulled.seconds))
         self.kubelet.images[node].add(self.image)
