@@ -47,6 +47,7 @@ from capserve.tasks.clock import campaign_now
 from capserve.tasks.image_mirror import mirror_image
 from capserve.tasks.planning import plan_campaign, publish_plan, resolve_model
 from capserve.tasks.preflight import PreflightInputs, gather_facts
+from capserve.tasks.rollout.prepull import start_image_prepull
 from capserve.tasks.scheduling import schedule_lease_runs
 from capserve.tasks.weights.node_staging import stage_on_nodes
 from capserve.tasks.weights.s3 import read_manifest
@@ -156,7 +157,12 @@ def weights_to_nodes_stage(ctx: CampaignContext) -> NodeStagingResult:
     """Each GPU node copies only its own files from S3 (a Job per node), verifying every sha256."""
     weights = need(ctx.report.weights, Stage.STAGE_WEIGHTS)
     manifest = read_manifest(weights.manifest_uri, ctx.locations.weights.region)
-    return stage_on_nodes(ctx.spec, need(ctx.report.cluster, Stage.BRING_UP), manifest, ctx.settings.weights)
+    cluster = need(ctx.report.cluster, Stage.BRING_UP)
+    if ctx.report.image is not None:
+        # The image is pulled meanwhile, off the rollout's path (capserve.core.rollout.prepull).
+        started = start_image_prepull(cluster, ctx.spec.campaign_id, ctx.report.image.image)
+        get_run_logger().info("image: pre-pulling on %d GPU node(s) while the weights are copied", started)
+    return stage_on_nodes(ctx.spec, cluster, manifest, ctx.settings.weights)
 
 
 def rollout_stage(ctx: CampaignContext) -> RolloutResult | StageEnd:

@@ -145,6 +145,8 @@ def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
     assert image["image"] == f"{registry}/{image['repository']}@{image['digest']}"
     assert rollout["image"] == image["image"] and rollout["rolled_back"] is False
     assert rollout["image_pull"]["image"] == image["image"] and rollout["image_pull"]["seconds"] == 80.0
+    # Pulled while the weights were copied to the node (the pre-pull Job), not by the vLLM pod after them.
+    assert rollout["image_pull"]["pod"].startswith("image-prepull-0")
     markdown = (tmp_path / "out" / "report.md").read_text()
     assert image["digest"] in markdown and "Image pull: 80.0 s (80.0 s including waiting)" in markdown
     assert "--tensor-parallel-size" in rollout["args"] and "$(VLLM_API_KEY)" in rollout["args"]

@@ -6,6 +6,7 @@ import pytest
 
 from capserve.core.errors import SpecError
 from capserve.core.rollout.image import ImageRef, mirror_repository, mirror_tag, parse_image, slowest_pull
+from capserve.core.rollout.prepull import prepull_objects
 
 DIGEST = "sha256:" + "c" * 64
 
@@ -47,3 +48,19 @@ def test_the_slowest_pull_of_the_workloads_own_pods_is_reported() -> None:
     assert found is not None
     assert (found.pod, found.seconds, found.including_waiting_s, found.pulls) == ("vllm-blue-0", 80.0, 80.0, 2)
     assert slowest_pull(events, {"c": "x"}, "img") is None
+
+
+def test_one_prepull_job_per_gpu_node_pulls_the_image_there_and_exits() -> None:
+    image = f"123456789012.dkr.ecr.us-east-2.amazonaws.com/capserve/k3-demo/vllm/vllm-openai@{DIGEST}"
+    namespace, *jobs = prepull_objects("k3-demo", image, ("node-a", "node-b"))
+
+    assert (namespace["kind"], namespace["metadata"]["name"]) == ("Namespace", "capserve-k3-demo")
+    assert [j["metadata"]["name"] for j in jobs] == ["image-prepull-0", "image-prepull-1"]
+    pod = jobs[1]["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert (container["image"], container["command"], pod["restartPolicy"]) == (image, ["true"], "Never")
+    assert pod["nodeSelector"] == {"kubernetes.io/hostname": "node-b"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    # Teardown finds them by the campaign label; the rollout finds their pods by the role.
+    labels = jobs[0]["spec"]["template"]["metadata"]["labels"]
+    assert labels["capserve.io/campaign"] == "k3-demo" and labels["capserve.io/role"] == "image-prepull"
