@@ -44,7 +44,7 @@ from capserve.flows.runner import StageEnd, StageOutput
 from capserve.flows.stage_weights import stage_weights
 from capserve.flows.teardown import teardown
 from capserve.tasks.clock import campaign_now
-from capserve.tasks.image_mirror import mirror_image
+from capserve.tasks.image_mirror import mirror_image, resolve_image_digest
 from capserve.tasks.planning import plan_campaign, publish_plan, resolve_model
 from capserve.tasks.preflight import PreflightInputs, gather_facts
 from capserve.tasks.rollout.prepull import start_image_prepull
@@ -86,6 +86,11 @@ def preflight(ctx: CampaignContext, plan: ServingPlan) -> None:
     records_bucket = records.bucket or default_records_bucket("0" * 12, home_region(ctx.spec, records))
     facts = gather_facts(ctx.spec, inputs, bucket_names=(ctx.spec.weights.s3_bucket, records_bucket))
     check_preflight(ctx.spec, plan, facts, bring_up=ctx.settings.bring_up)
+    if ctx.spec.serving.image_mirror == "ecr":
+        # The tag must exist upstream before a block is bought for it (the copy itself needs the lease's region).
+        digest = resolve_image_digest(ctx.spec.serving.image)
+        get_run_logger().info("preflight: %s is %s (copied into the block's region after acquire)",
+                              ctx.spec.serving.image, digest)
     get_run_logger().info("preflight: every check passed for campaign %s", ctx.spec.campaign_id)
 
 

@@ -42,6 +42,7 @@ from capserve.core.errors import PermanentError
 from capserve.core.rollout.image import (
     DIGEST,
     ImageMirrorResult,
+    ImageRef,
     ecr_registry,
     mirror_repository,
     mirror_tag,
@@ -49,7 +50,7 @@ from capserve.core.rollout.image import (
 )
 from capserve.core.tags import CAMPAIGN_TAG
 from capserve.tasks import aws
-from capserve.tasks.resilience import aws_task
+from capserve.tasks.resilience import aws_task, local_task
 from capserve.tasks.secrets import redactor, register_secret
 
 REGISTRY_TOOL_ENV = "CAPSERVE_REGISTRY_TOOL"
@@ -63,6 +64,23 @@ def registry_tool() -> list[str]:
     return shlex.split(os.environ.get(REGISTRY_TOOL_ENV) or "crane")
 
 
+@local_task(name="resolve-image-digest", cache_policy=NO_CACHE)
+def resolve_image_digest(image: str) -> str:
+    """The digest ``image`` names now (its ``linux/amd64`` manifest): preflight asks before anything is bought, so
+    a tag the registry does not have is refused while refusing costs nothing."""
+    source = parse_image(image)
+    return source.digest or _resolve(source)
+
+
+def _resolve(source: ImageRef) -> str:
+    digest = _tool(["digest", "--platform", PLATFORM, source.tagged], what="resolve")
+    if not re.match(DIGEST, digest):
+        raise PermanentError(
+            f"image resolve ({source.tagged}): the registry tool answered {digest[:100]!r}, not a sha256 digest"
+        )
+    return digest
+
+
 @aws_task(name="mirror-image", cache_policy=NO_CACHE)
 def mirror_image(campaign_id: str, image: str, region: str) -> ImageMirrorResult:
     """``image`` in ``campaign_id``'s ECR repository in ``region``, by digest (copied only when missing)."""
@@ -71,11 +89,7 @@ def mirror_image(campaign_id: str, image: str, region: str) -> ImageMirrorResult
     ecr = aws.client("ecr", region)
     try:
         account, created = _ensure_repository(ecr, repository, campaign_id)
-        digest = source.digest or _tool(["digest", "--platform", PLATFORM, source.tagged], what="resolve")
-        if not re.match(DIGEST, digest):
-            raise PermanentError(
-                f"image resolve ({source.tagged}): the registry tool answered {digest[:100]!r}, not a sha256 digest"
-            )
+        digest = source.digest or _resolve(source)
         registry = ecr_registry(account, region)
         size = _held(ecr, repository, digest)
         copied = size is None

@@ -39,6 +39,7 @@ def full_inventory() -> Inventory:
         instances=(Named(id="i-0123456789abcdef0", name="capserve-c1-gpu"),),
         launch_templates=(Named(id="lt-0123", name="capserve-c1-gpu"),),
         eks_cluster=ClusterFound(name="capserve-c1", status="ACTIVE"),
+        ecr_repositories=(Named(id="capserve/c1/vllm/vllm-openai", name="capserve/c1/vllm/vllm-openai"),),
         roles=(RoleFound(name="capserve-c1-eks-node", policy_arns=("arn:aws:iam::aws:policy/P",),
                          inline_policies=("inline",)),),
         internet_gateways=(InternetGatewayFound(id="igw-1", name="capserve-c1-igw", attached_vpc_ids=("vpc-1",)),),
@@ -59,13 +60,14 @@ def test_plan_order_follows_the_dependencies() -> None:
     ops = [step.operation for step in plan.steps]
     assert ops == [
         "delete", "delete_cluster", "delete_nodegroup", "terminate_instances", "delete_launch_template",
-        "delete_cluster", "detach_role_policy", "delete_role_policy", "delete_role",
+        "delete_cluster", "delete_repository", "detach_role_policy", "delete_role_policy", "delete_role",
         "revoke_security_group_ingress", "revoke_security_group_egress", "delete_security_group",
         "disassociate_route_table", "delete_route_table", "detach_internet_gateway", "delete_internet_gateway",
         "delete_subnet", "delete_vpc",
     ]
     # Preparatory calls are not reported as deleted resources; every call names its NotFound codes.
     assert "iam-role/capserve-c1-eks-node" in plan.resources()
+    assert "ecr-repository/capserve/c1/vllm/vllm-openai" in plan.resources()
     assert not any(r.startswith(("iam-role-policy", "security-group-rules")) for r in plan.resources())
     assert all(step.not_found == NOT_FOUND[f"{step.service}.{step.operation}"] for step in plan.steps)
 
