@@ -96,8 +96,11 @@ def mirror_image(campaign_id: str, image: str, region: str) -> ImageMirrorResult
         if copied:
             destination = f"{registry}/{repository}:{mirror_tag(source, digest)}"
             _logger().info("image: copying %s to %s (design: ecr-copy)", source.at(digest), destination)
+            # A digest the spec pins is copied as it is (it may be a multi-platform index); a resolved one is
+            # the linux/amd64 manifest, which --platform picks again.
+            platform = [] if source.digest else ["--platform", PLATFORM]
             with _ecr_login(ecr, registry) as env:
-                _tool(["copy", "--platform", PLATFORM, source.at(digest), destination], what="copy", env=env)
+                _tool(["copy", *platform, source.at(digest), destination], what="copy", env=env)
             size = _held(ecr, repository, digest)
             if size is None:
                 raise PermanentError(

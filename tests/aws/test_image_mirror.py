@@ -79,3 +79,10 @@ def test_teardown_lists_and_deletes_the_campaigns_repository_with_its_image(sand
     names = [r["repositoryName"] for r in ecr.describe_repositories()["repositories"]]
     assert made.repository not in names
     assert inventory_campaign.fn("img-d", REGION, kind="eks", settings=FAST).ecr_repositories == ()
+
+
+def test_a_digest_the_spec_pins_is_copied_as_it_is(sandbox: None) -> None:
+    digest = upstream_digest()
+    made = mirror_image.fn("img-e", f"vllm/vllm-openai@{digest}", REGION)
+    assert (made.digest, made.copied) == (digest, True)
+    assert made.image.endswith(f"/capserve/img-e/vllm/vllm-openai@{digest}")
