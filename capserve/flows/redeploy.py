@@ -1,7 +1,7 @@
 """Redeploy a running campaign on a new model revision (the target of the revision-published automation).
 
-    refuse? ─► same sha again? ─► plan ─► stage_weights ─► bring_up (finds the cluster) ─► weights_to_nodes
-        ─► rollout (the rollout stage's strategy; a rollout that never gets ready rolls back on its own)
+    refuse? ─► same sha again? ─► plan ─► stage_weights ─► stage_image ─► bring_up (finds the cluster)
+        ─► weights_to_nodes ─► rollout (the rollout stage's strategy; one that never gets ready rolls back on its own)
         ─► evaluate ─► pass: promote │ otherwise: roll back to the last good revision
 
 Like the window's runs (``capserve.flows.window``) it is given the campaign id and its home region and reads
