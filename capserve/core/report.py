@@ -33,6 +33,7 @@ from capserve.core.plan_check import plan_markdown
 from capserve.core.planner import ServingPlan
 from capserve.core.record import Approval
 from capserve.core.redeploy import RedeployEntry, redeploys_markdown
+from capserve.core.rollout.image import ImageMirrorResult
 from capserve.core.rollout.result import RolloutResult
 from capserve.core.schedule import LeaseSchedule
 from capserve.core.stages import Stage, StageStatus
@@ -125,6 +126,9 @@ class CampaignReport(BaseModel):
         None, description="The runs the lease scheduled: bring-up, drain, hard teardown (report.json 'schedule')."
     )
     weights: Annotated[WeightsResult | None, Section("Weights")] = Field(None, description="Weights in S3.")
+    image: Annotated[ImageMirrorResult | None, Section("Image")] = Field(
+        None, description="The serving image in the block's region, by digest."
+    )
     cluster: Annotated[ClusterResult | None, Section("Cluster")] = Field(None, description="The cluster.")
     node_staging: Annotated[NodeStagingResult | None, Section("Weights on the nodes")] = Field(
         None, description="Each node's copy of its weights."

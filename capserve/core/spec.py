@@ -303,6 +303,11 @@ class ServingSpec(StrictModel):
         description="How long vLLM may take to start before the pod counts as failed; default: computed from the "
         "weights per node and whether the compile cache is warm (K3 cold: at least 90 minutes).",
     )
+    image_mirror: Literal["ecr", "none"] = Field(
+        "ecr",
+        description="'ecr': before the block, copy the image into a campaign ECR repository in the block's region "
+        "and pull it there by digest (docs/serving.md §9); 'none': the nodes pull serving.image from its registry.",
+    )
     compile_cache: StrictBool = Field(
         True,
         description="Restore vLLM's compile/JIT/autotune caches from S3 before start and save them once ready, "

@@ -3,8 +3,10 @@
 One ``Stage`` enum and one ``StageStatus`` enum are shared by the report (``report.json``), the campaign
 record (S3) and the flows, so a stage name is never a string that can drift between copies.
 
-    plan ─► acquire ─► stage_weights ─► bring_up ─► weights_to_nodes ─► rollout ─► evaluate ─► drain ─► teardown
-    └──────────── prepare ──────────┘   └──────────────── serve ─────────────────────────┘   └─ wind down ─┘
+    plan ─► acquire ─► stage_weights ─► stage_image ─► bring_up ─► weights_to_nodes ─► rollout ─► evaluate ─► …
+    └──────────────────── prepare ─────────────────┘   └──────────────── serve ─────────────────────────┘
+
+    … ─► drain ─► teardown (wind down)
 
 The *prepare* part needs no GPU and may run long before the reservation starts; the *serve* part
 needs the reservation to be active (nodes exist only then); the *wind-down* part ends the window.
@@ -27,6 +29,7 @@ class Stage(enum.StrEnum):
     PLAN = "plan"
     ACQUIRE = "acquire"
     STAGE_WEIGHTS = "stage_weights"
+    STAGE_IMAGE = "stage_image"
     BRING_UP = "bring_up"
     WEIGHTS_TO_NODES = "weights_to_nodes"
     ROLLOUT = "rollout"
@@ -44,7 +47,7 @@ class Stage(enum.StrEnum):
 
     @property
     def part(self) -> CampaignPart:
-        if self.order <= Stage.STAGE_WEIGHTS.order:
+        if self.order <= Stage.STAGE_IMAGE.order:
             return CampaignPart.PREPARE
         if self.order <= Stage.EVALUATE.order:
             return CampaignPart.SERVE

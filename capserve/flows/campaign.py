@@ -1,7 +1,7 @@
 """The campaign: one flow that runs the stages in order, from a spec to a report.
 
-    plan ─► acquire ─► stage_weights ─► bring_up ─► weights_to_nodes ─► rollout ─► evaluate ─► (teardown)
-    └────────── PREPARE ────────────┘   └────────────────── SERVE ─────────────────────────┘
+    plan ─► acquire ─► stage_weights ─► stage_image ─► bring_up ─► weights_to_nodes ─► rollout ─► evaluate ─► …
+    └──────────────────── PREPARE ─────────────────┘   └────────────────── SERVE ─────────────────────────┘
 
 Each stage is a function in ``capserve.flows.stages``; the flow is the list of them, run by
 ``capserve.flows.runner`` (timing, the report, the campaign record, what to skip and when to tear
@@ -35,6 +35,7 @@ from capserve.flows.stages import (
     evaluate_stage,
     plan_stage,
     rollout_stage,
+    stage_image_stage,
     stage_weights_stage,
     teardown_stage,
     weights_to_nodes_stage,
@@ -46,6 +47,7 @@ PREPARE: tuple[Step, ...] = (
     Step(Stage.PLAN, plan_stage),
     Step(Stage.ACQUIRE, acquire_stage),
     Step(Stage.STAGE_WEIGHTS, stage_weights_stage),
+    Step(Stage.STAGE_IMAGE, stage_image_stage),
 )
 SERVE: tuple[Step, ...] = (
     Step(Stage.BRING_UP, bring_up_stage),

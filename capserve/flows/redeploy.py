@@ -1,7 +1,7 @@
 """Redeploy a running campaign on a new model revision (the target of the revision-published automation).
 
-    refuse? ─► same sha again? ─► plan ─► stage_weights ─► bring_up (finds the cluster) ─► weights_to_nodes
-        ─► rollout (the rollout stage's strategy; a rollout that never gets ready rolls back on its own)
+    refuse? ─► same sha again? ─► plan ─► stage_weights ─► stage_image ─► bring_up (finds the cluster)
+        ─► weights_to_nodes ─► rollout (the rollout stage's strategy; one that never gets ready rolls back on its own)
         ─► evaluate ─► pass: promote │ otherwise: roll back to the last good revision
 
 Like the window's runs (``capserve.flows.window``) it is given the campaign id and its home region and reads
@@ -63,6 +63,7 @@ from capserve.flows.stages import (
     evaluate_stage,
     rollout_inputs,
     rollout_stage,
+    stage_image_stage,
     stage_weights_stage,
     weights_to_nodes_stage,
 )
@@ -162,6 +163,7 @@ def _redeploy(ctx: CampaignContext, ref: RecordRef, sha: str, trigger: str) -> R
     try:
         _stage(ctx, Stage.PLAN, _plan)
         _stage(ctx, Stage.STAGE_WEIGHTS, stage_weights_stage)
+        _stage(ctx, Stage.STAGE_IMAGE, stage_image_stage)
         _stage(ctx, Stage.BRING_UP, _cluster)
         _stage(ctx, Stage.WEIGHTS_TO_NODES, weights_to_nodes_stage)
         entry.serving = None  # from here on, what serves depends on how the rollout ends

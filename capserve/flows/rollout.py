@@ -42,6 +42,7 @@ from capserve.core.rollout import (
     workload_name,
 )
 from capserve.core.rollout.diagnosis import Diagnosis, RolloutWaitSettings, Trouble, transport_diagnosis
+from capserve.core.rollout.image import ImageMirrorResult, ImagePull
 from capserve.core.rollout.result import Attempt, RolloutFailedError, RolloutResult, server_from_log
 from capserve.core.rollout.settings import RolloutSettings
 from capserve.core.spec import CampaignSpec
@@ -59,7 +60,7 @@ from capserve.tasks.rollout.access import (
 )
 from capserve.tasks.rollout.cache import cache_complete, pod_cache_outcome, save_caches
 from capserve.tasks.rollout.objects import apply_objects, delete_workload, ensure_api_key, serving_workloads
-from capserve.tasks.rollout.wait import log_tail, pod_log, wait_rollout_ready
+from capserve.tasks.rollout.wait import image_pull_of, log_tail, pod_log, wait_rollout_ready
 
 # The variable the evaluation reads the campaign's endpoint key from, only while it runs.
 ENDPOINT_KEY_ENV = "CAPSERVE_ENDPOINT_API_KEY"
@@ -77,6 +78,7 @@ class RolloutInputs:
     last_good: RolloutRecord | None
     region: str  # the weights bucket's region (compile caches live beside the weights)
     weights_settings: WeightsSettings = field(default_factory=WeightsSettings)
+    image: ImageMirrorResult | None = None  # the image stage's ECR copy (None: pull serving.image as given)
     wait: RolloutWaitSettings = field(default_factory=RolloutWaitSettings)
     kube: KubeSettings = field(default_factory=KubeSettings)
 
@@ -89,6 +91,7 @@ class RolloutInputs:
             revision_sha=self.weights.revision_sha,
             node_bytes=max(self.weights.bytes_per_node),
             splits_experts=plan.nodes > 1 and plan.expert_parallel > 1,
+            image=self.image.image if self.image else None,
         )
 
 
@@ -106,6 +109,7 @@ class Outcome:
     # The compile-cache save after the switch: not-needed (a hit, or caching off), saved or failed (with why).
     cache_save: str = "not-needed"
     cache_save_detail: str | None = None
+    image_pull: ImagePull | None = None
 
 
 @dataclass
@@ -190,6 +194,7 @@ class _Run:
         )
         outcome.ready_after_s, outcome.api_calls = round(ready.ready_after_s, 3), ready.api_calls
         outcome.pods = ready.pods
+        outcome.image_pull = image_pull_of(self.api, self.namespace, ready.pods, rendered.image, self.inputs.kube)
         leader = f"{rendered.name}-0"
         outcome.cache = pod_cache_outcome(self.api, self.namespace, leader) or "unknown"
         outcome.server = server_from_log("\n".join(log_tail(self.api, self.namespace, leader, "vllm", 500)))
@@ -279,6 +284,7 @@ class _Run:
             rolled_back=rolled_back,
             attempts=tuple(self.attempts),
             api_calls_while_waiting=outcome.api_calls,
+            image_pull=outcome.image_pull,
         )
 
 

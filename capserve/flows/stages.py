@@ -28,6 +28,7 @@ from capserve.core.events import (
 from capserve.core.locations import default_records_bucket, home_region
 from capserve.core.planner import ServingPlan
 from capserve.core.preflight import check_preflight
+from capserve.core.rollout.image import ImageMirrorResult
 from capserve.core.rollout.result import RolloutFailedError, RolloutResult
 from capserve.core.schedule import LeaseSchedule, stages_no_longer_needed
 from capserve.core.stages import Stage, StageStatus
@@ -45,8 +46,10 @@ from capserve.flows.stage_weights import stage_weights
 from capserve.flows.teardown import teardown
 from capserve.tasks.clock import campaign_now
 from capserve.tasks.cluster.hyperpod import lifecycle_problem
+from capserve.tasks.image_mirror import mirror_image, resolve_image_digest
 from capserve.tasks.planning import plan_campaign, publish_plan, resolve_model
 from capserve.tasks.preflight import PreflightInputs, gather_facts
+from capserve.tasks.rollout.prepull import start_image_prepull
 from capserve.tasks.scheduling import schedule_lease_runs
 from capserve.tasks.weights.node_staging import stage_on_nodes
 from capserve.tasks.weights.s3 import read_manifest
@@ -89,6 +92,11 @@ def preflight(ctx: CampaignContext, plan: ServingPlan) -> None:
         problem = lifecycle_problem(ctx.spec.campaign_id, ctx.spec.capacity.regions[0], ctx.settings.bring_up)
         facts = facts.model_copy(update={"lifecycle_problem": problem})
     check_preflight(ctx.spec, plan, facts, bring_up=ctx.settings.bring_up)
+    if ctx.spec.serving.image_mirror == "ecr":
+        # The tag must exist upstream before a block is bought for it (the copy itself needs the lease's region).
+        digest = resolve_image_digest(ctx.spec.serving.image)
+        get_run_logger().info("preflight: %s is %s (copied into the block's region after acquire)",
+                              ctx.spec.serving.image, digest)
     get_run_logger().info("preflight: every check passed for campaign %s", ctx.spec.campaign_id)
 
 
@@ -140,6 +148,15 @@ def stage_weights_stage(ctx: CampaignContext) -> WeightsResult:
     return staged
 
 
+def stage_image_stage(ctx: CampaignContext) -> ImageMirrorResult | StageEnd:
+    """The serving image into the campaign's ECR repository in the block's region, by digest, before the block:
+    the nodes then pull it in-region, not from Docker Hub through the NAT under its rate limit."""
+    if ctx.spec.serving.image_mirror == "none":
+        return StageEnd(StageStatus.SKIPPED, "serving.image_mirror is none: the nodes pull serving.image as given")
+    lease = need(ctx.lease, Stage.ACQUIRE)
+    return mirror_image(ctx.spec.campaign_id, ctx.spec.serving.image, lease.region)
+
+
 def bring_up_stage(ctx: CampaignContext) -> ClusterResult:
     """The cluster on the active block; once it is up, the scheduled bring-up run is no longer needed."""
     cluster = bring_up(ctx.spec, need(ctx.lease, Stage.ACQUIRE), ctx.settings.bring_up)
@@ -152,7 +169,12 @@ def weights_to_nodes_stage(ctx: CampaignContext) -> NodeStagingResult:
     """Each GPU node copies only its own files from S3 (a Job per node), verifying every sha256."""
     weights = need(ctx.report.weights, Stage.STAGE_WEIGHTS)
     manifest = read_manifest(weights.manifest_uri, ctx.locations.weights.region)
-    return stage_on_nodes(ctx.spec, need(ctx.report.cluster, Stage.BRING_UP), manifest, ctx.settings.weights)
+    cluster = need(ctx.report.cluster, Stage.BRING_UP)
+    if ctx.report.image is not None:
+        # The image is pulled meanwhile, off the rollout's path (capserve.core.rollout.prepull).
+        started = start_image_prepull(cluster, ctx.spec.campaign_id, ctx.report.image.image)
+        get_run_logger().info("image: pre-pulling on %d GPU node(s) while the weights are copied", started)
+    return stage_on_nodes(ctx.spec, cluster, manifest, ctx.settings.weights)
 
 
 def rollout_stage(ctx: CampaignContext) -> RolloutResult | StageEnd:
@@ -196,6 +218,7 @@ def rollout_inputs(ctx: CampaignContext) -> RolloutInputs:
         region=ctx.locations.weights.region,
         # The vLLM pods mount the weights (and caches) where the staging Jobs wrote them: the kind's NVMe.
         weights_settings=ctx.settings.weights.for_cluster(cluster.kind),
+        image=ctx.report.image,
     )
 
 

@@ -26,8 +26,10 @@ from capserve.sandbox.clock_server import clock_server
 from capserve.sandbox.hub import HubState, local_hub, publish_revision
 from capserve.sandbox.kube import FakeKube, fake_kube
 from capserve.sandbox.openai_server import SandboxConfig, serve
+from capserve.sandbox.registry import registry_tool_command
 from capserve.sandbox.revisions import RevisionSchedule
 from capserve.tasks.clock import CLOCK_URL_ENV
+from capserve.tasks.image_mirror import REGISTRY_TOOL_ENV
 
 _log = logging.getLogger(__name__)
 
@@ -102,6 +104,8 @@ def sandbox(
             stack.enter_context(patched_environ({CLOCK_URL_ENV: clock_url}))
         stack.callback(capacity_ext.reset)
         aws = stack.enter_context(moto_sandbox(region))
+        # The image stage's registry tool (crane in production) is the sandbox's stand-in, copying into moto's ECR.
+        stack.enter_context(patched_environ({REGISTRY_TOOL_ENV: registry_tool_command()}))
         # EKS clusters in the sandbox answer at the fake Kubernetes API; a cluster that becomes ACTIVE
         # runs CoreDNS & co., node groups that become ACTIVE make their nodes join, as on EKS.
         kube = stack.enter_context(fake_kube(time_scale=kube_time_scale, serving=kube_serving))

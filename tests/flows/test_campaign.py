@@ -92,6 +92,7 @@ def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
             "plan",
             "acquire",
             "stage_weights",
+            "stage_image",
             "bring_up",
             "weights_to_nodes",
             "rollout",
@@ -136,7 +137,18 @@ def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
     assert (rollout["kind"], rollout["name"], rollout["strategy"], rollout["nodes"]) == (
         "LeaderWorkerSet", "vllm-blue", "initial", 1,
     )  # fmt: skip
-    assert rollout["image"] == spec.serving.image and rollout["rolled_back"] is False
+    # The pods pulled the campaign's ECR copy by the upstream's digest, in the block's region, and the report
+    # says how long that pull took (the kubelet's Pulled event; the sandbox models 20 GB at 250 MB/s).
+    image = written["image"]
+    assert (image["source"], image["region"], image["copied"]) == (spec.serving.image, lease["region"], True)
+    registry = f"123456789012.dkr.ecr.{lease['region']}.amazonaws.com"
+    assert image["image"] == f"{registry}/{image['repository']}@{image['digest']}"
+    assert rollout["image"] == image["image"] and rollout["rolled_back"] is False
+    assert rollout["image_pull"]["image"] == image["image"] and rollout["image_pull"]["seconds"] == 80.0
+    # Pulled while the weights were copied to the node (the pre-pull Job), not by the vLLM pod after them.
+    assert rollout["image_pull"]["pod"].startswith("image-prepull-0")
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert image["digest"] in markdown and "Image pull: 80.0 s (80.0 s including waiting)" in markdown
     assert "--tensor-parallel-size" in rollout["args"] and "$(VLLM_API_KEY)" in rollout["args"]
     assert rollout["endpoint_access"] == "port-forward" and "127.0.0.1" in rollout["endpoint_note"]
     assert rollout["compile_cache"]["result"] == "miss" and rollout["compile_cache"]["saved_jobs"] == 1

@@ -11,6 +11,7 @@ import boto3
 import pytest
 import yaml
 
+from capserve.core.errors import PermanentError
 from capserve.core.preflight import PreflightError
 from capserve.core.spec import load_spec
 from capserve.flows.campaign import campaign
@@ -86,3 +87,15 @@ def test_a_bad_campaign_is_refused_with_every_problem_before_anything_is_bought_
     written = json.loads((tmp_path / "out" / "report.json").read_text())
     assert [(s["name"], s["status"]) for s in written["stages"]] == [("plan", "failed")]
     assert "PreflightError" in written["stages"][0]["detail"]
+
+
+def test_an_image_tag_the_registry_lacks_is_refused_before_anything_is_bought(
+    tmp_path: Path, far_ends: SandboxEndpoints
+) -> None:
+    spec = load_spec(spec_file(tmp_path, serving__image="vllm/vllm-openai:no-such-tag"))
+    with pytest.raises(PermanentError, match="image resolve .*no-such-tag.*MANIFEST_UNKNOWN.*Check serving.image"):
+        campaign(spec, out_dir=tmp_path / "out", hub_endpoint=far_ends.hub, teardown_when_done=True)
+
+    assert capacity_ext.calls() == []
+    written = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [(s["name"], s["status"]) for s in written["stages"]] == [("plan", "failed")]

@@ -78,9 +78,11 @@ def test_a_failed_second_rollout_rolls_back_to_the_first(tmp_path: Path, far_end
     assert len(key) >= 32
     assert [p for p in (tmp_path / "first").rglob("*") if p.is_file() and key in p.read_bytes()] == []
 
-    # The second configuration's image cannot be pulled. One p6-b300 holds one K3: recreate.
-    broken = "vllm/vllm-openai:no-such-tag"
-    far_ends.kube_server.inject(Fault(FaultKind.IMAGE_PULL, image=broken))
+    # The second configuration's image is copied to ECR before the block, but its pods cannot pull it (a tag
+    # the upstream lacks fails earlier, in the image stage). One p6-b300 holds one K3: recreate.
+    broken = "vllm/vllm-openai:v0.33.0"
+    mirrored = "*/capserve/k3-demo/vllm/vllm-openai@*"
+    far_ends.kube_server.inject(Fault(FaultKind.IMAGE_PULL, image=mirrored, pod="vllm-green-*"))
     second_spec = load_spec(spec_file(tmp_path, evaluation__load=SMALL_LOAD, serving__image=broken))
     second = campaign(second_spec, out_dir=tmp_path / "second", hub_endpoint=far_ends.hub, teardown_when_done=True)
 
@@ -89,7 +91,7 @@ def test_a_failed_second_rollout_rolls_back_to_the_first(tmp_path: Path, far_end
     assert status["rollout"]["status"] == "stopped" and "rolled back to revision" in status["rollout"]["detail"]
     rollout = written["rollout"]
     assert rollout["rolled_back"] is True and rollout["revision"] == first.rollout.revision
-    assert rollout["image"] == first_spec.serving.image and rollout["name"] == "vllm-blue"
+    assert rollout["image"] == first.rollout.image and rollout["name"] == "vllm-blue"
     failed, undone = rollout["attempts"]
     assert (failed["name"], failed["strategy"], failed["ok"], failed["trouble"]) == (
         "vllm-green",

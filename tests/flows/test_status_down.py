@@ -49,7 +49,7 @@ def test_status_then_down_tell_the_truth(
         assert stages[stage]["status"] == "completed", stages[stage]
         assert len(stages[stage]["inputs_digest"]) == 64
     kinds = {row["kind"] for row in status["aws"]["rows"]}
-    assert {"reservation", "s3-bucket", "eks-cluster", "eks-nodegroup", "vpc"} <= kinds, kinds
+    assert {"reservation", "s3-bucket", "eks-cluster", "eks-nodegroup", "vpc", "ecr-repository"} <= kinds, kinds
     assert status["kubernetes"]["looked"] is True
     nodes = [row for row in status["kubernetes"]["rows"] if row["kind"] == "node"]
     assert nodes and all("Ready=True" in n["state"] for n in nodes)

@@ -55,14 +55,19 @@ def lease(**changes: object) -> Lease:
 
 def test_stage_values_and_order_are_the_contract() -> None:
     assert [s.value for s in Stage] == [
-        "plan", "acquire", "stage_weights", "bring_up", "weights_to_nodes", "rollout", "evaluate", "drain", "teardown"
+        "plan", "acquire", "stage_weights", "stage_image", "bring_up", "weights_to_nodes", "rollout", "evaluate",
+        "drain", "teardown",
     ]
     assert Stage.PLAN.precedes(Stage.ACQUIRE) and not Stage.TEARDOWN.precedes(Stage.DRAIN)
     assert Stage.BRING_UP.later()[:2] == (Stage.WEIGHTS_TO_NODES, Stage.ROLLOUT)
 
 
 def test_stage_behaviour() -> None:
-    assert [s for s in Stage if s.part is CampaignPart.PREPARE] == [Stage.PLAN, Stage.ACQUIRE, Stage.STAGE_WEIGHTS]
+    assert [s for s in Stage if s.part is CampaignPart.PREPARE] == [
+        Stage.PLAN, Stage.ACQUIRE, Stage.STAGE_WEIGHTS, Stage.STAGE_IMAGE
+    ]
+    # The image is copied into the block's region once the lease names it, before the block is active.
+    assert Stage.STAGE_IMAGE.needs_capacity and not Stage.STAGE_IMAGE.needs_active_capacity
     assert [s for s in Stage if s.part is CampaignPart.SERVE] == [
         Stage.BRING_UP, Stage.WEIGHTS_TO_NODES, Stage.ROLLOUT, Stage.EVALUATE
     ]

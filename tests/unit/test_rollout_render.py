@@ -31,6 +31,7 @@ from capserve.core.rollout import (
     render_cache_save_job,
     render_rollout,
 )
+from capserve.core.rollout.image import ImageMirrorResult
 from capserve.core.rollout.probes import probe_budget_s
 from capserve.core.weights.node_staging import NodeStagingResult, StagingJob
 from capserve.core.weights.placement import Layout, rank_experts
@@ -362,3 +363,19 @@ def test_the_demo_spec_renders_without_a_conflict() -> None:
     config = make_config(k3_plan(), demo)
     rendered = render_rollout(config, target_for(config))
     assert "--trust-remote-code" in rendered.leader_args and rendered.leader_args.count("--kv-cache-dtype") == 1
+
+
+def test_the_pods_pull_the_ecr_copy_by_digest_and_share_the_upstream_digests_caches() -> None:
+    digest = "sha256:" + "b" * 64
+    mirrored = ImageMirrorResult(
+        source="vllm/vllm-openai:kimi-k3", digest=digest, region="us-east-2",
+        repository="capserve/k3-demo/vllm/vllm-openai", copied=True,
+        image=f"123456789012.dkr.ecr.us-east-2.amazonaws.com/capserve/k3-demo/vllm/vllm-openai@{digest}",
+    )  # fmt: skip
+    config = config_for(k3_plan(), image=mirrored.image)
+    rendered = render_rollout(config, target_for(config))
+
+    assert vllm_container(leader(rendered))["image"] == mirrored.image == rendered.image
+    assert config.pinned_digest == digest
+    # The same bytes pinned upstream compile the same code: the compile cache is shared.
+    assert config.cache_key == config_for(k3_plan(), image_digest=digest).cache_key

@@ -43,6 +43,7 @@ def full_inventory() -> Inventory:
         launch_templates=(Named(id="lt-0123", name="capserve-c1-gpu"),),
         eks_cluster=ClusterFound(name="capserve-c1", status="ACTIVE"),
         lifecycle_bucket=BucketFound(name="sagemaker-c1-123456789012", keys=("lifecycle/on_create.sh",)),
+        ecr_repositories=(Named(id="capserve/c1/vllm/vllm-openai", name="capserve/c1/vllm/vllm-openai"),),
         roles=(RoleFound(name="capserve-c1-eks-node", policy_arns=("arn:aws:iam::aws:policy/P",),
                          inline_policies=("inline",)),),
         internet_gateways=(InternetGatewayFound(id="igw-1", name="capserve-c1-igw", attached_vpc_ids=("vpc-1",)),),
@@ -67,7 +68,7 @@ def test_plan_order_follows_the_dependencies() -> None:
     assert ops == [
         "delete", "delete_cluster", "delete_nodegroup", "delete_objects", "delete_bucket", "terminate_instances",
         "delete_launch_template",
-        "delete_cluster", "detach_role_policy", "delete_role_policy", "delete_role",
+        "delete_cluster", "delete_repository", "detach_role_policy", "delete_role_policy", "delete_role",
         "delete_vpc_endpoints", "delete_nat_gateway", "release_address",
         "revoke_security_group_ingress", "revoke_security_group_egress", "delete_security_group",
         "disassociate_route_table", "delete_route_table", "detach_internet_gateway", "delete_internet_gateway",
@@ -77,6 +78,7 @@ def test_plan_order_follows_the_dependencies() -> None:
     assert "iam-role/capserve-c1-eks-node" in plan.resources()
     # The lifecycle bucket is emptied (not reported) and then deleted once the HyperPod cluster is gone.
     assert "s3-bucket/sagemaker-c1-123456789012" in plan.resources()
+    assert "ecr-repository/capserve/c1/vllm/vllm-openai" in plan.resources()
     assert not any(r.startswith(("iam-role-policy", "security-group-rules")) for r in plan.resources())
     assert all(step.not_found == NOT_FOUND[f"{step.service}.{step.operation}"] for step in plan.steps)
     # The NAT gateway is waited for until deleted (its phase ends) before its Elastic IP is released.

@@ -17,7 +17,7 @@ from capserve.core.cost.causes import Cause
 from capserve.core.cost.inputs import Interval, ThroughputPoint
 from capserve.core.stages import Stage, StageStatus
 
-# Campaign stage → the cause its GPU time counts under. Stages that need no GPU (plan, acquire,
+# Campaign stage → the cause its GPU time counts under. Stages that need no GPU (plan, acquire, stage_image,
 # stage_weights) are not listed: while they run inside the block the GPUs wait, and the ledger's gap
 # rule counts that as waiting_for_bring_up (or idle after bring-up began). Node readiness is part of
 # bring_up's stage; the wiring may add it as its own interval when bring-up reports when nodes joined.

@@ -172,14 +172,16 @@ def rollout_config(
     node_bytes: int,
     splits_experts: bool,
     image_digest: str | None = None,
+    image: str | None = None,
 ) -> RolloutConfig:
     """The configuration a campaign rolls out, from its plan, its spec and the staged weights.
 
     ``node_bytes`` and ``splits_experts`` come from the weights stage (the manifest's fullest node,
-    and whether nodes hold different experts: ``placement.Layout.splits_experts``).
+    and whether nodes hold different experts: ``placement.Layout.splits_experts``). ``image`` is what the
+    pods pull instead of ``serving.image``: its ECR copy by digest (``capserve.core.rollout.image``).
     """
     return RolloutConfig(
-        image=spec.serving.image,
+        image=image or spec.serving.image,
         image_digest=image_digest,
         model_repo=model_repo,
         revision_sha=revision_sha,

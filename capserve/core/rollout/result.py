@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from capserve.core.errors import PermanentError
 from capserve.core.markdown import markdown_table
 from capserve.core.rollout.diagnosis import Diagnosis
+from capserve.core.rollout.image import ImagePull
 
 CacheResult = Literal["hit", "miss", "off", "unknown"]
 
@@ -87,6 +88,9 @@ class RolloutResult(BaseModel):
     rolled_back: bool = Field(description="A failed rollout was undone: the last good configuration serves.")
     attempts: tuple[Attempt, ...] = Field(min_length=1, description="What ran, in order.")
     api_calls_while_waiting: int = Field(0, ge=0, description="Kubernetes API requests made by the ready wait.")
+    image_pull: ImagePull | None = Field(
+        None, description="The serving image's pull, from the kubelet's Pulled events (None: already present)."
+    )
 
     @property
     def failed(self) -> tuple[Attempt, ...]:
@@ -110,6 +114,7 @@ class RolloutResult(BaseModel):
             "compile_cache": dict(self.compile_cache),
             "rolled_back": self.rolled_back,
             "attempts": [a.model_dump(mode="json") for a in self.attempts],
+            "image_pull": self.image_pull.model_dump(mode="json") if self.image_pull else None,
         }
 
     def markdown(self) -> str:
@@ -130,6 +135,13 @@ class RolloutResult(BaseModel):
                 "",
                 f"**Warning**: the compile cache was not saved ({cache.get('save_detail')}). The server serves; "
                 "the next campaign starts cold.",
+            ]
+        if self.image_pull is not None:
+            pull = self.image_pull
+            lines += [
+                "",
+                f"Image pull: {pull.seconds:.1f} s ({pull.including_waiting_s:.1f} s including waiting) "
+                f"on pod {pull.pod}, the slowest of {pull.pulls} (kubelet Pulled events).",
             ]
         if self.rolled_back:
             lines += ["", "**Rolled back**: the new configuration failed; the last good one serves again."]

@@ -119,6 +119,9 @@ class Inventory(_Strict):
     eks_cluster: ClusterFound | None = Field(None, description="The campaign's own EKS cluster.")
     lifecycle_bucket: BucketFound | None = Field(None, description="The campaign's HyperPod lifecycle bucket.")
     roles: tuple[RoleFound, ...] = Field(default=(), max_length=16, description="The campaign's IAM roles.")
+    ecr_repositories: tuple[Named, ...] = Field(
+        default=(), max_length=16, description="The campaign's ECR repositories (the serving image's copy)."
+    )
     internet_gateways: tuple[InternetGatewayFound, ...] = Field(
         default=(), max_length=16, description="Tagged internet gateways."
     )
@@ -157,6 +160,7 @@ class Inventory(_Strict):
             or self.eks_cluster
             or self.lifecycle_bucket
             or self.roles
+            or self.ecr_repositories
             or self.internet_gateways
             or self.vpcs
             or self.nat_gateways

@@ -2,10 +2,10 @@
 
 Order (docs/design.md §9, docs/aws-network.md): workloads → node groups / HyperPod cluster → the HyperPod
 lifecycle bucket (emptied, then deleted: no node can be made from it any more) → leftover instances → launch
-templates → EKS cluster → IAM (detach policies, delete roles) → gateways (VPC endpoints; NAT gateways, waited
-for until deleted: only then is the Elastic IP free and the subnet empty) → network (Elastic IPs released,
-security group rules and groups, route table associations and tables, internet gateway detach and delete,
-subnets, VPC).
+templates → EKS cluster → ECR repositories (the serving image's copy) → IAM (detach policies, delete roles) →
+gateways (VPC endpoints; NAT gateways, waited for until deleted: only then is the Elastic IP free and the subnet
+empty) → network (Elastic IPs released, security group rules and groups, route table associations and tables,
+internet gateway detach and delete, subnets, VPC).
 Each phase waits until its deletions are done before the next one starts: an EKS cluster cannot be
 deleted while it has node groups (``ResourceInUseException``, EKS API reference DeleteCluster), and a
 VPC not while anything is in it (``DependencyViolation``, EC2 API reference DeleteVpc).
@@ -27,7 +27,7 @@ from capserve.core.tags import CAMPAIGN_TAG
 from capserve.core.teardown.inventory import Inventory, SecurityGroupFound
 from capserve.core.teardown.settings import TeardownSettings
 
-Service = Literal["ec2", "eks", "iam", "sagemaker", "s3", "kubernetes"]
+Service = Literal["ec2", "eks", "iam", "sagemaker", "s3", "kubernetes", "ecr"]
 
 # The codes each delete call may answer with when its target no longer exists. Nothing else is tolerated.
 NOT_FOUND: dict[str, tuple[str, ...]] = {
@@ -62,6 +62,8 @@ NOT_FOUND: dict[str, tuple[str, ...]] = {
     # S3 API reference, "Error responses": NoSuchBucket (404). DeleteObjects reports missing keys as deleted.
     "s3.delete_objects": ("NoSuchBucket",),
     "s3.delete_bucket": ("NoSuchBucket",),
+    # ECR API reference, DeleteRepository, "Errors": RepositoryNotFoundException.
+    "ecr.delete_repository": ("RepositoryNotFoundException",),
     # Kubernetes API conventions: DELETE of a missing object answers 404 NotFound.
     "kubernetes.delete": ("404",),
 }
@@ -109,6 +111,7 @@ class Phase(enum.StrEnum):
     INSTANCES = "instances"
     LAUNCH_TEMPLATES = "launch-templates"
     CLUSTER = "cluster"
+    REGISTRY = "registry"
     IAM = "iam"
     GATEWAYS = "gateways"
     NETWORK = "network"
@@ -202,6 +205,10 @@ def plan_teardown(inventory: Inventory, settings: TeardownSettings) -> TeardownP
                     timeout_s=settings.cluster_gone_timeout_s)
         steps.append(_step(Phase.CLUSTER, label("eks-cluster", name), "eks", "delete_cluster", name=name)
                      .model_copy(update={"wait": wait}))
+    for repository in inventory.ecr_repositories:
+        # force: a repository that holds images is refused without it (DeleteRepository, RepositoryNotEmptyException).
+        steps.append(_step(Phase.REGISTRY, label("ecr-repository", repository.name), "ecr", "delete_repository",
+                           repositoryName=repository.name, force=True))
     steps += _iam(inventory)
     steps += _gateways(inventory, settings)
     steps += _network(inventory)

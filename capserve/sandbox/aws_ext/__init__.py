@@ -9,6 +9,8 @@ EKS's CreateCluster (the zone rule), so it comes after HyperPod (which installs 
 
 from collections.abc import Callable
 
-from capserve.sandbox.aws_ext import capacity, clock, hyperpod, network  # hyperpod.install() installs eks too
+from capserve.sandbox.aws_ext import capacity, clock, ecr, hyperpod, network  # hyperpod.install() installs eks too
 
-INSTALLERS: tuple[Callable[[], None], ...] = (hyperpod.install, capacity.install, network.install, clock.install)
+INSTALLERS: tuple[Callable[[], None], ...] = (
+    hyperpod.install, capacity.install, network.install, clock.install, ecr.install,
+)

@@ -28,7 +28,9 @@ from capserve.core.rollout.diagnosis import (
     needs_grace,
     timeout_diagnosis,
 )
-from capserve.core.rollout.names import ROLLOUT_LABEL
+from capserve.core.rollout.image import ImagePull, slowest_pull
+from capserve.core.rollout.names import ROLE_LABEL, ROLLOUT_LABEL
+from capserve.core.rollout.prepull import PREPULL_ROLE
 from capserve.core.rollout.result import RolloutFailedError
 from capserve.tasks.kube import _resource, _watch_until, dynamic_client
 from capserve.tasks.resilience import kube_task
@@ -72,6 +74,20 @@ def _restarted(pods: Sequence[Mapping[str, Any]]) -> bool:
 def _events(api: k8s.ApiClient, namespace: str, settings: KubeSettings) -> list[dict[str, Any]]:
     listing = k8s.CoreV1Api(api).list_namespaced_event(namespace, _request_timeout=settings.request_timeout_s)
     return [api.sanitize_for_serialization(item) for item in listing.items]  # type: ignore[no-untyped-call]
+
+
+def image_pull_of(
+    api: k8s.ApiClient, namespace: str, pods: Sequence[Mapping[str, Any]], image: str, kube: KubeSettings
+) -> ImagePull | None:
+    """How long the pull of ``image`` took on the workload's nodes, from the kubelet's ``Pulled`` events of its
+    ``pods`` and of the pre-pull Jobs' pods (capserve.core.rollout.prepull); None when none of them pulled it."""
+    listing = k8s.CoreV1Api(api).list_namespaced_pod(
+        namespace, label_selector=f"{ROLE_LABEL}={PREPULL_ROLE}", _request_timeout=kube.request_timeout_s
+    )
+    prepulls = [api.sanitize_for_serialization(item) for item in listing.items]  # type: ignore[no-untyped-call]
+    metadata = [pod.get("metadata") or {} for pod in [*pods, *prepulls]]
+    uids = {str(meta.get("uid")): str(meta.get("name")) for meta in metadata if meta.get("uid")}
+    return slowest_pull(_events(api, namespace, kube), uids, image)
 
 
 def log_tail(api: k8s.ApiClient, namespace: str, pod: str, container: str | None, lines: int) -> tuple[str, ...]:

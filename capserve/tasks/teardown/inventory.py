@@ -109,6 +109,7 @@ def inventory_campaign(
         hyperpod = _hyperpod(names, region, kind, seen)
         bucket = _lifecycle_bucket(names, region, kind, seen)
         roles = _roles(names, region, kind, seen)
+        repositories = _ecr_repositories(campaign_id, region, seen)
         workload_cluster = eks_cluster
         if existing_cluster:
             workload_cluster = _existing(existing_cluster, region)
@@ -135,6 +136,7 @@ def inventory_campaign(
         eks_cluster=eks_cluster,
         lifecycle_bucket=bucket,
         roles=tuple(roles),
+        ecr_repositories=tuple(repositories),
         internet_gateways=tuple(gateways),
         vpcs=tuple(vpcs),
         nat_gateways=tuple(nats),
@@ -285,6 +287,25 @@ def _missing_network(
     if kind == "eks":
         expected.append(label("launch-template", names.launch_template))
     seen.missing += [resource for resource in expected if resource not in found]
+
+
+def _ecr_repositories(campaign_id: str, region: str, seen: _Collector) -> list[Named]:
+    """The campaign's ECR repositories: named ``capserve/<campaign>/…`` (capserve.core.rollout.image) and tagged."""
+    ecr = aws.client("ecr", region)
+    prefix = f"capserve/{campaign_id.lower()}/"
+    found: list[Named] = []
+    for repository in _pages(ecr, "describe_repositories", "repositories"):
+        name = str(repository["repositoryName"])
+        if not name.startswith(prefix):
+            continue
+        listed = ecr.list_tags_for_resource(resourceArn=repository["repositoryArn"])["tags"]
+        tags = {t["Key"]: t["Value"] for t in listed}
+        if tags.get(CAMPAIGN_TAG) != campaign_id:
+            seen.not_ours(label("ecr-repository", name), tags)
+            continue
+        seen.created(repository.get("createdAt"))
+        found.append(Named(id=name, name=name))
+    return found
 
 
 def _cluster_found(cluster: dict[str, Any]) -> ClusterFound:

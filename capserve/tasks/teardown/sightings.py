@@ -1,5 +1,5 @@
-"""For the reaper: which campaigns have capserve-tagged clusters, node groups, VPCs, NAT gateways or Elastic
-IPs in a region (the last two bill by the hour even when everything else is gone), and
+"""For the reaper: which campaigns have capserve-tagged clusters, node groups, VPCs, NAT gateways, Elastic
+IPs (the last two bill by the hour even when everything else is gone) or ECR repositories in a region, and
 when each campaign's lease ends (read from its reservations, never guessed)."""
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from capserve.tasks.resilience import aws_task
 @aws_task(name="find-capserve-campaigns", cache_policy=NO_CACHE)
 def find_campaigns(region: str) -> dict[str, list[str]]:
     """Campaign id → what carries its tag: EKS clusters and their node groups, HyperPod clusters, VPCs,
-    NAT gateways not yet deleting, Elastic IPs."""
+    NAT gateways not yet deleting, Elastic IPs, and the ECR repositories of the serving image (left alone when
+    everything else is gone, they would be found by none)."""
     seen: dict[str, list[str]] = defaultdict(list)
     try:
         eks = aws.client("eks", region)
@@ -49,6 +50,7 @@ def find_campaigns(region: str) -> dict[str, list[str]]:
                 seen[tags[CAMPAIGN_TAG]].append(label("vpc", tags.get("Name", vpc["VpcId"]), vpc["VpcId"]))
         _egress(ec2, tagged, seen)
         _hyperpod_clusters(aws.client("sagemaker", region), seen)
+        _ecr_repositories(aws.client("ecr", region), seen)
     except (ClientError, BotoCoreError) as exc:
         raise aws.convert(exc, f"reaper: looking for capserve-tagged resources in {region}") from exc
     return dict(seen)
@@ -86,6 +88,17 @@ def _hyperpod_clusters(sagemaker: Any, seen: dict[str, list[str]]) -> None:
             campaign = {t["Key"]: t.get("Value", "") for t in tags}.get(CAMPAIGN_TAG)
             if campaign:
                 seen[campaign].append(label("hyperpod-cluster", summary["ClusterName"]))
+
+
+def _ecr_repositories(ecr: Any, seen: dict[str, list[str]]) -> None:
+    for page in ecr.get_paginator("describe_repositories").paginate():
+        for repository in page.get("repositories", []):
+            if not str(repository["repositoryName"]).startswith("capserve/"):
+                continue  # the campaign's are named capserve/<campaign>/… (capserve.core.rollout.image)
+            tags = ecr.list_tags_for_resource(resourceArn=repository["repositoryArn"]).get("tags", [])
+            campaign = {t["Key"]: t.get("Value", "") for t in tags}.get(CAMPAIGN_TAG)
+            if campaign:
+                seen[campaign].append(label("ecr-repository", repository["repositoryName"]))
 
 
 @aws_task(name="campaign-lease-end", cache_policy=NO_CACHE)

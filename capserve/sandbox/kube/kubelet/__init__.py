@@ -95,6 +95,7 @@ class Kubelet:
         self.serve: ServeFn = serve or sandbox_server
         self.workers: dict[str, PodWorker] = {}
         self.images: dict[str, set[str]] = {}
+        self._pull_locks: dict[str, asyncio.Lock] = {}  # node -> one pull at a time (serializeImagePulls)
         self.vllm_groups: dict[tuple[str, str], VllmGroup] = {}
         self._pod_ips: dict[str, str] = {}
         self._next_ip = 0
@@ -103,10 +104,15 @@ class Kubelet:
         self._shim: ShimServer | None = None
         self.processes: weakref.WeakSet[LocalProcess] = weakref.WeakSet()  # every local process of this kubelet
 
+    def pull_lock(self, node: str) -> asyncio.Lock:
+        """The lock a node's image pulls take in turn (made on the kubelet's loop, on first use)."""
+        return self._pull_locks.setdefault(node, asyncio.Lock())
+
     def reset(self) -> None:
         self.kill_all_now()
         self.workers.clear()
         self.images.clear()
+        self._pull_locks.clear()
         self.vllm_groups.clear()
         self._registered.clear()
 

@@ -23,10 +23,11 @@ import contextlib
 import hashlib
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from capserve.sandbox.kube.kubelet.faults import FaultKind
+from capserve.sandbox.kube.kubelet.image_pulls import UNKNOWN_PULL_S, PullError, go_duration, pull_image
 from capserve.sandbox.kube.kubelet.logs import ContainerLogs
 from capserve.sandbox.kube.kubelet.probes import run_probe
 from capserve.sandbox.kube.kubelet.runtimes import ContainerContext, ContainerExit, Exit, Runtime
@@ -166,16 +167,17 @@ class ContainerRunner:
                 self._event("Pulled", f'Container image "{self.image}" already present on machine')
                 return
             self._event("Pulling", f'Pulling image "{self.image}"')
-            if fault is None:
-                self.kubelet.images[node].add(self.image)
-                pulled = "in 120ms (120ms including waiting). Image size: 0 bytes."
-                self._event("Pulled", f'Successfully pulled image "{self.image}" {pulled}')
-                return
-            failures += 1
             error = (
                 f'failed to pull and unpack image "{self.image}": failed to resolve reference "{self.image}": '
                 f"{self.image}: not found"
             )
+            if fault is None:
+                try:
+                    await self._pulled(node)
+                    return
+                except PullError as failed:
+                    error = str(failed)
+            failures += 1
             self._event("Failed", f'Failed to pull image "{self.image}": {error}', warning=True)
             self._event("Failed", "Error: ErrImagePull", warning=True)
             self._set(state={"waiting": {"reason": "ErrImagePull", "message": error}})
@@ -186,6 +188,24 @@ class ContainerRunner:
             self._event("BackOff", message)
             self._event("Failed", "Error: ImagePullBackOff", warning=True)
             await asyncio.sleep(self.kubelet.timing.wall(delay))
+
+    async def _pulled(self, node: str) -> None:
+        """One pull (``image_pulls.pull_image``), one at a time per node: the kubelet's ``serializeImagePulls``
+        defaults to true (KubeletConfiguration reference), so a pull queued behind another says so in the
+        "including waiting" part of its ``Pulled`` event."""
+        queued, lock = time.monotonic(), self.kubelet.pull_lock(node)
+        behind = lock.locked()  # another pull runs: this one waits its turn (else no wait to report)
+        async with lock:
+            waited = (time.monotonic() - queued) * self.kubelet.timing.time_scale if behind else 0.0
+            pulled = pull_image(self.image, node)  # raises PullError
+            if self.image in self.kubelet.images[node]:
+                # The pull ahead in the queue brought it: containerd holds every layer, nothing is downloaded.
+                pulled = replace(pulled, seconds=min(pulled.seconds, UNKNOWN_PULL_S))
+            await asyncio.sleep(self.kubelet.timing.wall(pulled.seconds))
+        self.kubelet.images[node].add(self.image)
+        took, total = go_duration(pulled.seconds), go_duration(pulled.seconds + waited)
+        message = f"in {took} ({total} including waiting). Image size: {pulled.size_bytes} bytes."
+        self._event("Pulled", f'Successfully pulled image "{self.image}" {message}')
 
     async def _configure(self) -> ContainerContext:
         while True:
