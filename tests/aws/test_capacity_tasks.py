@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from capserve.core.capacity.ranking import rank_offers
 from capserve.core.capacity.settings import CapacitySettings
 from capserve.core.capacity.states import ReservationState
 from capserve.core.errors import PermanentError, RetryableError, WaitTimeoutError
@@ -23,7 +24,6 @@ from capserve.tasks.capacity.reservations import (
     find_campaign_reservations,
     wait_until_usable,
 )
-from capserve.core.capacity.ranking import rank_offers
 from capserve.tasks.capacity.search import search_offers, search_zones
 
 REGIONS = ["us-east-2", "us-west-2"]

@@ -10,7 +10,6 @@ from capserve.core.capacity.adoption import adoption_problems, lease_from_reserv
 from capserve.core.capacity.approval import ApprovalRequest, needs_approval
 from capserve.core.capacity.offers import offer_from_capacity_block, offers_from_training_plan
 from capserve.core.capacity.ranking import rank_offers
-from capserve.core.capacity.zones import Zone
 from capserve.core.capacity.requests import (
     FEE_TAG,
     create_training_plan_request,
@@ -27,6 +26,7 @@ from capserve.core.capacity.states import (
     reservation_from_training_plan,
     state_from_training_plan,
 )
+from capserve.core.capacity.zones import Zone
 from capserve.core.record import CampaignRecord, StageEntry, record_key
 from capserve.core.spec import CapacitySpec
 from capserve.core.stages import Stage, StageStatus
