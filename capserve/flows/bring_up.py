@@ -20,6 +20,8 @@ from datetime import datetime
 
 from prefect import flow, get_run_logger
 
+from capserve.core.catalog import get_instance_type
+from capserve.core.cluster.efa import EfaNeeds, efa_needs
 from capserve.core.cluster.expectations import bring_up_steps, cluster_expectations
 from capserve.core.cluster.naming import ClusterNames
 from capserve.core.cluster.readiness import Readiness
@@ -60,22 +62,28 @@ def bring_up(
     lease: Lease,
     settings: BringUpSettings | None = None,
     now: datetime | None = None,
+    nodes_per_replica: int | None = None,
 ) -> ClusterResult:
     """Bring up (or find) the campaign's cluster on ``lease`` and wait until every GPU node is usable.
 
     ``now`` is the wall-clock instant the deadline rule is judged at (default: the current time; the
-    sandbox passes its clock's).
+    sandbox passes its clock's). ``nodes_per_replica`` is the plan's (EFA and huge pages only when it is
+    above 1); unknown, it is taken as the lease's instance count, the widest layout the lease could hold.
     """
     settings = settings or settings_from_environment().for_campaign(spec.campaign_settings()).bring_up
     budget = bring_up_steps(spec, lease, now or campaign_now())
+    efa = efa_needs(
+        get_instance_type(lease.instance_type),
+        nodes_per_replica if nodes_per_replica is not None else lease.instance_count,
+    )
     if spec.cluster.existing_cluster_name:
         aws = _existing(spec.cluster.existing_cluster_name, spec, lease, settings, budget)
     else:
-        aws = _converge_aws(spec, lease, settings, budget)
+        aws = _converge_aws(spec, lease, settings, budget, efa)
     get_run_logger().info(
         "cluster %s is up; created this run: %s", aws.cluster.name, ", ".join(aws.created) or "nothing"
     )
-    readiness = _ready_on_kubernetes(spec, lease, settings, budget, aws)
+    readiness = _ready_on_kubernetes(spec, lease, settings, budget, aws, efa)
     cluster = aws.cluster
     return ClusterResult(
         kind=spec.cluster.kind,
@@ -105,7 +113,9 @@ def _existing(name: str, spec: CampaignSpec, lease: Lease, settings: BringUpSett
     return _AwsSide(cluster=cluster, gpu_pool=ClusterNames(campaign_id=spec.campaign_id).nodegroup)
 
 
-def _converge_aws(spec: CampaignSpec, lease: Lease, settings: BringUpSettings, budget: StepBudget) -> _AwsSide:
+def _converge_aws(
+    spec: CampaignSpec, lease: Lease, settings: BringUpSettings, budget: StepBudget, efa: EfaNeeds
+) -> _AwsSide:
     campaign_id, region = spec.campaign_id, lease.region
     with budget.step("network"):
         network = converge_network(campaign_id, region, lease.availability_zone, settings.vpc_cidr)
@@ -143,7 +153,7 @@ def _converge_aws(spec: CampaignSpec, lease: Lease, settings: BringUpSettings, b
         )
     aws = _AwsSide(cluster=cluster, gpu_pool="", system_pool=system_pool)
     aws.created += [*network.created, *roles.created, *cluster.created, *system_pool.created]
-    _gpu_pool(spec, lease, settings, budget, aws, roles, network.security_group_id, network.node_subnet_id)
+    _gpu_pool(spec, lease, settings, budget, aws, roles, network.security_group_id, network.node_subnet_id, efa)
     return aws
 
 
@@ -156,12 +166,15 @@ def _gpu_pool(
     roles: RoleArns,
     security_group_id: str,
     subnet_id: str,
+    efa: EfaNeeds,
 ) -> None:
     """The GPU nodes on the reservation: an EKS node group on the Capacity Block, or HyperPod on the plan."""
     names = ClusterNames(campaign_id=spec.campaign_id)
     if spec.cluster.kind == "eks":
         with budget.step("GPU node group"):
-            template = converge_launch_template(spec.campaign_id, lease, security_group_id)
+            template = converge_launch_template(
+                spec.campaign_id, lease, security_group_id, hugepages_2mi_pages=efa.hugepages_2mi_pages
+            )
             aws.created += template.created
             aws.created += converge_nodegroup(
                 spec.campaign_id,
@@ -190,14 +203,14 @@ def _gpu_pool(
 
 
 def _ready_on_kubernetes(
-    spec: CampaignSpec, lease: Lease, settings: BringUpSettings, budget: StepBudget, aws: _AwsSide
+    spec: CampaignSpec, lease: Lease, settings: BringUpSettings, budget: StepBudget, aws: _AwsSide, efa: EfaNeeds
 ) -> Readiness:
     """Add-ons applied, every GPU node Ready with its devices, add-ons and CoreDNS ready: each wait capped by
     what is left of the budget."""
     cluster = aws.cluster
     api = api_client_for_eks(cluster.endpoint, cluster.ca_data, cluster.name, lease.region, settings=settings.kube)
     expect = cluster_expectations(
-        spec.campaign_id, lease, kind=spec.cluster.kind, system_pool=aws.system_pool is not None
+        spec.campaign_id, lease, kind=spec.cluster.kind, system_pool=aws.system_pool is not None, efa=efa
     )
     kube = settings.kube
     with budget.step("add-ons"):

@@ -245,3 +245,17 @@ def test_node_role_may_write_compile_caches_beside_the_weights_only(sandbox: Non
     converge_roles.fn(campaign, "eks", REGION, compile_cache_bucket="capserve-weights",
                       compile_cache_prefix="capserve/weights")
     assert [c.action for c in eks_ext.calls("iam") if c.action.startswith(("Create", "Put", "Attach"))] == []
+
+
+def test_node_role_carries_ssm_so_a_node_that_never_joins_can_be_inspected(sandbox: None) -> None:
+    campaign = "conv-ssm"
+    ssm = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
+    converge_roles.fn(campaign, "eks", REGION)
+    iam = boto3.client("iam")
+    role = f"capserve-{campaign}-eks-node"
+    attached = [p["PolicyArn"] for p in iam.list_attached_role_policies(RoleName=role)["AttachedPolicies"]]
+    assert ssm in attached
+    # A role made before the policy was added gets it on the next bring-up.
+    iam.detach_role_policy(RoleName=role, PolicyArn=ssm)
+    converge_roles.fn(campaign, "eks", REGION)
+    assert ssm in [p["PolicyArn"] for p in iam.list_attached_role_policies(RoleName=role)["AttachedPolicies"]]

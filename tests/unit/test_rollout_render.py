@@ -88,7 +88,7 @@ def test_the_strict_lws_check_catches_a_misspelt_field() -> None:
 # ------------------------------------------------------------------ one node
 
 
-def test_k3_on_one_b300_is_a_leaderworkerset_of_one_with_all_gpus_and_efa() -> None:
+def test_k3_on_one_b300_is_a_leaderworkerset_of_one_with_all_gpus_and_no_efa() -> None:
     config = config_for(k3_plan())
     rendered = render_rollout(config, target_for(config))
     spec_ = rendered.workload["spec"]
@@ -98,10 +98,11 @@ def test_k3_on_one_b300_is_a_leaderworkerset_of_one_with_all_gpus_and_efa() -> N
     assert spec_["rolloutStrategy"]["rollingUpdateConfiguration"]["maxSurge"] == 0
     container = vllm_container(leader(rendered))
     limits = container["resources"]["limits"]
-    instance = get_instance_type("p6-b300.48xlarge")
     assert limits["nvidia.com/gpu"] == "8"
-    assert limits["vpc.amazonaws.com/efa"] == str(len(instance.efa_card_indices)) == "16"  # card 0 is ENA-only
-    assert limits["hugepages-2Mi"] == "5120Mi" and container["resources"]["requests"] == limits  # Guaranteed QoS
+    # TP8 on one node talks over NVLink only: no EFA device, no huge pages, no libfabric EFA provider.
+    assert "vpc.amazonaws.com/efa" not in limits and "hugepages-2Mi" not in limits
+    assert not {"FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA"} & {e["name"] for e in container["env"]}
+    assert container["resources"]["requests"] == limits  # Guaranteed QoS
     assert container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
     assert container["command"] == ["vllm", "serve"]
     args = container["args"]
@@ -184,6 +185,14 @@ def test_k3_tp8_pp2_on_two_b200_leader_serves_workers_join_headless() -> None:
     assert lead[lead.index("--master-addr") + 1] == "$(LWS_LEADER_ADDRESS)" and "--headless" not in lead
     assert work[work.index("--node-rank") + 1] == "$(LWS_WORKER_INDEX)" and "--headless" in work
     assert "--api-key" not in work  # headless workers serve no HTTP
+    # Across nodes, both pods take every EFA device (b200: 8 cards) and the huge pages EFA uses.
+    instance = get_instance_type("p6-b200.48xlarge")
+    for template in (leader(rendered), worker(rendered)):
+        container = vllm_container(template)
+        limits = container["resources"]["limits"]
+        assert limits["vpc.amazonaws.com/efa"] == str(len(instance.efa_card_indices)) == "8"
+        assert limits["hugepages-2Mi"] == "5120Mi" and container["resources"]["requests"] == limits
+        assert {"name": "FI_PROVIDER", "value": "efa"} in container["env"]
     # Every node holds every expert (no expert parallelism): any staged node will do for any pod.
     required = "requiredDuringSchedulingIgnoredDuringExecution"
     hosts = leader(rendered)["spec"]["affinity"]["nodeAffinity"][required]

@@ -12,6 +12,7 @@ from datetime import datetime
 from capserve.core.catalog import get_instance_type
 from capserve.core.cluster.addons import Manifest, bootstrap_workloads, campaign_addon_options, render_addons
 from capserve.core.cluster.deadline import bring_up_budget
+from capserve.core.cluster.efa import EfaNeeds
 from capserve.core.cluster.eks import gpu_pool_selector
 from capserve.core.cluster.readiness import NodeExpectation
 from capserve.core.deadline import Deadline, StepBudget
@@ -26,16 +27,22 @@ class ClusterExpectations:
     nodes: NodeExpectation
 
 
-def cluster_expectations(campaign_id: str, lease: Lease, *, kind: str, system_pool: bool) -> ClusterExpectations:
-    """The add-ons to apply, the workloads to wait for, and the GPU nodes the lease must show."""
+def cluster_expectations(
+    campaign_id: str, lease: Lease, *, kind: str, system_pool: bool, efa: EfaNeeds
+) -> ClusterExpectations:
+    """The add-ons to apply, the workloads to wait for, and the GPU nodes the lease must show.
+
+    ``efa`` is what the layout needs (``capserve.core.cluster.efa.efa_needs``): EFA devices and huge
+    pages are required only when it spans nodes.
+    """
     instance = get_instance_type(lease.instance_type)
-    addons = render_addons(
-        campaign_addon_options(campaign_id, efa=bool(instance.efa_card_indices), system_pool=system_pool)
-    )
+    # No EFA device plugin either when nothing uses EFA: it would be one more thing to wait for on the block.
+    addons = render_addons(campaign_addon_options(campaign_id, efa=efa.used, system_pool=system_pool))
     nodes = NodeExpectation(
         count=lease.instance_count,
         gpus_per_node=instance.gpus_per_node,
-        efa_per_node=len(instance.efa_card_indices),
+        efa_per_node=efa.devices,
+        hugepages_2mi_mib=efa.hugepages_mib,
         node_labels=gpu_pool_selector(campaign_id),
         require_health_label=kind == "hyperpod",
     )

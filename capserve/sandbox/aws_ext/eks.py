@@ -57,6 +57,7 @@ class NodePoolActivated:
     hyperpod: bool = False  # HyperPod nodes carry health labels (set by the fake Kubernetes server)
     local_storage: str | None = None  # nodeadm localStorage.strategy from the launch template's user data
     root_volume_gib: int = 20
+    hugepages_2mi: int = 0  # 2 MiB huge pages the launch template's user data allocates at boot
 
 
 @dataclass
@@ -154,6 +155,7 @@ def attach_fake_kube(kube: Any, *, failure: str | None = None) -> Callable[[Node
             health_labels=event.hyperpod,
             local_storage=event.local_storage,
             root_volume_gib=event.root_volume_gib,
+            hugepages_2mi=event.hugepages_2mi,
             **where,
         )
 
@@ -289,6 +291,7 @@ def _patch_eks() -> None:
                         instance_type=instance_type,
                         local_storage=storage.local_storage,
                         root_volume_gib=storage.root_volume_gib,
+                        hugepages_2mi=storage.hugepages_2mi,
                         # EKS labels every managed node with its node group (EKS user guide, managed node groups).
                         labels={**nodegroup.labels, "eks.amazonaws.com/nodegroup": nodegroup_name},
                         taints=[

@@ -127,11 +127,17 @@ class LaunchTemplateRef(BaseModel):
 
 
 @aws_task(name="converge-launch-template", cache_policy=NO_CACHE)
-def converge_launch_template(campaign_id: str, lease: Lease, security_group_id: str) -> LaunchTemplateRef:
-    """The capacity-block template; a new version only when its content (e.g. the reservation) changed."""
+def converge_launch_template(
+    campaign_id: str, lease: Lease, security_group_id: str, *, hugepages_2mi_pages: int = 0
+) -> LaunchTemplateRef:
+    """The capacity-block template; a new version only when its content (e.g. the reservation) changed.
+
+    ``hugepages_2mi_pages``: what the nodes' boot configuration pre-allocates (multi-node EFA layouts)."""
     names = ClusterNames(campaign_id=campaign_id)
     instance = get_instance_type(lease.instance_type)
-    request = build.launch_template_request(names, lease, instance, security_group_id)
+    request = build.launch_template_request(
+        names, lease, instance, security_group_id, hugepages_2mi_pages=hugepages_2mi_pages
+    )
     ec2 = aws.client("ec2", lease.region)
     try:
         try:
