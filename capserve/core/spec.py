@@ -211,6 +211,18 @@ class ClusterSpec(StrictModel):
     )
 
 
+# Options capserve once declared and cannot deliver (docs/input.md, "Refused options"): refused with
+# what is supported and why, rather than accepted and left to fail on a paid block.
+NO_FSX = (
+    "'fsx' is not supported: capserve creates no FSx for Lustre file system, volume or claim for it, so the "
+    "pods could never start; use 'nvme' (each node's instance-store NVMe, assembled as RAID0)"
+)
+NO_INTERNAL_NLB = (
+    "'internal-nlb' is not supported: a LoadBalancer Service needs the AWS Load Balancer Controller, which "
+    "capserve does not install, so no load balancer would be made; use 'port-forward' (through the API server)"
+)
+
+
 class WeightsSpec(StrictModel):
     """Where the checkpoint is staged on its way from the Hub to each node."""
 
@@ -224,9 +236,17 @@ class WeightsSpec(StrictModel):
     s3_region: str | None = Field(
         None, pattern=AWS_REGION, description="Region of the bucket; default: the first of capacity.regions."
     )
-    node_target: Literal["fsx", "nvme"] = Field(
-        "nvme", description="Per-node copy target: the instance's local NVMe, or an FSx for Lustre file system."
+    node_target: Literal["nvme"] = Field(
+        "nvme",
+        description="Per-node copy target: the instance's local NVMe (RAID0). FSx for Lustre is not supported.",
     )
+
+    @field_validator("node_target", mode="before")
+    @classmethod
+    def _no_fsx(cls, value: object) -> object:
+        if value == "fsx":
+            raise ValueError(NO_FSX)
+        return value
 
 
 class ServingSpec(StrictModel):
@@ -247,11 +267,18 @@ class ServingSpec(StrictModel):
     served_model_name: str | None = Field(
         None, min_length=1, max_length=200, description="Name clients ask for; default: the Hub repo id."
     )
-    endpoint_access: Literal["port-forward", "internal-nlb"] = Field(
+    endpoint_access: Literal["port-forward"] = Field(
         "port-forward",
         description="How the campaign reaches the endpoint: a port-forward through the Kubernetes API server "
-        "(nothing exposed), or an internal Network Load Balancer in the VPC (AWS Load Balancer Controller).",
+        "(nothing exposed). An internal Network Load Balancer is not supported.",
     )
+
+    @field_validator("endpoint_access", mode="before")
+    @classmethod
+    def _no_nlb(cls, value: object) -> object:
+        if value == "internal-nlb":
+            raise ValueError(NO_INTERNAL_NLB)
+        return value
     startup_budget_minutes: StrictInt | None = Field(
         None,
         ge=5,

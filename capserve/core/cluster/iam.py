@@ -2,7 +2,8 @@
 
 Trust policies and AWS-managed policy names come from the EKS user guide ("Amazon EKS cluster IAM
 role", "Amazon EKS node IAM role"; the node role also gets AmazonSSMManagedInstanceCore, so a node that
-does not join can be inspected with Session Manager) and the SageMaker HyperPod guide ("IAM role for SageMaker HyperPod").
+does not join can be inspected with Session Manager) and the SageMaker HyperPod guide ("IAM role for
+SageMaker HyperPod").
 """
 
 from __future__ import annotations

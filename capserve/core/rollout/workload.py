@@ -101,7 +101,7 @@ class RenderedRollout(BaseModel):
     startup_budget_s: int = Field(ge=1, description="The startup probe's budget.")
     cache_key: str = Field(min_length=1, max_length=64, description="Compile-cache key.")
     cache_uri: str = Field(min_length=1, max_length=1024, description="S3 folder of this key's caches.")
-    endpoint_access: str = Field(min_length=1, max_length=32, description="port-forward | internal-nlb.")
+    endpoint_access: str = Field(min_length=1, max_length=32, description="How the endpoint is reached: port-forward.")
     workload: dict[str, Any] = Field(description="The LeaderWorkerSet object.")
     services: tuple[dict[str, Any], ...] = Field(description="Services pointing at this workload's leader.")
 
