@@ -30,6 +30,7 @@ from pydantic import (
     model_validator,
 )
 
+from capserve.core.cluster.access import IAM_PRINCIPAL_ARN
 from capserve.core.cost.spec import CostSpec
 from capserve.core.errors import SpecError
 from capserve.core.evaluation.spec import EvaluationSpec
@@ -209,6 +210,30 @@ class ClusterSpec(StrictModel):
         le=24 * 60,
         description="Refuse to bring up, or stop, when less serving time than this is left before drain.",
     )
+    admin_principals: list[str] = Field(
+        default_factory=list,
+        max_length=10,
+        description="IAM role or user ARNs (arn:aws:iam::<account>:role/<name>) that get cluster-admin access "
+        "entries besides the principal that creates the cluster: e.g. the role the scheduled drain/teardown runs "
+        "and the reaper run as (docs/aws-network.md, \"Access\").",
+    )
+
+    @field_validator("admin_principals")
+    @classmethod
+    def _iam_principals(cls, value: list[str]) -> list[str]:
+        for arn in value:
+            if ":sts::" in arn:
+                raise ValueError(
+                    f"{arn!r} is an STS session ARN: give the IAM ARN of the role, arn:aws:iam::<account>:role/<name>"
+                )
+            if ":role/aws-service-role/" in arn:
+                raise ValueError(f"{arn!r} is a service-linked role: EKS access entries cannot name one")
+            if not re.match(IAM_PRINCIPAL_ARN, arn):
+                raise ValueError(
+                    f"{arn!r} is not an IAM role or user ARN "
+                    "(arn:aws:iam::<12-digit account>:role/<name> or :user/<name>)"
+                )
+        return value
 
 
 # Options capserve once declared and cannot deliver (docs/input.md, "Refused options"): refused with

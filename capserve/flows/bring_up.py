@@ -1,12 +1,12 @@
 """The bring_up stage: a Kubernetes cluster whose GPU nodes run on the lease's reservation, proven usable.
 
-EKS: network → IAM roles → control plane → system node group → capacity-block launch template →
-CAPACITY_BLOCK node group.
-HyperPod: network → IAM roles → EKS control plane (the orchestrator) → system node group → HyperPod
-cluster on the training plan.
+EKS: network → IAM roles → control plane → access entries → system node group → capacity-block launch
+template → CAPACITY_BLOCK node group.
+HyperPod: network → IAM roles → EKS control plane (the orchestrator) → access entries → system node
+group → HyperPod cluster on the training plan.
 Then, for both: a Kubernetes client (in memory, EKS token) → add-ons applied → every GPU node Ready with
-its GPUs (and EFA devices) allocatable → add-ons and EKS's CoreDNS ready (on the system nodes: the GPU
-nodes are tainted).
+its GPUs (and, for a layout across nodes, EFA devices and huge pages) allocatable → add-ons and EKS's
+CoreDNS ready (on the system nodes: the GPU nodes are tainted).
 
 Every AWS step converges (finds by campaign tag/name, creates only what is missing), so re-running the
 flow on a cluster that exists creates nothing. Bring-up refuses to start, and stops, once the lease's
@@ -33,6 +33,7 @@ from capserve.core.spec import CampaignSpec
 from capserve.tasks.clock import campaign_now
 from capserve.tasks.cluster.eks import (
     EksCluster,
+    converge_access_entries,
     converge_cluster,
     converge_launch_template,
     converge_nodegroup,
@@ -138,6 +139,10 @@ def _converge_aws(
             timeout_s=budget.cap(settings.cluster_active_timeout_s, "EKS control plane"),
             poll_s=settings.poll_seconds,
         )
+    # The principals the scheduled runs and the reaper use, when not this one: without an access entry
+    # their Kubernetes calls (drain, teardown of the workloads) would be refused.
+    with budget.step("cluster access"):
+        access_created = converge_access_entries(campaign_id, region, cluster.name, spec.cluster.admin_principals)
     # CoreDNS and the controllers need untainted nodes: the system group must be ACTIVE before add-ons.
     with budget.step("system node group"):
         system_pool = converge_system_nodegroup(
@@ -152,7 +157,7 @@ def _converge_aws(
             poll_s=settings.poll_seconds,
         )
     aws = _AwsSide(cluster=cluster, gpu_pool="", system_pool=system_pool)
-    aws.created += [*network.created, *roles.created, *cluster.created, *system_pool.created]
+    aws.created += [*network.created, *roles.created, *cluster.created, *access_created, *system_pool.created]
     _gpu_pool(spec, lease, settings, budget, aws, roles, network.security_group_id, network.node_subnet_id, efa)
     return aws
 

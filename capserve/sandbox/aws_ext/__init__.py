@@ -8,6 +8,6 @@ capacity's install chains to whatever answered before it, so it comes after Hype
 
 from collections.abc import Callable
 
-from capserve.sandbox.aws_ext import capacity, clock, hyperpod  # hyperpod.install() installs eks too
+from capserve.sandbox.aws_ext import capacity, clock, eks_access, hyperpod  # hyperpod.install() installs eks too
 
-INSTALLERS: tuple[Callable[[], None], ...] = (hyperpod.install, capacity.install, clock.install)
+INSTALLERS: tuple[Callable[[], None], ...] = (hyperpod.install, eks_access.install, capacity.install, clock.install)
