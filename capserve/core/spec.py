@@ -32,6 +32,7 @@ from pydantic import (
 )
 
 from capserve.core.catalog import MODELS
+from capserve.core.cluster.access import IAM_PRINCIPAL_ARN
 from capserve.core.cost.spec import CostSpec
 from capserve.core.errors import SpecError
 from capserve.core.evaluation.spec import EvaluationSpec
@@ -230,6 +231,42 @@ class ClusterSpec(StrictModel):
         le=24 * 60,
         description="Refuse to bring up, or stop, when less serving time than this is left before drain.",
     )
+    admin_principals: list[str] = Field(
+        default_factory=list,
+        max_length=10,
+        description="IAM role or user ARNs (arn:aws:iam::<account>:role/<name>) that get cluster-admin access "
+        "entries besides the principal that creates the cluster: e.g. the role the scheduled drain/teardown runs "
+        "and the reaper run as (docs/aws-network.md, \"Access\").",
+    )
+
+    @field_validator("admin_principals")
+    @classmethod
+    def _iam_principals(cls, value: list[str]) -> list[str]:
+        for arn in value:
+            if ":sts::" in arn:
+                raise ValueError(
+                    f"{arn!r} is an STS session ARN: give the IAM ARN of the role, arn:aws:iam::<account>:role/<name>"
+                )
+            if ":role/aws-service-role/" in arn:
+                raise ValueError(f"{arn!r} is a service-linked role: EKS access entries cannot name one")
+            if not re.match(IAM_PRINCIPAL_ARN, arn):
+                raise ValueError(
+                    f"{arn!r} is not an IAM role or user ARN "
+                    "(arn:aws:iam::<12-digit account>:role/<name> or :user/<name>)"
+                )
+        return value
+
+
+# Options capserve once declared and cannot deliver (docs/input.md, "Refused options"): refused with
+# what is supported and why, rather than accepted and left to fail on a paid block.
+NO_FSX = (
+    "'fsx' is not supported: capserve creates no FSx for Lustre file system, volume or claim for it, so the "
+    "pods could never start; use 'nvme' (each node's instance-store NVMe, assembled as RAID0)"
+)
+NO_INTERNAL_NLB = (
+    "'internal-nlb' is not supported: a LoadBalancer Service needs the AWS Load Balancer Controller, which "
+    "capserve does not install, so no load balancer would be made; use 'port-forward' (through the API server)"
+)
 
 
 class WeightsSpec(StrictModel):
@@ -245,8 +282,9 @@ class WeightsSpec(StrictModel):
     s3_region: str | None = Field(
         None, pattern=AWS_REGION, description="Region of the bucket; default: the first of capacity.regions."
     )
-    node_target: Literal["fsx", "nvme"] = Field(
-        "nvme", description="Per-node copy target: the instance's local NVMe, or an FSx for Lustre file system."
+    node_target: Literal["nvme"] = Field(
+        "nvme",
+        description="Per-node copy target: the instance's local NVMe (RAID0). FSx for Lustre is not supported.",
     )
 
     @field_validator("s3_prefix")
@@ -255,6 +293,13 @@ class WeightsSpec(StrictModel):
         problem = s3_prefix_problem(value)
         if problem:
             raise ValueError(problem)
+        return value
+
+    @field_validator("node_target", mode="before")
+    @classmethod
+    def _no_fsx(cls, value: object) -> object:
+        if value == "fsx":
+            raise ValueError(NO_FSX)
         return value
 
 
@@ -291,11 +336,18 @@ class ServingSpec(StrictModel):
     served_model_name: str | None = Field(
         None, min_length=1, max_length=200, description="Name clients ask for; default: the Hub repo id."
     )
-    endpoint_access: Literal["port-forward", "internal-nlb"] = Field(
+    endpoint_access: Literal["port-forward"] = Field(
         "port-forward",
         description="How the campaign reaches the endpoint: a port-forward through the Kubernetes API server "
-        "(nothing exposed), or an internal Network Load Balancer in the VPC (AWS Load Balancer Controller).",
+        "(nothing exposed). An internal Network Load Balancer is not supported.",
     )
+
+    @field_validator("endpoint_access", mode="before")
+    @classmethod
+    def _no_nlb(cls, value: object) -> object:
+        if value == "internal-nlb":
+            raise ValueError(NO_INTERNAL_NLB)
+        return value
     startup_budget_minutes: StrictInt | None = Field(
         None,
         ge=5,

@@ -5,7 +5,8 @@ Order, and why:
    ("expired"): it never searches offers, so a run that fires after its block ended cannot buy another;
 1. the campaign record, then AWS by the campaign tag: a run that died after buying (even before it
    recorded anything) adopts instead of buying again — PurchaseCapacityBlock has no idempotency token;
-2. offers from every region, ranked by the spec's policy (the decision is data, shown in the report);
+2. offers from every region, less those in zones where the cluster cannot be built (Local Zones, AZs EKS
+   refuses), ranked by the spec's policy (the decision is data, shown in the report);
 3. a person's approval when the fee is above the spec's threshold (suspend/pause frees or parks the
    run; an interactive CLI run asks on the terminal); rejected or timed out → stop, nothing bought;
 4. the purchase under a Prefect concurrency limit of one per campaign, after a second tag lookup
@@ -45,7 +46,7 @@ from capserve.tasks.capacity.reservations import (
     find_campaign_reservations,
     wait_until_usable,
 )
-from capserve.tasks.capacity.search import search_offers
+from capserve.tasks.capacity.search import search_offers, search_zones
 from capserve.tasks.clock import campaign_now
 from capserve.tasks.locations import record_ref
 from capserve.tasks.record_store import save_approval, save_lease, save_stage
@@ -89,7 +90,10 @@ def acquire(
 
     capacity = spec.capacity
     gpus = get_instance_type(capacity.instance_type).gpus_per_node
-    ranking = rank_offers(search_offers(capacity), capacity, regions=capacity.regions, gpus_per_instance=gpus)
+    ranking = rank_offers(
+        search_offers(capacity), capacity, regions=capacity.regions, gpus_per_instance=gpus,
+        zones=search_zones(capacity),
+    )
     offer = ranking.chosen
     if offer is None:
         raise PermanentError(f"campaign {spec.campaign_id}: {ranking.why_nothing()}")

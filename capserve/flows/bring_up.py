@@ -1,13 +1,13 @@
 """The bring_up stage: a Kubernetes cluster whose GPU nodes run on the lease's reservation, proven usable.
 
 EKS: network (docs/aws-network.md: GPU nodes in a private subnet behind a NAT gateway, the control plane
-and system nodes in public subnets of zones EKS allows) → IAM roles → control plane → system node group →
-capacity-block launch template → CAPACITY_BLOCK node group.
-HyperPod: network → IAM roles → EKS control plane (the orchestrator) → system node group → HyperPod
-dependencies on the EKS cluster and the lifecycle script in S3 → HyperPod cluster on the training plan.
+and system nodes in public subnets of zones EKS allows) → IAM roles → control plane → access entries → system
+node group → capacity-block launch template → CAPACITY_BLOCK node group.
+HyperPod: network → IAM roles → EKS control plane (the orchestrator) → access entries → system node group →
+HyperPod dependencies on the EKS cluster and the lifecycle script in S3 → HyperPod cluster on the training plan.
 Then, for both: a Kubernetes client (in memory, EKS token) → add-ons applied → every GPU node Ready with
-its GPUs (and EFA devices) allocatable → add-ons and EKS's CoreDNS ready (on the system nodes: the GPU
-nodes are tainted).
+its GPUs (and, for a layout across nodes, EFA devices and huge pages) allocatable → add-ons and EKS's
+CoreDNS ready (on the system nodes: the GPU nodes are tainted).
 
 Every AWS step converges (finds by campaign tag/name, creates only what is missing), so re-running the
 flow on a cluster that exists creates nothing. Bring-up refuses to start, and stops, once the lease's
@@ -21,6 +21,8 @@ from datetime import datetime
 
 from prefect import flow, get_run_logger
 
+from capserve.core.catalog import get_instance_type
+from capserve.core.cluster.efa import EfaNeeds, efa_needs
 from capserve.core.cluster.expectations import bring_up_steps, cluster_expectations
 from capserve.core.cluster.hyperpod import dependencies as hyperpod_dependencies
 from capserve.core.cluster.naming import ClusterNames
@@ -34,6 +36,7 @@ from capserve.core.spec import CampaignSpec
 from capserve.tasks.clock import campaign_now
 from capserve.tasks.cluster.eks import (
     EksCluster,
+    converge_access_entries,
     converge_cluster,
     converge_launch_template,
     converge_nodegroup,
@@ -71,22 +74,28 @@ def bring_up(
     lease: Lease,
     settings: BringUpSettings | None = None,
     now: datetime | None = None,
+    nodes_per_replica: int | None = None,
 ) -> ClusterResult:
     """Bring up (or find) the campaign's cluster on ``lease`` and wait until every GPU node is usable.
 
     ``now`` is the wall-clock instant the deadline rule is judged at (default: the current time; the
-    sandbox passes its clock's).
+    sandbox passes its clock's). ``nodes_per_replica`` is the plan's (EFA and huge pages only when it is
+    above 1); unknown, it is taken as the lease's instance count, the widest layout the lease could hold.
     """
     settings = settings or settings_from_environment().for_campaign(spec.campaign_settings()).bring_up
     budget = bring_up_steps(spec, lease, now or campaign_now())
+    efa = efa_needs(
+        get_instance_type(lease.instance_type),
+        nodes_per_replica if nodes_per_replica is not None else lease.instance_count,
+    )
     if spec.cluster.existing_cluster_name:
         aws = _existing(spec.cluster.existing_cluster_name, spec, lease, settings, budget)
     else:
-        aws = _converge_aws(spec, lease, settings, budget)
+        aws = _converge_aws(spec, lease, settings, budget, efa)
     get_run_logger().info(
         "cluster %s is up; created this run: %s", aws.cluster.name, ", ".join(aws.created) or "nothing"
     )
-    readiness = _ready_on_kubernetes(spec, lease, settings, budget, aws)
+    readiness = _ready_on_kubernetes(spec, lease, settings, budget, aws, efa)
     cluster = aws.cluster
     return ClusterResult(
         kind=spec.cluster.kind,
@@ -118,7 +127,9 @@ def _existing(name: str, spec: CampaignSpec, lease: Lease, settings: BringUpSett
     return _AwsSide(cluster=cluster, gpu_pool=ClusterNames(campaign_id=spec.campaign_id).nodegroup)
 
 
-def _converge_aws(spec: CampaignSpec, lease: Lease, settings: BringUpSettings, budget: StepBudget) -> _AwsSide:
+def _converge_aws(
+    spec: CampaignSpec, lease: Lease, settings: BringUpSettings, budget: StepBudget, efa: EfaNeeds
+) -> _AwsSide:
     campaign_id, region = spec.campaign_id, lease.region
     with budget.step("network"):
         network = converge_network(
@@ -150,6 +161,10 @@ def _converge_aws(spec: CampaignSpec, lease: Lease, settings: BringUpSettings, b
             timeout_s=budget.cap(settings.cluster_active_timeout_s, "EKS control plane"),
             poll_s=settings.poll_seconds,
         )
+    # The principals the scheduled runs and the reaper use, when not this one: without an access entry
+    # their Kubernetes calls (drain, teardown of the workloads) would be refused.
+    with budget.step("cluster access"):
+        access_created = converge_access_entries(campaign_id, region, cluster.name, spec.cluster.admin_principals)
     # CoreDNS and the controllers need untainted nodes: the system group must be ACTIVE before add-ons.
     with budget.step("system node group"):
         system_pool = converge_system_nodegroup(
@@ -164,9 +179,9 @@ def _converge_aws(spec: CampaignSpec, lease: Lease, settings: BringUpSettings, b
             poll_s=settings.poll_seconds,
         )
     aws = _AwsSide(cluster=cluster, gpu_pool="", system_pool=system_pool, network=network)
-    aws.created += [*network.created, *roles.created, *cluster.created, *system_pool.created]
+    aws.created += [*network.created, *roles.created, *cluster.created, *access_created, *system_pool.created]
     # The GPU nodes go in the private subnet: with one interface per EFA card they get no public address.
-    _gpu_pool(spec, lease, settings, budget, aws, roles, network.security_group_id, network.gpu_subnet_id)
+    _gpu_pool(spec, lease, settings, budget, aws, roles, network.security_group_id, network.gpu_subnet_id, efa)
     aws.gpu_interface_security_groups = (network.security_group_id,)
     return aws
 
@@ -180,12 +195,15 @@ def _gpu_pool(
     roles: RoleArns,
     security_group_id: str,
     subnet_id: str,
+    efa: EfaNeeds,
 ) -> None:
     """The GPU nodes on the reservation: an EKS node group on the Capacity Block, or HyperPod on the plan."""
     names = ClusterNames(campaign_id=spec.campaign_id)
     if spec.cluster.kind == "eks":
         with budget.step("GPU node group"):
-            template = converge_launch_template(spec.campaign_id, lease, security_group_id)
+            template = converge_launch_template(
+                spec.campaign_id, lease, security_group_id, hugepages_2mi_pages=efa.hugepages_2mi_pages
+            )
             aws.created += template.created
             aws.created += converge_nodegroup(
                 spec.campaign_id,
@@ -223,7 +241,7 @@ def _gpu_pool(
 
 
 def _ready_on_kubernetes(
-    spec: CampaignSpec, lease: Lease, settings: BringUpSettings, budget: StepBudget, aws: _AwsSide
+    spec: CampaignSpec, lease: Lease, settings: BringUpSettings, budget: StepBudget, aws: _AwsSide, efa: EfaNeeds
 ) -> Readiness:
     """Add-ons applied, every GPU node Ready with its devices, add-ons and CoreDNS ready: each wait capped by
     what is left of the budget."""
@@ -234,6 +252,7 @@ def _ready_on_kubernetes(
         lease,
         kind=spec.cluster.kind,
         system_pool=aws.system_pool is not None,
+        efa=efa,
         node_target=spec.weights.node_target,
     )
     kube = settings.kube

@@ -243,7 +243,11 @@ def _plan(ctx: CampaignContext) -> ServingPlan:
 
 def _cluster(ctx: CampaignContext) -> ClusterResult:
     """The campaign's cluster, found and proven usable by bring-up (it exists: checked before; nothing is made)."""
-    return bring_up(ctx.spec, need(ctx.lease, Stage.ACQUIRE), ctx.settings.bring_up)
+    plan = ctx.report.plan
+    return bring_up(
+        ctx.spec, need(ctx.lease, Stage.ACQUIRE), ctx.settings.bring_up,
+        nodes_per_replica=plan.parallel.nodes_per_replica if plan else None,
+    )
 
 
 def _evaluate(ctx: CampaignContext) -> tuple[Verdict, str]:

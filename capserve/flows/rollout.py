@@ -52,7 +52,6 @@ from capserve.core.weights.settings import WeightsSettings
 from capserve.tasks.clock import campaign_now
 from capserve.tasks.kube import api_client_for_eks
 from capserve.tasks.rollout.access import (
-    NLB_NOTE,
     PORT_FORWARD_NOTE,
     check_endpoint,
     key_in_environment,
@@ -258,7 +257,6 @@ class _Run:
 
     def result(self, outcome: Outcome, decision: RolloutDecision, *, rolled_back: bool) -> RolloutResult:
         rendered, config = outcome.rendered, self.inputs.spec.serving
-        note = NLB_NOTE if rendered.endpoint_access == "internal-nlb" else PORT_FORWARD_NOTE
         return RolloutResult(
             kind=rendered.kind,
             name=rendered.name,
@@ -271,7 +269,7 @@ class _Run:
             ready_after_s=outcome.ready_after_s,
             startup_budget_s=rendered.startup_budget_s,
             endpoint_access=rendered.endpoint_access,
-            endpoint_note=note,
+            endpoint_note=PORT_FORWARD_NOTE,
             server=outcome.server,
             compile_cache={
                 "result": outcome.cache if config.compile_cache else "off",

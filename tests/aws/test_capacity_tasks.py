@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from capserve.core.capacity.ranking import rank_offers
 from capserve.core.capacity.settings import CapacitySettings
 from capserve.core.capacity.states import ReservationState
 from capserve.core.errors import PermanentError, RetryableError, WaitTimeoutError
@@ -23,7 +24,7 @@ from capserve.tasks.capacity.reservations import (
     find_campaign_reservations,
     wait_until_usable,
 )
-from capserve.tasks.capacity.search import search_offers
+from capserve.tasks.capacity.search import search_offers, search_zones
 
 REGIONS = ["us-east-2", "us-west-2"]
 FAST = CapacitySettings(poll_initial_seconds=0.01, poll_max_seconds=0.05, payment_timeout_seconds=5,
@@ -55,6 +56,25 @@ def test_search_covers_every_region_and_page() -> None:
     assert {o.region for o in offers} == set(REGIONS)
     assert {c.region for c in ext.calls("describe_capacity_block_offerings")} == set(REGIONS)
     assert all(o.provider == "ec2-capacity-block" and o.start.tzinfo for o in offers)
+
+
+def test_the_local_zone_offering_is_never_chosen() -> None:
+    # The sandbox, like AWS for an opted-in account, offers a block in us-west-2-lax-1a (ZoneType
+    # local-zone), priced under us-west-2's AZs: ranked on price alone, it would be bought.
+    spec = capacity(regions=["us-west-2"], policy="cheapest-per-gpu-hour")
+    offers = search_offers.fn(spec)
+    local = [o for o in offers if o.zone_type == "local-zone"]
+    assert [o.availability_zone for o in local] == ["us-west-2-lax-1a"]
+    assert min(offers, key=lambda o: o.upfront_fee) == local[0]
+    ranking = rank_offers(offers, spec, regions=spec.regions, gpus_per_instance=8, zones=search_zones.fn(spec))
+    assert ranking.chosen is not None and ranking.chosen.zone_type == "availability-zone"
+    [dropped] = [c for c in ranking.considered if c.offer == local[0]]
+    assert dropped.rank is None and dropped.reason.startswith("not an Availability Zone")
+
+
+def test_zones_carry_the_ids_eks_rules_are_written_in() -> None:
+    zones = search_zones.fn(capacity(regions=["us-east-2"]))
+    assert {(z.name, z.zone_id) for z in zones["us-east-2"]} >= {("us-east-2a", "use2-az1"), ("us-east-2b", "use2-az2")}
 
 
 def test_throttling_and_5xx_are_retried() -> None:

@@ -25,6 +25,7 @@ from capserve.core.lease import Lease
 from capserve.core.tags import CAMPAIGN_TAG
 from capserve.sandbox.aws_ext import eks as eks_ext
 from capserve.tasks.cluster.eks import (
+    converge_access_entries,
     converge_cluster,
     converge_launch_template,
     converge_nodegroup,
@@ -356,3 +357,61 @@ def test_preflight_tells_whether_the_lifecycle_script_can_be_put_or_found(sandbo
     user = settings.model_copy(update={"hyperpod_lifecycle_s3_uri": "s3://sagemaker-pre-user/lcs/"})
     missing = lifecycle_problem.fn("conv-pre-user", REGION, user)
     assert missing is not None and "s3://sagemaker-pre-user/lcs/on_create.sh cannot be read (404)" in missing
+
+
+def test_node_role_carries_ssm_so_a_node_that_never_joins_can_be_inspected(sandbox: None) -> None:
+    campaign = "conv-ssm"
+    ssm = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
+    converge_roles.fn(campaign, "eks", REGION)
+    iam = boto3.client("iam")
+    role = f"capserve-{campaign}-eks-node"
+    attached = [p["PolicyArn"] for p in iam.list_attached_role_policies(RoleName=role)["AttachedPolicies"]]
+    assert ssm in attached
+    # A role made before the policy was added gets it on the next bring-up.
+    iam.detach_role_policy(RoleName=role, PolicyArn=ssm)
+    converge_roles.fn(campaign, "eks", REGION)
+    assert ssm in [p["PolicyArn"] for p in iam.list_attached_role_policies(RoleName=role)["AttachedPolicies"]]
+
+
+# ------------------------------------------------------------------ access entries
+
+ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+WORKER = "arn:aws:iam::123456789012:role/ops/prefect-worker"  # the scheduled runs' and the reaper's role
+CREATOR = "arn:aws:iam::123456789012:user/moto"  # what moto's STS says this test runs as
+
+
+def test_the_scheduled_runs_principal_gets_a_cluster_admin_entry_once(events: list[Any]) -> None:
+    campaign = "conv-access"
+    _, _, cluster = control_plane(campaign, make_lease(), "eks")
+    created = converge_access_entries.fn(campaign, REGION, cluster.name, [WORKER, CREATOR])
+    assert created == (f"eks-access-entry/{WORKER}",)  # the creator already is admin: EKS made its entry
+    eks = boto3.client("eks")
+    assert set(eks.list_access_entries(clusterName=cluster.name)["accessEntries"]) == {WORKER, CREATOR}
+    entry = eks.describe_access_entry(clusterName=cluster.name, principalArn=WORKER)["accessEntry"]
+    assert entry["type"] == "STANDARD" and entry["tags"][CAMPAIGN_TAG] == campaign
+    [policy] = eks.list_associated_access_policies(clusterName=cluster.name, principalArn=WORKER)[
+        "associatedAccessPolicies"
+    ]
+    assert (policy["policyArn"], policy["accessScope"]["type"]) == (ADMIN_POLICY, "cluster")
+    eks_ext.clear_calls()
+    assert converge_access_entries.fn(campaign, REGION, cluster.name, [WORKER, CREATOR]) == ()
+    assert creates() == []
+
+
+def test_the_sandboxs_eks_refuses_entries_as_eks_does(events: list[Any]) -> None:
+    eks, ec2 = boto3.client("eks"), boto3.client("ec2")
+    vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.0.0/24", AvailabilityZone="us-east-2a")["Subnet"]
+    eks.create_cluster(name="config-map-only", roleArn="arn:aws:iam::123456789012:role/c",
+                       resourcesVpcConfig={"subnetIds": [subnet["SubnetId"]]})  # the API default: CONFIG_MAP
+    with pytest.raises(eks.exceptions.InvalidRequestException, match="authentication mode must be"):
+        eks.create_access_entry(clusterName="config-map-only", principalArn=WORKER)
+    _, _, cluster = control_plane("conv-access-refusals", make_lease(), "eks")
+    with pytest.raises(eks.exceptions.ResourceInUseException, match="already in use"):
+        eks.create_access_entry(clusterName=cluster.name, principalArn=CREATOR)
+    linked = "arn:aws:iam::123456789012:role/aws-service-role/eks.amazonaws.com/AWSServiceRoleForAmazonEKS"
+    with pytest.raises(eks.exceptions.InvalidParameterException, match="service-linked"):
+        eks.create_access_entry(clusterName=cluster.name, principalArn=linked)
+    with pytest.raises(eks.exceptions.ResourceNotFoundException, match="access entry"):
+        eks.associate_access_policy(clusterName=cluster.name, principalArn=WORKER, policyArn=ADMIN_POLICY,
+                                    accessScope={"type": "cluster"})

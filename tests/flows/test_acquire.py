@@ -27,7 +27,7 @@ from capserve.sandbox.aws import moto_sandbox
 from capserve.sandbox.aws_ext import capacity as ext
 from capserve.sandbox.clock import CLOCK
 from capserve.tasks.capacity.purchase import purchase
-from capserve.tasks.capacity.search import search_offers
+from capserve.tasks.capacity.search import search_offers, search_zones
 from capserve.tasks.locations import record_ref
 from capserve.tasks.record_store import read_record
 
@@ -143,7 +143,7 @@ def test_a_rejected_purchase_stops_cleanly_with_nothing_bought() -> None:
     # The answer names the offer it is about (the UI form carries it as initial data). Ranking is a
     # deterministic function of the sandbox's offers, so the approver can work out the same choice.
     chosen = rank_offers(search_offers.fn(spec.capacity), spec.capacity, regions=spec.capacity.regions,
-                         gpus_per_instance=8).chosen
+                         gpus_per_instance=8, zones=search_zones.fn(spec.capacity)).chosen
     assert chosen is not None
     answer = {"approved": False, "offering_id": chosen.offering_id, "approver": "alice", "note": "too early"}
     approver = threading.Thread(target=_resume_when_paused, args=(answer, done))

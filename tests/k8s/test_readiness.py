@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
+from capserve.core.catalog import get_instance_type
+from capserve.core.cluster.efa import efa_needs
+from capserve.core.cluster.expectations import cluster_expectations
 from capserve.core.cluster.readiness import (
     NodeExpectation,
     NodeProblem,
@@ -14,6 +18,7 @@ from capserve.core.cluster.readiness import (
     device_count,
     workload_state,
 )
+from capserve.core.lease import Lease
 
 EXPECT = NodeExpectation(count=2, gpus_per_node=8, efa_per_node=16, node_labels={"pool": "gpu"})
 
@@ -26,8 +31,11 @@ def node(
     efa: str | None = "16",
     labels: dict[str, str] | None = None,
     unschedulable: bool = False,
+    hugepages: str | None = None,
 ) -> dict[str, Any]:
     allocatable = {"cpu": "191"}
+    if hugepages is not None:
+        allocatable["hugepages-2Mi"] = hugepages
     if gpus is not None:
         allocatable["nvidia.com/gpu"] = gpus
     if efa is not None:
@@ -152,3 +160,31 @@ def test_workload_state_rules() -> None:
     assert workload_state(failed_job) == (WorkloadState.FAILED, "BackoffLimitExceeded")
     assert WorkloadState.FAILED.is_terminal and not WorkloadState.PROGRESSING.is_terminal
     assert workload_state({"kind": "ConfigMap"})[0] is WorkloadState.READY
+
+
+def _expectation(nodes_per_replica: int) -> NodeExpectation:
+    start = datetime(2026, 12, 1, 11, 30, tzinfo=UTC)
+    lease = Lease(provider="ec2-capacity-block", region="us-east-2", availability_zone="us-east-2a",
+                  reservation_id="cr-0123456789abcdef0", start=start, end=start + timedelta(days=1),
+                  instance_type="p6-b300.48xlarge", instance_count=2, upfront_fee=5000.0)
+    efa = efa_needs(get_instance_type(lease.instance_type), nodes_per_replica)
+    return cluster_expectations("k3-demo", lease, kind="eks", system_pool=True, efa=efa).nodes
+
+
+def test_one_node_layouts_are_ready_without_efa_devices_or_huge_pages() -> None:
+    # Two replicas of TP8 on one p6-b300 each: nothing crosses a node, so nothing waits for EFA.
+    expectation = _expectation(nodes_per_replica=1)
+    assert (expectation.efa_per_node, expectation.hugepages_2mi_mib) == (0, 0)
+    labels = expectation.node_labels
+    assert assess_nodes([node("a", efa=None, labels=labels), node("b", efa="0", labels=labels)], expectation).ready
+
+
+def test_multi_node_layouts_need_every_efa_device_and_the_huge_pages() -> None:
+    expectation = _expectation(nodes_per_replica=2)
+    assert (expectation.efa_per_node, expectation.hugepages_2mi_mib) == (16, 5120)
+    labels = expectation.node_labels
+    ready = node("a", labels=labels, hugepages="10256Mi")  # 5128 pages of 2 MiB
+    no_pages = node("b", labels=labels, hugepages="0")
+    readiness = assess_nodes([ready, no_pages, node("c", efa="0", labels=labels, hugepages="10256Mi")], expectation)
+    assert [n.problems for n in readiness.nodes] == [(), (NodeProblem.HUGEPAGES_MISSING,), (NodeProblem.EFA_MISSING,)]
+    assert "b: huge pages missing (hugepages-2Mi 0Mi of 5120Mi)" in readiness.describe()

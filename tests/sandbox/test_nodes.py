@@ -16,9 +16,10 @@ from kubernetes import client as k8s
 
 from capserve.core.catalog import INSTANCE_TYPES
 from capserve.core.cluster.addons import AddonOptions, efa_device_plugin, nvidia_device_plugin
+from capserve.core.cluster.nvme import gpu_user_data_base64, parse_quantity
 from capserve.sandbox.aws import moto_sandbox
 from capserve.sandbox.aws_ext import eks as eks_ext
-from capserve.sandbox.aws_ext.nodeadm import NodeConfigError, local_storage_strategy, root_volume_gib
+from capserve.sandbox.aws_ext.nodeadm import NodeConfigError, hugepages_2mi, local_storage_strategy, root_volume_gib
 from capserve.sandbox.kube import FakeKube, NodeFailure, fake_kube
 from capserve.sandbox.kube.instances import CPU_TYPES, GPU_NETWORK, NVME_DISKS, max_pods, node_shape
 from capserve.sandbox.kube.nodes import node_object
@@ -77,7 +78,10 @@ def test_allocatable_follows_nodeadms_reservations() -> None:
     assert allocatable["ephemeral-storage"] == str(20 * GIB - GIB - 2 * GIB)  # 20 GiB root - 1 GiB - 10 %
     gpu = node_shape("p6-b300.48xlarge", local_storage="RAID0")
     assert gpu.ephemeral_bytes == INSTANCE_TYPES["p6-b300.48xlarge"].local_nvme_bytes
-    assert gpu.capacity()["hugepages-2Mi"] == "10256Mi"  # the EFA installer's 5,128 x 2 MiB pages
+    assert gpu.capacity()["hugepages-2Mi"] == "0Mi"  # none unless the boot configuration allocates them
+    paged = node_shape("p6-b300.48xlarge", local_storage="RAID0", hugepages_2mi=5128)
+    assert paged.allocatable()["hugepages-2Mi"] == "10256Mi"
+    assert parse_quantity(gpu.allocatable()["memory"]) - parse_quantity(paged.allocatable()["memory"]) == 10256 * 2**20
     assert node_shape("p6-b300.48xlarge").ephemeral_bytes == 20 * GIB
     assert node_shape("p6-b300.48xlarge", local_storage="RAID10").ephemeral_bytes == gpu.ephemeral_bytes // 2
     with pytest.raises(ValueError, match="no node shape for instance type 'x1.huge'"):
@@ -158,6 +162,15 @@ def test_nodeadm_local_storage_from_user_data() -> None:
     assert root_volume_gib([{"DeviceName": "/dev/xvdb", "Ebs": {"VolumeSize": 200}}]) == 20
 
 
+def test_nodeadm_huge_pages_are_what_the_user_datas_script_allocates() -> None:
+    assert hugepages_2mi(gpu_user_data_base64(hugepages_2mi_pages=5128)) == 5128
+    assert hugepages_2mi(gpu_user_data_base64()) == 0  # nodeadm's NodeConfig alone allocates none
+    assert hugepages_2mi(nodeconfig("RAID0", mime=False)) == 0
+    script = b"#!/bin/bash\nsysctl -w vm.nr_hugepages=64\nsysctl -w vm.nr_hugepages=128\n"
+    assert hugepages_2mi(base64.b64encode(script).decode()) == 128  # the last write wins
+    assert hugepages_2mi(None) == 0
+
+
 # ----------------------------------------------------------------------------- EKS node groups
 
 
@@ -231,8 +244,13 @@ def test_node_groups_join_with_their_storage_and_eks_runs_coredns(eks_kube: Fake
         taints=[{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}],
     )
     nodegroup("nodes", "system", subnet, instanceTypes=["m7i.large"], labels={"capserve.io/pool": "system"})
+    paged = template("paged", gpu_user_data_base64(hugepages_2mi_pages=5128))
+    nodegroup("nodes", "paged", subnet, launchTemplate={"id": paged})
     nvme = INSTANCE_TYPES["p6-b300.48xlarge"].local_nvme_bytes
     assert pool_node(eks_kube, "raid")["status"]["capacity"]["ephemeral-storage"] == f"{nvme // 1024}Ki"
+    # Huge pages: only the template whose user data allocates them boots with them.
+    assert pool_node(eks_kube, "raid")["status"]["allocatable"]["hugepages-2Mi"] == "0Mi"
+    assert pool_node(eks_kube, "paged")["status"]["allocatable"]["hugepages-2Mi"] == "10256Mi"
     plain_node = pool_node(eks_kube, "plain")
     assert plain_node["status"]["capacity"]["ephemeral-storage"] == f"{100 * GIB // 1024}Ki"
     assert plain_node["spec"]["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]

@@ -26,6 +26,7 @@ from capserve.core.capacity.states import (
     reservation_from_training_plan,
     state_from_training_plan,
 )
+from capserve.core.capacity.zones import Zone
 from capserve.core.record import CampaignRecord, StageEntry, record_key
 from capserve.core.spec import CapacitySpec
 from capserve.core.stages import Stage, StageStatus
@@ -137,7 +138,9 @@ def test_approval_threshold_and_form() -> None:
 def test_acquire_result_report_sections_match_the_lease_contract() -> None:
     offer = offer_from_capacity_block("us-east-2", RAW_OFFER)
     other = offer.model_copy(update={"offering_id": "cbo-2", "upfront_fee": 5000.0})
-    ranking = rank_offers([offer, other], CAPACITY, regions=["us-east-2"], gpus_per_instance=8)
+    zones = {"us-east-2": [Zone(name="us-east-2a", zone_id="use2-az1", zone_type="availability-zone"),
+                           Zone(name="us-east-2b", zone_id="use2-az2", zone_type="availability-zone")]}
+    ranking = rank_offers([offer, other], CAPACITY, regions=["us-east-2"], gpus_per_instance=8, zones=zones)
     lease = lease_from_reservation(
         reservation_from_ec2("us-east-2", raw_reservation()), provider="ec2-capacity-block", adopted=False
     )

@@ -14,6 +14,7 @@ from botocore.stub import Stubber
 from capserve.core.catalog import get_instance_type
 from capserve.core.cluster import eks, hyperpod, iam, network, nvme
 from capserve.core.cluster.deadline import bring_up_budget
+from capserve.core.cluster.efa import NO_EFA, efa_needs
 from capserve.core.cluster.naming import ClusterNames
 from capserve.core.cluster.result import ClusterResult
 from capserve.core.cluster.settings import BringUpSettings
@@ -255,3 +256,31 @@ def test_the_room_check_names_hyperpods_lifecycle_script_as_the_fix() -> None:
     fix = "HyperPod lifecycle script must mount the instance-store NVMe at /opt/dlami/nvme"
     with pytest.raises(PermanentError, match=fix):
         nvme.check_node_room({"n1": 10**12}, {"n1": 500 * 10**9}, margin_bytes=0, kind="hyperpod")
+
+
+def test_multi_node_user_data_allocates_the_efa_huge_pages_before_the_kubelet_starts() -> None:
+    names = ClusterNames(campaign_id="k3-demo")
+    instance = get_instance_type("p6-b200.48xlarge")
+    needs = efa_needs(instance, nodes_per_replica=2)
+    data = eks.launch_template_request(names, lease(), instance, "sg-1", hugepages_2mi_pages=needs.hugepages_2mi_pages)[
+        "LaunchTemplateData"
+    ]
+    message = email.message_from_bytes(base64.b64decode(data["UserData"]))
+    parts = [part for part in message.walk() if not part.is_multipart()]
+    assert [part.get_content_type() for part in parts] == ["application/node.eks.aws", "text/x-shellscript"]
+    script = parts[1].get_payload()
+    assert script.startswith("#!/bin/bash\n") and "sysctl -w vm.nr_hugepages=5128\n" in script
+    assert f"> {nvme.HUGEPAGES_SYSCTL_FILE}" in script  # kept for reboots
+    # A one-node layout's nodes allocate none (and its template differs: a new version if the plan changes).
+    single = eks.launch_template_data(names, lease(), instance, "sg-1", hugepages_2mi_pages=0)
+    assert single["UserData"] == nvme.gpu_user_data_base64()
+    assert eks.launch_template_drift(single, data) == ["UserData"]
+
+
+def test_efa_is_needed_only_by_layouts_across_nodes() -> None:
+    b300 = get_instance_type("p6-b300.48xlarge")
+    assert efa_needs(b300, 1) == NO_EFA and not NO_EFA.used
+    across = efa_needs(b300, 2)
+    assert (across.devices, across.hugepages_2mi_pages, across.hugepages_mib) == (16, 5128, 5120)
+    with pytest.raises(ValueError, match="more than the 5128 pages"):
+        efa_needs(b300, 2, hugepages_mib=20_000)

@@ -63,19 +63,16 @@ def all_objects(rendered: Any) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------ schemas
 
 
-@pytest.mark.parametrize("access", ["port-forward", "internal-nlb"])
 @pytest.mark.parametrize("case", ["k3-one-b300", "k3-tp8pp2-two-b200", "k3-ep16-two-b200"])
-def test_every_rendered_object_validates_strictly(case: str, access: str) -> None:
+def test_every_rendered_object_validates_strictly(case: str) -> None:
     plan = {"k3-one-b300": k3_plan(), "k3-tp8pp2-two-b200": k3_plan("p6-b200.48xlarge"),
             "k3-ep16-two-b200": k3_ep16_on_two_b200()}[case]
-    config = config_for(plan, spec(endpoint_access=access))
+    config = config_for(plan, spec())
     rendered = render_rollout(config, target_for(config))
     validate_lws(rendered.workload)
     for obj in all_objects(rendered)[1:]:
         validate_k8s(obj)
-    assert [s["spec"]["type"] for s in rendered.services] == (
-        ["ClusterIP"] if access == "port-forward" else ["ClusterIP", "LoadBalancer"]
-    )
+    assert [s["spec"]["type"] for s in rendered.services] == ["ClusterIP"]  # never a LoadBalancer
 
 
 def test_the_strict_lws_check_catches_a_misspelt_field() -> None:
@@ -89,7 +86,7 @@ def test_the_strict_lws_check_catches_a_misspelt_field() -> None:
 # ------------------------------------------------------------------ one node
 
 
-def test_k3_on_one_b300_is_a_leaderworkerset_of_one_with_all_gpus_and_efa() -> None:
+def test_k3_on_one_b300_is_a_leaderworkerset_of_one_with_all_gpus_and_no_efa() -> None:
     config = config_for(k3_plan())
     rendered = render_rollout(config, target_for(config))
     spec_ = rendered.workload["spec"]
@@ -99,10 +96,11 @@ def test_k3_on_one_b300_is_a_leaderworkerset_of_one_with_all_gpus_and_efa() -> N
     assert spec_["rolloutStrategy"]["rollingUpdateConfiguration"]["maxSurge"] == 0
     container = vllm_container(leader(rendered))
     limits = container["resources"]["limits"]
-    instance = get_instance_type("p6-b300.48xlarge")
     assert limits["nvidia.com/gpu"] == "8"
-    assert limits["vpc.amazonaws.com/efa"] == str(len(instance.efa_card_indices)) == "16"  # card 0 is ENA-only
-    assert limits["hugepages-2Mi"] == "5120Mi" and container["resources"]["requests"] == limits  # Guaranteed QoS
+    # TP8 on one node talks over NVLink only: no EFA device, no huge pages, no libfabric EFA provider.
+    assert "vpc.amazonaws.com/efa" not in limits and "hugepages-2Mi" not in limits
+    assert not {"FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA"} & {e["name"] for e in container["env"]}
+    assert container["resources"]["requests"] == limits  # Guaranteed QoS
     assert container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
     assert container["command"] == ["vllm", "serve"]
     args = container["args"]
@@ -185,6 +183,14 @@ def test_k3_tp8_pp2_on_two_b200_leader_serves_workers_join_headless() -> None:
     assert lead[lead.index("--master-addr") + 1] == "$(LWS_LEADER_ADDRESS)" and "--headless" not in lead
     assert work[work.index("--node-rank") + 1] == "$(LWS_WORKER_INDEX)" and "--headless" in work
     assert "--api-key" not in work  # headless workers serve no HTTP
+    # Across nodes, both pods take every EFA device (b200: 8 cards) and the huge pages EFA uses.
+    instance = get_instance_type("p6-b200.48xlarge")
+    for template in (leader(rendered), worker(rendered)):
+        container = vllm_container(template)
+        limits = container["resources"]["limits"]
+        assert limits["vpc.amazonaws.com/efa"] == str(len(instance.efa_card_indices)) == "8"
+        assert limits["hugepages-2Mi"] == "5120Mi" and container["resources"]["requests"] == limits
+        assert {"name": "FI_PROVIDER", "value": "efa"} in container["env"]
     # Every node holds every expert (no expert parallelism): any staged node will do for any pod.
     required = "requiredDuringSchedulingIgnoredDuringExecution"
     hosts = leader(rendered)["spec"]["affinity"]["nodeAffinity"][required]
@@ -291,16 +297,13 @@ def test_the_api_key_is_in_no_rendered_object_but_its_secret(plan_name: str) -> 
     assert secret["metadata"]["name"] == "serving-api-key"
 
 
-def test_services_select_the_leader_and_the_nlb_is_internal() -> None:
-    config = config_for(k3_plan(), spec(endpoint_access="internal-nlb"))
+def test_the_one_service_selects_the_leader() -> None:
+    config = config_for(k3_plan(), spec())
     rendered = render_rollout(config, target_for(config, color="green"))
-    cluster_ip, nlb = rendered.services
+    (cluster_ip,) = rendered.services
     assert cluster_ip["metadata"]["name"] == "serving"  # never "vllm": that would inject VLLM_PORT=tcp://…
     assert cluster_ip["spec"]["selector"] == {"capserve.io/rollout": "vllm-green", "capserve.io/role": "leader"}
     assert cluster_ip["spec"]["ports"] == [{"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"}]
-    annotations = nlb["metadata"]["annotations"]
-    assert annotations["service.beta.kubernetes.io/aws-load-balancer-scheme"] == "internal"
-    assert annotations["service.beta.kubernetes.io/aws-load-balancer-healthcheck-path"] == "/health"
     assert leader(rendered)["metadata"]["labels"]["capserve.io/role"] == "leader"
     assert leader(rendered)["spec"]["enableServiceLinks"] is False
 
@@ -341,9 +344,8 @@ def test_cache_off_and_outcomes() -> None:
     assert cache_outcome("CAPSERVE_COMPILE_CACHE=miss") == "miss" and cache_outcome("nothing") is None
 
 
-def test_cache_key_follows_image_model_and_layout_but_not_access_or_replicas() -> None:
+def test_cache_key_follows_image_model_and_layout_but_not_replicas() -> None:
     base = config_for(k3_plan())
-    assert base.cache_key == config_for(k3_plan(), spec(endpoint_access="internal-nlb")).cache_key
     assert base.cache_key == config_for(k3_plan(), spec(replicas=2)).cache_key
     assert base.cache_key != config_for(k3_plan(), spec(image="vllm/vllm-openai:v0.33.0")).cache_key
     assert base.cache_key != config_for(k3_plan("p6-b200.48xlarge")).cache_key

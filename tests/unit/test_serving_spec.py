@@ -40,6 +40,20 @@ def test_bad_serving_fields_name_the_field(serving: dict[str, object], path: str
         parse_spec({**BASE, "serving": serving})
 
 
-def test_an_internal_nlb_and_a_budget_override_are_accepted() -> None:
-    spec = parse_spec({**BASE, "serving": {"endpoint_access": "internal-nlb", "startup_budget_minutes": 120}})
-    assert spec.serving.endpoint_access == "internal-nlb" and spec.serving.startup_budget_minutes == 120
+def test_a_budget_override_is_accepted() -> None:
+    spec = parse_spec({**BASE, "serving": {"startup_budget_minutes": 120}})
+    assert spec.serving.endpoint_access == "port-forward" and spec.serving.startup_budget_minutes == 120
+
+
+def test_an_internal_nlb_is_refused_with_what_is_supported_and_why() -> None:
+    # Nothing installs the AWS Load Balancer Controller: the Service would sit <pending> while a report
+    # said an NLB was made.
+    with pytest.raises(SpecError, match=r"serving.endpoint_access: 'internal-nlb' is not supported: .*AWS Load "
+                                        r"Balancer Controller.*use 'port-forward'"):
+        parse_spec({**BASE, "serving": {"endpoint_access": "internal-nlb"}})
+
+
+def test_fsx_is_refused_with_what_is_supported_and_why() -> None:
+    with pytest.raises(SpecError, match=r"weights.node_target: 'fsx' is not supported: capserve creates no FSx "
+                                        r"for Lustre file system.*use 'nvme'"):
+        parse_spec({**BASE, "weights": {"s3_bucket": "capserve-weights", "node_target": "fsx"}})

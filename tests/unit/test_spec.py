@@ -166,3 +166,25 @@ def test_example_specs_are_valid() -> None:
     assert paths, "the examples/ folder has no specs"
     for path in paths:
         load_spec(path, now=NOW)
+
+
+def test_admin_principals_are_iam_role_or_user_arns() -> None:
+    roles = ["arn:aws:iam::123456789012:role/ops/prefect-worker", "arn:aws:iam::123456789012:user/reaper"]
+    spec = parse_spec(with_change("cluster.admin_principals", roles), now=NOW)
+    assert spec.cluster.admin_principals == roles
+    assert parse_spec(GOOD, now=NOW).cluster.admin_principals == []
+
+
+@pytest.mark.parametrize(
+    ("arn", "message"),
+    [
+        ("arn:aws:sts::123456789012:assumed-role/prefect-worker/session-1", "is an STS session ARN: give the IAM ARN"),
+        ("arn:aws:iam::123456789012:role/aws-service-role/eks.amazonaws.com/AWSServiceRoleForAmazonEKS",
+         "service-linked role"),
+        ("arn:aws:iam::1234:role/x", "is not an IAM role or user ARN"),
+        ("prefect-worker", "is not an IAM role or user ARN"),
+    ],
+)
+def test_bad_admin_principals_say_what_to_give(arn: str, message: str) -> None:
+    with pytest.raises(SpecError, match=f"cluster.admin_principals: .*{message}"):
+        parse_spec(with_change("cluster.admin_principals", [arn]), now=NOW)

@@ -25,7 +25,13 @@ class Offer(BaseModel):
 
     provider: PurchasableProvider = Field(description="Which API sells it.")
     region: str = Field(min_length=1, max_length=32, description="AWS region of the offering.")
-    availability_zone: str = Field(min_length=1, max_length=32, description="The one AZ the capacity lives in.")
+    availability_zone: str = Field(min_length=1, max_length=32, description="The one zone the capacity lives in.")
+    zone_type: str | None = Field(
+        None,
+        max_length=32,
+        description="The offering's ZoneType (availability-zone, local-zone, …); None when the API does not say "
+        "(training plans): the zone's own type then decides (capserve.core.capacity.zones).",
+    )
     offering_id: str = Field(
         min_length=1, max_length=512, description="CapacityBlockOfferingId or TrainingPlanOfferingId."
     )
@@ -69,6 +75,7 @@ def offer_from_capacity_block(region: str, raw: Mapping[str, Any]) -> Offer:
         provider="ec2-capacity-block",
         region=region,
         availability_zone=raw["AvailabilityZone"],
+        zone_type=raw.get("ZoneType"),
         offering_id=raw["CapacityBlockOfferingId"],
         start=_aware(raw["StartDate"]),
         end=_aware(raw["EndDate"]),

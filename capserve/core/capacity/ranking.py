@@ -1,6 +1,8 @@
 """Which offer to buy, and why every other one lost: a pure decision returned as data.
 
-Filter by what the spec allows (type, count, window, duration, budget), rank the rest by the spec's
+Filter out offers capserve cannot build a cluster around (Local Zones, AZs EKS refuses without two
+other allowed AZs: ``capserve.core.capacity.zones``), then by what the spec allows (type, count,
+window, duration, budget), rank the rest by the spec's
 policy, break ties deterministically (fee, then start, region, AZ, offering id), and when nothing
 matches say why per region.
 """
@@ -8,11 +10,13 @@ matches say why per region.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from capserve.core.capacity.offers import Offer
+from capserve.core.capacity.zones import Zone, zone_rejection
 from capserve.core.spec import CapacitySpec, RankingPolicy
 
 # Offer start/end times come from AWS with second precision; compare windows with a little slack.
@@ -35,6 +39,7 @@ class ConsideredOffer(BaseModel):
             "provider": o.provider,
             "region": o.region,
             "availability_zone": o.availability_zone,
+            "zone_type": o.zone_type,
             "offering_id": o.offering_id,
             "start": o.start.isoformat(),
             "end": o.end.isoformat(),
@@ -118,16 +123,22 @@ def _lost_because(loser: Offer, winner: Offer, policy: RankingPolicy, gpus_per_i
 
 
 def rank_offers(
-    offers: list[Offer], capacity: CapacitySpec, *, regions: list[str], gpus_per_instance: int
+    offers: list[Offer],
+    capacity: CapacitySpec,
+    *,
+    regions: list[str],
+    gpus_per_instance: int,
+    zones: Mapping[str, Sequence[Zone]],
 ) -> Ranking:
-    """Choose one offer. ``regions`` are all the regions searched, so empty ones are reported too."""
+    """Choose one offer. ``regions`` are all the regions searched, so empty ones are reported too;
+    ``zones`` are each region's zones (DescribeAvailabilityZones), which decide where a cluster can be built."""
     if gpus_per_instance < 1:
         raise ValueError("gpus_per_instance must be at least 1")
     policy = capacity.policy
     matching: list[Offer] = []
     filtered: list[ConsideredOffer] = []
     for offer in offers:
-        why = rejection(offer, capacity)
+        why = zone_rejection(offer, zones.get(offer.region, ())) or rejection(offer, capacity)
         if why is None:
             matching.append(offer)
         else:

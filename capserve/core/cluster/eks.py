@@ -87,9 +87,13 @@ def network_interfaces(instance: InstanceType, security_group_id: str) -> list[d
 
 
 def launch_template_data(
-    names: ClusterNames, lease: Lease, instance: InstanceType, security_group_id: str
+    names: ClusterNames, lease: Lease, instance: InstanceType, security_group_id: str, *, hugepages_2mi_pages: int = 0
 ) -> dict[str, Any]:
-    """The template's content; compared field by field on re-runs (a new reservation means a new version)."""
+    """The template's content; compared field by field on re-runs (a new reservation means a new version).
+
+    ``hugepages_2mi_pages``: 2 MiB huge pages the nodes allocate at boot (multi-node EFA layouts,
+    ``capserve.core.cluster.efa``); 0 for none.
+    """
     instance_tags = campaign_tags(names.campaign_id, "gpu-node", names.nodegroup)
     return {
         "InstanceType": instance.name,
@@ -99,8 +103,9 @@ def launch_template_data(
         },
         "NetworkInterfaces": network_interfaces(instance, security_group_id),
         # nodeadm assembles the instance-store NVMe into one RAID0 array at /mnt/k8s-disks/0, where
-        # the weights and compile caches live (docs/serving.md §5.3; capserve.core.cluster.nvme).
-        "UserData": gpu_user_data_base64(),
+        # the weights and compile caches live (docs/serving.md §5.3; capserve.core.cluster.nvme); and, for
+        # multi-node layouts, the huge pages EFA uses (docs/serving.md §5.2).
+        "UserData": gpu_user_data_base64(hugepages_2mi_pages=hugepages_2mi_pages),
         # IMDSv2 only; hop limit 2 so pods (one hop further) can still reach it (EKS best practices guide).
         "MetadataOptions": {"HttpTokens": "required", "HttpPutResponseHopLimit": 2},
         "TagSpecifications": [
@@ -111,13 +116,15 @@ def launch_template_data(
 
 
 def launch_template_request(
-    names: ClusterNames, lease: Lease, instance: InstanceType, security_group_id: str
+    names: ClusterNames, lease: Lease, instance: InstanceType, security_group_id: str, *, hugepages_2mi_pages: int = 0
 ) -> dict[str, Any]:
     tags = campaign_tags(names.campaign_id, "launch-template", names.launch_template)
     return {
         "LaunchTemplateName": names.launch_template,
         "VersionDescription": f"reservation {lease.reservation_id}",
-        "LaunchTemplateData": launch_template_data(names, lease, instance, security_group_id),
+        "LaunchTemplateData": launch_template_data(
+            names, lease, instance, security_group_id, hugepages_2mi_pages=hugepages_2mi_pages
+        ),
         "TagSpecifications": [{"ResourceType": "launch-template", "Tags": tag_list(tags)}],
     }
 

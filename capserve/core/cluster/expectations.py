@@ -19,6 +19,7 @@ from capserve.core.cluster.addons import (
     render_addons,
 )
 from capserve.core.cluster.deadline import bring_up_budget
+from capserve.core.cluster.efa import EfaNeeds
 from capserve.core.cluster.eks import gpu_pool_selector
 from capserve.core.cluster.readiness import NodeExpectation
 from capserve.core.deadline import Deadline, StepBudget
@@ -36,25 +37,25 @@ class ClusterExpectations:
 
 
 def cluster_expectations(
-    campaign_id: str, lease: Lease, *, kind: str, system_pool: bool, node_target: str = "nvme"
+    campaign_id: str, lease: Lease, *, kind: str, system_pool: bool, efa: EfaNeeds, node_target: str = "nvme"
 ) -> ClusterExpectations:
     """The add-ons to apply, the workloads to wait for, and the GPU nodes the lease must show.
 
-    The FSx CSI driver is rendered only for ``node_target: fsx`` (weights on nodes' NVMe need no driver,
-    and every add-on is an image pull and a readiness wait on paid nodes)."""
+    ``efa`` is what the layout needs (``capserve.core.cluster.efa.efa_needs``): EFA devices and huge
+    pages are required only when it spans nodes. The FSx CSI driver is rendered only for ``node_target: fsx``
+    (weights on nodes' NVMe need no driver, and every add-on is an image pull and a readiness wait on paid nodes).
+    """
     instance = get_instance_type(lease.instance_type)
+    # No EFA device plugin either when nothing uses EFA: it would be one more thing to wait for on the block.
     options = campaign_addon_options(
-        campaign_id,
-        efa=bool(instance.efa_card_indices),
-        system_pool=system_pool,
-        region=lease.region,
-        fsx=node_target == "fsx",
+        campaign_id, efa=efa.used, system_pool=system_pool, region=lease.region, fsx=node_target == "fsx"
     )
     addons = render_addons(options)
     nodes = NodeExpectation(
         count=lease.instance_count,
         gpus_per_node=instance.gpus_per_node,
-        efa_per_node=len(instance.efa_card_indices),
+        efa_per_node=efa.devices,
+        hugepages_2mi_mib=efa.hugepages_mib,
         node_labels=gpu_pool_selector(campaign_id),
         require_health_label=kind == "hyperpod",
     )

@@ -1,7 +1,9 @@
 """IAM roles bring-up needs: the EKS cluster role, the GPU node role, the HyperPod execution role.
 
 Trust policies and AWS-managed policy names come from the EKS user guide ("Amazon EKS cluster IAM
-role", "Amazon EKS node IAM role") and the SageMaker HyperPod guide ("IAM role for SageMaker HyperPod").
+role", "Amazon EKS node IAM role"; the node role also gets AmazonSSMManagedInstanceCore, so a node that
+does not join can be inspected with Session Manager) and the SageMaker HyperPod guide ("IAM role for
+SageMaker HyperPod").
 """
 
 from __future__ import annotations
@@ -49,6 +51,12 @@ def eks_roles(names: ClusterNames) -> list[RoleSpec]:
                 # The per-node weight staging Jobs copy from the weights bucket with the node's role.
                 # Narrower: an inline policy on that one bucket, or EKS Pod Identity for the Job.
                 "AmazonS3ReadOnlyAccess",
+                # Systems Manager (Session Manager): a GPU node that fails to join has no public address
+                # and no SSH key; this is the way in to read its nodeadm and kubelet logs. The EKS AL2023
+                # AMIs ship amazon-ssm-agent (awslabs/amazon-eks-ami install-worker.sh); the agent needs
+                # this policy on the instance role (Systems Manager user guide, "Configure instance
+                # permissions required for Systems Manager"). docs/aws-network.md, "Access".
+                "AmazonSSMManagedInstanceCore",
             ),
         ),
     ]

@@ -8,6 +8,15 @@ it; without it the disks stay unused and everything lands on the 20 GiB root EBS
 (docs/serving.md §5.3). A managed node group on an EKS-optimized AMI appends its own NodeConfig (the
 cluster's endpoint and CA), so ours only says what differs.
 
+When the layout spans nodes (EFA), the user data carries a second part: a shell script that sets
+``vm.nr_hugepages`` (and keeps it in ``/etc/sysctl.d`` for reboots). nodeadm's NodeConfig has no sysctl
+field (awslabs/amazon-eks-ami ``nodeadm/doc/api.md``: cluster, containerd, instance, kubelet,
+featureGates) and the kubelet does not allocate huge pages, it reports what the kernel holds
+(Kubernetes docs, "Manage HugePages"). The script runs in cloud-init's final stage, and nodeadm starts
+the kubelet after it (AL2023 ``nodeadm-run.service``: ``After=... cloud-final.service``), so the
+kubelet sees the pages at start. EKS merges its part into ours, which must be MIME multipart; shell
+script parts are allowed there (EKS user guide, "Customize managed nodes with launch templates").
+
 Pure: the user data is a string the launch template carries; the room check compares numbers the
 caller read from the Node objects (``status.capacity["ephemeral-storage"]`` is the size of the
 filesystem holding ``/var/lib/kubelet``, which RAID0 moves onto the array).
@@ -41,6 +50,8 @@ def nvme_mount(kind: str) -> str:
     except KeyError:
         raise ValueError(f"unknown cluster kind {kind!r} (known: {', '.join(sorted(NVME_MOUNTS))})") from None
 NODEADM_CONTENT_TYPE = "application/node.eks.aws"
+SHELL_SCRIPT_CONTENT_TYPE = "text/x-shellscript"  # cloud-init runs it (cloud-init docs, "User data formats")
+HUGEPAGES_SYSCTL_FILE = "/etc/sysctl.d/90-capserve-efa-hugepages.conf"
 _BOUNDARY = "//capserve-nodeadm//"
 
 
@@ -53,30 +64,44 @@ def nvme_node_config() -> dict[str, object]:
     }
 
 
-def gpu_user_data() -> str:
-    """The launch template's user data, as text: a MIME multipart document with one nodeadm part.
+def hugepages_script(pages: int) -> str:
+    """The shell script part that pre-allocates ``pages`` 2 MiB huge pages now and on every boot."""
+    return (
+        "#!/bin/bash\n"
+        "# 2 MiB huge pages for EFA (libfabric); before nodeadm starts the kubelet, which reports them.\n"
+        "set -eu\n"
+        f"echo 'vm.nr_hugepages = {pages}' > {HUGEPAGES_SYSCTL_FILE}\n"
+        f"sysctl -w vm.nr_hugepages={pages}\n"
+    )
+
+
+def gpu_user_data(*, hugepages_2mi_pages: int = 0) -> str:
+    """The launch template's user data, as text: a MIME multipart document with one nodeadm part, plus
+    the huge pages script when ``hugepages_2mi_pages`` > 0.
 
     Deterministic (fixed boundary, fixed key order), so a re-run renders the same bytes and the
     launch template's drift check sees no change.
     """
+    if hugepages_2mi_pages < 0:
+        raise ValueError("hugepages_2mi_pages cannot be negative")
     document = yaml.safe_dump(nvme_node_config(), sort_keys=False, default_flow_style=False)
+    parts = [f"Content-Type: {NODEADM_CONTENT_TYPE}\n\n---\n{document}\n"]
+    if hugepages_2mi_pages:
+        parts.append(f'Content-Type: {SHELL_SCRIPT_CONTENT_TYPE}; charset="us-ascii"\n\n'
+                     f"{hugepages_script(hugepages_2mi_pages)}\n")
+    body = "".join(f"--{_BOUNDARY}\n{part}" for part in parts)
     return (
         "MIME-Version: 1.0\n"
         f'Content-Type: multipart/mixed; boundary="{_BOUNDARY}"\n'
         "\n"
-        f"--{_BOUNDARY}\n"
-        f"Content-Type: {NODEADM_CONTENT_TYPE}\n"
-        "\n"
-        "---\n"
-        f"{document}"
-        "\n"
+        f"{body}"
         f"--{_BOUNDARY}--\n"
     )
 
 
-def gpu_user_data_base64() -> str:
+def gpu_user_data_base64(*, hugepages_2mi_pages: int = 0) -> str:
     """What ``LaunchTemplateData.UserData`` takes: the text above, base64-encoded (EC2 API reference)."""
-    return base64.b64encode(gpu_user_data().encode("utf-8")).decode("ascii")
+    return base64.b64encode(gpu_user_data(hugepages_2mi_pages=hugepages_2mi_pages).encode("utf-8")).decode("ascii")
 
 
 # Kubernetes resource quantities (apimachinery resource.Quantity): a decimal number, then a binary

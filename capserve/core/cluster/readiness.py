@@ -1,10 +1,10 @@
 """Is the cluster usable? Pure decisions over objects exactly as the Kubernetes API returns them.
 
 ``assess_nodes`` answers "are the expected GPU nodes all there, Ready, schedulable, with their GPUs
-(and EFA devices) allocatable and their health checks passed?" and, when not, says per node what is
-missing. ``workload_state`` answers the same for the add-ons' Deployments, DaemonSets, Jobs and
-CRDs. The watch that feeds them lives in ``capserve.tasks.kube``; these functions never do I/O, so
-they are tested with plain dicts.
+(and, for multi-node layouts, EFA devices and 2 MiB huge pages) allocatable and their health checks
+passed?" and, when not, says per node what is missing. ``workload_state`` answers the same for the
+add-ons' Deployments, DaemonSets, Jobs and CRDs. The watch that feeds them lives in
+``capserve.tasks.kube``; these functions never do I/O, so they are tested with plain dicts.
 
 Objects are the JSON (camelCase) form: ``status.allocatable``, ``spec.unschedulable``,
 ``status.conditions[].type == "Ready"`` (Kubernetes API reference, Node v1 core).
@@ -19,10 +19,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from capserve.core.cluster.nvme import ephemeral_storage_bytes
+from capserve.core.cluster.nvme import ephemeral_storage_bytes, parse_quantity
 
 GPU_RESOURCE = "nvidia.com/gpu"  # advertised by the NVIDIA device plugin
 EFA_RESOURCE = "vpc.amazonaws.com/efa"  # advertised by the AWS EFA device plugin
+HUGEPAGES_2MI_RESOURCE = "hugepages-2Mi"  # reported by the kubelet from the kernel's pre-allocated pages
+_MIB = 2**20
 # SageMaker HyperPod labels every node with its health (HyperPod developer guide, "Resiliency:
 # node health labels"); only "Schedulable" means the node passed its checks.
 HYPERPOD_HEALTH_LABEL = "sagemaker.amazonaws.com/node-health-status"
@@ -68,6 +70,13 @@ class NodeExpectation(BaseModel):
     efa_per_node: int = Field(
         0, ge=0, le=64, description="vpc.amazonaws.com/efa each node must have allocatable (0: EFA not required)."
     )
+    hugepages_2mi_mib: int = Field(
+        0,
+        ge=0,
+        le=1024 * 1024,
+        description="MiB of hugepages-2Mi each node must have allocatable (0: none requested; multi-node EFA "
+        "layouts request them, docs/serving.md §5.2).",
+    )
     node_labels: dict[str, str] = Field(
         default_factory=dict,
         description="Labels that pick the GPU nodes out of the cluster (e.g. the node group's); empty: every node.",
@@ -89,6 +98,7 @@ class NodeProblem(StrEnum):
     CORDONED = "cordoned"
     GPUS_NOT_ADVERTISED = "GPUs not advertised"
     EFA_MISSING = "EFA missing"
+    HUGEPAGES_MISSING = "huge pages missing"
     HEALTH_CHECK_FAILED = "health check failed"
     HEALTH_CHECK_PENDING = "health check not passed yet"
 
@@ -173,6 +183,16 @@ def device_count(quantity: object) -> int:
     return 0
 
 
+def _quantity_bytes(quantity: object) -> int:
+    """A byte quantity ("10256Mi"); absent or unreadable counts as none."""
+    if quantity is None:
+        return 0
+    try:
+        return max(parse_quantity(quantity), 0)
+    except ValueError:
+        return 0
+
+
 def _mapping(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
@@ -209,6 +229,11 @@ def assess_node(node: Mapping[str, Any], expectation: NodeExpectation) -> NodeRe
     if efa < expectation.efa_per_node:
         problems.append(NodeProblem.EFA_MISSING)
         details.append(f"{EFA_RESOURCE} {efa} of {expectation.efa_per_node}")
+    if expectation.hugepages_2mi_mib:
+        hugepages_mib = _quantity_bytes(allocatable.get(HUGEPAGES_2MI_RESOURCE)) // _MIB
+        if hugepages_mib < expectation.hugepages_2mi_mib:
+            problems.append(NodeProblem.HUGEPAGES_MISSING)
+            details.append(f"{HUGEPAGES_2MI_RESOURCE} {hugepages_mib}Mi of {expectation.hugepages_2mi_mib}Mi")
     if expectation.require_health_label or HYPERPOD_HEALTH_LABEL in labels:
         health = labels.get(HYPERPOD_HEALTH_LABEL)
         deep = labels.get(HYPERPOD_DEEP_HEALTH_LABEL)

@@ -25,7 +25,9 @@ from capserve.core.rollout.args import EngineOptions, compose_env, compose_extra
 from capserve.core.spec import CampaignSpec
 from capserve.core.weights.listing import SHA1_HEX
 
-EndpointAccess = Literal["port-forward", "internal-nlb"]
+# Only the port-forward: an internal NLB needs the AWS Load Balancer Controller, which is not installed
+# (the spec refuses 'internal-nlb', capserve.core.spec.NO_INTERNAL_NLB).
+EndpointAccess = Literal["port-forward"]
 _DIGEST = r"^sha256:[0-9a-f]{64}$"
 
 # The layout's fields the pods are rendered from, by the names configs stored them under before the rollout

@@ -24,7 +24,6 @@ REVISION_LABEL = "capserve.io/revision"  # RolloutConfig.revision: what configur
 # Not "vllm": a Service called vllm makes Kubernetes inject VLLM_PORT=tcp://… into pods of the
 # namespace, which vLLM reads as its own port setting and refuses (docs/serving.md §3.1).
 ENDPOINT_SERVICE = "serving"
-NLB_SERVICE = "serving-nlb"
 API_KEY_SECRET = "serving-api-key"
 API_KEY_SECRET_KEY = "api-key"
 

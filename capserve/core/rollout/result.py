@@ -78,7 +78,7 @@ class RolloutResult(BaseModel):
     args: tuple[str, ...] = Field(description="The leader's `vllm serve` arguments (the key only as a reference).")
     ready_after_s: float | None = Field(None, ge=0, description="Apply to ready of what serves now (None: unchanged).")
     startup_budget_s: int = Field(ge=1, description="Its startup probe's budget.")
-    endpoint_access: str = Field(min_length=1, max_length=32, description="port-forward | internal-nlb.")
+    endpoint_access: str = Field(min_length=1, max_length=32, description="How the endpoint is reached: port-forward.")
     endpoint_note: str = Field(min_length=1, max_length=1000, description="How the flow reaches the endpoint.")
     server: str = Field(min_length=1, max_length=400, description="What the leader pod runs (from its log).")
     compile_cache: dict[str, Any] = Field(

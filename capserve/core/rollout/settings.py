@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from capserve.core.cluster.efa import EFA_HUGEPAGES_2MI_PAGES, EFA_POD_HUGEPAGES_MIB, HUGEPAGE_2MI_MIB
+
 
 class StartupModel(BaseModel):
     """How long vLLM takes to start, as a function of the weights (docs/serving.md §3.2).
@@ -70,11 +72,12 @@ class RolloutSettings(BaseModel):
         "shared memory; public deployments use 15–256 GiB. Counted against the pod's memory limit.",
     )
     efa_hugepages_mib: int = Field(
-        5120,
+        EFA_POD_HUGEPAGES_MIB,
         ge=0,
-        le=65536,
-        description="hugepages-2Mi requested on EFA instances: the EFA driver pre-allocates 2 MiB pages and the "
-        "EKS EFA guide's NCCL test requests 5120Mi.",
+        le=EFA_HUGEPAGES_2MI_PAGES * HUGEPAGE_2MI_MIB,
+        description="hugepages-2Mi requested by multi-node layouts (one-node layouts use no EFA and request "
+        "none): the GPU nodes allocate 5128 2 MiB pages at boot and the EKS EFA guide's NCCL test requests "
+        "5120Mi.",
     )
     nccl_debug: str = Field(
         "WARN",

@@ -10,8 +10,9 @@ Several nodes: a group of size N, ``startupPolicy: LeaderCreated`` (with ``Leade
 would wait for a leader that only becomes ready once they have joined: a deadlock, §2). The leader
 serves the API; workers run ``--headless`` and join it at ``$(LWS_LEADER_ADDRESS)``.
 
-Each pod gets a whole GPU node: every GPU and every EFA device of the instance type (from the
-catalog), hugepages for EFA, most of the node's CPU and memory, ``/dev/shm`` as a memory emptyDir,
+Each pod gets a whole GPU node: every GPU of the instance type (from the catalog) and, when the layout
+spans nodes, every EFA device and the hugepages EFA uses (``capserve.core.cluster.efa``); most of the
+node's CPU and memory, ``/dev/shm`` as a memory emptyDir,
 ``IPC_LOCK``, the GPU pool's node selector and taint toleration, and a required anti-affinity so no
 two vLLM pods of the campaign share a node. It runs only on nodes whose NVMe holds its weights: the
 staging result says which; when nodes hold different experts, the leader is pinned to layout node
@@ -27,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from capserve.core.catalog import get_instance_type
 from capserve.core.cluster.addons import GPU_TOLERATIONS
+from capserve.core.cluster.efa import efa_needs
 from capserve.core.cluster.eks import gpu_pool_selector
 from capserve.core.errors import PermanentError
 from capserve.core.rollout.args import API_KEY_ENV, WORKER_INDEX, vllm_args
@@ -99,7 +101,7 @@ class RenderedRollout(BaseModel):
     startup_budget_s: int = Field(ge=1, description="The startup probe's budget.")
     cache_key: str = Field(min_length=1, max_length=64, description="Compile-cache key.")
     cache_uri: str = Field(min_length=1, max_length=1024, description="S3 folder of this key's caches.")
-    endpoint_access: str = Field(min_length=1, max_length=32, description="port-forward | internal-nlb.")
+    endpoint_access: str = Field(min_length=1, max_length=32, description="How the endpoint is reached: port-forward.")
     workload: dict[str, Any] = Field(description="The LeaderWorkerSet object.")
     services: tuple[dict[str, Any], ...] = Field(description="Services pointing at this workload's leader.")
 
@@ -237,6 +239,7 @@ class _PodParts:
         self.model_path, self.uri, self.budget, self.ready_timeout = model_path, uri, budget, ready_timeout
         self.settings, self.weights = settings, weights
         self.instance = get_instance_type(config.instance_type)
+        self.efa = efa_needs(self.instance, config.layout.nodes_per_replica, hugepages_mib=settings.efa_hugepages_mib)
 
     def resources(self) -> dict[str, str]:
         instance, settings = self.instance, self.settings
@@ -246,14 +249,14 @@ class _PodParts:
             raise PermanentError(
                 f"{instance.name}: a {memory_gib} GiB memory request cannot hold the {settings.shm_gib} GiB /dev/shm"
             )
-        efa = len(instance.efa_card_indices)
         amounts = {"cpu": str(cpu), "memory": f"{memory_gib}Gi", "nvidia.com/gpu": str(instance.gpus_per_node)}
-        if efa:
-            # Every EFA device of the node (EKS EFA guide: request all of them), and the huge pages
-            # libfabric uses for EFA buffers (docs/serving.md §5.2).
-            amounts["vpc.amazonaws.com/efa"] = str(efa)
-            if settings.efa_hugepages_mib:
-                amounts["hugepages-2Mi"] = f"{settings.efa_hugepages_mib}Mi"
+        if self.efa.used:
+            # A layout across nodes: every EFA device of the node (EKS EFA guide: request all of them), and
+            # the huge pages libfabric uses for EFA buffers, which the nodes allocate at boot (docs/serving.md
+            # §5.2). A one-node layout talks over NVLink only and asks for neither.
+            amounts["vpc.amazonaws.com/efa"] = str(self.efa.devices)
+            if self.efa.hugepages_mib:
+                amounts["hugepages-2Mi"] = f"{self.efa.hugepages_mib}Mi"
         return amounts
 
     @property
@@ -272,7 +275,7 @@ class _PodParts:
             # transport_diagnosis) and refuses a server whose traffic between nodes is not on EFA.
             {"name": "NCCL_DEBUG", "value": self.nccl_debug},
         ]
-        if self.instance.efa_card_indices:
+        if self.efa.used:
             # libfabric's EFA provider with GPUDirect RDMA (AWS EFA cheatsheet; docs/serving.md §5.2).
             env += [{"name": "FI_PROVIDER", "value": "efa"}, {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"}]
         env += cache_env(node)

@@ -9,8 +9,15 @@ EKS's CreateCluster (the zone rule), so it comes after HyperPod (which installs 
 
 from collections.abc import Callable
 
-from capserve.sandbox.aws_ext import capacity, clock, ecr, hyperpod, network  # hyperpod.install() installs eks too
+from capserve.sandbox.aws_ext import (  # hyperpod.install() installs eks too
+    capacity,
+    clock,
+    ecr,
+    eks_access,
+    hyperpod,
+    network,
+)
 
 INSTALLERS: tuple[Callable[[], None], ...] = (
-    hyperpod.install, capacity.install, network.install, clock.install, ecr.install,
+    hyperpod.install, eks_access.install, capacity.install, network.install, clock.install, ecr.install,
 )

@@ -5,7 +5,9 @@ output shape (XML for EC2, JSON for SageMaker) and parses requests with its inpu
 botocore would refuse never reaches here and a response field AWS does not have is never sent.
 
 Behaviour, as AWS documents it (EC2 user guide, capacity-blocks*.html; SageMaker API reference):
-- offerings start and end at 11:30 UTC, whole days, at most 6 per search, one AZ each, upfront fee;
+- offerings start and end at 11:30 UTC, whole days, at most 6 per search, one zone each, upfront fee;
+  each says its ``ZoneType``, and a region in ``SETTINGS.local_zones`` also offers one block in that
+  Local Zone (``ZoneType: local-zone``), as AWS does for Local Zones the account opted into;
 - a purchase needs no token and can buy the same thing twice (it is our job not to); DryRun answers
   ``DryRunOperation`` or ``UnauthorizedOperation``; the reservation carries the purchase's tags;
 - reservations go ``payment-pending`` → ``scheduled`` → ``active`` → ``expired`` on
@@ -64,6 +66,9 @@ HOURLY_PRICE_USD = {
 # Small, deterministic price differences between regions and AZs so ranking has something to decide.
 REGION_FACTOR = {"us-east-1": 1.00, "us-east-2": 1.00, "us-west-2": 1.04}
 AZ_FACTOR = {"a": 1.000, "b": 1.015, "c": 1.030}
+# A Local Zone's block, as made up as the rest, priced under its region's AZs: a ranking that ignored
+# ZoneType would buy it there (tests/aws/test_capacity_tasks.py checks that capserve's does not).
+LOCAL_ZONE_FACTOR = 0.97
 
 BLOCK_HOUR, BLOCK_MINUTE = 11, 30  # every Capacity Block starts and ends at 11:30 UTC
 MAX_OFFERINGS = 6  # DescribeCapacityBlockOfferings returns at most 6 (docs/aws-capacity.md §1.1)
@@ -83,6 +88,10 @@ class CapacitySandboxSettings:
     deny_purchase: bool = False  # purchases (and their DryRun) answer UnauthorizedOperation
     regions_without_capacity: set[str] = field(default_factory=set)
     azs: tuple[str, ...] = ("a", "b")
+    # Region → a Local Zone the account has opted into. DescribeCapacityBlockOfferings returns offerings
+    # there too, with ZoneType "local-zone" (botocore ec2 model: CapacityBlockOffering.ZoneType, and
+    # AllAvailabilityZones: "… and Local Zones you are opted into"): one, on the first start day.
+    local_zones: dict[str, str] = field(default_factory=lambda: {"us-west-2": "us-west-2-lax-1a"})
     # operation name → error codes to answer on the next calls, one per call (fault injection).
     faults: dict[str, list[str]] = field(default_factory=dict)
     # Run right after a purchase has been recorded and before its response is sent.
@@ -184,8 +193,8 @@ def _block_starts(lower: datetime, upper: datetime, hours: int) -> list[datetime
     return starts
 
 
-def _fee(instance_type: str, region: str, az_suffix: str, count: int, hours: int) -> float:
-    hourly = HOURLY_PRICE_USD[instance_type] * REGION_FACTOR.get(region, 1.02) * AZ_FACTOR.get(az_suffix, 1.05)
+def _fee(instance_type: str, region: str, zone_factor: float, count: int, hours: int) -> float:
+    hourly = HOURLY_PRICE_USD[instance_type] * REGION_FACTOR.get(region, 1.02) * zone_factor
     return round(hourly * count * hours, 2)
 
 
@@ -256,24 +265,29 @@ def describe_capacity_block_offerings(self: Any) -> Any:
     upper = min(_utc(self._get_param("EndDateRange")) or now + MAX_AHEAD, now + MAX_AHEAD)
     offerings: list[dict[str, Any]] = []
     if self.region not in SETTINGS.regions_without_capacity:
-        for start in _block_starts(lower, upper, hours):
-            for suffix in SETTINGS.azs:
-                az = f"{self.region}{suffix}"
-                digest = hashlib.sha1(f"{az}|{instance_type}|{count}|{hours}|{start.isoformat()}".encode())
+        local_zone = SETTINGS.local_zones.get(self.region)
+        for day, start in enumerate(_block_starts(lower, upper, hours)):
+            zones = [(f"{self.region}{s}", "availability-zone", AZ_FACTOR.get(s, 1.05)) for s in SETTINGS.azs]
+            if local_zone and day == 0:
+                zones.append((local_zone, "local-zone", LOCAL_ZONE_FACTOR))
+            for zone, zone_type, factor in zones:
+                digest = hashlib.sha1(f"{zone}|{instance_type}|{count}|{hours}|{start.isoformat()}".encode())
                 offering_id = "cbo-" + digest.hexdigest()[:17]
+                fee = _fee(instance_type, self.region, factor, count, hours)
                 offerings.append(
                     {
                         "CapacityBlockOfferingId": offering_id,
                         "InstanceType": instance_type,
-                        "AvailabilityZone": az,
+                        "AvailabilityZone": zone,
                         "InstanceCount": count,
                         "StartDate": start,
                         "EndDate": start + timedelta(hours=hours),
                         "CapacityBlockDurationHours": hours,
                         "CapacityBlockDurationMinutes": 0,
-                        "UpfrontFee": f"{_fee(instance_type, self.region, suffix, count, hours):.2f}",
+                        "UpfrontFee": f"{fee:.2f}",
                         "CurrencyCode": "USD",
                         "Tenancy": "default",
+                        "ZoneType": zone_type,
                     }
                 )
     offerings = offerings[:MAX_OFFERINGS]
@@ -503,7 +517,7 @@ def search_training_plan_offerings(self: Any) -> Any:
                     "RequestedEndTimeBefore": upper,
                     "DurationHours": hours,
                     "DurationMinutes": 0,
-                    "UpfrontFee": f"{_fee(plain_type, self.region, 'a', count, hours):.2f}",
+                    "UpfrontFee": f"{_fee(plain_type, self.region, AZ_FACTOR['a'], count, hours):.2f}",
                     "CurrencyCode": "USD",
                     "ReservedCapacityOfferings": [
                         {

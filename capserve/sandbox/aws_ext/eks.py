@@ -59,6 +59,7 @@ class NodePoolActivated:
     root_volume_gib: int = 20
     host_directories: tuple[str, ...] = ()  # directories the node's OS has mounted besides nodeadm's (HyperPod)
     instance_role_arn: str | None = None  # the role the instance's credentials (IMDS) are for; None: unchecked
+    hugepages_2mi: int = 0  # 2 MiB huge pages the launch template's user data allocates at boot
 
 
 @dataclass
@@ -162,6 +163,7 @@ def attach_fake_kube(kube: Any, *, failure: str | None = None) -> Callable[[Node
             root_volume_gib=event.root_volume_gib,
             host_directories=event.host_directories,
             instance_role_arn=event.instance_role_arn,
+            hugepages_2mi=event.hugepages_2mi,
             **where,
         )
 
@@ -301,6 +303,7 @@ def _patch_eks() -> None:
                         instance_type=instance_type,
                         local_storage=storage.local_storage,
                         root_volume_gib=storage.root_volume_gib,
+                        hugepages_2mi=storage.hugepages_2mi,
                         # EKS labels every managed node with its node group (EKS user guide, managed node groups).
                         labels={**nodegroup.labels, "eks.amazonaws.com/nodegroup": nodegroup_name},
                         taints=[

@@ -9,6 +9,15 @@ NVMe disks at ``/mnt/k8s-disks/0`` and bind-mounts /var/lib/kubelet (so ephemera
 nodeadm cannot read stops the node from joining: EKS then fails the node group with
 ``NodeCreationFailure``. The root volume is ``/dev/xvda`` of the template's block device mappings
 (20 GiB on the AL2023 EKS AMIs when not set). Sources listed in docs/sandbox-kubelet.md.
+
+Huge pages: a node has the 2 MiB pages its boot configuration allocates and no others. NodeConfig has
+no sysctl field (``nodeadm/doc/api.md``), so they come from a ``text/x-shellscript`` part of the same
+MIME document running ``sysctl -w vm.nr_hugepages=<n>``: cloud-init runs it in its final stage, and
+``nodeadm-run.service`` (which starts the kubelet) is ordered ``After=cloud-final.service``
+(awslabs/amazon-eks-ami ``templates/al2023/runtime/rootfs/etc/systemd/system/nodeadm-run.service``), so
+the kubelet reports them as ``hugepages-2Mi`` capacity (Kubernetes docs, "Manage HugePages": nodes
+must pre-allocate huge pages to report them). The last such line wins, as the last ``sysctl -w``
+would. The sandbox assumes the kernel finds every page (a fresh boot's memory is not fragmented).
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ import base64
 import binascii
 import email
 import email.policy
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +34,8 @@ from typing import Any
 import yaml
 
 PART_TYPE = "application/node.eks.aws"
+SCRIPT_TYPE = "text/x-shellscript"
+_NR_HUGEPAGES = re.compile(r"^\s*sysctl\s+-w\s+vm\.nr_hugepages=(\d+)\s*$", re.MULTILINE)
 STRATEGIES = ("RAID0", "RAID10", "Mount")
 ROOT_DEVICE = "/dev/xvda"
 
@@ -36,18 +48,27 @@ class NodeConfigError(ValueError):
 class NodeStorage:
     local_storage: str | None
     root_volume_gib: int
+    hugepages_2mi: int = 0  # 2 MiB huge pages the boot configuration allocates
 
 
-def _node_configs(user_data: Any) -> list[dict[str, Any]]:
+def _decoded(user_data: Any) -> bytes:
     if hasattr(user_data, "as_bytes"):  # moto keeps user data as its Base64EncodedString
         user_data = user_data.as_bytes().decode("ascii")
     try:
-        raw = base64.b64decode(str(user_data), validate=True)
+        return base64.b64decode(str(user_data), validate=True)
     except (binascii.Error, ValueError) as exc:
         raise NodeConfigError(f"user data is not base64: {exc}") from exc
-    text = raw.decode("utf-8", "replace")
+
+
+def _is_mime(text: str) -> bool:
     head = text.lstrip()[:200].lower()
-    if "mime-version" in head or head.startswith("content-type: multipart"):
+    return "mime-version" in head or head.startswith("content-type: multipart")
+
+
+def _node_configs(user_data: Any) -> list[dict[str, Any]]:
+    raw = _decoded(user_data)
+    text = raw.decode("utf-8", "replace")
+    if _is_mime(text):
         message = email.message_from_bytes(raw, policy=email.policy.default)
         documents = [part.get_content() for part in message.walk() if part.get_content_type() == PART_TYPE]
     elif "kind: nodeconfig" in text.lower():
@@ -84,6 +105,24 @@ def local_storage_strategy(user_data: Any) -> str | None:
     return str(strategy) if strategy else None
 
 
+def hugepages_2mi(user_data: Any) -> int:
+    """2 MiB huge pages the user data's shell scripts allocate (0: none, the kernel's default)."""
+    if not user_data:
+        return 0
+    raw = _decoded(user_data)
+    text = raw.decode("utf-8", "replace")
+    if _is_mime(text):
+        message = email.message_from_bytes(raw, policy=email.policy.default)
+        scripts = [str(part.get_content()) for part in message.walk() if part.get_content_type() == SCRIPT_TYPE]
+    else:
+        scripts = [text] if text.startswith("#!") else []
+    pages = 0
+    for script in scripts:
+        for found in _NR_HUGEPAGES.findall(script):
+            pages = int(found)
+    return pages
+
+
 def root_volume_gib(mappings: Sequence[Mapping[str, Any]] | None, default: int = 20) -> int:
     for mapping in mappings or ():
         if mapping.get("DeviceName") == ROOT_DEVICE and (mapping.get("Ebs") or {}).get("VolumeSize"):
@@ -92,9 +131,11 @@ def root_volume_gib(mappings: Sequence[Mapping[str, Any]] | None, default: int =
 
 
 def node_storage(template_data: Mapping[str, Any] | None, default_root_gib: int = 20) -> NodeStorage:
-    """Where a node of this launch template keeps ephemeral storage (raises NodeConfigError like nodeadm)."""
+    """Where a node of this launch template keeps ephemeral storage, and the huge pages it boots with
+    (raises NodeConfigError like nodeadm)."""
     data = template_data or {}
     return NodeStorage(
         local_storage=local_storage_strategy(data.get("UserData")),
         root_volume_gib=root_volume_gib(data.get("BlockDeviceMappings"), default_root_gib),
+        hugepages_2mi=hugepages_2mi(data.get("UserData")),
     )

@@ -151,12 +151,14 @@ class FakeKube:
         device_plugins: DevicePluginMode = "daemonset",
         host_directories: Sequence[str] = (),
         instance_role_arn: str | None = None,
+        hugepages_2mi: int = 0,
     ) -> list[str]:
         """Make ``count`` nodes of ``pool`` register, as a node group's instances would.
 
         Capacity and allocatable come from ``instance_type`` (``instances.py``); ``gpus_per_node`` /
         ``efa_per_node`` override the devices the node has. ``local_storage`` is nodeadm's
-        ``localStorage.strategy`` ("RAID0" puts ephemeral storage on the NVMe array). With
+        ``localStorage.strategy`` ("RAID0" puts ephemeral storage on the NVMe array); ``hugepages_2mi`` the
+        2 MiB pages the boot configuration allocates (``capserve.sandbox.aws_ext.nodeadm``). With
         ``device_plugins="daemonset"`` (AL2023) GPUs and EFA devices are advertised only once the
         device-plugin pods run there; "builtin" (Bottlerocket NVIDIA, Auto Mode) advertises them at once.
         ``failure``: "never-ready", "no-gpus" (the plugin finds no healthy GPU), "health-check-failed"
@@ -172,6 +174,7 @@ class FakeKube:
             root_volume_gib=root_volume_gib,
             gpus=gpus_per_node,
             efa=efa_per_node,
+            hugepages_2mi=hugepages_2mi,
         )
         made = []
         for _ in range(count):

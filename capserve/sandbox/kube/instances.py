@@ -11,8 +11,11 @@ Sources (docs/sandbox-kubelet.md, "Nodes"):
   kube-reserved CPU 6% of the first core, 1% of the second, 0.5% of the next two, 0.25% of the rest;
   memory 255 MiB + 11 MiB per pod; ephemeral-storage 1 GiB; eviction-hard memory.available 100 MiB
   and nodefs.available 10%.
-- huge pages: the EFA installer of the EKS accelerated AMIs pre-allocates 5,128 × 2 MiB pages on
-  EFA instances (EKS user guide, "Run machine learning training on Amazon EKS with EFA").
+- huge pages: what the node's boot configuration allocates (``vm.nr_hugepages`` in the launch
+  template's user data, read by ``capserve.sandbox.aws_ext.nodeadm.hugepages_2mi``), none otherwise:
+  the kubelet reports only pages the kernel pre-allocated (Kubernetes docs, "Manage HugePages"). The
+  EKS EFA guide says EFA-driver instances pre-allocate 5,128 pages, but whether the AL2023 NVIDIA AMI
+  does so is not documented, so the sandbox does not assume it (capserve sets them itself).
 - ephemeral-storage: the root EBS volume (AL2023 EKS AMIs: 20 GiB unless the launch template maps a
   bigger one), or the instance-store NVMe array when nodeadm's ``localStorage.strategy`` is RAID0
   (RAID10: half of it), which bind-mounts /var/lib/kubelet onto the array.
@@ -28,7 +31,6 @@ from capserve.core.catalog import INSTANCE_TYPES
 _MIB = 2**20
 _GIB = 2**30
 DEFAULT_ROOT_GIB = 20
-EFA_HUGEPAGES_2MI = 5128
 
 
 @dataclass(frozen=True)
@@ -138,8 +140,10 @@ def node_shape(
     root_volume_gib: int = DEFAULT_ROOT_GIB,
     gpus: int | None = None,
     efa: int | None = None,
+    hugepages_2mi: int = 0,
 ) -> NodeShape:
-    """The shape of one node. ``local_storage``: nodeadm's localStorage.strategy ("RAID0", "RAID10", "Mount")."""
+    """The shape of one node. ``local_storage``: nodeadm's localStorage.strategy ("RAID0", "RAID10", "Mount");
+    ``hugepages_2mi``: the 2 MiB huge pages its boot configuration allocates."""
     if instance_type in CPU_TYPES:
         cpu_type = CPU_TYPES[instance_type]
         vcpus, memory, nvme = cpu_type.vcpus, cpu_type.memory_mib * _MIB, 0
@@ -169,7 +173,7 @@ def node_shape(
         nvme_bytes=nvme,
         nvme_disks=NVME_DISKS.get(instance_type, 0),
         ephemeral_bytes=ephemeral,
-        hugepages_2mi=EFA_HUGEPAGES_2MI if efa else 0,
+        hugepages_2mi=hugepages_2mi,
     )
 
 

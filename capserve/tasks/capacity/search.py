@@ -1,4 +1,5 @@
-"""Offer search: every region in the spec, concurrently, one client per region, every page."""
+"""Offer search: every region in the spec, concurrently, one client per region, every page; and each region's
+zones, by which the ranking decides where a cluster can be built (``capserve.core.capacity.zones``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 from capserve.core.capacity.offers import Offer, offer_from_capacity_block, offers_from_training_plan
 from capserve.core.capacity.requests import capacity_block_offerings_request, training_plan_offerings_request
+from capserve.core.capacity.zones import Zone, zones_from_describe
 from capserve.core.spec import CapacitySpec
 from capserve.tasks.aws import client
 from capserve.tasks.capacity.errors import capacity_error
@@ -51,3 +53,23 @@ def search_offers(capacity: CapacitySpec) -> list[Offer]:
     with ThreadPoolExecutor(max_workers=min(len(capacity.regions), 8), thread_name_prefix="offers") as pool:
         per_region = list(pool.map(lambda region: search(capacity, region), capacity.regions))
     return [offer for offers in per_region for offer in offers]
+
+
+def _region_zones(region: str) -> list[Zone]:
+    """Every zone of the region, Local and Wavelength Zones included whatever the opt-in status, so each
+    offering's zone can be looked up by name (EC2 API reference, DescribeAvailabilityZones)."""
+    ec2 = client("ec2", region)
+    try:
+        response = ec2.describe_availability_zones(AllAvailabilityZones=True)
+    except Exception as exc:
+        raise capacity_error(
+            exc, f"listing the availability zones of {region}", iam_action="ec2:DescribeAvailabilityZones"
+        ) from exc
+    return zones_from_describe(response)
+
+
+@aws_task(name="describe-capacity-zones")
+def search_zones(capacity: CapacitySpec) -> dict[str, list[Zone]]:
+    """Region → its zones (names, IDs, types) for every region of the spec, looked up concurrently."""
+    with ThreadPoolExecutor(max_workers=min(len(capacity.regions), 8), thread_name_prefix="zones") as pool:
+        return dict(zip(capacity.regions, pool.map(_region_zones, capacity.regions), strict=True))

@@ -11,8 +11,9 @@ from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, ConfigDict, Field
 
 from capserve.core.catalog import get_instance_type
+from capserve.core.cluster import access
 from capserve.core.cluster import eks as build
-from capserve.core.cluster.naming import ClusterNames
+from capserve.core.cluster.naming import ClusterNames, partition_for
 from capserve.core.cluster.result import SystemPool
 from capserve.core.errors import PermanentError
 from capserve.core.lease import Lease
@@ -127,11 +128,17 @@ class LaunchTemplateRef(BaseModel):
 
 
 @aws_task(name="converge-launch-template", cache_policy=NO_CACHE)
-def converge_launch_template(campaign_id: str, lease: Lease, security_group_id: str) -> LaunchTemplateRef:
-    """The capacity-block template; a new version only when its content (e.g. the reservation) changed."""
+def converge_launch_template(
+    campaign_id: str, lease: Lease, security_group_id: str, *, hugepages_2mi_pages: int = 0
+) -> LaunchTemplateRef:
+    """The capacity-block template; a new version only when its content (e.g. the reservation) changed.
+
+    ``hugepages_2mi_pages``: what the nodes' boot configuration pre-allocates (multi-node EFA layouts)."""
     names = ClusterNames(campaign_id=campaign_id)
     instance = get_instance_type(lease.instance_type)
-    request = build.launch_template_request(names, lease, instance, security_group_id)
+    request = build.launch_template_request(
+        names, lease, instance, security_group_id, hugepages_2mi_pages=hugepages_2mi_pages
+    )
     ec2 = aws.client("ec2", lease.region)
     try:
         try:
@@ -271,3 +278,47 @@ def _converge_nodegroup(
     except (ClientError, BotoCoreError) as exc:
         raise aws.convert(exc, what) from exc
     return group, created
+
+
+@aws_task(name="converge-eks-access-entries", cache_policy=NO_CACHE)
+def converge_access_entries(
+    campaign_id: str, region: str, cluster_name: str, admin_principals: list[str]
+) -> tuple[str, ...]:
+    """Cluster-admin access entries for ``admin_principals`` other than this run's own principal (STS
+    GetCallerIdentity), which EKS made admin at creation; each entry and association only if missing.
+
+    Returns 'kind/name' of what was created. Nothing is deleted here: the entries go with the cluster.
+    """
+    if not admin_principals:
+        return ()
+    names = ClusterNames(campaign_id=campaign_id)
+    partition = partition_for(region)
+    created: list[str] = []
+    what = f"access entries of EKS cluster {cluster_name}"
+    try:
+        caller = aws.client("sts", region).get_caller_identity()["Arn"]
+        eks = aws.client("eks", region)
+        for principal in access.principals_to_grant(admin_principals, caller):
+            try:
+                eks.describe_access_entry(clusterName=cluster_name, principalArn=principal)
+            except ClientError as exc:
+                if not has_code(exc, "ResourceNotFoundException"):
+                    raise
+                try:
+                    eks.create_access_entry(**access.access_entry_request(names, cluster_name, principal))
+                    created.append(f"eks-access-entry/{principal}")
+                except ClientError as race:
+                    if not has_code(race, "ResourceInUseException"):  # another run made it meanwhile
+                        raise
+            pages = eks.get_paginator("list_associated_access_policies").paginate(
+                clusterName=cluster_name, principalArn=principal
+            )
+            associated = {p["policyArn"] for page in pages for p in page.get("associatedAccessPolicies", [])}
+            if access.admin_policy_arn(partition) not in associated:
+                eks.associate_access_policy(**access.admin_policy_request(cluster_name, principal, partition))
+    except (ClientError, BotoCoreError) as exc:
+        raise aws.convert(
+            exc, what, fix="check cluster.admin_principals (IAM role or user ARNs) and the caller's eks:*AccessEntry "
+            "and eks:AssociateAccessPolicy permissions"
+        ) from exc
+    return tuple(created)

@@ -38,11 +38,6 @@ PORT_FORWARD_NOTE = (
     "through it include the flow host → API server → node hops and the tunnel's framing on top of the "
     "server's own time."
 )
-NLB_NOTE = (
-    "An internal Network Load Balancer (Service serving-nlb, scheme internal) was created for clients inside "
-    "the VPC; a flow run inside the VPC can use it. This run reached the endpoint through a port-forward "
-    "(a listener on 127.0.0.1 carried by the API server to the leader pod), so its latencies include that tunnel."
-)
 
 
 # The port-forward subprotocol (kubelet pkg/kubelet/cri/streaming/portforward/websocket.go): per
