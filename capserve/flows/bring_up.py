@@ -6,7 +6,9 @@ HyperPod: network → IAM roles → EKS control plane (the orchestrator) → sys
 cluster on the training plan.
 Then, for both: a Kubernetes client (in memory, EKS token) → add-ons applied → every GPU node Ready with
 its GPUs (and EFA devices) allocatable → add-ons and EKS's CoreDNS ready (on the system nodes: the GPU
-nodes are tainted).
+nodes are tainted) → the network proof: a short pod on each GPU node resolves and reaches the API server
+and the region's S3 (``capserve.core.cluster.netcheck``), so a missing route or security-group rule fails
+here, naming the node, instead of in staging.
 
 Every AWS step converges (finds by campaign tag/name, creates only what is missing), so re-running the
 flow on a cluster that exists creates nothing. Bring-up refuses to start, and stops, once the lease's
@@ -41,6 +43,7 @@ from capserve.tasks.cluster.hyperpod import converge_hyperpod
 from capserve.tasks.cluster.iam import RoleArns, converge_roles
 from capserve.tasks.cluster.network import converge_network
 from capserve.tasks.kube import api_client_for_eks, apply_addons, wait_addons_ready, wait_gpu_nodes_ready
+from capserve.tasks.netcheck import prove_gpu_network
 from capserve.tasks.settings import settings_from_environment
 
 
@@ -52,6 +55,7 @@ class _AwsSide:
     gpu_pool: str
     system_pool: SystemPool | None = None
     created: list[str] = field(default_factory=list)
+    gpu_interface_security_groups: tuple[str, ...] = ()  # on the GPU nodes' interfaces (the launch template's)
 
 
 @flow(name="bring-up", validate_parameters=True)
@@ -89,6 +93,7 @@ def bring_up(
         node_names=tuple(node.name for node in readiness.nodes if node.ready),
         node_storage_bytes=readiness.storage_by_node,
         system_pool=aws.system_pool,
+        gpu_interface_security_groups=aws.gpu_interface_security_groups,
         created=tuple(aws.created),
     )
 
@@ -161,8 +166,15 @@ def _gpu_pool(
     names = ClusterNames(campaign_id=spec.campaign_id)
     if spec.cluster.kind == "eks":
         with budget.step("GPU node group"):
-            template = converge_launch_template(spec.campaign_id, lease, security_group_id)
+            # The cluster security group beside the campaign's: CoreDNS on the system nodes admits only it.
+            template = converge_launch_template(
+                spec.campaign_id,
+                lease,
+                security_group_id,
+                cluster_security_group_id=aws.cluster.cluster_security_group_id,
+            )
             aws.created += template.created
+            aws.gpu_interface_security_groups = template.security_group_ids
             aws.created += converge_nodegroup(
                 spec.campaign_id,
                 lease,
@@ -210,4 +222,14 @@ def _ready_on_kubernetes(
             update={"addons_ready_timeout_s": budget.cap(kube.addons_ready_timeout_s, "add-ons ready")}
         )
         wait_addons_ready(api, expect.wait_for, capped)
+    # Before anything heavy lands on the GPU nodes: their pods resolve and reach the API server and S3.
+    with budget.step("network proof"):
+        prove_gpu_network(
+            api,
+            [node.name for node in readiness.nodes if node.ready],
+            lease.region,
+            spec.campaign_id,
+            kube,
+            timeout_s=budget.cap(kube.network_proof_timeout_s, "network proof"),
+        )
     return readiness

@@ -60,7 +60,9 @@ def bring_up_eks(campaign: str) -> None:
         campaign, REGION, kubernetes_version="1.34", role_arn=roles.by_component["eks-cluster-role"],
         subnet_ids=list(network.subnet_ids), security_group_id=network.security_group_id, timeout_s=60, poll_s=0,
     )
-    template = converge_launch_template.fn(campaign, lease(), network.security_group_id)
+    template = converge_launch_template.fn(
+        campaign, lease(), network.security_group_id, cluster_security_group_id=cluster.cluster_security_group_id
+    )
     converge_nodegroup.fn(
         campaign, lease(), cluster_name=cluster.name, node_role_arn=roles.by_component["eks-node-role"],
         subnet_id=network.node_subnet_id, launch_template=template, timeout_s=60, poll_s=0,

@@ -60,6 +60,12 @@ class ClusterResult(BaseModel):
     system_pool: SystemPool | None = Field(
         None, description="The system node group (None: an existing cluster, whose nodes are not ours)."
     )
+    gpu_interface_security_groups: tuple[str, ...] = Field(
+        default=(),
+        max_length=16,
+        description="Security groups on the GPU nodes' interfaces (the launch template's: campaign and cluster "
+        "groups); empty where capserve did not make the interfaces (HyperPod, an existing cluster).",
+    )
     created: tuple[str, ...] = Field(
         default=(), max_length=256, description="Resources this run created ('kind/name'); empty on a converged re-run."
     )
@@ -72,6 +78,7 @@ class ClusterResult(BaseModel):
             "name": self.name,
             "nodes_ready": self.nodes_ready,
             "gpus_allocatable": self.gpus_allocatable,
+            "gpu_interface_security_groups": list(self.gpu_interface_security_groups),
         }
 
     def markdown(self) -> str:

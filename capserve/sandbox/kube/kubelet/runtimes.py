@@ -11,7 +11,8 @@
   leader's (same sizes, rank in range) and then idles.
 - **tool** (the aws-cli image, and ``sh -c`` containers of it): the real shell command runs locally
   with an ``aws`` shim first on PATH (``aws_shim.py``: ``aws s3 cp|sync|ls`` against the sandbox's
-  S3), env values and arguments under a mount rewritten to the node's directory.
+  S3), and ``getent hosts`` / ``curl`` answered from the pod's network (``net_tools.py``), env values
+  and arguments under a mount rewritten to the node's directory.
 - **placeholder** (everything else: device plugins, controllers, CoreDNS): runs until stopped (in a
   pod that does not restart on success, it exits 0) and passes its probes.
 """
@@ -31,6 +32,7 @@ from capserve.sandbox.kube.kubelet.faults import FaultKind
 from capserve.sandbox.kube.kubelet.logs import InstanceLog
 from capserve.sandbox.kube.kubelet.processes import LocalProcess, free_port
 from capserve.sandbox.kube.kubelet.volumes import expand, rewrite_paths, to_host
+from capserve.sandbox.kube.net_tools import POD_ENV
 from capserve.sandbox.kube.vllm_args import ServeArgs, VllmArgsError, parse_serve_args, serve_argv, vllm_version
 from capserve.sandbox.openai_server import quality_of_checkpoint
 
@@ -204,6 +206,7 @@ class ToolRuntime(ProcessRuntime):
         env = {key: rewrite_paths(value, ctx.mounts) for key, value in ctx.env.items()}
         env.update({key: os.environ[key] for key in AWS_ENV if key in os.environ})
         env["PATH"] = f"{ctx.kubelet.shim_dir()}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+        env[POD_ENV] = str(ctx.pod["metadata"]["uid"])  # which pod's network the shims answer for
         env["HOME"] = str(ctx.scratch)
         env["TMPDIR"] = str(ctx.scratch)
         workdir = ctx.container.get("workingDir")

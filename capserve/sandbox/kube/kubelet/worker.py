@@ -166,13 +166,15 @@ class ContainerRunner:
                 self._event("Pulled", f'Container image "{self.image}" already present on machine')
                 return
             self._event("Pulling", f'Pulling image "{self.image}"')
-            if fault is None:
+            # The node's own path to the registry (routes, public IPv4, endpoints: kube/network.py).
+            blocked = self.kubelet.pull_blocked(node, self.image)
+            if fault is None and blocked is None:
                 self.kubelet.images[node].add(self.image)
                 pulled = "in 120ms (120ms including waiting). Image size: 0 bytes."
                 self._event("Pulled", f'Successfully pulled image "{self.image}" {pulled}')
                 return
             failures += 1
-            error = (
+            error = blocked or (
                 f'failed to pull and unpack image "{self.image}": failed to resolve reference "{self.image}": '
                 f"{self.image}: not found"
             )
