@@ -78,7 +78,6 @@ class ClusterResult(BaseModel):
             "name": self.name,
             "nodes_ready": self.nodes_ready,
             "gpus_allocatable": self.gpus_allocatable,
-            "gpu_interface_security_groups": list(self.gpu_interface_security_groups),
         }
 
     def markdown(self) -> str:

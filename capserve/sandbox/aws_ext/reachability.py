@@ -129,6 +129,8 @@ def aws_service(host: str, region: str) -> str | None:
 class MotoNetwork:
     """``capserve.sandbox.kube.network.Network`` over moto's EC2 state, per attached pool."""
 
+    models_dns = True
+
     def __init__(self) -> None:
         self.pools: dict[str, PoolAttachment] = {}
         self._lock = threading.Lock()

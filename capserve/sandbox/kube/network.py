@@ -9,8 +9,10 @@ asks, through ``Network``:
 - ``admits(source, target, protocol, port)``: why the security groups drop a connection from a pod on
   a node of ``source`` to one on a node of ``target`` (``CONTROL_PLANE``: the API server's ENIs).
 
-Each returns None when the path exists, else the missing piece in words. Nodes the fake made without
-a network (tests that call ``provision_nodes`` directly) sit on ``OpenNetwork``: everything reaches.
+Each returns None when the path exists, else the missing piece in words. A fake with no VPC behind it
+(tests that call ``provision_nodes`` directly) sits on ``OpenNetwork``: everything reaches, names
+resolve without CoreDNS. Pools a ``MotoNetwork`` does not know reach everything too, but their pods'
+names still go through CoreDNS.
 
 Name resolution (``resolve``) is the cluster's own: a pod with ``dnsPolicy: ClusterFirst`` asks
 CoreDNS (the ``kube-dns`` Service's ready endpoints) on UDP 53, which answers cluster names itself and
@@ -44,6 +46,9 @@ CNI_NOT_READY = (
 
 
 class Network(Protocol):
+    # False: no VPC is modelled, so neither is DNS (pods resolve anything: the fake's tests without EKS).
+    models_dns: bool
+
     def cni_failure(self, pool: str) -> str | None: ...
 
     def route(self, pool: str, host: str) -> str | None: ...
@@ -53,6 +58,8 @@ class Network(Protocol):
 
 class OpenNetwork:
     """No VPC behind the fake: every path exists."""
+
+    models_dns = False
 
     def cni_failure(self, pool: str) -> str | None:
         return None
@@ -134,6 +141,8 @@ def resolve(
     network: Network, objects: Mapping[Any, dict[str, Any]], pod: Mapping[str, Any], name: str
 ) -> Answer:
     """Resolve ``name`` as the pod's resolver would (see the module docstring). Call under the store's lock."""
+    if not network.models_dns:
+        return Answer(_cluster_name(name, objects) or placeholder_address(name))
     spec = pod.get("spec") or {}
     node = objects.get(("", "nodes", None, str(spec.get("nodeName") or "")))
     pool = node_pool(node)
