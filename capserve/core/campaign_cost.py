@@ -11,7 +11,8 @@ section. What is read, and from where (docs/cost.md §6):
 - serving from the event that made the endpoint ready (the rollout stage when it ran; before that
   stage exists, the evaluated endpoint was ready when its evaluation began) to the moment serving
   stopped: a drain or teardown of this run, else the drain point;
-- the other resources bring-up and stage_weights made (control plane, system node group, weights in S3).
+- the other resources bring-up and stage_weights made (control plane, system node group, NAT gateway and
+  public IPv4 addresses, weights in S3).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 from capserve.core.capacity.offers import Offer
 from capserve.core.catalog import get_instance_type
+from capserve.core.cluster.result import ClusterResult
 from capserve.core.cost import (
     BlockWindow,
     Cause,
@@ -29,6 +31,8 @@ from capserve.core.cost import (
     Ec2InstanceUsage,
     EksControlPlaneUsage,
     Interval,
+    NatGatewayUsage,
+    PublicIpv4Usage,
     ResourceUsage,
     S3Usage,
     ScheduledRunMark,
@@ -213,8 +217,10 @@ def offer_forecasts(spec: CampaignSpec, offers: Sequence[Offer], prices: PriceTa
 
 
 def _resources(report: CampaignReport, spec: CampaignSpec, lease: Lease, *, offset: timedelta) -> list[ResourceUsage]:
-    """The control plane and system node group from bring-up's start until teardown ended (or the scheduled
-    hard teardown, when this run left it to that run), and the weights in S3 for as long as the block."""
+    """The control plane, the system node group and the network's billed parts (the NAT gateway; the public
+    IPv4 addresses: its Elastic IP and one per system node) from bring-up's start until teardown ended (or the
+    scheduled hard teardown, when this run left it to that run), and the weights in S3 for as long as the block.
+    The NAT gateway's processed bytes are not measured, so its per-GB charge is not claimed."""
     usages: list[ResourceUsage] = []
     bring_up = _first(report, Stage.BRING_UP)
     cluster = report.cluster
@@ -236,8 +242,25 @@ def _resources(report: CampaignReport, spec: CampaignSpec, lease: Lease, *, offs
                     hours=hours,
                 )
             )
+        if cluster is not None:
+            usages += _network_usage(cluster, hours)
     usages += _weights_usage(report, spec, end=lease.end, offset=offset)
     return usages
+
+
+def _network_usage(cluster: ClusterResult, hours: float) -> list[ResourceUsage]:
+    """What the campaign's network bills by the hour (docs/aws-network.md): one NAT gateway, and the public
+    IPv4 addresses (the NAT gateway's Elastic IP; each system node in a public subnet gets one)."""
+    network = cluster.network
+    if network is None:
+        return []
+    system_nodes = cluster.system_pool.node_count if cluster.system_pool is not None else 0
+    return [
+        NatGatewayUsage(name=f"NAT gateway {network.nat_gateway_id} (hours; GB processed not measured)", count=1,
+                        hours=hours),
+        PublicIpv4Usage(name=f"public IPv4 (NAT Elastic IP, {system_nodes} system nodes)", count=1 + system_nodes,
+                        hours=hours),
+    ]
 
 
 def _weights_usage(

@@ -1,7 +1,8 @@
 """The bring_up stage: a Kubernetes cluster whose GPU nodes run on the lease's reservation, proven usable.
 
-EKS: network → IAM roles → control plane → system node group → capacity-block launch template →
-CAPACITY_BLOCK node group.
+EKS: network (docs/aws-network.md: GPU nodes in a private subnet behind a NAT gateway, the control plane
+and system nodes in public subnets of zones EKS allows) → IAM roles → control plane → system node group →
+capacity-block launch template → CAPACITY_BLOCK node group.
 HyperPod: network → IAM roles → EKS control plane (the orchestrator) → system node group → HyperPod
 cluster on the training plan.
 Then, for both: a Kubernetes client (in memory, EKS token) → add-ons applied → every GPU node Ready with
@@ -24,6 +25,7 @@ from prefect import flow, get_run_logger
 
 from capserve.core.cluster.expectations import bring_up_steps, cluster_expectations
 from capserve.core.cluster.naming import ClusterNames
+from capserve.core.cluster.network import NetworkIds
 from capserve.core.cluster.readiness import Readiness
 from capserve.core.cluster.result import ClusterResult, SystemPool
 from capserve.core.cluster.settings import BringUpSettings
@@ -55,7 +57,8 @@ class _AwsSide:
     gpu_pool: str
     system_pool: SystemPool | None = None
     created: list[str] = field(default_factory=list)
-    gpu_interface_security_groups: tuple[str, ...] = ()  # on the GPU nodes' interfaces (the launch template's)
+    network: NetworkIds | None = None
+    gpu_interface_security_groups: tuple[str, ...] = ()
 
 
 @flow(name="bring-up", validate_parameters=True)
@@ -93,6 +96,7 @@ def bring_up(
         node_names=tuple(node.name for node in readiness.nodes if node.ready),
         node_storage_bytes=readiness.storage_by_node,
         system_pool=aws.system_pool,
+        network=aws.network,
         gpu_interface_security_groups=aws.gpu_interface_security_groups,
         created=tuple(aws.created),
     )
@@ -113,7 +117,14 @@ def _existing(name: str, spec: CampaignSpec, lease: Lease, settings: BringUpSett
 def _converge_aws(spec: CampaignSpec, lease: Lease, settings: BringUpSettings, budget: StepBudget) -> _AwsSide:
     campaign_id, region = spec.campaign_id, lease.region
     with budget.step("network"):
-        network = converge_network(campaign_id, region, lease.availability_zone, settings.vpc_cidr)
+        network = converge_network(
+            campaign_id,
+            region,
+            lease.availability_zone,
+            settings.vpc_cidr,
+            nat_timeout_s=budget.cap(settings.nat_gateway_available_timeout_s, "network"),
+            poll_s=settings.poll_seconds,
+        )
     with budget.step("IAM roles"):
         roles = converge_roles(
             campaign_id,
@@ -128,7 +139,7 @@ def _converge_aws(spec: CampaignSpec, lease: Lease, settings: BringUpSettings, b
             region,
             kubernetes_version=spec.cluster.kubernetes_version,
             role_arn=roles.by_component["eks-cluster-role"],
-            subnet_ids=list(network.subnet_ids),
+            subnet_ids=list(network.control_plane_subnet_ids),
             security_group_id=network.security_group_id,
             timeout_s=budget.cap(settings.cluster_active_timeout_s, "EKS control plane"),
             poll_s=settings.poll_seconds,
@@ -140,15 +151,16 @@ def _converge_aws(spec: CampaignSpec, lease: Lease, settings: BringUpSettings, b
             region,
             cluster_name=cluster.name,
             node_role_arn=roles.by_component["eks-node-role"],
-            subnet_ids=list(network.subnet_ids),
+            subnet_ids=list(network.control_plane_subnet_ids),
             instance_type=settings.system_instance_type,
             node_count=settings.system_node_count,
             timeout_s=budget.cap(settings.system_nodegroup_active_timeout_s, "system node group"),
             poll_s=settings.poll_seconds,
         )
-    aws = _AwsSide(cluster=cluster, gpu_pool="", system_pool=system_pool)
+    aws = _AwsSide(cluster=cluster, gpu_pool="", system_pool=system_pool, network=network)
     aws.created += [*network.created, *roles.created, *cluster.created, *system_pool.created]
-    _gpu_pool(spec, lease, settings, budget, aws, roles, network.security_group_id, network.node_subnet_id)
+    # The GPU nodes go in the private subnet: with one interface per EFA card they get no public address.
+    _gpu_pool(spec, lease, settings, budget, aws, roles, network.security_group_id, network.gpu_subnet_id)
     return aws
 
 
@@ -198,6 +210,7 @@ def _gpu_pool(
             security_group_id=security_group_id,
             timeout_s=budget.cap(settings.hyperpod_in_service_timeout_s, "HyperPod cluster"),
         )
+    aws.gpu_interface_security_groups = (security_group_id,)  # HyperPod's VpcConfig.SecurityGroupIds
     aws.gpu_pool = names.hyperpod_cluster
 
 

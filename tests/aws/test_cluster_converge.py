@@ -62,6 +62,10 @@ def make_lease(**changes: object) -> Lease:
     return Lease.model_validate({**base, **changes})
 
 
+def _name(resource: dict[str, Any]) -> str:
+    return next(t["Value"] for t in resource.get("Tags", []) if t["Key"] == "Name")
+
+
 def creates() -> list[str]:
     return [
         f"{c.service}:{c.action}" for c in eks_ext.calls() if c.action.startswith(("Create", "Attach", "Associate"))
@@ -70,14 +74,14 @@ def creates() -> list[str]:
 
 def control_plane(campaign: str, lease: Lease, kind: str) -> tuple[Any, Any, Any]:
     """Network, roles and the EKS cluster: what both the EKS and the HyperPod paths stand on."""
-    network = converge_network.fn(campaign, REGION, lease.availability_zone, "10.64.0.0/16")
+    network = converge_network.fn(campaign, REGION, lease.availability_zone, "10.64.0.0/16", poll_s=0)
     roles = converge_roles.fn(campaign, kind, REGION)
     cluster = converge_cluster.fn(
         campaign,
         REGION,
         kubernetes_version="1.34",
         role_arn=roles.by_component["eks-cluster-role"],
-        subnet_ids=list(network.subnet_ids),
+        subnet_ids=list(network.control_plane_subnet_ids),
         security_group_id=network.security_group_id,
         timeout_s=60,
         poll_s=0,
@@ -95,7 +99,7 @@ def bring_up_eks(campaign: str, lease: Lease) -> list[str]:
         lease,
         cluster_name=cluster.name,
         node_role_arn=roles.by_component["eks-node-role"],
-        subnet_id=network.node_subnet_id,
+        subnet_id=network.gpu_subnet_id,
         launch_template=template,
         timeout_s=60,
         poll_s=0,
@@ -105,7 +109,7 @@ def bring_up_eks(campaign: str, lease: Lease) -> list[str]:
         REGION,
         cluster_name=cluster.name,
         node_role_arn=roles.by_component["eks-node-role"],
-        subnet_ids=list(network.subnet_ids),
+        subnet_ids=list(network.control_plane_subnet_ids),
         instance_type="m7i.large",
         node_count=2,
         timeout_s=60,
@@ -123,8 +127,13 @@ def test_eks_bring_up_converges_and_a_rerun_creates_nothing(events: list[eks_ext
         "vpc/capserve-conv-eks-vpc",
         "subnet/capserve-conv-eks-us-east-2b",
         "subnet/capserve-conv-eks-us-east-2a",
+        "subnet/capserve-conv-eks-private-us-east-2b",
         "internet-gateway/capserve-conv-eks-igw",
         "route-table/capserve-conv-eks-public",
+        "elastic-ip/capserve-conv-eks-nat-ip",
+        "nat-gateway/capserve-conv-eks-nat",
+        "route-table/capserve-conv-eks-private",
+        "vpc-endpoint/capserve-conv-eks-s3",
         "security-group/capserve-conv-eks-nodes",
         "iam-role/capserve-conv-eks-eks-cluster",
         "iam-role/capserve-conv-eks-eks-node",
@@ -142,9 +151,14 @@ def test_eks_bring_up_converges_and_a_rerun_creates_nothing(events: list[eks_ext
     assert events[0].labels[CAMPAIGN_TAG] == campaign and events[0].zone == f"{REGION}b"
     assert events[0].taints == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
     assert events[1].taints == [] and events[1].labels["capserve.io/pool"] == "system"
-    # Managed node groups in public subnets need public addresses on launch.
+    # Managed node groups in public subnets need public addresses on launch; the GPU subnet is private.
     subnets = boto3.client("ec2").describe_subnets(Filters=[{"Name": f"tag:{CAMPAIGN_TAG}", "Values": [campaign]}])
-    assert all(subnet["MapPublicIpOnLaunch"] for subnet in subnets["Subnets"])
+    mapped = {_name(s): s["MapPublicIpOnLaunch"] for s in subnets["Subnets"]}
+    assert mapped == {
+        "capserve-conv-eks-us-east-2b": True,
+        "capserve-conv-eks-us-east-2a": True,
+        "capserve-conv-eks-private-us-east-2b": False,
+    }
 
     eks_ext.clear_calls()
     assert bring_up_eks(campaign, lease) == []
@@ -158,7 +172,7 @@ def test_eks_bring_up_converges_and_a_rerun_creates_nothing(events: list[eks_ext
 
 def test_launch_template_content_and_new_version_for_a_new_reservation(sandbox: None) -> None:
     campaign = "conv-lt"
-    network = converge_network.fn(campaign, REGION, f"{REGION}b", "10.64.0.0/16")
+    network = converge_network.fn(campaign, REGION, f"{REGION}b", "10.64.0.0/16", poll_s=0)
     first = converge_launch_template.fn(
         campaign, make_lease(), network.security_group_id, cluster_security_group_id="sg-c"
     )
@@ -218,7 +232,7 @@ def test_hyperpod_path_on_a_training_plan(events: list[eks_ext.NodePoolActivated
             settings,
             eks_cluster_arn=cluster.arn,
             execution_role_arn=roles.by_component["hyperpod-execution-role"],
-            subnet_id=network.node_subnet_id,
+            subnet_id=network.gpu_subnet_id,
             security_group_id=network.security_group_id,
             timeout_s=60,
         )

@@ -54,22 +54,24 @@ def lease() -> Lease:
 
 def bring_up_eks(campaign: str) -> None:
     """Bring-up's own converge tasks, as the bring_up flow runs them (without Kubernetes)."""
-    network = converge_network.fn(campaign, REGION, f"{REGION}b", "10.64.0.0/16")
+    network = converge_network.fn(campaign, REGION, f"{REGION}b", "10.64.0.0/16", poll_s=0)
     roles = converge_roles.fn(campaign, "eks", REGION)
     cluster = converge_cluster.fn(
         campaign, REGION, kubernetes_version="1.34", role_arn=roles.by_component["eks-cluster-role"],
-        subnet_ids=list(network.subnet_ids), security_group_id=network.security_group_id, timeout_s=60, poll_s=0,
+        subnet_ids=list(network.control_plane_subnet_ids), security_group_id=network.security_group_id,
+        timeout_s=60, poll_s=0,
     )
     template = converge_launch_template.fn(
         campaign, lease(), network.security_group_id, cluster_security_group_id=cluster.cluster_security_group_id
     )
     converge_nodegroup.fn(
         campaign, lease(), cluster_name=cluster.name, node_role_arn=roles.by_component["eks-node-role"],
-        subnet_id=network.node_subnet_id, launch_template=template, timeout_s=60, poll_s=0,
+        subnet_id=network.gpu_subnet_id, launch_template=template, timeout_s=60, poll_s=0,
     )
     converge_system_nodegroup.fn(
         campaign, REGION, cluster_name=cluster.name, node_role_arn=roles.by_component["eks-node-role"],
-        subnet_ids=list(network.subnet_ids), instance_type="m7i.large", node_count=2, timeout_s=60, poll_s=0,
+        subnet_ids=list(network.control_plane_subnet_ids), instance_type="m7i.large", node_count=2,
+        timeout_s=60, poll_s=0,
     )
 
 
@@ -96,8 +98,11 @@ def test_eks_campaign_is_deleted_in_order_and_nothing_else_is(sandbox: None) -> 
     assert inventory.missing == () and inventory.reservation_ids == ("cr-0123456789abcdef0",)
     plan = plan_teardown(inventory, FAST)
     assert [phase for phase, _ in plan.phases()] == [
-        Phase.NODES, Phase.LAUNCH_TEMPLATES, Phase.CLUSTER, Phase.IAM, Phase.NETWORK
+        Phase.NODES, Phase.LAUNCH_TEMPLATES, Phase.CLUSTER, Phase.IAM, Phase.GATEWAYS, Phase.NETWORK
     ]
+    assert [n.name for n in inventory.nat_gateways] == ["capserve-td-a-nat"]
+    assert [a.name for a in inventory.addresses] == ["capserve-td-a-nat-ip"]
+    assert [e.name for e in inventory.vpc_endpoints] == ["capserve-td-a-s3"]
 
     eks_ext.clear_calls()
     outcome = execute_plan.fn(plan, FAST)
@@ -112,6 +117,16 @@ def test_eks_campaign_is_deleted_in_order_and_nothing_else_is(sandbox: None) -> 
     # Node group before cluster, cluster before roles, policies before roles, the VPC last.
     assert deletes.index("DeleteNodegroup") < deletes.index("DeleteCluster") < deletes.index("DeleteRole")
     assert deletes.index("DetachRolePolicy") < deletes.index("DeleteRole") and deletes[-1] == "DeleteVpc"
+    # The NAT gateway is deleted (and waited for) before its Elastic IP is released and its subnet deleted.
+    assert deletes.index("DeleteVpcEndpoints") < deletes.index("DeleteNatGateway") < deletes.index("DeleteSubnet")
+    released = [c for c in eks_ext.calls("ec2") if c.action == "ReleaseAddress"]
+    assert len(released) == 1 and released[0].at >= max(
+        c.at for c in eks_ext.calls("ec2") if c.action == "DescribeNatGateways"
+    )
+    ours = [{"Name": f"tag:{CAMPAIGN_TAG}", "Values": ["td-a"]}]
+    assert ec2.describe_addresses(Filters=ours)["Addresses"] == []
+    assert [g["State"] for g in ec2.describe_nat_gateways(Filter=ours)["NatGateways"]] == ["deleted"]
+    assert [e["State"] for e in ec2.describe_vpc_endpoints(Filters=ours)["VpcEndpoints"]] == ["deleted"]
 
     assert tagged_vpcs("td-a") == []
     assert "capserve-td-a" not in boto3.client("eks").list_clusters()["clusters"]
@@ -126,6 +141,7 @@ def test_eks_campaign_is_deleted_in_order_and_nothing_else_is(sandbox: None) -> 
     again = inventory_campaign.fn("td-a", REGION, kind="eks", settings=FAST)
     assert again.is_empty and "eks-cluster/capserve-td-a" in again.missing and "vpc/capserve-td-a-vpc" in again.missing
     assert "eks-nodegroup/capserve-td-a-system" in again.missing
+    assert {"nat-gateway/capserve-td-a-nat", "elastic-ip/capserve-td-a-nat-ip"} <= set(again.missing)
     assert execute_plan.fn(plan_teardown(again, FAST), FAST).deleted == ()
     assert [c for c in eks_ext.calls() if c.action.startswith("Delete")] == []
 

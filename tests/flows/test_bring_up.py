@@ -6,8 +6,10 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import boto3
 import pytest
 
+from capserve.core.cluster import eks as eks_build
 from capserve.core.cluster.readiness import KubeSettings
 from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.errors import DeadlineError, PermanentError
@@ -72,6 +74,23 @@ def test_eks_bring_up_then_a_rerun_creates_nothing(kube: FakeKube) -> None:
     assert (result.system_pool.instance_type, result.system_pool.node_count) == ("m7i.large", 2)
     assert "2 × m7i.large on demand" in result.markdown()
     assert set(result.node_storage_bytes) == set(result.node_names)
+    # The GPU node group is in the private subnet; the control plane and the system nodes in public ones.
+    network = result.network
+    assert network is not None and network.gpu_subnet_id not in network.control_plane_subnet_ids
+    eks = boto3.client("eks")
+    gpu_group = eks.describe_nodegroup(clusterName="capserve-flow-eks", nodegroupName="capserve-flow-eks-gpu")
+    assert gpu_group["nodegroup"]["subnets"] == [network.gpu_subnet_id]
+    system = eks.describe_nodegroup(clusterName="capserve-flow-eks", nodegroupName="capserve-flow-eks-system")
+    assert system["nodegroup"]["subnets"] == list(network.control_plane_subnet_ids)
+    cluster = eks.describe_cluster(name="capserve-flow-eks")["cluster"]["resourcesVpcConfig"]
+    assert cluster["subnetIds"] == list(network.control_plane_subnet_ids)
+    assert f"NAT gateway {network.nat_gateway_id}" in result.markdown() and "| private |" in result.markdown()
+    # The GPU interfaces carry the campaign group and the cluster group EKS made (CoreDNS admits only that).
+    assert result.gpu_interface_security_groups == (network.security_group_id, cluster["clusterSecurityGroupId"])
+    # The network proof ran on each GPU node (and cleaned up after itself).
+    proofs = {e["involvedObject"]["name"] for e in kube.objects("events") if e["reason"] == "Scheduled"
+              and e["involvedObject"]["name"].startswith("capserve-netcheck-")}
+    assert len(proofs) == 2 and not [p for p in kube.objects("pods") if p["metadata"]["name"] in proofs]
     # The add-ons the serving stage needs were applied.
     daemonsets = {o["metadata"]["name"] for o in kube.objects("daemonsets", "apps")}
     assert any("nvidia" in name for name in daemonsets) and any("efa" in name for name in daemonsets)
@@ -97,12 +116,26 @@ def test_a_broken_node_ends_the_stage_naming_node_and_cause(kube: FakeKube, fail
     assert gpu_nodes[0]["metadata"]["name"] in message
 
 
+def test_without_the_cluster_group_on_the_gpu_interfaces_the_network_proof_fails(
+    kube: FakeKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The launch template as it was: the campaign group only, so GPU pods cannot reach CoreDNS.
+    monkeypatch.setattr(eks_build, "node_security_groups", lambda campaign, cluster: [campaign])
+    eks_ext.attach_fake_kube(kube)
+    with pytest.raises(PermanentError, match=r"network proof failed on 1 of 1 GPU node\(s\): ip-[0-9-]+\.ec2\.internal: "
+                       r"dns kubernetes.default: did not resolve"):
+        bring_up(make_spec("flow-nodns"), make_lease(count=1), FAST)
+
+
 def test_hyperpod_bring_up_on_a_training_plan(kube: FakeKube) -> None:
     eks_ext.attach_fake_kube(kube)
     plan = f"arn:aws:sagemaker:{REGION}:123456789012:training-plan/flow-hp"
     result = bring_up(make_spec("flow-hp", kind="hyperpod", reservation=plan), make_lease(plan, count=1), FAST)
     assert (result.kind, result.nodes_ready, result.gpus_allocatable) == ("hyperpod", 1, 8)
     assert "hyperpod-cluster/capserve-flow-hp-hp" in result.created
+    # HyperPod's instances go in the private GPU subnet too.
+    described = boto3.client("sagemaker").describe_cluster(ClusterName="capserve-flow-hp-hp")
+    assert result.network is not None and described["VpcConfig"]["Subnets"] == [result.network.gpu_subnet_id]
 
 
 def test_bring_up_refuses_when_the_drain_is_too_near(aws: None) -> None:

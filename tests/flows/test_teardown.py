@@ -161,3 +161,34 @@ def test_reaper_keeps_young_unknown_leases_and_reaps_old_ones(kube: FakeKube) ->
     assert mine.teardown is not None and mine.teardown.reason == "reaper" and not mine.teardown.dry_run
     assert tagged_vpcs("down-reap") == [] and roles_of("down-reap") == []
     assert "capserve-down-reap" not in boto3.client("eks").list_clusters()["clusters"]
+
+
+def test_the_reaper_finds_and_deletes_a_leaked_nat_gateway_and_its_elastic_ip(kube: FakeKube) -> None:
+    """What is left when a teardown died between the NAT gateway and the VPC: both bill by the hour, and
+    nothing else (no cluster, no tagged VPC) says the campaign is still there."""
+    ec2 = boto3.client("ec2")
+
+    def tags(kind: str, name: str) -> list[dict[str, object]]:
+        pairs = [{"Key": CAMPAIGN_TAG, "Value": "down-leak"}, {"Key": "Name", "Value": name}]
+        return [{"ResourceType": kind, "Tags": pairs}]
+
+    vpc = ec2.create_vpc(CidrBlock="10.77.0.0/16")["Vpc"]["VpcId"]  # someone's VPC: not tagged with the campaign
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.77.0.0/20", AvailabilityZone=f"{REGION}a")["Subnet"]
+    address = ec2.allocate_address(Domain="vpc", TagSpecifications=tags("elastic-ip", "capserve-down-leak-nat-ip"))
+    nat = ec2.create_nat_gateway(
+        SubnetId=subnet["SubnetId"], AllocationId=address["AllocationId"],
+        TagSpecifications=tags("natgateway", "capserve-down-leak-nat"),
+    )["NatGateway"]["NatGatewayId"]
+
+    settings = ReaperSettings(unknown_lease_grace_hours=24, teardown=DOWN)
+    result = reaper([REGION], now=datetime.now(UTC) + timedelta(days=2), dry_run=False, settings=settings)
+    mine = {d.campaign_id: d for d in result.decisions}["down-leak"]
+    assert mine.reap and mine.teardown is not None and not mine.teardown.dry_run
+    assert mine.teardown.deleted == (
+        f"nat-gateway/capserve-down-leak-nat ({nat})",
+        f"elastic-ip/capserve-down-leak-nat-ip ({address['AllocationId']})",
+    )
+    assert ec2.describe_nat_gateways(NatGatewayIds=[nat])["NatGateways"][0]["State"] == "deleted"
+    leaked = [{"Name": f"tag:{CAMPAIGN_TAG}", "Values": ["down-leak"]}]
+    assert ec2.describe_addresses(Filters=leaked)["Addresses"] == []
+    assert ec2.describe_vpcs(VpcIds=[vpc])["Vpcs"]  # not the campaign's: left alone

@@ -14,6 +14,8 @@ import pytest
 from capserve.core.campaign_cost import campaign_cost_inputs, offer_forecasts, scheduled_runs, serving_interval
 from capserve.core.capacity.approval import ApprovalRequest
 from capserve.core.capacity.offers import Offer
+from capserve.core.cluster.network import NetworkIds, SubnetInfo
+from capserve.core.cluster.result import ClusterResult, SystemPool
 from capserve.core.cost import Cause, CostLedger, build_ledger, load_price_table
 from capserve.core.cost.inputs import BlockWindow
 from capserve.core.cost.planning import forecast_table
@@ -182,6 +184,36 @@ def test_teardown_when_done_stops_serving_when_teardown_begins() -> None:
     # The control plane ran from bring-up's start to teardown's end: 110 min.
     assert "EKS control plane" in resources
     assert resources["EKS control plane"].cost == pytest.approx(0.10 * 110 / 60, abs=1e-4)
+
+
+def _network() -> NetworkIds:
+    subnets = tuple(
+        SubnetInfo(id=f"subnet-{i}", name=f"s{i}", availability_zone=f"us-east-2{z}", zone_id=f"use2-az{i}",
+                   cidr=f"10.64.{16 * i}.0/20", public=public, control_plane=public)
+        for i, (z, public) in enumerate([("a", True), ("b", True), ("a", False)])
+    )
+    return NetworkIds(
+        vpc_id="vpc-1", subnets=subnets, gpu_subnet_id="subnet-2", public_subnet_ids=("subnet-0", "subnet-1"),
+        control_plane_subnet_ids=("subnet-0", "subnet-1"), security_group_id="sg-1", internet_gateway_id="igw-1",
+        public_route_table_id="rtb-1", private_route_table_id="rtb-2", nat_gateway_id="nat-1",
+        nat_subnet_id="subnet-0", eip_allocation_id="eipalloc-1", s3_endpoint_id="vpce-1",
+    )
+
+
+def test_the_nat_gateway_and_public_addresses_are_priced_by_the_hour_and_no_gb_is_claimed() -> None:
+    campaign = served_day()
+    campaign.add(ClusterResult(
+        kind="eks", name="capserve-k3-demo", region="us-east-2", endpoint="https://x", gpu_pool="gpu",
+        nodes_ready=1, gpus_allocatable=8, network=_network(),
+        system_pool=SystemPool(name="capserve-k3-demo-system", instance_type="m7i.large", node_count=2),
+    ))
+    line = campaign.begin(Stage.TEARDOWN, minute(100))
+    campaign.end(line, StageStatus.COMPLETED, None, minute(110))
+    resources = {r.name: r for r in ledger_of(campaign, lease(), written_at=minute(111)).other_resources}
+    nat = resources["NAT gateway nat-1 (hours; GB processed not measured)"]
+    assert nat.cost == pytest.approx(0.045 * 110 / 60, abs=1e-4) and "vpc.nat_gateway.gb" not in nat.detail
+    addresses = resources["public IPv4 (NAT Elastic IP, 2 system nodes)"]
+    assert addresses.cost == pytest.approx(3 * 0.005 * 110 / 60, abs=1e-4)
 
 
 def test_a_failed_evaluation_is_not_serving() -> None:

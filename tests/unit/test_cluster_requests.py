@@ -17,7 +17,7 @@ from capserve.core.cluster.deadline import bring_up_budget
 from capserve.core.cluster.naming import ClusterNames
 from capserve.core.cluster.result import ClusterResult
 from capserve.core.cluster.settings import BringUpSettings
-from capserve.core.errors import DeadlineError, PermanentError
+from capserve.core.errors import DeadlineError
 from capserve.core.lease import Lease
 from capserve.core.spec import parse_spec
 from capserve.core.tags import CAMPAIGN_TAG
@@ -127,11 +127,9 @@ def test_names_are_deterministic_and_within_aws_limits() -> None:
     assert len(longest.hyperpod_cluster) <= 63 and len(longest.nodegroup) <= 63
 
 
-def test_subnet_azs_put_the_reservation_first_and_refuse_unknown_zones() -> None:
-    assert network.subnet_azs("us-east-2b", ["us-east-2c", "us-east-2a", "us-east-2b"]) == ["us-east-2b", "us-east-2a"]
-    with pytest.raises(PermanentError, match="us-west-2a"):
-        network.subnet_azs("us-west-2a", ["us-east-2a", "us-east-2b"])
+def test_subnet_cidr_cuts_the_vpc_in_sixteen() -> None:
     assert network.subnet_cidr("10.64.0.0/16", 1) == "10.64.16.0/20"
+    assert network.subnet_cidr("10.64.0.0/16", network.PRIVATE_CIDR_INDEX) == "10.64.128.0/20"
 
 
 def test_deadline_refuses_when_serving_time_would_be_too_short() -> None:

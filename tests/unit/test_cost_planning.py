@@ -117,8 +117,10 @@ def test_an_offer_forecast_includes_the_other_resources() -> None:
     resources = expected_resources(block_hours=48, lead_hours=2, weights_gb=1560)
     forecast = forecast_offer(offer, gpus_per_instance=8, prices=PRICES, resources=resources, throughput=ESTIMATE)
     assert forecast.gpus == 16 and forecast.paid_gpu_hours == 48 * 16
-    # 50 h: EKS 50 × 0.10 = 5.00; 2 × m7i.large × 50 × 0.1008 = 10.08; S3 1560 GB × 50 h / 730 × 0.023 ≈ 2.4575.
-    assert forecast.other_resources_cost == pytest.approx(5.00 + 10.08 + 1560 * 50 / 730 * 0.023, abs=1e-3)
+    # 50 h: EKS 50 × 0.10 = 5.00; 2 × m7i.large × 50 × 0.1008 = 10.08; NAT gateway 50 × 0.045 = 2.25;
+    # 3 public IPv4 (NAT, 2 system nodes) × 50 × 0.005 = 0.75; S3 1560 GB × 50 h / 730 × 0.023 ≈ 2.4575.
+    expected = 5.00 + 10.08 + 2.25 + 0.75 + 1560 * 50 / 730 * 0.023
+    assert forecast.other_resources_cost == pytest.approx(expected, abs=1e-3)
     # Serving (2880 − 210) min; tokens 2400 × 2670 × 60.
     tokens_m = 2400 * 2670 * 60 / 1e6
     assert forecast.expected_usd_per_million_output_tokens == pytest.approx(

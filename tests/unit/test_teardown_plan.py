@@ -11,10 +11,12 @@ from botocore.validate import ParamValidator
 
 from capserve.core.teardown import Inventory, ReaperSettings, TeardownResult, TeardownSettings, plan_teardown
 from capserve.core.teardown.inventory import (
+    AddressFound,
     ClusterFound,
     HyperPodFound,
     InternetGatewayFound,
     Named,
+    NatGatewayFound,
     NodegroupFound,
     RoleFound,
     RouteTableFound,
@@ -50,6 +52,9 @@ def full_inventory() -> Inventory:
                                                 ingress=tuple(group_references([SG_RULE])),
                                                 egress=tuple(group_references([SG_RULE]))),),
         ),),
+        nat_gateways=(NatGatewayFound(id="nat-1", name="capserve-c1-nat", vpc_id="vpc-1", state="available"),),
+        vpc_endpoints=(Named(id="vpce-1", name="capserve-c1-s3"),),
+        addresses=(AddressFound(id="eipalloc-1", name="capserve-c1-nat-ip", association_id="eipassoc-1"),),
     )
 
 
@@ -60,6 +65,7 @@ def test_plan_order_follows_the_dependencies() -> None:
     assert ops == [
         "delete", "delete_cluster", "delete_nodegroup", "terminate_instances", "delete_launch_template",
         "delete_cluster", "detach_role_policy", "delete_role_policy", "delete_role",
+        "delete_vpc_endpoints", "delete_nat_gateway", "release_address",
         "revoke_security_group_ingress", "revoke_security_group_egress", "delete_security_group",
         "disassociate_route_table", "delete_route_table", "detach_internet_gateway", "delete_internet_gateway",
         "delete_subnet", "delete_vpc",
@@ -68,6 +74,11 @@ def test_plan_order_follows_the_dependencies() -> None:
     assert "iam-role/capserve-c1-eks-node" in plan.resources()
     assert not any(r.startswith(("iam-role-policy", "security-group-rules")) for r in plan.resources())
     assert all(step.not_found == NOT_FOUND[f"{step.service}.{step.operation}"] for step in plan.steps)
+    # The NAT gateway is waited for until deleted (its phase ends) before its Elastic IP is released.
+    nat = next(step for step in plan.steps if step.operation == "delete_nat_gateway")
+    release = next(step for step in plan.steps if step.operation == "release_address")
+    assert nat.wait is not None and nat.wait.name == "nat_gateway_deleted" and nat.phase is Phase.GATEWAYS
+    assert release.phase is Phase.NETWORK and release.retry_codes == ("InvalidIPAddress.InUse",)
 
 
 def test_every_plan_request_and_wait_matches_botocore_service_model() -> None:

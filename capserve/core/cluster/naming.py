@@ -35,7 +35,12 @@ class ClusterNames(BaseModel):
         return f"{self.prefix}-vpc"
 
     def subnet(self, availability_zone: str) -> str:
+        """A public subnet (the NAT gateway, the system nodes, the control plane's interfaces)."""
         return f"{self.prefix}-{availability_zone}"
+
+    def private_subnet(self, availability_zone: str) -> str:
+        """The private subnet of the GPU nodes (egress through the NAT gateway)."""
+        return f"{self.prefix}-private-{availability_zone}"
 
     @property
     def internet_gateway(self) -> str:
@@ -43,7 +48,26 @@ class ClusterNames(BaseModel):
 
     @property
     def route_table(self) -> str:
+        """The public route table (0.0.0.0/0 to the internet gateway)."""
         return f"{self.prefix}-public"
+
+    @property
+    def private_route_table(self) -> str:
+        """The GPU subnet's route table (0.0.0.0/0 to the NAT gateway, S3 to the gateway endpoint)."""
+        return f"{self.prefix}-private"
+
+    @property
+    def nat_gateway(self) -> str:
+        return f"{self.prefix}-nat"
+
+    @property
+    def nat_address(self) -> str:
+        """The NAT gateway's Elastic IP."""
+        return f"{self.prefix}-nat-ip"
+
+    @property
+    def s3_endpoint(self) -> str:
+        return f"{self.prefix}-s3"
 
     @property
     def security_group(self) -> str:

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from capserve.core.cluster.network import NetworkIds
 from capserve.core.markdown import markdown_table
 
 
@@ -60,11 +61,14 @@ class ClusterResult(BaseModel):
     system_pool: SystemPool | None = Field(
         None, description="The system node group (None: an existing cluster, whose nodes are not ours)."
     )
+    network: NetworkIds | None = Field(
+        None, description="The campaign's VPC, subnets, NAT gateway and endpoints (None: an existing cluster's)."
+    )
     gpu_interface_security_groups: tuple[str, ...] = Field(
         default=(),
         max_length=16,
-        description="Security groups on the GPU nodes' interfaces (the launch template's: campaign and cluster "
-        "groups); empty where capserve did not make the interfaces (HyperPod, an existing cluster).",
+        description="Security groups on the GPU nodes' network interfaces (the launch template's: campaign and "
+        "cluster groups); empty where capserve did not make the interfaces (HyperPod, an existing cluster).",
     )
     created: tuple[str, ...] = Field(
         default=(), max_length=256, description="Resources this run created ('kind/name'); empty on a converged re-run."
@@ -100,4 +104,7 @@ class ClusterResult(BaseModel):
                 f"\n\nSystem nodes (CoreDNS, controllers): {pool.node_count} × {pool.instance_type} on demand "
                 f"in node group {pool.name}{since}."
             )
-        return f"{markdown_table(rows)}{system}\n\nCreated in this run: {created}\n"
+        network = ""
+        if self.network is not None:
+            network = "\n\n" + self.network.markdown(self.gpu_interface_security_groups).rstrip("\n")
+        return f"{markdown_table(rows)}{system}{network}\n\nCreated in this run: {created}\n"

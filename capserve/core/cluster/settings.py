@@ -24,6 +24,9 @@ class BringUpSettings(BaseModel):
     cluster_active_timeout_s: float = Field(
         1800.0, gt=0, le=4 * 3600, description="How long to wait for the EKS control plane to become ACTIVE."
     )
+    nat_gateway_available_timeout_s: float = Field(
+        900.0, gt=0, le=3600, description="How long to wait for the NAT gateway to become available (minutes, usually)."
+    )
     nodegroup_active_timeout_s: float = Field(
         2700.0, gt=0, le=6 * 3600, description="How long to wait for the GPU node group to become ACTIVE."
     )

@@ -17,7 +17,14 @@ from capserve.core.cost.causes import Cause
 from capserve.core.cost.inputs import BlockWindow, CostInputs, Interval, ThroughputPoint
 from capserve.core.cost.ledger import build_ledger
 from capserve.core.cost.prices import PriceTable
-from capserve.core.cost.resources import Ec2InstanceUsage, EksControlPlaneUsage, ResourceUsage, S3Usage
+from capserve.core.cost.resources import (
+    Ec2InstanceUsage,
+    EksControlPlaneUsage,
+    NatGatewayUsage,
+    PublicIpv4Usage,
+    ResourceUsage,
+    S3Usage,
+)
 
 if TYPE_CHECKING:
     # Only for the annotation: capserve.core.capacity imports the spec, which imports this package.
@@ -146,12 +153,16 @@ def expected_resources(
     system_nodes: int = 2,
     weights_gb: float = 0.0,
 ) -> list[ResourceUsage]:
-    """What a campaign runs besides the GPUs for one block: the control plane and system nodes for the block
-    plus the bring-up lead, and the weights in S3 for as long."""
+    """What a campaign runs besides the GPUs for one block: the control plane, the system nodes, the NAT gateway
+    and the public IPv4 addresses (its Elastic IP, one per system node in the public subnets) for the block plus
+    the bring-up lead, and the weights in S3 for as long (docs/aws-network.md). The NAT gateway's per-GB charge
+    is left out: what crosses it is not known before the run (the weights do not: the S3 endpoint carries them)."""
     hours = block_hours + lead_hours
     usages: list[ResourceUsage] = [
         EksControlPlaneUsage(name="EKS control plane", hours=hours),
         Ec2InstanceUsage(name="system node group", instance_type=system_instance_type, count=system_nodes, hours=hours),
+        NatGatewayUsage(name="NAT gateway (hours; GB processed not forecast)", count=1, hours=hours),
+        PublicIpv4Usage(name="public IPv4 (NAT Elastic IP, system nodes)", count=1 + system_nodes, hours=hours),
     ]
     if weights_gb > 0:
         usages.append(S3Usage(name="weights in S3", gb_stored=weights_gb, hours_stored=hours))

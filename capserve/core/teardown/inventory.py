@@ -33,6 +33,18 @@ class InternetGatewayFound(Named):
     attached_vpc_ids: tuple[str, ...] = Field(default=(), max_length=8, description="VPCs it is attached to.")
 
 
+class NatGatewayFound(Named):
+    vpc_id: str | None = Field(None, max_length=64, description="The VPC it is in.")
+    state: str = Field(min_length=1, max_length=16, description="pending, available or failed (not yet deleting).")
+
+
+class AddressFound(Named):
+    """An Elastic IP (``id`` is its allocation id)."""
+
+    public_ip: str | None = Field(None, max_length=64, description="The address.")
+    association_id: str | None = Field(None, max_length=64, description="Its association (a NAT gateway's, say).")
+
+
 class SecurityGroupFound(Named):
     ingress: tuple[dict[str, Any], ...] = Field(
         default=(), max_length=256, description="Ingress rules that reference security groups (revoked first)."
@@ -103,6 +115,13 @@ class Inventory(_Strict):
         default=(), max_length=16, description="Tagged internet gateways."
     )
     vpcs: tuple[VpcFound, ...] = Field(default=(), max_length=16, description="Tagged VPCs and what is in them.")
+    nat_gateways: tuple[NatGatewayFound, ...] = Field(
+        default=(), max_length=16, description="Tagged NAT gateways not yet deleting or deleted (in any VPC)."
+    )
+    vpc_endpoints: tuple[Named, ...] = Field(
+        default=(), max_length=64, description="Tagged VPC endpoints not yet deleted (in any VPC)."
+    )
+    addresses: tuple[AddressFound, ...] = Field(default=(), max_length=64, description="Tagged Elastic IPs.")
     kept: tuple[KeptResource, ...] = Field(
         default=(), max_length=256, description="Found but left alone (not ours, or shared), with why."
     )
@@ -131,4 +150,7 @@ class Inventory(_Strict):
             or self.roles
             or self.internet_gateways
             or self.vpcs
+            or self.nat_gateways
+            or self.vpc_endpoints
+            or self.addresses
         )

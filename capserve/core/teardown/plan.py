@@ -1,8 +1,10 @@
 """The ordered deletion plan, as data, built from an inventory.
 
-Order (docs/design.md §9): workloads → node groups / HyperPod cluster → leftover instances →
-launch templates → EKS cluster → IAM (detach policies, delete roles) → network (security group rules
-and groups, route table associations and tables, internet gateway detach and delete, subnets, VPC).
+Order (docs/design.md §9, docs/aws-network.md): workloads → node groups / HyperPod cluster → leftover
+instances → launch templates → EKS cluster → IAM (detach policies, delete roles) → gateways (VPC
+endpoints; NAT gateways, waited for until deleted: only then is the Elastic IP free and the subnet empty)
+→ network (Elastic IPs released, security group rules and groups, route table associations and tables,
+internet gateway detach and delete, subnets, VPC).
 Each phase waits until its deletions are done before the next one starts: an EKS cluster cannot be
 deleted while it has node groups (``ResourceInUseException``, EKS API reference DeleteCluster), and a
 VPC not while anything is in it (``DependencyViolation``, EC2 API reference DeleteVpc).
@@ -39,6 +41,12 @@ NOT_FOUND: dict[str, tuple[str, ...]] = {
     "ec2.detach_internet_gateway": ("InvalidInternetGatewayID.NotFound", "Gateway.NotAttached"),
     "ec2.delete_internet_gateway": ("InvalidInternetGatewayID.NotFound",),
     "ec2.delete_subnet": ("InvalidSubnetID.NotFound",),
+    # DeleteNatGateway / DescribeNatGateways answer NatGatewayNotFound for an unknown id (the code botocore's
+    # nat_gateway_deleted waiter accepts as "deleted").
+    "ec2.delete_nat_gateway": ("NatGatewayNotFound",),
+    # DeleteVpcEndpoints reports unknown ids in its Unsuccessful list, not as an error; a malformed id errors.
+    "ec2.delete_vpc_endpoints": ("InvalidVpcEndpointId.NotFound",),
+    "ec2.release_address": ("InvalidAllocationID.NotFound",),
     "ec2.delete_vpc": ("InvalidVpcID.NotFound",),
     # EKS API reference, DeleteNodegroup / DeleteCluster, "Errors": ResourceNotFoundException (HTTP 404).
     "eks.delete_nodegroup": ("ResourceNotFoundException",),
@@ -96,6 +104,7 @@ class Phase(enum.StrEnum):
     LAUNCH_TEMPLATES = "launch-templates"
     CLUSTER = "cluster"
     IAM = "iam"
+    GATEWAYS = "gateways"
     NETWORK = "network"
 
 
@@ -187,6 +196,7 @@ def plan_teardown(inventory: Inventory, settings: TeardownSettings) -> TeardownP
         steps.append(_step(Phase.CLUSTER, label("eks-cluster", name), "eks", "delete_cluster", name=name)
                      .model_copy(update={"wait": wait}))
     steps += _iam(inventory)
+    steps += _gateways(inventory, settings)
     steps += _network(inventory)
     return TeardownPlan(campaign_id=inventory.campaign_id, region=inventory.region, steps=tuple(steps))
 
@@ -237,9 +247,36 @@ def _iam(inventory: Inventory) -> list[Step]:
     return steps
 
 
+def _gateways(inventory: Inventory, settings: TeardownSettings) -> list[Step]:
+    """VPC endpoints, then NAT gateways, each waited for until deleted: a NAT gateway keeps its Elastic IP
+    associated and its network interface in its subnet until then (EC2 API reference, DeleteNatGateway:
+    "Deleting a public NAT gateway disassociates its Elastic IP address, but does not release the address
+    from your account"; the address is released in the network phase)."""
+    steps = []
+    for endpoint in inventory.vpc_endpoints:
+        steps.append(_step(Phase.GATEWAYS, label("vpc-endpoint", endpoint.name, endpoint.id), "ec2",
+                           "delete_vpc_endpoints", VpcEndpointIds=[endpoint.id]))
+    for gateway in inventory.nat_gateways:
+        wait = Wait(kind="waiter", service="ec2", name="nat_gateway_deleted", params={"NatGatewayIds": [gateway.id]},
+                    timeout_s=settings.nat_gateways_gone_timeout_s)
+        steps.append(_step(Phase.GATEWAYS, label("nat-gateway", gateway.name, gateway.id), "ec2",
+                           "delete_nat_gateway", NatGatewayId=gateway.id).model_copy(update={"wait": wait}))
+    return steps
+
+
+# An Elastic IP still associated in a nondefault VPC (its NAT gateway not quite gone) answers
+# InvalidIPAddress.InUse (EC2 API reference, ReleaseAddress): retried like a dependency.
+ADDRESS_IN_USE_CODES: tuple[str, ...] = ("InvalidIPAddress.InUse",)
+
+
 def _network(inventory: Inventory) -> list[Step]:
     steps: list[Step] = []
     retry = {"retry_codes": DEPENDENCY_CODES}
+    # Released first: "The VPC must not contain any running instances with Elastic IP addresses or public
+    # IPv4 addresses" for its internet gateway to detach (EC2 API reference, DetachInternetGateway).
+    for address in inventory.addresses:
+        steps.append(_step(Phase.NETWORK, label("elastic-ip", address.name, address.id), "ec2", "release_address",
+                           AllocationId=address.id).model_copy(update={"retry_codes": ADDRESS_IN_USE_CODES}))
     for vpc in inventory.vpcs:
         for group in vpc.security_groups:
             steps += _revokes(group)

@@ -32,6 +32,10 @@ class TeardownSettings(BaseModel):
     cluster_gone_timeout_s: float = Field(
         1800.0, gt=0, le=4 * 3600, description="Wait for the EKS control plane to be deleted."
     )
+    nat_gateways_gone_timeout_s: float = Field(
+        1200.0, gt=0, le=4 * 3600, description="Wait for NAT gateways to be deleted (before their Elastic IPs are "
+        "released and their subnets deleted)."
+    )
     dependency_retry_timeout_s: float = Field(
         900.0,
         ge=0,

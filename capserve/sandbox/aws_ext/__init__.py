@@ -3,11 +3,12 @@
 Each module exposes ``install()``; ``capserve.sandbox.aws.moto_sandbox`` runs every installer in
 ``INSTALLERS`` before its server starts (installing twice is harmless). Order matters where two
 extensions answer the same operation: both HyperPod and capacity answer SageMaker ListTags, and
-capacity's install chains to whatever answered before it, so it comes after HyperPod.
+capacity's install chains to whatever answered before it, so it comes after HyperPod; network wraps
+EKS's CreateCluster (the zone rule), so it comes after HyperPod (which installs eks) too.
 """
 
 from collections.abc import Callable
 
-from capserve.sandbox.aws_ext import capacity, clock, hyperpod  # hyperpod.install() installs eks too
+from capserve.sandbox.aws_ext import capacity, clock, hyperpod, network  # hyperpod.install() installs eks too
 
-INSTALLERS: tuple[Callable[[], None], ...] = (hyperpod.install, capacity.install, clock.install)
+INSTALLERS: tuple[Callable[[], None], ...] = (hyperpod.install, capacity.install, network.install, clock.install)

@@ -12,14 +12,17 @@ from prefect.cache_policies import NO_CACHE
 
 from capserve.core.cluster.iam import roles_for
 from capserve.core.cluster.naming import ClusterNames
+from capserve.core.cluster.network import GONE_ENDPOINT_STATES
 from capserve.core.tags import CAMPAIGN_TAG
 from capserve.core.teardown.inventory import (
+    AddressFound,
     ClusterFound,
     ClusterKind,
     HyperPodFound,
     InternetGatewayFound,
     Inventory,
     Named,
+    NatGatewayFound,
     NodegroupFound,
     RoleFound,
     RouteTableFound,
@@ -36,6 +39,8 @@ from capserve.tasks.teardown import workloads as kube
 
 # Instances in these states still exist (and may bill); terminated ones are gone.
 _LIVE_INSTANCE_STATES = ["pending", "running", "stopping", "stopped", "shutting-down"]
+# NAT gateways teardown deletes (EC2 API reference, NatGateway.State): a deleting one is already going.
+LIVE_NAT_STATES = ["pending", "available", "failed"]
 
 
 def _tags(items: list[dict[str, Any]] | None) -> dict[str, str]:
@@ -94,8 +99,10 @@ def inventory_campaign(
     seen = _Collector(campaign_id)
     try:
         vpcs, gateways, instances, templates = _ec2(campaign_id, region, seen)
+        nats, endpoints, addresses = _egress(campaign_id, region, seen)
         if kind is not None:
             _missing_network(names, kind, vpcs, gateways, templates, seen)
+            _missing_egress(names, nats, endpoints, addresses, seen)
         eks_cluster, nodegroups = _eks(names, region, kind, seen)
         hyperpod = _hyperpod(names, region, kind, seen)
         roles = _roles(names, region, kind, seen)
@@ -126,6 +133,9 @@ def inventory_campaign(
         roles=tuple(roles),
         internet_gateways=tuple(gateways),
         vpcs=tuple(vpcs),
+        nat_gateways=tuple(nats),
+        vpc_endpoints=tuple(endpoints),
+        addresses=tuple(addresses),
         kept=tuple(seen.kept),
         missing=tuple(seen.missing),
         reservation_ids=tuple(dict.fromkeys(seen.reservations)),
@@ -205,6 +215,48 @@ def _ec2(
     return vpcs, gateways, instances, templates
 
 
+def _egress(
+    campaign_id: str, region: str, seen: _Collector
+) -> tuple[list[NatGatewayFound], list[Named], list[AddressFound]]:
+    """NAT gateways, VPC endpoints and Elastic IPs carrying the campaign tag, in whatever VPC (or none)."""
+    ec2 = aws.client("ec2", region)
+    ours = [{"Name": f"tag:{CAMPAIGN_TAG}", "Values": [campaign_id]}]
+    nats = []
+    live = [*ours, {"Name": "state", "Values": LIVE_NAT_STATES}]
+    for gateway in _pages(ec2, "describe_nat_gateways", "NatGateways", Filter=live):
+        nats.append(NatGatewayFound(id=gateway["NatGatewayId"], name=_name(gateway, gateway["NatGatewayId"]),
+                                    vpc_id=gateway.get("VpcId"), state=gateway.get("State") or "unknown"))
+        seen.created(gateway.get("CreateTime"))
+    endpoints = []
+    for endpoint in _pages(ec2, "describe_vpc_endpoints", "VpcEndpoints", Filters=ours):
+        if str(endpoint.get("State", "")).lower() in GONE_ENDPOINT_STATES:
+            continue
+        endpoints.append(Named(id=endpoint["VpcEndpointId"], name=_name(endpoint, endpoint["VpcEndpointId"])))
+        seen.created(endpoint.get("CreationTimestamp"))
+    # DescribeAddresses has no paginator: it answers every address of the region at once.
+    addresses = [
+        AddressFound(id=a["AllocationId"], name=_name(a, a["AllocationId"]), public_ip=a.get("PublicIp"),
+                     association_id=a.get("AssociationId") or None)
+        for a in ec2.describe_addresses(Filters=ours).get("Addresses", [])
+        if a.get("AllocationId")
+    ]
+    return nats, endpoints, addresses
+
+
+def _missing_egress(
+    names: ClusterNames, nats: list[NatGatewayFound], endpoints: list[Named], addresses: list[AddressFound],
+    seen: _Collector,
+) -> None:
+    found = {label("nat-gateway", n.name) for n in nats} | {label("vpc-endpoint", e.name) for e in endpoints}
+    found |= {label("elastic-ip", a.name) for a in addresses}
+    expected = [
+        label("nat-gateway", names.nat_gateway),
+        label("vpc-endpoint", names.s3_endpoint),
+        label("elastic-ip", names.nat_address),
+    ]
+    seen.missing += [resource for resource in expected if resource not in found]
+
+
 def _missing_network(
     names: ClusterNames,
     kind: ClusterKind,
@@ -223,6 +275,7 @@ def _missing_network(
         label("vpc", names.vpc),
         label("internet-gateway", names.internet_gateway),
         label("route-table", names.route_table),
+        label("route-table", names.private_route_table),
         label("security-group", names.security_group),
     ]
     if kind == "eks":

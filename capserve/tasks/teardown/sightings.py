@@ -1,4 +1,5 @@
-"""For the reaper: which campaigns have capserve-tagged clusters, node groups or VPCs in a region, and
+"""For the reaper: which campaigns have capserve-tagged clusters, node groups, VPCs, NAT gateways or Elastic
+IPs in a region (the last two bill by the hour even when everything else is gone), and
 when each campaign's lease ends (read from its reservations, never guessed)."""
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from capserve.tasks.resilience import aws_task
 
 @aws_task(name="find-capserve-campaigns", cache_policy=NO_CACHE)
 def find_campaigns(region: str) -> dict[str, list[str]]:
-    """Campaign id → what carries its tag: EKS clusters and their node groups, HyperPod clusters, VPCs."""
+    """Campaign id → what carries its tag: EKS clusters and their node groups, HyperPod clusters, VPCs,
+    NAT gateways not yet deleting, Elastic IPs."""
     seen: dict[str, list[str]] = defaultdict(list)
     try:
         eks = aws.client("eks", region)
@@ -45,10 +47,24 @@ def find_campaigns(region: str) -> dict[str, list[str]]:
             for vpc in page.get("Vpcs", []):
                 tags = {t["Key"]: t.get("Value", "") for t in vpc.get("Tags", [])}
                 seen[tags[CAMPAIGN_TAG]].append(label("vpc", tags.get("Name", vpc["VpcId"]), vpc["VpcId"]))
+        _egress(ec2, tagged, seen)
         _hyperpod_clusters(aws.client("sagemaker", region), seen)
     except (ClientError, BotoCoreError) as exc:
         raise aws.convert(exc, f"reaper: looking for capserve-tagged resources in {region}") from exc
     return dict(seen)
+
+
+def _egress(ec2: Any, tagged: list[dict[str, Any]], seen: dict[str, list[str]]) -> None:
+    live = [*tagged, {"Name": "state", "Values": ["pending", "available", "failed"]}]
+    for page in ec2.get_paginator("describe_nat_gateways").paginate(Filter=live):
+        for gateway in page.get("NatGateways", []):
+            tags = {t["Key"]: t.get("Value", "") for t in gateway.get("Tags", [])}
+            gateway_id = gateway["NatGatewayId"]
+            seen[tags[CAMPAIGN_TAG]].append(label("nat-gateway", tags.get("Name", gateway_id), gateway_id))
+    for address in ec2.describe_addresses(Filters=tagged).get("Addresses", []):
+        tags = {t["Key"]: t.get("Value", "") for t in address.get("Tags", [])}
+        allocation = address.get("AllocationId") or address.get("PublicIp", "?")
+        seen[tags[CAMPAIGN_TAG]].append(label("elastic-ip", tags.get("Name", allocation), allocation))
 
 
 def _nodegroup(eks: Any, cluster: str, name: str, seen: dict[str, list[str]]) -> None:
