@@ -1,5 +1,5 @@
 """Where a sandbox node can reach, read from moto's EC2 state as AWS would route it (docs/aws-network.md,
-"Reachability and security groups"; docs/sandbox.md §2.7).
+§9 "Reachability and security groups"; docs/sandbox.md §3).
 
 A pool of nodes (an EKS node group, a HyperPod instance group) is attached when it activates: its
 subnet, its security groups, how many network interfaces its instances launch with, and whether
@@ -9,9 +9,9 @@ removed later is missed at the next connection, as on AWS. The rules:
 - **Public IPv4**: the subnet's ``MapPublicIpOnLaunch`` (or the interface's ``AssociatePublicIpAddress``),
   and only when the instance launches with exactly one network interface (EC2 API reference,
   ``InstanceNetworkInterfaceSpecification.AssociatePublicIpAddress``: "You cannot specify more than one
-  network interface in the request" with it; applies to device index 0 only). HyperPod instances get
-  none: their interfaces in your VPC are private (SageMaker HyperPod guide, "Setting up SageMaker
-  HyperPod with a custom Amazon VPC": internet access through a NAT gateway).
+  network interface in the request" with it; applies to device index 0 only). HyperPod instances'
+  interfaces in your VPC get none (``private_attachment``; not wired to ``hyperpod.py`` yet: its
+  instance groups join on an open network, docs/aws-network.md §9).
 - **Route table**: the subnet's explicit association, else the VPC's main table (Amazon VPC user guide,
   "Configure route tables"). ``0.0.0.0/0`` to an internet gateway reaches the internet only with a
   public IPv4; to a NAT gateway only when the NAT is ``available``, public, and its own subnet routes

@@ -1,4 +1,6 @@
-"""What a node and its pods can reach: the fake Kubernetes' view of the VPC it runs in (docs/sandbox.md §2.7).
+"""What a node and its pods can reach: the fake Kubernetes' view of the VPC it runs in.
+
+(docs/sandbox.md §3, "Network reachability"; docs/aws-network.md §9.)
 
 The rules live with whoever knows the network: ``capserve.sandbox.aws_ext.reachability`` reads moto's
 EC2 state (subnets, route tables, gateways, endpoints, security groups). The fake Kubernetes only
@@ -38,7 +40,7 @@ API_SERVER_NAMES = (
 )
 KUBERNETES_SERVICE_IP = "10.100.0.1"  # EKS's default service CIDR 10.100.0.0/16: the first address
 # What the kubelet says while the CNI has written no network config (containerd's CRI status, as
-# EKS nodes report it: aws/amazon-vpc-cni-k8s troubleshooting guide).
+# EKS nodes report it: the aws/amazon-vpc-cni-k8s troubleshooting guide).
 CNI_NOT_READY = (
     "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady "
     "message:Network plugin returns error: cni plugin not initialized"
