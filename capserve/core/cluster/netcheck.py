@@ -115,11 +115,16 @@ def passed_steps(log_text: str) -> list[str]:
     return [line.strip()[len(prefix):] for line in log_text.splitlines() if line.strip().startswith(prefix)]
 
 
+_NO_CONNECTION = ("dial tcp", "i/o timeout", "no such host", "connection refused", "network is unreachable")
+
+
 def pod_outcome(pod: dict[str, Any]) -> tuple[str, str]:
     """("passed" | "failed" | "pending", what is known) for one netcheck pod as the API server shows it.
 
-    An image pull that fails is final here: the node has no path to the registry, which is itself a
-    missing path the proof names (the kubelet would only back off and retry).
+    An image pull that fails for want of a connection (``dial tcp``, ``i/o timeout``, ``no such host``)
+    is final here: the node has no path to the registry, itself a missing path the proof names (the
+    kubelet would only back off and retry). Other pull errors (a registry's 429 or 5xx) may pass: the
+    pod stays pending until the deadline, with the error as what is known.
     """
     status = pod.get("status") or {}
     phase = status.get("phase") or "Pending"
@@ -130,7 +135,9 @@ def pod_outcome(pod: dict[str, Any]) -> tuple[str, str]:
     for container in status.get("containerStatuses") or []:
         waiting = (container.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") in ("ErrImagePull", "ImagePullBackOff"):
-            return "failed", f"image pull failed ({waiting['reason']}): {waiting.get('message') or ''}".rstrip(": ")
+            message = str(waiting.get("message") or "")
+            detail = f"image pull failed ({waiting['reason']}): {message}".rstrip(": ")
+            return ("failed" if any(s in message for s in _NO_CONNECTION) else "pending"), detail
     scheduled = next((c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), None)
     if scheduled is not None and scheduled.get("status") == "False":
         return "pending", f"not scheduled: {scheduled.get('message') or scheduled.get('reason')}"
