@@ -87,6 +87,7 @@ def build_vpc(name: str, *, nat: bool = True, s3_endpoint: bool = True, interfac
     if nat:
         allocation = ec2.allocate_address(Domain="vpc")["AllocationId"]
         nat_id = ec2.create_nat_gateway(SubnetId=public[0], AllocationId=allocation)["NatGateway"]["NatGatewayId"]
+        ec2.get_waiter("nat_gateway_available").wait(NatGatewayIds=[nat_id], WaiterConfig={"Delay": 0})
         ec2.create_route(RouteTableId=private_table, DestinationCidrBlock="0.0.0.0/0", NatGatewayId=nat_id)
     endpoint = ""
     if s3_endpoint:
@@ -313,3 +314,16 @@ def test_the_proof_names_an_image_pull_that_has_no_path(kube: FakeKube, api: k8s
     with pytest.raises(PermanentError, match=rf"{node}: image pull failed \(ErrImagePull\).*public.ecr.aws"):
         prove_gpu_network.fn(api, [node], REGION, "net-nat", QUICK, timeout_s=30)
 
+
+
+def test_a_headless_rank_without_dns_cannot_resolve_its_leader(kube: FakeKube) -> None:
+    full_cluster(kube, "net-lws", cluster_sg_on_gpus=False)  # GPU pods cannot reach CoreDNS
+    command = ("vllm serve /mnt/k8s-disks/0/weights --served-model-name m --nnodes 2 --node-rank 1 "
+               "--master-addr k3-0.k3.default --tensor-parallel-size 8 --headless")
+    kube.store.create(kube.store.resource("", "v1", "pods"), "default",
+                      gpu_pod("rank", "vllm/vllm-openai:v0.32.0", command), "test")
+    phase = until(kube, lambda: get(kube, "pods", "rank")["status"].get("phase") in ("Succeeded", "Failed")
+                  and get(kube, "pods", "rank")["status"]["phase"], timeout_s=30, what="rank finished")
+    log = kube.kubelet.logs("default", "rank", None, previous=False, tail=None, timestamps=False)
+    assert phase == "Failed"
+    assert "socket.gaierror: [Errno -3] Temporary failure in name resolution (k3-0.k3.default)" in log

@@ -372,6 +372,11 @@ class VllmRuntime(ProcessRuntime):
         ctx = self.ctx
         assert self.args is not None
         rank, address = worker_rank(self.args)
+        if address and not address.replace(".", "").isdigit():
+            # The leader's name goes to CoreDNS first (kube/network.py): no server answering is EAI_AGAIN.
+            answer = ctx.kubelet.pod_resolve(str(ctx.pod["metadata"]["uid"]), address)
+            if answer.timed_out:
+                raise self._fail(1, [f"socket.gaierror: [Errno -3] Temporary failure in name resolution ({address})"])
         leader = ctx.kubelet.resolve(ctx.namespace, address or "127.0.0.1")
         if leader is None:
             raise self._fail(1, [f"socket.gaierror: [Errno -2] Name or service not known ({address})"])
