@@ -202,6 +202,11 @@ class MotoNetwork:
             )
         return None
 
+    def same_cluster(self, pool: str, other: str) -> bool:
+        """False only for two attached pools of different EKS clusters (the fake serves them all)."""
+        mine, theirs = self._pool(pool), self._pool(other)
+        return mine is None or theirs is None or mine.cluster_name == theirs.cluster_name
+
     # ------------------------------------------------------------------ routes
 
     def _route(self, at: PoolAttachment, host: str) -> str | None:
