@@ -276,7 +276,8 @@ class MotoNetwork:
                 and endpoint.service_name == name
                 and str(endpoint.vpc_endpoint_type or "").lower() == "interface"
                 and endpoint.state == "available"
-                and _truthy(endpoint.private_dns_enabled)
+                # PrivateDnsEnabled defaults to true (EC2 API reference, CreateVpcEndpoint).
+                and (endpoint.private_dns_enabled is None or _truthy(endpoint.private_dns_enabled))
                 and _allows(
                     ec2, tuple(endpoint.security_group_ids), "ingress", "tcp", 443, at.security_group_ids,
                     _subnet_cidr(ec2, at.subnet_id),
