@@ -7,7 +7,9 @@ HyperPod: network → IAM roles → EKS control plane (the orchestrator) → acc
 HyperPod dependencies on the EKS cluster and the lifecycle script in S3 → HyperPod cluster on the training plan.
 Then, for both: a Kubernetes client (in memory, EKS token) → add-ons applied → every GPU node Ready with
 its GPUs (and, for a layout across nodes, EFA devices and huge pages) allocatable → add-ons and EKS's
-CoreDNS ready (on the system nodes: the GPU nodes are tainted).
+CoreDNS ready (on the system nodes: the GPU nodes are tainted) → the network proof: a short pod on each GPU
+node resolves and reaches the API server and the region's S3 (``capserve.core.cluster.netcheck``), so a missing
+route or security-group rule fails here, naming the node, instead of in staging.
 
 Every AWS step converges (finds by campaign tag/name, creates only what is missing), so re-running the
 flow on a cluster that exists creates nothing. Bring-up refuses to start, and stops, once the lease's
@@ -53,6 +55,7 @@ from capserve.tasks.kube import (
     wait_addons_ready,
     wait_gpu_nodes_ready,
 )
+from capserve.tasks.netcheck import prove_gpu_network
 from capserve.tasks.settings import settings_from_environment
 
 
@@ -182,7 +185,6 @@ def _converge_aws(
     aws.created += [*network.created, *roles.created, *cluster.created, *access_created, *system_pool.created]
     # The GPU nodes go in the private subnet: with one interface per EFA card they get no public address.
     _gpu_pool(spec, lease, settings, budget, aws, roles, network.security_group_id, network.gpu_subnet_id, efa)
-    aws.gpu_interface_security_groups = (network.security_group_id,)
     return aws
 
 
@@ -201,10 +203,16 @@ def _gpu_pool(
     names = ClusterNames(campaign_id=spec.campaign_id)
     if spec.cluster.kind == "eks":
         with budget.step("GPU node group"):
+            # The cluster security group beside the campaign's: CoreDNS on the system nodes admits only it.
             template = converge_launch_template(
-                spec.campaign_id, lease, security_group_id, hugepages_2mi_pages=efa.hugepages_2mi_pages
+                spec.campaign_id,
+                lease,
+                security_group_id,
+                cluster_security_group_id=aws.cluster.cluster_security_group_id,
+                hugepages_2mi_pages=efa.hugepages_2mi_pages,
             )
             aws.created += template.created
+            aws.gpu_interface_security_groups = template.security_group_ids
             aws.created += converge_nodegroup(
                 spec.campaign_id,
                 lease,
@@ -237,6 +245,7 @@ def _gpu_pool(
             lifecycle_uri=lifecycle.uri,
             timeout_s=budget.cap(settings.hyperpod_in_service_timeout_s, "HyperPod cluster"),
         )
+    aws.gpu_interface_security_groups = (security_group_id,)  # HyperPod's VpcConfig.SecurityGroupIds
     aws.gpu_pool = names.hyperpod_cluster
 
 
@@ -269,4 +278,14 @@ def _ready_on_kubernetes(
         if expect.lws_probe is not None:
             # Ready pods are not yet a working LWS: its webhooks must answer (a dry run stores nothing).
             prove_lws_webhooks(api, expect.lws_probe, kube)
+    # Before anything heavy lands on the GPU nodes: their pods resolve and reach the API server and S3.
+    with budget.step("network proof"):
+        prove_gpu_network(
+            api,
+            [node.name for node in readiness.nodes if node.ready],
+            lease.region,
+            spec.campaign_id,
+            kube,
+            timeout_s=budget.cap(kube.network_proof_timeout_s, "network proof"),
+        )
     return readiness

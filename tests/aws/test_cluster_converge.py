@@ -93,7 +93,9 @@ def control_plane(campaign: str, lease: Lease, kind: str) -> tuple[Any, Any, Any
 
 def bring_up_eks(campaign: str, lease: Lease) -> list[str]:
     network, roles, cluster = control_plane(campaign, lease, "eks")
-    template = converge_launch_template.fn(campaign, lease, network.security_group_id)
+    template = converge_launch_template.fn(
+        campaign, lease, network.security_group_id, cluster_security_group_id=cluster.cluster_security_group_id
+    )
     made = converge_nodegroup.fn(
         campaign,
         lease,
@@ -173,7 +175,9 @@ def test_eks_bring_up_converges_and_a_rerun_creates_nothing(events: list[eks_ext
 def test_launch_template_content_and_new_version_for_a_new_reservation(sandbox: None) -> None:
     campaign = "conv-lt"
     network = converge_network.fn(campaign, REGION, f"{REGION}b", "10.64.0.0/16", poll_s=0)
-    first = converge_launch_template.fn(campaign, make_lease(), network.security_group_id)
+    first = converge_launch_template.fn(
+        campaign, make_lease(), network.security_group_id, cluster_security_group_id="sg-c"
+    )
     data = boto3.client("ec2").describe_launch_template_versions(LaunchTemplateId=first.id, Versions=["$Latest"])[
         "LaunchTemplateVersions"
     ][0]["LaunchTemplateData"]
@@ -184,10 +188,13 @@ def test_launch_template_content_and_new_version_for_a_new_reservation(sandbox: 
     # The NVMe RAID0 NodeConfig travels as user data and comes back as sent (so re-runs see no drift).
     assert "strategy: RAID0" in base64.b64decode(data["UserData"]).decode()
 
-    same = converge_launch_template.fn(campaign, make_lease(), network.security_group_id)
+    same = converge_launch_template.fn(
+        campaign, make_lease(), network.security_group_id, cluster_security_group_id="sg-c"
+    )
     assert (same.version, same.created) == (first.version, ())
     moved = converge_launch_template.fn(
-        campaign, make_lease(reservation_id="cr-0fedcba9876543210"), network.security_group_id
+        campaign, make_lease(reservation_id="cr-0fedcba9876543210"), network.security_group_id,
+        cluster_security_group_id="sg-c",
     )
     assert moved.id == first.id and int(moved.version) == int(first.version) + 1
 

@@ -61,7 +61,9 @@ def bring_up_eks(campaign: str) -> None:
         subnet_ids=list(network.control_plane_subnet_ids), security_group_id=network.security_group_id,
         timeout_s=60, poll_s=0,
     )
-    template = converge_launch_template.fn(campaign, lease(), network.security_group_id)
+    template = converge_launch_template.fn(
+        campaign, lease(), network.security_group_id, cluster_security_group_id=cluster.cluster_security_group_id
+    )
     converge_nodegroup.fn(
         campaign, lease(), cluster_name=cluster.name, node_role_arn=roles.by_component["eks-node-role"],
         subnet_id=network.gpu_subnet_id, launch_template=template, timeout_s=60, poll_s=0,

@@ -11,6 +11,7 @@ import boto3
 import pytest
 from pydantic import SecretStr
 
+from capserve.core.cluster import eks as eks_build
 from capserve.core.cluster.readiness import KubeSettings
 from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.errors import DeadlineError, PermanentError
@@ -88,7 +89,12 @@ def test_eks_bring_up_then_a_rerun_creates_nothing(kube: FakeKube, tmp_path: Pat
     cluster = eks.describe_cluster(name="capserve-flow-eks")["cluster"]["resourcesVpcConfig"]
     assert cluster["subnetIds"] == list(network.control_plane_subnet_ids)
     assert f"NAT gateway {network.nat_gateway_id}" in result.markdown() and "| private |" in result.markdown()
-    assert result.gpu_interface_security_groups == (network.security_group_id,)
+    # The GPU interfaces carry the campaign group and the cluster group EKS made (CoreDNS admits only that).
+    assert result.gpu_interface_security_groups == (network.security_group_id, cluster["clusterSecurityGroupId"])
+    # The network proof ran on each GPU node (and cleaned up after itself).
+    proofs = {e["involvedObject"]["name"] for e in kube.objects("events") if e["reason"] == "Scheduled"
+              and e["involvedObject"]["name"].startswith("capserve-netcheck-")}
+    assert len(proofs) == 2 and not [p for p in kube.objects("pods") if p["metadata"]["name"] in proofs]
     # The add-ons the serving stage needs were applied.
     daemonsets = {o["metadata"]["name"] for o in kube.objects("daemonsets", "apps")}
     assert any("nvidia" in name for name in daemonsets) and any("efa" in name for name in daemonsets)
@@ -122,6 +128,17 @@ def test_a_broken_node_ends_the_stage_naming_node_and_cause(kube: FakeKube, fail
     assert "not ready after 2 s" in message and cause in message
     gpu_nodes = [n for n in kube.objects("nodes") if n["metadata"]["labels"].get("capserve.io/pool") == "gpu"]
     assert gpu_nodes[0]["metadata"]["name"] in message
+
+
+def test_without_the_cluster_group_on_the_gpu_interfaces_the_network_proof_fails(
+    kube: FakeKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The launch template as it was: the campaign group only, so GPU pods cannot reach CoreDNS.
+    monkeypatch.setattr(eks_build, "node_security_groups", lambda campaign, cluster: [campaign])
+    eks_ext.attach_fake_kube(kube)
+    expected = r"network proof failed on 1 of 1 GPU node\(s\): ip-[0-9-]+\.ec2\.internal: dns kubernetes.default"
+    with pytest.raises(PermanentError, match=expected):
+        bring_up(make_spec("flow-nodns"), make_lease(count=1), FAST)
 
 
 def test_hyperpod_bring_up_on_a_training_plan(kube: FakeKube) -> None:

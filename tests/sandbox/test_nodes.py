@@ -194,6 +194,13 @@ def cluster(name: str) -> str:
     ec2, eks = boto3.client("ec2"), boto3.client("eks")
     vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24", AvailabilityZone="us-east-2a")["Subnet"]["SubnetId"]
+    # A public subnet: single-interface nodes get a public IPv4 and reach EC2 and ECR (the CNI starts).
+    ec2.modify_subnet_attribute(SubnetId=subnet, MapPublicIpOnLaunch={"Value": True})
+    gateway = ec2.create_internet_gateway()["InternetGateway"]["InternetGatewayId"]
+    ec2.attach_internet_gateway(InternetGatewayId=gateway, VpcId=vpc)
+    main = ec2.describe_route_tables(Filters=[{"Name": "vpc-id", "Values": [vpc]},
+                                              {"Name": "association.main", "Values": ["true"]}])["RouteTables"][0]
+    ec2.create_route(RouteTableId=main["RouteTableId"], DestinationCidrBlock="0.0.0.0/0", GatewayId=gateway)
     eks.create_cluster(
         name=name, roleArn="arn:aws:iam::123456789012:role/c", resourcesVpcConfig={"subnetIds": [subnet]}
     )

@@ -46,23 +46,40 @@ def spec(min_serving: int = 120, kind: str = "eks") -> object:
 
 
 def test_p6_b300_card0_is_ena_only_and_efa_on_cards_1_to_16() -> None:
-    layout = eks.network_interfaces(get_instance_type("p6-b300.48xlarge"), "sg-1")
+    layout = eks.network_interfaces(get_instance_type("p6-b300.48xlarge"), "sg-1", cluster_security_group_id="sg-c")
     assert len(layout) == 17
     assert layout[0] == {"NetworkCardIndex": 0, "DeviceIndex": 0, "InterfaceType": "interface",
-                         "Groups": ["sg-1"], "DeleteOnTermination": True}
+                         "Groups": ["sg-1", "sg-c"], "DeleteOnTermination": True}
     assert [i["NetworkCardIndex"] for i in layout[1:]] == list(range(1, 17))
     assert {(i["InterfaceType"], i["DeviceIndex"]) for i in layout[1:]} == {("efa", 1)}
     assert all("SubnetId" not in i for i in layout)  # the node group supplies subnets
 
 
+def test_every_gpu_interface_carries_the_cluster_security_group() -> None:
+    # EKS adds no cluster group to a template that names groups; CoreDNS on the system nodes admits only it.
+    layout = eks.network_interfaces(get_instance_type("p5.48xlarge"), "sg-1", cluster_security_group_id="sg-c")
+    assert {tuple(i["Groups"]) for i in layout} == {("sg-1", "sg-c")}
+
+
+def test_drift_sees_a_version_without_the_cluster_group_and_not_a_reordering() -> None:
+    names = ClusterNames(campaign_id="k3-demo")
+    instance = get_instance_type("p6-b300.48xlarge")
+    wanted = eks.launch_template_data(names, lease(), instance, "sg-1", cluster_security_group_id="sg-c")
+    old = {**wanted, "NetworkInterfaces": [{**i, "Groups": ["sg-1"]} for i in wanted["NetworkInterfaces"]]}
+    assert eks.launch_template_drift(old, wanted) == ["NetworkInterfaces"]
+    echoed = {**wanted, "NetworkInterfaces": [{**i, "Groups": ["sg-c", "sg-1"]} for i in wanted["NetworkInterfaces"]]}
+    assert eks.launch_template_drift(echoed, wanted) == []
+
+
 def test_p5_primary_interface_is_efa() -> None:
-    layout = eks.network_interfaces(get_instance_type("p5.48xlarge"), "sg-1")
+    layout = eks.network_interfaces(get_instance_type("p5.48xlarge"), "sg-1", cluster_security_group_id="sg-c")
     assert len(layout) == 32 and layout[0]["InterfaceType"] == "efa" and layout[0]["DeviceIndex"] == 0
 
 
 def test_launch_template_targets_the_capacity_block() -> None:
     names = ClusterNames(campaign_id="k3-demo")
-    request = eks.launch_template_request(names, lease(), get_instance_type("p6-b300.48xlarge"), "sg-1")
+    request = eks.launch_template_request(names, lease(), get_instance_type("p6-b300.48xlarge"), "sg-1",
+                                      cluster_security_group_id="sg-c")
     data = request["LaunchTemplateData"]
     assert data["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
     assert data["CapacityReservationSpecification"]["CapacityReservationTarget"] == {
@@ -70,7 +87,8 @@ def test_launch_template_targets_the_capacity_block() -> None:
     }
     assert data["InstanceType"] == "p6-b300.48xlarge"
     changed = eks.launch_template_request(
-        names, lease(reservation_id="cr-0fedcba9876543210"), get_instance_type("p6-b300.48xlarge"), "sg-1"
+        names, lease(reservation_id="cr-0fedcba9876543210"), get_instance_type("p6-b300.48xlarge"), "sg-1",
+        cluster_security_group_id="sg-c",
     )
     assert eks.launch_template_drift(data, changed["LaunchTemplateData"]) == ["CapacityReservationSpecification"]
     assert eks.launch_template_drift(data, data) == []
@@ -160,7 +178,8 @@ def test_system_nodegroup_is_small_on_demand_untainted_and_labelled() -> None:
 
 def test_gpu_requests_match_the_service_model() -> None:
     names = ClusterNames(campaign_id="k3-demo")
-    template = eks.launch_template_request(names, lease(), get_instance_type("p6-b300.48xlarge"), "sg-1")
+    template = eks.launch_template_request(names, lease(), get_instance_type("p6-b300.48xlarge"), "sg-1",
+                                      cluster_security_group_id="sg-c")
     _stubbed("ec2", "create_launch_template", template, {})
     group = eks.nodegroup_request(
         names, lease(), node_role_arn="arn:aws:iam::1:role/n", subnet_id="subnet-1",
@@ -172,7 +191,8 @@ def test_gpu_requests_match_the_service_model() -> None:
 
 def test_gpu_user_data_is_a_nodeadm_raid0_node_config_and_part_of_drift() -> None:
     names = ClusterNames(campaign_id="k3-demo")
-    data = eks.launch_template_request(names, lease(), get_instance_type("p6-b300.48xlarge"), "sg-1")[
+    data = eks.launch_template_request(names, lease(), get_instance_type("p6-b300.48xlarge"), "sg-1",
+                                      cluster_security_group_id="sg-c")[
         "LaunchTemplateData"
     ]
     message = email.message_from_bytes(base64.b64decode(data["UserData"]))

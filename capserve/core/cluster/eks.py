@@ -60,8 +60,21 @@ def cluster_request(
     }
 
 
-def network_interfaces(instance: InstanceType, security_group_id: str) -> list[dict[str, Any]]:
-    """One interface per network card, laid out from the catalog.
+def node_security_groups(security_group_id: str, cluster_security_group_id: str) -> list[str]:
+    """The groups on every GPU interface: the campaign's (EFA's all-traffic self-rule) and EKS's cluster group.
+
+    With groups named in a launch template "Amazon EKS doesn't add the cluster security group" (EKS user
+    guide, "Customize managed nodes with launch templates"), and the cluster group admits only itself
+    (EKS user guide, "View Amazon EKS security group requirements for clusters"): CoreDNS and the
+    controllers on the system nodes carry only it, so without it a GPU pod has no DNS.
+    """
+    return list(dict.fromkeys([security_group_id, cluster_security_group_id]))
+
+
+def network_interfaces(
+    instance: InstanceType, security_group_id: str, *, cluster_security_group_id: str
+) -> list[dict[str, Any]]:
+    """One interface per network card, laid out from the catalog, each in the campaign and cluster groups.
 
     The primary interface (device 0) sits on card 0. It is EFA when card 0 supports EFA (p5), plain
     ENA otherwise: on p6-b300 card 0 is ENA-only and asking for EFA there fails the launch
@@ -69,6 +82,7 @@ def network_interfaces(instance: InstanceType, security_group_id: str) -> list[d
     as the EC2 user guide's "Maximize network bandwidth on accelerated instances" layouts do.
     """
     efa_cards = set(instance.efa_card_indices)
+    groups = node_security_groups(security_group_id, cluster_security_group_id)
     interfaces: list[dict[str, Any]] = []
     for card in instance.network_cards:
         primary = card.index == 0
@@ -79,7 +93,7 @@ def network_interfaces(instance: InstanceType, security_group_id: str) -> list[d
                 "NetworkCardIndex": card.index,
                 "DeviceIndex": 0 if primary else 1,
                 "InterfaceType": "efa" if card.index in efa_cards else "interface",
-                "Groups": [security_group_id],
+                "Groups": list(groups),
                 "DeleteOnTermination": True,
             }
         )
@@ -87,7 +101,13 @@ def network_interfaces(instance: InstanceType, security_group_id: str) -> list[d
 
 
 def launch_template_data(
-    names: ClusterNames, lease: Lease, instance: InstanceType, security_group_id: str, *, hugepages_2mi_pages: int = 0
+    names: ClusterNames,
+    lease: Lease,
+    instance: InstanceType,
+    security_group_id: str,
+    *,
+    cluster_security_group_id: str,
+    hugepages_2mi_pages: int = 0,
 ) -> dict[str, Any]:
     """The template's content; compared field by field on re-runs (a new reservation means a new version).
 
@@ -101,7 +121,9 @@ def launch_template_data(
         "CapacityReservationSpecification": {
             "CapacityReservationTarget": {"CapacityReservationId": lease.reservation_id}
         },
-        "NetworkInterfaces": network_interfaces(instance, security_group_id),
+        "NetworkInterfaces": network_interfaces(
+            instance, security_group_id, cluster_security_group_id=cluster_security_group_id
+        ),
         # nodeadm assembles the instance-store NVMe into one RAID0 array at /mnt/k8s-disks/0, where
         # the weights and compile caches live (docs/serving.md §5.3; capserve.core.cluster.nvme); and, for
         # multi-node layouts, the huge pages EFA uses (docs/serving.md §5.2).
@@ -116,14 +138,21 @@ def launch_template_data(
 
 
 def launch_template_request(
-    names: ClusterNames, lease: Lease, instance: InstanceType, security_group_id: str, *, hugepages_2mi_pages: int = 0
+    names: ClusterNames,
+    lease: Lease,
+    instance: InstanceType,
+    security_group_id: str,
+    *,
+    cluster_security_group_id: str,
+    hugepages_2mi_pages: int = 0,
 ) -> dict[str, Any]:
     tags = campaign_tags(names.campaign_id, "launch-template", names.launch_template)
     return {
         "LaunchTemplateName": names.launch_template,
         "VersionDescription": f"reservation {lease.reservation_id}",
         "LaunchTemplateData": launch_template_data(
-            names, lease, instance, security_group_id, hugepages_2mi_pages=hugepages_2mi_pages
+            names, lease, instance, security_group_id, cluster_security_group_id=cluster_security_group_id,
+            hugepages_2mi_pages=hugepages_2mi_pages,
         ),
         "TagSpecifications": [{"ResourceType": "launch-template", "Tags": tag_list(tags)}],
     }
@@ -140,9 +169,34 @@ MATERIAL_TEMPLATE_FIELDS = (
 )
 
 
+def _comparable(key: str, value: Any) -> Any:
+    """A field as compared: interfaces by card and device, each interface's groups as a set (EC2 may echo
+    them in another order; a version made before the cluster group was added has one group fewer)."""
+    if key != "NetworkInterfaces" or not isinstance(value, list):
+        return value
+    interfaces = []
+    for interface in value:
+        entry = dict(interface)
+        entry["Groups"] = sorted(str(g) for g in entry.get("Groups") or [])
+        interfaces.append(entry)
+    return sorted(interfaces, key=lambda i: (int(i.get("NetworkCardIndex") or 0), int(i.get("DeviceIndex") or 0)))
+
+
 def launch_template_drift(current: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
-    """Material template fields whose content differs (the reservation, the interface layout, the type)."""
-    return [key for key in MATERIAL_TEMPLATE_FIELDS if current.get(key) != wanted.get(key)]
+    """Material template fields whose content differs (the reservation, the interface layout and groups, the type)."""
+    return [
+        key
+        for key in MATERIAL_TEMPLATE_FIELDS
+        if _comparable(key, current.get(key)) != _comparable(key, wanted.get(key))
+    ]
+
+
+def interface_security_groups(template_data: dict[str, Any]) -> list[str]:
+    """Every security group on the template's interfaces, in first-seen order (the report's cluster section)."""
+    groups: list[str] = []
+    for interface in template_data.get("NetworkInterfaces") or []:
+        groups += [str(g) for g in interface.get("Groups") or []]
+    return list(dict.fromkeys(groups))
 
 
 def node_labels(campaign_id: str) -> dict[str, str]:

@@ -55,6 +55,9 @@ class KubeSettings(BaseModel):
         description="Longest single watch request; it is re-opened from the last resourceVersion until the deadline.",
     )
     request_timeout_s: float = Field(30.0, gt=0, le=600, description="Timeout of one non-watch API request.")
+    network_proof_timeout_s: float = Field(
+        300.0, gt=0, le=3600, description="How long the per-GPU-node network check pods may take (pull and run)."
+    )
     token_refresh_margin_s: float = Field(
         120.0, ge=0, le=600, description="Refresh an EKS token this long before it would expire."
     )

@@ -67,7 +67,8 @@ class ClusterResult(BaseModel):
     gpu_interface_security_groups: tuple[str, ...] = Field(
         default=(),
         max_length=16,
-        description="Security groups on the GPU nodes' network interfaces (the launch template's).",
+        description="Security groups on the GPU nodes' network interfaces (the launch template's: campaign and "
+        "cluster groups); empty where capserve did not make the interfaces (HyperPod, an existing cluster).",
     )
     created: tuple[str, ...] = Field(
         default=(), max_length=256, description="Resources this run created ('kind/name'); empty on a converged re-run."

@@ -10,12 +10,16 @@ node groups are born ACTIVE, the endpoint is a made-up https URL, no nodes ever 
   the production code connects to it exactly as it would to EKS;
 - when a cluster becomes ACTIVE, every hook in ``CLUSTER_HOOKS`` is called (the fake Kubernetes server
   then creates what EKS runs by itself: CoreDNS, kube-proxy, aws-node);
+- every cluster gets a cluster security group, as EKS creates one (``resourcesVpcConfig.clusterSecurityGroupId``:
+  a real moto group in the cluster's VPC that admits all traffic from itself; EKS user guide, "View Amazon
+  EKS security group requirements for clusters"), deleted with the cluster;
 - when a node group (or a HyperPod instance group, see ``hyperpod.py``) becomes ACTIVE, every hook in
   ``NODE_HOOKS`` is called with what should join the cluster: instance type, labels, taints, and the
   node's storage as nodeadm would set it up from the launch template (``nodeadm.py``: NVMe RAID0 or the
   root volume). User data nodeadm cannot read fails the node group (``CREATE_FAILED``,
   ``NodeCreationFailure``) and no node joins, as on EKS. ``attach_fake_kube`` registers the hooks
-  that make the fake Kubernetes server provision those nodes, and remove them when their node group is
+  that make the fake Kubernetes server provision those nodes on the VPC as moto has it (``reachability.py``:
+  routes, public IPv4, security groups decide what they and their pods reach), and remove them when their node group is
   deleted (``NODE_GONE_HOOKS``: EKS terminates the instances);
 - ``CALLS`` records every AWS request the moto server handles (service, action), so tests can assert
   that a converged re-run created nothing.
@@ -25,6 +29,7 @@ State lives on moto's objects, so ``/moto-api/reset`` clears it; ``reset()`` res
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
@@ -38,6 +43,7 @@ from moto.eks.models import EKSBackend
 
 from capserve.sandbox.aws_ext import capacity as capacity_ext
 from capserve.sandbox.aws_ext.nodeadm import NodeConfigError, node_storage
+from capserve.sandbox.aws_ext.reachability import MotoNetwork, PoolAttachment, nodegroup_attachment
 from capserve.sandbox.clock import CLOCK
 from capserve.sandbox.gates import GATES
 from capserve.sandbox.kube.instances import CPU_TYPES, known_instance_type
@@ -60,6 +66,7 @@ class NodePoolActivated:
     host_directories: tuple[str, ...] = ()  # directories the node's OS has mounted besides nodeadm's (HyperPod)
     instance_role_arn: str | None = None  # the role the instance's credentials (IMDS) are for; None: unchecked
     hugepages_2mi: int = 0  # 2 MiB huge pages the launch template's user data allocates at boot
+    network: PoolAttachment | None = None  # where its instances sit in the VPC (reachability.py)
 
 
 @dataclass
@@ -147,10 +154,16 @@ def attach_fake_kube(kube: Any, *, failure: str | None = None) -> Callable[[Node
     """
     BEHAVIOUR.kube_endpoint = kube.url
     BEHAVIOUR.kube_ca_data = getattr(kube, "ca_data", None)
+    network = MotoNetwork()
+    kube.network = network
 
     def provision(event: NodePoolActivated) -> None:
         where = {"zone": event.zone} if event.zone else {}
         gpu_pool = known_instance_type(event.instance_type) and event.instance_type not in CPU_TYPES
+        cni_failure = None
+        if event.network is not None:
+            network.attach(event.pool, event.network)
+            cni_failure = network.cni_failure(event.pool)
         kube.provision_nodes(
             event.pool,
             event.count,
@@ -164,6 +177,7 @@ def attach_fake_kube(kube: Any, *, failure: str | None = None) -> Callable[[Node
             host_directories=event.host_directories,
             instance_role_arn=event.instance_role_arn,
             hugepages_2mi=event.hugepages_2mi,
+            cni_failure=cni_failure,
             **where,
         )
 
@@ -177,6 +191,7 @@ def attach_fake_kube(kube: Any, *, failure: str | None = None) -> Callable[[Node
 
     def remove(cluster_name: str, nodegroup_name: str) -> None:
         kube.remove_nodes(nodegroup_name)  # their pods are then garbage-collected and stopped
+        network.detach(nodegroup_name)
 
     def has_object(cluster_name: str, key: tuple[str, str, str | None, str]) -> bool:
         return key in kube.store.objects
@@ -239,6 +254,60 @@ def _nodegroup_instance_type(backend: EKSBackend, nodegroup: Any) -> str:
     return str(nodegroup.instance_types[0])
 
 
+CLUSTER_SG_DESCRIPTION = (
+    "EKS created security group applied to ENI that is attached to EKS Control Plane master nodes, "
+    "as well as any managed workloads."
+)
+
+
+def _create_cluster_security_group(backend: EKSBackend, cluster: Any) -> None:
+    """The group EKS makes for every cluster: all traffic from itself in, everything out (EKS user guide,
+    "View Amazon EKS security group requirements for clusters"). Named and tagged as EKS does."""
+    from moto.ec2.models import ec2_backends
+
+    config = cluster.resources_vpc_config
+    subnets = config.get("subnetIds") or []
+    if not subnets:
+        return
+    ec2 = ec2_backends[backend.account_id][backend.region_name]
+    try:
+        vpc_id = ec2.get_subnet(subnets[0]).vpc_id
+    except Exception:  # noqa: BLE001 - a subnet moto does not know: no VPC to put the group in
+        return
+    group = ec2.create_security_group(
+        name=f"eks-cluster-sg-{cluster.name}-{int(hashlib.sha256(cluster.arn.encode()).hexdigest(), 16) % 10**10}",
+        description=CLUSTER_SG_DESCRIPTION,
+        vpc_id=vpc_id,
+        tags={"aws:eks:cluster-name": cluster.name, f"kubernetes.io/cluster/{cluster.name}": "owned"},
+    )
+    self_rule = [{"GroupId": group.id, "UserId": backend.account_id}]
+    # Protocol "-1" (all traffic) takes no ports: moto's signature says str, it accepts None.
+    ec2.authorize_security_group_ingress(group.id, "-1", None, None, [], source_groups=self_rule)  # type: ignore[arg-type]
+    config["clusterSecurityGroupId"] = group.id
+    config["vpcId"] = vpc_id
+
+
+def _delete_cluster_security_group(backend: EKSBackend, cluster: Any) -> None:
+    """EKS deletes the cluster security group with the cluster."""
+    from moto.ec2.models import ec2_backends
+
+    group_id = (cluster.resources_vpc_config or {}).get("clusterSecurityGroupId")
+    if not group_id:
+        return
+    try:
+        ec2_backends[backend.account_id][backend.region_name].delete_security_group(group_id=group_id)
+    except Exception:  # noqa: BLE001 - gone already, or still referenced: EKS retries; the sandbox lets it be
+        return
+
+
+def _attachment(backend: EKSBackend, cluster: Any, nodegroup: Any) -> PoolAttachment | None:
+    """Where the node group's instances sit (None: its subnet is not one moto knows, so no VPC to model)."""
+    if subnet_zone(backend.account_id, backend.region_name, nodegroup.subnets[0]) is None:
+        return None
+    template = _template_data(backend, nodegroup)
+    return nodegroup_attachment(backend.account_id, backend.region_name, cluster, nodegroup.subnets[0], template)
+
+
 def _join_failure(nodegroup: Any, message: str) -> None:
     """The node group's instances never join: EKS reports it as the node group's health (EKS API, Issue)."""
     nodegroup.status = "CREATE_FAILED"
@@ -251,10 +320,17 @@ def _patch_eks() -> None:
     create_nodegroup = EKSBackend.create_nodegroup
     describe_nodegroup = EKSBackend.describe_nodegroup
     delete_nodegroup = EKSBackend.delete_nodegroup
+    delete_cluster = EKSBackend.delete_cluster
 
     def _create_cluster(self: EKSBackend, *args: Any, **kwargs: Any) -> Any:
         cluster: Any = create_cluster(self, *args, **kwargs)
         cluster.status, cluster._capserve_created, cluster._capserve_describes = _CREATING, CLOCK.now(), 0
+        _create_cluster_security_group(self, cluster)
+        return cluster
+
+    def _delete_cluster(self: EKSBackend, name: str) -> Any:
+        cluster: Any = delete_cluster(self, name)
+        _delete_cluster_security_group(self, cluster)
         return cluster
 
     def _describe_cluster(self: EKSBackend, name: str) -> Any:
@@ -295,6 +371,7 @@ def _patch_eks() -> None:
                     _join_failure(nodegroup, f"the capserve sandbox has no node shape for {instance_type}")
                     return nodegroup
                 nodegroup.status = _ACTIVE
+                network = _attachment(self, self.clusters[cluster_name], nodegroup)
                 fire_node_hooks(
                     NodePoolActivated(
                         cluster_name=cluster_name,
@@ -311,6 +388,7 @@ def _patch_eks() -> None:
                             for t in nodegroup.taints
                         ],
                         zone=subnet_zone(self.account_id, self.region_name, nodegroup.subnets[0]),
+                        network=network,
                     )
                 )
         return nodegroup
@@ -323,6 +401,7 @@ def _patch_eks() -> None:
         return deleted
 
     EKSBackend.create_cluster = _create_cluster  # type: ignore[method-assign]
+    EKSBackend.delete_cluster = _delete_cluster  # type: ignore[method-assign]
     EKSBackend.delete_nodegroup = _delete_nodegroup  # type: ignore[method-assign]
     EKSBackend.describe_cluster = _describe_cluster  # type: ignore[method-assign]
     EKSBackend.create_nodegroup = _create_nodegroup  # type: ignore[method-assign]

@@ -35,6 +35,7 @@ from capserve.sandbox.kube.kubelet import Kubelet, NodeDevices
 from capserve.sandbox.kube.kubelet.faults import Fault, FaultKind, Faults
 from capserve.sandbox.kube.kubelet.runtimes import real_vllm
 from capserve.sandbox.kube.kubelet.volumes import Layout
+from capserve.sandbox.kube.network import CNI_NOT_READY, Network, OpenNetwork
 from capserve.sandbox.kube.nodes import NodeFailure, node_name, node_object, set_ready
 from capserve.sandbox.kube.outcomes import Outcome, outcome_faults
 from capserve.sandbox.kube.server import ApiServer, RecordedRequest, ServerThread
@@ -74,6 +75,8 @@ class FakeKube:
         self.timing = Timing(time_scale)
         self.faults = Faults()
         self.node_devices: dict[str, NodeDevices] = {}
+        # What nodes and pods reach (network.py); attach_fake_kube puts moto's VPC here.
+        self.network: Network = OpenNetwork()
         self._own_state_dir = state_dir is None
         self.state_dir = Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="capserve-kube-"))
         serve = None
@@ -82,7 +85,8 @@ class FakeKube:
 
             serve = real_vllm(vllm_venv or VllmCpuSettings().venv)
         self.kubelet = Kubelet(
-            self.store, self.recorder, self.timing, Layout(self.state_dir), self.faults, self.node_devices, serve
+            self.store, self.recorder, self.timing, Layout(self.state_dir), self.faults, self.node_devices, serve,
+            network=lambda: self.network,
         )
         self.cluster = Cluster(self.store, self.recorder, self.timing, self.kubelet)
         self.controller_delay_s = controller_delay_s
@@ -152,6 +156,7 @@ class FakeKube:
         host_directories: Sequence[str] = (),
         instance_role_arn: str | None = None,
         hugepages_2mi: int = 0,
+        cni_failure: str | None = None,
     ) -> list[str]:
         """Make ``count`` nodes of ``pool`` register, as a node group's instances would.
 
@@ -166,6 +171,8 @@ class FakeKube:
         ``host_directories`` exist on the node from boot (HyperPod: /opt/dlami/nvme, /opt/sagemaker).
         ``instance_role_arn``: the node's tool containers act as that IAM role for S3 (``aws_shim``); None
         leaves them with the sandbox's own credentials.
+        ``cni_failure`` (why the VPC CNI cannot initialise, from ``self.network``): the nodes register
+        NotReady with the kubelet's CNI message and stay so.
         """
         failure = NodeFailure(failure) if failure is not None else None
         shape = node_shape(
@@ -200,12 +207,15 @@ class FakeKube:
                 taints=[dict(t) for t in taints or ()],
                 failure=failure,
                 health_labels=health_labels,
-                ready=ready_after_s <= 0,
+                ready=ready_after_s <= 0 and cni_failure is None,
                 zone=zone,
+                **({"not_ready_message": CNI_NOT_READY} if cni_failure else {}),
             )
             self.kubelet.layout.prepare_node(name, local_storage, shape.nvme_disks, host_directories)
             self._put_node(node)
-            if ready_after_s > 0 and failure is not NodeFailure.NEVER_READY:
+            if cni_failure:
+                log.warning("sandbox node %s stays NotReady: the VPC CNI cannot start (%s)", name, cni_failure)
+            elif ready_after_s > 0 and failure is not NodeFailure.NEVER_READY:
                 self._later(ready_after_s, lambda n=name: self.set_node_ready(n, True))
             made.append(name)
         self._pools.setdefault(pool, []).extend(made)

@@ -20,7 +20,13 @@ error messages"). Without one, calls go out with the sandbox's own credentials.
 Starting Python and importing boto3 for every ``aws s3 cp`` of a staging script would take a second
 each on a small box, so the kubelet serves the commands in-process (``ShimServer``, a Unix socket in
 the sandbox's state directory) and the ``aws`` on the container's PATH is a tiny client
-(``CLIENT``) that forwards argv, environment and working directory and replays the answer.
+(``CLIENT``) that forwards argv, environment and working directory and replays the answer. The same
+client stands in for ``getent`` and ``curl`` (``net_tools.py``).
+
+Each S3 call first goes where the pod's would: the bucket's regional name resolved through the
+pod's DNS and a connection to it through the node's routes (``network.py``). Without that path the
+command fails as the AWS CLI does when botocore cannot connect (``EndpointConnectionError``):
+``fatal error: Could not connect to the endpoint URL: "https://<bucket>.s3.<region>.amazonaws.com/..."``.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from capserve.sandbox.kube.net_tools import POD_ENV, PodNet, curl, getent
+
 USAGE_EXIT = 252
 # Set by the kubelet on nodes whose instance has an IAM role (the AWS_ prefix: the client forwards AWS_* only).
 INSTANCE_ROLE_ENV = "AWS_CAPSERVE_SANDBOX_INSTANCE_ROLE_ARN"
@@ -47,12 +55,29 @@ ACCEPTED_FLAGS = {
 }
 
 
-class _Io:
-    """Where a command writes, and where its relative paths start."""
+SHIM_COMMANDS = ("aws", "getent", "curl")
 
-    def __init__(self, out: TextIO, err: TextIO, cwd: Path, env: Mapping[str, str]) -> None:
-        self.out, self.err, self.cwd, self.env = out, err, cwd, env
+
+class _Io:
+    """Where a command writes, where its relative paths start, and the network its pod sits on."""
+
+    def __init__(
+        self, out: TextIO, err: TextIO, cwd: Path, env: Mapping[str, str], net: PodNet | None = None
+    ) -> None:
+        self.out, self.err, self.cwd, self.env, self.net = out, err, cwd, env, net
         self._documents: list[dict[str, Any]] | None = None
+
+    def unreachable(self, bucket: str, key: str = "") -> bool:
+        """Print the AWS CLI's connection error and return True when the pod cannot reach the bucket."""
+        if self.net is None:
+            return False
+        region = self.env.get("AWS_REGION") or self.env.get("AWS_DEFAULT_REGION") or "us-east-1"
+        host = f"{bucket}.s3.{region}.amazonaws.com"
+        uid = self.env.get(POD_ENV)
+        if self.net.pod_resolve(uid, host).address is not None and self.net.pod_connect(uid, host, 443) is None:
+            return False
+        print(f'fatal error: Could not connect to the endpoint URL: "https://{host}/{key}"', file=self.err)
+        return True
 
     def path(self, value: str) -> Path:
         path = Path(value)
@@ -248,6 +273,9 @@ def run(argv: list[str], io_: _Io) -> int:
     if flags - ACCEPTED_FLAGS[command]:
         return _refuse(argv, io_)
     quiet = bool(flags & QUIET_FLAGS)
+    remote = next((p for p in positional if p.startswith("s3://")), None)
+    if remote is not None and io_.unreachable(*_split(remote)):
+        return 1
     try:
         if command == "ls":
             if len(positional) != 1 or not positional[0].startswith("s3://"):
@@ -273,18 +301,28 @@ class _Handler(socketserver.StreamRequestHandler):
     def handle(self) -> None:
         request = json.loads(self.rfile.readline())
         out, err = io.StringIO(), io.StringIO()
-        code = run(list(request["argv"]), _Io(out, err, Path(request["cwd"]), dict(request["env"])))
+        net: PodNet | None = getattr(self.server, "capserve_net", None)
+        command, *argv = list(request["argv"]) or ["aws"]
+        env, cwd = dict(request["env"]), Path(request["cwd"])
+        uid = env.get(POD_ENV)
+        if command == "getent" and net is not None:
+            code = getent(argv, net, uid, out, err)
+        elif command == "curl" and net is not None:
+            code = curl(argv, net, uid, out, err, cwd)
+        else:
+            code = run(argv, _Io(out, err, cwd, env, net))
         self.wfile.write(json.dumps({"code": code, "out": out.getvalue(), "err": err.getvalue()}).encode() + b"\n")
 
 
 class ShimServer:
     """Serves ``aws`` commands of tool containers on a Unix socket, from a thread of this process."""
 
-    def __init__(self, socket_path: Path) -> None:
+    def __init__(self, socket_path: Path, net: PodNet | None = None) -> None:
         self.socket_path = socket_path
         socket_path.unlink(missing_ok=True)
         self._server = socketserver.ThreadingUnixStreamServer(str(socket_path), _Handler)
         self._server.daemon_threads = True
+        self._server.capserve_net = net  # type: ignore[attr-defined]
         self._thread = threading.Thread(target=self._server.serve_forever, name="aws-shim", daemon=True)
         self._thread.start()
 
@@ -300,7 +338,7 @@ class ShimServer:
 CLIENT = """import json, os, socket, sys
 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 sock.connect(SOCKET)
-env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+env = {k: v for k, v in os.environ.items() if k.startswith(("AWS_", "CAPSERVE_SANDBOX_POD"))}
 request = {"argv": sys.argv[1:], "cwd": os.getcwd(), "env": env}
 sock.sendall(json.dumps(request).encode() + b"\\n")
 answer = json.loads(sock.makefile("rb").readline())

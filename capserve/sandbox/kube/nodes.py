@@ -55,6 +55,7 @@ def node_object(
     ready: bool,
     zone: str,
     devices: Mapping[str, int] | None = None,
+    not_ready_message: str = "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady",
 ) -> dict[str, Any]:
     all_labels = {
         "kubernetes.io/hostname": name,
@@ -85,7 +86,7 @@ def node_object(
             "type": "Ready",
             "status": "False",
             "reason": "KubeletNotReady",
-            "message": "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady",
+            "message": not_ready_message,
         }
     )
     address = node_ip(name)

@@ -37,6 +37,9 @@ class EksCluster(BaseModel):
     arn: str = Field(min_length=1, max_length=2048, description="EKS cluster ARN (HyperPod's orchestrator).")
     endpoint: str = Field(min_length=1, max_length=2048, description="Kubernetes API server URL.")
     ca_data: str | None = Field(None, max_length=65536, description="certificateAuthority.data (base64 PEM).")
+    cluster_security_group_id: str | None = Field(
+        None, max_length=64, description="resourcesVpcConfig.clusterSecurityGroupId: the group EKS made for it."
+    )
     created: tuple[str, ...] = Field(default=(), description="'kind/name' of what this run created.")
 
 
@@ -115,6 +118,7 @@ def _wait_cluster(
         arn=cluster["arn"],
         endpoint=cluster["endpoint"],
         ca_data=(cluster.get("certificateAuthority") or {}).get("data"),
+        cluster_security_group_id=(cluster.get("resourcesVpcConfig") or {}).get("clusterSecurityGroupId"),
         created=created,
     )
 
@@ -124,21 +128,41 @@ class LaunchTemplateRef(BaseModel):
 
     id: str = Field(min_length=1, max_length=64, description="LaunchTemplateId.")
     version: str = Field(min_length=1, max_length=16, description="The version the node group uses.")
+    security_group_ids: tuple[str, ...] = Field(
+        default=(), max_length=16, description="The groups on the GPU nodes' interfaces (that version's)."
+    )
     created: tuple[str, ...] = Field(default=(), description="'kind/name' of what this run created.")
 
 
 @aws_task(name="converge-launch-template", cache_policy=NO_CACHE)
 def converge_launch_template(
-    campaign_id: str, lease: Lease, security_group_id: str, *, hugepages_2mi_pages: int = 0
+    campaign_id: str,
+    lease: Lease,
+    security_group_id: str,
+    *,
+    cluster_security_group_id: str | None,
+    hugepages_2mi_pages: int = 0,
 ) -> LaunchTemplateRef:
-    """The capacity-block template; a new version only when its content (e.g. the reservation) changed.
+    """The capacity-block template; a new version only when its content (the reservation, the groups) changed.
 
-    ``hugepages_2mi_pages``: what the nodes' boot configuration pre-allocates (multi-node EFA layouts)."""
+    ``cluster_security_group_id`` is the cluster's (``EksCluster.cluster_security_group_id``): without it
+    GPU pods cannot reach CoreDNS on the system nodes, so a cluster that reports none is refused here,
+    before any GPU node launches. ``hugepages_2mi_pages``: what the nodes' boot configuration pre-allocates
+    (multi-node EFA layouts).
+    """
     names = ClusterNames(campaign_id=campaign_id)
+    if not cluster_security_group_id:
+        raise PermanentError(
+            f"EKS cluster {names.eks_cluster} reports no resourcesVpcConfig.clusterSecurityGroupId: the GPU "
+            "nodes need it beside the campaign group to reach CoreDNS on the system nodes. Check the cluster "
+            "in the EKS console"
+        )
     instance = get_instance_type(lease.instance_type)
     request = build.launch_template_request(
-        names, lease, instance, security_group_id, hugepages_2mi_pages=hugepages_2mi_pages
+        names, lease, instance, security_group_id, cluster_security_group_id=cluster_security_group_id,
+        hugepages_2mi_pages=hugepages_2mi_pages,
     )
+    groups = tuple(build.interface_security_groups(request["LaunchTemplateData"]))
     ec2 = aws.client("ec2", lease.region)
     try:
         try:
@@ -150,13 +174,14 @@ def converge_launch_template(
             return LaunchTemplateRef(
                 id=made["LaunchTemplateId"],
                 version=str(made["LatestVersionNumber"]),
+                security_group_ids=groups,
                 created=(f"launch-template/{names.launch_template}",),
             )
         template_id = found["LaunchTemplateId"]
         latest = ec2.describe_launch_template_versions(LaunchTemplateId=template_id, Versions=["$Latest"])
         current = latest["LaunchTemplateVersions"][0]
         if not build.launch_template_drift(current["LaunchTemplateData"], request["LaunchTemplateData"]):
-            return LaunchTemplateRef(id=template_id, version=str(current["VersionNumber"]))
+            return LaunchTemplateRef(id=template_id, version=str(current["VersionNumber"]), security_group_ids=groups)
         made_version = ec2.create_launch_template_version(
             LaunchTemplateId=template_id,
             VersionDescription=request["VersionDescription"],
@@ -165,6 +190,7 @@ def converge_launch_template(
         return LaunchTemplateRef(
             id=template_id,
             version=str(made_version["VersionNumber"]),
+            security_group_ids=groups,
             created=(f"launch-template-version/{names.launch_template}:{made_version['VersionNumber']}",),
         )
     except (ClientError, BotoCoreError) as exc:

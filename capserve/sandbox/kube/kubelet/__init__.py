@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import shlex
 import sys
 import tempfile
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from capserve.sandbox.kube.aws_shim import CLIENT, ShimServer
+from capserve.sandbox.kube.aws_shim import CLIENT, SHIM_COMMANDS, ShimServer
 from capserve.sandbox.kube.errors import ApiError
 from capserve.sandbox.kube.events import Recorder
 from capserve.sandbox.kube.kubelet.faults import FaultKind, Faults
@@ -42,10 +43,13 @@ from capserve.sandbox.kube.kubelet.runtimes import (
 )
 from capserve.sandbox.kube.kubelet.volumes import Layout
 from capserve.sandbox.kube.kubelet.worker import PodWorker
+from capserve.sandbox.kube.network import Answer, Network, OpenNetwork, connect, node_pool, pull_timeout, registry_host
+from capserve.sandbox.kube.network import resolve as resolve_name
 from capserve.sandbox.kube.nodes import is_node_ready, node_ip, with_devices
 from capserve.sandbox.kube.store import Store
 from capserve.sandbox.kube.timing import Timing
 
+log = logging.getLogger(__name__)
 GPU, EFA = "nvidia.com/gpu", "vpc.amazonaws.com/efa"
 MAX_GRACE_S = 5.0  # wall seconds: a stop never holds the sandbox longer than this
 
@@ -85,8 +89,10 @@ class Kubelet:
         faults: Faults,
         node_devices: dict[str, NodeDevices],
         serve: ServeFn | None = None,
+        network: Callable[[], Network] | None = None,
     ) -> None:
         self.store = store
+        self._network = network or OpenNetwork
         self.recorder = recorder
         self.timing = timing
         self.layout = layout
@@ -215,6 +221,45 @@ class Kubelet:
         found = self.store.objects.get(("", "nodes", None, node))
         return found is not None and is_node_ready(found)
 
+    # ------------------------------------------------------------------ the network (network.py)
+
+    @property
+    def network(self) -> Network:
+        return self._network()
+
+    def pull_blocked(self, node: str, image: str) -> str | None:
+        """containerd's error when the node has no path to the image's registry, else None."""
+        host = registry_host(image)
+        with self.store.lock:
+            pool = node_pool(self.store.objects.get(("", "nodes", None, node)))
+        why = self.network.route(pool, host)
+        if why is None:
+            return None
+        log.info("sandbox kubelet on %s cannot pull %s: %s", node, image, why)
+        return pull_timeout(image, host)
+
+    def _pod_by_uid(self, uid: str) -> dict[str, Any] | None:
+        return next(
+            (o for k, o in self.store.objects.items() if k[:2] == ("", "pods") and o["metadata"].get("uid") == uid),
+            None,
+        )
+
+    def pod_resolve(self, uid: str | None, name: str) -> Answer:
+        """``name`` looked up from the pod ``uid`` (cluster DNS through CoreDNS, or the VPC resolver)."""
+        with self.store.lock:
+            pod = self._pod_by_uid(uid) if uid else None
+            if pod is None:
+                return Answer("127.0.0.1")  # not from a pod of ours: nothing to model
+            return resolve_name(self.network, self.store.objects, pod, name)
+
+    def pod_connect(self, uid: str | None, name: str, port: int) -> str | None:
+        """Why a TCP connection from the pod ``uid`` to ``name``:``port`` would time out, or None."""
+        with self.store.lock:
+            pod = self._pod_by_uid(uid) if uid else None
+            if pod is None:
+                return None
+            return connect(self.network, self.store.objects, pod, name, port)
+
     def grace_s(self, pod: Mapping[str, Any]) -> float:
         grace = float((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
         return min(self.timing.wall(grace), MAX_GRACE_S)
@@ -222,19 +267,20 @@ class Kubelet:
     def shim_dir(self) -> Path:
         """A directory holding the ``aws`` shim, to go first on a tool container's PATH (``aws_shim.py``)."""
         directory = self.layout.root / "bin"
-        shim = directory / "aws"
         if self._shim is None:
             directory.mkdir(parents=True, exist_ok=True)
             # Unix socket paths are limited to ~100 bytes: keep it short, whatever the state dir is.
-            self._shim = ShimServer(Path(tempfile.mkdtemp(prefix="capserve-aws-")) / "aws.sock")
+            self._shim = ShimServer(Path(tempfile.mkdtemp(prefix="capserve-aws-")) / "aws.sock", self)
             client = directory / "aws_client.py"
             client.write_text(f"SOCKET = {str(self._shim.socket_path)!r}\n{CLIENT}", encoding="utf-8")
             # -S -E: no site packages, no PYTHON* variables: the client starts in a few milliseconds.
-            shim.write_text(
-                f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -S -E {shlex.quote(str(client))} "$@"\n',
-                encoding="utf-8",
-            )
-            shim.chmod(0o755)
+            for command in SHIM_COMMANDS:  # aws, and the network tools answered from the model (net_tools.py)
+                tool = directory / command
+                tool.write_text(
+                    f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -S -E {shlex.quote(str(client))} {command} "$@"\n',
+                    encoding="utf-8",
+                )
+                tool.chmod(0o755)
         return directory
 
     # ------------------------------------------------------------------ distributed vLLM

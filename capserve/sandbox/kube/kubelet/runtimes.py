@@ -11,7 +11,8 @@
   leader's (same sizes, rank in range) and then idles.
 - **tool** (the aws-cli image, and ``sh -c`` containers of it): the real shell command runs locally
   with an ``aws`` shim first on PATH (``aws_shim.py``: ``aws s3 cp|sync|ls`` against the sandbox's
-  S3), env values and arguments under a mount rewritten to the node's directory.
+  S3), and ``getent hosts`` / ``curl`` answered from the pod's network (``net_tools.py``), env values
+  and arguments under a mount rewritten to the node's directory.
 - **placeholder** (everything else: device plugins, controllers, CoreDNS): runs until stopped (in a
   pod that does not restart on success, it exits 0) and passes its probes.
 """
@@ -32,6 +33,7 @@ from capserve.sandbox.kube.kubelet.faults import FaultKind
 from capserve.sandbox.kube.kubelet.logs import InstanceLog
 from capserve.sandbox.kube.kubelet.processes import LocalProcess, free_port
 from capserve.sandbox.kube.kubelet.volumes import expand, rewrite_paths, to_host
+from capserve.sandbox.kube.net_tools import POD_ENV
 from capserve.sandbox.kube.vllm_args import ServeArgs, VllmArgsError, parse_serve_args, serve_argv, vllm_version
 from capserve.sandbox.kube.vllm_rules import tool_choice_auto_refusal
 from capserve.sandbox.openai_server import quality_of_checkpoint
@@ -210,6 +212,7 @@ class ToolRuntime(ProcessRuntime):
             # The pod's AWS SDK would get the instance's role credentials from IMDS: the shim acts as that role.
             env[INSTANCE_ROLE_ENV] = devices.instance_role_arn
         env["PATH"] = f"{ctx.kubelet.shim_dir()}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+        env[POD_ENV] = str(ctx.pod["metadata"]["uid"])  # which pod's network the shims answer for
         env["HOME"] = str(ctx.scratch)
         env["TMPDIR"] = str(ctx.scratch)
         workdir = ctx.container.get("workingDir")
@@ -377,6 +380,11 @@ class VllmRuntime(ProcessRuntime):
         ctx = self.ctx
         assert self.args is not None
         rank, address = worker_rank(self.args)
+        if address and not address.replace(".", "").isdigit():
+            # The leader's name goes to CoreDNS first (kube/network.py): no server answering is EAI_AGAIN.
+            answer = ctx.kubelet.pod_resolve(str(ctx.pod["metadata"]["uid"]), address)
+            if answer.timed_out:
+                raise self._fail(1, [f"socket.gaierror: [Errno -3] Temporary failure in name resolution ({address})"])
         leader = ctx.kubelet.resolve(ctx.namespace, address or "127.0.0.1")
         if leader is None:
             raise self._fail(1, [f"socket.gaierror: [Errno -2] Name or service not known ({address})"])

@@ -167,11 +167,13 @@ class ContainerRunner:
                 self._event("Pulled", f'Container image "{self.image}" already present on machine')
                 return
             self._event("Pulling", f'Pulling image "{self.image}"')
-            error = (
+            # The node's own path to the registry (routes, public IPv4, endpoints: kube/network.py).
+            blocked = self.kubelet.pull_blocked(node, self.image)
+            error = blocked or (
                 f'failed to pull and unpack image "{self.image}": failed to resolve reference "{self.image}": '
                 f"{self.image}: not found"
             )
-            if fault is None:
+            if fault is None and blocked is None:
                 try:
                     await self._pulled(node)
                     return
