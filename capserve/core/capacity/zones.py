@@ -26,13 +26,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from capserve.core.capacity.offers import Offer
+from capserve.core.cluster.network import EKS_DISALLOWED_ZONE_IDS, EKS_MIN_AZS
 
 AVAILABILITY_ZONE = "availability-zone"
-# EKS user guide, "View Amazon EKS networking requirements for VPC and subnets": the subnets of a
-# cluster "can't reside in the following Availability Zones" (us-east-1, us-west-1, ca-central-1).
-EKS_DISALLOWED_ZONE_IDS = frozenset({"use1-az3", "usw1-az2", "cac1-az3"})
-# "The subnets must be in at least two different Availability Zones" (same page).
-EKS_MIN_CLUSTER_AZS = 2
+# The zone IDs EKS refuses for a cluster's subnets, and how many zones it needs: one list, with its source,
+# in capserve.core.cluster.network (the control-plane subnets are chosen by the same rule).
+EKS_MIN_CLUSTER_AZS = EKS_MIN_AZS
 
 
 class Zone(BaseModel):
