@@ -231,7 +231,7 @@ class ClusterSpec(StrictModel):
         le=24 * 60,
         description="Refuse to bring up, or stop, when less serving time than this is left before drain.",
     )
-    admin_principals: list[str] = Field(
+    admin_principals: list[Annotated[str, StringConstraints(max_length=2048)]] = Field(
         default_factory=list,
         max_length=10,
         description="IAM role or user ARNs (arn:aws:iam::<account>:role/<name>) that get cluster-admin access "

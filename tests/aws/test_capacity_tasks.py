@@ -87,7 +87,8 @@ def test_throttling_and_5xx_are_retried() -> None:
 
 def test_validation_is_not_retried_and_says_what_to_change() -> None:
     with pytest.raises(PermanentError, match="capacity.instance_type") as caught:
-        search_offers.fn(capacity(instance_type="zz9.mega", regions=["us-east-2"]))
+        # The spec refuses an unknown type itself; built unvalidated here to see what EC2's refusal becomes.
+        search_offers.fn(capacity(regions=["us-east-2"]).model_copy(update={"instance_type": "zz9.mega"}))
     assert "InvalidParameterValue" in str(caught.value)
     assert len(ext.calls("describe_capacity_block_offerings")) == 1
 

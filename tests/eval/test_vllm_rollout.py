@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from capserve.core.cluster.addons import GPU_TOLERATIONS, AddonOptions, lws_controller
+from capserve.core.cluster.addons import GPU_TOLERATIONS
 from capserve.core.cluster.eks import gpu_pool_selector
 from capserve.core.cluster.readiness import KubeSettings
 from capserve.core.evaluation import EvaluationSpec
@@ -34,6 +34,7 @@ from capserve.tasks import kube as tasks_kube
 from capserve.tasks.rollout.access import key_in_environment, port_forward
 from capserve.tasks.rollout.objects import apply_objects, ensure_api_key
 from capserve.tasks.rollout.wait import log_tail, wait_rollout_ready
+from tests.sandbox.conftest import install_lws
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -120,7 +121,8 @@ def test_a_rolled_out_pod_serves_real_vllm_and_is_evaluated_through_the_rollout_
     model_path = rendered.leader_args[rendered.leader_args.index("--model") + 1]
     host = kube.kubelet.layout.host_path(node, weights.nvme_path + model_path.removeprefix(CONTAINER_DIR))
     shutil.copytree(SETTINGS.model_dir, host)
-    tasks_kube.apply(api, lws_controller(AddonOptions(campaign_id=CAMPAIGN))[0])
+    kube.provision_nodes("system", 1, instance_type="m7i.large")  # the LWS manager runs on an untainted node
+    install_lws(kube, api)  # the whole release and its manager: only its webhooks make the group's pods
     tasks_kube.apply(api, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": rendered.namespace}})
 
     key = ensure_api_key.fn(api, rendered.namespace, CAMPAIGN)

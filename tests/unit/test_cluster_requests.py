@@ -282,9 +282,10 @@ def test_multi_node_user_data_allocates_the_efa_huge_pages_before_the_kubelet_st
     names = ClusterNames(campaign_id="k3-demo")
     instance = get_instance_type("p6-b200.48xlarge")
     needs = efa_needs(instance, nodes_per_replica=2)
-    data = eks.launch_template_request(names, lease(), instance, "sg-1", hugepages_2mi_pages=needs.hugepages_2mi_pages)[
-        "LaunchTemplateData"
-    ]
+    data = eks.launch_template_request(
+        names, lease(), instance, "sg-1", cluster_security_group_id="sg-c",
+        hugepages_2mi_pages=needs.hugepages_2mi_pages,
+    )["LaunchTemplateData"]
     message = email.message_from_bytes(base64.b64decode(data["UserData"]))
     parts = [part for part in message.walk() if not part.is_multipart()]
     assert [part.get_content_type() for part in parts] == ["application/node.eks.aws", "text/x-shellscript"]
@@ -292,7 +293,8 @@ def test_multi_node_user_data_allocates_the_efa_huge_pages_before_the_kubelet_st
     assert script.startswith("#!/bin/bash\n") and "sysctl -w vm.nr_hugepages=5128\n" in script
     assert f"> {nvme.HUGEPAGES_SYSCTL_FILE}" in script  # kept for reboots
     # A one-node layout's nodes allocate none (and its template differs: a new version if the plan changes).
-    single = eks.launch_template_data(names, lease(), instance, "sg-1", hugepages_2mi_pages=0)
+    single = eks.launch_template_data(names, lease(), instance, "sg-1", cluster_security_group_id="sg-c",
+                                      hugepages_2mi_pages=0)
     assert single["UserData"] == nvme.gpu_user_data_base64()
     assert eks.launch_template_drift(single, data) == ["UserData"]
 

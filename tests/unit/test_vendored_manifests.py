@@ -17,6 +17,7 @@ from capserve.core.cluster.addons import (
     efa_device_plugin,
     lws_controller,
 )
+from capserve.core.cluster.efa import NO_EFA
 from capserve.core.cluster.expectations import cluster_expectations
 from capserve.core.cluster.vendored import EFA_DEVICE_PLUGIN, LWS, VENDORED, Vendored, load, vendored_bytes
 from capserve.core.lease import Lease
@@ -85,13 +86,13 @@ def _lease() -> Lease:
 
 @pytest.mark.parametrize(("node_target", "fsx"), [("nvme", False), ("fsx", True)])
 def test_fsx_is_installed_and_waited_for_only_for_node_target_fsx(node_target: str, fsx: bool) -> None:
-    expect = cluster_expectations("k3", _lease(), kind="eks", system_pool=True, node_target=node_target)
+    expect = cluster_expectations("k3", _lease(), kind="eks", system_pool=True, efa=NO_EFA, node_target=node_target)
     assert any(m["metadata"]["name"] == "fsx-csi-node" for m in expect.addons) is fsx
     assert any(m["metadata"]["name"] == "fsx-csi-node" for m in expect.wait_for) is fsx
 
 
 def test_bring_up_waits_for_the_webhook_endpoints_and_has_a_probe_for_the_webhooks() -> None:
-    expect = cluster_expectations("k3", _lease(), kind="eks", system_pool=True)
+    expect = cluster_expectations("k3", _lease(), kind="eks", system_pool=True, efa=NO_EFA)
     assert {"apiVersion": "v1", "kind": "Endpoints",
             "metadata": {"name": "lws-webhook-service", "namespace": "lws-system"}} in expect.wait_for
     assert expect.lws_probe is not None and expect.lws_probe["kind"] == "LeaderWorkerSet"
