@@ -4,7 +4,7 @@
 
 1. ``plan_serving`` for K3 on each catalog instance type (every layout up to the default 8 nodes,
    plus the what-would-fit search where nothing fits), the median of a few runs, as a share of the
-   one-second budget issue 10 sets, and per layout evaluated.
+   one-second budget of an interactive command (docs/planner.md), and per layout evaluated.
 2. ``capserve plan kimi-k3 ... --json`` wall time beside ``python -c pass`` in the same run, as a
    ratio; and whether the plan run loaded Prefect or a cloud SDK (it must not).
 

@@ -1,7 +1,7 @@
 """``capserve down`` tells the truth: where to look, when to refuse, and what every run keeps.
 
 A teardown that looked in the wrong region finds nothing and would report everything "already gone"
-while the cluster runs on (issue 13). So (docs/operations.md §2):
+while the cluster runs on. So (docs/operations.md §2):
 
 - the region comes from the campaign record (the lease's region); a ``--region`` that disagrees with it
   is refused, and so is a campaign with neither a record nor a ``--region``;

@@ -1,4 +1,4 @@
-"""deployments/prefect.yaml on a real Prefect server, as an operator runs it (issue 11's "Done means").
+"""deployments/prefect.yaml on a real Prefect server, as an operator runs it.
 
 A real ``prefect server start`` (with its scheduler), ``prefect deploy --all`` from the checkout, a process
 worker, and the sandbox's stand-ins served from this test process over HTTP (moto, the fake Kubernetes,

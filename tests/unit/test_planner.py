@@ -159,11 +159,11 @@ def test_bad_input_is_one_error_naming_the_value_and_the_limit(
 
 
 def test_settings_are_bounded() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="gpu_memory_utilization"):
         PlannerSettings(gpu_memory_utilization=1.5)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="max_nodes"):
         PlannerSettings(max_nodes=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="objective"):
         PlannerSettings(objective="cheapest")  # type: ignore[arg-type]
 
 

@@ -200,7 +200,7 @@ class CostLedger(BaseModel):
     # --- report ----------------------------------------------------------------------------------
 
     def report_section(self) -> dict[str, Any]:
-        """report.json's ``"cost"`` object: issue 15's keys first, then the detail behind them."""
+        """report.json's ``"cost"`` object: the figures of docs/cost.md §1 first, then the detail behind them."""
         utilisation = self.utilisation
         biggest = self.biggest_loss
         return {
