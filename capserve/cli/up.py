@@ -122,6 +122,12 @@ def run(args: argparse.Namespace) -> int:
             from capserve.core.evaluation.quality import golden_from_file
 
             golden_from_file(spec.evaluation.quality.golden_path)
+        if not args.sandbox:
+            # Before any server starts or anything is planned: missing or refused credentials are one line (exit 2),
+            # an STS that cannot be reached exit 4.
+            from capserve.tasks.locations import caller_arn
+
+            console.print(f"AWS credentials: {caller_arn(spec.capacity.regions[0])}", highlight=False)
         out_dir: Path = writable_dir(args.out or Path("out") / spec.campaign_id, "--out")
     except SpecError as exc:
         console.print(f"[red]error:[/red] {escape(redact(str(exc)))}", highlight=False)

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    NoCredentialsError,
+    PartialCredentialsError,
+    ProfileNotFound,
+)
 
+from capserve.core.errors import SpecError
 from capserve.core.locations import BucketLocation, Locations, records_location, resolve_locations
 from capserve.core.record import RecordRef
 from capserve.core.settings import RecordSettings
 from capserve.core.spec import CampaignSpec
-from capserve.tasks.aws import client, convert
+from capserve.tasks.aws import client, convert, error_code
 from capserve.tasks.resilience import aws_task
 
 
@@ -18,6 +25,35 @@ def account_id(region: str) -> str:
         return str(client("sts", region).get_caller_identity()["Account"])
     except (ClientError, BotoCoreError) as exc:
         raise convert(exc, "finding the AWS account (sts:GetCallerIdentity)", fix="check the AWS credentials") from exc
+
+
+# STS answers these when the credentials themselves are wrong (STS API reference, "Common Errors").
+BAD_CREDENTIAL_CODES = {"InvalidClientTokenId", "SignatureDoesNotMatch", "ExpiredToken", "UnrecognizedClientException"}
+
+CREDENTIAL_CHAIN = (
+    "boto3 looks in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), then AWS_PROFILE's entry in "
+    "~/.aws/credentials and ~/.aws/config (SSO, assume-role, credential_process), then a container or instance role"
+)
+
+
+def caller_arn(region: str) -> str:
+    """Who the AWS credentials belong to, asked before anything starts (STS GetCallerIdentity needs no permission).
+
+    Missing or rejected credentials are the user's input to fix (``SpecError``: exit 2, one line); an STS that
+    cannot be reached is transient (``RetryableError``: exit 4).
+    """
+    try:
+        return str(client("sts", region).get_caller_identity()["Arn"])
+    except (NoCredentialsError, PartialCredentialsError, ProfileNotFound) as exc:
+        found = f"{type(exc).__name__}: {exc}"
+        raise SpecError(f"no usable AWS credentials ({found}): {CREDENTIAL_CHAIN}; set one") from exc
+    except ClientError as exc:
+        if error_code(exc) in BAD_CREDENTIAL_CODES:
+            raise SpecError(f"AWS refused the credentials (sts:GetCallerIdentity: {error_code(exc)}); "
+                            f"{CREDENTIAL_CHAIN}: fix the one in use") from exc
+        raise convert(exc, "checking the AWS credentials (sts:GetCallerIdentity)") from exc
+    except BotoCoreError as exc:
+        raise convert(exc, "checking the AWS credentials (sts:GetCallerIdentity)") from exc
 
 
 def locations_for(spec: CampaignSpec, records: RecordSettings) -> Locations:

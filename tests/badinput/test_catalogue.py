@@ -78,6 +78,14 @@ UP = ["up", "{spec}", "--in-process", "--out", "{tmp}/out"]
 SANDBOX = [*UP, "--sandbox"]
 EVAL = ["eval", "--url", "http://127.0.0.1:9", "--model", "m", "--out-dir", "{tmp}/out"]
 
+# Nowhere in boto3's chain holds a credential (empty variables count as unset).
+NO_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_SESSION_TOKEN": "",
+    "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/capserve/credentials",
+    "AWS_CONFIG_FILE": "/nonexistent/capserve/config",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+
 CASES = [
     # --- the spec file itself -----------------------------------------------------------------------
     Case("missing-file", ["up", "{tmp}/nope.yaml", "--out", "{tmp}/out"], "cannot read the spec (No such file"),
@@ -271,6 +279,10 @@ CASES = [
     Case("out-is-a-file", ["up", "{spec}", "--out", "{spec}"], "exists and is not a folder", BASE_TEXT),
     Case("out-under-a-file", ["up", "{spec}", "--out", "{spec}/out"], "--out: cannot write to", BASE_TEXT),
     Case("out-not-creatable", ["up", "{spec}", "--out", "/proc/capserve-out"], "--out: cannot write to", BASE_TEXT),
+    # Credentials are checked (STS) before any server starts or anything is planned.
+    Case("no-aws-credentials", UP, "no usable AWS credentials (NoCredentialsError", BASE_TEXT, NO_CREDENTIALS),
+    Case("aws-profile-unknown", UP, "The config profile (capserve-no-such-profile) could not be found", BASE_TEXT,
+         {**NO_CREDENTIALS, "AWS_PROFILE": "capserve-no-such-profile"}),
     Case("unknown-option", [*UP, "--sandboxx"], "unrecognized arguments: --sandboxx", BASE_TEXT),
     Case("spec-argument-missing", ["up"], "the following arguments are required: spec"),
     # --- `capserve down` ----------------------------------------------------------------------------
@@ -390,16 +402,17 @@ def test_bad_input_is_one_clear_message_exit_2_and_nothing_is_created(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    for name, value in case.env.items():
-        monkeypatch.setenv(name, value)
     spec = tmp_path / "spec.yaml"
     if case.spec is not None:
         _write(spec, case.spec)
     argv = [a.replace("{spec}", str(spec)).replace("{tmp}", str(tmp_path)) for a in case.argv]
-    try:
-        code = main(argv)
-    except SystemExit as exc:  # the argument parser's own usage errors
-        code = exc.code if isinstance(exc.code, int) else 2
+    with monkeypatch.context() as env:  # the case's environment for the command only, not for the checks after it
+        for name, value in case.env.items():
+            env.setenv(name, value)
+        try:
+            code = main(argv)
+        except SystemExit as exc:  # the argument parser's own usage errors
+            code = exc.code if isinstance(exc.code, int) else 2
     out, err = capsys.readouterr()
     assert code == 2, f"exit {code}\n{err}"
     assert case.message in " ".join(err.split()), err  # rich may wrap a long line on a narrow terminal

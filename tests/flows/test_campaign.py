@@ -64,7 +64,7 @@ COST_KEYS = {
 
 
 def checked_cost(written: dict[str, Any]) -> dict[str, Any]:
-    """report.json's cost object, after checking docs/cost.md §1's keys and that paid = serving + lost, to the minute."""
+    """report.json's cost object, after checking its keys (docs/cost.md §1) and that paid = serving + lost."""
     cost: dict[str, Any] = written["cost"]
     assert set(cost) >= COST_KEYS
     lost = cost["lost_gpu_hours"]
