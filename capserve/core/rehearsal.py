@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from capserve.core.capacity.zones import AVAILABILITY_ZONE, Zone
 from capserve.core.catalog import INSTANCE_TYPES, get_instance_type
 from capserve.core.cluster.addons import AddonImages
 from capserve.core.cluster.eks import launch_template_shape
@@ -338,3 +339,11 @@ def rehearsal_line(record: RehearsalRecord | None) -> str:
     return f"{record.result} on {record.rehearsed_at.isoformat()} ({record.cost.instance_type}, digest " \
            f"{record.digest[:12]}…)"
 
+
+
+def on_demand_zone(offered: list[str], zones: list[Zone]) -> str | None:
+    """Where the rehearsal's GPU nodes go: a zone that offers the type (DescribeInstanceTypeOfferings), an
+    Availability Zone, preferably one EKS allows cluster subnets in (the first by name); None when none offers it."""
+    usable = sorted((z for z in zones if z.name in set(offered) and z.zone_type == AVAILABILITY_ZONE
+                     and z.state != "unavailable"), key=lambda z: (not z.eks_cluster_subnets_allowed, z.name))
+    return usable[0].name if usable else None

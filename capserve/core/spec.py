@@ -462,8 +462,8 @@ class RehearsalSpec(StrictModel):
         60,
         ge=15,
         le=8 * 60,
-        description="Bring-up must leave the rehearsal this long; also the window its on-demand lease is given "
-        "(the reaper deletes what a killed rehearsal left once it is over).",
+        description="How long the rehearsal's on-demand lease lasts before its drain point: bring-up must leave "
+        "it this long (a killed rehearsal's leftovers are the reaper's after its grace period).",
     )
 
     @field_validator("instance_type")
