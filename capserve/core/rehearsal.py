@@ -145,9 +145,13 @@ def rehearsal_spec(spec: CampaignSpec, instance_type: str) -> CampaignSpec:
     })
     # Bring-up must leave the rehearsal's whole window: its lease (on_demand_lease) ends that long after drain.
     cluster = spec.cluster.model_copy(update={"min_serving_minutes": 0})
+    # The tool-call parser is the campaign's model's (its catalog recipe): the small model is asked for a call
+    # through structured outputs instead, which needs no parser (docs/rehearsal.md, what only a block proves).
+    smoke = spec.evaluation.smoke.model_copy(update={"tool_choice": "required"})
+    evaluation = spec.evaluation.model_copy(update={"smoke": smoke})
     document = spec.model_copy(update={
         "name": rehearsal_campaign_id(spec.campaign_id), "model": spec.rehearsal.model, "capacity": capacity,
-        "serving": serving, "cluster": cluster,
+        "serving": serving, "cluster": cluster, "evaluation": evaluation,
     }).model_dump(mode="json")
     return CampaignSpec.model_validate(document)  # validated again: the copy obeys every rule the spec does
 
