@@ -48,6 +48,7 @@ from capserve.tasks.secrets import DEBUG_HINT, install_log_redaction, redact, re
 SUBCOMMANDS = {
     "plan": "capserve.cli.plan",
     "up": "capserve.cli.up",
+    "rehearse": "capserve.cli.rehearse",
     "down": "capserve.cli.down",
     "eval": "capserve.cli.eval",
     "forward-events": "capserve.cli.forward_events",

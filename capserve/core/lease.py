@@ -9,13 +9,19 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from capserve.core.spec import Provider, TeardownSpec
 
+# A rehearsal's capacity (capserve.core.rehearsal): on-demand instances, no reservation, nothing bought.
+ON_DEMAND: Literal["on-demand"] = "on-demand"
+ON_DEMAND_RESERVATION = "none (on-demand)"
+
 
 class Lease(BaseModel):
     """A reservation window on specific capacity. ``end`` is the hard end: AWS kills instances at end − 30 min."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    provider: Provider = Field(description="How the capacity was obtained.")
+    provider: Provider | Literal["on-demand"] = Field(
+        description="How the capacity was obtained; 'on-demand' for a rehearsal (no reservation, nothing bought)."
+    )
     region: str = Field(min_length=1, description="AWS region of the reservation.")
     availability_zone: str = Field(min_length=1, description="The one AZ the reservation lives in.")
     reservation_id: str = Field(min_length=1, description="Capacity reservation id (cr-…) or training plan ARN.")
@@ -26,6 +32,11 @@ class Lease(BaseModel):
     upfront_fee: float = Field(ge=0, description="What was paid (0 when an existing reservation was adopted).")
     currency: Literal["USD"] = Field("USD", description="Currency of upfront_fee.")
     adopted: bool = Field(False, description="True when an existing reservation was found and adopted, not bought.")
+
+    @property
+    def on_demand(self) -> bool:
+        """A rehearsal's on-demand capacity: its nodes launch with no Capacity Block market options or reservation."""
+        return self.provider == ON_DEMAND
 
     def drain_at(self, teardown: TeardownSpec) -> datetime:
         return teardown.drain_at(self.end)

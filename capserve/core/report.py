@@ -33,6 +33,7 @@ from capserve.core.plan_check import plan_markdown
 from capserve.core.planner import ServingPlan
 from capserve.core.record import Approval
 from capserve.core.redeploy import RedeployEntry, redeploys_markdown
+from capserve.core.rehearsal import RehearsalRecord
 from capserve.core.rollout.image import ImageMirrorResult
 from capserve.core.rollout.result import RolloutResult
 from capserve.core.schedule import LeaseSchedule
@@ -138,6 +139,9 @@ class CampaignReport(BaseModel):
     )
     evaluation: Annotated[EvaluationResult | None, Section(None)] = Field(None, description="The verdict.")
     teardown: Annotated[TeardownResult | None, Section("Teardown")] = Field(None, description="What was deleted.")
+    rehearsal: Annotated[RehearsalRecord | None, Section("Rehearsal")] = Field(
+        None, description="A rehearsal run's result, checks and cost (`capserve rehearse`; docs/rehearsal.md)."
+    )
     cost: Annotated[CostLedger | None, Section(None, to_markdown=_cost_markdown)] = Field(
         None, description="What the reservation cost, what it served and where the paid GPU-hours went."
     )

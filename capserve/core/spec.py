@@ -167,6 +167,14 @@ class CapacitySpec(StrictModel):
         pattern=r"^(cr-[0-9a-f]{8,17}|arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:training-plan/.+)$",
         description="For 'existing-reservation': the capacity reservation id (cr-…) or training plan ARN.",
     )
+    require_rehearsal: StrictBool = Field(
+        False,
+        description="Refuse to buy without a passing rehearsal of this spec (`capserve rehearse SPEC`: the same "
+        "path on on-demand capacity) recorded within rehearsal_valid_days (docs/rehearsal.md). Off by default.",
+    )
+    rehearsal_valid_days: StrictInt = Field(
+        14, ge=1, le=90, description="How long a passing rehearsal counts for require_rehearsal, in days."
+    )
 
     @field_validator("instance_type")
     @classmethod
@@ -430,6 +438,45 @@ class TeardownSpec(StrictModel):
         return end - timedelta(minutes=self.hard_teardown_before_end_minutes)
 
 
+# What the sandbox Hub serves (capserve.sandbox.hub.TINY_K3): a checkpoint of a few MB that plans onto one node
+# of any GPU type. Against AWS, name a small model the Hub really has (docs/rehearsal.md).
+DEFAULT_REHEARSAL_REPO = "capserve-sandbox/tiny-k3"
+
+
+class RehearsalSpec(StrictModel):
+    """The rehearsal: the campaign's own path on on-demand capacity, start to teardown (docs/rehearsal.md)."""
+
+    instance_type: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="On-demand instance type to rehearse on; default: the cheapest of the campaign's GPU family "
+        "in capserve's price table. Must be of the campaign's GPU family.",
+    )
+    model: ModelRef = Field(
+        default_factory=lambda: ModelRef(repo=DEFAULT_REHEARSAL_REPO),
+        description="A small model to stage, roll out and evaluate instead of the campaign's; default: the one "
+        "the sandbox Hub serves (against AWS, name a small Hub repo).",
+    )
+    max_minutes: StrictInt = Field(
+        60,
+        ge=15,
+        le=8 * 60,
+        description="How long the rehearsal's on-demand lease lasts before its drain point: bring-up must leave "
+        "it this long (a killed rehearsal's leftovers are the reaper's after its grace period).",
+    )
+
+    @field_validator("instance_type")
+    @classmethod
+    def _known_instance_type(cls, value: str | None) -> str | None:
+        from capserve.core.catalog import INSTANCE_TYPES
+
+        problem = instance_type_problem(value, INSTANCE_TYPES) if value is not None else None
+        if problem:
+            raise ValueError(problem)
+        return value
+
+
 class CampaignSpec(StrictModel):
     """One campaign: one model served on one reservation window, then nothing left running."""
 
@@ -448,6 +495,10 @@ class CampaignSpec(StrictModel):
     teardown: TeardownSpec = Field(default_factory=TeardownSpec, description="Drain and teardown margins.")
     cost: CostSpec = Field(
         default_factory=CostSpec, description="Utilisation target and throughput estimate for the cost ledger."
+    )
+    rehearsal: RehearsalSpec = Field(
+        default_factory=RehearsalSpec,
+        description="How `capserve rehearse` rehearses this campaign on on-demand capacity (docs/rehearsal.md).",
     )
     settings: dict[str, JsonValue] | None = Field(
         None,
@@ -532,6 +583,17 @@ class CampaignSpec(StrictModel):
         provider, kind = self.capacity.provider, self.cluster.kind
         if provider == "sagemaker-training-plan" and kind != "hyperpod":
             raise ValueError("a SageMaker training plan serves a HyperPod cluster: set cluster.kind to 'hyperpod'")
+        rehearsal_type = self.rehearsal.instance_type
+        if rehearsal_type is not None:
+            from capserve.core.catalog import get_instance_type
+
+            ours, theirs = get_instance_type(self.capacity.instance_type), get_instance_type(rehearsal_type)
+            if ours.gpu.family != theirs.gpu.family:
+                raise ValueError(
+                    f"rehearsal.instance_type {rehearsal_type} has {theirs.gpu.name} GPUs ({theirs.gpu.family}), the "
+                    f"campaign's {self.capacity.instance_type} {ours.gpu.name} ({ours.gpu.family}): a rehearsal on "
+                    "another GPU family proves neither the drivers nor the kernels; pick one of the same family"
+                )
         if kind == "hyperpod" and provider == "ec2-capacity-block":
             raise ValueError(
                 "HyperPod runs on SageMaker training plans, not EC2 Capacity Blocks: set capacity.provider to "

@@ -9,6 +9,8 @@ Order, and why:
    refuses), ranked by the spec's policy (the decision is data, shown in the report);
 3. a person's approval when the fee is above the spec's threshold (suspend/pause frees or parks the
    run; an interactive CLI run asks on the terminal); rejected or timed out → stop, nothing bought;
+   Before it (and before any purchase call), ``capacity.require_rehearsal`` refuses without a passing rehearsal
+   of this spec recorded within ``capacity.rehearsal_valid_days`` (docs/rehearsal.md); the form shows it;
 4. the purchase under a Prefect concurrency limit of one per campaign, after a second tag lookup
    inside the limit and a DryRun permission check;
 5. the lease into the campaign record, then wait until AWS says ``active``.
@@ -37,6 +39,7 @@ from capserve.core.cost.planning import forecast_table
 from capserve.core.errors import PermanentError
 from capserve.core.lease import Lease
 from capserve.core.record import Approval, RecordRef, StageEntry
+from capserve.core.rehearsal import RehearsalRecord, rehearsal_digest, rehearsal_line, rehearsal_problem
 from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage, StageStatus
 from capserve.flows.slots import leased_slot
@@ -49,7 +52,7 @@ from capserve.tasks.capacity.reservations import (
 from capserve.tasks.capacity.search import search_offers, search_zones
 from capserve.tasks.clock import campaign_now
 from capserve.tasks.locations import record_ref
-from capserve.tasks.record_store import save_approval, save_lease, save_stage
+from capserve.tasks.record_store import load_rehearsal, save_approval, save_lease, save_stage
 from capserve.tasks.settings import settings_from_environment
 
 
@@ -101,19 +104,38 @@ def acquire(
     if dry_run:
         preflight_purchase(offer, spec.campaign_id)
         return _stopped(spec, ranking, "dry-run", f"dry run: would buy {offer.label()}; permissions check passed")
-    if needs_approval(offer, capacity.approval_threshold_usd):
-        refused = _approval(spec, offer, ranking, settings, record, interactive=interactive)
+    approval = needs_approval(offer, capacity.approval_threshold_usd)
+    rehearsed = _rehearsal(spec, record) if approval or capacity.require_rehearsal else None
+    # Before approval and before any purchase call: a person is never asked about a purchase that would be refused.
+    refusal = rehearsal_problem(spec, rehearsed, _rehearsal_digest(spec), now=campaign_now())
+    if refusal is not None:
+        save_stage(record, Stage.ACQUIRE, StageEntry(status=StageStatus.STOPPED, ended_at=campaign_now(),
+                                                     detail=refusal))
+        return _stopped(spec, ranking, "rehearsal-required", refusal)
+    if approval:
+        refused = _approval(spec, offer, ranking, settings, record, interactive=interactive, rehearsed=rehearsed)
         if refused is not None:
             return refused
     return _buy(spec, offer, ranking, settings, record)
 
 
+def _rehearsal_digest(spec: CampaignSpec) -> str:
+    """The digest a rehearsal of ``spec`` records (capserve.core.rehearsal), with the network's bring-up settings."""
+    bring_up = settings_from_environment().for_campaign(spec.campaign_settings()).bring_up
+    return rehearsal_digest(spec, vpc_cidr=bring_up.vpc_cidr)
+
+
+def _rehearsal(spec: CampaignSpec, record: RecordRef) -> RehearsalRecord | None:
+    """The recorded rehearsal of this very spec (same digest), if any."""
+    return load_rehearsal(record.location, spec.campaign_id, _rehearsal_digest(spec))
+
+
 def _approval(
     spec: CampaignSpec, offer: Offer, ranking: Ranking, settings: CapacitySettings, record: RecordRef, *,
-    interactive: bool,
+    interactive: bool, rehearsed: RehearsalRecord | None = None,
 ) -> AcquireResult | None:
     """Ask a person; None when they approved, else the stopped result (recorded, nothing bought)."""
-    decision = _ask_for_approval(spec, offer, ranking, settings, interactive=interactive)
+    decision = _ask_for_approval(spec, offer, ranking, settings, interactive=interactive, rehearsed=rehearsed)
     now = campaign_now()
     if decision is not None:
         save_approval(record, Approval(
@@ -273,7 +295,8 @@ def _publish(result: AcquireResult) -> None:
 
 
 def _ask_for_approval(
-    spec: CampaignSpec, offer: Offer, ranking: Ranking, settings: CapacitySettings, *, interactive: bool
+    spec: CampaignSpec, offer: Offer, ranking: Ranking, settings: CapacitySettings, *, interactive: bool,
+    rehearsed: RehearsalRecord | None = None,
 ) -> ApprovalDecision | None:
     """A person's decision about ``offer``; None when nobody answered in time."""
     request = ApprovalRequest(
@@ -284,6 +307,7 @@ def _ask_for_approval(
         alternatives=len(ranking.considered) - 1,
         plan=f"serve {spec.model.catalog or spec.model.repo} on {offer.instance_count} × {offer.instance_type}",
         cost_forecast=forecast_table(_forecasts(spec, ranking)),
+        rehearsal=rehearsal_line(rehearsed),
     )
     if interactive:
         return _ask_on_terminal(request)

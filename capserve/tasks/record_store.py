@@ -24,8 +24,9 @@ from prefect.cache_policies import NO_CACHE
 
 from capserve.core.errors import PermanentError, RetryableError
 from capserve.core.lease import Lease
-from capserve.core.locations import RECORDS
+from capserve.core.locations import RECORDS, BucketLocation
 from capserve.core.record import Approval, CampaignRecord, RecordRef, StageEntry
+from capserve.core.rehearsal import RehearsalRecord, rehearsal_key
 from capserve.core.stages import Stage, StageStatus
 from capserve.tasks.aws import client, convert, error_code
 from capserve.tasks.buckets import ensure_bucket
@@ -147,3 +148,43 @@ def save_stage(ref: RecordRef, stage: Stage, entry: StageEntry) -> CampaignRecor
 @s3_task(name="save-approval", cache_policy=NO_CACHE)
 def save_approval(ref: RecordRef, approval: Approval) -> CampaignRecord:
     return update_record(ref, [lambda record: record.with_approval(approval)])
+
+
+@s3_task(name="load-rehearsal-record", cache_policy=NO_CACHE)
+def load_rehearsal(location: BucketLocation, campaign_id: str, proof_digest: str) -> RehearsalRecord | None:
+    """The rehearsal of ``campaign_id`` with this digest (``capserve.core.rehearsal``), or None when there is none."""
+    key = rehearsal_key(campaign_id, proof_digest)
+    s3 = client("s3", location.region)
+    try:
+        body = s3.get_object(Bucket=location.bucket, Key=key)["Body"].read()
+    except ClientError as exc:
+        if error_code(exc) in ABSENT_CODES:
+            return None
+        raise convert(exc, f"reading {location.uri(key)}") from exc
+    try:
+        return RehearsalRecord.model_validate_json(body)
+    except ValueError as exc:
+        raise PermanentError(
+            f"{location.uri(key)} is not a valid rehearsal record ({exc.__class__.__name__}); delete it and "
+            "rehearse again"
+        ) from exc
+
+
+@s3_task(name="save-rehearsal-record", cache_policy=NO_CACHE)
+def save_rehearsal(location: BucketLocation, record: RehearsalRecord) -> str:
+    """Write the rehearsal record (the latest rehearsal of a digest replaces the one before); returns its URI."""
+    key = rehearsal_key(record.campaign_id, record.digest)
+    body = json.dumps(record.model_dump(mode="json"), indent=2, sort_keys=True).encode()
+    request = {"Bucket": location.bucket, "Key": key, "Body": body, "ContentType": "application/json"}
+    s3 = client("s3", location.region)
+    try:
+        try:
+            s3.put_object(**request)
+        except ClientError as exc:
+            if error_code(exc) != "NoSuchBucket":
+                raise
+            ensure_bucket(location, purpose=RECORDS, campaign_id=record.campaign_id)
+            s3.put_object(**request)
+    except ClientError as exc:
+        raise convert(exc, f"writing {location.uri(key)}", fix="check the role may s3:PutObject") from exc
+    return location.uri(key)

@@ -18,6 +18,9 @@ class ApprovalRequest(BaseModel):
     max_upfront_fee_usd: float | None = Field(None, gt=0, description="The spec's hard budget.")
     alternatives: int = Field(ge=0, le=10_000, description="How many other offers were considered.")
     plan: str = Field("", max_length=2000, description="One line about what the capacity is for (model, serving plan).")
+    rehearsal: str = Field(
+        "", max_length=500, description="The spec's rehearsal on on-demand capacity: its result and date, or none."
+    )
     cost_forecast: str = Field(
         "",
         max_length=8000,
@@ -44,6 +47,8 @@ class ApprovalRequest(BaseModel):
         ]
         if self.plan:
             lines.append(f"| plan | {self.plan} |")
+        if self.rehearsal:
+            lines.append(f"| rehearsal | {self.rehearsal} |")
         if self.cost_forecast:
             lines += ["", "#### What it would buy (expected)", "", self.cost_forecast]
         return "\n".join(lines)

@@ -12,7 +12,7 @@ from capserve.core.cost.planning import CostForecast, forecast_table
 from capserve.core.lease import Lease
 
 # "expired": a run started for a recorded lease found that reservation ended (or gone); it never searches offers.
-Outcome = Literal["bought", "adopted", "rejected", "approval-timed-out", "dry-run", "expired"]
+Outcome = Literal["bought", "adopted", "rejected", "approval-timed-out", "dry-run", "expired", "rehearsal-required"]
 
 
 class AcquireResult(BaseModel):

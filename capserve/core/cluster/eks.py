@@ -100,6 +100,23 @@ def network_interfaces(
     return interfaces
 
 
+def capacity_block_market(lease: Lease) -> dict[str, Any]:
+    """The template fields that put the nodes on the Capacity Block; none for a rehearsal's on-demand lease.
+
+    An on-demand launch needs neither: without ``InstanceMarketOptions`` an instance is on-demand, and without a
+    ``CapacityReservationSpecification`` it runs in any open reservation or none (EC2 API reference,
+    ``RequestLaunchTemplateData``). Everything else in the template is the campaign's (docs/rehearsal.md).
+    """
+    if lease.on_demand:
+        return {}
+    return {
+        "InstanceMarketOptions": {"MarketType": "capacity-block"},
+        "CapacityReservationSpecification": {
+            "CapacityReservationTarget": {"CapacityReservationId": lease.reservation_id}
+        },
+    }
+
+
 def launch_template_data(
     names: ClusterNames,
     lease: Lease,
@@ -117,10 +134,7 @@ def launch_template_data(
     instance_tags = campaign_tags(names.campaign_id, "gpu-node", names.nodegroup)
     return {
         "InstanceType": instance.name,
-        "InstanceMarketOptions": {"MarketType": "capacity-block"},
-        "CapacityReservationSpecification": {
-            "CapacityReservationTarget": {"CapacityReservationId": lease.reservation_id}
-        },
+        **capacity_block_market(lease),
         "NetworkInterfaces": network_interfaces(
             instance, security_group_id, cluster_security_group_id=cluster_security_group_id
         ),
@@ -191,6 +205,18 @@ def launch_template_drift(current: dict[str, Any], wanted: dict[str, Any]) -> li
     ]
 
 
+def launch_template_shape(lease: Lease, instance: InstanceType) -> dict[str, Any]:
+    """What a launch template holds besides where and on what it launches (the type, one interface per card, the
+    Capacity Block market and reservation, the tags): the part a rehearsal on another type proves for the
+    campaign (``capserve.core.rehearsal``). The same for a Capacity Block lease and an on-demand one."""
+    names = ClusterNames(campaign_id="shape")
+    data = launch_template_data(names, lease, instance, "sg-shape", cluster_security_group_id="sg-cluster")
+    placed = {"InstanceType", "NetworkInterfaces", "TagSpecifications", "InstanceMarketOptions",
+              "CapacityReservationSpecification"}
+    kept = {key: value for key, value in data.items() if key not in placed}
+    return {"ami_type": GPU_AMI_TYPE, "gpu_taint": GPU_TAINT, "fields": sorted(kept), **kept}
+
+
 def interface_security_groups(template_data: dict[str, Any]) -> list[str]:
     """Every security group on the template's interfaces, in first-seen order (the report's cluster section)."""
     groups: list[str] = []
@@ -239,7 +265,8 @@ def nodegroup_request(
         "subnets": [subnet_id],
         "amiType": GPU_AMI_TYPE,
         "nodeRole": node_role_arn,
-        "capacityType": "CAPACITY_BLOCK",
+        # A rehearsal's lease is on-demand: the one other difference from the campaign's node group.
+        "capacityType": "ON_DEMAND" if lease.on_demand else "CAPACITY_BLOCK",
         "launchTemplate": {"id": launch_template_id, "version": launch_template_version},
         "labels": node_labels(names.campaign_id),
         "taints": [GPU_TAINT],

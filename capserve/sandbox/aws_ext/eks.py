@@ -39,6 +39,7 @@ from datetime import datetime
 from typing import Any
 
 from moto.core.responses import BaseResponse
+from moto.eks.exceptions import InvalidParameterException
 from moto.eks.models import EKSBackend
 
 from capserve.sandbox.aws_ext import capacity as capacity_ext
@@ -235,7 +236,11 @@ def subnet_zone(account_id: str, region: str, subnet_id: str) -> str | None:
 
 
 def _template_data(backend: EKSBackend, nodegroup: Any) -> dict[str, Any]:
-    template = nodegroup.launch_template or {}
+    return _launch_template_data(backend, nodegroup.launch_template)
+
+
+def _launch_template_data(backend: EKSBackend, launch_template: dict[str, Any] | None) -> dict[str, Any]:
+    template = launch_template or {}
     if not template.get("id"):
         return {}
     from moto.ec2.models import ec2_backends
@@ -308,6 +313,41 @@ def _attachment(backend: EKSBackend, cluster: Any, nodegroup: Any) -> PoolAttach
     return nodegroup_attachment(backend.account_id, backend.region_name, cluster, nodegroup.subnets[0], template)
 
 
+# CreateNodegroup's capacityType (EKS API reference, CreateNodegroup / Nodegroup.capacityType); ON_DEMAND when absent.
+CAPACITY_TYPES = ("ON_DEMAND", "SPOT", "CAPACITY_BLOCK")
+
+
+def capacity_type_problem(capacity_type: str | None, template: dict[str, Any]) -> str | None:
+    """Why EKS refuses this capacity type with this launch template's content (None: it accepts it).
+
+    - the type is one of ``CAPACITY_TYPES`` (EKS API reference, CreateNodegroup);
+    - ``CAPACITY_BLOCK`` needs a launch template with ``InstanceMarketOptions.MarketType=capacity-block`` and the
+      block as ``CapacityReservationSpecification.CapacityReservationTarget`` (EKS user guide, "Create a managed
+      node group with Capacity Blocks for ML");
+    - any other type takes no market options from the template: Spot is asked for with ``capacityType``, and
+      "Request Spot Instances" is prohibited in a managed node group's launch template (EKS user guide,
+      "Customize managed nodes with launch templates"); capacity-block market options belong to CAPACITY_BLOCK.
+    """
+    wanted = capacity_type or "ON_DEMAND"
+    if wanted not in CAPACITY_TYPES:
+        return f"capacityType {wanted!r} is not one of {', '.join(CAPACITY_TYPES)}"
+    market = (template.get("InstanceMarketOptions") or {}).get("MarketType")
+    target = (template.get("CapacityReservationSpecification") or {}).get("CapacityReservationTarget") or {}
+    if wanted == "CAPACITY_BLOCK":
+        if market != "capacity-block" or not target.get("CapacityReservationId"):
+            return (
+                "capacityType CAPACITY_BLOCK needs a launch template with InstanceMarketOptions MarketType "
+                "capacity-block and a CapacityReservationTarget naming the Capacity Block"
+            )
+        return None
+    if market is not None:
+        return (
+            f"the launch template sets InstanceMarketOptions (MarketType {market}), which a {wanted} managed node "
+            "group does not take: set capacityType instead"
+        )
+    return None
+
+
 def _join_failure(nodegroup: Any, message: str) -> None:
     """The node group's instances never join: EKS reports it as the node group's health (EKS API, Issue)."""
     nodegroup.status = "CREATE_FAILED"
@@ -351,6 +391,14 @@ def _patch_eks() -> None:
         cluster = self.clusters.get(kwargs.get("cluster_name", ""))
         if kwargs.get("version") is None and cluster is not None:
             kwargs["version"] = cluster.version  # moto defaults to 1.19; EKS uses the cluster's version
+        problem = capacity_type_problem(
+            kwargs.get("capacity_type"), _launch_template_data(self, kwargs.get("launch_template"))
+        )
+        if problem is not None:
+            raise InvalidParameterException(
+                clusterName=kwargs.get("cluster_name"), nodegroupName=kwargs.get("nodegroup_name"),
+                fargateProfileName=None, addonName=None, message=problem,
+            )
         nodegroup: Any = create_nodegroup(self, *args, **kwargs)
         nodegroup.status, nodegroup._capserve_created, nodegroup._capserve_describes = _CREATING, CLOCK.now(), 0
         nodegroup._capserve_explicit_types = bool(kwargs.get("instance_types"))
