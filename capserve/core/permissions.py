@@ -410,23 +410,58 @@ def campaign_targets(
     )
 
 
+@dataclass(frozen=True)
+class PermissionCheck:
+    """What the simulation found: the principal asked about, the actions it may not call, or why it was not
+    asked (``skipped``: a principal IAM cannot simulate, such as the root user)."""
+
+    principal: str | None = None
+    denied: tuple[str, ...] = ()
+    skipped: str | None = None
+
+
+def principal_to_simulate(caller_arn: str) -> tuple[str, str] | None:
+    """GetCallerIdentity's ARN → ("user", its ARN) or ("role", the role's name: the session ARN does not carry
+    the role's path, so its ARN is asked of IAM), or None for what SimulatePrincipalPolicy cannot take
+    (the root user, federated users)."""
+    parts = caller_arn.split(":", 5)
+    if len(parts) != 6:
+        return None
+    service, resource = parts[2], parts[5]
+    if service == "iam" and resource.startswith("user/"):
+        return "user", caller_arn
+    if service == "sts" and resource.startswith("assumed-role/"):
+        return "role", resource.split("/")[1]
+    if service == "iam" and resource.startswith("role/"):
+        return "role", resource.rsplit("/", 1)[-1]
+    return None
+
+
+POLICY_FILE = "docs/iam/controller.json"
+
+
+def permission_problem(check: PermissionCheck) -> str | None:
+    """One preflight problem naming every denied action, or None."""
+    if not check.denied:
+        return None
+    return (
+        f"AWS permissions: {check.principal} may not call {len(check.denied)} action(s) this campaign needs "
+        f"(IAM policy simulation): {', '.join(check.denied)}. Attach the policy {POLICY_FILE} (its buckets "
+        "filled in; docs/iam/README.md) to that principal, or grant these actions, and run again"
+    )
+
+
 def _main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m capserve.core.permissions", description=__doc__.split("\n")[0])
     parser.add_argument("--write", type=Path, metavar="DIR", help="write the generated policies into DIR")
-    parser.add_argument("--check", type=Path, metavar="DIR", help="exit 1 when DIR's policies differ")
     args = parser.parse_args(argv)
     files = policy_files()
-    if args.write:
-        args.write.mkdir(parents=True, exist_ok=True)
-        for name, text in files.items():
-            (args.write / name).write_text(text)
-    if args.check:
-        stale = [n for n, text in files.items() if not (args.check / n).is_file() or (args.check / n).read_text() != text]
-        if stale:
-            print(f"stale: {', '.join(stale)}; run python -m capserve.core.permissions --write {args.check}")
-            return 1
-    if not (args.write or args.check):
+    if args.write is None:
         print(files["controller.json"], end="")
+        return 0
+    args.write.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (args.write / name).write_text(text)
     return 0
 
 
