@@ -53,8 +53,8 @@ def test_a_users_groups_count_and_an_explicit_deny_wins(sandbox: None) -> None:
 
 def test_resources_and_tag_conditions_are_evaluated_against_the_context_given(sandbox: None) -> None:
     iam = _iam()
-    trust = {"Version": "2012-10-17",
-             "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]}
+    trust = {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]}
     role = iam.create_role(RoleName="runner", AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
     policy = {"Version": "2012-10-17", "Statement": [
         {"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::weights/models/*"},

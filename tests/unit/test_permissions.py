@@ -19,11 +19,14 @@ from capserve.core.permissions import (
     IAM_PREFIX,
     REGISTRY,
     Feature,
+    PermissionCheck,
     Targets,
     controller_policy,
     declared_calls,
     features_for,
+    permission_problem,
     policy_files,
+    principal_to_simulate,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -203,3 +206,22 @@ def test_features_follow_the_spec() -> None:
     assert Feature.HYPERPOD not in eks and Feature.TRAINING_PLAN not in eks
     assert {Feature.TRAINING_PLAN, Feature.HYPERPOD} <= hyperpod
     assert Feature.CAPACITY_BLOCK not in hyperpod and Feature.IMAGE not in hyperpod
+
+
+def test_the_principal_simulated_is_the_user_or_the_sessions_role() -> None:
+    assert principal_to_simulate("arn:aws:iam::123456789012:user/ops/alice") == (
+        "user", "arn:aws:iam::123456789012:user/ops/alice")
+    assert principal_to_simulate("arn:aws:sts::123456789012:assumed-role/Runner/i-0abc") == ("role", "Runner")
+    # SimulatePrincipalPolicy takes a user, group or role: not the root user nor a federated user.
+    assert principal_to_simulate("arn:aws:iam::123456789012:root") is None
+    assert principal_to_simulate("arn:aws:sts::123456789012:federated-user/bob") is None
+
+
+def test_every_denied_action_is_one_problem() -> None:
+    check = PermissionCheck(principal="arn:aws:iam::1:user/u", denied=("eks:CreateCluster", "iam:PassRole"))
+    assert permission_problem(check) == (
+        "AWS permissions: arn:aws:iam::1:user/u may not call 2 action(s) this campaign needs (IAM policy "
+        "simulation): eks:CreateCluster, iam:PassRole. Attach the policy docs/iam/controller.json (its buckets "
+        "filled in; docs/iam/README.md) to that principal, or grant these actions, and run again"
+    )
+    assert permission_problem(PermissionCheck(principal="arn:aws:iam::1:user/u")) is None
