@@ -57,6 +57,7 @@ class Scope(StrEnum):
     TAGGING = "tagging"  # a create whose request carries the campaign tag (aws:RequestTag)
     ROLES = "roles"  # the campaign's IAM roles, by name (capserve-*)
     MANAGED_POLICIES = "managed-policies"  # the campaign's roles, and only the AWS-managed policies it attaches
+    SERVICE_LINKED_ROLES = "service-linked-roles"  # EKS's own roles, made on an account's first cluster
     WEIGHTS_BUCKET = "weights-bucket"
     WEIGHTS_OBJECTS = "weights-objects"
     RECORDS_BUCKET = "records-bucket"
@@ -175,6 +176,9 @@ REGISTRY: tuple[Permission, ...] = (
     # A node group may join a cluster the campaign did not make (cluster.existing_cluster_name), untagged.
     *_create(F.EKS, S.ANY, "eks.create_nodegroup", passes_role=True),
     *_create(F.EKS, S.TAGGING, "ec2.create_launch_template"),
+    # EKS makes its service-linked roles on an account's first cluster and node group, with the caller's
+    # permission (EKS user guide, "Using service-linked roles for Amazon EKS").
+    Permission("iam:CreateServiceLinkedRole", F.EKS, S.SERVICE_LINKED_ROLES, None),
     *_calls(F.EKS, S.TAGGED, "ec2.create_launch_template_version"),
     *_calls(F.HYPERPOD, S.ANY, "sagemaker.describe_cluster", "eks.describe_cluster"),
     *_create(F.HYPERPOD, S.TAGGING, "sagemaker.create_cluster", passes_role=True),
@@ -251,6 +255,7 @@ class Targets:
     role_prefix: str = "capserve-"  # every role a campaign makes is capserve-<campaign>-… (ClusterNames)
     lifecycle_bucket: str = "sagemaker-*"  # HyperPod reads lifecycle scripts only from sagemaker-* buckets
     campaign_id: str = "*"
+    account: str = "*"
     role_arn: str = ""  # one of the campaign's roles, simulated where a statement names roles
 
     def bucket(self, name: str) -> str:
@@ -267,6 +272,11 @@ def _managed_policy_arns(partition: str) -> list[str]:
     return sorted({arn for role in every for arn in role.policy_arns(partition)})
 
 
+# The service-linked roles EKS makes (EKS user guide, "Using roles for Amazon EKS clusters", "... node groups").
+_EKS_SERVICE_LINKED_ROLES = ("eks.amazonaws.com/AWSServiceRoleForAmazonEKS",
+                             "eks-nodegroup.amazonaws.com/AWSServiceRoleForAmazonEKSNodegroup")
+
+
 def resource_and_condition(scope: Scope, targets: Targets) -> tuple[list[str], dict[str, Any] | None]:
     """The statement's ``Resource`` and ``Condition`` for ``scope`` (tags: the campaign tag, any value, or
     the campaign's own when ``targets.campaign_id`` is set)."""
@@ -278,6 +288,9 @@ def resource_and_condition(scope: Scope, targets: Targets) -> tuple[list[str], d
         return ["*"], {operator: {f"aws:ResourceTag/{CAMPAIGN_TAG}": tag_value}}
     if scope is Scope.TAGGING:
         return ["*"], {operator: {f"aws:RequestTag/{CAMPAIGN_TAG}": tag_value}}
+    if scope is Scope.SERVICE_LINKED_ROLES:
+        return [f"arn:{targets.partition}:iam::{targets.account}:role/aws-service-role/{path}"
+                for path in _EKS_SERVICE_LINKED_ROLES], None
     role = f"arn:{targets.partition}:iam::*:role/{targets.role_prefix}*"
     if scope is Scope.ROLES:
         return [role], None
@@ -406,6 +419,7 @@ def campaign_targets(
         role_prefix=f"{names.prefix}-",
         lifecycle_bucket=lifecycle_bucket or f"sagemaker-{campaign_id}-{account_id}",
         campaign_id=campaign_id,
+        account=account_id,
         role_arn=f"arn:{partition}:iam::{account_id}:role/{names.cluster_role}",
     )
 
