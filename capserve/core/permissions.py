@@ -250,7 +250,7 @@ class Targets:
 
     partition: str = "aws"
     weights_bucket: str = "WEIGHTS-BUCKET"
-    weights_prefix: str = ""
+    weights_prefix: str = "capserve/weights"  # weights.s3_prefix's default
     records_bucket: str = "capserve-records-*"
     role_prefix: str = "capserve-"  # every role a campaign makes is capserve-<campaign>-… (ClusterNames)
     lifecycle_bucket: str = "sagemaker-*"  # HyperPod reads lifecycle scripts only from sagemaker-* buckets
