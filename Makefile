@@ -12,7 +12,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 90
 export PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW := ignore
 
-.PHONY: install demo demo-in-process test test-faults lint typecheck unit bench faults vllm-venv clean
+.PHONY: install demo demo-in-process test test-faults lint typecheck unit bench faults vllm-venv clean iam-policies
 
 # '.[dev]' brings the '[sandbox]' extra (moto, the fake Kubernetes' packages) that make demo and
 # make test need; a production install is plain 'pip install .' (docs/README.md).
@@ -31,6 +31,10 @@ demo: install
 demo-in-process: install
 	$(VENV)/bin/capserve up examples/kimi-k3-sandbox.yaml --sandbox --in-process --teardown-when-done \
 		--out out/demo-in-process
+
+# The IAM policies in docs/iam, from the permissions registry (tests/unit/test_permissions.py fails when stale).
+iam-policies: install
+	$(PY) -m capserve.core.permissions --write docs/iam
 
 lint: install
 	$(VENV)/bin/ruff check capserve tests bench faults

@@ -13,7 +13,9 @@ gathers a few read-only facts (``capserve.tasks.preflight``) and this module jud
 - the instance count fits a Capacity Block (64 per block: docs/aws-capacity.md §1.1); Service Quotas has no
   documented quota for Capacity Block purchases, so none is asked (docs/preflight.md §3);
 - the reservation (the offer length asked for, or the existing reservation's remaining window) is long
-  enough for bring-up, vLLM's startup budget and the evaluation, before the drain point.
+  enough for bring-up, vLLM's startup budget and the evaluation, before the drain point;
+- the caller may make every AWS call the campaign's features need (``capserve.core.permissions``, simulated
+  by IAM): every denied action in one problem.
 
 Pure: no SDK, no I/O. The facts are data; the decision is a list of strings.
 """
@@ -84,6 +86,9 @@ class PreflightFacts(BaseModel):
     lifecycle_problem: str | None = Field(
         None, max_length=2000, description="Why HyperPod's lifecycle script cannot be put or found (docs/hyperpod.md)."
     )
+    permission_problem: str | None = Field(
+        None, max_length=20000, description="The AWS actions the caller may not call, all of them (docs/iam)."
+    )
 
 
 def bucket_name_problems(name: str) -> list[str]:
@@ -144,6 +149,7 @@ def preflight_problems(
         *_capacity_problems(spec),
         *_window_problems(spec, plan, facts, bring_up),
         *([facts.lifecycle_problem] if facts.lifecycle_problem else []),
+        *([facts.permission_problem] if facts.permission_problem else []),
     ]
 
 

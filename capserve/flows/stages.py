@@ -26,6 +26,7 @@ from capserve.core.events import (
     weights_staged,
 )
 from capserve.core.locations import default_records_bucket, home_region
+from capserve.core.permissions import permission_problem
 from capserve.core.planner import ServingPlan
 from capserve.core.preflight import check_preflight
 from capserve.core.rollout.image import ImageMirrorResult
@@ -47,6 +48,7 @@ from capserve.flows.teardown import teardown
 from capserve.tasks.clock import campaign_now
 from capserve.tasks.cluster.hyperpod import lifecycle_problem
 from capserve.tasks.image_mirror import mirror_image, resolve_image_digest
+from capserve.tasks.permissions import check_permissions
 from capserve.tasks.planning import plan_campaign, publish_plan, resolve_model
 from capserve.tasks.preflight import PreflightInputs, gather_facts
 from capserve.tasks.rollout.prepull import start_image_prepull
@@ -91,6 +93,15 @@ def preflight(ctx: CampaignContext, plan: ServingPlan) -> None:
         # The lifecycle script must be in S3 before CreateCluster, which runs on the bought plan: check now.
         problem = lifecycle_problem(ctx.spec.campaign_id, ctx.spec.capacity.regions[0], ctx.settings.bring_up)
         facts = facts.model_copy(update={"lifecycle_problem": problem})
+    # Every AWS call the campaign will make, simulated for the caller: an AccessDenied after the purchase
+    # would strand a block that cannot be cancelled (docs/iam/README.md).
+    permissions = check_permissions(
+        ctx.spec, ctx.spec.capacity.regions[0], records_bucket=records.bucket,
+        home_region=home_region(ctx.spec, records),
+    )
+    if permissions.skipped:
+        get_run_logger().warning("preflight: AWS permissions not simulated: %s", permissions.skipped)
+    facts = facts.model_copy(update={"permission_problem": permission_problem(permissions)})
     check_preflight(ctx.spec, plan, facts, bring_up=ctx.settings.bring_up)
     if ctx.spec.serving.image_mirror == "ecr":
         # The tag must exist upstream before a block is bought for it (the copy itself needs the lease's region).

@@ -8,10 +8,13 @@ evaluation logic" and "IAM JSON policy elements":
 - a statement matches when one of its ``Action`` patterns matches the action (case-insensitive) and
   one of its ``Resource`` patterns matches the resource ARN (case-sensitive); ``*`` matches any run of
   characters, ``/`` included, and ``?`` any one character;
-- ``Condition``: only ``StringEquals``/``StringLike`` on ``aws:ResourceAccount`` and
-  ``aws:PrincipalAccount`` are evaluated (``${aws:PrincipalAccount}`` substituted); a statement with any
-  other condition is treated as not matching, which can only deny more than AWS, never allow more.
-  So are ``NotAction``/``NotResource`` Allow statements (and such Deny statements are not applied).
+- ``Condition``: the ``StringEquals``/``StringLike``, ``ArnEquals``/``ArnLike`` and ``Null`` operators
+  are evaluated against the request context (``aws:ResourceAccount`` and ``aws:PrincipalAccount``, and
+  whatever keys the caller gives, as SimulatePrincipalPolicy's ``ContextEntries`` do;
+  ``${aws:PrincipalAccount}`` substituted). A key absent from the context matches no String/Arn test
+  ("Condition element": the values do not match) and is null for ``Null``. Any other operator makes the
+  statement not match, which can only deny more than AWS, never allow more. So do
+  ``NotAction``/``NotResource`` Allow statements (and such Deny statements are not applied).
 Permission boundaries, SCPs, session policies and bucket policies are not modelled: the sandbox's
 buckets have none.
 """
@@ -25,7 +28,7 @@ from functools import cache
 from typing import Any
 from urllib.parse import unquote
 
-_KNOWN_KEYS = {"aws:resourceaccount", "aws:principalaccount"}
+_STRING_OPERATORS = {"StringEquals": False, "StringLike": True, "ArnEquals": False, "ArnLike": True}
 
 
 @cache
@@ -41,17 +44,22 @@ def _listed(value: Any) -> list[str]:
 
 
 def _condition_holds(condition: Mapping[str, Any], context: Mapping[str, str]) -> bool:
+    """Every operator and key must hold (IAM ANDs them); a key's values are ORed. ``context`` keys are lower case."""
     for operator, tests in condition.items():
-        if operator not in ("StringEquals", "StringLike") or not isinstance(tests, Mapping):
+        if operator not in (*_STRING_OPERATORS, "Null") or not isinstance(tests, Mapping):
             return False
         for key, wanted in tests.items():
-            if key.lower() not in _KNOWN_KEYS:
+            actual = context.get(key.lower())
+            values = [v.replace("${aws:PrincipalAccount}", context.get("aws:principalaccount", ""))
+                      for v in _listed(wanted)]
+            if operator == "Null":
+                if (actual is None) != (values == ["true"]):
+                    return False
+                continue
+            if actual is None:
                 return False
-            actual = context.get(key.lower(), "")
-            values = [v.replace("${aws:PrincipalAccount}", context["aws:principalaccount"]) for v in _listed(wanted)]
-            if operator == "StringEquals" and actual not in values:
-                return False
-            if operator == "StringLike" and not any(_pattern(v, False).match(actual) for v in values):
+            like = _STRING_OPERATORS[operator]
+            if not any(_pattern(v, False).match(actual) if like else actual == v for v in values):
                 return False
     return True
 
@@ -75,19 +83,28 @@ def document(raw: Any) -> dict[str, Any]:
     return dict(raw)
 
 
-def allowed(documents: Iterable[Mapping[str, Any]], action: str, resource: str, *, account: str) -> bool:
-    """Whether ``documents`` (the role's policies) allow ``action`` on ``resource``, in a one-account world."""
-    context = {"aws:principalaccount": account, "aws:resourceaccount": account}
+def decision(
+    documents: Iterable[Mapping[str, Any]], action: str, resource: str, context: Mapping[str, str]
+) -> str:
+    """IAM's answer for one request: "explicitDeny" (a Deny matches), "allowed" (an Allow matches and no Deny),
+    else "implicitDeny" (the names SimulatePrincipalPolicy's ``EvalDecision`` uses)."""
+    lowered = {k.lower(): v for k, v in context.items()}
     allow = False
     for doc in documents:
         statements = doc.get("Statement") or []
         for statement in statements if isinstance(statements, list) else [statements]:
-            if not _matches(statement, action, resource, context):
+            if not _matches(statement, action, resource, lowered):
                 continue
             if statement.get("Effect") == "Deny":
-                return False
+                return "explicitDeny"
             allow = allow or statement.get("Effect") == "Allow"
-    return allow
+    return "allowed" if allow else "implicitDeny"
+
+
+def allowed(documents: Iterable[Mapping[str, Any]], action: str, resource: str, *, account: str) -> bool:
+    """Whether ``documents`` (the role's policies) allow ``action`` on ``resource``, in a one-account world."""
+    context = {"aws:principalaccount": account, "aws:resourceaccount": account}
+    return decision(documents, action, resource, context) == "allowed"
 
 
 def role_documents(iam: Any, role_name: str) -> list[dict[str, Any]]:

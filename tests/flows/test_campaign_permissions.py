@@ -1,0 +1,106 @@
+"""Preflight simulates the campaign's AWS permissions for the caller, on the sandbox: a missing action stops the
+campaign before anything is bought, naming it; the generated policy (docs/iam/controller.json) passes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from capserve.core.preflight import PreflightError
+from capserve.core.spec import CampaignSpec, load_spec
+from capserve.flows.campaign import campaign
+from capserve.sandbox.aws_ext import capacity as capacity_ext
+from capserve.sandbox.environment import SandboxEndpoints, sandbox
+from capserve.tasks.permissions import check_permissions
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "kimi-k3-sandbox.yaml"
+
+
+@pytest.fixture()
+def far_ends() -> Iterator[SandboxEndpoints]:
+    with sandbox(served_model_name="kimi-k3") as endpoints:
+        yield endpoints
+
+
+def committed_policy(spec: CampaignSpec, *, without: str | None = None) -> dict[str, Any]:
+    """docs/iam/controller.json with the weights bucket filled in (docs/iam/README.md), less one action."""
+    text = (ROOT / "docs" / "iam" / "controller.json").read_text().replace("WEIGHTS-BUCKET", spec.weights.s3_bucket)
+    policy: dict[str, Any] = json.loads(text)
+    for statement in policy["Statement"]:
+        statement["Action"] = [a for a in statement["Action"] if a != without]
+    return policy
+
+
+def run_as_user(policy: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> str:
+    """A sandbox IAM user carrying ``policy`` (a managed policy, as an administrator would attach it), whose
+    keys the rest of the test uses. Returns its ARN."""
+    iam = boto3.client("iam", region_name="us-east-1")
+    user = iam.create_user(UserName="campaign-runner")["User"]
+    arn = iam.create_policy(PolicyName="capserve-controller", PolicyDocument=json.dumps(policy))["Policy"]["Arn"]
+    iam.attach_user_policy(UserName="campaign-runner", PolicyArn=arn)
+    key = iam.create_access_key(UserName="campaign-runner")["AccessKey"]
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", key["AccessKeyId"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", key["SecretAccessKey"])
+    return str(user["Arn"])
+
+
+@pytest.mark.parametrize("missing", ["eks:CreateCluster", "iam:PassRole"])
+def test_a_missing_action_stops_the_campaign_before_anything_is_bought(
+    missing: str, tmp_path: Path, far_ends: SandboxEndpoints, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = load_spec(EXAMPLE)
+    user = run_as_user(committed_policy(spec, without=missing), monkeypatch)
+    with pytest.raises(PreflightError) as caught:
+        campaign(spec, out_dir=tmp_path / "out", hub_endpoint=far_ends.hub, teardown_when_done=True)
+
+    assert caught.value.problems == [
+        f"AWS permissions: {user} may not call 1 action(s) this campaign needs (IAM policy simulation): {missing}. "
+        "Attach the policy docs/iam/controller.json (its buckets filled in; docs/iam/README.md) to that principal, "
+        "or grant these actions, and run again"
+    ]
+    # Nothing was asked of the capacity APIs (not even a DryRun purchase), nothing created.
+    assert capacity_ext.calls(include_dry_run=True) == []
+    assert capacity_ext.reservations() == []
+    assert boto3.client("eks", region_name="us-west-2").list_clusters()["clusters"] == []
+
+
+def test_the_generated_policy_passes_preflight(far_ends: SandboxEndpoints, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = load_spec(EXAMPLE)
+    user = run_as_user(committed_policy(spec), monkeypatch)
+    check = check_permissions.fn(spec, "us-west-2", records_bucket=None, home_region="us-west-2")
+    assert (check.principal, check.denied, check.skipped) == (user, (), None)
+
+
+def test_every_denied_action_is_named_at_once(far_ends: SandboxEndpoints, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = load_spec(EXAMPLE)
+    policy = committed_policy(spec)
+    # An explicit Deny wins over the Allow the generated policy gives (IAM user guide, "Policy evaluation logic").
+    policy["Statement"].append({"Effect": "Deny", "Action": ["ec2:PurchaseCapacityBlock", "s3:PutObject"],
+                                "Resource": "*"})
+    run_as_user(policy, monkeypatch)
+    check = check_permissions.fn(spec, "us-west-2", records_bucket=None, home_region="us-west-2")
+    assert check.denied == ("ec2:PurchaseCapacityBlock", "s3:PutObject")
+
+
+def test_an_assumed_role_is_simulated_as_its_role(far_ends: SandboxEndpoints, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = load_spec(EXAMPLE)
+    iam = boto3.client("iam", region_name="us-east-1")
+    trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"},
+                                                     "Action": "sts:AssumeRole"}]}
+    role = iam.create_role(RoleName="runner", Path="/team/", AssumeRolePolicyDocument=json.dumps(trust))["Role"]
+    iam.put_role_policy(RoleName="runner", PolicyName="read-only", PolicyDocument=json.dumps(
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": ["iam:GetRole", "iam:Simulate*"],
+                                                 "Resource": "*"}]}))
+    session = boto3.client("sts", region_name="us-east-1").assume_role(RoleArn=role["Arn"], RoleSessionName="preflight")
+    for name, key in (("AWS_ACCESS_KEY_ID", "AccessKeyId"), ("AWS_SECRET_ACCESS_KEY", "SecretAccessKey"),
+                      ("AWS_SESSION_TOKEN", "SessionToken")):
+        monkeypatch.setenv(name, session["Credentials"][key])
+    check = check_permissions.fn(spec, "us-west-2", records_bucket=None, home_region="us-west-2")
+    assert check.principal == "arn:aws:iam::123456789012:role/team/runner"  # with its path, from GetRole
+    assert "eks:CreateCluster" in check.denied and "iam:GetRole" not in check.denied
