@@ -125,9 +125,8 @@ def rehearse(
         hub_endpoint=hub_endpoint or hub_endpoint_from_environment(), teardown_when_done=True,
     )
     ctx = CampaignContext.start(rehearsal, base, options)
-    # HOOK(iam): the campaign's permission preflight (iam:SimulatePrincipalPolicy over the actions the campaign
-    # calls) belongs here too. The campaign runs it in plan_stage's preflight(), which the rehearsal runs as its
-    # first step: added there, it runs in both with nothing more to do here.
+    # The permission check (iam:SimulatePrincipalPolicy over every action the spec's features call) is part of
+    # plan_stage's preflight, the rehearsal's first step as it is the campaign's (docs/iam/README.md).
     region = rehearsal.capacity.regions[0]
     ctx.lease = on_demand_lease(
         rehearsal, availability_zone=rehearsal_zone(region, choice.instance_type), now=campaign_now()
