@@ -26,6 +26,7 @@ from prefect import flow, get_run_logger
 from capserve.core.catalog import get_instance_type
 from capserve.core.cluster.efa import EfaNeeds, efa_needs
 from capserve.core.cluster.expectations import bring_up_steps, cluster_expectations
+from capserve.core.cluster.hyperpod import cluster_security_groups as hyperpod_security_groups
 from capserve.core.cluster.hyperpod import dependencies as hyperpod_dependencies
 from capserve.core.cluster.naming import ClusterNames
 from capserve.core.cluster.network import NetworkIds
@@ -245,7 +246,10 @@ def _gpu_pool(
             lifecycle_uri=lifecycle.uri,
             timeout_s=budget.cap(settings.hyperpod_in_service_timeout_s, "HyperPod cluster"),
         )
-    aws.gpu_interface_security_groups = (security_group_id,)  # HyperPod's VpcConfig.SecurityGroupIds
+    # HyperPod's VpcConfig.SecurityGroupIds: the campaign's group and the EKS cluster group (docs/hyperpod.md §7).
+    aws.gpu_interface_security_groups = tuple(
+        hyperpod_security_groups(security_group_id, aws.cluster.cluster_security_group_id)
+    )
     aws.gpu_pool = names.hyperpod_cluster
 
 

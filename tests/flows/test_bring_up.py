@@ -150,6 +150,9 @@ def test_hyperpod_bring_up_on_a_training_plan(kube: FakeKube) -> None:
     # HyperPod's instances go in the private GPU subnet too.
     described = boto3.client("sagemaker").describe_cluster(ClusterName="capserve-flow-hp-hp")
     assert result.network is not None and described["VpcConfig"]["Subnets"] == [result.network.gpu_subnet_id]
+    # The report names the groups HyperPod's interfaces carry: the campaign's and the EKS cluster group.
+    assert result.gpu_interface_security_groups == tuple(described["VpcConfig"]["SecurityGroupIds"])
+    assert len(result.gpu_interface_security_groups) == 2
     # Its prerequisites came first: the chart's dependencies on the EKS cluster, the script in a sagemaker- bucket.
     assert "s3-bucket/sagemaker-flow-hp-123456789012" in result.created
     daemonsets = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in kube.objects("daemonsets", "apps")}
