@@ -25,6 +25,8 @@ optional ``ThreadsPerCore`` is absent. These operations replace moto's cluster o
   HyperPod with a custom Amazon VPC"), so a subnet with neither an S3 gateway endpoint nor a way out
   makes the cluster ``Failed`` with the lifecycle FailureMessage; the nodes then see the VPC as an EKS
   node group's do (the VPC CNI, image pulls, S3, DNS: docs/aws-network.md §9);
+- each node has the 2 MiB huge pages its group's lifecycle script allocates (its ``sysctl -w
+  vm.nr_hugepages=<n>`` line, read from S3 when the instances come up: ``nodeadm.script_hugepages_2mi``);
 - ``DeleteCluster`` terminates the instances: their nodes leave the orchestrator cluster (``eks.NODE_GONE_HOOKS``).
 
 State hangs off moto's SageMaker backend, so ``/moto-api/reset`` clears it.
@@ -48,6 +50,7 @@ from moto.sagemaker.responses import SageMakerResponse
 
 from capserve.sandbox.aws_ext import eks as eks_ext
 from capserve.sandbox.aws_ext import reachability
+from capserve.sandbox.aws_ext.nodeadm import script_hugepages_2mi
 from capserve.sandbox.clock import CLOCK
 
 log = logging.getLogger(__name__)
@@ -152,16 +155,28 @@ def _check_dependencies(cluster_name: str) -> None:
             )
 
 
-def _script_present(response: SageMakerResponse, group: dict[str, Any]) -> bool:
-    """Whether ``LifeCycleConfig.OnCreate`` exists under ``SourceS3Uri`` in (moto's) S3."""
+def _script(response: SageMakerResponse, group: dict[str, Any]) -> bytes | None:
+    """``LifeCycleConfig.OnCreate`` under ``SourceS3Uri`` in (moto's) S3, or None when it is not there."""
     config = group.get("LifeCycleConfig") or {}
     bucket, _, folder = str(config.get("SourceS3Uri", "")).removeprefix("s3://").partition("/")
     key = f"{folder.rstrip('/')}/{config.get('OnCreate', '')}".lstrip("/")
     backend: Any = s3_backends[response.current_account]["aws"]
     try:
-        return backend.get_object(bucket, key) is not None
+        found = backend.get_object(bucket, key)
     except Exception:  # noqa: BLE001 - moto raises MissingBucket / MissingKey
-        return False
+        return None
+    return None if found is None else bytes(found.value)
+
+
+def _script_present(response: SageMakerResponse, group: dict[str, Any]) -> bool:
+    return _script(response, group) is not None
+
+
+def _script_hugepages(response: SageMakerResponse, group: dict[str, Any]) -> int:
+    """The 2 MiB huge pages the group's lifecycle script allocates (it runs before the node joins, so the
+    kubelet reports them); read as the EKS nodes' user data is (``nodeadm.script_hugepages_2mi``)."""
+    script = _script(response, group)
+    return script_hugepages_2mi(script.decode("utf-8", "replace")) if script else 0
 
 
 # Why a HyperPod instance has no public IPv4, for the sandbox's messages.
@@ -259,6 +274,7 @@ def _advance(response: SageMakerResponse, cluster: _HyperPodCluster) -> None:
                 local_storage="RAID0",
                 host_directories=("opt/dlami/nvme", "opt/sagemaker"),
                 instance_role_arn=group.get("ExecutionRole"),
+                hugepages_2mi=_script_hugepages(response, group),
                 network=_attachment(response, cluster, group, eks_name),
             )
         )
