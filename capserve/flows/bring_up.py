@@ -26,6 +26,7 @@ from prefect import flow, get_run_logger
 from capserve.core.catalog import get_instance_type
 from capserve.core.cluster.efa import EfaNeeds, efa_needs
 from capserve.core.cluster.expectations import bring_up_steps, cluster_expectations
+from capserve.core.cluster.hyperpod import cluster_security_groups as hyperpod_security_groups
 from capserve.core.cluster.hyperpod import dependencies as hyperpod_dependencies
 from capserve.core.cluster.naming import ClusterNames
 from capserve.core.cluster.network import NetworkIds
@@ -225,13 +226,30 @@ def _gpu_pool(
             )
         aws.gpu_pool = names.nodegroup
         return
-    # HyperPod's prerequisites come first (docs/hyperpod.md): its dependencies on the EKS cluster, and the
-    # lifecycle script in a sagemaker- bucket. CreateCluster starts provisioning on the paid plan.
+    _hyperpod_pool(spec, lease, settings, budget, aws, roles, security_group_id, subnet_id, efa)
+
+
+def _hyperpod_pool(
+    spec: CampaignSpec,
+    lease: Lease,
+    settings: BringUpSettings,
+    budget: StepBudget,
+    aws: _AwsSide,
+    roles: RoleArns,
+    security_group_id: str,
+    subnet_id: str,
+    efa: EfaNeeds,
+) -> None:
+    """HyperPod on the training plan. Its prerequisites come first (docs/hyperpod.md): its dependencies on the
+    EKS cluster, and the lifecycle script in a sagemaker- bucket. CreateCluster starts provisioning on the plan."""
     with budget.step("HyperPod prerequisites"):
         cluster = aws.cluster
         api = api_client_for_eks(cluster.endpoint, cluster.ca_data, cluster.name, lease.region, settings=settings.kube)
         apply_addons(api, hyperpod_dependencies(lease.region, spec.campaign_id), settings.kube)
-        lifecycle = converge_lifecycle_scripts(spec.campaign_id, lease.region, settings)
+        # HyperPod has no launch template: the lifecycle script allocates a multi-node layout's huge pages.
+        lifecycle = converge_lifecycle_scripts(
+            spec.campaign_id, lease.region, settings, hugepages_2mi_pages=efa.hugepages_2mi_pages
+        )
         aws.created += lifecycle.created
     with budget.step("HyperPod cluster"):
         aws.created += converge_hyperpod(
@@ -245,8 +263,11 @@ def _gpu_pool(
             lifecycle_uri=lifecycle.uri,
             timeout_s=budget.cap(settings.hyperpod_in_service_timeout_s, "HyperPod cluster"),
         )
-    aws.gpu_interface_security_groups = (security_group_id,)  # HyperPod's VpcConfig.SecurityGroupIds
-    aws.gpu_pool = names.hyperpod_cluster
+    # HyperPod's VpcConfig.SecurityGroupIds: the campaign's group and the EKS cluster group (docs/hyperpod.md §7).
+    aws.gpu_interface_security_groups = tuple(
+        hyperpod_security_groups(security_group_id, aws.cluster.cluster_security_group_id)
+    )
+    aws.gpu_pool = ClusterNames(campaign_id=spec.campaign_id).hyperpod_cluster
 
 
 def _ready_on_kubernetes(

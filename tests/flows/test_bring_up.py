@@ -150,6 +150,9 @@ def test_hyperpod_bring_up_on_a_training_plan(kube: FakeKube) -> None:
     # HyperPod's instances go in the private GPU subnet too.
     described = boto3.client("sagemaker").describe_cluster(ClusterName="capserve-flow-hp-hp")
     assert result.network is not None and described["VpcConfig"]["Subnets"] == [result.network.gpu_subnet_id]
+    # The report names the groups HyperPod's interfaces carry: the campaign's and the EKS cluster group.
+    assert result.gpu_interface_security_groups == tuple(described["VpcConfig"]["SecurityGroupIds"])
+    assert len(result.gpu_interface_security_groups) == 2
     # Its prerequisites came first: the chart's dependencies on the EKS cluster, the script in a sagemaker- bucket.
     assert "s3-bucket/sagemaker-flow-hp-123456789012" in result.created
     daemonsets = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in kube.objects("daemonsets", "apps")}
@@ -158,6 +161,20 @@ def test_hyperpod_bring_up_on_a_training_plan(kube: FakeKube) -> None:
     (node,) = result.node_names
     assert kube.kubelet.layout.host_path(node, "/opt/dlami/nvme").is_dir()
     assert not kube.kubelet.layout.host_path(node, "/mnt/k8s-disks/0").exists()
+
+
+def test_a_two_node_hyperpod_layout_gets_its_huge_pages_from_the_lifecycle_script(kube: FakeKube) -> None:
+    # Two nodes per replica: the vLLM pods request hugepages-2Mi for EFA. HyperPod has no launch template,
+    # so capserve's lifecycle script allocates them; without it readiness would find none on either node.
+    eks_ext.attach_fake_kube(kube)
+    plan = f"arn:aws:sagemaker:{REGION}:123456789012:training-plan/flow-hp2"
+    result = bring_up(make_spec("flow-hp2", kind="hyperpod", reservation=plan), make_lease(plan, count=2), FAST)
+    assert (result.kind, result.nodes_ready) == ("hyperpod", 2)
+    script = boto3.client("s3").get_object(Bucket="sagemaker-flow-hp2-123456789012", Key="lifecycle/on_create.sh")
+    assert b"\nsysctl -w vm.nr_hugepages=5128\n" in script["Body"].read()
+    capacity = {n["metadata"]["name"]: n["status"]["capacity"].get("hugepages-2Mi") for n in kube.objects("nodes")
+                if n["metadata"]["name"] in result.node_names}
+    assert capacity == dict.fromkeys(result.node_names, "10256Mi")
 
 
 def test_sandbox_hyperpod_refuses_an_eks_cluster_without_the_hyperpod_dependencies(kube: FakeKube) -> None:

@@ -327,3 +327,85 @@ def test_a_headless_rank_without_dns_cannot_resolve_its_leader(kube: FakeKube) -
     log = kube.kubelet.logs("default", "rank", None, previous=False, tail=None, timestamps=False)
     assert phase == "Failed"
     assert "socket.gaierror: [Errno -3] Temporary failure in name resolution (k3-0.k3.default)" in log
+
+
+# ---------------------------------------------------------------- HyperPod instance groups in the VPC
+
+
+HYPERPOD_SCRIPT_FAILURE = "Lifecycle scripts did not run successfully"
+
+
+def hyperpod_on(
+    kube: FakeKube, api: k8s.ApiClient, name: str, net: Vpc, *, cluster_group: bool = True
+) -> dict[str, Any]:
+    """An EKS cluster with its system nodes and the HyperPod prerequisites, then a one-instance HyperPod
+    cluster in the VPC's private subnet; returns DescribeCluster once it left Creating."""
+    from capserve.core.cluster.hyperpod import dependencies, on_create_script
+
+    cluster = make_cluster(name, net)
+    node_group(name, "system", net.public)
+    tasks_kube.apply_addons(api, dependencies(REGION, name), QUICK)
+    bucket = f"sagemaker-{name}"
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.create_bucket(Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": REGION})
+    s3.put_object(Bucket=bucket, Key="lifecycle/on_create.sh", Body=on_create_script())
+    cluster_sg = cluster["resourcesVpcConfig"]["clusterSecurityGroupId"]
+    groups = [net.campaign_sg, cluster_sg] if cluster_group else [net.campaign_sg]
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+    sagemaker.create_cluster(
+        ClusterName=f"{name}-hp",
+        InstanceGroups=[{
+            "InstanceGroupName": "gpu", "InstanceType": "ml.p6-b300.48xlarge", "InstanceCount": 1,
+            "ExecutionRole": "arn:aws:iam::123456789012:role/hp",
+            "LifeCycleConfig": {"SourceS3Uri": f"s3://{bucket}/lifecycle/", "OnCreate": "on_create.sh"},
+            "KubernetesConfig": {"Labels": {"capserve.io/pool": "gpu"},
+                                 "Taints": [{"Key": "nvidia.com/gpu", "Value": "true", "Effect": "NoSchedule"}]},
+        }],
+        VpcConfig={"SecurityGroupIds": groups, "Subnets": [net.private]},
+        Orchestrator={"Eks": {"ClusterArn": cluster["arn"]}},
+    )
+    while (described := sagemaker.describe_cluster(ClusterName=f"{name}-hp"))["ClusterStatus"] == "Creating":
+        pass  # the sandbox's HyperPod leaves Creating after a few describes
+    return described
+
+
+def test_hyperpod_in_a_subnet_with_no_way_to_s3_fails_on_its_lifecycle_script(
+    kube: FakeKube, api: k8s.ApiClient
+) -> None:
+    # No NAT route, no S3 endpoint: the instances cannot fetch on_create.sh (SageMaker's VPC prerequisites).
+    described = hyperpod_on(kube, api, "net-hp-off", build_vpc("net-hp-off", nat=False, s3_endpoint=False))
+    assert described["ClusterStatus"] == "Failed"
+    assert HYPERPOD_SCRIPT_FAILURE in described["FailureMessage"]
+    assert nodes_of(kube, "net-hp-off-hp-gpu") == []
+
+
+def test_hyperpod_nodes_with_only_an_s3_endpoint_stay_not_ready(kube: FakeKube, api: k8s.ApiClient) -> None:
+    # The script comes through the S3 gateway endpoint; no NAT: the VPC CNI reaches neither EC2 nor ECR.
+    described = hyperpod_on(kube, api, "net-hp-s3", build_vpc("net-hp-s3", nat=False))
+    assert described["ClusterStatus"] == "InService"
+    node = until(kube, lambda: next(iter(nodes_of(kube, "net-hp-s3-hp-gpu")), None), what="HyperPod node registered")
+    ready = condition(node, "Ready")
+    assert ready is not None and (ready["status"], ready["message"]) == ("False", CNI_NOT_READY)
+    assert "no path to ec2.us-east-2.amazonaws.com" in str(kube.network.cni_failure("net-hp-s3-hp-gpu"))
+
+
+def test_hyperpod_nodes_on_the_campaigns_network_pass_the_network_proof(kube: FakeKube, api: k8s.ApiClient) -> None:
+    described = hyperpod_on(kube, api, "net-hp-ok", build_vpc("net-hp-ok"))
+    assert described["ClusterStatus"] == "InService"
+    node = until(kube, lambda: next(iter(nodes_of(kube, "net-hp-ok-hp-gpu")), None), what="HyperPod node registered")
+    assert condition(node, "Ready")["status"] == "True"  # type: ignore[index]
+    name = node["metadata"]["name"]
+    assert prove_gpu_network.fn(api, [name], REGION, "net-hp-ok", QUICK, timeout_s=30)[name][-1] == (
+        f"reach s3.{REGION}.amazonaws.com"
+    )
+    # DeleteCluster terminates the instances: the node leaves the EKS cluster and the VPC model forgets it.
+    boto3.client("sagemaker", region_name=REGION).delete_cluster(ClusterName="net-hp-ok-hp")
+    assert nodes_of(kube, "net-hp-ok-hp-gpu") == [] and "net-hp-ok-hp-gpu" not in kube.network.pools  # type: ignore[attr-defined]
+
+
+def test_hyperpod_nodes_without_the_cluster_group_have_no_dns(kube: FakeKube, api: k8s.ApiClient) -> None:
+    hyperpod_on(kube, api, "net-hp-sg", build_vpc("net-hp-sg"), cluster_group=False)
+    node = until(kube, lambda: next(iter(nodes_of(kube, "net-hp-sg-hp-gpu")), None), what="HyperPod node registered")
+    name = node["metadata"]["name"]
+    with pytest.raises(PermanentError, match=rf"{name}: dns kubernetes.default: did not resolve"):
+        prove_gpu_network.fn(api, [name], REGION, "net-hp-sg", QUICK, timeout_s=30)

@@ -224,6 +224,15 @@ def test_the_lifecycle_bucket_starts_with_sagemaker_and_fits_s3s_name_limit() ->
     assert hyperpod.on_create_script().startswith(b"#!/bin/bash\n")
 
 
+def test_the_lifecycle_script_allocates_huge_pages_only_for_a_layout_that_spans_nodes() -> None:
+    single, spanning = hyperpod.on_create_script(), hyperpod.on_create_script(hugepages_2mi_pages=5128)
+    assert b"vm.nr_hugepages" not in single and hyperpod.HUGEPAGES_MARKER.encode() not in single
+    # The same lines as the EKS nodes' user data, once, before the script's last step.
+    assert spanning.count(nvme.hugepages_commands(5128).encode()) == 1
+    assert spanning.index(b"sysctl -w vm.nr_hugepages=5128\n") < spanning.index(b"capserve on_create.sh: done")
+    assert spanning == hyperpod.on_create_script(hugepages_2mi_pages=5128)  # deterministic: no re-upload
+
+
 def test_hyperpod_dependencies_are_the_charts_resiliency_objects_with_the_regional_agent_image() -> None:
     objects = hyperpod.dependencies("us-west-2", "k3-demo")
     kinds = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) for o in objects}

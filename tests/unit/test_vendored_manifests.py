@@ -16,10 +16,19 @@ from capserve.core.cluster.addons import (
     AddonOptions,
     efa_device_plugin,
     lws_controller,
+    nvidia_device_plugin,
 )
 from capserve.core.cluster.efa import NO_EFA
 from capserve.core.cluster.expectations import cluster_expectations
-from capserve.core.cluster.vendored import EFA_DEVICE_PLUGIN, LWS, VENDORED, Vendored, load, vendored_bytes
+from capserve.core.cluster.vendored import (
+    EFA_DEVICE_PLUGIN,
+    LWS,
+    NVIDIA_DEVICE_PLUGIN,
+    VENDORED,
+    Vendored,
+    load,
+    vendored_bytes,
+)
 from capserve.core.lease import Lease
 
 SYSTEM = {"capserve.io/campaign": "k3", "capserve.io/pool": "system"}
@@ -75,6 +84,19 @@ def test_the_efa_plugin_is_the_charts_with_the_regions_image(region: str, regist
     # Everything else is the chart's.
     for field in ("affinity", "hostNetwork", "volumes", "priorityClassName"):
         assert pod[field] == chart["spec"]["template"]["spec"][field]
+
+
+def test_the_nvidia_plugin_is_nvidias_static_manifest_placed_on_the_gpu_pool() -> None:
+    (daemonset,) = nvidia_device_plugin(AddonOptions(campaign_id="k3", gpu_node_labels={"p": "gpu"}))
+    (upstream,) = load(NVIDIA_DEVICE_PLUGIN)
+    expected = copy.deepcopy(upstream)
+    expected["metadata"]["labels"] = {CAMPAIGN_LABEL: "k3", **MANAGED_BY}
+    expected["spec"]["template"]["spec"]["nodeSelector"] = {"p": "gpu"}
+    assert daemonset == expected  # the campaign label and the pool: nothing else differs from NVIDIA's file
+    pod = daemonset["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == "nvcr.io/nvidia/k8s-device-plugin:v0.17.4"
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert NVIDIA_DEVICE_PLUGIN in VENDORED  # so its checksum is checked above
 
 
 def _lease() -> Lease:

@@ -1,7 +1,8 @@
 """The cluster add-ons the serving stage needs, as plain Kubernetes objects (pure).
 
-- NVIDIA device plugin: advertises ``nvidia.com/gpu`` (NVIDIA/k8s-device-plugin,
-  ``deployments/static/nvidia-device-plugin.yml``; retyped, minimal).
+- NVIDIA device plugin: advertises ``nvidia.com/gpu``: NVIDIA/k8s-device-plugin's static manifest
+  ``deployments/static/nvidia-device-plugin.yml`` at v0.17.4 (the version the EKS user guide installs),
+  vendored (``manifests/``, ``vendored.py``).
 - AWS EFA device plugin: advertises ``vpc.amazonaws.com/efa``: the aws/eks-charts chart
   ``stable/aws-efa-k8s-device-plugin`` v0.5.30 rendered with its default values and vendored
   (``manifests/``, ``vendored.py``); its image comes from the block region's EKS registry.
@@ -16,8 +17,8 @@ taint. What must run on GPU nodes (both device plugins, the FSx CSI node DaemonS
 taint and selects the GPU pool; the controllers (LWS manager, FSx controller) tolerate nothing extra
 and select the untainted system pool. CoreDNS is created by EKS itself; bring-up only waits for it
 (``bootstrap_workloads``). Vendored manifests are patched only in placement, labels and (EFA) the
-image registry. Every object carries the campaign label so teardown and the reaper find it. Applied
-server-side by ``capserve.tasks.kube.apply_addons``.
+image registry; an image set in ``AddonImages`` replaces the manifest's. Every object carries the
+campaign label so teardown and the reaper find it. Applied server-side by ``capserve.tasks.kube.apply_addons``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from capserve.core.cluster.eks import gpu_pool_selector, system_node_labels
 from capserve.core.cluster.registries import eks_addon_registry
-from capserve.core.cluster.vendored import EFA_DEVICE_PLUGIN, LWS, load
+from capserve.core.cluster.vendored import EFA_DEVICE_PLUGIN, LWS, NVIDIA_DEVICE_PLUGIN, load
 from capserve.core.tags import CAMPAIGN_TAG
 
 CAMPAIGN_LABEL = CAMPAIGN_TAG  # the same key, as a Kubernetes label
@@ -48,11 +49,11 @@ class AddonImages(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    nvidia_device_plugin: str = Field(
-        "nvcr.io/nvidia/k8s-device-plugin:v0.17.2",
+    nvidia_device_plugin: str | None = Field(
+        None,
         min_length=3,
         max_length=300,
-        description="NVIDIA device plugin image (NVIDIA/k8s-device-plugin releases).",
+        description="NVIDIA device plugin image (unset: the vendored manifest's, nvcr.io/nvidia/k8s-device-plugin).",
     )
     efa_device_plugin: str | None = Field(
         None,
@@ -143,7 +144,6 @@ def _host_path(name: str, path: str, kind: str | None = None) -> dict[str, Any]:
 # What runs on GPU nodes tolerates the GPU pool's taint (capserve.core.cluster.eks.GPU_TAINT) and
 # nothing else: a toleration we do not need would let the pod land where we did not mean it to.
 GPU_TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-_DROP_ALL = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
 def _on_gpu_nodes(options: AddonOptions, pod_spec: dict[str, Any]) -> dict[str, Any]:
@@ -176,22 +176,22 @@ def _daemonset(name: str, namespace: str, options: AddonOptions, pod_spec: dict[
 
 
 def nvidia_device_plugin(options: AddonOptions) -> list[Manifest]:
-    pod_spec: dict[str, Any] = {
-        "priorityClassName": "system-node-critical",
-        "containers": [
-            {
-                "name": "nvidia-device-plugin-ctr",
-                "image": options.images.nvidia_device_plugin,
-                # Keep running on a node whose driver is not up yet instead of crash-looping.
-                "env": [{"name": "FAIL_ON_INIT_ERROR", "value": "false"}],
-                "securityContext": copy.deepcopy(_DROP_ALL),
-                "resources": {"requests": {"cpu": "10m", "memory": "20Mi"}},
-                "volumeMounts": [{"name": "device-plugin", "mountPath": "/var/lib/kubelet/device-plugins"}],
-            }
-        ],
-        "volumes": [_host_path("device-plugin", "/var/lib/kubelet/device-plugins")],
-    }
-    return [_daemonset("nvidia-device-plugin-daemonset", SYSTEM_NAMESPACE, options, _on_gpu_nodes(options, pod_spec))]
+    """NVIDIA's static manifest as vendored (``manifests/nvidia-device-plugin-v0.17.4.yaml``): its
+    ``FAIL_ON_INIT_ERROR=false``, dropped capabilities, ``system-node-critical`` priority, device-plugin
+    hostPath and its ``nvidia.com/gpu`` toleration kept. Set here: the campaign label, the GPU pool's
+    ``nodeSelector`` (the manifest has none: it would run on every node) and, only when
+    ``images.nvidia_device_plugin`` is set, the image."""
+    (daemonset,) = load(NVIDIA_DEVICE_PLUGIN)
+    _label(daemonset, options.campaign_id)
+    pod_spec = daemonset["spec"]["template"]["spec"]
+    if pod_spec.get("tolerations") != GPU_TOLERATIONS:  # upstream changed: placement must be looked at again
+        raise ValueError(f"{NVIDIA_DEVICE_PLUGIN.file}: tolerations are not the GPU taint's only")
+    if options.gpu_node_labels:
+        pod_spec["nodeSelector"] = dict(options.gpu_node_labels)
+    if options.images.nvidia_device_plugin:
+        (container,) = pod_spec["containers"]
+        container["image"] = options.images.nvidia_device_plugin
+    return [daemonset]
 
 
 def efa_device_plugin(options: AddonOptions) -> list[Manifest]:

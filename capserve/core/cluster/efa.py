@@ -9,7 +9,9 @@ A multi-node layout requests every EFA device of the node and the huge pages lib
 registers its buffers in. The EKS user guide ("Run machine learning training on Amazon EKS with Elastic
 Fabric Adapter") says instances with the EFA driver "pre-allocate 5128 2MiB Huge Pages" and its NCCL
 test requests ``hugepages-2Mi: 5120Mi``. capserve does not rely on the AMI doing it: the GPU nodes' boot
-configuration sets ``vm.nr_hugepages`` itself (``capserve.core.cluster.nvme.gpu_user_data``), and
+configuration sets ``vm.nr_hugepages`` itself (EKS: the launch template's user data,
+``capserve.core.cluster.nvme.gpu_user_data``; HyperPod: the lifecycle script,
+``capserve.core.cluster.hyperpod.on_create_script``), and
 readiness checks the kubelet reports them (Kubernetes docs, "Manage HugePages": nodes must pre-allocate
 huge pages to report them as ``hugepages-<size>`` capacity).
 """

@@ -26,6 +26,7 @@ import yaml
 
 from capserve.core.cluster.eks import GPU_TAINT, node_labels
 from capserve.core.cluster.naming import COMPONENT_TAG, ClusterNames, campaign_tags, tag_list
+from capserve.core.cluster.nvme import hugepages_commands
 from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.lease import Lease
 from capserve.core.tags import CAMPAIGN_TAG
@@ -102,9 +103,33 @@ def is_lifecycle_bucket_of(tags: dict[str, str], campaign_id: str) -> bool:
     return tags.get(CAMPAIGN_TAG) == campaign_id and tags.get(COMPONENT_TAG) == LIFECYCLE_COMPONENT
 
 
-def on_create_script() -> bytes:
-    """capserve's own lifecycle script (what it does: its header, and docs/hyperpod.md §2)."""
-    return resources.files("capserve.core.cluster").joinpath("data/hyperpod/on_create.sh").read_bytes()
+HUGEPAGES_MARKER = "#CAPSERVE_HUGEPAGES"
+
+
+def on_create_script(*, hugepages_2mi_pages: int = 0) -> bytes:
+    """capserve's own lifecycle script (what it does: its header, and docs/hyperpod.md §2).
+
+    ``hugepages_2mi_pages`` > 0 (a layout that spans nodes: ``capserve.core.cluster.efa``) renders the lines
+    that pre-allocate them, the same lines the EKS nodes' user data runs (``nvme.hugepages_commands``);
+    HyperPod has no launch template, and its lifecycle script runs before the node joins the cluster.
+    Deterministic, so a re-run uploads nothing when the layout did not change.
+    """
+    if hugepages_2mi_pages < 0:
+        raise ValueError("hugepages_2mi_pages cannot be negative")
+    text = resources.files("capserve.core.cluster").joinpath("data/hyperpod/on_create.sh").read_text(encoding="utf-8")
+    if text.count(HUGEPAGES_MARKER + "\n") != 1:
+        raise ValueError(f"data/hyperpod/on_create.sh must hold the line {HUGEPAGES_MARKER} exactly once")
+    if hugepages_2mi_pages:
+        block = (
+            "# 2 MiB huge pages for EFA (libfabric): the layout spans nodes.\n"
+            + hugepages_commands(hugepages_2mi_pages)
+            + f'echo "huge pages: $(cat /proc/sys/vm/nr_hugepages) of {hugepages_2mi_pages} 2 MiB pages allocated"\n'
+            + "systemctl is-active --quiet kubelet && echo \"kubelet already running: it reports the pages "
+            "only once restarted\"\n"
+        )
+    else:
+        block = "# No huge pages: the layout fits on one node (no EFA traffic).\n"
+    return text.replace(HUGEPAGES_MARKER + "\n", block).encode("utf-8")
 
 
 @cache

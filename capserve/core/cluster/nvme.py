@@ -64,14 +64,22 @@ def nvme_node_config() -> dict[str, object]:
     }
 
 
+def hugepages_commands(pages: int) -> str:
+    """The shell lines that pre-allocate ``pages`` 2 MiB huge pages now and on every boot (the EKS user
+    data's script part and the HyperPod lifecycle script both carry them)."""
+    return (
+        f"echo 'vm.nr_hugepages = {pages}' > {HUGEPAGES_SYSCTL_FILE}\n"
+        f"sysctl -w vm.nr_hugepages={pages}\n"
+    )
+
+
 def hugepages_script(pages: int) -> str:
     """The shell script part that pre-allocates ``pages`` 2 MiB huge pages now and on every boot."""
     return (
         "#!/bin/bash\n"
         "# 2 MiB huge pages for EFA (libfabric); before nodeadm starts the kubelet, which reports them.\n"
         "set -eu\n"
-        f"echo 'vm.nr_hugepages = {pages}' > {HUGEPAGES_SYSCTL_FILE}\n"
-        f"sysctl -w vm.nr_hugepages={pages}\n"
+        f"{hugepages_commands(pages)}"
     )
 
 

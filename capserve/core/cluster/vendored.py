@@ -1,8 +1,9 @@
 """Upstream manifests shipped as package data (``manifests/``), each pinned by its source and checksum (pure).
 
 Each file is an upstream project's own rendering, not a retyped copy (docs/serving.md §2, §5.2): the LWS
-release manifests (kustomize ``config/default`` at the tag) and the EFA device plugin chart's DaemonSet
-rendered with its default values. ``capserve.core.cluster.addons`` patches only placement and labels.
+release manifests (kustomize ``config/default`` at the tag), the EFA device plugin chart's DaemonSet
+rendered with its default values, and the NVIDIA device plugin's static manifest as released.
+``capserve.core.cluster.addons`` patches only placement and labels.
 ``tests/unit/test_vendored_manifests.py`` checks each file's sha256 against the one recorded here, so an
 edit of a vendored file shows as a failing test, not as a silent drift from upstream.
 """
@@ -46,7 +47,15 @@ EFA_DEVICE_PLUGIN = Vendored(
     source="stable/aws-efa-k8s-device-plugin/templates/daemonset.yaml with values.yaml",
     sha256="704b3699ec4e47c72738859ea99191903efa4b3d58dc95fd1669b3656566ca0e",
 )
-VENDORED = (LWS, EFA_DEVICE_PLUGIN)
+NVIDIA_DEVICE_PLUGIN = Vendored(
+    file="nvidia-device-plugin-v0.17.4.yaml",
+    repository="NVIDIA/k8s-device-plugin",
+    version="v0.17.4",  # what the EKS user guide installs (docs/serving.md §5.2)
+    commit="fd56a747defe15333adce40fcd3a06ffb129251b",
+    source="deployments/static/nvidia-device-plugin.yml (image nvcr.io/nvidia/k8s-device-plugin:v0.17.4)",
+    sha256="941649447b8b5e01887531c57961b47dec6aae65755519f120226aa7ea80faf8",
+)
+VENDORED = (LWS, EFA_DEVICE_PLUGIN, NVIDIA_DEVICE_PLUGIN)
 
 
 def vendored_bytes(vendored: Vendored) -> bytes:

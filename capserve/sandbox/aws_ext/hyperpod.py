@@ -16,13 +16,25 @@ optional ``ThreadsPerCore`` is absent. These operations replace moto's cluster o
   that is not in (moto's) S3 makes the cluster ``Failed`` once its instances would have come up, with
   the FailureMessage SageMaker gives then;
 - each node is announced with the instance group's ``ExecutionRole``: the sandbox kubelet makes that
-  node's tool containers act as that role for S3 (``capserve.sandbox.kube.aws_shim``).
+  node's tool containers act as that role for S3 (``capserve.sandbox.kube.aws_shim``);
+- the instances sit in the VPC as the request says (``reachability.private_attachment``): the subnet of
+  the group's ``OverrideVpcConfig`` or the cluster's ``VpcConfig`` (HyperPod puts every instance in one
+  subnet of the list; the sandbox takes the first), those security groups, and no public IPv4. Every
+  instance fetches the lifecycle script from S3 through that subnet ("Without internet access, instance
+  groups cannot store or retrieve lifecycle scripts": SageMaker developer guide, "Setting up SageMaker
+  HyperPod with a custom Amazon VPC"), so a subnet with neither an S3 gateway endpoint nor a way out
+  makes the cluster ``Failed`` with the lifecycle FailureMessage; the nodes then see the VPC as an EKS
+  node group's do (the VPC CNI, image pulls, S3, DNS: docs/aws-network.md §9);
+- each node has the 2 MiB huge pages its group's lifecycle script allocates (its ``sysctl -w
+  vm.nr_hugepages=<n>`` line, read from S3 when the instances come up: ``nodeadm.script_hugepages_2mi``);
+- ``DeleteCluster`` terminates the instances: their nodes leave the orchestrator cluster (``eks.NODE_GONE_HOOKS``).
 
 State hangs off moto's SageMaker backend, so ``/moto-api/reset`` clears it.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -37,7 +49,11 @@ from moto.sagemaker.models import sagemaker_backends
 from moto.sagemaker.responses import SageMakerResponse
 
 from capserve.sandbox.aws_ext import eks as eks_ext
+from capserve.sandbox.aws_ext import reachability
+from capserve.sandbox.aws_ext.nodeadm import script_hugepages_2mi
 from capserve.sandbox.clock import CLOCK
+
+log = logging.getLogger(__name__)
 
 _INSTALLED = False
 
@@ -139,16 +155,67 @@ def _check_dependencies(cluster_name: str) -> None:
             )
 
 
-def _script_present(response: SageMakerResponse, group: dict[str, Any]) -> bool:
-    """Whether ``LifeCycleConfig.OnCreate`` exists under ``SourceS3Uri`` in (moto's) S3."""
+def _script(response: SageMakerResponse, group: dict[str, Any]) -> bytes | None:
+    """``LifeCycleConfig.OnCreate`` under ``SourceS3Uri`` in (moto's) S3, or None when it is not there."""
     config = group.get("LifeCycleConfig") or {}
     bucket, _, folder = str(config.get("SourceS3Uri", "")).removeprefix("s3://").partition("/")
     key = f"{folder.rstrip('/')}/{config.get('OnCreate', '')}".lstrip("/")
     backend: Any = s3_backends[response.current_account]["aws"]
     try:
-        return backend.get_object(bucket, key) is not None
+        found = backend.get_object(bucket, key)
     except Exception:  # noqa: BLE001 - moto raises MissingBucket / MissingKey
-        return False
+        return None
+    return None if found is None else bytes(found.value)
+
+
+def _script_present(response: SageMakerResponse, group: dict[str, Any]) -> bool:
+    return _script(response, group) is not None
+
+
+def _script_hugepages(response: SageMakerResponse, group: dict[str, Any]) -> int:
+    """The 2 MiB huge pages the group's lifecycle script allocates (it runs before the node joins, so the
+    kubelet reports them); read as the EKS nodes' user data is (``nodeadm.script_hugepages_2mi``)."""
+    script = _script(response, group)
+    return script_hugepages_2mi(script.decode("utf-8", "replace")) if script else 0
+
+
+# Why a HyperPod instance has no public IPv4, for the sandbox's messages.
+NO_PUBLIC_IP = "SageMaker attaches HyperPod instances to your VPC through interfaces that get no public IPv4"
+
+
+def _pool(cluster: _HyperPodCluster, group: dict[str, Any]) -> str:
+    return f"{cluster.name}-{group['InstanceGroupName']}"
+
+
+def _vpc_config(cluster: _HyperPodCluster, group: dict[str, Any]) -> dict[str, Any]:
+    """The group's ``OverrideVpcConfig``, else the cluster's ``VpcConfig`` (ClusterInstanceGroupSpecification)."""
+    config: dict[str, Any] = group.get("OverrideVpcConfig") or cluster.request.get("VpcConfig") or {}
+    return config
+
+
+def _attachment(
+    response: SageMakerResponse, cluster: _HyperPodCluster, group: dict[str, Any], eks_name: str | None
+) -> reachability.PoolAttachment | None:
+    """Where the group's instances sit in the VPC (None: no subnet moto knows, so no VPC to model)."""
+    config = _vpc_config(cluster, group)
+    subnets = [str(s) for s in config.get("Subnets") or []]
+    if not subnets or eks_ext.subnet_zone(response.current_account, response.region, subnets[0]) is None:
+        return None
+    groups = [str(g) for g in config.get("SecurityGroupIds") or []]
+    return reachability.private_attachment(
+        response.current_account, response.region, eks_name or "", subnets[0], groups, NO_PUBLIC_IP
+    )
+
+
+def _lifecycle_unreachable(response: SageMakerResponse, cluster: _HyperPodCluster, eks_name: str | None) -> str | None:
+    """Why an instance could not fetch its lifecycle script from S3 through its subnet (None: it can)."""
+    host = f"s3.{response.region}.amazonaws.com"
+    for group in cluster.request["InstanceGroups"]:
+        at = _attachment(response, cluster, group, eks_name)
+        why = reachability.MotoNetwork().path(at, host) if at is not None else None
+        if why:
+            return f"instance group {group['InstanceGroupName']}: {why}"
+    return None
 
 
 def _advance(response: SageMakerResponse, cluster: _HyperPodCluster) -> None:
@@ -157,11 +224,17 @@ def _advance(response: SageMakerResponse, cluster: _HyperPodCluster) -> None:
     cluster.describes += 1
     if not eks_ext.activation_due(cluster.created, cluster.describes):
         return
+    eks_name = _check_orchestrator(response, cluster.request.get("Orchestrator"))
+    if cluster.failure is None:
+        unreachable = _lifecycle_unreachable(response, cluster, eks_name)
+        if unreachable:
+            # SageMaker says only that the scripts did not run; the sandbox logs which path was missing.
+            log.warning("sandbox HyperPod cluster %s: no path to the lifecycle script (%s)", cluster.name, unreachable)
+            cluster.failure = LIFECYCLE_FAILURE.format(instance="i-" + uuid.uuid4().hex[:17])
     if cluster.failure is not None:
         cluster.status = "Failed"
         return
     cluster.status = "InService"
-    eks_name = _check_orchestrator(response, cluster.request.get("Orchestrator"))
     for group in cluster.request["InstanceGroups"]:
         for _ in range(group["InstanceCount"]):
             cluster.nodes.append(
@@ -176,11 +249,11 @@ def _advance(response: SageMakerResponse, cluster: _HyperPodCluster) -> None:
         if eks_name is None:
             continue
         kube = group.get("KubernetesConfig") or {}
-        subnets = (cluster.request.get("VpcConfig") or {}).get("Subnets") or []
+        subnets = _vpc_config(cluster, group).get("Subnets") or []
         eks_ext.fire_node_hooks(
             eks_ext.NodePoolActivated(
                 cluster_name=eks_name,
-                pool=f"{cluster.name}-{group['InstanceGroupName']}",
+                pool=_pool(cluster, group),
                 count=group["InstanceCount"],
                 instance_type=group["InstanceType"].removeprefix("ml."),
                 # HyperPod labels its nodes with the instance group; the health labels are the fake
@@ -201,6 +274,8 @@ def _advance(response: SageMakerResponse, cluster: _HyperPodCluster) -> None:
                 local_storage="RAID0",
                 host_directories=("opt/dlami/nvme", "opt/sagemaker"),
                 instance_role_arn=group.get("ExecutionRole"),
+                hugepages_2mi=_script_hugepages(response, group),
+                network=_attachment(response, cluster, group, eks_name),
             )
         )
 
@@ -285,6 +360,12 @@ def list_cluster_nodes(self: SageMakerResponse) -> ActionResult:
 def delete_cluster(self: SageMakerResponse) -> ActionResult:
     cluster = _find(self, self._get_param("ClusterName"))
     del _clusters(self)[cluster.name]
+    eks_name = ((cluster.request.get("Orchestrator") or {}).get("Eks") or {}).get("ClusterArn", "").rsplit("/", 1)[-1]
+    if cluster.status == "InService" and eks_name:
+        # SageMaker terminates the instances: their nodes leave the EKS cluster, as a node group's do.
+        for group in cluster.request["InstanceGroups"]:
+            for hook in list(eks_ext.NODE_GONE_HOOKS):
+                hook(eks_name, _pool(cluster, group))
     return ActionResult({"ClusterArn": cluster.arn})
 
 

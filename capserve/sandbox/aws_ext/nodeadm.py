@@ -118,9 +118,16 @@ def hugepages_2mi(user_data: Any) -> int:
         scripts = [text] if text.startswith("#!") else []
     pages = 0
     for script in scripts:
-        for found in _NR_HUGEPAGES.findall(script):
-            pages = int(found)
+        pages = script_hugepages_2mi(script) or pages
     return pages
+
+
+def script_hugepages_2mi(script: str) -> int:
+    """2 MiB huge pages one shell script allocates: its last ``sysctl -w vm.nr_hugepages=<n>`` line (0: none).
+
+    Also how the sandbox's HyperPod reads an instance group's lifecycle script (``hyperpod.py``)."""
+    found = _NR_HUGEPAGES.findall(script)
+    return int(found[-1]) if found else 0
 
 
 def root_volume_gib(mappings: Sequence[Mapping[str, Any]] | None, default: int = 20) -> int:

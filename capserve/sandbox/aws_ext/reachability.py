@@ -10,8 +10,11 @@ removed later is missed at the next connection, as on AWS. The rules:
   and only when the instance launches with exactly one network interface (EC2 API reference,
   ``InstanceNetworkInterfaceSpecification.AssociatePublicIpAddress``: "You cannot specify more than one
   network interface in the request" with it; applies to device index 0 only). HyperPod instances'
-  interfaces in your VPC get none (``private_attachment``; not wired to ``hyperpod.py`` yet: its
-  instance groups join on an open network, docs/aws-network.md §9).
+  interfaces in your VPC get none (``private_attachment``, used by ``hyperpod.py`` with the instance
+  group's ``VpcConfig`` subnet and security groups): SageMaker's guide has the instance groups reach S3
+  through a VPC endpoint or internet access of the subnet ("Setting up SageMaker HyperPod with a custom
+  Amazon VPC"), and an EKS-orchestrated instance takes an address on every network card, so it has
+  many interfaces (docs/aws-network.md §9).
 - **Route table**: the subnet's explicit association, else the VPC's main table (Amazon VPC user guide,
   "Configure route tables"). ``0.0.0.0/0`` to an internet gateway reaches the internet only with a
   public IPv4; to a NAT gateway only when the NAT is ``available``, public, and its own subnet routes
@@ -27,7 +30,8 @@ removed later is missed at the next connection, as on AWS. The rules:
   covering the other side's subnet (EC2 user guide, "Security group rules"). Nodes of a node group
   carry: without a launch template, or with one that names no groups, the cluster security group;
   with a template that names groups, only those ("Amazon EKS doesn't add the cluster security group":
-  EKS user guide, "Customize managed nodes with launch templates"). The control plane's interfaces
+  EKS user guide, "Customize managed nodes with launch templates"). HyperPod instances carry their
+  ``VpcConfig.SecurityGroupIds``. The control plane's interfaces
   carry the cluster security group and the cluster's ``securityGroupIds`` (EKS user guide, "View
   Amazon EKS security group requirements for clusters").
 - **The VPC CNI** (aws-node's ipamd) calls the EC2 API and its image comes from the region's EKS ECR
@@ -165,6 +169,11 @@ class MotoNetwork:
     def route(self, pool: str, host: str) -> str | None:
         at = self._pool(pool)
         return None if at is None else self._route(at, host)
+
+    def path(self, at: PoolAttachment, host: str) -> str | None:
+        """``route`` for instances placed as ``at`` that are no attached pool (yet): a stand-in deciding
+        what they can reach before any node joins (HyperPod's lifecycle script, fetched from S3)."""
+        return self._route(at, host)
 
     def admits(self, source: str, target: str, protocol: str, port: int) -> str | None:
         src = self._pool(source)

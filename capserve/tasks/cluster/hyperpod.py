@@ -44,13 +44,16 @@ class LifecycleScripts(BaseModel):
 
 
 @aws_task(name="converge-hyperpod-lifecycle-scripts", cache_policy=NO_CACHE)
-def converge_lifecycle_scripts(campaign_id: str, region: str, settings: BringUpSettings) -> LifecycleScripts:
+def converge_lifecycle_scripts(
+    campaign_id: str, region: str, settings: BringUpSettings, *, hugepages_2mi_pages: int = 0
+) -> LifecycleScripts:
     """The lifecycle script in S3 before CreateCluster.
 
     Default: the campaign's bucket ``sagemaker-<campaign>-<account>`` in ``region`` (created and tagged
     as the campaign's, so teardown deletes it), with capserve's ``on_create.sh`` uploaded (again when it
-    differs). With ``settings.hyperpod_lifecycle_s3_uri``: that folder is the user's; the entrypoint
-    script must already be there.
+    differs), rendered to pre-allocate ``hugepages_2mi_pages`` 2 MiB huge pages (a layout that spans
+    nodes). With ``settings.hyperpod_lifecycle_s3_uri``: that folder is the user's; the entrypoint
+    script must already be there, and setting up huge pages is then its job (docs/hyperpod.md §2).
     """
     s3 = aws.client("s3", region)
     script = settings.hyperpod_on_create_script
@@ -72,7 +75,7 @@ def converge_lifecycle_scripts(campaign_id: str, region: str, settings: BringUpS
     bucket = build.lifecycle_bucket(campaign_id, account)
     uri = build.lifecycle_uri(bucket)
     key = build.script_key(uri, script)
-    body = build.on_create_script()
+    body = build.on_create_script(hugepages_2mi_pages=hugepages_2mi_pages)
     created: list[str] = []
     what = f"HyperPod lifecycle bucket {bucket}"
     try:

@@ -11,6 +11,9 @@
 #   3. moves the kubelet's directory onto that array before the kubelet first starts, as nodeadm's
 #      RAID0 does on EKS nodes, so the node's ephemeral-storage reports the NVMe (capserve's room check
 #      reads it) and pod scratch space does not fill the root volume.
+#   4. when the layout spans nodes (EFA), pre-allocates the 2 MiB huge pages libfabric's EFA provider
+#      uses, now and on every boot, before the kubelet starts and reports them as hugepages-2Mi: capserve
+#      renders those lines in place of the CAPSERVE_HUGEPAGES line below (hyperpod.on_create_script).
 # Anything it cannot do is logged and left alone: the script still exits 0 unless the array it
 # created cannot be mounted, since a node without its NVMe cannot hold the weights.
 set -uo pipefail
@@ -59,6 +62,8 @@ if mountpoint -q "$MOUNT"; then
       echo "/var/lib/kubelet is on $MOUNT"
   fi
 fi
+
+#CAPSERVE_HUGEPAGES
 
 echo "[$(date -u +%FT%TZ)] capserve on_create.sh: done"
 exit 0
