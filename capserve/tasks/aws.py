@@ -110,5 +110,5 @@ def convert(exc: BaseException, what: str, *, fix: str | None = None) -> Capserv
     else:
         text = f"{what}: {type(exc).__name__}: {exc}"
     if is_retryable(exc):
-        return RetryableError(text + " (transient; will be retried)")
+        return RetryableError(text + " (transient)")
     return PermanentError(text + (f". {fix}" if fix else ""))

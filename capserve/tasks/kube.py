@@ -77,7 +77,7 @@ def convert(exc: BaseException, what: str, *, fix: str | None = None) -> Capserv
         status = int(exc.status or 0)
         text = f"{what}: Kubernetes said {status} {exc.reason or ''}".rstrip() + _status_message(exc.body)
         if status in _RETRYABLE_STATUS:
-            return RetryableError(text + " (transient; will be retried)")
+            return RetryableError(text + " (transient)")
         if status == 401 and not fix:
             fix = "The API server rejected the credentials: check the caller's IAM identity has an EKS access entry."
         return PermanentError(text + (f". {fix}" if fix else ""))
@@ -86,7 +86,7 @@ def convert(exc: BaseException, what: str, *, fix: str | None = None) -> Capserv
             f"{what}: the API server does not serve this kind ({exc}). " + (fix or "Install its CRD first.")
         )
     if isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError):
-        return RetryableError(f"{what}: {type(exc).__name__}: {exc} (transient; will be retried)")
+        return RetryableError(f"{what}: {type(exc).__name__}: {exc} (transient)")
     return PermanentError(f"{what}: {type(exc).__name__}: {exc}" + (f". {fix}" if fix else ""))
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 import capserve.flows.campaign as campaign_module
+import capserve.tasks.locations as locations_module
 from capserve.cli import main
 from capserve.core.errors import DoesNotFitError
 from capserve.core.evaluation.result import EvaluationResult
@@ -48,6 +49,8 @@ def test_exit_codes(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str], result: Any, code: int
 ) -> None:
     monkeypatch.setattr(campaign_module, "campaign", fake_campaign(result))
+    # Whose credentials: a question for STS (tests/badinput has the refusals), answered here without AWS.
+    monkeypatch.setattr(locations_module, "caller_arn", lambda region: "arn:aws:iam::123456789012:user/tests")
     assert main(["up", EXAMPLE, "--in-process", "--out", str(tmp_path)]) == code
     if isinstance(result, Exception):
         assert "set capacity.instance_count to 2" in capsys.readouterr().err

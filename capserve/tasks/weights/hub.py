@@ -82,14 +82,14 @@ def convert_hub_error(exc: BaseException, what: str) -> CapserveError:
     if isinstance(exc, HfHubHTTPError):
         status = exc.response.status_code if exc.response is not None else 0
         if status == 429 or status >= 500:
-            return RetryableError(f"{what}: Hub answered HTTP {status} (transient; will be retried)")
+            return RetryableError(f"{what}: Hub answered HTTP {status} (transient)")
         return PermanentError(f"{what}: Hub answered HTTP {status}: {exc}")
     if isinstance(exc, (httpx.TransportError, TimeoutError, ConnectionError)):
-        return RetryableError(f"{what}: {type(exc).__name__}: {exc} (transient; will be retried)")
+        return RetryableError(f"{what}: {type(exc).__name__}: {exc} (transient)")
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EROFS):
         return PermanentError(f"{what}: {exc.strerror}: free space or fix permissions of the staging directory")
     if isinstance(exc, OSError):  # huggingface_hub's size "Consistency check failed" and cut streams land here
-        return RetryableError(f"{what}: {type(exc).__name__}: {exc} (will be retried)")
+        return RetryableError(f"{what}: {type(exc).__name__}: {exc} (transient)")
     return PermanentError(f"{what}: {type(exc).__name__}: {exc}")
 
 
