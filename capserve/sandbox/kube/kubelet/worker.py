@@ -55,8 +55,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 BACKOFF_START_S, BACKOFF_MAX_S, BACKOFF_RESET_S = 10.0, 300.0, 600.0
-# containerd's code for an exit it cannot know (pkg/cri/server/helpers.go, unknownExitCode): a container the
-# fake lost track of.
+# A container the fake lost track of: no process gave this code; 255 is what cri-containerd reported for an
+# exit it could not know (its early helpers.go, unknownExitCode).
 LOST_EXIT_CODE = 255
 COMPONENT = "kubelet"
 
