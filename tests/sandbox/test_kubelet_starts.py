@@ -77,6 +77,21 @@ def test_a_container_whose_process_cannot_be_made_ends_with_the_runtimes_start_e
     assert not events(kube, "refused", "Started")
 
 
+def test_a_command_that_does_not_exist_is_a_start_error_naming_it(kube: FakeKube, api: k8s.ApiClient) -> None:
+    kube.provision_nodes("system", 1, instance_type="m7i.large")
+    body = tool_pod("missing", "unused")
+    body["spec"]["containers"][0]["command"] = ["/opt/capserve-no-such-program"]
+    tasks_kube.apply(api, body)
+
+    ended = until(kube, lambda: container_status(get(kube, "pods", "missing"), "work").get("state", {}).get(
+        "terminated"), what="the container ended")
+    assert (ended["reason"], ended["exitCode"]) == ("StartError", 128)
+    assert ended["message"].endswith(
+        'error during container init: exec: "/opt/capserve-no-such-program": stat /opt/capserve-no-such-program: '
+        "no such file or directory"
+    )
+
+
 def test_a_refused_start_is_restarted_after_its_back_off_and_then_runs(
     kube: FakeKube, api: k8s.ApiClient, refuse_spawn: Callable[[str, int], None]
 ) -> None:

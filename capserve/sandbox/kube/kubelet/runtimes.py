@@ -82,8 +82,10 @@ START_ERROR_STARTED_AT = "1970-01-01T00:00:00Z"
 
 def start_error(error: SpawnError) -> ContainerExit:
     """The container runtime's StartError for a process the OS would not make (docs/sandbox-kubelet.md)."""
-    if error.exec_failed:
+    if error.exec_failed:  # runc looks a bare name up in $PATH, and stats a path
         why = f'exec: "{error.argv0}": executable file not found in $PATH'
+        if "/" in error.argv0:
+            why = f'exec: "{error.argv0}": stat {error.argv0}: no such file or directory'
         if isinstance(error.cause, PermissionError):
             why = f'exec: "{error.argv0}": permission denied'
     else:  # no process at all (fork refused, no thread to watch it): the local OS's own reason
