@@ -123,11 +123,6 @@ def example(name: str, tmp_path: Path) -> CampaignSpec:
     return load_spec(path)
 
 
-@pytest.mark.skip(
-    reason="passes alone (48 s), but under the full suite's load it hung once: the leader pod's init container "
-    "(prepare-node) was reported running with no process behind it and the rollout waited out its cold budget; "
-    "skipped so CI cannot hang until that is understood (closing note of 2026-12-02)"
-)
 def test_the_two_node_example_rolls_out_one_group_of_two_with_each_nodes_experts(
     tmp_path: Path, far_ends: SandboxEndpoints
 ) -> None:
@@ -150,7 +145,7 @@ def test_the_two_node_example_rolls_out_one_group_of_two_with_each_nodes_experts
     assert report.node_staging is not None
     staged = {job.node: job.kube_node for job in report.node_staging.jobs}
     assert hosts == {"leader": [staged[0]], "worker": [staged[1]]}
-    assert report.evaluation is not None and report.evaluation.verdict in {"pass", "invalid"}
+    assert report.evaluation is not None and report.evaluation.verdict == "pass"
     assert report.teardown is not None and report.teardown.remaining == ()
 
 

@@ -248,8 +248,8 @@ def server_pid(kube: FakeKube, name: str) -> int:
     pod_uid = get(kube, "pods", name)["metadata"]["uid"]
     runtime = kube.kubelet.workers[pod_uid].apps[0].runtime
     process = getattr(runtime, "process", None)
-    assert process is not None and process._process is not None
-    return int(process._process.pid)
+    assert process is not None and process.pid is not None
+    return int(process.pid)
 
 
 def test_no_process_outlives_its_pod_or_the_fake(tmp_path: Path) -> None:

@@ -288,6 +288,12 @@ class Kubelet:
     def resolve(self, namespace: str, address: str) -> tuple[str, str] | None:
         """The pod an address names, as cluster DNS would resolve it: ``<hostname>.<subdomain>[.<ns>[.svc...]]``
         through a headless Service named ``<subdomain>``, or a pod IP. None when it does not resolve."""
+        # Under the store's lock: other threads (moto's, the aws shim's) write the store while this runs on
+        # the loop, and a dict that changes size under an iteration raises.
+        with self.store.lock:
+            return self._resolve(namespace, address)
+
+    def _resolve(self, namespace: str, address: str) -> tuple[str, str] | None:
         pods = [o for k, o in self.store.objects.items() if k[:2] == ("", "pods")]
         for pod in pods:
             if (pod.get("status") or {}).get("podIP") == address:
@@ -318,8 +324,10 @@ class Kubelet:
     def vllm_group(self, key: tuple[str, str]) -> VllmGroup | None:
         return self.vllm_groups.get(key)
 
-    def vllm_group_close(self, namespace: str, leader: str) -> None:
-        self.vllm_groups.pop((namespace, leader), None)
+    def vllm_group_close(self, namespace: str, leader: str, group: VllmGroup) -> None:
+        """Forget ``group``, and only it: a recreated leader pod has the same name and may have opened its own."""
+        if self.vllm_groups.get((namespace, leader)) is group:
+            del self.vllm_groups[(namespace, leader)]
 
     def vllm_leave(self, pod_uid: str) -> None:
         for group in self.vllm_groups.values():

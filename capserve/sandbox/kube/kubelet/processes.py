@@ -4,6 +4,16 @@ Every process gets its own process group (``start_new_session``), so stopping a 
 everything it started (``sh`` → ``xargs`` → ``aws``; vLLM → its engine core). SIGTERM, then SIGKILL
 after the grace period, as the kubelet does. The process groups still alive are also killed at
 interpreter exit, so a test that fails half-way leaves no orphan.
+
+A container ends when its main process ends. The processes it left behind in its group are killed
+then, as the kernel kills every process of a PID namespace whose init process exits
+(pid_namespaces(7)). So the exit is taken from the child watcher (``SubprocessProtocol.process_exited``),
+never from the output pipe's end: a grandchild holding the pipe open (``cmd &``) would otherwise keep
+the container "running" after its process is gone (CPython issue 119710: ``Process.wait()`` waits for
+the pipes too).
+
+A process that cannot be made (fork or exec refused: ``OSError``; the child watcher's thread refused:
+``RuntimeError``) raises ``SpawnError``, which the kubelet reports as the container runtime does.
 """
 
 from __future__ import annotations
@@ -11,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -20,7 +31,10 @@ from pathlib import Path
 
 from capserve.sandbox.kube.kubelet.logs import InstanceLog
 
+log = logging.getLogger(__name__)
 _LIVE_GROUPS: set[int] = set()
+DRAIN_S = 2.0  # wall seconds: how long the rest of the output may take once the group is gone
+MAX_LINE_BYTES = 64 * 1024  # a longer line is logged in pieces (the kubelet splits long lines too)
 
 
 def _kill_all() -> None:
@@ -33,19 +47,67 @@ def _kill_all() -> None:
 atexit.register(_kill_all)
 
 
-def _kill_orphan(creation: asyncio.Future[asyncio.subprocess.Process]) -> None:
+class SpawnError(Exception):
+    """The process could not be made; ``argv0`` and the OS's reason, for the container runtime's message."""
+
+    def __init__(self, argv0: str, cause: BaseException) -> None:
+        self.argv0 = argv0
+        self.cause = cause
+        super().__init__(f"{argv0}: {cause}")
+
+    @property
+    def exec_failed(self) -> bool:
+        """The program itself could not be run (missing, not executable), as opposed to no process at all."""
+        return isinstance(self.cause, (FileNotFoundError, PermissionError, NotADirectoryError))
+
+
+class _Output(asyncio.SubprocessProtocol):
+    """A process's output, line by line into its log, and its exit, each as soon as it happens."""
+
+    def __init__(self, log_: InstanceLog, loop: asyncio.AbstractEventLoop) -> None:
+        self.log = log_
+        self.exited: asyncio.Future[None] = loop.create_future()
+        self.drained: asyncio.Future[None] = loop.create_future()  # the output pipe reached its end
+        self._partial = b""
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        while len(self._partial) > MAX_LINE_BYTES:
+            lines.append(self._partial[:MAX_LINE_BYTES])
+            self._partial = self._partial[MAX_LINE_BYTES:]
+        for line in lines:
+            self.log.write(line.decode("utf-8", "replace"))
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if self._partial:
+            self.log.write(self._partial.decode("utf-8", "replace"))
+            self._partial = b""
+        if not self.drained.done():
+            self.drained.set_result(None)
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+
+
+def _kill_orphan(creation: asyncio.Future[tuple[asyncio.SubprocessTransport, _Output]]) -> None:
+    """A process made for a container that was stopped meanwhile: kill it and reap it."""
     if creation.cancelled() or creation.exception() is not None:
         return
-    process = creation.result()
+    transport, output = creation.result()
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-    asyncio.ensure_future(_drain(process))
+        os.killpg(transport.get_pid(), signal.SIGKILL)
+
+    async def reap() -> None:
+        await output.exited
+        transport.close()
+
+    _ORPHANS.add(asyncio.ensure_future(reap()))
+    for task in [t for t in _ORPHANS if t.done()]:
+        _ORPHANS.discard(task)
 
 
-async def _drain(process: asyncio.subprocess.Process) -> None:
-    if process.stdout is not None:
-        await process.stdout.read()
-    await process.wait()
+_ORPHANS: set[asyncio.Future[None]] = set()  # strong references: the loop keeps only weak ones to tasks
 
 
 def free_port() -> int:
@@ -73,19 +135,26 @@ class LocalProcess:
         self.env = dict(env)
         self.cwd = cwd
         self.log = log
-        self._process: asyncio.subprocess.Process | None = None
-        self._pump: asyncio.Task[None] | None = None
+        self._transport: asyncio.SubprocessTransport | None = None
+        self._output: _Output | None = None
         if registry is not None:
             registry.add(self)
 
     @property
+    def pid(self) -> int | None:
+        return None if self._transport is None else self._transport.get_pid()
+
+    @property
     def running(self) -> bool:
-        return self._process is not None and self._process.returncode is None
+        return self._output is not None and not self._output.exited.done()
 
     async def start(self) -> None:
+        """Make the process; raises SpawnError when the OS refuses (then there is no process)."""
         self.cwd.mkdir(parents=True, exist_ok=True)
+        loop = asyncio.get_running_loop()
         creation = asyncio.ensure_future(
-            asyncio.create_subprocess_exec(
+            loop.subprocess_exec(
+                lambda: _Output(self.log, loop),
                 *self.argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
@@ -96,65 +165,63 @@ class LocalProcess:
             )
         )
         try:
-            self._process = await asyncio.shield(creation)
+            transport, self._output = await asyncio.shield(creation)
         except asyncio.CancelledError:
             # Stopped while the process was being made: it may still appear, and must not outlive us.
             creation.add_done_callback(_kill_orphan)
             raise
-        _LIVE_GROUPS.add(self._process.pid)
-        self._pump = asyncio.get_running_loop().create_task(self._read())
-
-    async def _read(self) -> None:
-        assert self._process is not None and self._process.stdout is not None
-        while True:
-            line = await self._process.stdout.readline()
-            if not line:
-                return
-            self.log.write(line.decode("utf-8", "replace").rstrip("\n"))
+        except (OSError, RuntimeError) as exc:
+            raise SpawnError(self.argv[0] if self.argv else "", exc) from exc
+        self._transport = transport
+        _LIVE_GROUPS.add(transport.get_pid())
 
     async def wait(self) -> int:
-        assert self._process is not None
-        code = await self._process.wait()
-        _LIVE_GROUPS.discard(self._process.pid)
-        if self._pump is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._pump
-        return exit_code(code)
+        """The main process's exit code, as soon as it exits (its group killed, its output read)."""
+        assert self._transport is not None and self._output is not None
+        await asyncio.shield(self._output.exited)  # shielded: a cancelled wait must not lose the exit
+        await self._end_group()
+        code = self._transport.get_returncode()
+        return exit_code(code if code is not None else 255)
+
+    async def _end_group(self) -> None:
+        """What is left of the container goes with its main process; then the rest of its output is read."""
+        assert self._transport is not None and self._output is not None
+        self._signal(signal.SIGKILL)
+        _LIVE_GROUPS.discard(self._transport.get_pid())
+        try:
+            await asyncio.wait_for(asyncio.shield(self._output.drained), timeout=DRAIN_S)
+        except TimeoutError:
+            # Something outside the group (it made its own session) still holds the pipe: stop reading it.
+            log.warning("sandbox process %s ended but its output pipe is still held open", self.argv[:1])
 
     def _signal(self, sig: int) -> None:
-        if self._process is not None:
+        if self._transport is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._process.pid, sig)
+                os.killpg(self._transport.get_pid(), sig)
 
     async def stop(self, grace_s: float) -> None:
         """SIGTERM the group, SIGKILL it after ``grace_s``; returns once the process is gone."""
-        if self._process is None:
+        if self._transport is None or self._output is None:
             return
-        if self._process.returncode is None:
+        if not self._output.exited.done():
             self._signal(signal.SIGTERM)
             try:
-                await asyncio.wait_for(self._process.wait(), timeout=grace_s)
+                await asyncio.wait_for(asyncio.shield(self._output.exited), timeout=grace_s)
             except TimeoutError:
                 self._signal(signal.SIGKILL)
-                await self._process.wait()
-        self._signal(signal.SIGKILL)  # whatever the leader left behind in its group
-        _LIVE_GROUPS.discard(self._process.pid)
-        if self._pump is not None:
-            # Read the pipe to its end: only then does asyncio release the process's transport.
-            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._pump), timeout=2.0)
+                await asyncio.shield(self._output.exited)
+        await self._end_group()
 
     def release(self) -> None:
         """Close the process's asyncio transport (its pipes) once it has ended, while the loop still runs."""
-        transport = getattr(self._process, "_transport", None)  # asyncio keeps no public handle on it
-        if transport is not None and self._process is not None and self._process.returncode is not None:
-            transport.close()
+        if self._transport is not None and self._transport.get_returncode() is not None:
+            self._transport.close()
 
     def kill_now(self) -> None:
         """Synchronous SIGKILL of the group (shutdown path, when the event loop is going away)."""
         self._signal(signal.SIGKILL)
-        if self._process is not None:
-            _LIVE_GROUPS.discard(self._process.pid)
+        if self._transport is not None:
+            _LIVE_GROUPS.discard(self._transport.get_pid())
 
 
 async def stop_all(registry: weakref.WeakSet[LocalProcess], grace_s: float) -> None:

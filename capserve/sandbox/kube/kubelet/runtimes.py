@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from capserve.sandbox.kube.aws_shim import INSTANCE_ROLE_ENV
 from capserve.sandbox.kube.kubelet.faults import FaultKind
 from capserve.sandbox.kube.kubelet.logs import InstanceLog
-from capserve.sandbox.kube.kubelet.processes import LocalProcess, free_port
+from capserve.sandbox.kube.kubelet.processes import LocalProcess, SpawnError, free_port
 from capserve.sandbox.kube.kubelet.volumes import expand, rewrite_paths, to_host
 from capserve.sandbox.kube.net_tools import POD_ENV
 from capserve.sandbox.kube.vllm_args import ServeArgs, VllmArgsError, parse_serve_args, serve_argv, vllm_version
@@ -65,11 +65,36 @@ class Exit:
 class ContainerExit(Exception):
     """The container ended before (or while) starting: its exit code and what it printed."""
 
-    def __init__(self, code: int, lines: list[str], reason: str | None = None) -> None:
+    def __init__(self, code: int, lines: list[str], reason: str | None = None, message: str | None = None) -> None:
         super().__init__("\n".join(lines))
         self.code = code
         self.lines = lines
         self.reason = reason
+        self.message = message  # the terminated state's message (the runtime's own words), if any
+
+
+# containerd's CRI plugin reports a container whose process could not be started as terminated with this
+# reason and exit code (pkg/cri/server/helpers.go: errorStartReason, errorStartExitCode "the same with
+# Docker's behavior"), its message runc's error, and a start time of zero.
+START_ERROR, START_ERROR_CODE = "StartError", 128
+START_ERROR_STARTED_AT = "1970-01-01T00:00:00Z"
+
+
+def start_error(error: SpawnError) -> ContainerExit:
+    """The container runtime's StartError for a process the OS would not make (docs/sandbox-kubelet.md)."""
+    if error.exec_failed:  # runc looks a bare name up in $PATH, and stats a path
+        why = f'exec: "{error.argv0}": executable file not found in $PATH'
+        if "/" in error.argv0:
+            why = f'exec: "{error.argv0}": stat {error.argv0}: no such file or directory'
+        if isinstance(error.cause, PermissionError):
+            why = f'exec: "{error.argv0}": permission denied'
+    else:  # no process at all (fork refused, no thread to watch it): the local OS's own reason
+        why = str(error.cause)
+    message = (
+        "failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create "
+        f"failed: unable to start container process: error during container init: {why}"
+    )
+    return ContainerExit(START_ERROR_CODE, [], START_ERROR, message)
 
 
 @dataclass
@@ -218,7 +243,11 @@ class ToolRuntime(ProcessRuntime):
         workdir = ctx.container.get("workingDir")
         cwd = (to_host(workdir, ctx.mounts) if workdir else None) or ctx.scratch
         self.process = LocalProcess(argv, env, cwd, ctx.log, ctx.kubelet.processes)
-        await self.process.start()
+        try:
+            await self.process.start()
+        except SpawnError as error:
+            self.process = None
+            raise start_error(error) from error
 
 
 # ---------------------------------------------------------------- vLLM
@@ -313,6 +342,7 @@ class VllmRuntime(ProcessRuntime):
         self._serve = serve
         self.args: ServeArgs | None = None
         self._serving: asyncio.Future[None] | None = None
+        self._group: VllmGroup | None = None  # the distributed server this leader opened
 
     def _fail(self, code: int, lines: list[str]) -> ContainerExit:
         for line in lines:
@@ -347,7 +377,7 @@ class VllmRuntime(ProcessRuntime):
         expected, _ = remote_ranks(self.args)
         if expected:
             # vLLM's front end listens only once every engine, remote ones included, is ready.
-            group = ctx.kubelet.vllm_group_open(ctx.namespace, ctx.pod_name, self.args, expected)
+            group = self._group = ctx.kubelet.vllm_group_open(ctx.namespace, ctx.pod_name, self.args, expected)
             ctx.log.write(f"INFO [core_client.py] Waiting for {expected} remote engine node(s) to connect")
             while len(group.joined) < expected:
                 group.changed.clear()
@@ -368,7 +398,10 @@ class VllmRuntime(ProcessRuntime):
                 # Shielded: cancelling this wait must not cancel the container's own start-up.
                 await asyncio.shield(self._serving)
             except ContainerExit as exit_:
-                return Exit(exit_.code, "Error")
+                return Exit(exit_.code, exit_.reason or "Error", exit_.message)
+            except SpawnError as error:  # the server's process could not be made: the container ends
+                ended = start_error(error)
+                return Exit(ended.code, ended.reason or START_ERROR, ended.message)
             except asyncio.CancelledError:
                 task = asyncio.current_task()
                 if self._serving.cancelled() and not (task and task.cancelling()):
@@ -418,7 +451,8 @@ class VllmRuntime(ProcessRuntime):
 
     def _leave(self) -> None:
         if self.args is not None and not self.args.headless:
-            self.ctx.kubelet.vllm_group_close(self.ctx.namespace, self.ctx.pod_name)
+            if self._group is not None:
+                self.ctx.kubelet.vllm_group_close(self.ctx.namespace, self.ctx.pod_name, self._group)
         elif self.args is not None:
             self.ctx.kubelet.vllm_leave(str(self.ctx.pod["metadata"]["uid"]))
 

@@ -30,7 +30,14 @@ from capserve.sandbox.kube.kubelet.faults import FaultKind
 from capserve.sandbox.kube.kubelet.image_pulls import UNKNOWN_PULL_S, PullError, go_duration, pull_image
 from capserve.sandbox.kube.kubelet.logs import ContainerLogs
 from capserve.sandbox.kube.kubelet.probes import run_probe
-from capserve.sandbox.kube.kubelet.runtimes import ContainerContext, ContainerExit, Exit, Runtime
+from capserve.sandbox.kube.kubelet.runtimes import (
+    START_ERROR,
+    START_ERROR_STARTED_AT,
+    ContainerContext,
+    ContainerExit,
+    Exit,
+    Runtime,
+)
 from capserve.sandbox.kube.kubelet.volumes import (
     ConfigError,
     MountError,
@@ -48,6 +55,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 BACKOFF_START_S, BACKOFF_MAX_S, BACKOFF_RESET_S = 10.0, 300.0, 600.0
+# A container the fake lost track of: no process gave this code; 255 is what cri-containerd reported for an
+# exit it could not know (its early helpers.go, unknownExitCode).
+LOST_EXIT_CODE = 255
 COMPONENT = "kubelet"
 
 
@@ -245,8 +255,12 @@ class ContainerRunner:
         try:
             await runtime.start()
         except ContainerExit as exit_:
+            if exit_.reason == START_ERROR:
+                # No process: the runtime reports it so, and the kubelet says why (FailedToStartContainer).
+                self._event("Failed", f"Error: {exit_.message}", warning=True)
+                started_at = START_ERROR_STARTED_AT
             return self._terminated(
-                Exit(exit_.code, exit_.reason or ("Completed" if exit_.code == 0 else "Error")),
+                Exit(exit_.code, exit_.reason or ("Completed" if exit_.code == 0 else "Error"), exit_.message),
                 started_at,
                 container_id,
             )
@@ -264,14 +278,17 @@ class ContainerRunner:
         prober = asyncio.ensure_future(self._probe(runtime, time.monotonic()))
         try:
             done, _ = await asyncio.wait({waiter, prober}, return_when=asyncio.FIRST_COMPLETED)
-            if waiter in done:
-                outcome = waiter.result()
-            else:
-                probe = prober.result()
-                self._event("Killing", f"Container {self.name} failed {probe} probe, will be restarted")
-                await runtime.stop(self.kubelet.grace_s(self.worker.pod))
-                outcome = await waiter
-                outcome = Exit(outcome.code if outcome.code else 137, "Error")
+            try:
+                if waiter in done:
+                    outcome = waiter.result()
+                else:
+                    probe = prober.result()
+                    self._event("Killing", f"Container {self.name} failed {probe} probe, will be restarted")
+                    await runtime.stop(self.kubelet.grace_s(self.worker.pod))
+                    outcome = await waiter
+                    outcome = Exit(outcome.code if outcome.code else 137, "Error")
+            except Exception as exc:  # noqa: BLE001 - a bug of the fake, not the pod's: say so, never stay "running"
+                outcome = await self._lost(runtime, exc)
         finally:
             for task in (waiter, prober):
                 if not task.done():
@@ -279,6 +296,16 @@ class ContainerRunner:
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await task
         return self._terminated(outcome, started_at, container_id)
+
+    async def _lost(self, runtime: Runtime, exc: Exception) -> Exit:
+        """The fake lost track of a running container (its wait or its probes failed): stop what is left of it
+        and report it ended, so that its status never says "running" with nothing behind it."""
+        log.error("sandbox kubelet: lost container %s of pod %s", self.name, self.worker.pod_ref, exc_info=exc)
+        message = f"the sandbox kubelet lost the container: {exc!r}"
+        self._event("Failed", f"Error: {message}", warning=True)
+        with contextlib.suppress(Exception):
+            await runtime.stop(self.kubelet.grace_s(self.worker.pod))
+        return Exit(LOST_EXIT_CODE, "Error", message)
 
     def _terminated(self, outcome: Exit, started_at: str, container_id: str) -> Exit:
         terminated: dict[str, Any] = {
@@ -426,15 +453,32 @@ class PodWorker:
         self.task.add_done_callback(self._report)
 
     def _report(self, task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            # A bug in the fake, not the pod's fault: say so loudly instead of leaving it Pending in silence.
-            log.error(
-                "sandbox kubelet: pod %s/%s failed inside the fake",
-                self.namespace,
-                self.name,
-                exc_info=task.exception(),
-            )
-            self.event("FailedSandboxKubelet", f"the sandbox kubelet failed: {task.exception()!r}", warning=True)
+        if task.cancelled() or task.exception() is None:
+            return
+        error = task.exception()
+        # A bug in the fake, not the pod's fault: say so loudly instead of leaving it Pending in silence.
+        log.error("sandbox kubelet: pod %s/%s failed inside the fake", self.namespace, self.name, exc_info=error)
+        message = f"the sandbox kubelet failed: {error!r}"
+        self.event("FailedSandboxKubelet", message, warning=True)
+        # Nothing runs this pod's containers any more: none may stay "running" (or wait for a start that will
+        # never come). They end, and so does the pod, which its controller may then replace.
+        for runner in [*self.inits, *self.apps]:
+            if runner.status.terminated is not None:
+                continue
+            runner.kill_now()
+            started_at = runner.status.state.get("running", {}).get("startedAt", START_ERROR_STARTED_AT)
+            runner.status.state = {
+                "terminated": {
+                    "exitCode": LOST_EXIT_CODE,
+                    "reason": "Error",
+                    "message": message,
+                    "startedAt": started_at,
+                    "finishedAt": timestamp(),
+                }
+            }
+            runner.status.ready = runner.status.started = False
+        self.phase = "Failed"
+        self.publish()
 
     async def _run(self) -> None:
         while not self.kubelet.node_ready(self.node):
