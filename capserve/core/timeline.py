@@ -239,10 +239,10 @@ def vllm_start_phases(
             basis=f"{node_bytes / GB:,.1f} GB ÷ {read_bytes_per_s / GB:,.2f} GB/s",
         ),
         Phase(
-            name="compile/autotune " + ("(warm cache)" if warm else "(cold)"),
+            name="compile/autotune",
             seconds=model_bytes / GB * compile_rate,
             before_block=False,
-            basis=f"{model_bytes / GB:,.1f} GB of model × {compile_rate} s/GB",
+            basis=f"{model_bytes / GB:,.1f} GB of model × {compile_rate} s/GB ({'warm cache' if warm else 'cold'})",
         ),
         Phase(name="CUDA-graph capture", seconds=capture, before_block=False, basis="fixed"),
     ]
