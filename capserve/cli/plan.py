@@ -25,6 +25,7 @@ from capserve.core.cost.planning import forecast_layout
 from capserve.core.errors import CapserveError, DoesNotFitError, RetryableError, SpecError
 from capserve.core.planner import PlannerSettings, ServingPlan, plan_serving
 from capserve.core.planner.settings import GIB
+from capserve.core.timeline import STORAGES, BlockPlan, BlockTimeline, predict_block
 from capserve.core.urls import parse_hub_endpoint
 
 _KV_DTYPES: dict[str, Literal[1, 2]] = {"fp8": 1, "bf16": 2}
@@ -119,6 +120,25 @@ def register(subparsers: Any) -> None:
     cost.add_argument(
         "--compile-cache-warm", action="store_true", help="A compile cache for this image and layout exists."
     )
+    time = parser.add_argument_group(
+        "time on the block",
+        "The predicted timeline of the block per phase, cold and warm, and the utilisation it leaves "
+        "(docs/timeline.md); --block-hours sets the block's length.",
+    )
+    time.add_argument(
+        "--storage",
+        choices=STORAGES,
+        default="nvme",
+        help="Where vLLM reads the weights: each node's NVMe (staged from S3), FSx for Lustre, or S3 directly "
+        "(default nvme, what a campaign does).",
+    )
+    time.add_argument("--image-cached", action="store_true", help="The nodes already hold the vLLM image.")
+    time.add_argument(
+        "--drain-before-end-minutes",
+        type=arg_types.positive_integer,
+        default=45,
+        help="The spec's teardown.drain_before_end_minutes (default 45; at least 30, AWS's termination).",
+    )
     parser.add_argument("--json", action="store_true", help="Print the plan as one JSON object.")
     parser.set_defaults(func=run)
 
@@ -137,7 +157,8 @@ def run(args: argparse.Namespace) -> int:
         plan = plan_serving(
             model, instance, context_length=args.context, concurrency=args.concurrency, settings=settings
         )
-        forecast = _forecast(args, plan)
+        timelines = _timelines(args, plan)
+        forecast = _forecast(args, plan, timelines)
     except RetryableError as exc:  # the Hub did not answer: the same command may work later
         print(f"capserve plan: {exc}", file=sys.stderr)
         return ExitCode.UNAVAILABLE
@@ -145,9 +166,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"capserve plan: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps({**plan.to_json(), "cost_forecast": forecast.to_json() if forecast else None}, indent=2))
+        timeline_json = {k: t.to_json() for k, t in timelines.items()} if timelines else None
+        cost = forecast.to_json() if forecast else None
+        document = {**plan.to_json(), "timeline": timeline_json, "cost_forecast": cost}
+        print(json.dumps(document, indent=2))
     else:
         _print_plan(plan)
+        if timelines:
+            _print_timelines(timelines)
         if forecast is not None:
             _print_forecast(forecast)
     try:
@@ -158,7 +184,37 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _forecast(args: argparse.Namespace, plan: ServingPlan) -> CostForecast | None:
+def _timelines(args: argparse.Namespace, plan: ServingPlan) -> dict[str, BlockTimeline]:
+    """The chosen layout's block, cold and warm (none when the plan does not fit)."""
+    if args.drain_before_end_minutes < 31:
+        raise SpecError(
+            f"--drain-before-end-minutes {args.drain_before_end_minutes}: the drain must come more than 30 minutes "
+            "before the end (AWS terminates the instances at end − 30)"
+        )
+    if not plan.fits:
+        return {}
+    block = BlockPlan(
+        instance_type=plan.instance_type,
+        nodes=plan.nodes,
+        model_bytes=plan.weight_bytes,
+        node_bytes=plan.weight_bytes_per_gpu * plan.gpus_per_node,
+        storage=args.storage,
+        image_cached=args.image_cached,
+    )
+    return {
+        kind: predict_block(
+            block,
+            block_hours=args.block_hours,
+            warm=kind == "warm",
+            drain_before_end_minutes=args.drain_before_end_minutes,
+        )
+        for kind in ("cold", "warm")
+    }
+
+
+def _forecast(
+    args: argparse.Namespace, plan: ServingPlan, timelines: dict[str, BlockTimeline]
+) -> CostForecast | None:
     """What the chosen layout would make of a block (None when the plan does not fit)."""
     if (args.expected_output_tokens_per_s is None) != (args.throughput_source is None):
         raise SpecError(
@@ -182,8 +238,38 @@ def _forecast(args: argparse.Namespace, plan: ServingPlan) -> CostForecast | Non
         prices=load_price_table(),
         upfront_fee=args.upfront_fee,
         throughput=throughput,
-        timeline=ExpectedTimeline(compile_cache_warm=args.compile_cache_warm),
+        # The same time model as the timeline printed above (docs/timeline.md).
+        timeline=ExpectedTimeline.from_block(timelines["warm" if args.compile_cache_warm else "cold"]),
     )
+
+
+def _duration(seconds: float) -> str:
+    minutes = seconds / 60
+    return f"{minutes:,.1f} min" if minutes < 120 else f"{minutes / 60:,.1f} h"
+
+
+def _print_timelines(timelines: dict[str, BlockTimeline]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    cold, warm = timelines["cold"], timelines["warm"]
+    console = Console(file=sys.stdout, width=160)
+    table = Table(
+        title=f"predicted timeline of a {cold.block_hours:g} h block, weights read from {cold.plan.storage} "
+        "(docs/timeline.md)"
+    )
+    for column in ("phase", "when", "cold", "warm", "basis (cold)"):
+        table.add_column(column)
+    for c, w in zip(cold.phases, warm.phases, strict=True):
+        when = "before the block" if c.before_block else "in the block"
+        table.add_row(c.name, when, _duration(c.seconds), _duration(w.seconds), c.basis)
+    table.add_row("[bold]block start → serving[/bold]", "", _duration(cold.to_ready_s), _duration(warm.to_ready_s), "")
+    drain = f"drain at end − {cold.drain_before_end_s / 60:g} min (AWS terminates at end − 30 min)"
+    table.add_row("[bold]serving[/bold]", "", _duration(cold.serving_s), _duration(warm.serving_s), drain)
+    table.add_row(
+        "[bold]utilisation (serving ÷ paid)[/bold]", "", f"{cold.utilisation:.1%}", f"{warm.utilisation:.1%}", ""
+    )
+    console.print(table)
 
 
 def _print_forecast(forecast: CostForecast) -> None:

@@ -13,7 +13,8 @@ gathers a few read-only facts (``capserve.tasks.preflight``) and this module jud
 - the instance count fits a Capacity Block (64 per block: docs/aws-capacity.md §1.1); Service Quotas has no
   documented quota for Capacity Block purchases, so none is asked (docs/preflight.md §3);
 - the reservation (the offer length asked for, or the existing reservation's remaining window) is long
-  enough for bring-up, vLLM's startup budget and the evaluation, before the drain point;
+  enough for bring-up, the weights' staging (S3 → nodes, and Hub → S3 when the window is already open),
+  vLLM's startup budget and the evaluation, before the drain point (the time model: docs/timeline.md);
 - the caller may make every AWS call the campaign's features need (``capserve.core.permissions``, simulated
   by IAM): every denied action in one problem.
 
@@ -32,7 +33,9 @@ from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.errors import SpecError
 from capserve.core.planner import ServingPlan
 from capserve.core.rollout.probes import startup_budget_s
+from capserve.core.rollout.settings import StartupModel
 from capserve.core.spec import CampaignSpec
+from capserve.core.timeline import hub_to_s3_s, s3_to_node_s
 
 # A Capacity Block holds at most 64 instances (docs/aws-capacity.md §1.1).
 MAX_INSTANCES_PER_BLOCK = 64
@@ -112,11 +115,16 @@ def bucket_name_problems(name: str) -> list[str]:
     return problems
 
 
-def time_needed(spec: CampaignSpec, plan: ServingPlan, bring_up: BringUpSettings) -> dict[str, timedelta]:
+def time_needed(
+    spec: CampaignSpec, plan: ServingPlan, bring_up: BringUpSettings, *, hub_to_s3_in_window: bool = False
+) -> dict[str, timedelta]:
     """What a campaign needs of its reservation before the drain point, by part (the longest each may take).
 
-    Bring-up: the waits bring-up allows (control plane and node group, or HyperPod in service); startup: the
-    startup probe's budget for the plan's bytes (cold: a first start compiles); evaluation: its deadline.
+    Bring-up: the waits bring-up allows (control plane and node group, or HyperPod in service); Hub → S3
+    staging, only when the window is already open (otherwise it runs before the block starts); S3 → node
+    staging: the time model's copy onto each node's NVMe (docs/timeline.md), times the startup budget's safety
+    factor; startup: the startup probe's budget for the plan's bytes on its instance type (cold: a first start
+    compiles); evaluation: its deadline.
     """
     if spec.cluster.kind == "hyperpod":
         bring_up_s = bring_up.cluster_active_timeout_s + bring_up.hyperpod_in_service_timeout_s
@@ -125,14 +133,23 @@ def time_needed(spec: CampaignSpec, plan: ServingPlan, bring_up: BringUpSettings
     else:
         bring_up_s = bring_up.cluster_active_timeout_s + bring_up.nodegroup_active_timeout_s
     node_bytes = plan.weight_bytes_per_gpu * plan.gpus_per_node
+    margin = StartupModel().safety_factor
     startup_s = startup_budget_s(
-        plan.weight_bytes, node_bytes, warm=False, override_minutes=spec.serving.startup_budget_minutes
+        plan.weight_bytes,
+        node_bytes,
+        warm=False,
+        override_minutes=spec.serving.startup_budget_minutes,
+        instance_type=plan.instance_type,
+        storage=spec.weights.node_target,
+        nodes=plan.nodes,
     )
-    return {
-        "bring-up": timedelta(seconds=bring_up_s),
-        "vLLM startup": timedelta(seconds=startup_s),
-        "evaluation": timedelta(seconds=spec.evaluation.timeout_s),
-    }
+    parts = {"bring-up": timedelta(seconds=bring_up_s)}
+    if hub_to_s3_in_window:
+        parts["Hub → S3 staging"] = timedelta(seconds=math.ceil(hub_to_s3_s(plan.weight_bytes) * margin))
+    parts["S3 → node staging"] = timedelta(seconds=math.ceil(s3_to_node_s(node_bytes, plan.instance_type) * margin))
+    parts["vLLM startup"] = timedelta(seconds=startup_s)
+    parts["evaluation"] = timedelta(seconds=spec.evaluation.timeout_s)
+    return parts
 
 
 def preflight_problems(
@@ -209,16 +226,15 @@ def _capacity_problems(spec: CampaignSpec) -> list[str]:
 def _window_problems(
     spec: CampaignSpec, plan: ServingPlan, facts: PreflightFacts, bring_up: BringUpSettings
 ) -> list[str]:
-    parts = time_needed(spec, plan, bring_up)
-    needed = sum(parts.values(), timedelta(0))
     margin = timedelta(minutes=spec.teardown.drain_before_end_minutes)
-    breakdown = " + ".join(f"{name} {_minutes(d)}" for name, d in parts.items())
+    open_window = False
     if spec.capacity.reservation_id is not None:
         if facts.reservation_problem:
             return [f"capacity.reservation_id: {facts.reservation_problem}"]
         window = facts.reservation
         if window is None:
             return []
+        open_window = window.start <= facts.now  # the checkpoint still has to reach S3, in paid time
         usable = window.end - margin - max(facts.now, window.start)
         what = f"reservation {window.reservation_id} ({window.state}, ends {window.end.isoformat()})"
     elif spec.capacity.duration_hours is not None:
@@ -226,6 +242,9 @@ def _window_problems(
         what = f"a {spec.capacity.duration_hours} h reservation (capacity.duration_hours)"
     else:
         return []
+    parts = time_needed(spec, plan, bring_up, hub_to_s3_in_window=open_window)
+    needed = sum(parts.values(), timedelta(0))
+    breakdown = " + ".join(f"{name} {_minutes(d)}" for name, d in parts.items())
     if usable >= needed:
         return []
     return [

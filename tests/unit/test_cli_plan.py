@@ -109,16 +109,19 @@ def test_plan_shows_what_the_layout_would_make_of_a_block(capsys: pytest.Capture
     assert main([*args, "--json"]) == 0
     plan = json.loads(capsys.readouterr().out)
     forecast = plan["cost_forecast"]
-    # docs/cost.md §5: a 24 h block loses 165 min to the stages and 45 to its end; 1230 of 1440 minutes serve.
-    assert forecast["expected_utilisation"] == pytest.approx(1230 / 1440)
+    # The forecast lays out the time model's cold block (docs/timeline.md), each stage rounded up to a minute:
+    # launch and join 30 + image pull 1 + S3 → node 18 + vLLM start 75 + evaluation 30 = 154 min; drain at end − 45.
+    serving_minutes = 1440 - 154 - 45
+    assert forecast["expected_utilisation"] == pytest.approx(serving_minutes / 1440)
+    assert forecast["expected_utilisation"] == pytest.approx(plan["timeline"]["cold"]["utilisation"], abs=0.002)
     assert plan["nodes"] == 1 and forecast["paid_gpu_hours"] == 24 * 8
-    tokens = 2400 * 1230 * 60
+    tokens = 2400 * serving_minutes * 60
     fee_and_others = 2880 + forecast["other_resources_cost"]
     assert forecast["expected_usd_per_million_output_tokens"] == pytest.approx(fee_and_others / (tokens / 1e6))
     assert forecast["throughput"]["source"] == "a previous campaign's report"
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "expected utilisation" in out and "85.4%" in out and "a previous campaign's report" in out
+    assert "expected utilisation" in out and "86.2%" in out and "a previous campaign's report" in out
 
 
 def test_plan_without_a_fee_gives_the_utilisation_but_no_cost_per_token(capsys: pytest.CaptureFixture[str]) -> None:
@@ -126,9 +129,45 @@ def test_plan_without_a_fee_gives_the_utilisation_but_no_cost_per_token(capsys: 
             "--expected-output-tokens-per-s", "2400", "--throughput-source", "benchmark", "--json"]  # fmt: skip
     assert main(args) == 0
     forecast = json.loads(capsys.readouterr().out)["cost_forecast"]
-    # A warm compile cache: vLLM starts in 25 min instead of 75, so 115 + 45 of 10,080 minutes are lost.
-    assert forecast["expected_utilisation"] == pytest.approx((10080 - 160) / 10080)
+    # A warm compile cache: vLLM starts in 12 min instead of 75 (docs/timeline.md), so 30 + 1 + 18 + 12 + 30 + 45
+    # of 10,080 minutes are lost.
+    assert forecast["expected_utilisation"] == pytest.approx((10080 - 136) / 10080)
     assert forecast["expected_usd_per_million_output_tokens"] is None
+
+
+def test_block_hours_prints_the_timeline_per_phase_cold_and_warm(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["plan", "kimi-k3", "--instance-type", "p6-b300.48xlarge", "--block-hours", "24"]
+    assert main([*args, "--json"]) == 0
+    timeline = json.loads(capsys.readouterr().out)["timeline"]
+    cold, warm = timeline["cold"], timeline["warm"]
+    names = [p["name"] for p in cold["phases"]]
+    assert names == ["EKS control plane", "system nodes", "add-ons", "Hub → S3 staging", "EC2 launch and node join",
+                     "image pull", "S3 → node staging", "vLLM process start", "weight load", "compile/autotune",
+                     "CUDA-graph capture", "evaluation"]  # fmt: skip
+    assert [p["before_block"] for p in cold["phases"]][:4] == [True] * 4
+    assert (cold["warm"], warm["warm"], cold["storage"]) == (False, True, "nvme")
+    assert cold["serving_s"] == pytest.approx(24 * 3600 - 45 * 60 - cold["to_ready_s"], abs=0.2)
+    assert warm["utilisation"] > cold["utilisation"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "predicted timeline of a 24 h block, weights read from nvme" in out
+    assert "S3 → node staging" in out and "utilisation (serving ÷ paid)" in out
+
+
+def test_fsx_needs_no_copy_onto_the_nodes(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["plan", "kimi-k3", "--instance-type", "p6-b300.48xlarge", "--storage", "fsx", "--image-cached", "--json"]
+    assert main(args) == 0
+    cold = json.loads(capsys.readouterr().out)["timeline"]["cold"]
+    phases = {p["name"]: p["seconds"] for p in cold["phases"]}
+    assert phases["S3 → node staging"] == 0.0 and phases["image pull"] == 0.0
+    assert cold["storage"] == "fsx"
+
+
+def test_a_drain_after_awss_termination_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["plan", "kimi-k3", "--instance-type", "p6-b300.48xlarge", "--drain-before-end-minutes", "30"]
+    assert main(args) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "AWS terminates the instances at end − 30" in err
 
 
 def test_a_throughput_without_its_source_is_refused(capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from capserve.core.preflight import (
     PreflightError,
     PreflightFacts,
     ReservationWindow,
+    _minutes,
     bucket_name_problems,
     check_preflight,
     preflight_problems,
@@ -153,11 +155,13 @@ def test_too_many_instances_for_one_capacity_block(tmp_path: Path, plan: Serving
 def test_a_reservation_too_short_for_bring_up_startup_and_evaluation(tmp_path: Path, plan: ServingPlan) -> None:
     spec = spec_of(tmp_path, serving__startup_budget_minutes=600, capacity__duration_hours=24)
     assert preflight_problems(spec, plan, good_facts(), bring_up=BRING_UP) == []
-    # 24 h − 45 min of drain margin is less than 30 + 45 min of bring-up + 1440 min of startup + 15 min evaluation.
+    # 24 h − 45 min of drain margin is less than 30 + 45 min of bring-up + the S3 → node copy (docs/timeline.md)
+    # + 1440 min of startup + 15 min evaluation.
     longer = spec_of(tmp_path, serving__startup_budget_minutes=1440, capacity__duration_hours=24)
     [problem] = preflight_problems(longer, plan, good_facts(), bring_up=BRING_UP)
     assert problem.startswith("a 24 h reservation (capacity.duration_hours) leaves 1395 min before the drain point")
-    assert "bring-up 75 min + vLLM startup 1440 min + evaluation 15 min" in problem
+    staging = _minutes(time_needed(longer, plan, BRING_UP)["S3 → node staging"])
+    assert f"bring-up 75 min + S3 → node staging {staging} + vLLM startup 1440 min + evaluation 15 min" in problem
     assert "ask for a longer reservation" in problem
 
 
@@ -182,6 +186,31 @@ def test_time_needed_is_the_waits_and_budgets_by_part(tmp_path: Path, plan: Serv
     eks = time_needed(spec_of(tmp_path), plan, BRING_UP)["bring-up"]
     assert eks == timedelta(minutes=75)
     assert time_needed(spec_of(tmp_path), plan, BRING_UP)["evaluation"] == timedelta(seconds=900)
+
+
+def test_time_needed_counts_copying_the_weights_onto_the_nodes(tmp_path: Path, plan: ServingPlan) -> None:
+    # docs/timeline.md §3: each node's bytes ÷ the staging job's rate (8 streams of copy-then-hash), × 1.5.
+    node_bytes = plan.weight_bytes_per_gpu * plan.gpus_per_node
+    rate = 8 / (1 / 0.25e9 + 1 / 0.92e9)
+    parts = time_needed(spec_of(tmp_path), plan, BRING_UP)
+    assert parts["S3 → node staging"] == timedelta(seconds=math.ceil(node_bytes / rate * 1.5))
+    assert "Hub → S3 staging" not in parts  # a block not yet started: the checkpoint reaches S3 before it
+
+
+def test_an_open_window_also_pays_for_bringing_the_checkpoint_into_s3(tmp_path: Path, plan: ServingPlan) -> None:
+    data = {"capacity__provider": "existing-reservation", "capacity__reservation_id": "cr-0123456789abcdef0"}
+    spec = spec_of(tmp_path, **data)
+    started = ReservationWindow(
+        reservation_id="cr-0123456789abcdef0", state="active",
+        start=NOW - timedelta(hours=1), end=NOW + timedelta(hours=5),
+    )  # fmt: skip
+    [problem] = preflight_problems(spec, plan, good_facts(reservation=started), bring_up=BRING_UP)
+    # docs/timeline.md §1: the weights stage's Hub → S3 rate, 0.5 GB/s, × 1.5.
+    hub = math.ceil(plan.weight_bytes / 0.5e9 * 1.5)
+    assert f"Hub → S3 staging {math.ceil(hub / 60)} min" in problem
+    not_yet = started.model_copy(update={"start": NOW + timedelta(hours=1), "end": NOW + timedelta(hours=5)})
+    [later] = preflight_problems(spec, plan, good_facts(reservation=not_yet), bring_up=BRING_UP)
+    assert "Hub → S3 staging" not in later
 
 
 def test_every_problem_in_one_error_that_is_bad_input(tmp_path: Path, plan: ServingPlan) -> None:

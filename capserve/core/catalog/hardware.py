@@ -79,6 +79,17 @@ class InstanceType(BaseModel):
     network_cards: tuple[NetworkCard, ...] = Field(
         min_length=1, max_length=64, description="Every network card, in index order."
     )
+    nvme_read_bytes_per_s: float | None = Field(
+        None,
+        gt=0,
+        le=1e12,
+        description="Sequential read rate of the instance-store NVMe array (RAID0 of every disk), bytes/s. AWS "
+        "publishes no sequential rate for these disks: the figure and its basis are in docs/timeline.md §2. "
+        "None: unknown (the time model then uses one measured disk's rate).",
+    )
+    nvme_write_bytes_per_s: float | None = Field(
+        None, gt=0, le=1e12, description="Sequential write rate of the same array, bytes/s (docs/timeline.md §2)."
+    )
 
     @property
     def efa_card_indices(self) -> tuple[int, ...]:
@@ -88,6 +99,11 @@ class InstanceType(BaseModel):
     @property
     def hbm_bytes_per_node(self) -> int:
         return self.gpu.hbm_bytes * self.gpus_per_node
+
+    @property
+    def network_bandwidth_gbps(self) -> float:
+        """The instance's network bandwidth: the sum of its cards' baseline bandwidths (DescribeInstanceTypes)."""
+        return sum(card.bandwidth_gbps for card in self.network_cards)
 
 
 def _cards(
@@ -117,6 +133,10 @@ GPUS: Mapping[str, GpuType] = MappingProxyType(
 )
 
 _NVME_8X3800 = 8 * 3800 * _GB  # InstanceStorageInfo: 8 x 3,800 GB SSD on all five types below.
+# Sequential rates of one instance-store NVMe disk of these types, an inference (AWS publishes none for
+# them): docs/timeline.md §2 gives the basis. The array is a RAID0 of every disk, so its rate is the sum.
+_DISK_READ = 2.5 * _GB
+_DISK_WRITE = 1.25 * _GB
 
 INSTANCE_TYPES: Mapping[str, InstanceType] = MappingProxyType(
     {
@@ -127,6 +147,8 @@ INSTANCE_TYPES: Mapping[str, InstanceType] = MappingProxyType(
             vcpus=192,
             memory_bytes=4096 * _GIB,
             local_nvme_bytes=_NVME_8X3800,
+            nvme_read_bytes_per_s=8 * _DISK_READ,
+            nvme_write_bytes_per_s=8 * _DISK_WRITE,
             # 17 cards: card 0 is ENA-only (350 Gbps), EFA on 1-16 at 400 Gbps (DescribeInstanceTypes;
             # launches asking for EFA on card 0 fail: aws-parallelcluster #7143).
             network_cards=_cards(17, 400.0, ena_only=(0,), ena_only_gbps=350.0),
@@ -138,6 +160,8 @@ INSTANCE_TYPES: Mapping[str, InstanceType] = MappingProxyType(
             vcpus=192,
             memory_bytes=2048 * _GIB,
             local_nvme_bytes=_NVME_8X3800,
+            nvme_read_bytes_per_s=8 * _DISK_READ,
+            nvme_write_bytes_per_s=8 * _DISK_WRITE,
             network_cards=_cards(8, 400.0 / 2),  # 8 x 200 Gbps EFA = 3,200 Gbps
         ),
         "p5en.48xlarge": InstanceType(
@@ -147,6 +171,8 @@ INSTANCE_TYPES: Mapping[str, InstanceType] = MappingProxyType(
             vcpus=192,
             memory_bytes=2048 * _GIB,
             local_nvme_bytes=_NVME_8X3800,
+            nvme_read_bytes_per_s=8 * _DISK_READ,
+            nvme_write_bytes_per_s=8 * _DISK_WRITE,
             network_cards=_cards(16, 200.0),  # 16 x 200 Gbps EFA = 3,200 Gbps
         ),
         "p5e.48xlarge": InstanceType(
@@ -156,6 +182,8 @@ INSTANCE_TYPES: Mapping[str, InstanceType] = MappingProxyType(
             vcpus=192,
             memory_bytes=2048 * _GIB,
             local_nvme_bytes=_NVME_8X3800,
+            nvme_read_bytes_per_s=8 * _DISK_READ,
+            nvme_write_bytes_per_s=8 * _DISK_WRITE,
             network_cards=_cards(32, 100.0),  # 32 x 100 Gbps EFA = 3,200 Gbps
         ),
         "p5.48xlarge": InstanceType(
@@ -165,6 +193,8 @@ INSTANCE_TYPES: Mapping[str, InstanceType] = MappingProxyType(
             vcpus=192,
             memory_bytes=2048 * _GIB,
             local_nvme_bytes=_NVME_8X3800,
+            nvme_read_bytes_per_s=8 * _DISK_READ,
+            nvme_write_bytes_per_s=8 * _DISK_WRITE,
             network_cards=_cards(32, 100.0),
         ),
         # The one smaller size AWS sells for the catalog's GPUs: 1 x H100, 16 vCPUs, 256 GiB RAM, one
@@ -179,6 +209,8 @@ INSTANCE_TYPES: Mapping[str, InstanceType] = MappingProxyType(
             vcpus=16,
             memory_bytes=256 * _GIB,
             local_nvme_bytes=3800 * _GB,
+            nvme_read_bytes_per_s=_DISK_READ,
+            nvme_write_bytes_per_s=_DISK_WRITE,
             network_cards=_cards(1, 100.0),
         ),
     }

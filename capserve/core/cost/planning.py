@@ -8,6 +8,7 @@ Defaults and where they come from: docs/cost.md, "Planning before buying".
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ from capserve.core.cost.resources import (
 if TYPE_CHECKING:
     # Only for the annotation: capserve.core.capacity imports the spec, which imports this package.
     from capserve.core.capacity.offers import Offer
+    from capserve.core.timeline import BlockTimeline
 
 _DAY_MINUTES = 24 * 60
 
@@ -63,6 +65,31 @@ class ExpectedTimeline(BaseModel):
     drain_before_end_minutes: int = Field(
         45, ge=31, le=_DAY_MINUTES, description="The spec's teardown.drain_before_end_minutes."
     )
+
+    @classmethod
+    def from_block(cls, timeline: BlockTimeline) -> ExpectedTimeline:
+        """The stages of the time model's predicted block (docs/timeline.md), each rounded up to a minute.
+
+        EC2 launch and node join is the bring-up, the image pull the node readiness, the S3 → node copy the
+        weights to nodes, vLLM's start (process, load, compile, capture) the start; the phases done before the
+        block are not in it.
+        """
+
+        def minutes(*names: str) -> int:
+            return math.ceil(sum(p.seconds for p in timeline.phases if p.name in names) / 60)
+
+        start = [p.name for p in timeline.phases if p.name.startswith(("vLLM", "weight load", "compile", "CUDA"))]
+        vllm_start = minutes(*start)
+        return cls(
+            bring_up_minutes=minutes("EC2 launch and node join"),
+            node_readiness_minutes=minutes("image pull"),
+            weights_to_nodes_minutes=minutes("S3 → node staging"),
+            vllm_cold_start_minutes=vllm_start,
+            vllm_warm_start_minutes=vllm_start,
+            compile_cache_warm=timeline.warm,
+            evaluation_minutes=minutes("evaluation"),
+            drain_before_end_minutes=math.ceil(timeline.drain_before_end_s / 60),
+        )
 
     @property
     def vllm_start_minutes(self) -> int:

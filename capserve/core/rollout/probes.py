@@ -14,16 +14,26 @@ import math
 from typing import Any
 
 from capserve.core.rollout.settings import RolloutSettings, StartupModel
+from capserve.core.timeline import Storage, TimeFigures, vllm_start_s, weight_read_bytes_per_s
 
-GB = 1e9
 
+def expected_start_s(
+    model_bytes: int,
+    node_bytes: int,
+    *,
+    warm: bool,
+    instance_type: str | None = None,
+    storage: Storage = "nvme",
+    nodes: int = 1,
+    figures: TimeFigures | None = None,
+) -> float:
+    """How long vLLM is expected to take from process start to listening (``capserve.core.timeline``).
 
-def expected_start_s(model_bytes: int, node_bytes: int, *, warm: bool, model: StartupModel | None = None) -> float:
-    """How long vLLM is expected to take from process start to listening (see ``StartupModel``)."""
-    model = model or StartupModel()
-    fixed = model.fixed_warm_s if warm else model.fixed_cold_s
-    compile_rate = model.compile_s_per_gb_warm if warm else model.compile_s_per_gb_cold
-    return fixed + node_bytes / model.load_bytes_per_s + model_bytes / GB * compile_rate
+    The weights are read at the rate of where they are on ``instance_type`` (its NVMe array from the
+    catalog; one measured disk's rate when the instance type is not given or its rate unknown).
+    """
+    read = weight_read_bytes_per_s(instance_type, storage, nodes=nodes, figures=figures)
+    return vllm_start_s(model_bytes, node_bytes, warm=warm, read_bytes_per_s=read, figures=figures)
 
 
 def startup_budget_s(
@@ -33,27 +43,43 @@ def startup_budget_s(
     warm: bool,
     model: StartupModel | None = None,
     override_minutes: int | None = None,
+    instance_type: str | None = None,
+    storage: Storage = "nvme",
+    nodes: int = 1,
+    figures: TimeFigures | None = None,
 ) -> int:
     """Seconds the startup probe allows: the spec's override, else safety factor × expected, bounded.
 
     ``model_bytes``: the whole checkpoint; ``node_bytes``: what the fullest node loads. Kimi K3
-    (1.56 TB) comes out at about 112 min cold on one node and 93 min cold per node on two; a warm
-    cache cuts it to about 54 and 34 min. A 1 GB model gets the 10-minute floor.
+    (1.56 TB) on one p6-b300 from its NVMe comes out at about 113 min cold and 17 min warm (docs/timeline.md
+    §4); a 1 GB model gets the 10-minute floor.
     """
     if override_minutes is not None:
         return override_minutes * 60
     model = model or StartupModel()
-    budget = expected_start_s(model_bytes, node_bytes, warm=warm, model=model) * model.safety_factor
+    expected = expected_start_s(
+        model_bytes, node_bytes, warm=warm, instance_type=instance_type, storage=storage, nodes=nodes, figures=figures
+    )
+    budget = expected * model.safety_factor
     return math.ceil(min(max(budget, model.min_budget_s), model.max_budget_s))
 
 
-def engine_ready_timeout_s(model_bytes: int, node_bytes: int, model: StartupModel | None = None) -> int:
+def engine_ready_timeout_s(
+    model_bytes: int,
+    node_bytes: int,
+    model: StartupModel | None = None,
+    *,
+    instance_type: str | None = None,
+    storage: Storage = "nvme",
+) -> int:
     """``VLLM_ENGINE_READY_TIMEOUT_S``: the cold budget, whether or not this start is warm.
 
     vLLM hashes this variable into its compile-cache key, so it must not change between a cold and
     a warm start of the same configuration, or the warm start would miss its own cache (§4).
     """
-    return startup_budget_s(model_bytes, node_bytes, warm=False, model=model)
+    return startup_budget_s(
+        model_bytes, node_bytes, warm=False, model=model, instance_type=instance_type, storage=storage
+    )
 
 
 def _http(path: str) -> dict[str, Any]:

@@ -8,30 +8,15 @@ from capserve.core.cluster.efa import EFA_HUGEPAGES_2MI_PAGES, EFA_POD_HUGEPAGES
 
 
 class StartupModel(BaseModel):
-    """How long vLLM takes to start, as a function of the weights (docs/serving.md §3.2).
+    """How the startup probe's budget is made from the time model's vLLM start (docs/serving.md §3.2).
 
-    expected = fixed + node_GB / load_GB_per_s + model_GB × compile_s_per_GB, where the fixed part is
-    process start, NCCL/EFA setup and CUDA-graph capture, the load part reads this node's weights
-    from NVMe, and the compile part (torch.compile, Triton/FlashInfer/DeepGEMM JIT and autotune)
-    grows with the model, not with this node's share (every node compiles its whole layer stack).
-    A warm compile cache replaces the compile rate with a much smaller one (reading the cache).
-    Fitted to two public figures: K3's reported 60–75 min first boot, and a 27B model at ~5¾ min
-    cold / ~3¼ min warm (vllm#52682). The budget is ``safety_factor`` × expected, within bounds.
+    The expected start (process start, weight load at the read rate of where the weights are, compile per
+    GB of the whole model cold or warm, CUDA-graph capture) is ``capserve.core.timeline``'s, the one time
+    model of a block (docs/timeline.md). The budget is ``safety_factor`` × expected, within bounds.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    fixed_cold_s: float = Field(180.0, ge=0, le=3600, description="Start, distributed setup, graph capture (cold).")
-    fixed_warm_s: float = Field(120.0, ge=0, le=3600, description="The same with warm caches.")
-    load_bytes_per_s: float = Field(
-        1e9, gt=0, le=1e11, description="Weight load rate from the node's NVMe into the GPUs (bytes/s)."
-    )
-    compile_s_per_gb_cold: float = Field(
-        1.77, ge=0, le=60, description="Seconds of compile/JIT/autotune per GB of the whole model, cold."
-    )
-    compile_s_per_gb_warm: float = Field(
-        0.3, ge=0, le=60, description="Seconds per GB of the whole model to load cached compile artifacts."
-    )
     safety_factor: float = Field(1.5, ge=1.0, le=10.0, description="Budget = this × the expected start time.")
     min_budget_s: float = Field(600.0, ge=60, le=24 * 3600, description="Never less than this.")
     max_budget_s: float = Field(6 * 3600.0, ge=60, le=24 * 3600, description="Never more than this.")

@@ -142,8 +142,19 @@ def render_rollout(
     model_path = node_model_path(config.model_repo, config.revision_sha)
     warm = target.cache_warm and config.compile_cache
     override = config.startup_budget_minutes
-    budget = startup_budget_s(config.model_bytes, config.node_bytes, warm=warm, override_minutes=override)
-    ready_timeout = startup_budget_s(config.model_bytes, config.node_bytes, warm=False, override_minutes=override)
+    # The time model reads the weights at the rate of where they live on this instance type (docs/timeline.md).
+    budget, ready_timeout = (
+        startup_budget_s(
+            config.model_bytes,
+            config.node_bytes,
+            warm=start_warm,
+            override_minutes=override,
+            instance_type=config.instance_type,
+            storage=target.node_target,
+            nodes=layout.nodes_per_replica * config.replicas,
+        )
+        for start_warm in (warm, False)
+    )
     uri = cache_uri(target.bucket, target.prefix, config.cache_key)
 
     leader_args = vllm_args(layout, config.engine, role="leader", model_path=model_path, settings=settings)
