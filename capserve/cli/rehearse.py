@@ -53,6 +53,10 @@ def run(args: argparse.Namespace) -> int:
             raise SpecError(f"{args.spec}: {refused}")
         if args.sandbox:
             load_option(spec.evaluation.load, f"{args.spec}: evaluation.load")
+        else:  # as `capserve up`: missing or refused credentials are one line (exit 2) before anything starts
+            from capserve.tasks.locations import caller_arn
+
+            console.print(f"AWS credentials: {caller_arn(spec.capacity.regions[0])}", highlight=False)
         out_dir: Path = writable_dir(args.out or Path("out") / f"{spec.campaign_id}-rehearsal", "--out")
     except SpecError as exc:
         console.print(f"[red]error:[/red] {escape(redact(str(exc)))}", highlight=False)

@@ -53,6 +53,10 @@ def test_evaluate_real_vllm(vllm_url: str, tmp_path: Path) -> None:
                 "prompt": {"tokens": 32},
                 "output": {"tokens": 16},
                 "warmup_requests": 1,
+                # The test's own condition for a CI machine shared by other test processes: the client's lag
+                # and send-time lateness do not invalidate the run (test_client_honesty.py checks them).
+                "max_loop_lag_p99_ms": 60_000.0,
+                "max_dispatch_delay_p95_ms": 60_000.0,
             },
             # Loose gates: this checks the machinery on a slow CPU, not the model.
             "gates": {"p95_ttft_ms": 60_000, "p95_tpot_ms": 5_000, "quality_floor": 0.0},
@@ -80,5 +84,7 @@ def test_evaluate_real_vllm(vllm_url: str, tmp_path: Path) -> None:
         assert m.ttft_ms.count == m.completed and m.first_answer_ms.count == 0  # streamed as thinking
         assert point.valid or point.invalid_reasons
     section = result.report_section()
-    assert section["verdict"] in {"pass", "fail", "invalid"} and section["gates"]
+    # With these loose gates only a failed smoke check (SmolLM2's forced tool call may be cut short) fails the run.
+    assert result.smoke is not None
+    assert section["verdict"] == ("fail" if result.smoke.failed else "pass"), section["gates"]
     assert (tmp_path / "evaluation.json").exists() and all(Path(p).exists() for p in result.plots)

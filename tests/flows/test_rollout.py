@@ -115,9 +115,10 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def example(name: str, tmp_path: Path) -> CampaignSpec:
-    """An example spec as shipped, with the small load of the other campaign tests."""
+    """An example spec as shipped, with the small load of the other campaign tests, whose client lag does not
+    invalidate the run on a test machine shared by other test processes (these tests prove the rollout)."""
     data = yaml.safe_load((EXAMPLES / name).read_text())
-    data["evaluation"]["load"] = SMALL_LOAD
+    data["evaluation"]["load"] = {**SMALL_LOAD, "max_loop_lag_p99_ms": 10_000.0}
     path = tmp_path / name
     path.write_text(yaml.safe_dump(data))
     return load_spec(path)
@@ -171,7 +172,7 @@ def test_the_hyperpod_example_rolls_out_through_the_same_path(tmp_path: Path, fa
 
     assert report.cluster is not None and report.cluster.kind == "hyperpod"
     assert report.rollout is not None and report.rollout.name == "vllm-blue" and not report.rollout.rolled_back
-    assert report.evaluation is not None and report.evaluation.verdict in {"pass", "invalid"}
+    assert report.evaluation is not None and report.evaluation.verdict == "pass"
     assert report.teardown is not None and report.teardown.remaining == ()
     # The lifecycle-script bucket bring-up made went with the campaign.
     assert [r for r in report.teardown.deleted if r.startswith("s3-bucket/")] == [
