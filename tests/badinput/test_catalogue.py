@@ -283,6 +283,8 @@ CASES = [
     Case("no-aws-credentials", UP, "no usable AWS credentials (NoCredentialsError", BASE_TEXT, NO_CREDENTIALS),
     Case("aws-profile-unknown", UP, "The config profile (capserve-no-such-profile) could not be found", BASE_TEXT,
          {**NO_CREDENTIALS, "AWS_PROFILE": "capserve-no-such-profile"}),
+    Case("rehearse-no-aws-credentials", ["rehearse", "{spec}", "--out", "{tmp}/out"],
+         "no usable AWS credentials (NoCredentialsError", BASE_TEXT, NO_CREDENTIALS),
     Case("unknown-option", [*UP, "--sandboxx"], "unrecognized arguments: --sandboxx", BASE_TEXT),
     Case("spec-argument-missing", ["up"], "the following arguments are required: spec"),
     # --- `capserve down` ----------------------------------------------------------------------------
@@ -378,6 +380,7 @@ def guarded(aws: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Tripwir
         ("capserve.flows.campaign", "campaign"),
         ("capserve.flows.evaluate", "evaluate_endpoint"),
         ("capserve.flows.teardown", "teardown"),
+        ("capserve.flows.rehearse", "rehearse"),
         ("capserve.sandbox.environment", "sandbox"),
     ):
         wire = Tripwire(name)
