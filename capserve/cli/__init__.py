@@ -36,9 +36,9 @@ import sys
 import threading
 import traceback
 from collections.abc import Sequence
-from types import FrameType
 
 from capserve.cli.exit_codes import ExitCode
+from capserve.cli.signals import interrupt
 from capserve.core.errors import CapserveError, RetryableError, SpecError
 from capserve.tasks.secrets import DEBUG_HINT, install_log_redaction, redact, register_secret_environment
 
@@ -77,14 +77,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt  # SIGTERM (systemd, `kill`, a CI timeout) stops a command as Ctrl-C does
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; SIGTERM is handled as Ctrl-C while it runs."""
+    """Run one command; SIGTERM is handled as Ctrl-C while it runs (never lost: ``capserve.cli.signals``)."""
     in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _interrupt) if in_main_thread else None
+    previous = signal.signal(signal.SIGTERM, interrupt) if in_main_thread else None
     try:
         return _main(argv)
     finally:

@@ -154,7 +154,10 @@ def run(args: argparse.Namespace) -> int:
         # The sandbox is offline by design: Prefect's temporary server would only log failed telemetry.
         os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     # Imported here: prefect takes a second to import, and `capserve up --help` should not wait.
+    from capserve.cli.signals import defer_prefect_handler_in_finalizers
     from capserve.flows.campaign import campaign
+
+    defer_prefect_handler_in_finalizers()  # a flow run in this process must not lose a SIGTERM either
 
     endpoint_note: str | None = None
     hub_endpoint: str | None = None
