@@ -37,6 +37,7 @@ import threading
 import traceback
 from collections.abc import Sequence
 
+from capserve.cli import signals
 from capserve.cli.exit_codes import ExitCode
 from capserve.cli.signals import interrupt
 from capserve.core.errors import CapserveError, RetryableError, SpecError
@@ -81,8 +82,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; SIGTERM is handled as Ctrl-C while it runs (never lost: ``capserve.cli.signals``)."""
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, interrupt) if in_main_thread else None
+    signals.received.clear()
     try:
-        return _main(argv)
+        code = _main(argv)
+        if code != ExitCode.OK and signals.received.is_set():
+            # Whatever the SIGTERM became on its way out (Prefect may turn it into another error), the command
+            # was asked to stop and did not finish: that is the outcome to report.
+            if code != ExitCode.INTERRUPTED:
+                _say("capserve: stopped by SIGTERM")
+            return ExitCode.INTERRUPTED
+        return code
     finally:
         if in_main_thread:
             signal.signal(signal.SIGTERM, previous)
@@ -124,6 +133,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
              debug)
         return ExitCode.BAD_INPUT
     except Exception as exc:
+        if signals.received.is_set():  # what a SIGTERM became inside Prefect's engine: not a bug of ours
+            _say(f"{command}: interrupted (SIGTERM; {type(exc).__name__} on the way out)", debug)
+            return ExitCode.INTERRUPTED
         unreachable = _unreachable(exc)
         if unreachable is None:
             first = (str(exc).splitlines() or [""])[0][:300]

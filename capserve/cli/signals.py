@@ -28,6 +28,11 @@ from typing import Any
 
 REDELIVER_AFTER_S = 0.05
 
+# Set by every SIGTERM a wrapped handler sees. Prefect's engine may still turn its ``TerminationSignal`` into
+# another error (one that lands while a task run is being created ends as ``ValueError: Task run is not set``,
+# and the signal is not sent again): the command then knows it was asked to stop, and says so (exit 130).
+received = threading.Event()
+
 Handler = Callable[[int, FrameType | None], Any]
 
 
@@ -50,6 +55,7 @@ def outside_finalizers(handler: Handler) -> Handler:
     """``handler``, except that inside a finalizer the signal is sent again a moment later instead."""
 
     def deferring(signum: int, frame: FrameType | None) -> Any:
+        received.set()
         if in_finalizer(frame):
             _redeliver(signum)
             return None

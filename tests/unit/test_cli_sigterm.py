@@ -101,3 +101,35 @@ def test_a_sigterm_landing_in_a_finalizer_is_not_lost(
     monkeypatch.setattr(cli, "build_parser", _parser_with_a_command_signalled_in_a_finalizer(in_a_flow))
     assert cli.main(["wait"]) == 130
     assert not FINISHED
+
+
+def test_a_sigterm_turned_into_another_error_still_exits_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Prefect's task engine, hit by its TerminationSignal while it creates a task run, ends with
+    # "ValueError: Task run is not set" instead, and does not send the signal again (seen under
+    # `capserve up --in-process`). The command was still asked to stop: 130, not "unexpected error" (5).
+    from capserve.cli.signals import outside_finalizers
+
+    def engine_handler(signum: int, frame: object) -> None:
+        raise ValueError("Task run is not set")
+
+    def build(only: str | None = None) -> argparse.ArgumentParser:
+        parser = argparse.ArgumentParser(prog="capserve")
+        sub = parser.add_subparsers(dest="command", required=True)
+
+        def run(args: argparse.Namespace) -> int:
+            signal.signal(signal.SIGTERM, outside_finalizers(engine_handler))  # as the flow engine installs it
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)
+            FINISHED.append(True)
+            return 0
+
+        sub.add_parser("wait").set_defaults(func=run)
+        return parser
+
+    FINISHED.clear()
+    monkeypatch.setattr(cli, "build_parser", build)
+    assert cli.main(["wait"]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted (SIGTERM; ValueError on the way out)" in err and "unexpected error" not in err
