@@ -36,9 +36,10 @@ import sys
 import threading
 import traceback
 from collections.abc import Sequence
-from types import FrameType
 
+from capserve.cli import signals
 from capserve.cli.exit_codes import ExitCode
+from capserve.cli.signals import interrupt
 from capserve.core.errors import CapserveError, RetryableError, SpecError
 from capserve.tasks.secrets import DEBUG_HINT, install_log_redaction, redact, register_secret_environment
 
@@ -78,16 +79,20 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt  # SIGTERM (systemd, `kill`, a CI timeout) stops a command as Ctrl-C does
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; SIGTERM is handled as Ctrl-C while it runs."""
+    """Run one command; SIGTERM is handled as Ctrl-C while it runs (never lost: ``capserve.cli.signals``)."""
     in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _interrupt) if in_main_thread else None
+    previous = signal.signal(signal.SIGTERM, interrupt) if in_main_thread else None
+    signals.received.clear()
     try:
-        return _main(argv)
+        code = _main(argv)
+        if code != ExitCode.OK and signals.received.is_set():
+            # Whatever the SIGTERM became on its way out (Prefect may turn it into another error), the command
+            # was asked to stop and did not finish: that is the outcome to report.
+            if code != ExitCode.INTERRUPTED:
+                _say("capserve: stopped by SIGTERM")
+            return ExitCode.INTERRUPTED
+        return code
     finally:
         if in_main_thread:
             signal.signal(signal.SIGTERM, previous)
@@ -129,6 +134,9 @@ def _main(argv: Sequence[str] | None = None) -> int:
              debug)
         return ExitCode.BAD_INPUT
     except Exception as exc:
+        if signals.received.is_set():  # what a SIGTERM became inside Prefect's engine: not a bug of ours
+            _say(f"{command}: interrupted (SIGTERM; {type(exc).__name__} on the way out)", debug)
+            return ExitCode.INTERRUPTED
         unreachable = _unreachable(exc)
         if unreachable is None:
             first = (str(exc).splitlines() or [""])[0][:300]

@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[red]error:[/red] {escape(str(exc))}")
         return 2
 
+    from capserve.cli.signals import defer_prefect_handler_in_finalizers
     from capserve.core.cluster.naming import ClusterNames
     from capserve.core.down import down_region, eks_leftovers_kept, kept_on_every_run, nothing_found_message
     from capserve.flows.acquire import purchase_limit_name
@@ -57,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from capserve.tasks.record_store import load_record
     from capserve.tasks.settings import settings_from_environment
 
+    defer_prefect_handler_in_finalizers()  # a flow run in this process must not lose a SIGTERM either
     try:
         settings = settings_from_environment().for_campaign(spec.campaign_settings())
         ref = record_ref(spec, settings.records)

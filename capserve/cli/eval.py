@@ -187,7 +187,10 @@ def run(args: argparse.Namespace) -> int:
     thinking = _catalog_thinking(args.catalog_model)
     out_dir = writable_dir(args.out_dir or Path("out") / f"eval-{time.strftime('%Y%m%d-%H%M%S')}", "--out-dir")
 
+    from capserve.cli.signals import defer_prefect_handler_in_finalizers
     from capserve.flows.evaluate import evaluate_endpoint  # Prefect import is slow; only when running
+
+    defer_prefect_handler_in_finalizers()  # a flow run in this process must not lose a SIGTERM either
 
     result = evaluate_endpoint(
         url,

@@ -32,7 +32,10 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from capserve.cli.signals import defer_prefect_handler_in_finalizers
     from capserve.flows.forward_events import forward_capacity_events
+
+    defer_prefect_handler_in_finalizers()  # a flow run in this process must not lose a SIGTERM either
 
     forward_capacity_events(args.region, polls=args.polls)
     return 0

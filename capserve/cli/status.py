@@ -16,12 +16,16 @@ from rich.console import Console
 from rich.table import Table
 
 from capserve.cli.exit_codes import ExitCode
-from capserve.core.errors import SpecError
+from capserve.core.errors import PermanentError, SpecError
 from capserve.core.spec import AWS_REGION, CampaignSpec, load_spec
 from capserve.core.status import CampaignStatus, Part, ResourceRow, RunRow, short_digest
 from capserve.tasks.secrets import redact
 
 NAME = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
+
+
+class CampaignNotFoundError(PermanentError):
+    """No campaign of that name where ``capserve status`` looked (exit 1, FAILED: not a usage error)."""
 
 
 def register(subparsers: Any) -> None:
@@ -73,10 +77,18 @@ def run(args: argparse.Namespace) -> int:
         ref = RecordRef(campaign_id=name, location=locate_records.fn(args.region, settings.records))
     record = read_campaign_record(ref)
     if spec is None:
-        spec = record.load_spec() if record is not None else None
+        # A name well formed but unknown where it was looked for (a misspelling, another region): not a bad
+        # input to fix in the command's syntax but an answer, "no such campaign there" (exit 1, as for a spec
+        # of which nothing exists).
+        if record is None:
+            raise CampaignNotFoundError(
+                f"no campaign named {name} was found: no record at {ref.uri} (home region {args.region}); "
+                "check the name and --region, or pass the spec"
+            )
+        spec = record.load_spec()
         if spec is None:
-            raise SpecError(
-                f"campaign {name}: no record with its spec at {ref.uri}; check the name and --region, or pass the spec"
+            raise CampaignNotFoundError(
+                f"campaign {name}: its record at {ref.uri} holds no spec; pass the spec to see the rest"
             )
     regions = [record.lease.region] if record is not None and record.lease is not None else list(spec.capacity.regions)
     status = campaign_status(spec, ref, record, settings, regions=regions)

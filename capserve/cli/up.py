@@ -52,14 +52,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--evaluate-url",
         default=None,
         metavar="URL",
-        help="OpenAI-compatible endpoint to evaluate instead of the one the rollout stage serves; "
-        "user:password@ in it is used for HTTP Basic authentication and never stored",
+        help="with --in-process: OpenAI-compatible endpoint to evaluate instead of the one the rollout stage "
+        "serves; user:password@ in it is used for HTTP Basic authentication and never stored",
     )
     parser.add_argument(
         "--api-key-env",
         default=None,
         metavar="NAME",
-        help="environment variable holding the evaluated endpoint's API key (checked before anything runs)",
+        help="with --in-process and --evaluate-url: environment variable holding that endpoint's API key "
+        "(checked before anything runs)",
     )
     parser.add_argument(
         "--in-process",
@@ -102,6 +103,22 @@ def revisions_option(value: str) -> tuple[bool, ...]:
     return tuple(word == "good" for word in words)
 
 
+def refuse_unhonoured_options(args: argparse.Namespace) -> None:
+    """Refuse ``--evaluate-url`` / ``--api-key-env`` on a Prefect server: there the evaluation runs in the ``serve``
+    run the lease schedules whenever the block starts after the purchase, and that run takes nothing but the
+    campaign's name, region and reservation (``capserve.flows.window``) and evaluates the endpoint it rolled out.
+    Carrying the options to it would put them in the campaign record and need the key in every worker (one of the
+    user's, on their server); an option silently dropped would evaluate, and pass, another endpoint than asked."""
+    given = [option for option, value in (("--evaluate-url", args.evaluate_url), ("--api-key-env", args.api_key_env))
+             if value is not None]
+    if given and not args.in_process:
+        raise SpecError(
+            f"{' and '.join(given)}: only with --in-process (on a Prefect server the evaluation runs in the serve "
+            "run the lease schedules, which evaluates the endpoint it rolled out); add --in-process, or evaluate "
+            "another endpoint with `capserve eval --url`"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     # Every input is checked before anything runs, so a bad one never costs a purchase.
@@ -111,10 +128,16 @@ def run(args: argparse.Namespace) -> int:
         if refused:
             lines = "\n".join(f"  {p}" for p in refused)
             raise SpecError(f"{args.spec}: nothing can be bought for this spec now\n{lines}")
+        refuse_unhonoured_options(args)
         endpoint_url, basic_auth_env = (None, None)
         if args.evaluate_url is not None:
             endpoint_url, basic_auth_env = endpoint_option(args.evaluate_url, "--evaluate-url")
         api_key_option(args.api_key_env, basic_auth_env)
+        if args.api_key_env is not None and endpoint_url is None:
+            raise SpecError(
+                "--api-key-env names the key of the endpoint given with --evaluate-url; without it the campaign "
+                "evaluates the endpoint it rolled out, with the key it made itself: drop --api-key-env"
+            )
         if endpoint_url is not None or args.sandbox:
             load_option(spec.evaluation.load, f"{args.spec}: evaluation.load")
         if spec.evaluation.quality.golden_path:
@@ -137,7 +160,10 @@ def run(args: argparse.Namespace) -> int:
         # The sandbox is offline by design: Prefect's temporary server would only log failed telemetry.
         os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     # Imported here: prefect takes a second to import, and `capserve up --help` should not wait.
+    from capserve.cli.signals import defer_prefect_handler_in_finalizers
     from capserve.flows.campaign import campaign
+
+    defer_prefect_handler_in_finalizers()  # a flow run in this process must not lose a SIGTERM either
 
     endpoint_note: str | None = None
     hub_endpoint: str | None = None

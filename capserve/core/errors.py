@@ -45,6 +45,10 @@ class DeadlineError(PermanentError):
     """Not enough of the paid window is left to make a step worthwhile."""
 
 
+class ClusterGoneError(PermanentError):
+    """The cluster a wait was watching was deleted (or is being deleted) under it: nothing there can become ready."""
+
+
 class WaitTimeoutError(PermanentError):
     """A wait ran out of the time its caller gave it; the message says what was still missing.
 

@@ -104,8 +104,8 @@ def secret_argument_problems(args: Sequence[str], field: str) -> list[str]:
         if name in SECRET_FLAGS:
             problems.append(
                 f"{field}.{index}: --{name} carries a credential and must not be in the pod's arguments: the "
-                "endpoint key comes from --api-key-env (a Kubernetes Secret), the Hub token from the hub "
-                "credentials block; remove it"
+                "endpoint key is the campaign's own (a random key in a Kubernetes Secret the rollout makes), the "
+                "Hub token comes from the hub credentials block; remove it"
             )
         elif _SECRET_VALUE.match(arg.split("=", 1)[-1]):
             problems.append(

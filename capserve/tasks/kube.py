@@ -17,11 +17,13 @@ import math
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import urllib3
+from botocore.exceptions import BotoCoreError, ClientError
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.dynamic import DynamicClient
@@ -39,7 +41,7 @@ from capserve.core.cluster.readiness import (
     pod_problems,
     workload_state,
 )
-from capserve.core.errors import CapserveError, PermanentError, RetryableError
+from capserve.core.errors import CapserveError, ClusterGoneError, PermanentError, RetryableError
 from capserve.tasks import aws
 from capserve.tasks.manifests import record_applied
 from capserve.tasks.resilience import kube_task
@@ -192,11 +194,80 @@ def api_client(
     return k8s.ApiClient(configuration)
 
 
+class _EksCluster:
+    """The EKS cluster behind a client, and when the waits on that client may next ask EKS about it (one
+    schedule for all of them: a rollout wait re-watches often, each time in a new ``_watch_until``)."""
+
+    def __init__(self, name: str, region: str) -> None:
+        self.name, self.region = name, region
+        self.next_check_at = 0.0
+
+
+# The EKS cluster behind each client made by api_client_for_eks: the waits ask EKS, now and then, whether it
+# still exists. Weak: a client dropped by its caller is forgotten here too.
+_EKS_CLUSTERS: weakref.WeakKeyDictionary[k8s.ApiClient, _EksCluster] = weakref.WeakKeyDictionary()
+
+
 def api_client_for_eks(
     endpoint: str, ca_data: str | bytes | None, cluster_name: str, region: str, *, settings: KubeSettings | None = None
 ) -> k8s.ApiClient:
-    """A client for an EKS cluster, authenticated as the caller's AWS identity (as ``aws eks get-token``)."""
-    return api_client(endpoint, ca_data, lambda: eks_token(cluster_name, region), settings=settings)
+    """A client for an EKS cluster, authenticated as the caller's AWS identity (as ``aws eks get-token``).
+
+    The waits on this client (nodes, add-ons, Jobs, a rollout) end with ``ClusterGoneError`` once EKS says the
+    cluster is deleted or being deleted (``eks_cluster_gone``)."""
+    api = api_client(endpoint, ca_data, lambda: eks_token(cluster_name, region), settings=settings)
+    _EKS_CLUSTERS[api] = _EksCluster(cluster_name, region)
+    return api
+
+
+def eks_cluster_gone(cluster_name: str, region: str) -> str | None:
+    """Why the EKS cluster is gone, or None while it stands (or EKS cannot say now: the wait goes on).
+
+    DescribeCluster answers ``ResourceNotFoundException`` for a cluster that does not exist, and ``status``
+    ``DELETING`` while DeleteCluster runs (EKS API reference, DescribeCluster and Cluster). Either way nothing on
+    it can become ready, and its API server stops answering (its DNS name goes with it).
+    """
+    try:
+        cluster = aws.client("eks", region).describe_cluster(name=cluster_name)["cluster"]
+    except ClientError as exc:
+        if aws.error_code(exc) == "ResourceNotFoundException":
+            return f"EKS cluster {cluster_name} ({region}) no longer exists (DescribeCluster: {aws.error_code(exc)})"
+        return None
+    except BotoCoreError:
+        return None
+    if cluster.get("status") == "DELETING":
+        return f"EKS cluster {cluster_name} ({region}) is being deleted (status DELETING)"
+    return None
+
+
+class _GoneCheck:
+    """Asks EKS, at most every ``cluster_check_s``, whether the cluster behind ``dyn`` still exists; raises
+    ``ClusterGoneError`` when it does not. A client not made for an EKS cluster (a kubeconfig's) is never asked
+    about."""
+
+    def __init__(self, dyn: DynamicClient, settings: KubeSettings) -> None:
+        self._cluster = _EKS_CLUSTERS.get(dyn.client)
+        self._every_s = settings.cluster_check_s
+        if self._cluster is not None and not self._cluster.next_check_at:
+            self._cluster.next_check_at = time.monotonic() + self._every_s  # the first wait on a fresh client
+
+    @property
+    def window_s(self) -> float:
+        """The longest a watch may stay open before the next check is due."""
+        return self._cluster.next_check_at - time.monotonic() if self._cluster is not None else math.inf
+
+    def __call__(self, what: str, *, now: bool = False, cause: BaseException | None = None) -> None:
+        """Check when one is due (or ``now``: the API server stopped answering)."""
+        cluster = self._cluster
+        if cluster is None or (not now and time.monotonic() < cluster.next_check_at):
+            return
+        cluster.next_check_at = time.monotonic() + self._every_s
+        why = eks_cluster_gone(cluster.name, cluster.region)
+        if why is not None:
+            raise ClusterGoneError(
+                f"{what}: {why}; stopped waiting (nothing on a deleted cluster becomes ready; a scheduled teardown "
+                "deletes it at the end of the block: `capserve status` shows what is left)"
+            ) from cause
 
 
 def api_client_from_kubeconfig(path: str | Path, context: str | None = None) -> k8s.ApiClient:
@@ -228,7 +299,15 @@ def dynamic_client(api: k8s.ApiClient) -> DynamicClient:
     try:
         return DynamicClient(api, cache_file=never, discoverer=_InMemoryDiscoverer)  # type: ignore[no-untyped-call]
     except Exception as exc:  # discovery: ApiException or a connection error, converted below
-        raise convert(exc, f"API discovery at {api.configuration.host}") from exc
+        what = f"API discovery at {api.configuration.host}"
+        error = convert(exc, what)
+        cluster = _EKS_CLUSTERS.get(api)
+        if isinstance(error, RetryableError) and cluster is not None:
+            # An API server that does not answer may be one whose cluster was deleted: that is not worth retrying.
+            why = eks_cluster_gone(cluster.name, cluster.region)
+            if why is not None:
+                raise ClusterGoneError(f"{what}: {why}") from exc
+        raise error from exc
 
 
 # --------------------------------------------------------------------------- apply
@@ -321,6 +400,9 @@ def _watch_until(
     objects: dict[str, dict[str, Any]] = {}
     version: str | None = None
     selectors = {"namespace": namespace, "label_selector": label_selector, "field_selector": field_selector}
+    # A cluster deleted under the wait (the block's scheduled teardown) sends no event: the watch would sit out
+    # its window and the wait its deadline. Each window is cut to the check's period, and EKS is asked.
+    gone = _GoneCheck(dyn, settings)
     while True:
         try:
             if version is None:
@@ -329,10 +411,11 @@ def _watch_until(
                 version = str(listing["metadata"]["resourceVersion"])
                 if done(objects):
                     return objects
+            gone(what)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return objects
-            window = max(1, math.ceil(min(remaining, settings.watch_window_s)))
+            window = max(1, math.ceil(min(remaining, settings.watch_window_s, gone.window_s)))
             for event in dyn.watch(  # type: ignore[no-untyped-call]
                 resource, **selectors, resource_version=version, timeout=window, allow_watch_bookmarks=True
             ):
@@ -348,8 +431,12 @@ def _watch_until(
             if exc.status == 410:  # our resourceVersion was compacted away: start over from a list
                 version = None
                 continue
-            raise convert(exc, what) from exc
+            error = convert(exc, what)
+            if isinstance(error, RetryableError):
+                gone(what, now=True, cause=exc)  # a 5xx from a control plane being deleted
+            raise error from exc
         except (urllib3.exceptions.HTTPError, ConnectionError) as exc:
+            gone(what, now=True, cause=exc)  # the API server went away: deleted, or a passing outage (retried)
             raise convert(exc, what) from exc
 
 
@@ -499,7 +586,9 @@ def prove_lws_webhooks(api: k8s.ApiClient, probe: Mapping[str, Any], settings: K
     namespace = (probe.get("metadata") or {}).get("namespace")
     deadline = time.monotonic() + settings.addons_ready_timeout_s
     what = f"dry-run create of {_describe(probe)} (LWS webhooks)"
+    gone = _GoneCheck(dyn, settings)
     while True:
+        gone(what)
         try:
             answer: dict[str, Any] = resource.create(
                 body=dict(probe), namespace=namespace, dry_run="All", _request_timeout=settings.request_timeout_s
@@ -512,6 +601,7 @@ def prove_lws_webhooks(api: k8s.ApiClient, probe: Mapping[str, Any], settings: K
             if time.monotonic() >= deadline:
                 raise wait_timeout("LWS webhooks", settings.addons_ready_timeout_s, str(error)) from exc
         except (urllib3.exceptions.HTTPError, ConnectionError) as exc:
+            gone(what, now=True, cause=exc)
             raise convert(exc, what) from exc
         time.sleep(min(2.0, max(deadline - time.monotonic(), 0.0)))
     policy = ((answer.get("spec") or {}).get("networkConfig") or {}).get("subdomainPolicy")

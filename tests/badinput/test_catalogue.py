@@ -276,6 +276,14 @@ CASES = [
          "is not an environment variable name", BASE_TEXT),
     Case("api-key-and-url-credentials", [*UP, "--api-key-env", "K", "--evaluate-url", "http://u:pw@host:8000"],
          "an endpoint takes one Authorization header", BASE_TEXT, {"K": "sk-test-key-1"}),
+    # On a Prefect server (the default) the evaluation is the scheduled serve run's, of what it rolled out:
+    # an endpoint or key given here would be dropped, so they are refused (docs/cli.md).
+    Case("evaluate-url-on-a-server", ["up", "{spec}", "--out", "{tmp}/out", "--evaluate-url", "http://host:8000"],
+         "--evaluate-url: only with --in-process", BASE_TEXT),
+    Case("api-key-env-on-a-server", ["up", "{spec}", "--out", "{tmp}/out", "--api-key-env", "K"],
+         "--api-key-env: only with --in-process", BASE_TEXT, {"K": "sk-test-key-1"}),
+    Case("api-key-env-without-an-endpoint", [*UP, "--api-key-env", "K"],
+         "--api-key-env names the key of the endpoint given with --evaluate-url", BASE_TEXT, {"K": "sk-test-key-1"}),
     Case("out-is-a-file", ["up", "{spec}", "--out", "{spec}"], "exists and is not a folder", BASE_TEXT),
     Case("out-under-a-file", ["up", "{spec}", "--out", "{spec}/out"], "--out: cannot write to", BASE_TEXT),
     Case("out-not-creatable", ["up", "{spec}", "--out", "/proc/capserve-out"], "--out: cannot write to", BASE_TEXT),
@@ -382,6 +390,7 @@ def guarded(aws: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Tripwir
         ("capserve.flows.teardown", "teardown"),
         ("capserve.flows.rehearse", "rehearse"),
         ("capserve.sandbox.environment", "sandbox"),
+        ("capserve.cli._server", "server_in_background"),  # the default mode's Prefect server
     ):
         wire = Tripwire(name)
         # By module object: `capserve.flows.teardown` the attribute is the flow, not its module.

@@ -5,9 +5,11 @@ from __future__ import annotations
 import base64
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
+import boto3
 import pytest
 import yaml
 from kubernetes import client as k8s
@@ -15,8 +17,8 @@ from pydantic import SecretStr
 
 from capserve.core.cluster.addons import AddonOptions, render_addons
 from capserve.core.cluster.readiness import KubeSettings, NodeExpectation, Readiness
-from capserve.core.errors import PermanentError, WaitTimeoutError
-from capserve.sandbox.aws import patched_environ
+from capserve.core.errors import ClusterGoneError, PermanentError, WaitTimeoutError
+from capserve.sandbox.aws import moto_sandbox, patched_environ
 from capserve.sandbox.kube import FakeKube
 from capserve.sandbox.kube.auth import eks_token_problem
 from capserve.tasks import kube as tasks_kube
@@ -231,6 +233,52 @@ def test_an_expired_watch_is_answered_by_listing_again(kube: FakeKube, api: k8s.
     loop.call_soon_threadsafe(loop.call_later, 0.2, kube.compact)  # expires the watch in flight
     settings = KubeSettings(nodes_ready_timeout_s=5, watch_window_s=1)
     assert tasks_kube.wait_gpu_nodes_ready.fn(api, EXPECT, settings).ready
+
+
+# ----------------------------------------------------------------------------- a cluster deleted under a wait
+
+
+@pytest.fixture
+def eks_cluster() -> Iterator[str]:
+    """An EKS cluster in the sandbox's AWS (moto); the fake API server stands for its API."""
+    with moto_sandbox("us-east-2"):
+        boto3.client("eks").create_cluster(
+            name="capserve-gone", roleArn="arn:aws:iam::123456789012:role/eks", resourcesVpcConfig={"subnetIds": []}
+        )
+        yield "capserve-gone"
+
+
+def test_a_wait_on_a_cluster_deleted_under_it_ends_naming_it(kube: FakeKube, eks_cluster: str) -> None:
+    # The nodes never join: only the cluster's deletion (the block's scheduled teardown) can end this wait early.
+    api = tasks_kube.api_client_for_eks(kube.url, None, eks_cluster, "us-east-2")
+    settings = KubeSettings(nodes_ready_timeout_s=60, watch_window_s=60, cluster_check_s=1)
+    ended: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            tasks_kube.wait_gpu_nodes_ready.fn(api, EXPECT, settings)
+        except BaseException as exc:
+            ended.append(exc)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    while not any("watch=true" in r.path and "/nodes" in r.path for r in kube.requests) and waiter.is_alive():
+        time.sleep(0.02)  # until the wait is watching a quiet cluster
+    boto3.client("eks").delete_cluster(name=eks_cluster)
+    waiter.join(timeout=300)
+    assert len(ended) == 1 and isinstance(ended[0], ClusterGoneError), ended
+    message = str(ended[0])
+    assert message.startswith("watch of GPU nodes: EKS cluster capserve-gone (us-east-2) no longer exists "
+                              "(DescribeCluster: ResourceNotFoundException)"), message
+
+
+def test_an_api_server_gone_with_its_cluster_is_not_retried(eks_cluster: str) -> None:
+    # A deleted EKS cluster's API server no longer answers (its DNS name goes with it): a connection error that
+    # would otherwise be retried as transient.
+    boto3.client("eks").delete_cluster(name=eks_cluster)
+    api = tasks_kube.api_client_for_eks("http://127.0.0.1:9", None, eks_cluster, "us-east-2")
+    with pytest.raises(ClusterGoneError, match="EKS cluster capserve-gone .us-east-2. no longer exists"):
+        tasks_kube.wait_gpu_nodes_ready.fn(api, EXPECT, KubeSettings(request_timeout_s=5))
 
 
 # ----------------------------------------------------------------------------- add-ons

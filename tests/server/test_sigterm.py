@@ -1,9 +1,10 @@
 """SIGTERM to `capserve up` (a separate process, as systemd, `kill` or a CI timeout sends it) during bring-up:
 the command exits 130 soon after and leaves no process of its own behind (the server, the worker and the flow
-run it started included).
+run it started included), on the embedded server and `--in-process` (where Prefect's flow engine handles the
+signal while the campaign runs: capserve/cli/signals.py says how it is never lost there).
 
 The bound on how long it may take is a hang detector, not a performance target: on a loaded 2-core machine the
-command exited 2–12 s after the signal.
+command exited 2–12 s after the signal (embedded server), 6–15 s (in process).
 """
 
 from __future__ import annotations
@@ -56,10 +57,11 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-# The in-process mode is left out: there Prefect's flow engine swaps in its own SIGTERM handler while a flow
-# runs, and one run in three on a loaded machine carried on to the end after the signal (exit 0): not yet
-# understood, so not claimed here.
-@pytest.mark.parametrize(("mode", "started"), [([], "serve-k3-demo: Running")], ids=["embedded-server"])
+@pytest.mark.parametrize(
+    ("mode", "started"),
+    [([], "serve-k3-demo: Running"), (["--in-process"], "for flow 'bring-up'")],
+    ids=["embedded-server", "in-process"],
+)
 def test_sigterm_during_bring_up_exits_130_and_leaves_no_child(
     mode: list[str], started: str, tmp_path: Path
 ) -> None:

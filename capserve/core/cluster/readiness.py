@@ -55,6 +55,13 @@ class KubeSettings(BaseModel):
         description="Longest single watch request; it is re-opened from the last resourceVersion until the deadline.",
     )
     request_timeout_s: float = Field(30.0, gt=0, le=600, description="Timeout of one non-watch API request.")
+    cluster_check_s: float = Field(
+        20.0,
+        ge=1,
+        le=600,
+        description="How often a wait on an EKS cluster asks EKS whether the cluster still exists (a deleted "
+        "cluster's API goes quiet or away; the wait then ends at once, naming it).",
+    )
     network_proof_timeout_s: float = Field(
         300.0, gt=0, le=3600, description="How long the per-GPU-node network check pods may take (pull and run)."
     )

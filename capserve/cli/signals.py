@@ -1,0 +1,79 @@
+"""SIGTERM that is never lost: not in a finalizer, not under Prefect's flow engine.
+
+A Python signal handler runs in the main thread between two bytecodes of whatever runs there, a
+finalizer included: the garbage collector may be calling an object's ``__del__`` (an asyncio transport
+left unclosed, say) at that moment. An exception raised from there is not propagated: Python prints
+"Exception ignored in: <__del__ …>" and the interrupted code goes on (Python data model, ``__del__``:
+"exceptions that occur during their execution are ignored"). So a handler that only raises loses the
+signal now and then: a `capserve up --in-process` SIGTERMed during bring-up carried on to the end (exit 0).
+
+Both handlers that can be installed while a command runs therefore defer instead of raising when they
+interrupt a finalizer: the signal is sent again a moment later, when the finalizer has returned.
+
+- ours (``interrupt``): SIGTERM becomes ``KeyboardInterrupt``, as Ctrl-C;
+- Prefect's, which its flow engine installs while a flow runs in this process
+  (``prefect.utilities.engine.capture_sigterm`` raises ``TerminationSignal``, crashes the run, restores
+  the previous handler — ours — and sends the signal again, so the command still ends with exit 130).
+  It is replaced by the same handler wrapped (``defer_prefect_handler_in_finalizers``); the engine looks
+  its handler up by that module-level name, both to install it and to recognise it as installed.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+REDELIVER_AFTER_S = 0.05
+
+# Set by every SIGTERM a wrapped handler sees. Prefect's engine may still turn its ``TerminationSignal`` into
+# another error (one that lands while a task run is being created ends as ``ValueError: Task run is not set``,
+# and the signal is not sent again): the command then knows it was asked to stop, and says so (exit 130).
+received = threading.Event()
+
+Handler = Callable[[int, FrameType | None], Any]
+
+
+def in_finalizer(frame: FrameType | None) -> bool:
+    """True when ``frame`` runs inside a ``__del__`` (an exception raised there would be ignored)."""
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _redeliver(signum: int) -> None:
+    timer = threading.Timer(REDELIVER_AFTER_S, os.kill, (os.getpid(), signum))
+    timer.daemon = True  # never keeps a finished command alive
+    timer.start()
+
+
+def outside_finalizers(handler: Handler) -> Handler:
+    """``handler``, except that inside a finalizer the signal is sent again a moment later instead."""
+
+    def deferring(signum: int, frame: FrameType | None) -> Any:
+        received.set()
+        if in_finalizer(frame):
+            _redeliver(signum)
+            return None
+        return handler(signum, frame)
+
+    deferring.__wrapped__ = handler  # type: ignore[attr-defined]
+    return deferring
+
+
+@outside_finalizers
+def interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt  # SIGTERM (systemd, `kill`, a CI timeout) stops a command as Ctrl-C does
+
+
+def defer_prefect_handler_in_finalizers() -> None:
+    """Wrap Prefect's flow-engine SIGTERM handler with ``outside_finalizers`` (once; before a flow runs)."""
+    from prefect.utilities import engine
+
+    current = engine._prefect_sigterm_handler
+    if getattr(current, "__wrapped__", None) is None:
+        engine._prefect_sigterm_handler = outside_finalizers(current)  # type: ignore[assignment]
