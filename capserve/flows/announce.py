@@ -7,11 +7,7 @@ A stage announces what it achieved in one line, e.g.
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime
-
-from prefect import get_run_logger
-from prefect.exceptions import MissingContextError
 
 from capserve.core.errors import CapserveError
 from capserve.core.events import CampaignRefs, CapserveEvent
@@ -19,6 +15,7 @@ from capserve.flows.context import CampaignContext
 from capserve.tasks.aws_events import converge_capacity_events
 from capserve.tasks.clock import campaign_now
 from capserve.tasks.events import emit
+from capserve.tasks.run_log import run_logger
 
 
 def about(ctx: CampaignContext) -> CampaignRefs:
@@ -55,11 +52,5 @@ def watch_capacity_events(ctx: CampaignContext) -> None:
     try:
         converge_capacity_events(ctx.spec.campaign_id, lease.reservation_id, lease.region)
     except CapserveError as exc:
-        _logger().warning("no Capacity Block events for campaign %s: %s", ctx.spec.campaign_id, exc)
+        run_logger(__name__).warning("no Capacity Block events for campaign %s: %s", ctx.spec.campaign_id, exc)
 
-
-def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
-    try:
-        return get_run_logger()
-    except MissingContextError:
-        return logging.getLogger(__name__)

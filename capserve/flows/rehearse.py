@@ -16,11 +16,9 @@ report and into S3 beside the campaign record, where the campaign's acquire stag
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
-from prefect import flow, get_run_logger
-from prefect.exceptions import MissingContextError
+from prefect import flow
 
 from capserve.core.capacity.states import ReservationState
 from capserve.core.cluster.result import ClusterResult
@@ -63,6 +61,7 @@ from capserve.tasks.clock import campaign_now
 from capserve.tasks.record_store import save_rehearsal
 from capserve.tasks.rehearsal import rehearsal_zone
 from capserve.tasks.reporting import write_report_files
+from capserve.tasks.run_log import run_logger
 from capserve.tasks.settings import hub_endpoint_from_environment, settings_from_environment
 
 
@@ -118,7 +117,7 @@ def rehearse(
     prices = load_price_table()
     choice = choose_instance_type(spec, prices)
     rehearsal = rehearsal_spec(spec, choice.instance_type)
-    _logger().info("rehearsing campaign %s as %s on %s (%s)", spec.campaign_id, rehearsal.campaign_id,
+    run_logger(__name__).info("rehearsing campaign %s as %s on %s (%s)", spec.campaign_id, rehearsal.campaign_id,
                    choice.instance_type, choice.why)
     options = RunOptions(
         out_dir=out_dir, staging_dir=staging_dir or out_dir / "staging",
@@ -155,7 +154,7 @@ def _tear_down_if_left(ctx: CampaignContext) -> None:
     try:
         run_stage(ctx, Step(Stage.TEARDOWN, lambda context: rehearsal_teardown_stage(context, "failed-stage")))
     except Exception:
-        _logger().exception("the rehearsal's teardown did not finish: run `capserve down` on %s",
+        run_logger(__name__).exception("the rehearsal's teardown did not finish: run `capserve down` on %s",
                             ctx.spec.campaign_id)
 
 
@@ -170,9 +169,10 @@ def _record(
         ctx.report.rehearsal = record
         write_report_files(ctx.report, ctx.options.out_dir)
         uri = save_rehearsal(ctx.locations.records, record)
-        _logger().info("rehearsal %s: %s (record %s)", record.result, record.why or "every check passed", uri)
+        why = record.why or "every check passed"
+        run_logger(__name__).info("rehearsal %s: %s (record %s)", record.result, why, uri)
     except Exception:
-        _logger().exception("could not write the rehearsal record of campaign %s", spec.campaign_id)
+        run_logger(__name__).exception("could not write the rehearsal record of campaign %s", spec.campaign_id)
         if not quietly:
             raise
 
@@ -212,9 +212,3 @@ def rehearsal_record(
         why=why,
     )
 
-
-def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
-    try:
-        return get_run_logger()
-    except MissingContextError:
-        return logging.getLogger(__name__)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import json
-import logging
 import os
 import re
 import shlex
@@ -33,9 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
-from prefect import get_run_logger
 from prefect.cache_policies import NO_CACHE
-from prefect.exceptions import MissingContextError
 
 from capserve.core.cluster.naming import campaign_tags, tag_list
 from capserve.core.errors import PermanentError
@@ -51,6 +48,7 @@ from capserve.core.rollout.image import (
 from capserve.core.tags import CAMPAIGN_TAG
 from capserve.tasks import aws
 from capserve.tasks.resilience import aws_task, local_task
+from capserve.tasks.run_log import run_logger
 from capserve.tasks.secrets import redactor, register_secret
 
 REGISTRY_TOOL_ENV = "CAPSERVE_REGISTRY_TOOL"
@@ -95,7 +93,7 @@ def mirror_image(campaign_id: str, image: str, region: str) -> ImageMirrorResult
         copied = size is None
         if copied:
             destination = f"{registry}/{repository}:{mirror_tag(source, digest)}"
-            _logger().info("image: copying %s to %s (design: ecr-copy)", source.at(digest), destination)
+            run_logger(__name__).info("image: copying %s to %s (design: ecr-copy)", source.at(digest), destination)
             # A digest the spec pins is copied as it is (it may be a multi-platform index); a resolved one is
             # the linux/amd64 manifest, which --platform picks again.
             platform = [] if source.digest else ["--platform", PLATFORM]
@@ -112,15 +110,9 @@ def mirror_image(campaign_id: str, image: str, region: str) -> ImageMirrorResult
         source=image, digest=digest, region=region, repository=repository, image=f"{registry}/{repository}@{digest}",
         size_bytes=size or None, copied=copied, created=tuple(created),
     )  # fmt: skip
-    _logger().info("image: pods pull %s (%s)", result.image, "copied" if copied else "already in ECR")
+    run_logger(__name__).info("image: pods pull %s (%s)", result.image, "copied" if copied else "already in ECR")
     return result
 
-
-def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
-    try:
-        return get_run_logger()
-    except MissingContextError:
-        return logging.getLogger(__name__)
 
 
 def _ensure_repository(ecr: Any, repository: str, campaign_id: str) -> tuple[str, list[str]]:

@@ -44,7 +44,8 @@ from capserve.core.cluster.readiness import (
 from capserve.core.errors import CapserveError, ClusterGoneError, PermanentError, RetryableError
 from capserve.tasks import aws
 from capserve.tasks.manifests import record_applied
-from capserve.tasks.resilience import kube_task
+from capserve.tasks.resilience import NO_RETRIES, kube_task
+from capserve.tasks.run_log import run_logger
 from capserve.tasks.waiting import wait_timeout
 
 DEFAULT_FIELD_MANAGER = "capserve"
@@ -395,10 +396,13 @@ def _watch_until(
 
     Returns the objects last seen (by namespace/name) either way; the caller decides what a
     timeout means. A watch that expires (410 Gone) is answered by listing again, as client-go's
-    reflector does.
+    reflector does. A dropped connection or a transient answer (5xx, 429) is answered the same way after a
+    pause (``reconnect_max_s``), inside this one deadline: the wait tasks are not retried, because a retried
+    wait would start a fresh deadline and wait longer than its caller allowed.
     """
     objects: dict[str, dict[str, Any]] = {}
     version: str | None = None
+    pause = 1.0
     selectors = {"namespace": namespace, "label_selector": label_selector, "field_selector": field_selector}
     # A cluster deleted under the wait (the block's scheduled teardown) sends no event: the watch would sit out
     # its window and the wait its deadline. Each window is cut to the check's period, and EKS is asked.
@@ -427,23 +431,33 @@ def _watch_until(
                     objects[_key(raw)] = raw
                 if done(objects) or time.monotonic() >= deadline:
                     return objects
+            continue  # the window ran out: watch on from the last resourceVersion
         except k8s.ApiException as exc:
             if exc.status == 410:  # our resourceVersion was compacted away: start over from a list
                 version = None
                 continue
             error = convert(exc, what)
-            if isinstance(error, RetryableError):
-                gone(what, now=True, cause=exc)  # a 5xx from a control plane being deleted
-            raise error from exc
+            if not isinstance(error, RetryableError):
+                raise error from exc
+            gone(what, now=True, cause=exc)  # a 5xx from a control plane being deleted
+            dropped: CapserveError = error
         except (urllib3.exceptions.HTTPError, ConnectionError) as exc:
-            gone(what, now=True, cause=exc)  # the API server went away: deleted, or a passing outage (retried)
-            raise convert(exc, what) from exc
+            gone(what, now=True, cause=exc)  # the API server went away: deleted, or a passing outage
+            dropped = convert(exc, what)
+        # A passing outage: list and watch again after a pause, against the same deadline.
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return objects
+        run_logger(__name__).info("%s: %s; watching again in %.0f s", what, dropped, min(pause, remaining))
+        time.sleep(min(pause, remaining))
+        pause = min(pause * 2, max(settings.reconnect_max_s, 0.1))
+        version = None
 
 
 # --------------------------------------------------------------------------- waits (Prefect tasks)
 
 
-@kube_task(name="wait-gpu-nodes-ready", cache_policy=NO_CACHE)
+@kube_task(name="wait-gpu-nodes-ready", policy=NO_RETRIES, cache_policy=NO_CACHE)  # a wait (design.md §6)
 def wait_gpu_nodes_ready(api: k8s.ApiClient, expectation: NodeExpectation, settings: KubeSettings) -> Readiness:
     """Watch the nodes until ``expectation`` holds; on timeout raise naming each node and its cause.
 
@@ -558,7 +572,7 @@ def _why_not_ready(dyn: DynamicClient, obj: Mapping[str, Any] | None, settings: 
     return "; ".join(pod_problems(pods.to_dict().get("items") or []))
 
 
-@kube_task(name="wait-addons-ready", cache_policy=NO_CACHE)
+@kube_task(name="wait-addons-ready", policy=NO_RETRIES, cache_policy=NO_CACHE)  # a wait (design.md §6)
 def wait_addons_ready(
     api: k8s.ApiClient, manifests: Sequence[Mapping[str, Any]], settings: KubeSettings
 ) -> dict[str, str]:
@@ -571,7 +585,7 @@ def wait_addons_ready(
     return _wait_objects(dynamic_client(api), manifests, settings, settings.addons_ready_timeout_s, "add-ons")
 
 
-@kube_task(name="prove-lws-webhooks", cache_policy=NO_CACHE)
+@kube_task(name="prove-lws-webhooks", policy=NO_RETRIES, cache_policy=NO_CACHE)  # a wait (design.md §6)
 def prove_lws_webhooks(api: k8s.ApiClient, probe: Mapping[str, Any], settings: KubeSettings) -> dict[str, Any]:
     """Server-side dry-run create (``dryRun=All``) of a small LeaderWorkerSet, until LWS's webhooks answer.
 
@@ -601,8 +615,9 @@ def prove_lws_webhooks(api: k8s.ApiClient, probe: Mapping[str, Any], settings: K
             if time.monotonic() >= deadline:
                 raise wait_timeout("LWS webhooks", settings.addons_ready_timeout_s, str(error)) from exc
         except (urllib3.exceptions.HTTPError, ConnectionError) as exc:
-            gone(what, now=True, cause=exc)
-            raise convert(exc, what) from exc
+            gone(what, now=True, cause=exc)  # else a passing outage: asked again, inside the same deadline
+            if time.monotonic() >= deadline:
+                raise wait_timeout("LWS webhooks", settings.addons_ready_timeout_s, str(convert(exc, what))) from exc
         time.sleep(min(2.0, max(deadline - time.monotonic(), 0.0)))
     policy = ((answer.get("spec") or {}).get("networkConfig") or {}).get("subdomainPolicy")
     if not policy:

@@ -9,16 +9,15 @@ only reads the campaign's runs by tag and creates or cancels them (docs/prefect.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from prefect import get_client, get_run_logger
+from prefect import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName, FlowRunFilterTags
 from prefect.client.schemas.objects import FlowRun, StateType
-from prefect.exceptions import MissingContextError, ObjectNotFound
+from prefect.exceptions import ObjectNotFound
 from prefect.states import Cancelled, Scheduled
 
 from capserve.core.lease import Lease
@@ -38,6 +37,7 @@ from capserve.core.schedule import (
 from capserve.core.spec import TeardownSpec
 from capserve.tasks.clock import campaign_window, register_waypoints
 from capserve.tasks.resilience import orchestrator_task
+from capserve.tasks.run_log import run_logger
 
 
 @orchestrator_task(name="schedule-lease-runs")
@@ -69,7 +69,7 @@ def schedule_lease_runs(
             create_run(run, window.to_wall(max(run.scheduled_at, window.anchor_sim)))
         except ObjectNotFound:
             notes[run.idempotency_key] = f"not scheduled: no deployment {run.deployment!r} on this Prefect server"
-            _logger().warning(
+            run_logger(__name__).warning(
                 "no %s deployment on this Prefect server: %s at %s is NOT scheduled; register "
                 "deployments/prefect.yaml (README) or run `capserve down` before then",
                 run.deployment, run.name, run.scheduled_at.isoformat(),
@@ -201,9 +201,3 @@ def existing_run(run: FlowRun) -> ExistingRun:
         started_at=run.start_time,
     )
 
-
-def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
-    try:
-        return get_run_logger()
-    except MissingContextError:
-        return logging.getLogger(__name__)

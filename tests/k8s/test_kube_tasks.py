@@ -11,6 +11,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import boto3
 import pytest
+import urllib3
 import yaml
 from kubernetes import client as k8s
 from pydantic import SecretStr
@@ -342,3 +343,57 @@ def test_nodes_registering_not_ready_turn_ready_later(
 ) -> None:
     kube.provision_nodes("gpu", 2, labels=GPU, ready_after_s=0.1, device_plugins="builtin")
     assert tasks_kube.wait_gpu_nodes_ready.fn(api, EXPECT, patient).ready_nodes == 2
+
+
+# ----------------------------------------------------------------------------- waits keep their deadline
+
+
+class FakeTime:
+    """time.monotonic and time.sleep for capserve.tasks.kube: sleeping moves the clock, nothing else does."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class DroppingNodes:
+    """The Node resource and its watch: the first ``drops`` watches break off as a dropped connection does; the
+    others run out their window (a fake clock's) with no event. No node ever joins."""
+
+    def __init__(self, clock: FakeTime, drops: int) -> None:
+        self.clock, self.drops, self.watches, self.lists = clock, drops, 0, 0
+        self.client = k8s.ApiClient()  # not made for an EKS cluster: no DescribeCluster between watches
+
+    def get(self, **_: object) -> object:
+        self.lists += 1
+        listing = {"items": [], "metadata": {"resourceVersion": str(self.lists)}}
+        return type("Listing", (), {"to_dict": lambda _self: listing})()
+
+    def watch(self, resource: object, *, timeout: int, **_: object) -> Iterator[dict]:
+        self.watches += 1
+        if self.watches <= self.drops:
+            raise urllib3.exceptions.ProtocolError("Connection aborted.", ConnectionResetError(104, "reset"))
+        self.clock.now += timeout
+        return iter(())
+
+
+def test_a_wait_whose_watch_drops_twice_still_ends_at_its_one_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeTime()
+    nodes = DroppingNodes(clock, drops=2)
+    monkeypatch.setattr(tasks_kube, "time", clock)
+    monkeypatch.setattr(tasks_kube, "dynamic_client", lambda api: nodes)
+    monkeypatch.setattr(tasks_kube, "_resource", lambda dyn, version, kind: nodes)
+    settings = KubeSettings(nodes_ready_timeout_s=120, watch_window_s=30, reconnect_max_s=4)
+    started = clock.now
+
+    with pytest.raises(WaitTimeoutError, match="GPU nodes not ready after 120 s: 0 of 2 GPU nodes ready"):
+        tasks_kube.wait_gpu_nodes_ready.fn(None, EXPECT, settings)  # type: ignore[arg-type]
+
+    assert (nodes.watches > 2, nodes.lists) == (True, 3)  # listed again after each drop, then watched on
+    assert clock.now - started == 120  # the one deadline: the drops neither ended nor extended it
+    assert tasks_kube.wait_gpu_nodes_ready.retries == 0  # and the task is not retried with a fresh one

@@ -55,6 +55,13 @@ class KubeSettings(BaseModel):
         description="Longest single watch request; it is re-opened from the last resourceVersion until the deadline.",
     )
     request_timeout_s: float = Field(30.0, gt=0, le=600, description="Timeout of one non-watch API request.")
+    reconnect_max_s: float = Field(
+        15.0,
+        ge=0,
+        le=600,
+        description="Longest pause before a wait re-opens a dropped watch (1 s, doubling up to this; never past the "
+        "wait's deadline). A wait reconnects itself: its task is not retried, so its deadline is the caller's.",
+    )
     cluster_check_s: float = Field(
         20.0,
         ge=1,

@@ -20,12 +20,13 @@ from capserve.core.capacity.states import (
     reservation_from_ec2,
     reservation_from_training_plan,
 )
-from capserve.core.errors import PermanentError
+from capserve.core.errors import PermanentError, RetryableError
 from capserve.core.spec import CapacitySpec
 from capserve.tasks.aws import client
 from capserve.tasks.capacity.errors import capacity_error, is_not_found
 from capserve.tasks.clock import campaign_now
-from capserve.tasks.resilience import aws_task
+from capserve.tasks.resilience import NO_RETRIES, aws_task
+from capserve.tasks.run_log import run_logger
 from capserve.tasks.waiting import wait_until
 
 
@@ -116,7 +117,7 @@ def describe_reservation_by_id(reservation_id: str, default_region: str) -> Rese
     return capacity_reservation(default_region, reservation_id)
 
 
-@aws_task(name="wait-until-usable")
+@aws_task(name="wait-until-usable", policy=NO_RETRIES)  # a wait (docs/design.md §6)
 def wait_until_usable(reservation: Reservation, settings: CapacitySettings) -> Reservation:
     """Follow AWS's states until ``active``; a far-off start returns the ``scheduled`` reservation instead.
 
@@ -126,8 +127,15 @@ def wait_until_usable(reservation: Reservation, settings: CapacitySettings) -> R
     code never reads the sandbox clock: it only follows the state AWS reports.
     """
 
+    seen = [reservation]  # the last answer, kept through a transient failure
+
     def check() -> Reservation:
-        current = describe(reservation)
+        try:
+            current = describe(reservation)
+        except RetryableError as exc:  # asked again at the next poll, inside the same deadline
+            run_logger(__name__).info("reservation %s: %s; asking again", reservation.reservation_id, exc)
+            return seen[0]
+        seen[0] = current
         if current.state.is_terminal:
             raise PermanentError(f"{current.reservation_id} is {current.state.value}: {current.state.failure_hint()}")
         return current

@@ -33,7 +33,7 @@ from capserve.core.rollout.names import ROLE_LABEL, ROLLOUT_LABEL
 from capserve.core.rollout.prepull import PREPULL_ROLE
 from capserve.core.rollout.result import RolloutFailedError
 from capserve.tasks.kube import _resource, _watch_until, dynamic_client
-from capserve.tasks.resilience import kube_task
+from capserve.tasks.resilience import NO_RETRIES, kube_task
 
 
 @dataclass
@@ -157,7 +157,7 @@ class _Judge:
         return min(self.since.values()) + self.wait.unschedulable_grace_s if self.since else None
 
 
-@kube_task(name="wait-rollout-ready", cache_policy=NO_CACHE)
+@kube_task(name="wait-rollout-ready", policy=NO_RETRIES, cache_policy=NO_CACHE)  # a wait (design.md §6)
 def wait_rollout_ready(
     api: k8s.ApiClient,
     namespace: str,

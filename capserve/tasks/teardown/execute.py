@@ -4,13 +4,10 @@ reports what is still there."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError, WaiterError
-from prefect import get_run_logger
 from prefect.cache_policies import NO_CACHE
-from prefect.exceptions import MissingContextError
 from pydantic import BaseModel, ConfigDict, Field
 
 from capserve.core.deadline import Deadline
@@ -22,6 +19,7 @@ from capserve.tasks import aws
 from capserve.tasks.cluster.common import waiter_config
 from capserve.tasks.kube import convert as kube_convert
 from capserve.tasks.resilience import aws_task
+from capserve.tasks.run_log import run_logger
 from capserve.tasks.teardown import workloads as kube
 from capserve.tasks.waiting import wait_until
 
@@ -61,7 +59,7 @@ def execute_plan(
     plan: TeardownPlan, settings: TeardownSettings, workload_cluster: ClusterFound | None = None
 ) -> Outcome:
     """Run ``plan`` phase by phase; stop after a phase whose waits ran out (the next phase would fail on it)."""
-    logger = _logger()
+    logger = run_logger(__name__)
     clients = _Clients(plan.region, workload_cluster)
     deleted: list[str] = []
     gone: list[str] = []
@@ -79,13 +77,6 @@ def execute_plan(
             return Outcome(deleted=tuple(deleted), already_gone=tuple(gone), remaining=tuple(remaining))
     return Outcome(deleted=tuple(deleted), already_gone=tuple(gone))
 
-
-def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
-    """The run logger (shown in the UI); a plain one when called outside a run (``execute_plan.fn``)."""
-    try:
-        return get_run_logger()
-    except MissingContextError:
-        return logging.getLogger(__name__)
 
 
 def _call(step: Step, clients: _Clients, settings: TeardownSettings, region: str) -> bool:
