@@ -21,6 +21,11 @@ the clock short of its waypoint: it waits on the clock until then (``capserve.ta
 ``to_wall`` is the *earliest* wall instant the clock can show a time (no gate holds on the way: where
 runs are scheduled), and ``to_sim`` the clock itself, which holds at every gate not yet released.
 
+While real work runs on the block (``busy``: a scheduled run, a redeploy), the clock runs no faster than
+``near_rate`` anywhere: a slow stretch sized for the work would otherwise end under work that a busy
+machine made slower, and each further wall second of it be hours of the block. Like a hold, this only
+makes the clock later than ``to_wall``.
+
 On AWS the campaign's clock is the host's: ``WarpedWindow.real_time()``, rate 1 everywhere, the same
 code with an identity mapping.
 """
@@ -55,6 +60,7 @@ class WarpedWindow(BaseModel):
         timedelta(0), ge=timedelta(0), le=timedelta(hours=1),
         description="The longest the clock stays at a gate (wall time); 0: waypoints are not gates.",
     )
+    busy: bool = Field(False, description="Real work runs on the block: no faster than near_rate anywhere.")
 
     @classmethod
     def real_time(cls, now: datetime, *, shows: datetime | None = None) -> WarpedWindow:
@@ -77,22 +83,24 @@ class WarpedWindow(BaseModel):
                 spans.append((start, end))
         return spans
 
-    def _pieces(self) -> list[tuple[datetime, datetime | None, float, float]]:
+    def _pieces(self, *, earliest: bool = False) -> list[tuple[datetime, datetime | None, float, float]]:
         """(sim start, sim end or None for open-ended, rate, hold) from the anchor on: the clock stays at the
-        start ``hold`` wall seconds (a gate: 0 elsewhere), then runs at ``rate`` to the end."""
+        start ``hold`` wall seconds (a gate: 0 elsewhere), then runs at ``rate`` to the end. ``earliest``: as
+        fast as the clock can go (no gate holding, no work slowing it)."""
+        fast = self.fast_rate if earliest or not self.busy else min(self.fast_rate, self.near_rate)
         moving: list[tuple[datetime, datetime | None, float]] = []
         cursor = self.anchor_sim
         for start, end in self.slow_spans():
             if end <= cursor:
                 continue
             if start > cursor:
-                moving.append((cursor, start, self.fast_rate))
+                moving.append((cursor, start, fast))
                 cursor = start
             moving.append((cursor, end, self.near_rate))
             cursor = end
-        moving.append((cursor, None, self.fast_rate))
+        moving.append((cursor, None, fast))
         gates = sorted(gate for gate in self.gates if gate >= self.anchor_sim)
-        hold = self.hold.total_seconds()
+        hold = 0.0 if earliest else self.hold.total_seconds()
         pieces: list[tuple[datetime, datetime | None, float, float]] = []
         for begin, until, rate in moving:  # split at the gates, so each gate starts a piece
             for gate in gates:
@@ -108,7 +116,7 @@ class WarpedWindow(BaseModel):
         if sim < self.anchor_sim:
             raise ValueError(f"{sim.isoformat()} is before this window's anchor {self.anchor_sim.isoformat()}")
         wall_seconds = 0.0
-        for start, end, rate, _hold in self._pieces():
+        for start, end, rate, _hold in self._pieces(earliest=True):
             stop = sim if end is None else min(sim, end)
             if stop <= start:
                 break
@@ -116,10 +124,11 @@ class WarpedWindow(BaseModel):
         return self.anchor_wall + timedelta(seconds=wall_seconds)
 
     def latest_wall(self, sim: datetime) -> datetime:
-        """The latest wall instant at which the clock shows ``sim``: when every gate before it holds as long as it
-        may."""
-        holds = sum(hold for start, _end, _rate, hold in self._pieces() if start < sim)
-        return self.to_wall(sim) + timedelta(seconds=holds)
+        """The latest wall instant at which the clock shows ``sim`` if nothing changes (every gate before it holding
+        as long as it may; work that keeps the clock near wall time may end later still)."""
+        if sim < self.anchor_sim:
+            raise ValueError(f"{sim.isoformat()} is before this window's anchor {self.anchor_sim.isoformat()}")
+        return self._reached(sim)
 
     def to_sim(self, wall: datetime) -> datetime:
         """The simulated time at the wall instant ``wall`` (not before the anchor), holding at every gate."""
@@ -161,14 +170,14 @@ class WarpedWindow(BaseModel):
         gates = tuple(gate for gate in self.gates if gate >= sim)
         return self.model_copy(update={"anchor_wall": wall, "anchor_sim": sim, "gates": gates})
 
-    def _reached(self, gate: datetime) -> datetime:
-        """The wall instant the clock reaches ``gate`` (every earlier gate holding its longest)."""
+    def _reached(self, sim: datetime) -> datetime:
+        """The wall instant the clock reaches ``sim`` (every earlier gate holding its longest)."""
         wall_seconds = 0.0
         for start, end, rate, hold in self._pieces():
-            if start >= gate:
+            if start >= sim:
                 break
             wall_seconds += hold
-            stop = gate if end is None else min(gate, end)
+            stop = sim if end is None else min(sim, end)
             wall_seconds += (stop - start).total_seconds() / rate
         return self.anchor_wall + timedelta(seconds=wall_seconds)
 
@@ -185,8 +194,15 @@ class WarpedWindow(BaseModel):
         })
 
     def rate_at(self, sim: datetime) -> float:
-        """Simulated seconds per wall second at the simulated instant ``sim``."""
-        return self.near_rate if any(start <= sim < end for start, end in self.slow_spans()) else self.fast_rate
+        """Simulated seconds per wall second at the simulated instant ``sim`` (outside a hold)."""
+        slow = self.busy or any(start <= sim < end for start, end in self.slow_spans())
+        return min(self.near_rate, self.fast_rate) if slow else self.fast_rate
+
+    def working(self, busy: bool, now_wall: datetime) -> WarpedWindow:
+        """The same clock from ``now_wall`` on, with real work running on the block (``busy``) or none."""
+        if busy == self.busy:
+            return self
+        return self.reanchored(now_wall).model_copy(update={"busy": busy})
 
     def with_waypoints(
         self, added: Iterable[datetime], *, now_wall: datetime, spans: Iterable[tuple[datetime, datetime]] = ()

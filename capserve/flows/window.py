@@ -46,7 +46,7 @@ from capserve.flows.slots import campaign_slot
 from capserve.flows.stages import teardown_stage
 from capserve.flows.states import verdict_state
 from capserve.flows.teardown import teardown
-from capserve.tasks.clock import begin_at_waypoint, campaign_now
+from capserve.tasks.clock import begin_at_waypoint, campaign_now, working_on_the_block
 from capserve.tasks.drain import remove_services, scale_serving_to_zero
 from capserve.tasks.locations import locate_records, record_ref
 from capserve.tasks.orphans import read_crashed_run, runs_in_flight
@@ -83,7 +83,7 @@ def serve(campaign_id: str, region: str, reservation_id: str) -> CampaignReport 
     options = RunOptions(out_dir=out_dir, staging_dir=out_dir / "staging", hub_endpoint=hub_endpoint_from_environment(),
                          bound_lease=lease, teardown_when_done=record.teardown_when_done)
     ctx = CampaignContext.start(spec, base.for_campaign(spec.campaign_settings()), options)
-    with campaign_slot(campaign_id, ctx.settings.slots):
+    with working_on_the_block(), campaign_slot(campaign_id, ctx.settings.slots):
         run_campaign(ctx, CAMPAIGN, teardown_stage)
     return verdict_state(ctx.report)
 
@@ -106,6 +106,13 @@ def drain(
     if isinstance(acting, State):
         return acting
     _, ref, spec = acting
+    with working_on_the_block():
+        return _drain(campaign_id, region, ref, spec, base, reason)
+
+
+def _drain(
+    campaign_id: str, region: str, ref: RecordRef, spec: CampaignSpec, base: Settings, reason: str
+) -> DrainResult:
     started = campaign_now()
     settings = base.for_campaign(spec.campaign_settings()).teardown
     found = inventory_campaign(campaign_id, region, kind=spec.cluster.kind,
@@ -144,9 +151,10 @@ def scheduled_teardown(
     if isinstance(found, State):
         return found
     _, ref, spec = found
-    done = teardown(spec, region, reason=reason)
-    record = change_record(ref, [lambda rec: rec.with_kept(done.kept, now=campaign_now())])
-    _finish_report(record, spec, done)
+    with working_on_the_block():
+        done = teardown(spec, region, reason=reason)
+        record = change_record(ref, [lambda rec: rec.with_kept(done.kept, now=campaign_now())])
+        _finish_report(record, spec, done)
     return done
 
 

@@ -12,7 +12,8 @@ It runs in one of two modes:
   (the scheduled runs' times) through ``capserve.sandbox.clock_server`` before scheduling them, and read
   the mapping from there to put Prefect's wall-clock schedule on the block's timeline. Each waypoint is a
   gate: the clock stops there until its run says it has started (``started``), at most ``hold``, so a run
-  a busy machine starts late does not fire late on the block.
+  a busy machine starts late does not fire late on the block; and while a run says it works on the block
+  (``working``), the clock runs no faster than near wall time.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class SandboxClock:
         self._warp: WarpedWindow | None = None
         self._rates: tuple[float, float, timedelta, timedelta] | None = None  # simulate()'s, until the first one
         self._extend: Extension | None = None
+        self._work: set[str] = set()  # what works on the block now (``working``)
 
     def now(self) -> datetime:
         wall = datetime.now(UTC)
@@ -104,7 +106,7 @@ class SandboxClock:
                 fast_rate, near_rate, near, hold = self._rates
                 self._warp = WarpedWindow(
                     anchor_wall=wall, anchor_sim=self._warp.to_sim(wall), fast_rate=fast_rate, near_rate=near_rate,
-                    near=near, hold=hold,
+                    near=near, hold=hold, busy=bool(self._work),
                 )
                 self._rates = None
             self._warp = self._warp.with_waypoints(waypoints, now_wall=wall, spans=spans)
@@ -123,12 +125,27 @@ class SandboxClock:
             self._warp = self._warp.release(waypoint, wall)
             return True, self._warp.to_sim(wall), self._warp
 
+    def working(self, token: str, *, busy: bool) -> WarpedWindow:
+        """Real work (``token``: a run's) began on the block, or ended: while any runs, the clock runs no faster
+        than near wall time, so work a busy machine slows down does not cost hours of the block."""
+        wall = datetime.now(UTC)
+        with self._lock:
+            if busy:
+                self._work.add(token)
+            else:
+                self._work.discard(token)
+            if self._warp is None:
+                return WarpedWindow.real_time(wall, shows=wall + self._offset)
+            self._warp = self._warp.working(bool(self._work), wall)
+            return self._warp
+
     def reset(self) -> None:
         with self._lock:
             self._offset = timedelta(0)
             self._warp = None
             self._rates = None
             self._extend = None
+            self._work = set()
 
 
 CLOCK = SandboxClock()

@@ -8,7 +8,9 @@ the mapping here instead (``capserve.tasks.clock``, pointed at this server by ``
   window, or 409 with the reason when they would move a waypoint whose run is already scheduled;
 - ``POST /waypoints/<iso, URL-quoted>/started``: the run scheduled for that waypoint has started, so the
   clock, which stops at each waypoint until then, goes on; answers ``{"started", "now", "window"}``, where
-  ``started`` is false while the clock has not reached the waypoint yet (the run waits, and asks again).
+  ``started`` is false while the clock has not reached the waypoint yet (the run waits, and asks again);
+- ``POST /work/<token>/begin`` and ``/work/<token>/end``: a run's real work on the block began or ended
+  (the clock runs no faster than near wall time while any works); answers the window.
 
 Loopback only; no state beyond ``CLOCK``.
 """
@@ -57,6 +59,12 @@ class _Handler(BaseHTTPRequestHandler):
         parts = self.path.split("/")
         if len(parts) == 4 and parts[1] == "waypoints" and parts[3] == "started":
             self._started(unquote(parts[2]))
+            return
+        if len(parts) == 4 and parts[1] == "work" and parts[3] in ("begin", "end"):
+            if not parts[2].isalnum() or len(parts[2]) > 64:
+                self._answer(400, json.dumps({"error": "a work token is up to 64 letters and digits"}))
+                return
+            self._answer(200, CLOCK.working(parts[2], busy=parts[3] == "begin").model_dump_json())
             return
         if self.path != "/waypoints":
             self._answer(404, json.dumps({"error": f"no {self.path}; POST /waypoints or /waypoints/<iso>/started"}))

@@ -9,7 +9,9 @@ the same in both cases: only the mapping differs.
 A simulated clock stops at each waypoint until the run scheduled for it says it has started
 (``begin_at_waypoint``, the run's first act), so a run a busy machine starts late does not fire late on the
 block; a run started before the clock gets there (an earlier run's hold moved the clock back) waits for it.
-On AWS there is nothing to say or wait for: Prefect starts the run at its time.
+While a run works on the block it says so (``working_on_the_block``): the simulated clock then runs no
+faster than near wall time, so work that a busy machine slows down does not cost hours of the block.
+On AWS there is nothing to say or wait for: Prefect starts the run at its time, and time is time.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
+from uuid import uuid4
 
 import httpx
 
@@ -113,3 +117,27 @@ def begin_at_waypoint(waypoint: datetime, *, poll_seconds: float = 2.0) -> datet
         # ``poll_seconds`` meanwhile, since an earlier gate's release moves it.
         wait = (window.to_wall(max(waypoint, window.anchor_sim)) - wall).total_seconds()
         time.sleep(min(max(wait, 0.2), poll_seconds))
+
+
+@contextmanager
+def working_on_the_block() -> Iterator[None]:
+    """Real work on the block (a scheduled run's, a redeploy's): a simulated clock runs no faster than near wall
+    time meanwhile. Nothing on AWS. Best effort: the work goes on whether or not the clock answers."""
+    url = _url()
+    if url is None:
+        yield
+        return
+    token = uuid4().hex
+    _tell_work(url, token, "begin")
+    try:
+        yield
+    finally:
+        _tell_work(url, token, "end")
+
+
+def _tell_work(url: str, token: str, what: str) -> None:
+    try:
+        httpx.post(f"{url}/work/{token}/{what}", timeout=10).raise_for_status()
+    except httpx.HTTPError as exc:
+        _log.warning("the clock at %s=%s was not told that work %s: %s", CLOCK_URL_ENV, url,
+                     "began" if what == "begin" else "ended", type(exc).__name__)

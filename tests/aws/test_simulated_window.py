@@ -17,7 +17,14 @@ from capserve.sandbox.aws import patched_environ
 from capserve.sandbox.aws_ext import capacity as ext
 from capserve.sandbox.clock import CLOCK
 from capserve.sandbox.clock_server import clock_server
-from capserve.tasks.clock import CLOCK_URL_ENV, begin_at_waypoint, campaign_now, campaign_window, register_waypoints
+from capserve.tasks.clock import (
+    CLOCK_URL_ENV,
+    begin_at_waypoint,
+    campaign_now,
+    campaign_window,
+    register_waypoints,
+    working_on_the_block,
+)
 from tests.aws.test_moto_ext_capacity import buy, offerings
 
 REGION = "us-east-2"
@@ -124,3 +131,10 @@ def _lease(start: datetime) -> Any:
         start=start, end=start + timedelta(days=1), instance_type="p6-b300.48xlarge", instance_count=1,
         upfront_fee=1.0,
     )
+
+
+def test_the_clock_knows_while_a_run_works_on_the_block(simulated: str) -> None:
+    register_waypoints([(datetime.now(UTC) + timedelta(hours=2)).replace(second=0, microsecond=0)])
+    with working_on_the_block():
+        assert campaign_window().busy
+    assert not campaign_window().busy

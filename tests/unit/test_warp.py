@@ -153,3 +153,17 @@ def test_reanchoring_inside_a_hold_keeps_the_clock_and_its_bound() -> None:
     more = clock.with_waypoints([END + timedelta(hours=2)], now_wall=inside)
     assert more.to_sim(inside) == START and START in more.gates
     assert END + timedelta(hours=2) in more.gates
+
+
+def test_while_work_runs_the_clock_goes_no_faster_than_near_a_waypoint() -> None:
+    clock = window()
+    noon = clock.to_wall(START + timedelta(hours=12))  # far from any waypoint: 1440× when nothing works
+    working = clock.working(True, noon)
+    assert working.busy and working.rate_at(START + timedelta(hours=12)) == working.near_rate
+    assert working.to_sim(noon) == clock.to_sim(noon)  # the clock does not jump …
+    assert working.to_sim(noon + timedelta(seconds=10)) - clock.to_sim(noon) == timedelta(seconds=10) * clock.near_rate
+    assert working.to_wall(END) == clock.to_wall(END)  # … and where runs are scheduled is the earliest still
+    idle = working.working(False, noon + timedelta(seconds=10))
+    assert idle.to_sim(noon + timedelta(seconds=11)) - idle.to_sim(noon + timedelta(seconds=10)) == timedelta(
+        seconds=clock.fast_rate
+    )
