@@ -91,7 +91,6 @@ def begin_at_waypoint(waypoint: datetime, *, poll_seconds: float = 2.0) -> datet
     url = _url()
     if url is None:
         return datetime.now(UTC)
-    give_up: datetime | None = None
     while True:
         try:
             answer = httpx.post(f"{url}/waypoints/{quote(waypoint.isoformat(), safe='')}/started", timeout=10)
@@ -102,13 +101,12 @@ def begin_at_waypoint(waypoint: datetime, *, poll_seconds: float = 2.0) -> datet
         now = datetime.fromisoformat(said["now"])
         if said["started"]:
             return now
-        # Early: an earlier run's late start held the clock, so it reaches this waypoint later than Prefect
-        # started this run. The clock gets there by ``latest_wall`` at the latest (every gate on the way holding
-        # its longest): wait no longer than that.
+        # Early: an earlier run's late start held the clock (or work slowed it), so it reaches this waypoint later
+        # than Prefect started this run. As the mapping stands it gets there by ``latest_wall`` (every gate on the
+        # way holding its longest); a clock that says it has not, past that, is not to be waited for.
         window = WarpedWindow.model_validate(said["window"])
         wall = datetime.now(UTC)
-        give_up = give_up or window.latest_wall(waypoint) + timedelta(seconds=10)
-        if wall > give_up:
+        if wall > window.latest_wall(max(waypoint, window.anchor_sim)) + timedelta(seconds=10):
             _log.warning("the clock never reached %s (it shows %s): the run goes on early", waypoint.isoformat(),
                          now.isoformat())
             return now
