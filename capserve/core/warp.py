@@ -13,6 +13,19 @@ scheduled; registering more may never move a waypoint already registered (its ru
 A *span* is a longer stretch at ``near_rate`` (the serve run's work after the block starts: bring-up,
 rollout and evaluation take real seconds, which at ``fast_rate`` would be hours of the block).
 
+A waypoint is also a *gate*: the clock stops there until the run scheduled for it says it has started
+(``release``), at most ``hold`` wall seconds, then runs on from the waypoint. A busy machine that starts a
+run late therefore delays the whole block instead of making the run fire late on it; every later waypoint
+comes that much later in wall time, so a later run that Prefect starts at its scheduled wall time may find
+the clock short of its waypoint: it waits on the clock until then (``capserve.tasks.clock``). So
+``to_wall`` is the *earliest* wall instant the clock can show a time (no gate holds on the way: where
+runs are scheduled), and ``to_sim`` the clock itself, which holds at every gate not yet released.
+
+While real work runs on the block (``busy``: a scheduled run, a redeploy), the clock runs no faster than
+``near_rate`` anywhere: a slow stretch sized for the work would otherwise end under work that a busy
+machine made slower, and each further wall second of it be hours of the block. Like a hold, this only
+makes the clock later than ``to_wall``.
+
 On AWS the campaign's clock is the host's: ``WarpedWindow.real_time()``, rate 1 everywhere, the same
 code with an identity mapping.
 """
@@ -40,6 +53,14 @@ class WarpedWindow(BaseModel):
     spans: tuple[tuple[AwareDatetime, AwareDatetime], ...] = Field(
         (), max_length=100, description="Simulated intervals (start, end) that also run at near_rate."
     )
+    gates: tuple[AwareDatetime, ...] = Field(
+        (), max_length=1000, description="Waypoints not reached yet, or held at now, whose run has not started."
+    )
+    hold: timedelta = Field(
+        timedelta(0), ge=timedelta(0), le=timedelta(hours=1),
+        description="The longest the clock stays at a gate (wall time); 0: waypoints are not gates.",
+    )
+    busy: bool = Field(False, description="Real work runs on the block: no faster than near_rate anywhere.")
 
     @classmethod
     def real_time(cls, now: datetime, *, shows: datetime | None = None) -> WarpedWindow:
@@ -62,66 +83,144 @@ class WarpedWindow(BaseModel):
                 spans.append((start, end))
         return spans
 
-    def _pieces(self) -> list[tuple[datetime, datetime | None, float]]:
-        """(sim start, sim end or None for open-ended, rate) from the anchor on."""
-        pieces: list[tuple[datetime, datetime | None, float]] = []
+    def _pieces(self, *, earliest: bool = False) -> list[tuple[datetime, datetime | None, float, float]]:
+        """(sim start, sim end or None for open-ended, rate, hold) from the anchor on: the clock stays at the
+        start ``hold`` wall seconds (a gate: 0 elsewhere), then runs at ``rate`` to the end. ``earliest``: as
+        fast as the clock can go (no gate holding, no work slowing it)."""
+        fast = self.fast_rate if earliest or not self.busy else min(self.fast_rate, self.near_rate)
+        moving: list[tuple[datetime, datetime | None, float]] = []
         cursor = self.anchor_sim
         for start, end in self.slow_spans():
             if end <= cursor:
                 continue
             if start > cursor:
-                pieces.append((cursor, start, self.fast_rate))
+                moving.append((cursor, start, fast))
                 cursor = start
-            pieces.append((cursor, end, self.near_rate))
+            moving.append((cursor, end, self.near_rate))
             cursor = end
-        pieces.append((cursor, None, self.fast_rate))
+        moving.append((cursor, None, fast))
+        gates = sorted(gate for gate in self.gates if gate >= self.anchor_sim)
+        hold = 0.0 if earliest else self.hold.total_seconds()
+        pieces: list[tuple[datetime, datetime | None, float, float]] = []
+        for begin, until, rate in moving:  # split at the gates, so each gate starts a piece
+            for gate in gates:
+                if begin < gate and (until is None or gate < until):
+                    pieces.append((begin, gate, rate, hold if begin in gates else 0.0))
+                    begin = gate
+            pieces.append((begin, until, rate, hold if begin in gates else 0.0))
         return pieces
 
     def to_wall(self, sim: datetime) -> datetime:
-        """The wall instant at which the simulated clock shows ``sim`` (not before the anchor)."""
+        """The earliest wall instant at which the clock can show ``sim`` (not before the anchor): when no gate holds
+        it on the way. A run for ``sim`` is scheduled there; a gate that held the clock makes it get there later."""
         if sim < self.anchor_sim:
             raise ValueError(f"{sim.isoformat()} is before this window's anchor {self.anchor_sim.isoformat()}")
         wall_seconds = 0.0
-        for start, end, rate in self._pieces():
+        for start, end, rate, _hold in self._pieces(earliest=True):
             stop = sim if end is None else min(sim, end)
             if stop <= start:
                 break
             wall_seconds += (stop - start).total_seconds() / rate
         return self.anchor_wall + timedelta(seconds=wall_seconds)
 
+    def latest_wall(self, sim: datetime) -> datetime:
+        """The latest wall instant at which the clock shows ``sim`` if nothing changes (every gate before it holding
+        as long as it may; work that keeps the clock near wall time may end later still)."""
+        if sim < self.anchor_sim:
+            raise ValueError(f"{sim.isoformat()} is before this window's anchor {self.anchor_sim.isoformat()}")
+        return self._reached(sim)
+
     def to_sim(self, wall: datetime) -> datetime:
-        """The simulated time at the wall instant ``wall`` (not before the anchor)."""
+        """The simulated time at the wall instant ``wall`` (not before the anchor), holding at every gate."""
         if wall < self.anchor_wall:
             raise ValueError(f"{wall.isoformat()} is before this window's anchor {self.anchor_wall.isoformat()}")
         left = (wall - self.anchor_wall).total_seconds()
-        for start, end, rate in self._pieces():
+        for start, end, rate, hold in self._pieces():
+            if left <= hold:
+                return start
+            left -= hold
             span = None if end is None else (end - start).total_seconds() / rate
             if span is None or left <= span:
                 return start + timedelta(seconds=left * rate)
             left -= span
         raise AssertionError("the last piece is open-ended")
 
+    def held_at(self, wall: datetime) -> datetime | None:
+        """The gate the clock stands at at ``wall`` (waiting for its run), or None."""
+        left = (wall - self.anchor_wall).total_seconds()
+        for start, end, rate, hold in self._pieces():
+            if left < 0:
+                return None
+            if left <= hold:
+                return start if hold > 0 else None
+            left -= hold
+            if end is None:
+                return None
+            left -= (end - start).total_seconds() / rate
+        return None
+
+    def reanchored(self, now_wall: datetime) -> WarpedWindow:
+        """The same clock, anchored at ``now_wall`` (or where the hold it stands in began), without the gates it
+        has passed."""
+        held = self.held_at(now_wall)
+        if held is not None:  # the hold began when the clock reached the gate: keep that, it bounds the hold
+            wall, sim = self._reached(held), held
+        else:
+            wall, sim = now_wall, self.to_sim(now_wall)
+        gates = tuple(gate for gate in self.gates if gate >= sim)
+        return self.model_copy(update={"anchor_wall": wall, "anchor_sim": sim, "gates": gates})
+
+    def _reached(self, sim: datetime) -> datetime:
+        """The wall instant the clock reaches ``sim`` (every earlier gate holding its longest)."""
+        wall_seconds = 0.0
+        for start, end, rate, hold in self._pieces():
+            if start >= sim:
+                break
+            wall_seconds += hold
+            stop = sim if end is None else min(sim, end)
+            wall_seconds += (stop - start).total_seconds() / rate
+        return self.anchor_wall + timedelta(seconds=wall_seconds)
+
+    def release(self, gate: datetime, now_wall: datetime) -> WarpedWindow:
+        """The run for ``gate`` has started at ``now_wall``: the clock runs on from there (from the gate, when it
+        stood there). Refused before the clock has reached the gate (the run must wait for it)."""
+        clock = self.reanchored(now_wall)
+        if clock.anchor_sim < gate:
+            raise ValueError(f"the clock has not reached {gate.isoformat()} yet (it shows {clock.to_sim(now_wall)})")
+        if gate not in clock.gates:  # not a gate, released already, or its hold ran out: nothing to let go
+            return clock
+        return clock.model_copy(update={
+            "anchor_wall": now_wall, "gates": tuple(other for other in clock.gates if other != gate),
+        })
+
     def rate_at(self, sim: datetime) -> float:
-        """Simulated seconds per wall second at the simulated instant ``sim``."""
-        return self.near_rate if any(start <= sim < end for start, end in self.slow_spans()) else self.fast_rate
+        """Simulated seconds per wall second at the simulated instant ``sim`` (outside a hold)."""
+        slow = self.busy or any(start <= sim < end for start, end in self.slow_spans())
+        return min(self.near_rate, self.fast_rate) if slow else self.fast_rate
+
+    def working(self, busy: bool, now_wall: datetime) -> WarpedWindow:
+        """The same clock from ``now_wall`` on, with real work running on the block (``busy``) or none."""
+        if busy == self.busy:
+            return self
+        return self.reanchored(now_wall).model_copy(update={"busy": busy})
 
     def with_waypoints(
         self, added: Iterable[datetime], *, now_wall: datetime, spans: Iterable[tuple[datetime, datetime]] = ()
     ) -> WarpedWindow:
         """Register more waypoints (and spans), re-anchored at ``now_wall``; refused if an earlier waypoint would
-        move."""
+        move. A new waypoint not passed yet is a gate (when the window holds at all)."""
         added = list(added)
+        clock = self.reanchored(now_wall)
         new = sorted({*self.waypoints, *added})
         new_spans = sorted({*self.spans, *spans})
         if any(end <= start for start, end in new_spans):
             raise ValueError("a span must end after it starts")
-        anchored = self.model_copy(
-            update={"anchor_wall": now_wall, "anchor_sim": self.to_sim(now_wall), "waypoints": tuple(new),
-                    "spans": tuple(new_spans)}
-        )
+        fresh = {point for point in added if point not in self.waypoints and point >= clock.anchor_sim}
+        gates = sorted({*clock.gates, *fresh}) if self.hold > timedelta(0) else []
+        anchored = clock.model_copy(update={"waypoints": tuple(new), "spans": tuple(new_spans), "gates": tuple(gates)})
         for point in self.waypoints:
             if point >= anchored.anchor_sim and abs(
-                (anchored.to_wall(point) - self.to_wall(point)).total_seconds()
+                (anchored.to_wall(point) - clock.to_wall(point)).total_seconds()
             ) > 0.001:
                 raise ValueError(
                     f"registering {', '.join(p.isoformat() for p in added) or 'these spans'} would move the waypoint "

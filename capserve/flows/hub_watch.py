@@ -15,7 +15,7 @@ from prefect import flow, get_run_logger
 from capserve.core.events import CampaignRefs, revision_published
 from capserve.core.hub_watch import has_moved, watch_target
 from capserve.flows.announce import now as utc_now
-from capserve.tasks.clock import campaign_now
+from capserve.tasks.clock import begin_at_waypoint, campaign_now, working_on_the_block
 from capserve.tasks.events import emit
 from capserve.tasks.hub_watch import list_campaign_records, mark_announced, was_announced
 from capserve.tasks.locations import locate_records
@@ -24,9 +24,19 @@ from capserve.tasks.weights.hub import hub_connection, resolve_revision
 
 
 @flow(name="hub-watcher", validate_parameters=True)
-def watch_hub(regions: list[str], hub_endpoint: str | None = None, now: datetime | None = None) -> list[str]:
+def watch_hub(
+    regions: list[str], hub_endpoint: str | None = None, now: datetime | None = None, waypoint: datetime | None = None
+) -> list[str]:
     """Check every running campaign whose records live in one of ``regions`` (their home regions); returns
-    ``campaign@sha`` for each revision announced by this run."""
+    ``campaign@sha`` for each revision announced by this run. ``waypoint``: the time on the campaign's clock a
+    one-off watch was scheduled for (a simulated clock stops there until the watch has started)."""
+    if waypoint is not None:
+        now = now or begin_at_waypoint(waypoint)
+    with working_on_the_block():
+        return _watch(regions, hub_endpoint, now)
+
+
+def _watch(regions: list[str], hub_endpoint: str | None, now: datetime | None) -> list[str]:
     logger = get_run_logger()
     settings = settings_from_environment()
     conn = hub_connection(hub_endpoint or hub_endpoint_from_environment(), None, settings.weights.hub_timeout_seconds)

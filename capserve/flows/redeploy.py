@@ -68,7 +68,7 @@ from capserve.flows.stages import (
     weights_to_nodes_stage,
 )
 from capserve.flows.window import campaign_record, recorded_spec
-from capserve.tasks.clock import campaign_now
+from capserve.tasks.clock import campaign_now, working_on_the_block
 from capserve.tasks.manifests import recording
 from capserve.tasks.planning import plan_campaign, resolve_model
 from capserve.tasks.record_store import change_record, load_record
@@ -101,7 +101,7 @@ def redeploy(
         )
     record, ref = campaign_record(campaign_id, home, base)
     _refuse(record, now)
-    with campaign_slot(campaign_id):
+    with working_on_the_block(), campaign_slot(campaign_id):  # a simulated block's clock waits on real work
         record = load_record(ref) or record  # the slot may have been waited for: what did the last holder do?
         spec = recorded_spec(record)
         hub = hub_endpoint or hub_endpoint_from_environment()

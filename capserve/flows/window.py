@@ -19,7 +19,7 @@ run (docs/events.md §4).
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
@@ -33,7 +33,7 @@ from capserve.core.errors import PermanentError
 from capserve.core.orphans import left_alone, live_runs, orphan_target
 from capserve.core.record import CampaignRecord, RecordRef, StageEntry
 from capserve.core.report import CampaignReport
-from capserve.core.schedule import ScheduledStage, stages_no_longer_needed
+from capserve.core.schedule import ScheduledStage, planned_runs, stages_no_longer_needed
 from capserve.core.settings import Settings
 from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage, StageStatus
@@ -46,13 +46,13 @@ from capserve.flows.slots import campaign_slot
 from capserve.flows.stages import teardown_stage
 from capserve.flows.states import verdict_state
 from capserve.flows.teardown import teardown
-from capserve.tasks.clock import campaign_now, campaign_time_of
+from capserve.tasks.clock import begin_at_waypoint, campaign_now, working_on_the_block
 from capserve.tasks.drain import remove_services, scale_serving_to_zero
 from capserve.tasks.locations import locate_records, record_ref
 from capserve.tasks.orphans import read_crashed_run, runs_in_flight
 from capserve.tasks.record_store import change_record, load_record
 from capserve.tasks.reporting import amend_report_files
-from capserve.tasks.scheduling import cancelled_before_start, run_started_at, schedule_lease_runs
+from capserve.tasks.scheduling import cancelled_before_start, schedule_lease_runs
 from capserve.tasks.settings import hub_endpoint_from_environment, settings_from_environment
 from capserve.tasks.teardown.inventory import inventory_campaign
 from capserve.tasks.teardown.workloads import connect
@@ -70,20 +70,20 @@ def serve(campaign_id: str, region: str, reservation_id: str) -> CampaignReport 
     if stale:
         return Cancelled(name="Stale", message=stale)
     lease = need(record.lease, Stage.ACQUIRE)
+    spec = recorded_spec(record)
+    _stamp_fired(ref, record, spec, ScheduledStage.BRING_UP)  # first: a simulated clock waits at the start for it
     if lease.end <= campaign_now():
         # A run that fires after its block (a worker down for a day): nothing to serve on, and nothing to buy.
         return Cancelled(name="Expired", message=(
             f"reservation {reservation_id} ended at {lease.end.isoformat()}: nothing to serve on; nothing was "
             f"bought (start the campaign {campaign_id} again to buy a new block)"
         ))
-    _stamp_fired(ref, ScheduledStage.BRING_UP)
-    spec = recorded_spec(record)
     # The campaign's report folder (on this worker's host), so the report a person opens is the whole campaign's.
     out_dir = Path(record.report_dir) if record.report_dir else Path("out") / campaign_id
     options = RunOptions(out_dir=out_dir, staging_dir=out_dir / "staging", hub_endpoint=hub_endpoint_from_environment(),
                          bound_lease=lease, teardown_when_done=record.teardown_when_done)
     ctx = CampaignContext.start(spec, base.for_campaign(spec.campaign_settings()), options)
-    with campaign_slot(campaign_id, ctx.settings.slots):
+    with working_on_the_block(), campaign_slot(campaign_id, ctx.settings.slots):
         run_campaign(ctx, CAMPAIGN, teardown_stage)
     return verdict_state(ctx.report)
 
@@ -106,6 +106,13 @@ def drain(
     if isinstance(acting, State):
         return acting
     _, ref, spec = acting
+    with working_on_the_block():
+        return _drain(campaign_id, region, ref, spec, base, reason)
+
+
+def _drain(
+    campaign_id: str, region: str, ref: RecordRef, spec: CampaignSpec, base: Settings, reason: str
+) -> DrainResult:
     started = campaign_now()
     settings = base.for_campaign(spec.campaign_settings()).teardown
     found = inventory_campaign(campaign_id, region, kind=spec.cluster.kind,
@@ -144,9 +151,10 @@ def scheduled_teardown(
     if isinstance(found, State):
         return found
     _, ref, spec = found
-    done = teardown(spec, region, reason=reason)
-    record = change_record(ref, [lambda rec: rec.with_kept(done.kept, now=campaign_now())])
-    _finish_report(record, spec, done)
+    with working_on_the_block():
+        done = teardown(spec, region, reason=reason)
+        record = change_record(ref, [lambda rec: rec.with_kept(done.kept, now=campaign_now())])
+        _finish_report(record, spec, done)
     return done
 
 
@@ -163,17 +171,30 @@ def _window_run(
     stale = _stale(record, reservation_id) if reservation_id is not None else ""
     if stale:
         return Cancelled(name="Stale", message=stale)
+    spec = recorded_spec(record)
     if scheduled and reservation_id is not None:
-        _stamp_fired(ref, stage)
-    return record, ref, recorded_spec(record)
+        _stamp_fired(ref, record, spec, stage)
+    return record, ref, spec
 
 
-def _stamp_fired(ref: RecordRef, stage: ScheduledStage) -> None:
-    """When this run started (Prefect's start, to the second of its schedule) on the campaign's clock, for the
-    report's schedule."""
-    started = run_started_at(flow_run.get_id())
-    fired = campaign_time_of(started) if started is not None else campaign_now()
+def _stamp_fired(ref: RecordRef, record: CampaignRecord, spec: CampaignSpec, stage: ScheduledStage) -> None:
+    """When this run began on the campaign's clock, for the report's schedule.
+
+    A simulated clock stops at the run's time until the run says it has started (``begin_at_waypoint``: it
+    waits for the clock when it is early), so a run a busy machine starts late is not late on the block.
+    """
+    waypoint = _waypoint(record, spec, stage)
+    fired = begin_at_waypoint(waypoint) if waypoint is not None else campaign_now()
     change_record(ref, [lambda rec: rec.with_fired(stage.value, now=fired)])
+
+
+def _waypoint(record: CampaignRecord, spec: CampaignSpec, stage: ScheduledStage) -> datetime | None:
+    """The time on the campaign's clock the lease's run of ``stage`` is scheduled for (``schedule_window``'s)."""
+    if record.lease is None:
+        return None
+    lead = timedelta(minutes=spec.teardown.bring_up_lead_minutes)
+    planned = planned_runs(record.campaign_id, record.lease, spec.teardown, bring_up_lead=lead)
+    return next((run.scheduled_at for run in planned if run.stage is stage), None)
 
 
 def _finish_report(record: CampaignRecord, spec: CampaignSpec, done: TeardownResult) -> None:

@@ -10,7 +10,10 @@ It runs in one of two modes:
 - *simulated* (``simulate``): a ``WarpedWindow`` (``capserve.core.warp``), fast between waypoints and
   near wall time around them, so a 24-hour block plays in minutes. Campaigns register their waypoints
   (the scheduled runs' times) through ``capserve.sandbox.clock_server`` before scheduling them, and read
-  the mapping from there to put Prefect's wall-clock schedule on the block's timeline.
+  the mapping from there to put Prefect's wall-clock schedule on the block's timeline. Each waypoint is a
+  gate: the clock stops there until its run says it has started (``started``), at most ``hold``, so a run
+  a busy machine starts late does not fire late on the block; and while a run says it works on the block
+  (``working``), the clock runs no faster than near wall time.
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ class SandboxClock:
         self._lock = threading.Lock()
         self._offset = timedelta(0)
         self._warp: WarpedWindow | None = None
-        self._rates: tuple[float, float, timedelta] | None = None  # simulate()'s, until the first registration
+        self._rates: tuple[float, float, timedelta, timedelta] | None = None  # simulate()'s, until the first one
         self._extend: Extension | None = None
+        self._work: set[str] = set()  # what works on the block now (``working``)
 
     def now(self) -> datetime:
         wall = datetime.now(UTC)
@@ -60,23 +64,26 @@ class SandboxClock:
             if self._warp is not None:
                 # A jump moves every later waypoint with it: only tests do this, before anything is scheduled.
                 sim = self._warp.to_sim(wall) + delta
-                self._warp = self._warp.model_copy(update={"anchor_wall": wall, "anchor_sim": sim})
+                gates = tuple(gate for gate in self._warp.gates if gate >= sim)  # jumped over: none to wait for
+                self._warp = self._warp.model_copy(update={"anchor_wall": wall, "anchor_sim": sim, "gates": gates})
             else:
                 self._offset += delta
         return self.now()
 
     def simulate(
-        self, *, fast_rate: float, near_rate: float, near: timedelta, extend: Extension | None = None
+        self, *, fast_rate: float, near_rate: float, near: timedelta, hold: timedelta = timedelta(0),
+        extend: Extension | None = None,
     ) -> WarpedWindow:
         """Simulate: wall time until the first waypoints are registered (nothing is scheduled yet, and a campaign's
         planning and purchase must not cost hours of the window), then fast between waypoints and at
-        ``near_rate`` around them. ``extend`` sees the first registration and adds waypoints and spans of the
-        sandbox's own (``capserve.sandbox.revisions``): the mapping cannot change once runs are scheduled on it."""
+        ``near_rate`` around them, stopping at each (for ``hold`` at most) until its run has started.
+        ``extend`` sees the first registration and adds waypoints and spans of the sandbox's own
+        (``capserve.sandbox.revisions``): the mapping cannot change once runs are scheduled on it."""
         wall = datetime.now(UTC)
         with self._lock:
             start = self._warp.to_sim(wall) if self._warp is not None else wall + self._offset
             self._warp = WarpedWindow.real_time(wall, shows=start)
-            self._rates = (fast_rate, near_rate, near)
+            self._rates = (fast_rate, near_rate, near, hold)
             self._extend = extend
             return self._warp
 
@@ -96,13 +103,40 @@ class SandboxClock:
                     waypoints, spans = list(waypoints), list(spans)
                     more_waypoints, more_spans = self._extend(waypoints, spans)
                     waypoints, spans = waypoints + more_waypoints, spans + more_spans
-                fast_rate, near_rate, near = self._rates
+                fast_rate, near_rate, near, hold = self._rates
                 self._warp = WarpedWindow(
                     anchor_wall=wall, anchor_sim=self._warp.to_sim(wall), fast_rate=fast_rate, near_rate=near_rate,
-                    near=near,
+                    near=near, hold=hold, busy=bool(self._work),
                 )
                 self._rates = None
             self._warp = self._warp.with_waypoints(waypoints, now_wall=wall, spans=spans)
+            return self._warp
+
+    def started(self, waypoint: datetime) -> tuple[bool, datetime, WarpedWindow]:
+        """The run scheduled for ``waypoint`` has started: let the clock go on from there. (False, now, mapping)
+        while the clock has not reached the waypoint yet (the run is early: it waits), else (True, the time it
+        started at on this clock, the mapping from now on)."""
+        wall = datetime.now(UTC)
+        with self._lock:
+            if self._warp is None:
+                return True, wall + self._offset, WarpedWindow.real_time(wall, shows=wall + self._offset)
+            if self._warp.to_sim(wall) < waypoint:
+                return False, self._warp.to_sim(wall), self._warp
+            self._warp = self._warp.release(waypoint, wall)
+            return True, self._warp.to_sim(wall), self._warp
+
+    def working(self, token: str, *, busy: bool) -> WarpedWindow:
+        """Real work (``token``: a run's) began on the block, or ended: while any runs, the clock runs no faster
+        than near wall time, so work a busy machine slows down does not cost hours of the block."""
+        wall = datetime.now(UTC)
+        with self._lock:
+            if busy:
+                self._work.add(token)
+            else:
+                self._work.discard(token)
+            if self._warp is None:
+                return WarpedWindow.real_time(wall, shows=wall + self._offset)
+            self._warp = self._warp.working(bool(self._work), wall)
             return self._warp
 
     def reset(self) -> None:
@@ -111,6 +145,7 @@ class SandboxClock:
             self._warp = None
             self._rates = None
             self._extend = None
+            self._work = set()
 
 
 CLOCK = SandboxClock()

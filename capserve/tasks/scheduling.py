@@ -120,7 +120,7 @@ def schedule_hub_watch(campaign_id: str, regions: Sequence[str], at: datetime) -
     time."""
     window = campaign_window()
     return _create(
-        HUB_WATCHER, {"regions": list(regions)}, window.to_wall(max(at, window.anchor_sim)),
+        HUB_WATCHER, {"regions": list(regions), "waypoint": at.isoformat()}, window.to_wall(max(at, window.anchor_sim)),
         name=f"hub-watcher-{campaign_id}", tags=[campaign_tag(campaign_id), WATCH_TAG],
         idempotency_key=f"capserve:{campaign_id}:watch:{at.isoformat()}",
     )
@@ -158,14 +158,6 @@ def _create(
             idempotency_key=idempotency_key,
         )
     return existing_run(created)
-
-
-def run_started_at(flow_run_id: str | None) -> datetime | None:
-    """When the server set the run Running (wall time); None outside a run."""
-    if flow_run_id is None:
-        return None
-    with get_client(sync_client=True) as client:
-        return client.read_flow_run(UUID(flow_run_id)).start_time
 
 
 def cancelled_before_start(flow_run_id: str | None) -> str:

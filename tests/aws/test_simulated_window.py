@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -16,7 +17,14 @@ from capserve.sandbox.aws import patched_environ
 from capserve.sandbox.aws_ext import capacity as ext
 from capserve.sandbox.clock import CLOCK
 from capserve.sandbox.clock_server import clock_server
-from capserve.tasks.clock import CLOCK_URL_ENV, campaign_now, campaign_window, register_waypoints
+from capserve.tasks.clock import (
+    CLOCK_URL_ENV,
+    begin_at_waypoint,
+    campaign_now,
+    campaign_window,
+    register_waypoints,
+    working_on_the_block,
+)
 from tests.aws.test_moto_ext_capacity import buy, offerings
 
 REGION = "us-east-2"
@@ -27,7 +35,7 @@ REGION = "us-east-2"
 def simulated(sandbox: None) -> Iterator[str]:
     ext.reset()
     CLOCK.reset()
-    CLOCK.simulate(fast_rate=5760, near_rate=60, near=timedelta(minutes=3))
+    CLOCK.simulate(fast_rate=5760, near_rate=60, near=timedelta(minutes=3), hold=timedelta(minutes=5))
     with clock_server() as url, patched_environ({CLOCK_URL_ENV: url}):
         yield url
     ext.reset()
@@ -40,6 +48,8 @@ def test_without_a_clock_url_the_campaign_clock_is_the_hosts(monkeypatch: pytest
     assert before <= campaign_now() <= datetime.now(UTC)
     assert not campaign_window().simulated
     assert not register_waypoints([before + timedelta(days=1)]).simulated
+    # A scheduled run's start has nothing to wait for: Prefect started it at its time.
+    assert before <= begin_at_waypoint(before + timedelta(days=1)) <= datetime.now(UTC)
 
 
 def test_the_clock_keeps_wall_time_until_the_campaign_registers_its_runs(simulated: str) -> None:
@@ -53,13 +63,40 @@ def test_the_clock_keeps_wall_time_until_the_campaign_registers_its_runs(simulat
     walls = {run.stage: window.to_wall(run.scheduled_at) for run in planned}
     # The whole block, purchase to teardown, in minutes of wall time; each run at its simulated minute.
     assert walls[ScheduledStage.TEARDOWN] - datetime.now(UTC) < timedelta(minutes=4)
+    unheld = window.model_copy(update={"gates": ()})  # as when every run says it has begun the moment it fires
     for run in planned:
-        assert abs(window.to_sim(walls[run.stage]) - run.scheduled_at) < timedelta(seconds=1)
+        assert abs(unheld.to_sim(walls[run.stage]) - run.scheduled_at) < timedelta(seconds=1)
+        assert run.scheduled_at in window.gates  # and when one is late, the clock waits for it there
         assert window.rate_at(run.scheduled_at) == 60  # near wall time where a run starts
     # The serve run's work and the hard teardown run slowly too.
     assert window.rate_at(lease.start + timedelta(minutes=60)) == 60
     assert window.rate_at(lease.end - timedelta(minutes=31)) == 60
     assert window.rate_at(lease.start + timedelta(hours=8)) == 5760
+
+
+def test_a_run_a_busy_machine_starts_late_still_begins_at_its_time_on_the_block(simulated: str) -> None:
+    start = (datetime.now(UTC) + timedelta(hours=2)).replace(second=0, microsecond=0)
+    window = register_waypoints([start])
+    # Prefect starts the run at this wall time; the machine is busy and its process gets going 5 s later,
+    # which at the near rate (60×) would be 5 minutes of the block, and far more once the clock runs fast.
+    _sleep_until(window.to_wall(start) + timedelta(seconds=5))
+    assert campaign_now() == start  # the clock waits at the run's time …
+    assert begin_at_waypoint(start) == start  # … until the run says it has begun: on time on the block
+    assert campaign_window().gates == ()  # then it runs on
+
+
+def test_a_run_that_an_earlier_hold_made_early_waits_for_its_time(simulated: str) -> None:
+    start = (datetime.now(UTC) + timedelta(hours=2)).replace(second=0, microsecond=0)
+    drain = start + timedelta(hours=1)
+    window = register_waypoints([start, drain])
+    _sleep_until(window.to_wall(start) + timedelta(seconds=3))
+    assert begin_at_waypoint(start) == start  # three seconds late: every later waypoint comes 3 s later
+    _sleep_until(window.to_wall(drain))  # where Prefect starts the drain run (scheduled before the hold)
+    assert begin_at_waypoint(drain) == drain  # it waits for the clock, which waits at drain for it
+
+
+def _sleep_until(wall: datetime) -> None:
+    time.sleep(max((wall - datetime.now(UTC)).total_seconds(), 0))
 
 
 def test_a_waypoint_that_would_move_a_scheduled_run_is_refused_with_a_reason(simulated: str) -> None:
@@ -94,3 +131,10 @@ def _lease(start: datetime) -> Any:
         start=start, end=start + timedelta(days=1), instance_type="p6-b300.48xlarge", instance_count=1,
         upfront_fee=1.0,
     )
+
+
+def test_the_clock_knows_while_a_run_works_on_the_block(simulated: str) -> None:
+    register_waypoints([(datetime.now(UTC) + timedelta(hours=2)).replace(second=0, microsecond=0)])
+    with working_on_the_block():
+        assert campaign_window().busy
+    assert not campaign_window().busy
