@@ -43,8 +43,10 @@ def prefect_children() -> list[str]:
 def test_up_plays_the_whole_block_through_a_local_server_and_leaves_no_child_behind(tmp_path: Path) -> None:
     """What `make demo` does: purchase, the serve run fired at the block's start, drain, teardown, AWS's end."""
     data = yaml.safe_load(EXAMPLE.read_text())
+    # The client's lag does not invalidate the run on a machine shared by other test processes: the test's own
+    # condition, so that it can expect the one outcome (the evaluation's honesty is tests/eval's).
     data["evaluation"]["load"] = {"concurrency_levels": [1], "request_rates": [], "requests_per_stream": 2,
-                                  "min_requests": 2}
+                                  "min_requests": 2, "max_loop_lag_p99_ms": 10_000.0}
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(data))
     out = tmp_path / "out"
@@ -55,7 +57,7 @@ def test_up_plays_the_whole_block_through_a_local_server_and_leaves_no_child_beh
     code = main(["up", str(spec), "--sandbox", "--yes", "--out", str(out), "--revisions", "bad"])
 
     report = json.loads((out / "report.json").read_text())
-    assert code in (0, 3), report["stages"]  # pass, or invalid on a loaded machine: never failed
+    assert code == 0, report["stages"]
     window = report["window"]
     assert window["simulated"] and window["rate"] > 1
     start, end = (datetime.fromisoformat(window[k]) for k in ("block_start", "block_end"))
