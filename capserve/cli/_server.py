@@ -30,7 +30,14 @@ from typing import Any
 from rich.console import Console
 
 from capserve.cli.exit_codes import ExitCode
-from capserve.runtime.prefect_server import PREFECT_YAML, LocalServer, register, start_server, start_worker
+from capserve.runtime.prefect_server import (
+    PREFECT_YAML,
+    Child,
+    LocalServer,
+    register,
+    start_server,
+    start_worker,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
@@ -43,6 +50,7 @@ class Registered:
     url: str
     env: dict[str, str]
     started: bool  # this command started it (and starts the worker)
+    server: Child | None = None  # the server process, when this command started it
 
 
 @contextmanager
@@ -56,11 +64,11 @@ def server_in_background(out_dir: Path, *, keep_server: bool, console: Console) 
         url = os.environ.get("PREFECT_API_URL")
         env: dict[str, str] = {}
         if url is None:
-            server = start_server(logs / "home")
+            server = start_server(logs / "home", tethered=not keep_server)
             started.append(server)
             env, url = server.env, server.url
         register(ROOT, {**os.environ, **env}, logs / "register.log")
-        return Registered(url=url, env=env, started=bool(started))
+        return Registered(url=url, env=env, started=bool(started), server=started[0].child if started else None)
 
     if "PREFECT_API_URL" not in os.environ:
         console.print("starting a local Prefect server (its services, SQLite under the output folder)…")
@@ -92,13 +100,17 @@ def run_on_server(
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     logs = out_dir.resolve() / "prefect"
+    kept: list[Child] = []  # the worker left running with --keep-server (the server is server_in_background's)
     with ExitStack() as stack:
         registered = server.result()
         console.print(f"registered {PREFECT_YAML} on {registered.url}", highlight=False)
         if registered.started:
-            worker = start_worker(ROOT, {**os.environ, **worker_env, **registered.env}, logs / "worker.log")
+            worker = start_worker(ROOT, {**os.environ, **worker_env, **registered.env}, logs / "worker.log",
+                                  tethered=not keep_server)
             if not keep_server:
                 stack.callback(worker.stop)
+            else:
+                kept.append(worker)
         stack.enter_context(temporary_settings({PREFECT_API_URL: registered.url}))
         since = datetime.now(UTC)  # the runs to follow are this campaign run's, not an earlier one's
         try:
@@ -119,8 +131,21 @@ def run_on_server(
         finally:
             _print_schedule(campaign_id, since, console)
             if keep_server:
-                console.print(f"Prefect UI: {registered.url.removesuffix('/api')} (server and worker left running)")
+                _print_kept(registered, kept, console)
     return _exit_code(state, out_dir)
+
+
+def _print_kept(registered: Registered, kept: list[Child], console: Console) -> None:
+    """Where the server and worker left running are, and how to stop them (each leads its own process group)."""
+    console.print(f"Prefect UI: {registered.url.removesuffix('/api')}", highlight=False)
+    if not registered.started:
+        return  # a server of the user's: nothing of ours is running
+    groups = [str(child.process.pid) for child in [*([registered.server] if registered.server else []), *kept]]
+    console.print(
+        "the Prefect server and worker this command started are left running; stop them with "
+        f"kill -INT -- {' '.join('-' + g for g in groups)}",
+        highlight=False,
+    )
 
 
 def _run_and_follow(parameters: dict[str, Any], console: Console) -> tuple[str, str]:

@@ -13,7 +13,8 @@ its services, its SQLite database and home under the run's output folder, and:
 
 Every child runs in its own session; stopping sends SIGINT, then SIGTERM, then SIGKILL to its process
 group, so no server or worker outlives the CLI. Each runs under a tether (``capserve.runtime.tether``) that
-stops it when the process that started it dies without stopping it (SIGKILL).
+stops it when the process that started it dies without stopping it (SIGKILL), unless it is started
+``tethered=False`` (``capserve up --keep-server``: the person asked for them to stay).
 """
 
 from __future__ import annotations
@@ -103,27 +104,33 @@ def free_port() -> int:
         return port
 
 
-def _spawn(name: str, argv: list[str], env: Mapping[str, str], log: Path, cwd: Path | None = None) -> Child:
+def _spawn(
+    name: str, argv: list[str], env: Mapping[str, str], log: Path, cwd: Path | None = None, *, tethered: bool = True
+) -> Child:
     log.parent.mkdir(parents=True, exist_ok=True)
     out: IO[bytes] = log.open("ab")
-    tethered = [sys.executable, "-m", "capserve.runtime.tether", str(os.getpid()), "--", *argv]
+    if tethered:
+        argv = [sys.executable, "-m", "capserve.runtime.tether", str(os.getpid()), "--", *argv]
     process = subprocess.Popen(  # noqa: S603  # our own interpreter and fixed arguments
-        tethered, env=dict(env), cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        argv, env=dict(env), cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         start_new_session=True,
     )
     out.close()  # the child holds its own descriptor
     return Child(name=name, process=process, log=log)
 
 
-def start_server(home: Path, *, port: int | None = None, timeout_seconds: float = 120.0) -> LocalServer:
-    """Start ``prefect server start`` on 127.0.0.1 with its home (and SQLite DB) in ``home``; wait until healthy."""
+def start_server(
+    home: Path, *, port: int | None = None, timeout_seconds: float = 120.0, tethered: bool = True
+) -> LocalServer:
+    """Start ``prefect server start`` on 127.0.0.1 with its home (and SQLite DB) in ``home``; wait until healthy.
+    ``tethered=False``: it outlives this process."""
     home.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     url = f"http://127.0.0.1:{port}/api"
     env = {**os.environ, **SERVER_SETTINGS, "PREFECT_HOME": str(home)}
     env.pop("PREFECT_API_URL", None)
     argv = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)]
-    child = _spawn("prefect server", argv, env, home / "server.log")
+    child = _spawn("prefect server", argv, env, home / "server.log", tethered=tethered)
     server = LocalServer(child=child, url=url, home=home)
     deadline = time.monotonic() + timeout_seconds
     while time.monotonic() < deadline:
@@ -176,10 +183,17 @@ def _run(argv: list[str], env: Mapping[str, str], *, cwd: Path, log: Path) -> No
 
 
 def start_worker(
-    root: Path, env: Mapping[str, str], log: Path, *, name: str = "capserve-local", queue: str | None = None
+    root: Path,
+    env: Mapping[str, str],
+    log: Path,
+    *,
+    name: str = "capserve-local",
+    queue: str | None = None,
+    tethered: bool = True,
 ) -> Child:
-    """``prefect worker start --pool capserve`` with the tuned poll and prefetch (only ``queue``'s runs if given)."""
+    """``prefect worker start --pool capserve`` with the tuned poll and prefetch (only ``queue``'s runs if given);
+    ``tethered=False``: it outlives this process."""
     argv = [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL, "--type", "process", "--name", name]
     if queue is not None:
         argv += ["--work-queue", queue]
-    return _spawn("prefect worker", argv, {**env, **WORKER_SETTINGS}, log, cwd=root)
+    return _spawn("prefect worker", argv, {**env, **WORKER_SETTINGS}, log, cwd=root, tethered=tethered)

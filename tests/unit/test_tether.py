@@ -64,3 +64,26 @@ def test_stopping_a_tethered_child_stops_the_command_and_passes_its_exit_code(tm
     assert _gone(command)
     ended = _spawn("exits", ["sh", "-c", "exit 3"], {"PATH": "/usr/bin:/bin"}, tmp_path / "exits.log")
     assert ended.process.wait(timeout=15) == 3
+
+
+KEEPING_PARENT = """
+import sys
+from pathlib import Path
+from capserve.runtime.prefect_server import _spawn
+
+child = _spawn("sleeper", ["sleep", "120"], {"PATH": "/usr/bin:/bin"}, Path(sys.argv[1]), tethered=False)
+print(child.process.pid, flush=True)
+"""
+
+
+def test_an_untethered_child_outlives_the_process_that_started_it(tmp_path: Path) -> None:
+    # What `capserve up --keep-server` asks for: the server and worker stay after the command has ended.
+    parent = subprocess.run([sys.executable, "-c", KEEPING_PARENT, str(tmp_path / "sleeper.log")],
+                            capture_output=True, text=True, check=True)
+    command = int(parent.stdout.split()[0])
+    try:
+        time.sleep(1.5)  # three of the tether's polls: a tethered command would be stopping by now
+        os.kill(command, 0)  # still there (ProcessLookupError otherwise)
+        assert Path(f"/proc/{command}/cmdline").read_bytes().split(b"\0")[0] == b"sleep"  # not under a tether
+    finally:
+        os.killpg(command, signal.SIGKILL)  # its own session: the group is this one sleep
