@@ -56,3 +56,8 @@ class WaitTimeoutError(PermanentError):
     decorators: a retry would start the wait again and wait longer than the caller asked (re-running the
     stage picks the wait up, with a fresh budget chosen by a person or a schedule).
     """
+
+
+class OfferGoneError(PermanentError):
+    """The chosen offering no longer exists at purchase (someone else bought it, or it was withdrawn): nothing was
+    bought, and the acquire stage may search again."""

@@ -36,7 +36,7 @@ from capserve.core.capacity.states import Reservation
 from capserve.core.catalog import get_instance_type
 from capserve.core.cost import CostForecast, load_price_table
 from capserve.core.cost.planning import forecast_table
-from capserve.core.errors import PermanentError
+from capserve.core.errors import OfferGoneError, PermanentError
 from capserve.core.lease import Lease
 from capserve.core.record import Approval, RecordRef, StageEntry
 from capserve.core.rehearsal import RehearsalRecord, rehearsal_digest, rehearsal_line, rehearsal_problem
@@ -91,19 +91,43 @@ def acquire(
         logger.info("campaign %s holds %s: adopting it, buying nothing", spec.campaign_id, adopted.reservation_id)
         return _finish(spec, adopted, None, settings, record, outcome="adopted", offering_id=adopted.offering_id)
 
+    gone: list[str] = []  # offerings another buyer took between our search and our purchase
+    while True:
+        ranking = _search(spec, excluding=gone)
+        offer = ranking.chosen
+        if offer is None:
+            raise PermanentError(f"campaign {spec.campaign_id}: {ranking.why_nothing()}")
+        logger.info("chosen offer %s (%s)", offer.offering_id, offer.label())
+        if dry_run:
+            preflight_purchase(offer, spec.campaign_id)
+            return _stopped(spec, ranking, "dry-run", f"dry run: would buy {offer.label()}; permissions check passed")
+        try:
+            return _check_and_buy(spec, offer, ranking, settings, record, interactive=interactive)
+        except OfferGoneError as exc:
+            gone.append(offer.offering_id)
+            if len(gone) >= settings.offer_searches:
+                raise PermanentError(
+                    f"campaign {spec.campaign_id}: {len(gone)} chosen offerings were gone at purchase "
+                    f"(capacity settings offer_searches={settings.offer_searches}); nothing was bought: {exc}"
+                ) from exc
+            logger.warning("%s; searching again (%d of %d)", exc, len(gone) + 1, settings.offer_searches)
+
+
+def _search(spec: CampaignSpec, *, excluding: list[str]) -> Ranking:
+    """Every region's offers, ranked, without the offerings known to be gone."""
     capacity = spec.capacity
     gpus = get_instance_type(capacity.instance_type).gpus_per_node
-    ranking = rank_offers(
-        search_offers(capacity), capacity, regions=capacity.regions, gpus_per_instance=gpus,
-        zones=search_zones(capacity),
-    )
-    offer = ranking.chosen
-    if offer is None:
-        raise PermanentError(f"campaign {spec.campaign_id}: {ranking.why_nothing()}")
-    logger.info("chosen offer %s (%s)", offer.offering_id, offer.label())
-    if dry_run:
-        preflight_purchase(offer, spec.campaign_id)
-        return _stopped(spec, ranking, "dry-run", f"dry run: would buy {offer.label()}; permissions check passed")
+    offers = [offer for offer in search_offers(capacity) if offer.offering_id not in excluding]
+    return rank_offers(offers, capacity, regions=capacity.regions, gpus_per_instance=gpus,
+                       zones=search_zones(capacity))
+
+
+def _check_and_buy(
+    spec: CampaignSpec, offer: Offer, ranking: Ranking, settings: CapacitySettings, record: RecordRef, *,
+    interactive: bool,
+) -> AcquireResult:
+    """The rehearsal requirement, the approval (each asked about this very offer), then the purchase."""
+    capacity = spec.capacity
     approval = needs_approval(offer, capacity.approval_threshold_usd)
     rehearsed = _rehearsal(spec, record) if approval or capacity.require_rehearsal else None
     # Before approval and before any purchase call: a person is never asked about a purchase that would be refused.

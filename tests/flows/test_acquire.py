@@ -207,3 +207,30 @@ def test_a_run_bound_to_a_reservation_aws_does_not_know_stops_without_buying() -
     result = acquire(spec, settings=FAST, bound=lease)
     assert result.outcome == "expired" and "cr-0000000000000dead is not found in" in result.message
     assert len(ext.calls("purchase_capacity_block", include_dry_run=True)) == 1
+
+
+def test_an_offer_taken_by_another_buyer_before_the_purchase_is_searched_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Two campaigns started together rank the same offers: here the other one buys our choice between our search
+    # and our purchase. Ours gets EC2's NotFound for it, nothing is bought, and it buys the next one instead.
+    import capserve.flows.acquire as acquire_module
+
+    spec = make_spec("acq-taken")
+    real_preflight = acquire_module.preflight_purchase
+    taken: list[str] = []
+
+    def another_buyer_first(offer: Any, campaign_id: str) -> None:
+        if not taken:
+            taken.append(offer.offering_id)
+            purchase.fn(offer, "acq-other")  # the other campaign's purchase lands first
+        real_preflight(offer, campaign_id)
+
+    monkeypatch.setattr(acquire_module, "preflight_purchase", another_buyer_first)
+    result = acquire(spec, settings=FAST)
+
+    assert result.outcome == "bought" and result.lease is not None
+    assert result.ranking is not None and result.ranking.chosen is not None
+    assert result.ranking.chosen.offering_id != taken[0]
+    bought = sorted(r["tags"]["capserve.io/campaign"] for r in ext.reservations())
+    assert bought == ["acq-other", "acq-taken"]  # one block each: ours was bought once, after the second search

@@ -32,6 +32,11 @@ class CapacitySettings(BaseModel):
         24 * 3600, ge=1, le=14 * 86_400,
         description="How long a purchase waits for a person before stopping, nothing bought.",
     )
+    offer_searches: int = Field(
+        3, ge=1, le=10,
+        description="Searches for an offer when the chosen one is gone at purchase (bought by another account or "
+        "campaign, or withdrawn): each new choice is checked, and approved when it needs approval, as the first.",
+    )
     purchase_slot_timeout_seconds: float = Field(
         600, gt=0, le=3600, description="How long to wait for the campaign's purchase slot (another run may hold it)."
     )

@@ -19,7 +19,7 @@ from capserve.core.capacity.requests import (
     training_plan_name,
 )
 from capserve.core.capacity.states import Reservation, reservation_from_ec2
-from capserve.core.errors import PermanentError
+from capserve.core.errors import OfferGoneError, PermanentError
 from capserve.tasks.aws import client, error_code, is_retryable
 from capserve.tasks.capacity.errors import capacity_error
 from capserve.tasks.capacity.reservations import training_plan
@@ -48,6 +48,7 @@ def preflight_purchase(offer: Offer, campaign_id: str) -> None:
     except ClientError as exc:
         if error_code(exc) == "DryRunOperation":
             return
+        _raise_if_gone(exc, offer)
         raise capacity_error(exc, f"permission check (DryRun) for offering {offer.offering_id}",
                              iam_action=PURCHASE_ACTION) from exc
     raise PermanentError(
@@ -66,6 +67,19 @@ def send_purchase(offer: Offer, campaign_id: str) -> dict[str, Any]:
 def send_create_training_plan(offer: Offer, campaign_id: str) -> str:
     sagemaker = client("sagemaker", offer.region, max_attempts=1)
     return str(sagemaker.create_training_plan(**create_training_plan_request(offer, campaign_id))["TrainingPlanArn"])
+
+
+# EC2's answer for an offering id it no longer has (bought by someone else, or past its start): a 4xx, so nothing
+# was bought (EC2 API reference, PurchaseCapacityBlock; "Error codes").
+OFFER_GONE_CODE = "InvalidCapacityBlockOfferingId.NotFound"
+
+
+def _raise_if_gone(exc: ClientError, offer: Offer) -> None:
+    if error_code(exc) == OFFER_GONE_CODE:
+        raise OfferGoneError(
+            f"offering {offer.offering_id} ({offer.label()}) is no longer offered (AWS said {OFFER_GONE_CODE}): "
+            "another buyer took it or it was withdrawn; nothing was bought"
+        ) from exc
 
 
 def _unknown(exc: BaseException, what: str) -> PurchaseOutcomeUnknownError:
@@ -91,6 +105,7 @@ def purchase(offer: Offer, campaign_id: str) -> Reservation:
         status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
         if status >= 500 and error_code(exc) not in {"InsufficientInstanceCapacity", "InsufficientCapacity"}:
             raise _unknown(exc, what) from exc
+        _raise_if_gone(exc, offer)
         raise capacity_error(exc, what, iam_action=PURCHASE_ACTION) from exc
     except Exception as exc:
         if is_retryable(exc):  # connection reset / read timeout: the request may have been served
