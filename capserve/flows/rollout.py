@@ -43,8 +43,15 @@ from capserve.core.rollout import (
 )
 from capserve.core.rollout.diagnosis import Diagnosis, RolloutWaitSettings, Trouble, transport_diagnosis
 from capserve.core.rollout.image import ImageMirrorResult, ImagePull
-from capserve.core.rollout.result import Attempt, RolloutFailedError, RolloutResult, server_from_log
+from capserve.core.rollout.result import (
+    Attempt,
+    RolloutFailedError,
+    RolloutResult,
+    StartupComparison,
+    server_from_log,
+)
 from capserve.core.rollout.settings import RolloutSettings
+from capserve.core.rollout.startup_log import engine_startup_from_log
 from capserve.core.spec import CampaignSpec
 from capserve.core.weights.node_staging import NodeStagingResult
 from capserve.core.weights.result import WeightsResult
@@ -109,6 +116,7 @@ class Outcome:
     cache_save: str = "not-needed"
     cache_save_detail: str | None = None
     image_pull: ImagePull | None = None
+    startup: StartupComparison | None = None
 
 
 @dataclass
@@ -196,7 +204,11 @@ class _Run:
         outcome.image_pull = image_pull_of(self.api, self.namespace, ready.pods, rendered.image, self.inputs.kube)
         leader = f"{rendered.name}-0"
         outcome.cache = pod_cache_outcome(self.api, self.namespace, leader) or "unknown"
-        outcome.server = server_from_log("\n".join(log_tail(self.api, self.namespace, leader, "vllm", 500)))
+        log = "\n".join(log_tail(self.api, self.namespace, leader, "vllm", 500))
+        outcome.server = server_from_log(log)
+        outcome.startup = StartupComparison(
+            predicted_s=rendered.expected_start_s, warm=rendered.start_warm, measured=engine_startup_from_log(log)
+        )
         if rendered.worker_args:  # one copy spans several nodes: its NCCL traffic between them must be on EFA
             found = transport_diagnosis(pod_log(self.api, self.namespace, leader, "vllm"), pod=leader)
             if found is not None:
@@ -283,6 +295,7 @@ class _Run:
             attempts=tuple(self.attempts),
             api_calls_while_waiting=outcome.api_calls,
             image_pull=outcome.image_pull,
+            startup=outcome.startup,
         )
 
 

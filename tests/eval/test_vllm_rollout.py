@@ -25,6 +25,7 @@ from capserve.core.planner import ParallelLayout
 from capserve.core.rollout import EngineOptions, RolloutConfig, RolloutTarget, render_rollout
 from capserve.core.rollout.diagnosis import RolloutWaitSettings
 from capserve.core.rollout.result import server_from_log
+from capserve.core.rollout.startup_log import engine_startup_from_log
 from capserve.core.weights.settings import WeightsSettings
 from capserve.core.weights.staging_job import CONTAINER_DIR
 from capserve.flows.evaluate import evaluate_endpoint
@@ -137,8 +138,13 @@ def test_a_rolled_out_pod_serves_real_vllm_and_is_evaluated_through_the_rollout_
         kube=KubeSettings(),
     )
     leader = f"{rendered.name}-0"
-    log = "\n".join(log_tail(api, rendered.namespace, leader, "vllm", 2000))
+    log = "\n".join(log_tail(api, rendered.namespace, leader, "vllm", 500))  # as the rollout stage reads it
     assert server_from_log(log).startswith("vLLM 0."), log[-3000:]
+    # The start's phases, read from the pod's log as the rollout stage reads them for the report (a CPU start: its
+    # weights load and engine init, no compile or graph capture).
+    started = engine_startup_from_log(log)
+    assert started.weights_load_s is not None and started.engine_init_s is not None, log[-3000:]
+    assert started.to_listening_s is not None and started.kv_cache_tokens is not None and started.kv_cache_tokens > 0
 
     spec = EvaluationSpec.model_validate(
         {

@@ -17,6 +17,7 @@ from capserve.core.errors import PermanentError
 from capserve.core.markdown import markdown_table
 from capserve.core.rollout.diagnosis import Diagnosis
 from capserve.core.rollout.image import ImagePull
+from capserve.core.rollout.startup_log import EngineStartup
 
 CacheResult = Literal["hit", "miss", "off", "unknown"]
 
@@ -63,6 +64,32 @@ class Attempt(BaseModel):
     trouble: str | None = Field(None, max_length=64, description="The diagnosis' kind.")
 
 
+class StartupComparison(BaseModel):
+    """The leader's vLLM start: the time model's figure and the phases the server's log gives (docs/timeline.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    predicted_s: float = Field(ge=0, description="Process start → listening, by the time model.")
+    warm: bool = Field(description="Predicted with a warm compile cache.")
+    measured: EngineStartup = Field(description="From the leader's log (capserve.core.rollout.startup_log).")
+
+    def markdown(self) -> str:
+        m = self.measured
+        said = ", ".join(
+            f"{label} {value:,.1f} s" for label, value in (
+                ("to listening", m.to_listening_s), ("weights load", m.weights_load_s), ("model load", m.model_load_s),
+                ("torch.compile", m.compile_s), ("graph capture", m.graph_capture_s),
+                ("engine init", m.engine_init_s),
+            ) if value is not None
+        )
+        kv = f"; KV cache {m.kv_cache_tokens:,} tokens" if m.kv_cache_tokens is not None else ""
+        measured = said + kv if m.said_anything else "the leader's log tells none of vLLM's start lines"
+        return (
+            f"vLLM start: predicted {self.predicted_s:,.0f} s ({'warm' if self.warm else 'cold'} compile cache); "
+            f"measured from its log: {measured}."
+        )
+
+
 class RolloutResult(BaseModel):
     """The rollout stage's section of the report."""
 
@@ -91,6 +118,9 @@ class RolloutResult(BaseModel):
     image_pull: ImagePull | None = Field(
         None, description="The serving image's pull, from the kubelet's Pulled events (None: already present)."
     )
+    startup: StartupComparison | None = Field(
+        None, description="The start the time model predicted beside what vLLM logged (None: nothing started)."
+    )
 
     @property
     def failed(self) -> tuple[Attempt, ...]:
@@ -115,6 +145,7 @@ class RolloutResult(BaseModel):
             "rolled_back": self.rolled_back,
             "attempts": [a.model_dump(mode="json") for a in self.attempts],
             "image_pull": self.image_pull.model_dump(mode="json") if self.image_pull else None,
+            "startup": self.startup.model_dump(mode="json") if self.startup else None,
         }
 
     def markdown(self) -> str:
@@ -143,6 +174,8 @@ class RolloutResult(BaseModel):
                 f"Image pull: {pull.seconds:.1f} s ({pull.including_waiting_s:.1f} s including waiting) "
                 f"on pod {pull.pod}, the slowest of {pull.pulls} (kubelet Pulled events).",
             ]
+        if self.startup is not None:
+            lines += ["", self.startup.markdown()]
         if self.rolled_back:
             lines += ["", "**Rolled back**: the new configuration failed; the last good one serves again."]
         rows = [

@@ -44,7 +44,7 @@ from capserve.core.rollout.names import (
     serving_namespace,
     workload_name,
 )
-from capserve.core.rollout.probes import leader_probes, startup_budget_s
+from capserve.core.rollout.probes import expected_start_s, leader_probes, startup_budget_s
 from capserve.core.rollout.secret import api_key_env
 from capserve.core.rollout.service import endpoint_services
 from capserve.core.rollout.settings import RolloutSettings
@@ -99,6 +99,10 @@ class RenderedRollout(BaseModel):
     leader_args: tuple[str, ...] = Field(description="`vllm serve` arguments of the leader (no secret in them).")
     worker_args: tuple[str, ...] = Field(default=(), description="Arguments of the workers (empty on one node).")
     startup_budget_s: int = Field(ge=1, description="The startup probe's budget.")
+    expected_start_s: float = Field(
+        0.0, ge=0, description="The time model's process start → listening for this start (warm or cold)."
+    )
+    start_warm: bool = Field(False, description="This start is expected to find its compile cache.")
     cache_key: str = Field(min_length=1, max_length=64, description="Compile-cache key.")
     cache_uri: str = Field(min_length=1, max_length=1024, description="S3 folder of this key's caches.")
     endpoint_access: str = Field(min_length=1, max_length=32, description="How the endpoint is reached: port-forward.")
@@ -203,6 +207,14 @@ def render_rollout(
         leader_args=tuple(leader_args),
         worker_args=tuple(worker_args),
         startup_budget_s=budget,
+        expected_start_s=round(
+            expected_start_s(
+                config.model_bytes, config.node_bytes, warm=warm, instance_type=config.instance_type,
+                storage=target.node_target, nodes=layout.nodes_per_replica * config.replicas,
+            ),
+            1,
+        ),
+        start_warm=warm,
         cache_key=config.cache_key,
         cache_uri=uri,
         endpoint_access=config.endpoint_access,
