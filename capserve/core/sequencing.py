@@ -43,13 +43,24 @@ class Ending(BaseModel):
     teardown: TeardownReason | None = Field(description="Tear down now, for this reason; None: leave things be.")
     left_standing: bool = Field(description="Billing resources stay up for the scheduled teardown and the reaper.")
     why: str = Field("", max_length=2000, description="What a person should know (empty for a normal end).")
+    asks_a_person: bool = Field(False, description="The run is suspended for a person's approval: no failure.")
 
 
-def decide_ending(error: BaseException | None, *, resources_made: bool, teardown_when_done: bool) -> Ending:
+def decide_ending(
+    error: BaseException | None, *, resources_made: bool, teardown_when_done: bool, awaiting_approval: bool = False
+) -> Ending:
     """The end of a run that stopped with ``error`` (None: every stage ran).
 
     ``resources_made``: a stage that leaves billing resources (bring-up onwards) has started.
+    ``awaiting_approval``: ``error`` is the orchestrator suspending the run until a person answers (Prefect's
+    ``Pause``): a question, not an interruption.
     """
+    if awaiting_approval:
+        return Ending(
+            teardown=None, left_standing=resources_made, asks_a_person=True,
+            why="waiting for a person's approval: answer the form of this run in the Prefect UI; the run resumes "
+            "then, and nothing is bought until it does",
+        )
     if error is None:
         if resources_made and teardown_when_done:
             return Ending(teardown="campaign-finished", left_standing=False)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from prefect import get_run_logger
-from prefect.exceptions import MissingContextError
+from prefect.exceptions import MissingContextError, Pause
 from pydantic import BaseModel, JsonValue
 
 from capserve.core.errors import CapserveError
@@ -126,10 +126,15 @@ def finish(ctx: CampaignContext, error: BaseException | None, tear_down: TearDow
     resources_made = any(
         line.name.leaves_resources and line.status is not StageStatus.SKIPPED for line in ctx.report.stages
     )
-    ending = decide_ending(error, resources_made=resources_made, teardown_when_done=ctx.options.teardown_when_done)
+    ending = decide_ending(
+        error, resources_made=resources_made, teardown_when_done=ctx.options.teardown_when_done,
+        awaiting_approval=isinstance(error, Pause),
+    )
     try:
         if ending.teardown is not None and ctx.lease is not None:
             _tear_down(ctx, ending.teardown, tear_down, first_error=error)
+        elif ending.asks_a_person:
+            _logger().info("campaign %s: %s", ctx.spec.campaign_id, ending.why)
         elif error is not None and ending.why:
             _explain_interruption(ctx, ending.why)
     finally:

@@ -106,6 +106,15 @@ def test_only_a_stage_failing_on_its_own_merits_tears_down() -> None:
     assert done.teardown is None and done.left_standing
 
 
+def test_a_run_suspended_for_approval_asks_a_person_and_reports_no_interruption() -> None:
+    # Prefect's Pause is how the orchestrator suspends the run: the runner says so with awaiting_approval.
+    waiting = decide_ending(
+        BaseException("Pause"), resources_made=False, teardown_when_done=True, awaiting_approval=True
+    )
+    assert (waiting.teardown, waiting.asks_a_person) == (None, True)
+    assert waiting.why.startswith("waiting for a person's approval") and "interrupted" not in waiting.why
+
+
 # ---------------------------------------------------------------- report
 
 
