@@ -80,7 +80,10 @@ def checked_cost(written: dict[str, Any]) -> dict[str, Any]:
 def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
     tmp_path: Path, far_ends: SandboxEndpoints
 ) -> None:
-    spec = load_spec(spec_file(tmp_path, evaluation__load=SMALL_LOAD))
+    # The client's lag does not invalidate the run on a machine shared by other test processes: the test's own
+    # condition, so that it expects the one verdict (the evaluation's honesty is tests/eval's).
+    load = {**SMALL_LOAD, "max_loop_lag_p99_ms": 10_000.0}
+    spec = load_spec(spec_file(tmp_path, evaluation__load=load))
     result = campaign(spec, out_dir=tmp_path / "out", hub_endpoint=far_ends.hub, teardown_when_done=True)
 
     written = json.loads((tmp_path / "out" / "report.json").read_text())
@@ -156,7 +159,7 @@ def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
     assert "simulated vLLM 0.32" in rollout["server"]
     assert written["evaluation"]["url"].startswith("http://127.0.0.1:")
     assert any("Server: the sandbox kubelet" in note for note in written["evaluation"]["notes"])
-    assert written["evaluation"]["verdict"] in {"pass", "invalid"}  # invalid only when the machine starves the client
+    assert written["evaluation"]["verdict"] == "pass"
     # Every object applied, in order, as YAML; the API-key Secret with its value redacted.
     manifests = sorted(p.name for p in (tmp_path / "out" / "manifests").iterdir())
     assert manifests[0].startswith("001-CustomResourceDefinition-")
