@@ -326,7 +326,9 @@ def capacity_type_problem(capacity_type: str | None, template: dict[str, Any]) -
       node group with Capacity Blocks for ML");
     - any other type takes no market options from the template: Spot is asked for with ``capacityType``, and
       "Request Spot Instances" is prohibited in a managed node group's launch template (EKS user guide,
-      "Customize managed nodes with launch templates"); capacity-block market options belong to CAPACITY_BLOCK.
+      "Customize managed nodes with launch templates"). That capacity-block market options are refused the same
+      way on an ON_DEMAND group is our inference from that rule (no AWS page says it; the rehearsal's node
+      group must not carry them either way).
     """
     wanted = capacity_type or "ON_DEMAND"
     if wanted not in CAPACITY_TYPES:

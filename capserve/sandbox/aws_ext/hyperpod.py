@@ -168,10 +168,6 @@ def _script(response: SageMakerResponse, group: dict[str, Any]) -> bytes | None:
     return None if found is None else bytes(found.value)
 
 
-def _script_present(response: SageMakerResponse, group: dict[str, Any]) -> bool:
-    return _script(response, group) is not None
-
-
 def _script_hugepages(response: SageMakerResponse, group: dict[str, Any]) -> int:
     """The 2 MiB huge pages the group's lifecycle script allocates (it runs before the node joins, so the
     kubelet reports them); read as the EKS nodes' user data is (``nodeadm.script_hugepages_2mi``)."""
@@ -319,7 +315,7 @@ def create_cluster(self: SageMakerResponse) -> ActionResult:
         "Tags": self._get_param("Tags") or [],
     }
     cluster = _HyperPodCluster(name=name, arn=arn, request=request, created=CLOCK.now())
-    if not all(_script_present(self, group) for group in groups):
+    if not all(_script(self, group) is not None for group in groups):
         cluster.failure = LIFECYCLE_FAILURE.format(instance="i-" + uuid.uuid4().hex[:17])
     clusters[name] = cluster
     return ActionResult({"ClusterArn": arn})
