@@ -79,6 +79,18 @@ def test_oom_killed_is_fatal_at_once_and_a_crash_loop_after_its_restarts() -> No
     assert "last log lines: weights are layout node 1's" in with_log.describe()
 
 
+def test_a_crash_loop_is_told_by_its_restarts_even_while_the_container_runs_again() -> None:
+    # Between back-offs the kubelet runs the container once more: a look at that moment sees no CrashLoopBackOff.
+    def between_back_offs(restarts: int) -> dict[str, Any]:
+        states = {"state": {"running": {"startedAt": "t"}}, "lastState": {"terminated": {"exitCode": 1}}}
+        return pod(initContainerStatuses=[container("prepare-node", restarts, **states)])
+
+    assert diagnose_pod(between_back_offs(1), [], pending_for_s=0, settings=SETTINGS) is None
+    found = diagnose_pod(between_back_offs(2), [], pending_for_s=0, settings=SETTINGS)
+    assert found is not None and (found.trouble, found.fatal) == (Trouble.CRASH_LOOP, True)
+    assert found.message == "running again after 2 restart(s), last exit code 1"
+
+
 def test_a_startup_probe_kill_names_the_budget_and_the_last_probe_failure() -> None:
     events = [
         {

@@ -14,8 +14,11 @@ Kubernetes reports in each case is in docs/serving.md §7.1:
   the back-off (or at once for ``InvalidImageName``), since a wrong tag or a missing pull right
   does not fix itself.
 - **oom-killed**: a container terminated with ``OOMKilled``: fatal at once (it would only repeat).
-- **crash-loop**: a container in ``CrashLoopBackOff`` that restarted ``crash_restarts`` times: fatal,
-  with the last lines of its previous run's log (the wait fetches them through ``pods/log``).
+- **crash-loop**: a container that ended and was restarted ``crash_restarts`` times: fatal, with the
+  last lines of its previous run's log (the wait fetches them through ``pods/log``). The count decides,
+  not the state the pod shows at the moment: between two back-offs the kubelet runs the container
+  again (``running``, or ``terminated`` once it has failed anew), and a wait that only looked for
+  ``CrashLoopBackOff`` could miss a short back-off on every look and wait out its whole budget.
 - **startup-probe**: the kubelet killed the container because its startup probe ran out
   (``Killing``: "failed startup probe"): the startup budget is spent, fatal.
 - **config**: ``CreateContainerConfigError`` (e.g. the API-key Secret is missing): fatal after the grace.
@@ -254,9 +257,10 @@ def _container_trouble(
             return found(Trouble.OOM_KILLED, f"OOMKilled (exit code {ended.get('exitCode')})", True)
     if reason in ("ErrImagePull", "ImagePullBackOff", "InvalidImageName"):
         return found(Trouble.IMAGE_PULL, f"{reason}: {detail}", reason != "ErrImagePull")
-    if reason == "CrashLoopBackOff":
-        exit_code = last.get("exitCode")
-        message = f"CrashLoopBackOff after {restarts} restart(s), last exit code {exit_code}"
+    ended_before = bool(last) and restarts > 0
+    if reason == "CrashLoopBackOff" or (ended_before and restarts >= settings.crash_restarts):
+        now = reason or ("running again" if "running" in state else "failed again")
+        message = f"{now} after {restarts} restart(s), last exit code {last.get('exitCode')}"
         return found(Trouble.CRASH_LOOP, message, restarts >= settings.crash_restarts)
     if reason in ("CreateContainerConfigError", "CreateContainerError"):
         return found(Trouble.CONFIG, f"{reason}: {detail}", pending_for_s >= settings.unschedulable_grace_s)
