@@ -185,60 +185,54 @@ def _converge_aws(
     aws = _AwsSide(cluster=cluster, gpu_pool="", system_pool=system_pool, network=network)
     aws.created += [*network.created, *roles.created, *cluster.created, *access_created, *system_pool.created]
     # The GPU nodes go in the private subnet: with one interface per EFA card they get no public address.
-    _gpu_pool(spec, lease, settings, budget, aws, roles, network.security_group_id, network.gpu_subnet_id, efa)
+    place = _GpuPlace(roles=roles, network=network, efa=efa)
+    if spec.cluster.kind == "eks":
+        _eks_pool(spec, lease, settings, budget, aws, place)
+    else:
+        _hyperpod_pool(spec, lease, settings, budget, aws, place)
     return aws
 
 
-def _gpu_pool(
-    spec: CampaignSpec,
-    lease: Lease,
-    settings: BringUpSettings,
-    budget: StepBudget,
-    aws: _AwsSide,
-    roles: RoleArns,
-    security_group_id: str,
-    subnet_id: str,
-    efa: EfaNeeds,
+@dataclass(frozen=True)
+class _GpuPlace:
+    """Where the GPU nodes go and as whom: the private subnet and campaign group (one interface per EFA card
+    gets no public address), the roles, and the EFA devices and huge pages the plan's layout needs."""
+
+    roles: RoleArns
+    network: NetworkIds
+    efa: EfaNeeds
+
+
+def _eks_pool(
+    spec: CampaignSpec, lease: Lease, settings: BringUpSettings, budget: StepBudget, aws: _AwsSide, place: _GpuPlace
 ) -> None:
-    """The GPU nodes on the reservation: an EKS node group on the Capacity Block, or HyperPod on the plan."""
-    names = ClusterNames(campaign_id=spec.campaign_id)
-    if spec.cluster.kind == "eks":
-        with budget.step("GPU node group"):
-            # The cluster security group beside the campaign's: CoreDNS on the system nodes admits only it.
-            template = converge_launch_template(
-                spec.campaign_id,
-                lease,
-                security_group_id,
-                cluster_security_group_id=aws.cluster.cluster_security_group_id,
-                hugepages_2mi_pages=efa.hugepages_2mi_pages,
-            )
-            aws.created += template.created
-            aws.gpu_interface_security_groups = template.security_group_ids
-            aws.created += converge_nodegroup(
-                spec.campaign_id,
-                lease,
-                cluster_name=aws.cluster.name,
-                node_role_arn=roles.by_component["eks-node-role"],
-                subnet_id=subnet_id,
-                launch_template=template,
-                timeout_s=budget.cap(settings.nodegroup_active_timeout_s, "GPU node group"),
-                poll_s=settings.poll_seconds,
-            )
-        aws.gpu_pool = names.nodegroup
-        return
-    _hyperpod_pool(spec, lease, settings, budget, aws, roles, security_group_id, subnet_id, efa)
+    """An EKS managed node group on the Capacity Block, through the campaign's launch template."""
+    with budget.step("GPU node group"):
+        # The cluster security group beside the campaign's: CoreDNS on the system nodes admits only it.
+        template = converge_launch_template(
+            spec.campaign_id,
+            lease,
+            place.network.security_group_id,
+            cluster_security_group_id=aws.cluster.cluster_security_group_id,
+            hugepages_2mi_pages=place.efa.hugepages_2mi_pages,
+        )
+        aws.created += template.created
+        aws.gpu_interface_security_groups = template.security_group_ids
+        aws.created += converge_nodegroup(
+            spec.campaign_id,
+            lease,
+            cluster_name=aws.cluster.name,
+            node_role_arn=place.roles.by_component["eks-node-role"],
+            subnet_id=place.network.gpu_subnet_id,
+            launch_template=template,
+            timeout_s=budget.cap(settings.nodegroup_active_timeout_s, "GPU node group"),
+            poll_s=settings.poll_seconds,
+        )
+    aws.gpu_pool = ClusterNames(campaign_id=spec.campaign_id).nodegroup
 
 
 def _hyperpod_pool(
-    spec: CampaignSpec,
-    lease: Lease,
-    settings: BringUpSettings,
-    budget: StepBudget,
-    aws: _AwsSide,
-    roles: RoleArns,
-    security_group_id: str,
-    subnet_id: str,
-    efa: EfaNeeds,
+    spec: CampaignSpec, lease: Lease, settings: BringUpSettings, budget: StepBudget, aws: _AwsSide, place: _GpuPlace
 ) -> None:
     """HyperPod on the training plan. Its prerequisites come first (docs/hyperpod.md): its dependencies on the
     EKS cluster, and the lifecycle script in a sagemaker- bucket. CreateCluster starts provisioning on the plan."""
@@ -248,7 +242,7 @@ def _hyperpod_pool(
         apply_addons(api, hyperpod_dependencies(lease.region, spec.campaign_id), settings.kube)
         # HyperPod has no launch template: the lifecycle script allocates a multi-node layout's huge pages.
         lifecycle = converge_lifecycle_scripts(
-            spec.campaign_id, lease.region, settings, hugepages_2mi_pages=efa.hugepages_2mi_pages
+            spec.campaign_id, lease.region, settings, hugepages_2mi_pages=place.efa.hugepages_2mi_pages
         )
         aws.created += lifecycle.created
     with budget.step("HyperPod cluster"):
@@ -257,15 +251,15 @@ def _hyperpod_pool(
             lease,
             settings,
             eks_cluster_arn=aws.cluster.arn,
-            execution_role_arn=roles.by_component["hyperpod-execution-role"],
-            subnet_id=subnet_id,
-            security_group_id=security_group_id,
+            execution_role_arn=place.roles.by_component["hyperpod-execution-role"],
+            subnet_id=place.network.gpu_subnet_id,
+            security_group_id=place.network.security_group_id,
             lifecycle_uri=lifecycle.uri,
             timeout_s=budget.cap(settings.hyperpod_in_service_timeout_s, "HyperPod cluster"),
         )
     # HyperPod's VpcConfig.SecurityGroupIds: the campaign's group and the EKS cluster group (docs/hyperpod.md §7).
     aws.gpu_interface_security_groups = tuple(
-        hyperpod_security_groups(security_group_id, aws.cluster.cluster_security_group_id)
+        hyperpod_security_groups(place.network.security_group_id, aws.cluster.cluster_security_group_id)
     )
     aws.gpu_pool = ClusterNames(campaign_id=spec.campaign_id).hyperpod_cluster
 
