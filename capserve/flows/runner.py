@@ -15,13 +15,11 @@ The rules (decided in ``capserve.core.sequencing``, applied here):
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from prefect import get_run_logger
-from prefect.exceptions import MissingContextError, Pause
+from prefect.exceptions import Pause
 from pydantic import BaseModel, JsonValue
 
 from capserve.core.errors import CapserveError
@@ -37,6 +35,7 @@ from capserve.tasks.clock import campaign_now
 from capserve.tasks.manifests import recording
 from capserve.tasks.record_store import load_record
 from capserve.tasks.reporting import publish_report, write_report_files
+from capserve.tasks.run_log import run_logger
 
 
 @dataclass(frozen=True)
@@ -127,14 +126,16 @@ def finish(ctx: CampaignContext, error: BaseException | None, tear_down: TearDow
         line.name.leaves_resources and line.status is not StageStatus.SKIPPED for line in ctx.report.stages
     )
     ending = decide_ending(
-        error, resources_made=resources_made, teardown_when_done=ctx.options.teardown_when_done,
+        error,
+        resources_made=resources_made,
+        teardown_when_done=ctx.options.teardown_when_done,
         awaiting_approval=isinstance(error, Pause),
     )
     try:
         if ending.teardown is not None and ctx.lease is not None:
             _tear_down(ctx, ending.teardown, tear_down, first_error=error)
         elif ending.asks_a_person:
-            _logger().info("campaign %s: %s", ctx.spec.campaign_id, ending.why)
+            run_logger(__name__).info("campaign %s: %s", ctx.spec.campaign_id, ending.why)
         elif error is not None and ending.why:
             _explain_interruption(ctx, ending.why)
     finally:
@@ -153,7 +154,9 @@ def _tear_down(
     except CapserveError:
         if first_error is None:
             raise
-        _logger().exception("teardown after a failed stage did not finish; the scheduled teardown and the reaper stay")
+        run_logger(__name__).exception(
+            "teardown after a failed stage did not finish; the scheduled teardown and the reaper stay"
+        )
 
 
 def _explain_interruption(ctx: CampaignContext, why: str) -> None:
@@ -161,7 +164,7 @@ def _explain_interruption(ctx: CampaignContext, why: str) -> None:
     interrupted = [line for line in ctx.report.stages if line.status is StageStatus.INTERRUPTED]
     if not interrupted:
         return
-    _logger().warning("campaign %s: %s", ctx.spec.campaign_id, why)
+    run_logger(__name__).warning("campaign %s: %s", ctx.spec.campaign_id, why)
     line = interrupted[-1]
     line.detail = f"{line.detail}; {why}"[:4000]
     _record(ctx, line.name, line, ctx.record.inputs_digest(line.name, ctx.spec), quietly=True)
@@ -191,7 +194,7 @@ def _record(
     except Exception:
         if not quietly:
             raise
-        _logger().exception("could not record the %s stage in the campaign record", stage.value)
+        run_logger(__name__).exception("could not record the %s stage in the campaign record", stage.value)
 
 
 def _add_cost(ctx: CampaignContext, *, interrupted: bool) -> None:
@@ -199,7 +202,7 @@ def _add_cost(ctx: CampaignContext, *, interrupted: bool) -> None:
     try:
         campaign_ledger(ctx, interrupted=interrupted)
     except Exception:
-        _logger().exception("could not compute the cost ledger of campaign %s", ctx.spec.campaign_id)
+        run_logger(__name__).exception("could not compute the cost ledger of campaign %s", ctx.spec.campaign_id)
 
 
 def _add_redeploys(ctx: CampaignContext) -> None:
@@ -210,7 +213,9 @@ def _add_redeploys(ctx: CampaignContext) -> None:
     try:
         record = load_record(ctx.record_ref)
     except Exception:
-        _logger().exception("could not read the redeploys of campaign %s from its record", ctx.spec.campaign_id)
+        run_logger(__name__).exception(
+            "could not read the redeploys of campaign %s from its record", ctx.spec.campaign_id
+        )
         return
     if record is not None:
         ctx.report.redeploys = list(record.redeploys)
@@ -220,19 +225,12 @@ def _add_redeploys(ctx: CampaignContext) -> None:
 def _write_report(ctx: CampaignContext, *, quietly: bool) -> None:
     try:
         json_path, md_path = write_report_files(ctx.report, ctx.options.out_dir)
-        _logger().info("report: %s and %s", json_path, md_path)
+        run_logger(__name__).info("report: %s and %s", json_path, md_path)
         publish_report(ctx.report)
     except Exception:
         if not quietly:
             raise
-        _logger().exception("could not write the whole report to %s", ctx.options.out_dir)
-
-
-def _logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
-    try:
-        return get_run_logger()
-    except MissingContextError:
-        return logging.getLogger(__name__)
+        run_logger(__name__).exception("could not write the whole report to %s", ctx.options.out_dir)
 
 
 def _now_quietly() -> datetime:
