@@ -187,9 +187,11 @@ def run(args: argparse.Namespace) -> int:
 
             simulate = None
             if not args.in_process and not args.real_time and "PREFECT_API_URL" not in os.environ:
-                from capserve.sandbox.environment import Simulation
+                from capserve.sandbox.environment import Simulation, stands_for
 
-                simulate = Simulation(revisions=args.revisions)
+                simulate = Simulation(
+                    revisions=args.revisions, stands_for=stands_for(spec.model.catalog, spec.model.repo)
+                )
             endpoints = stack.enter_context(sandbox(served_model_name=spec.served_model_name, simulate=simulate))
             if simulate is not None:
                 console.print(

@@ -26,6 +26,13 @@ While real work runs on the block (``busy``: a scheduled run, a redeploy), the c
 machine made slower, and each further wall second of it be hours of the block. Like a hold, this only
 makes the clock later than ``to_wall``.
 
+A *skip* lets the clock run at ``fast_rate`` up to a simulated instant, through spans and work alike: a
+sandbox stand-in that models a duration nothing real fills (a node group launching, vLLM loading a
+checkpoint it stands for) asks the clock to skip to the instant that duration ends, so the block shows the
+modelled minutes without the demo waiting for them in wall time. Gates still hold on the way: a skip
+brings the clock to a later waypoint earlier than its run's scheduled wall time, and the gate keeps it
+there until the run starts.
+
 On AWS the campaign's clock is the host's: ``WarpedWindow.real_time()``, rate 1 everywhere, the same
 code with an identity mapping.
 """
@@ -61,6 +68,9 @@ class WarpedWindow(BaseModel):
         description="The longest the clock stays at a gate (wall time); 0: waypoints are not gates.",
     )
     busy: bool = Field(False, description="Real work runs on the block: no faster than near_rate anywhere.")
+    skip_until: AwareDatetime | None = Field(
+        None, description="Up to this simulated instant the clock runs at fast_rate, spans and work aside."
+    )
 
     @classmethod
     def real_time(cls, now: datetime, *, shows: datetime | None = None) -> WarpedWindow:
@@ -90,6 +100,10 @@ class WarpedWindow(BaseModel):
         fast = self.fast_rate if earliest or not self.busy else min(self.fast_rate, self.near_rate)
         moving: list[tuple[datetime, datetime | None, float]] = []
         cursor = self.anchor_sim
+        # Where runs are scheduled (``earliest``) ignores skips: they come and go after the runs are on the server.
+        if not earliest and self.skip_until is not None and self.skip_until > cursor:
+            moving.append((cursor, self.skip_until, self.fast_rate))
+            cursor = self.skip_until
         for start, end in self.slow_spans():
             if end <= cursor:
                 continue
@@ -195,6 +209,8 @@ class WarpedWindow(BaseModel):
 
     def rate_at(self, sim: datetime) -> float:
         """Simulated seconds per wall second at the simulated instant ``sim`` (outside a hold)."""
+        if self.skip_until is not None and self.anchor_sim <= sim < self.skip_until:
+            return self.fast_rate
         slow = self.busy or any(start <= sim < end for start, end in self.slow_spans())
         return min(self.near_rate, self.fast_rate) if slow else self.fast_rate
 
@@ -203,6 +219,16 @@ class WarpedWindow(BaseModel):
         if busy == self.busy:
             return self
         return self.reanchored(now_wall).model_copy(update={"busy": busy})
+
+    def skipping(self, until: datetime | None, now_wall: datetime) -> WarpedWindow:
+        """The same clock from ``now_wall`` on, running at ``fast_rate`` up to the simulated ``until`` (None: no skip).
+        A skip to an instant the clock has passed is none."""
+        clock = self.reanchored(now_wall)
+        if until is not None and until <= clock.anchor_sim:
+            until = None
+        if until == clock.skip_until:
+            return clock
+        return clock.model_copy(update={"skip_until": until})
 
     def with_waypoints(
         self, added: Iterable[datetime], *, now_wall: datetime, spans: Iterable[tuple[datetime, datetime]] = ()

@@ -14,6 +14,10 @@ It runs in one of two modes:
   gate: the clock stops there until its run says it has started (``started``), at most ``hold``, so a run
   a busy machine starts late does not fire late on the block; and while a run says it works on the block
   (``working``), the clock runs no faster than near wall time.
+
+A stand-in that models a duration nothing real fills (``skip_to``: a node group launching, vLLM loading the
+checkpoint it stands for) lets the clock run fast to the instant it ends (``WarpedWindow.skip_until``): to
+the earliest such instant still ahead, then the next, so real work between two of them is not sped up.
 """
 
 from __future__ import annotations
@@ -36,22 +40,59 @@ class SandboxClock:
         self._rates: tuple[float, float, timedelta, timedelta] | None = None  # simulate()'s, until the first one
         self._extend: Extension | None = None
         self._work: set[str] = set()  # what works on the block now (``working``)
+        self._skips: dict[str, datetime] = {}  # modelled durations under way: who, and the instant each ends
 
     def now(self) -> datetime:
         wall = datetime.now(UTC)
         with self._lock:
-            return self._warp.to_sim(wall) if self._warp is not None else wall + self._offset
+            if self._warp is None:
+                return wall + self._offset
+            self._next_skip(wall)
+            return self._warp.to_sim(wall)
+
+    def skip_to(self, token: str, until: datetime) -> None:
+        """A modelled duration (``token``'s) ends at ``until`` on this clock: while nothing else is modelled to end
+        sooner, the clock runs fast until then. Only a simulated window skips; elsewhere nothing changes."""
+        wall = datetime.now(UTC)
+        with self._lock:
+            self._skips[token] = until
+            if self._warp is not None:
+                self._next_skip(wall)
+
+    def skipped(self, token: str) -> None:
+        """``token``'s modelled duration is over (or abandoned): the clock no longer skips for it."""
+        wall = datetime.now(UTC)
+        with self._lock:
+            self._skips.pop(token, None)
+            if self._warp is not None:
+                self._next_skip(wall)
+
+    def _next_skip(self, wall: datetime) -> None:
+        """Skip to the earliest modelled end still ahead (the lock is held)."""
+        assert self._warp is not None
+        shows = self._warp.to_sim(wall)
+        ahead = [until for until in self._skips.values() if until > shows]
+        wanted = min(ahead) if ahead else None
+        if wanted != self._warp.skip_until:
+            self._warp = self._warp.skipping(wanted, wall)
 
     @property
     def simulated(self) -> bool:
         with self._lock:
             return self._warp is not None
 
+    @property
+    def playing(self) -> bool:
+        """A simulated block is playing: its runs are scheduled, so the clock runs fast between them (and skips)."""
+        with self._lock:
+            return self._warp is not None and self._rates is None
+
     def window(self) -> WarpedWindow:
         """The mapping between wall time and this clock (rate 1 with the offset when not simulating)."""
         wall = datetime.now(UTC)
         with self._lock:
             if self._warp is not None:
+                self._next_skip(wall)
                 return self._warp
             return WarpedWindow.real_time(wall, shows=wall + self._offset)
 
@@ -146,6 +187,7 @@ class SandboxClock:
             self._rates = None
             self._extend = None
             self._work = set()
+            self._skips = {}
 
 
 CLOCK = SandboxClock()

@@ -25,6 +25,7 @@ from capserve.sandbox.clock import CLOCK
 from capserve.sandbox.clock_server import clock_server
 from capserve.sandbox.hub import HubState, local_hub, publish_revision
 from capserve.sandbox.kube import FakeKube, fake_kube
+from capserve.sandbox.kube.kubelet.played_start import StandsFor
 from capserve.sandbox.openai_server import SandboxConfig, serve
 from capserve.sandbox.registry import registry_tool_command
 from capserve.sandbox.revisions import RevisionSchedule
@@ -48,6 +49,9 @@ class Simulation:
     hold: timedelta = timedelta(minutes=2)
     tick_seconds: float = 0.2
     revisions: tuple[bool, ...] = ()
+    # What the served checkpoint stands for: EKS resources and vLLM starts then take the time model's
+    # durations on the block's clock (it skips through them), so the block shows the model's minutes.
+    stands_for: StandsFor | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,16 @@ def sandbox(
         # Clusters and node groups still pass through CREATING, but turn ACTIVE at the first status
         # poll after creation: a real EKS cluster's ~10 minutes would only make the demo wait.
         eks_ext.BEHAVIOUR.describes_until_active = 1
+        if simulate is not None and simulate.stands_for is not None:
+            figures = simulate.stands_for.figures
+            kube.kubelet.stands_for = simulate.stands_for
+            eks_ext.BEHAVIOUR.modelled = eks_ext.ModelledDurations(
+                control_plane_s=figures.control_plane_s,
+                system_nodes_s=figures.system_nodes_s,
+                gpu_nodes_s=figures.launch_and_join_s,
+            )
+            _log.info("sandbox: the served checkpoint stands for %.0f GB; EKS and vLLM take the modelled minutes",
+                     simulate.stands_for.model_bytes / 1e9)
         hub_states: list[HubState] = []
         hub = stack.enter_context(local_hub(states=hub_states))
         # The local Hub serves plain files; the Xet protocol is for hf.co's storage only.
@@ -164,3 +178,14 @@ def _ticking(every_s: float, revisions: RevisionSchedule | None, hub: HubState) 
     finally:
         stop.set()
         thread.join(timeout=5)
+
+
+def stands_for(model_catalog: str | None, model_repo: str | None) -> StandsFor | None:
+    """What a spec's served checkpoint stands for: the catalog model's bytes when the weights come from another
+    repository (the sandbox's small stand-in checkpoint of it); None when the catalog model is served itself."""
+    if model_catalog is None or model_repo is None:
+        return None
+    from capserve.core.catalog import get_model
+    from capserve.core.planner.weights import weight_bytes_by_class
+
+    return StandsFor(model_bytes=sum(weight_bytes_by_class(get_model(model_catalog)).values()))

@@ -138,3 +138,30 @@ def test_the_clock_knows_while_a_run_works_on_the_block(simulated: str) -> None:
     with working_on_the_block():
         assert campaign_window().busy
     assert not campaign_window().busy
+
+
+def test_on_a_played_block_eks_takes_the_modelled_minutes_and_the_clock_skips_through_them(simulated: str) -> None:
+    from capserve.sandbox.aws_ext import eks as eks_ext
+
+    register_waypoints([(datetime.now(UTC) + timedelta(hours=2)).replace(second=0, microsecond=0)])  # it plays
+    eks_ext.BEHAVIOUR.modelled = eks_ext.ModelledDurations(control_plane_s=900, system_nodes_s=300, gpu_nodes_s=1800)
+    eks_ext.BEHAVIOUR.describes_until_active = 1  # the unmodelled rule would make it ACTIVE at the first look
+    ec2, eks = boto3.client("ec2", region_name=REGION), boto3.client("eks", region_name=REGION)
+    vpc = ec2.create_vpc(CidrBlock="10.8.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.8.0.0/20", AvailabilityZone=f"{REGION}a")["Subnet"]["SubnetId"]
+    try:
+        with working_on_the_block():  # the serve run works: without the skip, 15 minutes at near wall time
+            before = CLOCK.now()
+            eks.create_cluster(name="played", roleArn="arn:aws:iam::123456789012:role/x",
+                               resourcesVpcConfig={"subnetIds": [subnet]})
+            skip = campaign_window().skip_until
+            assert skip is not None and 900 <= (skip - before).total_seconds() < 960
+            assert eks.describe_cluster(name="played")["cluster"]["status"] == "CREATING"
+            deadline = time.monotonic() + 120  # a bound against a hang, not a timing check
+            while eks.describe_cluster(name="played")["cluster"]["status"] != "ACTIVE":
+                assert time.monotonic() < deadline, "the control plane never became ACTIVE"
+                time.sleep(0.05)
+            assert CLOCK.now() - before >= timedelta(seconds=900)
+            assert campaign_window().skip_until is None  # skipped through: the clock is as before
+    finally:
+        eks_ext.BEHAVIOUR = eks_ext.Behaviour()

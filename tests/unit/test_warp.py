@@ -167,3 +167,31 @@ def test_while_work_runs_the_clock_goes_no_faster_than_near_a_waypoint() -> None
     assert idle.to_sim(noon + timedelta(seconds=11)) - idle.to_sim(noon + timedelta(seconds=10)) == timedelta(
         seconds=clock.fast_rate
     )
+
+
+def test_a_skip_runs_fast_through_work_and_spans_to_its_instant_then_the_clock_is_as_before() -> None:
+    clock = window().model_copy(update={"spans": ((START, START + timedelta(hours=2)),)})  # the serve run's
+    at_start = clock.to_wall(START)
+    working = clock.working(True, at_start)  # the serve run works: near wall time …
+    loaded = START + timedelta(minutes=75)  # … but a modelled vLLM start has nothing real to wait for
+    skipping = working.skipping(loaded, at_start)
+    assert skipping.rate_at(START + timedelta(minutes=10)) == clock.fast_rate
+    one_second = skipping.to_sim(at_start + timedelta(seconds=1)) - START
+    assert abs(one_second - timedelta(seconds=clock.fast_rate)) < timedelta(milliseconds=5)  # 24 minutes, not one
+    after = skipping.to_wall(loaded)  # earliest: scheduled runs never move, so where runs go ignores the skip
+    assert after == working.to_wall(loaded)
+    reached = at_start + timedelta(seconds=75 * 60 / clock.fast_rate)
+    assert abs(skipping.to_sim(reached) - loaded) < timedelta(milliseconds=5)
+    beyond = reached + timedelta(seconds=10)
+    assert abs(skipping.to_sim(beyond) - loaded - timedelta(seconds=10) * clock.near_rate) < timedelta(seconds=1)
+    assert skipping.skipping(START, reached).skip_until is None  # a skip to a passed instant is none
+
+
+def test_a_gate_inside_a_skip_still_holds_until_its_run_starts() -> None:
+    clock = gated()
+    before = clock.to_wall(START) - timedelta(seconds=1)
+    skipping = clock.skipping(START + timedelta(hours=1), before)
+    assert skipping.to_sim(before + timedelta(seconds=30)) == START  # held at the serve run's gate
+    released = skipping.release(START, before + timedelta(seconds=30))
+    one_second = released.to_sim(before + timedelta(seconds=31)) - START
+    assert abs(one_second - timedelta(seconds=clock.fast_rate)) < timedelta(milliseconds=5)

@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from moto.core.responses import BaseResponse
@@ -70,12 +70,25 @@ class NodePoolActivated:
     network: PoolAttachment | None = None  # where its instances sit in the VPC (reachability.py)
 
 
+@dataclass(frozen=True)
+class ModelledDurations:
+    """How long EKS takes to make each resource ACTIVE on a simulated block: the time model's figures
+    (``capserve.core.timeline.TimeFigures``; docs/timeline.md gives their sources)."""
+
+    control_plane_s: float
+    system_nodes_s: float
+    gpu_nodes_s: float  # a Capacity Block node group: launch, boot, join and every GPU allocatable
+
+
 @dataclass
 class Behaviour:
     """How the sandbox's EKS (and HyperPod) resources move through their states."""
 
     describes_until_active: int = 2
     seconds_until_active: float = 600.0
+    # On a simulated block: clusters and node groups take these durations on the block's clock, which skips
+    # through them (``SandboxClock.skip_to``), instead of turning ACTIVE after a few describes.
+    modelled: ModelledDurations | None = None
     kube_endpoint: str | None = None
     kube_ca_data: str | None = None
 
@@ -134,10 +147,27 @@ def reset() -> None:
     clear_calls()
 
 
-def activation_due(created: datetime, describes: int) -> bool:
+def activation_due(created: datetime, describes: int, modelled_s: float | None = None) -> bool:
     behaviour = BEHAVIOUR
     waited = (CLOCK.now() - created).total_seconds()
+    if modelled_s is not None:
+        return waited >= modelled_s
     return describes >= behaviour.describes_until_active or waited >= behaviour.seconds_until_active
+
+
+def _begin_modelled(resource: Any, token: str, seconds: float | None) -> None:
+    """Start a resource's modelled duration when the sandbox plays a block (else it activates on describes)."""
+    resource._capserve_modelled_s = seconds if seconds is not None and CLOCK.playing else None
+    if resource._capserve_modelled_s is not None:
+        CLOCK.skip_to(token, resource._capserve_created + timedelta(seconds=resource._capserve_modelled_s))
+
+
+def _cluster_token(name: str) -> str:
+    return f"eks-cluster:{name}"
+
+
+def _nodegroup_token(cluster: str, nodegroup: str) -> str:
+    return f"eks-nodegroup:{cluster}/{nodegroup}"
 
 
 def fire_node_hooks(event: NodePoolActivated) -> None:
@@ -367,10 +397,13 @@ def _patch_eks() -> None:
     def _create_cluster(self: EKSBackend, *args: Any, **kwargs: Any) -> Any:
         cluster: Any = create_cluster(self, *args, **kwargs)
         cluster.status, cluster._capserve_created, cluster._capserve_describes = _CREATING, CLOCK.now(), 0
+        modelled = BEHAVIOUR.modelled
+        _begin_modelled(cluster, _cluster_token(cluster.name), modelled.control_plane_s if modelled else None)
         _create_cluster_security_group(self, cluster)
         return cluster
 
     def _delete_cluster(self: EKSBackend, name: str) -> Any:
+        CLOCK.skipped(_cluster_token(name))
         cluster: Any = delete_cluster(self, name)
         _delete_cluster_security_group(self, cluster)
         return cluster
@@ -379,8 +412,9 @@ def _patch_eks() -> None:
         cluster: Any = describe_cluster(self, name)
         if cluster.status == _CREATING:
             cluster._capserve_describes += 1
-            if activation_due(cluster._capserve_created, cluster._capserve_describes):
+            if activation_due(cluster._capserve_created, cluster._capserve_describes, cluster._capserve_modelled_s):
                 cluster.status = _ACTIVE
+                CLOCK.skipped(_cluster_token(name))
                 for hook in list(CLUSTER_HOOKS):
                     hook(name)
         if BEHAVIOUR.kube_endpoint:
@@ -404,13 +438,24 @@ def _patch_eks() -> None:
         nodegroup: Any = create_nodegroup(self, *args, **kwargs)
         nodegroup.status, nodegroup._capserve_created, nodegroup._capserve_describes = _CREATING, CLOCK.now(), 0
         nodegroup._capserve_explicit_types = bool(kwargs.get("instance_types"))
+        modelled = BEHAVIOUR.modelled
+        if modelled is not None:
+            gpu = nodegroup.capacity_type == "CAPACITY_BLOCK"
+            seconds: float | None = modelled.gpu_nodes_s if gpu else modelled.system_nodes_s
+        else:
+            seconds = None
+        _begin_modelled(nodegroup, _nodegroup_token(nodegroup.cluster_name, nodegroup.nodegroup_name), seconds)
         return nodegroup
 
     def _describe_nodegroup(self: EKSBackend, cluster_name: str, nodegroup_name: str) -> Any:
         nodegroup: Any = describe_nodegroup(self, cluster_name, nodegroup_name)
         if nodegroup.status == _CREATING:
             nodegroup._capserve_describes += 1
-            if activation_due(nodegroup._capserve_created, nodegroup._capserve_describes):
+            due = activation_due(
+                nodegroup._capserve_created, nodegroup._capserve_describes, nodegroup._capserve_modelled_s
+            )
+            if due:
+                CLOCK.skipped(_nodegroup_token(cluster_name, nodegroup_name))
                 instance_type = _nodegroup_instance_type(self, nodegroup)
                 try:
                     storage = node_storage(_template_data(self, nodegroup), int(nodegroup.disk_size or 20))
@@ -445,6 +490,7 @@ def _patch_eks() -> None:
 
     def _delete_nodegroup(self: EKSBackend, cluster_name: str, nodegroup_name: str) -> Any:
         # EKS terminates the group's instances, so their Nodes leave the cluster (stock moto forgets them).
+        CLOCK.skipped(_nodegroup_token(cluster_name, nodegroup_name))
         deleted = delete_nodegroup(self, cluster_name, nodegroup_name)
         for hook in list(NODE_GONE_HOOKS):
             hook(cluster_name, nodegroup_name)

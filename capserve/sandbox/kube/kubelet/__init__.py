@@ -27,6 +27,7 @@ from capserve.sandbox.kube.aws_shim import CLIENT, SHIM_COMMANDS, ShimServer
 from capserve.sandbox.kube.errors import ApiError
 from capserve.sandbox.kube.events import Recorder
 from capserve.sandbox.kube.kubelet.faults import FaultKind, Faults
+from capserve.sandbox.kube.kubelet.played_start import StandsFor
 from capserve.sandbox.kube.kubelet.processes import LocalProcess, stop_all
 from capserve.sandbox.kube.kubelet.runtimes import (
     ContainerContext,
@@ -109,6 +110,9 @@ class Kubelet:
         self._stopping: set[asyncio.Task[None]] = set()
         self._shim: ShimServer | None = None
         self.processes: weakref.WeakSet[LocalProcess] = weakref.WeakSet()  # every local process of this kubelet
+        # What the served checkpoint stands for, on a simulated block: vLLM starts take the modelled time
+        # (played_start.py). None: the stand-in server starts at once, as in every test that plays no block.
+        self.stands_for: StandsFor | None = None
 
     def pull_lock(self, node: str) -> asyncio.Lock:
         """The lock a node's image pulls take in turn (made on the kubelet's loop, on first use)."""
@@ -123,6 +127,13 @@ class Kubelet:
         self._registered.clear()
 
     # ------------------------------------------------------------------ the sync (on the loop, in each pass)
+
+    def instance_type(self, node: str) -> str | None:
+        """The node's EC2 instance type (its ``node.kubernetes.io/instance-type`` label), if it says."""
+        with self.store.lock:
+            found = self.store.objects.get(("", "nodes", None, node)) or {}
+        label = ((found.get("metadata") or {}).get("labels") or {}).get("node.kubernetes.io/instance-type")
+        return str(label) if label else None
 
     def sync(self) -> None:
         with self.store.lock:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from capserve.sandbox.kube.aws_shim import INSTANCE_ROLE_ENV
 from capserve.sandbox.kube.kubelet.faults import FaultKind
 from capserve.sandbox.kube.kubelet.logs import InstanceLog
+from capserve.sandbox.kube.kubelet.played_start import PlayedStart, leave_compiled, played_start, weights_storage
 from capserve.sandbox.kube.kubelet.processes import LocalProcess, SpawnError, free_port
 from capserve.sandbox.kube.kubelet.volumes import expand, rewrite_paths, to_host
 from capserve.sandbox.kube.net_tools import POD_ENV
@@ -385,12 +386,44 @@ class VllmRuntime(ProcessRuntime):
             ctx.log.write(f"INFO [core_client.py] All {expected} remote engine node(s) connected")
             for line in nccl_transport_lines(ctx):
                 ctx.log.write(line)
+        played = self._played_start(host_model, nodes=expected + 1)
+        if played is not None:
+            await played.play(self.args.model)
+            leave_compiled(self._cache_root(), self._server_key())
         slow = ctx.kubelet.faults.take(FaultKind.SLOW_START, ctx.pod_name, str(ctx.container.get("name")), ctx.image)
         delay = ctx.kubelet.timing.wall(slow.seconds) if slow else 0.0
         local = free_port()
         self.process = self._serve(ctx, self.args, host_model, local, delay)
         await self.process.start()
         self.ports[self.args.port] = local
+        if played is not None:
+            played.listening(self.args.port)
+
+    def _played_start(self, host_model: Path, *, nodes: int) -> PlayedStart | None:
+        """The modelled start of the checkpoint this one stands for, when the sandbox plays a block."""
+        ctx, stands_for = self.ctx, self.ctx.kubelet.stands_for
+        if stands_for is None or self.args is None:
+            return None
+        return played_start(
+            stands_for,
+            host_model=host_model,
+            cache_root=self._cache_root(),
+            server_key=self._server_key(),
+            instance_type=ctx.kubelet.instance_type(ctx.node),
+            storage=weights_storage(ctx.pod, self.args.model),
+            nodes=nodes,
+            write=ctx.log.write,
+        )
+
+    def _cache_root(self) -> Path | None:
+        """vLLM's cache root on the node (``VLLM_CACHE_ROOT`` mapped to the node's directory), if set."""
+        root = self.ctx.env.get("VLLM_CACHE_ROOT")
+        return Path(rewrite_paths(root, self.ctx.mounts)) if root else None
+
+    def _server_key(self) -> str:
+        """What vLLM's compile cache is keyed by, as far as the stand-in tells servers apart: model and layout."""
+        assert self.args is not None
+        return json.dumps({"model": self.args.model, "sizes": self.args.sizes()}, sort_keys=True)
 
     async def wait(self) -> Exit:
         if self._serving is not None:

@@ -1,0 +1,104 @@
+"""A vLLM start as the sandbox plays it on a simulated block: the time model's phases, on the block's clock, in
+vLLM's own log lines, cold until a compile is left in the cache."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from capserve.core.rollout.startup_log import engine_startup_from_log
+from capserve.core.timeline import weight_read_bytes_per_s
+from capserve.sandbox.clock import CLOCK
+from capserve.sandbox.hub.checkpoint import TINY_K3, write_checkpoint
+from capserve.sandbox.kube.kubelet.played_start import (
+    StandsFor,
+    leave_compiled,
+    node_bytes,
+    played_start,
+    weights_storage,
+)
+
+K3_BYTES = 1_555_806_383_232  # the catalog's Kimi K3, as stored
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_checkpoint(TINY_K3, tmp_path_factory.mktemp("tiny-k3"))
+
+
+@pytest.fixture
+def playing() -> Iterator[None]:
+    """A simulated block whose runs are scheduled: the clock runs fast between them and may skip."""
+    CLOCK.reset()
+    CLOCK.simulate(fast_rate=5760, near_rate=60, near=timedelta(minutes=3), hold=timedelta(minutes=2))
+    CLOCK.register([datetime.now(UTC) + timedelta(days=2)])
+    yield
+    CLOCK.reset()
+
+
+def test_the_node_loads_the_stand_ins_share_of_the_model_it_stands_for(checkpoint: Path, tmp_path: Path) -> None:
+    stands_for = StandsFor(model_bytes=K3_BYTES)
+    assert node_bytes(checkpoint, stands_for) == K3_BYTES  # one node holds every file
+    index = json.loads((checkpoint / "model.safetensors.index.json").read_text())
+    shards = sorted(set(index["weight_map"].values()))
+    half = tmp_path / "node-1"
+    half.mkdir()
+    (half / "model.safetensors.index.json").write_text(json.dumps(index))
+    for name in shards[: len(shards) // 2]:
+        (half / name).write_bytes((checkpoint / name).read_bytes())
+    held = sum((half / name).stat().st_size for name in shards[: len(shards) // 2])
+    assert node_bytes(half, stands_for) == round(K3_BYTES * held / index["metadata"]["total_size"])
+
+
+def test_a_cold_start_takes_the_modelled_time_on_the_blocks_clock_and_says_so_in_vllms_lines(
+    checkpoint: Path, tmp_path: Path, playing: None
+) -> None:
+    lines: list[str] = []
+    cache = tmp_path / "cache" / "vllm"
+    start = played_start(
+        StandsFor(model_bytes=K3_BYTES), host_model=checkpoint, cache_root=cache, server_key="k3/tp8",
+        instance_type="p6-b300.48xlarge", storage="nvme", nodes=1, write=lines.append,
+    )
+    assert not start.warm
+    began = CLOCK.now()
+    asyncio.run(start.play("/models/k3"))
+    start.listening(8000)
+    assert CLOCK.now() - began >= timedelta(seconds=start.seconds)
+    assert CLOCK.window().skip_until is None  # nothing modelled is left: the clock is as before
+    measured = engine_startup_from_log("\n".join(lines))
+    phases = {phase.name: phase.seconds for phase in start.phases}
+    read = weight_read_bytes_per_s("p6-b300.48xlarge", "nvme", nodes=1)
+    assert measured.weights_load_s == pytest.approx(K3_BYTES / read, abs=0.01)
+    assert measured.compile_s == pytest.approx(phases["compile/autotune"], abs=0.01)
+    assert measured.to_listening_s is not None and measured.to_listening_s >= start.seconds - 1
+
+
+def test_the_compile_a_cold_start_leaves_makes_the_next_start_of_that_server_warm(
+    checkpoint: Path, tmp_path: Path
+) -> None:
+    cache = tmp_path / "cache" / "vllm"
+
+    def start(key: str) -> bool:
+        return played_start(
+            StandsFor(model_bytes=K3_BYTES), host_model=checkpoint, cache_root=cache, server_key=key,
+            instance_type="p6-b300.48xlarge", storage="nvme", nodes=1, write=lambda line: None,
+        ).warm
+
+    assert start("k3/tp8") is False
+    leave_compiled(cache, "k3/tp8")
+    assert (start("k3/tp8"), start("k3/tp4-pp2")) == (True, False)  # another layout compiles anew
+
+
+def test_weights_on_a_persistent_volume_claim_are_read_from_fsx() -> None:
+    pod = {
+        "spec": {
+            "volumes": [{"name": "weights", "persistentVolumeClaim": {"claimName": "fsx"}}],
+            "containers": [{"name": "vllm", "volumeMounts": [{"name": "weights", "mountPath": "/weights"}]}],
+        }
+    }
+    assert weights_storage(pod, "/weights/k3") == "fsx"
