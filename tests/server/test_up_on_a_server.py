@@ -76,6 +76,10 @@ def test_up_plays_the_whole_block_through_a_local_server_and_leaves_no_child_beh
     markdown = (out / "report.md").read_text()
     assert "Server: the sandbox kubelet's simulated vLLM 0.32.0" in markdown and "stand-in" not in markdown
     assert datetime.fromisoformat(served["rollout"]["started_at"]) > start
+    # The stand-in checkpoint stands for K3: its vLLM start took the time model's hour and more on the block's
+    # clock, measured from vLLM's own log lines as on a GPU.
+    startup = report["rollout"]["startup"]
+    assert abs(startup["measured"]["to_listening_s"] / startup["predicted_s"] - 1) < 0.10, startup
     assert report["teardown"]["deleted"] and report["cost"]["serving_gpu_hours"] > 0
     # Mid-block the sandbox Hub published a revision whose quality fails the gate: the watcher saw it, the
     # automation redeployed it, and it was rolled back to what served before.
