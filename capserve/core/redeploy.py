@@ -13,14 +13,17 @@ record's redeploys into ``report.json`` ``"redeploys"`` (``capserve.flows.runner
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from capserve.core.events import CapserveEvent
 from capserve.core.markdown import markdown_table
+from capserve.core.rollout.config import RolloutConfig
+from capserve.core.rollout.probes import expected_start_s
 from capserve.core.stages import Stage, StageStatus
+from capserve.core.timeline import TimeFigures
 
 if TYPE_CHECKING:  # the record holds RedeployEntry: importing it at run time would be a cycle
     from capserve.core.record import CampaignRecord
@@ -83,6 +86,41 @@ def redeploys_markdown(entries: list[RedeployEntry] | tuple[RedeployEntry, ...])
     return markdown_table(rows)
 
 
+class SwapTime(BaseModel):
+    """How long a redeploy holds the block at worst, from the time model (``capserve.core.timeline``): the new
+    revision's cold start (its compile cache is keyed by what it serves), the evaluation gate, and, if it fails,
+    the last good revision's start again (warm when compile caches are kept)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    start_s: float = Field(ge=0, description="The new revision's vLLM start, cold.")
+    evaluation_s: float = Field(ge=0, description="The evaluation gate before traffic.")
+    rollback_s: float = Field(ge=0, description="The last good revision's start again, after a failed gate.")
+
+    @property
+    def total_s(self) -> float:
+        return self.start_s + self.evaluation_s + self.rollback_s
+
+    def describe(self) -> str:
+        return (
+            f"about {self.total_s / 60:.0f} min at worst (vLLM start cold {self.start_s / 60:.0f} min, evaluation "
+            f"{self.evaluation_s / 60:.0f} min, a rollback's start {self.rollback_s / 60:.0f} min)"
+        )
+
+
+def swap_time(config: RolloutConfig, figures: TimeFigures | None = None) -> SwapTime:
+    """The worst case of redeploying ``config``'s geometry (the model and nodes stay; the revision changes)."""
+    f = figures or TimeFigures()
+    nodes = config.layout.nodes_per_replica * config.replicas
+
+    def start(warm: bool) -> float:
+        return expected_start_s(
+            config.model_bytes, config.node_bytes, warm=warm, instance_type=config.instance_type, nodes=nodes, figures=f
+        )
+
+    return SwapTime(start_s=start(False), evaluation_s=f.evaluation_s, rollback_s=start(config.compile_cache))
+
+
 def refusal(record: CampaignRecord, *, now: datetime, has_cluster: bool | None = None) -> str | None:
     """Why the campaign cannot be redeployed now (None: it can). ``has_cluster``: what AWS says, once asked."""
     who = f"campaign {record.campaign_id}"
@@ -106,6 +144,14 @@ def refusal(record: CampaignRecord, *, now: datetime, has_cluster: bool | None =
     good = record.last_good_rollout
     if good is None:
         return f"{who} records no good rollout to roll back to: let the campaign roll out and evaluate first"
+    # A swap still under way at the drain point would end the block with nothing evaluated serving.
+    swap = swap_time(good.config)
+    if now + timedelta(seconds=swap.total_s) > drain_at:
+        left = (drain_at - now).total_seconds() / 60
+        return (
+            f"{who} has {left:.0f} min left before its drain point ({drain_at.isoformat()}) and a redeploy takes "
+            f"{swap.describe()}: it would not finish before the drain; the revision waits for the next block"
+        )
     return None
 
 

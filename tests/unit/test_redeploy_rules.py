@@ -7,7 +7,7 @@ from pathlib import Path
 
 from capserve.core.lease import Lease
 from capserve.core.record import CampaignRecord, RolloutRecord, StageEntry
-from capserve.core.redeploy import RedeployEntry, already_handled, outcome_for, refusal
+from capserve.core.redeploy import RedeployEntry, already_handled, outcome_for, refusal, swap_time
 from capserve.core.report import CampaignReport
 from capserve.core.spec import load_spec
 from capserve.core.stages import Stage, StageStatus
@@ -42,14 +42,26 @@ def entry(to: str, outcome: str = "rolled-back") -> RedeployEntry:
     })
 
 
-def test_a_running_campaign_may_be_redeployed_until_its_drain_window() -> None:
+def test_a_running_campaign_may_be_redeployed_while_the_swap_ends_before_its_drain_point() -> None:
     record = running()
     assert refusal(record, now=NOW) is None
-    assert record.lease is not None
+    assert record.lease is not None and record.last_good_rollout is not None
     drain = record.lease.end - timedelta(minutes=45)
-    assert refusal(record, now=drain - timedelta(seconds=1)) is None
+    swap = swap_time(record.last_good_rollout.config)
+    last_chance = drain - timedelta(seconds=swap.total_s)
+    assert refusal(record, now=last_chance) is None
+    why = refusal(record, now=last_chance + timedelta(minutes=1))
+    assert why is not None and "it would not finish before the drain" in why, why
     why = refusal(record, now=drain)
     assert why is not None and "drain window" in why and "teardown.drain_before_end_minutes = 45" in why
+
+
+def test_a_k3_redeploy_is_judged_by_its_cold_start_its_gate_and_a_warm_rollback() -> None:
+    record = running()
+    assert record.last_good_rollout is not None
+    swap = swap_time(record.last_good_rollout.config)
+    # K3 on one p6-b300 (docs/timeline.md §5): about 75 minutes cold, 11 warm, and the 30-minute gate.
+    assert (round(swap.start_s / 60), round(swap.evaluation_s / 60), round(swap.rollback_s / 60)) == (75, 30, 11)
 
 
 def test_a_campaign_without_a_cluster_or_a_good_rollout_is_refused_naming_why() -> None:
