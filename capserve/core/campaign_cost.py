@@ -82,6 +82,8 @@ def campaign_cost_inputs(
         lease.start, lease.end, drain_before_end=timedelta(minutes=spec.teardown.drain_before_end_minutes)
     )
     intervals = [_shifted(interval, offset) for interval in intervals_from_report_stages(document["stages"])]
+    # Redeploys ran in runs of their own: the record carries them into this report, and their downtime here.
+    intervals += [_shifted(down, offset) for entry in report.redeploys if (down := entry.downtime()) is not None]
     serving, serving_why = serving_interval(report, window, offset=offset)
     notes = []
     if offset:

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, model_validator
 
+from capserve.core.cost.inputs import CostInputs
 from capserve.core.lease import Lease
 from capserve.core.locations import BucketLocation
 from capserve.core.redeploy import RedeployEntry
@@ -211,6 +212,11 @@ class CampaignRecord(BaseModel):
     redeploys: tuple[RedeployEntry, ...] = Field(
         default=(), max_length=256, description="Every redeploy, oldest first (capserve.core.redeploy)."
     )
+    cost_inputs: CostInputs | None = Field(
+        None,
+        description="The block's cost ledger inputs as the last run that served wrote them: later runs (a redeploy, "
+        "the teardown) rebuild the block's ledger from them and the redeploys (capserve.core.block_cost).",
+    )
     updated_at: AwareDatetime = Field(description="Last write.")
 
     @model_validator(mode="before")
@@ -270,6 +276,9 @@ class CampaignRecord(BaseModel):
 
     def with_fired(self, stage: str, *, now: datetime) -> CampaignRecord:
         return self.model_copy(update={"fired": {**self.fired, stage: now}, "updated_at": now})
+
+    def with_cost_inputs(self, inputs: CostInputs, *, now: datetime) -> CampaignRecord:
+        return self.model_copy(update={"cost_inputs": inputs, "updated_at": now})
 
     def with_redeploy(self, entry: RedeployEntry) -> CampaignRecord:
         return self.model_copy(update={"redeploys": (*self.redeploys, entry), "updated_at": entry.ended_at})

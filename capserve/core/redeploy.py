@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from capserve.core.cost.causes import Cause
+from capserve.core.cost.inputs import Interval
 from capserve.core.events import CapserveEvent
 from capserve.core.markdown import markdown_table
 from capserve.core.rollout.config import RolloutConfig
@@ -48,6 +50,11 @@ class RedeployEntry(BaseModel):
     serving_sha: str | None = Field(None, max_length=40, description="Commit serving afterwards (None: nothing).")
     started_at: AwareDatetime = Field(description="When it started.")
     ended_at: AwareDatetime = Field(description="When it ended.")
+    down_from: AwareDatetime | None = Field(
+        None,
+        description="When the serving endpoint went down (a recreate rollout deleting the old pods); it is back at "
+        "ended_at. None: the old revision served throughout (a strategy that keeps it, or no rollout began).",
+    )
     detail: str = Field("", max_length=2000, description="Why it rolled back or failed.")
     events: tuple[CapserveEvent, ...] = Field(
         (), max_length=50, description="The lifecycle events it sent (the campaign's report lists them)."
@@ -65,8 +72,23 @@ class RedeployEntry(BaseModel):
             "serving": self.serving_sha,
             "started_at": self.started_at.isoformat(),
             "ended_at": self.ended_at.isoformat(),
+            "down_from": self.down_from.isoformat() if self.down_from else None,
+            "down_until": self.ended_at.isoformat() if self.down_from else None,
+            "downtime_minutes": round(self.downtime_s / 60, 1),
             **({"detail": self.detail} if self.detail else {}),
         }
+
+    @property
+    def downtime_s(self) -> float:
+        """Seconds the endpoint served nothing evaluated because of this redeploy."""
+        return (self.ended_at - self.down_from).total_seconds() if self.down_from else 0.0
+
+    def downtime(self) -> Interval | None:
+        """The ledger's interval for that downtime (``Cause.REDEPLOYS``), or None."""
+        if self.down_from is None:
+            return None
+        label = f"redeploy to {self.to_sha[:8]} ({self.outcome})"
+        return Interval(cause=Cause.REDEPLOYS, start=self.down_from, end=self.ended_at, label=label)
 
 
 def redeploys_markdown(entries: list[RedeployEntry] | tuple[RedeployEntry, ...]) -> str:
@@ -79,6 +101,7 @@ def redeploys_markdown(entries: list[RedeployEntry] | tuple[RedeployEntry, ...])
             "strategy": e.strategy or "—",
             "verdict": e.verdict,
             "outcome": f"**{e.outcome}**",
+            "down (min)": f"{e.downtime_s / 60:.0f}" if e.down_from else "0",
             "why": e.detail[:200].replace("|", "/"),  # a cell must not end the row
         }
         for e in entries

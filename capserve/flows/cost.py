@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from capserve.core.block_cost import with_redeploys
 from capserve.core.campaign_cost import campaign_cost_inputs
 from capserve.core.cost import CostLedger, build_ledger, load_price_table
 from capserve.core.cost.prices import PriceTable
 from capserve.core.errors import CapserveError
+from capserve.core.record import CampaignRecord
 from capserve.flows.context import CampaignContext
 from capserve.tasks.clock import campaign_now, campaign_window
 from capserve.tasks.cost.clock import aws_clock_offset
@@ -39,7 +41,19 @@ def campaign_ledger(ctx: CampaignContext, *, interrupted: bool) -> CostLedger:
     prices, note = _prices(ctx, inputs.region, interrupted=interrupted)
     ledger = build_ledger(inputs, prices, price_note=note)
     ctx.report.add(ledger)
+    if lease is not None:  # what later runs of the block rebuild its ledger from (capserve.core.block_cost)
+        ctx.save(lambda record: record.with_cost_inputs(inputs, now=campaign_now()))
     return ledger
+
+
+def block_ledger(record: CampaignRecord) -> CostLedger | None:
+    """The block's ledger as the record stands (a redeploy's or the teardown's run): the serving run's inputs with
+    every redeploy's downtime, priced from the packaged table. None when no run has served on a block yet."""
+    if record.cost_inputs is None:
+        return None
+    table = load_price_table()
+    note = f"Rebuilt after the serving run from the campaign record; prices from the table dated {table.date}."
+    return build_ledger(with_redeploys(record.cost_inputs, record.redeploys), table, price_note=note)
 
 
 def _prices(ctx: CampaignContext, region: str, *, interrupted: bool) -> tuple[PriceTable, str]:

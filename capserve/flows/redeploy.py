@@ -56,6 +56,7 @@ from capserve.flows.announce import about, announce
 from capserve.flows.announce import now as utc_now
 from capserve.flows.bring_up import bring_up
 from capserve.flows.context import CampaignContext, RunOptions, need
+from capserve.flows.cost import block_ledger
 from capserve.flows.rollout import roll_back
 from capserve.flows.runner import StageEnd, StageOutput
 from capserve.flows.slots import campaign_slot
@@ -72,7 +73,7 @@ from capserve.tasks.clock import campaign_now, working_on_the_block
 from capserve.tasks.manifests import recording
 from capserve.tasks.planning import plan_campaign, resolve_model
 from capserve.tasks.record_store import change_record, load_record
-from capserve.tasks.reporting import publish_redeploy, write_report_files
+from capserve.tasks.reporting import amend_report_files, publish_redeploy, write_report_files
 from capserve.tasks.settings import hub_endpoint_from_environment, settings_from_environment
 from capserve.tasks.teardown.inventory import inventory_campaign
 from capserve.tasks.weights.hub import hub_connection, resolve_revision
@@ -167,6 +168,7 @@ def _redeploy(ctx: CampaignContext, ref: RecordRef, sha: str, trigger: str) -> R
         _stage(ctx, Stage.BRING_UP, _cluster)
         _stage(ctx, Stage.WEIGHTS_TO_NODES, weights_to_nodes_stage)
         entry.serving = None  # from here on, what serves depends on how the rollout ends
+        entry.rollout_began = campaign_now()
         _stage(ctx, Stage.ROLLOUT, rollout_stage)
     except CapserveError as exc:
         _finish(ctx, ref, entry.ended("failed", f"{type(exc).__name__}: {exc}"))
@@ -183,6 +185,7 @@ def _redeploy(ctx: CampaignContext, ref: RecordRef, sha: str, trigger: str) -> R
     entry.verdict, why = _evaluate(ctx)
     if outcome_for(entry.verdict) == "promoted":
         return _finish(ctx, ref, entry.ended("promoted", ""), good=new)
+    entry.rollback_began = campaign_now()  # the new colour goes, whatever the strategy: down until the old is back
     try:
         back, good = roll_back(replace(rollout_inputs(ctx), last_good=previous), new.color or "blue", why)
     except CapserveError as exc:
@@ -208,13 +211,23 @@ class _Entry:
     strategy: str = ""
     verdict: Verdict = "not-evaluated"
     started_at: datetime = field(default_factory=lambda: campaign_now())
+    rollout_began: datetime | None = None
+    rollback_began: datetime | None = None
 
     def ended(self, outcome: Outcome, detail: str) -> RedeployEntry:
         return RedeployEntry(
             from_sha=self.from_sha, to_sha=self.to_sha, trigger=self.trigger[:100], strategy=self.strategy,
             verdict=self.verdict, outcome=outcome, serving_sha=self.serving, started_at=self.started_at,
-            ended_at=campaign_now(), detail=detail[:2000],
+            ended_at=campaign_now(), down_from=self._down_from(), detail=detail[:2000],
         )
+
+    def _down_from(self) -> datetime | None:
+        """When the endpoint stopped serving an evaluated revision: a recreate rollout deletes the old pods first
+        (as does one that failed before saying its strategy); otherwise the old revision served until a rollback
+        after a failed gate began (None: it served throughout)."""
+        if self.rollout_began is not None and self.strategy in ("recreate", ""):
+            return self.rollout_began
+        return self.rollback_began
 
 
 def _stage(ctx: CampaignContext, stage: Stage, run: Callable[[CampaignContext], StageOutput]) -> None:
@@ -283,4 +296,18 @@ def _finish(
         publish_redeploy(ctx.spec.campaign_id, redeploys_markdown([entry]))
     except Exception:
         logger.exception("could not write the redeploy's report to %s", ctx.options.out_dir)
+    _amend_campaign_ledger(record)
     return entry
+
+
+def _amend_campaign_ledger(record: CampaignRecord) -> None:
+    """The campaign's report gets the block's ledger with this redeploy's downtime (a redeploy changes it)."""
+    ledger = block_ledger(record)
+    if ledger is None or record.report_dir is None:
+        return
+    partial = CampaignReport(campaign=record.campaign_id, redeploys=list(record.redeploys))
+    partial.add(ledger)
+    try:
+        amend_report_files(partial, Path(record.report_dir), heading=f"After redeploy {len(record.redeploys)}")
+    except Exception:
+        get_run_logger().exception("could not amend the campaign's report in %s", record.report_dir)

@@ -139,8 +139,8 @@ def finish(ctx: CampaignContext, error: BaseException | None, tear_down: TearDow
         elif error is not None and ending.why:
             _explain_interruption(ctx, ending.why)
     finally:
+        _add_redeploys(ctx)  # first: the ledger counts their downtime
         _add_cost(ctx, interrupted=error is not None and not isinstance(error, CapserveError))
-        _add_redeploys(ctx)
         _write_report(ctx, quietly=error is not None)
 
 

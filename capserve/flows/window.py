@@ -40,6 +40,7 @@ from capserve.core.stages import Stage, StageStatus
 from capserve.core.teardown.result import TeardownResult
 from capserve.flows.campaign import CAMPAIGN
 from capserve.flows.context import CampaignContext, RunOptions, need
+from capserve.flows.cost import block_ledger
 from capserve.flows.notify import notify
 from capserve.flows.runner import run_campaign
 from capserve.flows.slots import campaign_slot
@@ -208,6 +209,9 @@ def _finish_report(record: CampaignRecord, spec: CampaignSpec, done: TeardownRes
         events=[event for redeploy in record.redeploys for event in redeploy.events],
     )
     partial.add(done)
+    ledger = block_ledger(record)  # the block's, with every redeploy's downtime
+    if ledger is not None:
+        partial.add(ledger)
     schedule = schedule_lease_runs(
         record.campaign_id, record.lease, spec.teardown,
         bring_up_lead=timedelta(minutes=spec.teardown.bring_up_lead_minutes),

@@ -85,6 +85,11 @@ def test_up_plays_the_whole_block_through_a_local_server_and_leaves_no_child_beh
     # automation redeployed it, and it was rolled back to what served before.
     (bad,) = report["redeploys"]
     assert (bad["trigger"], bad["verdict"], bad["outcome"]) == ("revision-published", "fail", "rolled-back"), bad
+    # Its recreate took the endpoint down: the block's ledger, rebuilt when the block ended, counts those minutes.
+    cost = report["cost"]
+    assert bad["downtime_minutes"] > 60, bad  # K3's cold start alone is over an hour
+    assert cost["lost_gpu_minutes"]["redeploys"] == pytest.approx(bad["downtime_minutes"] * 8, abs=8), cost
+    assert cost["paid_gpu_minutes"] == cost["serving_gpu_minutes"] + sum(cost["lost_gpu_minutes"].values())
     assert bad["serving"] == bad["from"] != bad["to"]
     drain = datetime.fromisoformat(schedule["drain"]["scheduled_at"])
     assert start < datetime.fromisoformat(bad["started_at"]) < datetime.fromisoformat(bad["ended_at"]) < drain

@@ -102,6 +102,7 @@ def test_a_24h_block_with_a_known_timeline() -> None:
         Cause.VLLM_COLD_START: 75 * 8,
         Cause.EVALUATION: 30 * 8,
         Cause.IDLE: 0,
+        Cause.REDEPLOYS: 0,
         Cause.DRAIN_AND_TEARDOWN_MARGIN: 15 * 8,
         Cause.AWS_TERMINATION: 30 * 8,
         Cause.FAILURES_AND_ROLLBACKS: 0,

@@ -6,6 +6,8 @@ to the minute. When recorded intervals overlap, the cause with the higher preced
 1. ``aws_termination`` outranks everything: from end − 30 min AWS is terminating the instances, so no
    plan can use those minutes, whatever was recorded (docs/cost.md, "The last 30 minutes").
 2. ``failures_and_rollbacks`` outranks every stage: the failure is why that stage's time was lost.
+   ``redeploys`` comes next: the endpoint was down from the old pods' deletion until the new revision
+   passed its gate (or the old one served again), whatever else was recorded then.
 3. ``drain_and_teardown_margin`` outranks the stages: after the drain point nothing else may run.
 4. Among lifecycle stages a later stage outranks an earlier one (an overlap means the later stage had
    begun, e.g. node readiness nested inside bring-up, evaluation starting once the rollout is ready).
@@ -32,6 +34,7 @@ class Cause(enum.StrEnum):
     DRAIN_AND_TEARDOWN_MARGIN = "drain_and_teardown_margin"
     AWS_TERMINATION = "aws_termination"
     FAILURES_AND_ROLLBACKS = "failures_and_rollbacks"
+    REDEPLOYS = "redeploys"
 
     @property
     def is_serving(self) -> bool:
@@ -56,6 +59,7 @@ class Cause(enum.StrEnum):
 _BY_PRECEDENCE: tuple[Cause, ...] = (
     Cause.AWS_TERMINATION,
     Cause.FAILURES_AND_ROLLBACKS,
+    Cause.REDEPLOYS,
     Cause.DRAIN_AND_TEARDOWN_MARGIN,
     Cause.EVALUATION,
     Cause.VLLM_COLD_START,
@@ -77,6 +81,7 @@ LOST_CAUSES: tuple[Cause, ...] = (
     Cause.VLLM_COLD_START,
     Cause.EVALUATION,
     Cause.IDLE,
+    Cause.REDEPLOYS,
     Cause.DRAIN_AND_TEARDOWN_MARGIN,
     Cause.AWS_TERMINATION,
     Cause.FAILURES_AND_ROLLBACKS,
@@ -94,6 +99,7 @@ _DESCRIPTIONS = {
     Cause.DRAIN_AND_TEARDOWN_MARGIN: "drain point → AWS termination: traffic stopped, cluster torn down",
     Cause.AWS_TERMINATION: "the last 30 minutes: AWS terminates the instances (EC2 Capacity Block rule)",
     Cause.FAILURES_AND_ROLLBACKS: "a stage that failed, and rolling back from it",
+    Cause.REDEPLOYS: "a redeploy's downtime: old pods deleted → the new revision passed its gate (or the old is back)",
 }
 
 _ADVICE = {
@@ -135,6 +141,11 @@ _ADVICE = {
     Cause.FAILURES_AND_ROLLBACKS: (
         "Fix the failed stage before the next reservation (the report's diagnosis names it) and rehearse "
         "the same plan in the sandbox first."
+    ),
+    Cause.REDEPLOYS: (
+        "Redeploy with a strategy that keeps the old revision serving until the new one passes its gate "
+        "(blue-green or rolling, when the block has the nodes), keep compile caches warm across revisions, "
+        "and publish fewer revisions mid-block."
     ),
 }
 

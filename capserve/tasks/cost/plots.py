@@ -35,6 +35,7 @@ COLOURS: dict[Cause, str] = {
     Cause.DRAIN_AND_TEARDOWN_MARGIN: "#c5b0d5",
     Cause.AWS_TERMINATION: "#8c564b",
     Cause.FAILURES_AND_ROLLBACKS: "#d62728",
+    Cause.REDEPLOYS: "#e377c2",
 }
 _MARK_STYLE: dict[str, tuple[str, Literal["-", "--", ":"]]] = {
     "block_start": ("black", "-"),
