@@ -3,8 +3,8 @@
 Without ``PREFECT_API_URL`` it starts a local ``prefect server`` (home and SQLite under ``<out>/prefect``)
 while the sandbox comes up, registers deployments/prefect.yaml, starts a process worker
 (``capserve.runtime.prefect_server``), triggers the ``campaign`` deployment exactly as a click in the UI does,
-prints each state change, then follows the runs the lease scheduled (serve, drain, teardown) until none is
-left to run: on a server the campaign run only prepares and buys, so ``--teardown-when-done`` too follows until
+prints each state change, then follows the runs the lease scheduled (prepare-cluster, serve, drain, teardown) until
+none is left to run: on a server the campaign run only prepares and buys, so ``--teardown-when-done`` too follows until
 the teardown has run. It stops what it started (``--keep-server`` leaves the server and the worker up and
 prints the UI's address). With ``PREFECT_API_URL`` set it registers on that server and starts nothing: a worker
 of yours runs the campaign.

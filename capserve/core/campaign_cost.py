@@ -157,7 +157,7 @@ def scheduled_runs(document: Mapping[str, Any], campaign: str) -> list[Scheduled
     """The scheduled runs the report lists, for the timeline: the lease schedule's runs, or the teardown run."""
     marks = []
     for run in document.get("schedule") or []:
-        if run.get("stage") in ("bring_up", "drain", "teardown"):
+        if run.get("stage") in ("prepare_cluster", "bring_up", "drain", "teardown"):
             marks.append(
                 ScheduledRunMark(
                     name=str(run["name"]),

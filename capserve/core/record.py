@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, model_validator
 
+from capserve.core.cluster.result import PreparedCluster
 from capserve.core.cost.inputs import CostInputs
 from capserve.core.lease import Lease
 from capserve.core.locations import BucketLocation
@@ -212,6 +213,9 @@ class CampaignRecord(BaseModel):
     redeploys: tuple[RedeployEntry, ...] = Field(
         default=(), max_length=256, description="Every redeploy, oldest first (capserve.core.redeploy)."
     )
+    prepared: PreparedCluster | None = Field(
+        None, description="What the cluster's preparation run did before the block (capserve.flows.window)."
+    )
     cost_inputs: CostInputs | None = Field(
         None,
         description="The block's cost ledger inputs as the last run that served wrote them: later runs (a redeploy, "
@@ -276,6 +280,9 @@ class CampaignRecord(BaseModel):
 
     def with_fired(self, stage: str, *, now: datetime) -> CampaignRecord:
         return self.model_copy(update={"fired": {**self.fired, stage: now}, "updated_at": now})
+
+    def with_prepared(self, prepared: PreparedCluster) -> CampaignRecord:
+        return self.model_copy(update={"prepared": prepared, "updated_at": prepared.ended_at})
 
     def with_cost_inputs(self, inputs: CostInputs, *, now: datetime) -> CampaignRecord:
         return self.model_copy(update={"cost_inputs": inputs, "updated_at": now})

@@ -24,7 +24,7 @@ from typing import Annotated, Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from capserve.core.capacity.result import AcquireResult
-from capserve.core.cluster.result import ClusterResult
+from capserve.core.cluster.result import ClusterResult, PreparedCluster
 from capserve.core.cost.ledger import CostLedger
 from capserve.core.evaluation.result import EvaluationResult
 from capserve.core.events import CapserveEvent
@@ -129,6 +129,9 @@ class CampaignReport(BaseModel):
     weights: Annotated[WeightsResult | None, Section("Weights")] = Field(None, description="Weights in S3.")
     image: Annotated[ImageMirrorResult | None, Section("Image")] = Field(
         None, description="The serving image in the block's region, by digest."
+    )
+    prepared: Annotated[PreparedCluster | None, Section("Before the block")] = Field(
+        None, description="The cluster's preparation before the block (its scheduled run, from the record)."
     )
     cluster: Annotated[ClusterResult | None, Section("Cluster")] = Field(None, description="The cluster.")
     node_staging: Annotated[NodeStagingResult | None, Section("Weights on the nodes")] = Field(

@@ -1,7 +1,9 @@
 """The runs a lease schedules on the Prefect server, decided as data (docs/prefect.md §11).
 
-The moment a campaign holds a lease it knows every waypoint of the block: bring-up at the start (minus
-a lead), drain at end − 45 min, hard teardown at end − 35 min (AWS terminates the instances at end − 30).
+The moment a campaign holds a lease it knows every waypoint of the block: the cluster's preparation before
+the start (what needs no GPU: network, IAM, control plane, system nodes; ``cluster_lead``), bring-up at the
+start (minus a lead), drain at end − 45 min, hard teardown at end − 35 min (AWS terminates the instances at
+end − 30).
 Each becomes a one-off flow run of its own deployment, named ``<stage>-<campaign>``, tagged with the
 campaign, given only the campaign id, region and reservation id (a pending run must survive a change of
 the spec's schema), and created with an idempotency key that holds the reservation id and the time:
@@ -17,6 +19,7 @@ task in ``capserve.tasks.scheduling`` only reads and writes.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -26,7 +29,8 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from capserve.core.lease import Lease
 from capserve.core.markdown import markdown_table
-from capserve.core.spec import TeardownSpec
+from capserve.core.spec import CampaignSpec, TeardownSpec
+from capserve.core.timeline import TimeFigures
 
 AWS_TERMINATES_BEFORE_END = timedelta(minutes=30)
 """EC2 starts terminating a Capacity Block's instances 30 minutes before its end (docs/aws-capacity.md)."""
@@ -38,12 +42,14 @@ SCHEDULED_TAG = "capserve.io/scheduled"
 class ScheduledStage(enum.StrEnum):
     """What a scheduled run does (the report's ``schedule[].stage``)."""
 
+    PREPARE_CLUSTER = "prepare_cluster"
     BRING_UP = "bring_up"
     DRAIN = "drain"
     TEARDOWN = "teardown"
 
 
 DEPLOYMENTS: dict[ScheduledStage, str] = {
+    ScheduledStage.PREPARE_CLUSTER: "prepare-cluster/prepare-cluster",
     ScheduledStage.BRING_UP: "serve/serve",
     ScheduledStage.DRAIN: "drain/drain",
     ScheduledStage.TEARDOWN: "scheduled-teardown/scheduled-teardown",
@@ -51,6 +57,7 @@ DEPLOYMENTS: dict[ScheduledStage, str] = {
 """The deployment (``flow/name`` in deployments/prefect.yaml) each scheduled run belongs to."""
 
 RUN_PREFIX: dict[ScheduledStage, str] = {
+    ScheduledStage.PREPARE_CLUSTER: "prepare-cluster",
     ScheduledStage.BRING_UP: "serve",
     ScheduledStage.DRAIN: "drain",
     ScheduledStage.TEARDOWN: "teardown",
@@ -82,12 +89,39 @@ class PlannedRun(BaseModel):
     tags: tuple[str, ...] = Field(max_length=8, description="The campaign's tag and the scheduled-run tag.")
 
 
+PREPARE_MARGIN = 2.0
+"""The cluster's preparation starts this many times its modelled length before bring-up. EKS's own figure is an
+average (docs/timeline.md §1), the network and IAM come first, and the two sides of the bet are far apart: starting
+early costs the control plane and two small system nodes (about $0.30 an hour, docs/cost.md §4), a preparation
+still running at the block's start costs the block's GPU minutes."""
+
+
+def cluster_lead(spec: CampaignSpec, figures: TimeFigures | None = None) -> timedelta | None:
+    """How long before bring-up the cluster's preparation runs: the control plane, the system nodes and the
+    add-ons of the time model, times ``PREPARE_MARGIN``, in whole 5 minutes. None when the campaign uses an existing
+    cluster (nothing to prepare)."""
+    if spec.cluster.existing_cluster_name is not None:
+        return None
+    f = figures or TimeFigures()
+    seconds = (f.control_plane_s + f.system_nodes_s + f.addons_s) * PREPARE_MARGIN
+    return timedelta(minutes=5 * math.ceil(seconds / 300))
+
+
 def planned_runs(
-    campaign_id: str, lease: Lease, teardown: TeardownSpec, *, bring_up_lead: timedelta = timedelta(0)
+    campaign_id: str,
+    lease: Lease,
+    teardown: TeardownSpec,
+    *,
+    bring_up_lead: timedelta = timedelta(0),
+    prepare_lead: timedelta | None = None,
 ) -> tuple[PlannedRun, ...]:
-    """The three runs of ``lease``: bring-up at start − lead, drain and hard teardown before the end."""
+    """The runs of ``lease``: the cluster's preparation at start − bring-up lead − ``prepare_lead`` (when given),
+    bring-up at start − lead, drain and hard teardown before the end."""
+    bring_up_at = lease.start - bring_up_lead
+    prepare = {ScheduledStage.PREPARE_CLUSTER: bring_up_at - prepare_lead} if prepare_lead is not None else {}
     times = {
-        ScheduledStage.BRING_UP: lease.start - bring_up_lead,
+        **prepare,
+        ScheduledStage.BRING_UP: bring_up_at,
         ScheduledStage.DRAIN: teardown.drain_at(lease.end),
         ScheduledStage.TEARDOWN: teardown.teardown_at(lease.end),
     }
@@ -175,11 +209,12 @@ def reconcile(
 
 
 def stages_no_longer_needed(*, torn_down: bool, served: bool) -> tuple[ScheduledStage, ...]:
-    """After a teardown nothing is left to bring up, drain or tear down; after serving, bring-up is done."""
+    """After a teardown nothing is left to prepare, bring up, drain or tear down; after serving, the cluster's
+    preparation and bring-up are done."""
     if torn_down:
         return tuple(ScheduledStage)
     if served:
-        return (ScheduledStage.BRING_UP,)
+        return (ScheduledStage.PREPARE_CLUSTER, ScheduledStage.BRING_UP)
     return ()
 
 
@@ -189,7 +224,7 @@ class ScheduleEntry(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(min_length=1, max_length=200, description="The run's name.")
-    stage: ScheduledStage = Field(description="bring_up, drain or teardown.")
+    stage: ScheduledStage = Field(description="prepare_cluster, bring_up, drain or teardown.")
     scheduled_at: AwareDatetime = Field(description="When it fires, in the campaign's clock.")
     flow_run_id: str | None = Field(None, max_length=64, description="The run; None when it could not be created.")
     state: str = Field(max_length=200, description="Its state when the report was written, or why there is none.")

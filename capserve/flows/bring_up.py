@@ -131,9 +131,43 @@ def _existing(name: str, spec: CampaignSpec, lease: Lease, settings: BringUpSett
     return _AwsSide(cluster=cluster, gpu_pool=ClusterNames(campaign_id=spec.campaign_id).nodegroup)
 
 
+@flow(name="prepare-cluster-resources", validate_parameters=True)
+def prepare_cluster(
+    spec: CampaignSpec, lease: Lease, settings: BringUpSettings | None = None, now: datetime | None = None
+) -> tuple[str, tuple[str, ...]]:
+    """Before the block: everything of the cluster that needs no GPU (network, IAM roles, the EKS control plane,
+    access entries, the system node group), so that bring-up at the block's start only adds the GPU nodes.
+    Converges like bring-up (what exists is found, not made again). Returns the cluster's name and what this run
+    created."""
+    settings = settings or settings_from_environment().for_campaign(spec.campaign_settings()).bring_up
+    budget = bring_up_steps(spec, lease, now or campaign_now())
+    aws, _ = _control_side(spec, lease, settings, budget)
+    get_run_logger().info(
+        "cluster %s prepared before the block; created this run: %s",
+        aws.cluster.name,
+        ", ".join(aws.created) or "nothing",
+    )
+    return aws.cluster.name, tuple(aws.created)
+
+
 def _converge_aws(
     spec: CampaignSpec, lease: Lease, settings: BringUpSettings, budget: StepBudget, efa: EfaNeeds
 ) -> _AwsSide:
+    aws, roles = _control_side(spec, lease, settings, budget)
+    assert aws.network is not None  # the control side always builds (or finds) the network
+    # The GPU nodes go in the private subnet: with one interface per EFA card they get no public address.
+    place = _GpuPlace(roles=roles, network=aws.network, efa=efa)
+    if spec.cluster.kind == "eks":
+        _eks_pool(spec, lease, settings, budget, aws, place)
+    else:
+        _hyperpod_pool(spec, lease, settings, budget, aws, place)
+    return aws
+
+
+def _control_side(
+    spec: CampaignSpec, lease: Lease, settings: BringUpSettings, budget: StepBudget
+) -> tuple[_AwsSide, RoleArns]:
+    """Network, IAM roles, control plane, access entries and system nodes: what the cluster needs before any GPU."""
     campaign_id, region = spec.campaign_id, lease.region
     with budget.step("network"):
         network = converge_network(
@@ -184,13 +218,7 @@ def _converge_aws(
         )
     aws = _AwsSide(cluster=cluster, gpu_pool="", system_pool=system_pool, network=network)
     aws.created += [*network.created, *roles.created, *cluster.created, *access_created, *system_pool.created]
-    # The GPU nodes go in the private subnet: with one interface per EFA card they get no public address.
-    place = _GpuPlace(roles=roles, network=network, efa=efa)
-    if spec.cluster.kind == "eks":
-        _eks_pool(spec, lease, settings, budget, aws, place)
-    else:
-        _hyperpod_pool(spec, lease, settings, budget, aws, place)
-    return aws
+    return aws, roles
 
 
 @dataclass(frozen=True)

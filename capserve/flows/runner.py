@@ -206,8 +206,9 @@ def _add_cost(ctx: CampaignContext, *, interrupted: bool) -> None:
 
 
 def _add_redeploys(ctx: CampaignContext) -> None:
-    """The redeploys and approvals the record holds (capserve.core.redeploy): redeploy runs write them there, never
-    to this run's report, so the report a campaign writes lists every redeploy made and decision given until then."""
+    """The redeploys and approvals the record holds (capserve.core.redeploy), and the cluster's preparation before
+    the block: other runs write them there, never to this run's report, so the report a campaign writes lists every
+    redeploy made and decision given until then."""
     if not ctx.saving:
         return  # the record never reached S3: no redeploy can have found the campaign
     try:
@@ -220,6 +221,8 @@ def _add_redeploys(ctx: CampaignContext) -> None:
     if record is not None:
         ctx.report.redeploys = list(record.redeploys)
         ctx.report.approvals = list(record.approvals)
+        if record.prepared is not None and ctx.report.prepared is None:
+            ctx.report.add(record.prepared)  # the cluster's preparation ran before, in a run of its own
 
 
 def _write_report(ctx: CampaignContext, *, quietly: bool) -> None:

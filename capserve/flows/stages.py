@@ -31,7 +31,7 @@ from capserve.core.planner import ServingPlan
 from capserve.core.preflight import check_preflight
 from capserve.core.rollout.image import ImageMirrorResult
 from capserve.core.rollout.result import RolloutFailedError, RolloutResult
-from capserve.core.schedule import LeaseSchedule, stages_no_longer_needed
+from capserve.core.schedule import LeaseSchedule, cluster_lead, stages_no_longer_needed
 from capserve.core.stages import Stage, StageStatus
 from capserve.core.teardown.result import TeardownIncompleteError, TeardownReason, TeardownResult
 from capserve.core.weights.node_staging import NodeStagingResult
@@ -112,7 +112,8 @@ def preflight(ctx: CampaignContext, plan: ServingPlan) -> None:
 
 
 def acquire_stage(ctx: CampaignContext) -> StageOutput:
-    """Buy (exactly once) or adopt the capacity; schedule serve, drain and teardown the moment a lease exists."""
+    """Buy (exactly once) or adopt the capacity; schedule the lease's runs (prepare-cluster, serve, drain, teardown)
+    the moment a lease exists."""
     # The acquire flow's body runs in the campaign run itself, not as a subflow: a purchase that needs approval
     # suspends the campaign run (the process is freed; Prefect refuses to suspend a subflow, docs/prefect.md §6),
     # and the resumed run comes back here with the answer (its approval is keyed by the offering).
@@ -138,6 +139,7 @@ def schedule_window(ctx: CampaignContext, *, served: bool = False, torn_down: bo
         lease,
         ctx.spec.teardown,
         bring_up_lead=timedelta(minutes=ctx.spec.teardown.bring_up_lead_minutes),
+        prepare_lead=cluster_lead(ctx.spec),
         no_longer_needed=stages_no_longer_needed(torn_down=torn_down, served=served),
         fired=ctx.record.fired,
     )

@@ -1,10 +1,13 @@
-"""The runs a lease schedules: serve at the block's start, drain at end − 45 min, teardown at end − 35 min.
+"""The runs a lease schedules: the cluster's preparation before the block, serve at its start, drain at
+end − 45 min, teardown at end − 35 min.
 
 Each is given only the campaign id, its home region and the reservation id (``capserve.core.schedule``):
 it reads the spec and the lease from the campaign record, so a run scheduled days ago survives a change of
 the spec's schema. A run whose reservation is no longer the campaign's (the lease changed and this run
 was not cancelled in time) ends Cancelled ("Stale") and does nothing.
 
+- ``prepare_cluster_before_block`` builds the cluster's network, IAM, control plane and system nodes before the
+  block (they need no GPU), so that only the GPU nodes and the pods are left for the block's own minutes.
 - ``serve`` runs the campaign again from its recorded spec: the prepare stages find their work done
   (the reservation is adopted, not bought again; verified weights are kept), and the serve stages run
   now that the block is active.
@@ -28,16 +31,18 @@ from prefect.client.schemas.objects import State
 from prefect.runtime import flow_run
 from prefect.states import Cancelled
 
+from capserve.core.cluster.result import PreparedCluster
 from capserve.core.drain import DrainResult
 from capserve.core.errors import PermanentError
 from capserve.core.orphans import left_alone, live_runs, orphan_target
 from capserve.core.record import CampaignRecord, RecordRef, StageEntry
 from capserve.core.report import CampaignReport
-from capserve.core.schedule import ScheduledStage, planned_runs, stages_no_longer_needed
+from capserve.core.schedule import ScheduledStage, cluster_lead, planned_runs, stages_no_longer_needed
 from capserve.core.settings import Settings
 from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage, StageStatus
 from capserve.core.teardown.result import TeardownResult
+from capserve.flows.bring_up import prepare_cluster
 from capserve.flows.campaign import CAMPAIGN
 from capserve.flows.context import CampaignContext, RunOptions, need
 from capserve.flows.cost import block_ledger
@@ -57,6 +62,51 @@ from capserve.tasks.scheduling import cancelled_before_start, schedule_lease_run
 from capserve.tasks.settings import hub_endpoint_from_environment, settings_from_environment
 from capserve.tasks.teardown.inventory import inventory_campaign
 from capserve.tasks.teardown.workloads import connect
+
+
+@flow(name="prepare-cluster", flow_run_name="prepare-cluster-{campaign_id}")
+def prepare_cluster_before_block(campaign_id: str, region: str, reservation_id: str) -> PreparedCluster | State:
+    """Before the block (``cluster_lead`` ahead of bring-up): the cluster's network, IAM, control plane and system
+    nodes, which need no GPU, so that the serve run at the block's start only adds the GPU nodes and the pods.
+
+    Does nothing (Cancelled "NotNeeded") once the block has started or the campaign's bring-up, drain or teardown
+    has begun: the serve run builds what is missing itself, and nothing is made again after a teardown.
+    """
+    base = settings_from_environment()
+    acting = _window_run(campaign_id, region, reservation_id, ScheduledStage.PREPARE_CLUSTER, base, scheduled=True)
+    if isinstance(acting, State):
+        return acting
+    record, ref, spec = acting
+    lease = need(record.lease, Stage.ACQUIRE)
+    why = _preparation_not_needed(record, lease.start)  # first without the slot: a campaign run may hold it long
+    if why:
+        return Cancelled(name="NotNeeded", message=why)
+    with working_on_the_block(), campaign_slot(campaign_id, base.for_campaign(spec.campaign_settings()).slots):
+        record = load_record(ref) or record  # the slot may have been waited for: what did the last holder do?
+        why = _preparation_not_needed(record, lease.start)
+        if why:
+            return Cancelled(name="NotNeeded", message=why)
+        started = campaign_now()
+        cluster, created = prepare_cluster(spec, lease)
+        prepared = PreparedCluster(
+            run=f"prepare-cluster-{campaign_id}", cluster=cluster, started_at=started, ended_at=campaign_now(),
+            block_start=lease.start, created=created,
+        )
+        change_record(ref, [lambda rec: rec.with_prepared(prepared)])
+    get_run_logger().info("campaign %s: %s", campaign_id, prepared.markdown().strip())
+    return prepared
+
+
+def _preparation_not_needed(record: CampaignRecord, block_start: datetime) -> str:
+    """Why the cluster's preparation must not run ('' when it must): a campaign whose bring-up, drain or teardown
+    has begun (whatever became of it) is left to the runs doing that."""
+    for stage in (Stage.TEARDOWN, Stage.DRAIN, Stage.BRING_UP):
+        entry = record.stage(stage)
+        if entry is not None and entry.status is not StageStatus.SKIPPED:  # skipped: left for the serve run
+            return f"campaign {record.campaign_id} has begun {stage.value} ({entry.status.value}): nothing to prepare"
+    if campaign_now() >= block_start:
+        return "the block has started: the serve run builds the whole cluster"
+    return ""
 
 
 @flow(name="serve", flow_run_name="serve-{campaign_id}")
@@ -194,7 +244,9 @@ def _waypoint(record: CampaignRecord, spec: CampaignSpec, stage: ScheduledStage)
     if record.lease is None:
         return None
     lead = timedelta(minutes=spec.teardown.bring_up_lead_minutes)
-    planned = planned_runs(record.campaign_id, record.lease, spec.teardown, bring_up_lead=lead)
+    planned = planned_runs(
+        record.campaign_id, record.lease, spec.teardown, bring_up_lead=lead, prepare_lead=cluster_lead(spec)
+    )
     return next((run.scheduled_at for run in planned if run.stage is stage), None)
 
 
@@ -214,7 +266,7 @@ def _finish_report(record: CampaignRecord, spec: CampaignSpec, done: TeardownRes
         partial.add(ledger)
     schedule = schedule_lease_runs(
         record.campaign_id, record.lease, spec.teardown,
-        bring_up_lead=timedelta(minutes=spec.teardown.bring_up_lead_minutes),
+        bring_up_lead=timedelta(minutes=spec.teardown.bring_up_lead_minutes), prepare_lead=cluster_lead(spec),
         no_longer_needed=stages_no_longer_needed(torn_down=True, served=True), fired=record.fired,
     )
     # This run is still Running on the server as it writes; its teardown is done.

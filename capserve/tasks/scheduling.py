@@ -47,6 +47,7 @@ def schedule_lease_runs(
     teardown: TeardownSpec,
     *,
     bring_up_lead: timedelta = timedelta(0),
+    prepare_lead: timedelta | None = None,
     no_longer_needed: Sequence[ScheduledStage] = (),
     fired: Mapping[str, datetime] | None = None,
 ) -> LeaseSchedule:
@@ -55,7 +56,7 @@ def schedule_lease_runs(
     Safe to call on every re-run: runs the server already has (same idempotency key) are kept, those of an
     older lease that have not started are cancelled, missing ones are created.
     """
-    planned = planned_runs(campaign_id, lease, teardown, bring_up_lead=bring_up_lead)
+    planned = planned_runs(campaign_id, lease, teardown, bring_up_lead=bring_up_lead, prepare_lead=prepare_lead)
     # Prefect schedules in wall time; the runs' times are on the campaign's clock. A simulated clock (the
     # sandbox) slows down around them before they are created, so each fires at its time to the minute.
     window = register_waypoints([run.scheduled_at for run in planned], slow_spans(planned, lease.end))

@@ -63,12 +63,16 @@ def test_up_plays_the_whole_block_through_a_local_server_and_leaves_no_child_beh
     start, end = (datetime.fromisoformat(window[k]) for k in ("block_start", "block_end"))
     assert (start.hour, start.minute, end - start) == (11, 30, timedelta(hours=24))  # Capacity Block rules hold
     schedule = {entry["stage"]: entry for entry in report["schedule"]}
-    assert sorted(schedule) == ["bring_up", "drain", "teardown"]
+    assert sorted(schedule) == ["bring_up", "drain", "prepare_cluster", "teardown"]
     for entry in schedule.values():  # each fired by its schedule, at its simulated time to the minute
         assert entry["flow_run_id"] and entry["state"] == "Completed", entry
         fired, due = datetime.fromisoformat(entry["fired_at"]), datetime.fromisoformat(entry["scheduled_at"])
         assert abs(fired - due) <= timedelta(minutes=1), entry
     assert datetime.fromisoformat(schedule["bring_up"]["scheduled_at"]) == start
+    # What needs no GPU was built before the block by its own run: the control plane among it.
+    prepared = report["prepared"]
+    assert datetime.fromisoformat(prepared["started_at"]) < start, prepared
+    assert "eks-cluster/capserve-k3-demo" in prepared["created"], prepared
     # The serve run served from the block (its stages are on the simulated clock, after the start).
     served = {s["name"]: s for s in report["stages"]}
     assert all(line["status"] in ("completed", "skipped") for line in report["stages"]), report["stages"]

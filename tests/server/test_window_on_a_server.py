@@ -47,6 +47,7 @@ pytestmark = pytest.mark.server
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "kimi-k3-sandbox.yaml"
 CAMPAIGN = "k3-demo"
+PREPARE_LEAD = timedelta(minutes=50)  # cluster_lead of an EKS campaign (tests/unit/test_schedule.py)
 FINAL = {StateType.COMPLETED, StateType.FAILED, StateType.CRASHED, StateType.CANCELLED}
 
 
@@ -186,13 +187,17 @@ def test_a_failing_verdict_makes_the_campaign_run_failed(campaign_run: FlowRun) 
 def test_the_lease_schedules_each_run_once_with_its_name_and_time(campaign_run: FlowRun, world: World) -> None:
     lease = Lease.model_validate(_report(campaign_run)["lease"])
     runs = {run.name: run for run in scheduled_runs()}
-    assert sorted(runs) == [f"drain-{CAMPAIGN}", f"serve-{CAMPAIGN}", f"teardown-{CAMPAIGN}"]
+    stages = ("drain", "prepare-cluster", "serve", "teardown")
+    assert sorted(runs) == [f"{stage}-{CAMPAIGN}" for stage in stages]
     end = lease.end
+    assert runs[f"prepare-cluster-{CAMPAIGN}"].expected_start_time == lease.start - PREPARE_LEAD
     assert runs[f"drain-{CAMPAIGN}"].expected_start_time == end - _minutes(45)
     assert runs[f"teardown-{CAMPAIGN}"].expected_start_time == end - _minutes(35)
     assert runs[f"serve-{CAMPAIGN}"].expected_start_time == lease.start
-    # The campaign served in its own run (the sandbox's block was active): bring-up is no longer needed.
+    # The campaign served in its own run (the sandbox's block was active): preparation and bring-up are no longer
+    # needed.
     assert runs[f"serve-{CAMPAIGN}"].state_type is StateType.CANCELLED
+    assert runs[f"prepare-cluster-{CAMPAIGN}"].state_type is StateType.CANCELLED
     for name in (f"drain-{CAMPAIGN}", f"teardown-{CAMPAIGN}"):
         assert runs[name].state_type is StateType.SCHEDULED
         assert runs[name].parameters == {
@@ -202,14 +207,14 @@ def test_the_lease_schedules_each_run_once_with_its_name_and_time(campaign_run: 
     assert reported[f"teardown-{CAMPAIGN}"]["flow_run_id"] == str(runs[f"teardown-{CAMPAIGN}"].id)
 
     # What every re-run does: the same lease asks for the same keys, and the server has them all.
-    again = schedule_lease_runs.fn(CAMPAIGN, lease, TeardownSpec())
-    assert len(scheduled_runs()) == 3
+    again = schedule_lease_runs.fn(CAMPAIGN, lease, TeardownSpec(), prepare_lead=PREPARE_LEAD)
+    assert len(scheduled_runs()) == 4
     assert {entry.flow_run_id for entry in again.runs} == {str(run.id) for run in runs.values()}
 
     # A lease that moved (extended by a day): the old pending runs are cancelled, new ones made once.
     moved = lease.model_copy(update={"end": lease.end + _minutes(24 * 60)})
-    schedule_lease_runs.fn(CAMPAIGN, moved, TeardownSpec())
-    schedule_lease_runs.fn(CAMPAIGN, moved, TeardownSpec())
+    schedule_lease_runs.fn(CAMPAIGN, moved, TeardownSpec(), prepare_lead=PREPARE_LEAD)
+    schedule_lease_runs.fn(CAMPAIGN, moved, TeardownSpec(), prepare_lead=PREPARE_LEAD)
     pending = [run for run in scheduled_runs() if run.state_type is StateType.SCHEDULED]
     assert sorted((run.name, run.expected_start_time) for run in pending) == [
         (f"drain-{CAMPAIGN}", moved.end - _minutes(45)), (f"teardown-{CAMPAIGN}", moved.end - _minutes(35)),

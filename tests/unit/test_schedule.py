@@ -84,3 +84,26 @@ def test_a_campaign_that_served_in_its_own_run_needs_no_scheduled_bring_up() -> 
     runs = planned_runs("k3-demo", lease(), TeardownSpec())
     actions = reconcile(runs, [], no_longer_needed=stages_no_longer_needed(torn_down=False, served=True))
     assert [r.stage for r in actions.create] == [ScheduledStage.DRAIN, ScheduledStage.TEARDOWN]
+
+
+def test_a_campaign_that_builds_its_cluster_prepares_it_before_the_block_by_the_time_model() -> None:
+    from pathlib import Path
+
+    from capserve.core.schedule import cluster_lead
+    from capserve.core.spec import load_spec
+
+    spec = load_spec(Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml")
+    # Control plane 15 + system nodes 5 + add-ons 5 = 25 min (docs/timeline.md §1), × 2 = 50 min.
+    lead = cluster_lead(spec)
+    assert lead == timedelta(minutes=50)
+    runs = planned_runs("k3-demo", lease(), TeardownSpec(), bring_up_lead=timedelta(minutes=10), prepare_lead=lead)
+    first = runs[0]
+    assert (first.stage, first.name, first.deployment, first.scheduled_at) == (
+        ScheduledStage.PREPARE_CLUSTER, "prepare-cluster-k3-demo", "prepare-cluster/prepare-cluster",
+        START - timedelta(minutes=60),
+    )
+    on_a_cluster_of_theirs = spec.model_copy(
+        update={"cluster": spec.cluster.model_copy(update={"existing_cluster_name": "theirs"})}
+    )
+    assert cluster_lead(on_a_cluster_of_theirs) is None
+    assert ScheduledStage.PREPARE_CLUSTER in stages_no_longer_needed(torn_down=False, served=True)

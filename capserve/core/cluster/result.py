@@ -108,3 +108,43 @@ class ClusterResult(BaseModel):
         if self.network is not None:
             network = "\n\n" + self.network.markdown(self.gpu_interface_security_groups).rstrip("\n")
         return f"{markdown_table(rows)}{system}{network}\n\nCreated in this run: {created}\n"
+
+
+class PreparedCluster(BaseModel):
+    """What the cluster's preparation run did before the block: everything that needs no GPU (network, IAM, the
+    control plane, access entries, the system node group), so that at the block's start only the GPU nodes and
+    the pods remain (report.json ``"prepared"``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run: str = Field(min_length=1, max_length=200, description="The scheduled run that prepared it.")
+    cluster: str = Field(min_length=1, max_length=100, description="The EKS cluster.")
+    started_at: AwareDatetime = Field(description="When the preparation began, on the campaign's clock.")
+    ended_at: AwareDatetime = Field(description="When the cluster, its network and its system nodes were ready.")
+    block_start: AwareDatetime = Field(description="When the block starts (the GPU nodes can exist from then).")
+    created: tuple[str, ...] = Field(default=(), max_length=64, description="'kind/name' of what it created.")
+
+    @property
+    def ahead_of_block_s(self) -> float:
+        """Seconds between the preparation's end and the block's start (negative: it ended after the start)."""
+        return (self.block_start - self.ended_at).total_seconds()
+
+    def report_section(self) -> dict[str, object]:
+        return {
+            "run": self.run,
+            "cluster": self.cluster,
+            "started_at": self.started_at.isoformat(),
+            "ended_at": self.ended_at.isoformat(),
+            "block_start": self.block_start.isoformat(),
+            "ahead_of_block_minutes": round(self.ahead_of_block_s / 60, 1),
+            "created": list(self.created),
+        }
+
+    def markdown(self) -> str:
+        ahead = self.ahead_of_block_s / 60
+        when = f"{ahead:.0f} min before the block's start" if ahead >= 0 else f"{-ahead:.0f} min after it started"
+        made = ", ".join(self.created) or "nothing (all of it existed)"
+        return (
+            f"Run `{self.run}` prepared cluster {self.cluster} from {self.started_at:%Y-%m-%d %H:%M} to "
+            f"{self.ended_at:%H:%M} UTC, {when} ({self.block_start:%Y-%m-%d %H:%M} UTC). Created: {made}.\n"
+        )

@@ -88,7 +88,7 @@ class ScheduledRunMark(_Strict):
     """A scheduled run drawn on the timeline (bring-up at start, drain, teardown); costs nothing itself."""
 
     name: str = Field(min_length=1, max_length=200, description="Run name, e.g. 'teardown-kimi'.")
-    stage: Literal["bring_up", "drain", "teardown"] = Field(description="Which stage it runs.")
+    stage: Literal["prepare_cluster", "bring_up", "drain", "teardown"] = Field(description="Which stage it runs.")
     scheduled_at: AwareDatetime = Field(description="When it was scheduled for.")
     fired_at: AwareDatetime | None = Field(None, description="When it actually started, if it did.")
 
