@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
+from kubernetes import watch as kube_watch
 
 from capserve.sandbox.kube import FakeKube
 from capserve.sandbox.kube.kubelet import runtimes, worker
@@ -130,12 +131,23 @@ def test_a_vllm_server_that_cannot_be_started_ends_its_container_instead_of_runn
     refuse_spawn("capserve.sandbox.openai_server", 1)
     body = vllm_pod("server", probes=False)
     body["spec"]["restartPolicy"] = "Never"
+    core = k8s.CoreV1Api(api)
+    since = core.list_namespaced_pod("default").metadata.resource_version
     tasks_kube.apply(api, body)
 
-    ended = until(kube, lambda: container_status(get(kube, "pods", "server")).get("state", {}).get("terminated"),
-                  what="the vLLM container ended")
-    assert (ended["reason"], ended["exitCode"]) == ("StartError", 128)
-    assert get(kube, "pods", "server")["status"]["phase"] == "Failed"
+    # Every status the API server stored, in order: the first that shows the container ended already says the
+    # pod failed (the kubelet's getPhase), so no watcher ever sees a Running pod with nothing left to run.
+    first_ended = None
+    for event in kube_watch.Watch().stream(core.list_namespaced_pod, "default", resource_version=since,
+                                           field_selector="metadata.name=server", timeout_seconds=120):
+        pod = event["object"]
+        statuses = pod.status.container_statuses or []
+        if statuses and statuses[0].state.terminated is not None:
+            first_ended = pod
+            break
+    assert first_ended is not None, "the vLLM container never ended"
+    terminated = first_ended.status.container_statuses[0].state.terminated
+    assert (terminated.reason, terminated.exit_code, first_ended.status.phase) == ("StartError", 128, "Failed")
 
 
 def test_a_container_the_fake_loses_track_of_is_reported_ended_and_restarted(

@@ -516,6 +516,16 @@ class PodWorker:
     def compute_phase(self) -> str:
         if self.phase in ("Succeeded", "Failed"):
             return self.phase
+        # The kubelet's getPhase: once every container has ended for good, the pod's phase says so in the same
+        # status that shows the last one terminated, never a "Running" pod with nothing left to run.
+        ended = [r.status.terminated for r in self.apps]
+        if self.initialized and ended and all(ended):
+            succeeded = all(t["exitCode"] == 0 for t in ended if t)
+            policy = str(self.pod["spec"].get("restartPolicy") or "Always")
+            if succeeded and policy != "Always":
+                return "Succeeded"
+            if policy == "Never":
+                return "Failed"
         if self.initialized and any(
             r.status.running or r.status.restart_count or r.status.terminated for r in self.apps
         ):
