@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
@@ -11,11 +13,14 @@ import pytest
 from kubernetes import client as k8s
 from pydantic import SecretStr
 
+from capserve.core.timeline import s3_to_node_s
 from capserve.core.weights.manifest import StagedFile, WeightsManifest, s3_base
 from capserve.core.weights.settings import WeightsSettings
 from capserve.core.weights.staging_job import render_staging_job
 from capserve.sandbox.aws import moto_sandbox
+from capserve.sandbox.clock import CLOCK
 from capserve.sandbox.kube import FakeKube, fake_kube
+from capserve.sandbox.kube.kubelet.played_start import INDEX, StandsFor
 from capserve.tasks import kube as tasks_kube
 from tests.sandbox.conftest import GPU_TAINT, condition, get, until
 
@@ -181,3 +186,40 @@ def test_a_hyperpod_nodes_pods_read_s3_only_as_its_execution_role_allows(
     assert condition(job, "Complete")["status"] == "True"
     target = kube.kubelet.layout.host_path(node, f"/opt/dlami/nvme/capserve/weights/org/allowed/{SHA}")
     assert all((target / staged.dest).is_file() for staged in manifest.files)
+
+
+K3_BYTES = 1_555_806_383_232  # the catalog's Kimi K3, as stored
+
+
+@pytest.fixture
+def playing() -> Iterator[None]:
+    """A simulated block with real work running on it: 10× wall time, except while a modelled duration skips."""
+    CLOCK.reset()
+    CLOCK.simulate(fast_rate=5760, near_rate=10, near=timedelta(minutes=3), hold=timedelta(minutes=2))
+    CLOCK.register([datetime.now(UTC) + timedelta(days=2)])
+    CLOCK.working("staging-test", busy=True)
+    yield
+    CLOCK.reset()
+
+
+def test_on_a_simulated_block_the_staging_job_takes_the_modelled_time_of_the_model_its_checkpoint_stands_for(
+    cluster: tuple[FakeKube, k8s.ApiClient], playing: None
+) -> None:
+    kube, api = cluster
+    manifest = publish("org/stand-in")
+    # The index beside the shards says the four of them are the whole stand-in checkpoint.
+    index = {"metadata": {"total_size": sum(f.size for f in manifest.files)},
+             "weight_map": {f"layer.{i}": f.key for i, f in enumerate(manifest.files)}}
+    boto3.client("s3").put_object(Bucket=BUCKET, Key=f"{s3_base('models', 'org/stand-in', SHA)}/{INDEX}",
+                                  Body=json.dumps(index).encode())
+    kube.kubelet.stands_for = StandsFor(model_bytes=K3_BYTES)
+    try:
+        began = CLOCK.now()
+        job, _ = stage(kube, api, manifest, instance_type="p6-b300.48xlarge")
+        took = (CLOCK.now() - began).total_seconds()
+    finally:
+        kube.kubelet.stands_for = None
+    assert condition(job, "Complete")["status"] == "True"
+    modelled = s3_to_node_s(K3_BYTES, "p6-b300.48xlarge")  # ~17 minutes
+    # The copies wait out the model's time; what the sandbox really does adds its seconds at 10×.
+    assert modelled <= took <= modelled * 1.25, (took, modelled)

@@ -83,6 +83,20 @@ class _Io:
         path = Path(value)
         return path if path.is_absolute() else self.cwd / path
 
+    def copied_from_s3(self, s3: Any, bucket: str, key: str, size: int) -> None:
+        """Tell the node the copy landed on (a simulated block plays its modelled time: played_staging.py)."""
+        played = getattr(self.net, "copied_from_s3", None)
+        if played is None:
+            return
+
+        def read(bucket: str, key: str) -> bytes | None:
+            try:
+                return bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+            except Exception:  # noqa: BLE001 - absent or unreadable: the play treats the file as standing for itself
+                return None
+
+        played(self.env.get(POD_ENV), bucket, key, size, read)
+
     def authorize(self, action: str, bucket: str, key: str | None, operation: str) -> None:
         """Raise S3's ClientError when the node's instance role may not do ``action`` (no role: no check)."""
         role_arn = self.env.get(INSTANCE_ROLE_ENV)
@@ -168,6 +182,7 @@ def _download(s3: Any, bucket: str, key: str, target: Path, quiet: bool, io_: _I
     target.parent.mkdir(parents=True, exist_ok=True)
     io_.authorize("s3:GetObject", bucket, key, "GetObject")
     s3.download_file(bucket, key, str(target))
+    io_.copied_from_s3(s3, bucket, key, target.stat().st_size)
     if not quiet:
         print(f"download: s3://{bucket}/{key} to {target}", file=io_.out)
 

@@ -6,6 +6,10 @@ pushes is judged by ``capserve.core.rollout.diagnosis``: the wait ends at once o
 waiting cannot fix (image pull back-off, OOMKilled, a crash loop, the startup probe run out, a pod
 unschedulable past its grace) and raises ``RolloutFailedError`` naming the pod, the cause, the last
 log lines of a crashed container, and the fix.
+
+How long the rollout took to be ready is read on the campaign's clock (``campaign_now``), the block's time
+the report and the ledger speak in: on AWS that is this host's clock; on a simulated block it counts the
+minutes vLLM's start was modelled to take, not the second the sandbox needed to play them.
 """
 
 from __future__ import annotations
@@ -32,13 +36,15 @@ from capserve.core.rollout.image import ImagePull, slowest_pull
 from capserve.core.rollout.names import ROLE_LABEL, ROLLOUT_LABEL
 from capserve.core.rollout.prepull import PREPULL_ROLE
 from capserve.core.rollout.result import RolloutFailedError
+from capserve.tasks.clock import campaign_now
 from capserve.tasks.kube import _resource, _watch_until, dynamic_client
 from capserve.tasks.resilience import NO_RETRIES, kube_task
 
 
 @dataclass
 class ReadyWait:
-    """How the wait went: seconds from its start to ready, the API requests it made, the pods at the end."""
+    """How the wait went: seconds from its start to ready (the block's), the API requests it made, the pods at the
+    end."""
 
     ready_after_s: float
     api_calls: int
@@ -170,6 +176,7 @@ def wait_rollout_ready(
 ) -> ReadyWait:
     """Watch ``workload``'s pods until all ``expected_pods`` are Ready; raise ``RolloutFailedError`` otherwise."""
     start = time.monotonic()
+    began = campaign_now()
     deadline = start + budget_s + wait.pull_and_schedule_allowance_s
     judge = _Judge(api, namespace, expected_pods, wait, kube)
     dyn = dynamic_client(api)
@@ -190,7 +197,7 @@ def wait_rollout_ready(
             )
             judge.judge(list(seen.values()))  # once more: a grace may have run out without a change
             if judge.ready:
-                return ReadyWait(time.monotonic() - start, calls[0], judge.pods)
+                return ReadyWait((campaign_now() - began).total_seconds(), calls[0], judge.pods)
             fatal = [d for d in judge.found if d.fatal]
             if fatal:
                 raise RolloutFailedError(_with_log(api, namespace, fatal[0], wait))

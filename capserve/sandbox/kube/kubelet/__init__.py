@@ -27,6 +27,7 @@ from capserve.sandbox.kube.aws_shim import CLIENT, SHIM_COMMANDS, ShimServer
 from capserve.sandbox.kube.errors import ApiError
 from capserve.sandbox.kube.events import Recorder
 from capserve.sandbox.kube.kubelet.faults import FaultKind, Faults
+from capserve.sandbox.kube.kubelet.played_staging import ReadObject, StagingPlay, stands_for_bytes
 from capserve.sandbox.kube.kubelet.played_start import StandsFor
 from capserve.sandbox.kube.kubelet.processes import LocalProcess, stop_all
 from capserve.sandbox.kube.kubelet.runtimes import (
@@ -113,6 +114,7 @@ class Kubelet:
         # What the served checkpoint stands for, on a simulated block: vLLM starts take the modelled time
         # (played_start.py). None: the stand-in server starts at once, as in every test that plays no block.
         self.stands_for: StandsFor | None = None
+        self._staging: StagingPlay | None = None
 
     def pull_lock(self, node: str) -> asyncio.Lock:
         """The lock a node's image pulls take in turn (made on the kubelet's loop, on first use)."""
@@ -270,6 +272,21 @@ class Kubelet:
             if pod is None:
                 return None
             return connect(self.network, self.store.objects, pod, name, port)
+
+    def copied_from_s3(self, uid: str | None, bucket: str, key: str, size: int, read: ReadObject) -> None:
+        """An ``aws s3 cp`` of the pod ``uid`` brought ``key`` onto its node: on a simulated block, wait out the
+        modelled time of the bytes it stands for (played_staging.py)."""
+        if self.stands_for is None or not uid:
+            return
+        with self.store.lock:
+            pod = self._pod_by_uid(uid)
+        node = str(((pod or {}).get("spec") or {}).get("nodeName") or "")
+        if not node:
+            return
+        if self._staging is None or self._staging.stands_for is not self.stands_for:
+            self._staging = StagingPlay(self.stands_for)
+        node_bytes = stands_for_bytes(key, size, self.stands_for, read, bucket)
+        self._staging.copied(node, self.instance_type(node), node_bytes)
 
     def grace_s(self, pod: Mapping[str, Any]) -> float:
         grace = float((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))
