@@ -104,18 +104,20 @@ def test_weights_on_a_persistent_volume_claim_are_read_from_fsx() -> None:
     assert weights_storage(pod, "/weights/k3") == "fsx"
 
 
-def test_a_copied_file_stands_for_its_share_of_the_model_by_the_index_beside_it() -> None:
+def test_a_copied_shard_stands_for_its_share_of_the_model_by_the_shards_beside_it() -> None:
     from capserve.sandbox.kube.kubelet.played_staging import stands_for_bytes
 
-    index = json.dumps({"metadata": {"total_size": 400}, "weight_map": {"a": "model-1.safetensors"}}).encode()
-    objects = {("b", "m/sha/model.safetensors.index.json"): index}
+    listing = {
+        "m/sha/": {"m/sha/model-1.safetensors": 100, "m/sha/model-2.safetensors": 300, "m/sha/config.json": 50},
+        "m/one/": {"m/one/model.safetensors": 100},
+    }
 
-    def read(bucket: str, key: str) -> bytes | None:
-        return objects.get((bucket, key))
+    def list_sizes(bucket: str, prefix: str) -> dict[str, int]:
+        assert bucket == "b"
+        return listing.get(prefix, {})
 
     k3 = StandsFor(model_bytes=K3_BYTES)
-    assert stands_for_bytes("m/sha/model-1.safetensors", 100, k3, read, "b") == K3_BYTES // 4
-    assert stands_for_bytes("m/sha/model-2.safetensors", 100, k3, read, "b") == 100  # not in the checkpoint
-    assert stands_for_bytes("m/sha/config.json", 100, k3, read, "b") == 100
-    assert stands_for_bytes("m/one/model.safetensors", 100, k3, read, "b") == K3_BYTES  # a lone file: all of it
-    assert stands_for_bytes("m/none/model-1.safetensors", 100, k3, read, "b") == 100  # no index: only itself
+    assert stands_for_bytes("m/sha/model-1.safetensors", 100, k3, list_sizes, "b") == K3_BYTES // 4
+    assert stands_for_bytes("m/sha/config.json", 50, k3, list_sizes, "b") == 50  # not a weight: only itself
+    assert stands_for_bytes("m/sha/ep1/node-0/model.safetensors.index.json", 9, k3, list_sizes, "b") == 9
+    assert stands_for_bytes("m/one/model.safetensors", 100, k3, list_sizes, "b") == K3_BYTES  # a lone file: all

@@ -207,10 +207,10 @@ def test_on_a_simulated_block_the_staging_job_takes_the_modelled_time_of_the_mod
 ) -> None:
     kube, api = cluster
     manifest = publish("org/stand-in")
-    # The index beside the shards says the four of them are the whole stand-in checkpoint.
+    # An index as the weights stage publishes one per node, under the layout (the shards are the whole checkpoint).
     index = {"metadata": {"total_size": sum(f.size for f in manifest.files)},
              "weight_map": {f"layer.{i}": f.key for i, f in enumerate(manifest.files)}}
-    boto3.client("s3").put_object(Bucket=BUCKET, Key=f"{s3_base('models', 'org/stand-in', SHA)}/{INDEX}",
+    boto3.client("s3").put_object(Bucket=BUCKET, Key=f"{s3_base('models', 'org/stand-in', SHA)}/full/node-0/{INDEX}",
                                   Body=json.dumps(index).encode())
     kube.kubelet.stands_for = StandsFor(model_bytes=K3_BYTES)
     try:

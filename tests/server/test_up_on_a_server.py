@@ -86,6 +86,10 @@ def test_up_plays_the_whole_block_through_a_local_server_and_leaves_no_child_beh
     assert abs(startup["measured"]["to_listening_s"] / startup["predicted_s"] - 1) < 0.10, startup
     # The rollout was ready after that start on the same clock, not after the second the sandbox took to play it.
     assert report["rollout"]["ready_after_s"] >= startup["measured"]["to_listening_s"], report["rollout"]
+    # The S3 → node copy took K3's modelled quarter of an hour and more, not the stand-in's few MB's seconds.
+    staged = next(s for s in report["stages"] if s["name"] == "weights_to_nodes")
+    took = datetime.fromisoformat(staged["ended_at"]) - datetime.fromisoformat(staged["started_at"])
+    assert took >= timedelta(minutes=15), staged
     assert report["teardown"]["deleted"] and report["cost"]["serving_gpu_hours"] > 0
     # Mid-block the sandbox Hub published a revision whose quality fails the gate: the watcher saw it, the
     # automation redeployed it, and it was rolled back to what served before.

@@ -89,13 +89,13 @@ class _Io:
         if played is None:
             return
 
-        def read(bucket: str, key: str) -> bytes | None:
-            try:
-                return bytes(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
-            except Exception:  # noqa: BLE001 - absent or unreadable: the play treats the file as standing for itself
-                return None
+        def list_sizes(bucket: str, prefix: str) -> dict[str, int]:
+            found: dict[str, int] = {}
+            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
+                found.update({item["Key"]: int(item["Size"]) for item in page.get("Contents") or []})
+            return found
 
-        played(self.env.get(POD_ENV), bucket, key, size, read)
+        played(self.env.get(POD_ENV), bucket, key, size, list_sizes)
 
     def authorize(self, action: str, bucket: str, key: str | None, operation: str) -> None:
         """Raise S3's ClientError when the node's instance role may not do ``action`` (no role: no check)."""

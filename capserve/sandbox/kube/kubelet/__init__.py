@@ -27,7 +27,7 @@ from capserve.sandbox.kube.aws_shim import CLIENT, SHIM_COMMANDS, ShimServer
 from capserve.sandbox.kube.errors import ApiError
 from capserve.sandbox.kube.events import Recorder
 from capserve.sandbox.kube.kubelet.faults import FaultKind, Faults
-from capserve.sandbox.kube.kubelet.played_staging import ReadObject, StagingPlay, stands_for_bytes
+from capserve.sandbox.kube.kubelet.played_staging import ListSizes, StagingPlay, stands_for_bytes
 from capserve.sandbox.kube.kubelet.played_start import StandsFor
 from capserve.sandbox.kube.kubelet.processes import LocalProcess, stop_all
 from capserve.sandbox.kube.kubelet.runtimes import (
@@ -273,7 +273,7 @@ class Kubelet:
                 return None
             return connect(self.network, self.store.objects, pod, name, port)
 
-    def copied_from_s3(self, uid: str | None, bucket: str, key: str, size: int, read: ReadObject) -> None:
+    def copied_from_s3(self, uid: str | None, bucket: str, key: str, size: int, list_sizes: ListSizes) -> None:
         """An ``aws s3 cp`` of the pod ``uid`` brought ``key`` onto its node: on a simulated block, wait out the
         modelled time of the bytes it stands for (played_staging.py)."""
         if self.stands_for is None or not uid:
@@ -285,7 +285,7 @@ class Kubelet:
             return
         if self._staging is None or self._staging.stands_for is not self.stands_for:
             self._staging = StagingPlay(self.stands_for)
-        node_bytes = stands_for_bytes(key, size, self.stands_for, read, bucket)
+        node_bytes = stands_for_bytes(key, size, self.stands_for, list_sizes, bucket)
         self._staging.copied(node, self.instance_type(node), node_bytes)
 
     def grace_s(self, pod: Mapping[str, Any]) -> float:

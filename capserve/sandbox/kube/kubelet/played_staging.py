@@ -6,10 +6,10 @@ for the model it stands for. When the sandbox is told what the checkpoint stands
 ``aws s3 cp`` of a weight file from S3 onto a node also spends, on the block's clock, the time the time model
 gives the bytes that file stands for:
 
-- a file listed in the ``weight_map`` of the ``model.safetensors.index.json`` beside it in S3 stands for its
-  share of the model: its bytes × the model's bytes ÷ the index's ``total_size`` (the whole stand-in); a
-  lone ``model.safetensors`` stands for the whole model; any other file (config, tokenizer, compile cache)
-  only for its own bytes;
+- a ``.safetensors`` file stands for its share of the model: its bytes × the model's bytes ÷ the bytes of every
+  ``.safetensors`` file beside it in S3 (the weights stage publishes the checkpoint's shards side by side under
+  the commit, and each node's index under its layout: ``capserve.core.weights.assembly``); any other file
+  (config, tokenizer, index, compile cache) stands only for its own bytes;
 - a node takes its files at the time model's staging rate of its instance type
   (``capserve.core.timeline.s3_to_node_bytes_per_s``: the Job's streams, the network and the NVMe array's
   writes), one after another through the node's single pipe, so the node's copies add up to the model's
@@ -20,7 +20,6 @@ The clock skips through each copy (``SandboxClock.skip_to``): nothing real runs 
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -30,32 +29,24 @@ from uuid import uuid4
 
 from capserve.core.timeline import s3_to_node_bytes_per_s
 from capserve.sandbox.clock import CLOCK
-from capserve.sandbox.kube.kubelet.played_start import INDEX, StandsFor
+from capserve.sandbox.kube.kubelet.played_start import StandsFor
 
 _POLL_S = 0.02
-SINGLE_FILE = "model.safetensors"
 
-# What the staging play needs to read from S3: one object's bytes (None when it is not there).
-ReadObject = Callable[[str, str], bytes | None]
+# What the staging play needs from S3: the sizes of the objects directly under a prefix, by key.
+ListSizes = Callable[[str, str], dict[str, int]]
 
 
-def stands_for_bytes(key: str, size: int, stands_for: StandsFor, read: ReadObject, bucket: str) -> int:
+def stands_for_bytes(key: str, size: int, stands_for: StandsFor, list_sizes: ListSizes, bucket: str) -> int:
     """The bytes of the model the copied object ``key`` (``size`` bytes) stands for."""
     prefix, _, name = key.rpartition("/")
-    if name == SINGLE_FILE:
-        return stands_for.model_bytes
     if not name.endswith(".safetensors"):
         return size
-    raw = read(bucket, f"{prefix}/{INDEX}" if prefix else INDEX)
-    try:
-        index = json.loads(raw) if raw is not None else None
-        whole = int(index["metadata"]["total_size"]) if index else 0
-        listed = name in set(index["weight_map"].values()) if index else False
-    except (ValueError, KeyError, TypeError):
+    beside = list_sizes(bucket, f"{prefix}/" if prefix else "")
+    whole = sum(found for other, found in beside.items() if other.endswith(".safetensors"))
+    if whole <= 0:
         return size
-    if not listed or whole <= 0:
-        return size
-    return round(stands_for.model_bytes * size / whole)
+    return round(stands_for.model_bytes * min(size / whole, 1.0))
 
 
 @dataclass
