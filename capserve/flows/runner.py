@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from prefect.exceptions import Pause
+from prefect.exceptions import Pause, TerminationSignal
 from pydantic import BaseModel, JsonValue
 
 from capserve.core.errors import CapserveError
@@ -100,11 +100,14 @@ def run_stage(ctx: CampaignContext, step: Step) -> None:
     _record(ctx, step.stage, line, digest)
     try:
         output = step.run(ctx)
-    except BaseException as exc:
+    except BaseException as caught:
+        exc = what_stopped(caught)
         status = StageStatus.FAILED if isinstance(exc, CapserveError) else StageStatus.INTERRUPTED
         ctx.report.end(line, status, f"{type(exc).__name__}: {exc}", _now_quietly())
         _record(ctx, step.stage, line, digest, quietly=True)
-        raise
+        if exc is caught:
+            raise
+        raise exc from None
     section = output.section if isinstance(output, StageEnd) else output
     if section is not None:
         ctx.report.add(section)
@@ -113,6 +116,31 @@ def run_stage(ctx: CampaignContext, step: Step) -> None:
     else:
         ctx.report.end(line, StageStatus.COMPLETED, now=campaign_now())
     _record(ctx, step.stage, line, digest, outputs=stage_outputs(step.stage, section))
+
+
+# What stops a run from outside (Ctrl-C, SIGTERM, a host going down), as opposed to an error of the run's own.
+_INTERRUPTIONS = (KeyboardInterrupt, SystemExit, TerminationSignal)
+
+
+def what_stopped(error: BaseException) -> BaseException:
+    """The interruption behind ``error`` when Prefect turned one into another error on its way out, else ``error``.
+
+    A SIGTERM that lands while Prefect's task engine is still creating a task run is handled as the crash of a
+    task run that does not exist yet, and comes out as ``ValueError: Task run is not set`` raised while handling
+    the ``TerminationSignal`` (``prefect.task_engine``, ``initialize_run``). Taken at its word, the flow run
+    would end Failed, for an error that is not the run's; re-raised as the signal, it ends Crashed, as every
+    other stopped run does (what the automations and the person at the UI react to).
+    """
+    if isinstance(error, _INTERRUPTIONS):
+        return error
+    seen: set[int] = set()
+    behind = error.__context__
+    while behind is not None and id(behind) not in seen:
+        if isinstance(behind, _INTERRUPTIONS):
+            return behind
+        seen.add(id(behind))
+        behind = behind.__context__
+    return error
 
 
 def skip_stage(ctx: CampaignContext, stage: Stage, why: str) -> None:

@@ -8,9 +8,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import prefect.task_engine
 import pytest
 import yaml
-from prefect import flow
+from prefect import flow, task
+from prefect.exceptions import TerminationSignal
 
 import capserve.flows.campaign as campaign_module
 import capserve.flows.stages as stages_module
@@ -49,6 +51,10 @@ class InMemoryContext(CampaignContext):
 
     def _flush(self) -> None:
         self._unsaved.clear()
+
+    @property
+    def saving(self) -> bool:
+        return False  # nothing reached S3: no other run can have added to this record (nor is S3 asked)
 
 
 def context(tmp_path: Path, *, teardown_when_done: bool = False) -> CampaignContext:
@@ -143,6 +149,35 @@ def test_an_interruption_leaves_the_cluster_to_the_scheduled_teardown(
     assert "**weights_to_nodes interrupted:**" in (tmp_path / "report.md").read_text()
     entry = ctx.record.stages[Stage.WEIGHTS_TO_NODES]
     assert entry.status is StageStatus.INTERRUPTED and "reaper" in entry.detail
+
+
+def test_a_sigterm_prefect_turns_into_another_error_still_stops_the_run_as_a_sigterm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SIGTERM landing while Prefect creates a task run comes out of the task as ``ValueError: Task run is not
+    set``; the run must end as the signal (a crashed run, the cluster left standing), not as a failed stage."""
+
+    def signalled(*args: object, **kwargs: object) -> None:
+        raise TerminationSignal(signal=15)  # where Prefect's SIGTERM handler raises it when the signal lands there
+
+    monkeypatch.setattr(prefect.task_engine, "_create_task_run_locally", signalled)
+
+    @task
+    def copy_weights() -> None:
+        raise AssertionError("never runs: its task run is never created")
+
+    def weights_to_nodes(ctx: CampaignContext) -> StageOutput:
+        copy_weights()
+        raise AssertionError("never reached")
+
+    ctx, tear_down = context(tmp_path, teardown_when_done=True), TearDown()
+    steps = [Step(Stage.ACQUIRE, holds(ReservationState.ACTIVE)), Step(Stage.BRING_UP, up),
+             Step(Stage.WEIGHTS_TO_NODES, weights_to_nodes)]
+    with pytest.raises(TerminationSignal):  # outside a flow: inside one, the engine would pass it to this process
+        run_campaign(ctx, steps, tear_down)
+    assert tear_down.reasons == []
+    assert statuses(ctx)[-1] == ("weights_to_nodes", "interrupted")
+    assert ctx.report.stages[-1].detail.startswith("TerminationSignal")  # type: ignore[union-attr]
 
 
 def test_a_failing_teardown_never_hides_the_first_error_and_the_report_is_written(tmp_path: Path) -> None:
