@@ -57,6 +57,29 @@ def campaign_now() -> datetime:
     return campaign_window().to_sim(datetime.now(UTC))
 
 
+# The shortest pause a poll takes on a simulated block: polls stay cheap for the machine however fast the clock runs.
+SHORTEST_POLL_WALL_S = 0.2
+
+
+def wall_seconds(block_s: float) -> float:
+    """How long to pause on this host for ``block_s`` to pass on the campaign's clock, at its rate now.
+
+    Every poll interval (15 s between looks at a node group, say) is a span of the block: on AWS the same number
+    of seconds. On a simulated block a wall second is a minute or more of the block, so a 15-s pause would
+    put up to a quarter of an hour of the block between a resource being ready and the campaign seeing it:
+    the pause is the same span of the block, at least ``SHORTEST_POLL_WALL_S`` and never longer than asked.
+    A clock that does not answer leaves the pause as asked (polling is never the reason a run stops).
+    """
+    if _url() is None or block_s <= 0:
+        return block_s
+    try:
+        window = campaign_window()
+    except RetryableError:
+        return block_s
+    rate = window.rate_at(window.to_sim(datetime.now(UTC)))
+    return min(block_s, max(SHORTEST_POLL_WALL_S, block_s / rate))
+
+
 def register_waypoints(
     waypoints: Iterable[datetime], spans: Iterable[tuple[datetime, datetime]] = ()
 ) -> WarpedWindow:

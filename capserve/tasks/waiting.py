@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from capserve.core.deadline import Clock, Deadline
 from capserve.core.errors import WaitTimeoutError
+from capserve.tasks.clock import wall_seconds
 
 T = TypeVar("T")
 
@@ -22,6 +23,11 @@ T = TypeVar("T")
 def wait_timeout(what: str, limit_s: float, missing: str) -> WaitTimeoutError:
     """The error every wait raises when its time is up: ``<what> not ready after <limit> s: <missing>``."""
     return WaitTimeoutError(f"{what} not ready after {limit_s:g} s: {missing}")
+
+
+def pause_on_the_block(block_s: float) -> None:
+    """Sleep while ``block_s`` pass on the campaign's clock (on AWS: ``block_s``; ``capserve.tasks.clock``)."""
+    time.sleep(wall_seconds(block_s))
 
 
 def wait_until(
@@ -35,15 +41,16 @@ def wait_until(
     max_s: float | None = None,
     jitter: float = 0.0,
     next_wait: Callable[[T], float | None] = lambda _: None,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], None] = pause_on_the_block,
     clock: Clock = time.monotonic,
 ) -> T:
     """Call ``check`` until ``done(value)``; ``check`` raises to stop early (e.g. on a terminal state).
 
     Pauses start at ``initial_s`` and double up to ``max_s`` (default: no growth), each shortened by up
     to ``jitter`` at random so many runs do not poll in step; ``next_wait`` may shorten one further
-    ("the reservation starts in 40 s"). Never sleeps past the deadline; at the deadline raises
-    ``wait_timeout(what, timeout_s, describe(last value))``.
+    ("the reservation starts in 40 s"). Pauses are spans of the campaign's clock (``pause_on_the_block``:
+    shorter on this host when the block is simulated); the deadline is this host's. Never sleeps past the
+    deadline; at the deadline raises ``wait_timeout(what, timeout_s, describe(last value))``.
     """
     deadline = Deadline(timeout_s, clock=clock)
     pause = initial_s

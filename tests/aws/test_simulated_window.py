@@ -23,6 +23,7 @@ from capserve.tasks.clock import (
     campaign_now,
     campaign_window,
     register_waypoints,
+    wall_seconds,
     working_on_the_block,
 )
 from tests.aws.test_moto_ext_capacity import buy, offerings
@@ -50,6 +51,7 @@ def test_without_a_clock_url_the_campaign_clock_is_the_hosts(monkeypatch: pytest
     assert not register_waypoints([before + timedelta(days=1)]).simulated
     # A scheduled run's start has nothing to wait for: Prefect started it at its time.
     assert before <= begin_at_waypoint(before + timedelta(days=1)) <= datetime.now(UTC)
+    assert wall_seconds(15.0) == 15.0  # a poll's pause is the host's own
 
 
 def test_the_clock_keeps_wall_time_until_the_campaign_registers_its_runs(simulated: str) -> None:
@@ -133,6 +135,14 @@ def _lease(start: datetime) -> Any:
     )
 
 
+def _play_past_a_waypoint() -> None:
+    """Make the clock play a block, and let its one waypoint's run start: no gate holds the clock afterwards
+    (it would stop there, at most ``hold``, whatever the test is waiting for)."""
+    waypoint = (datetime.now(UTC) + timedelta(hours=2)).replace(second=0, microsecond=0)
+    register_waypoints([waypoint])
+    begin_at_waypoint(waypoint)
+
+
 def test_the_clock_knows_while_a_run_works_on_the_block(simulated: str) -> None:
     register_waypoints([(datetime.now(UTC) + timedelta(hours=2)).replace(second=0, microsecond=0)])
     with working_on_the_block():
@@ -143,7 +153,7 @@ def test_the_clock_knows_while_a_run_works_on_the_block(simulated: str) -> None:
 def test_on_a_played_block_eks_takes_the_modelled_minutes_and_the_clock_skips_through_them(simulated: str) -> None:
     from capserve.sandbox.aws_ext import eks as eks_ext
 
-    register_waypoints([(datetime.now(UTC) + timedelta(hours=2)).replace(second=0, microsecond=0)])  # it plays
+    _play_past_a_waypoint()
     eks_ext.BEHAVIOUR.modelled = eks_ext.ModelledDurations(control_plane_s=900, system_nodes_s=300, gpu_nodes_s=1800)
     eks_ext.BEHAVIOUR.describes_until_active = 1  # the unmodelled rule would make it ACTIVE at the first look
     ec2, eks = boto3.client("ec2", region_name=REGION), boto3.client("eks", region_name=REGION)
@@ -165,3 +175,28 @@ def test_on_a_played_block_eks_takes_the_modelled_minutes_and_the_clock_skips_th
             assert campaign_window().skip_until is None  # skipped through: the clock is as before
     finally:
         eks_ext.BEHAVIOUR = eks_ext.Behaviour()
+
+
+def test_a_poll_on_a_played_block_waits_its_interval_on_the_block_not_on_this_host(simulated: str) -> None:
+    """A 15-s poll at 60 simulated seconds per wall second would see a control plane that is ACTIVE at 15 min
+    only a quarter of an hour later: the pause is 15 s of the block."""
+    from capserve.sandbox.aws_ext import eks as eks_ext
+    from capserve.tasks.cluster.eks import existing_cluster
+
+    _play_past_a_waypoint()
+    eks_ext.BEHAVIOUR.modelled = eks_ext.ModelledDurations(control_plane_s=900, system_nodes_s=300, gpu_nodes_s=1800)
+    ec2, eks = boto3.client("ec2", region_name=REGION), boto3.client("eks", region_name=REGION)
+    vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.0.0/20", AvailabilityZone=f"{REGION}a")["Subnet"]["SubnetId"]
+    try:
+        with working_on_the_block():
+            before = CLOCK.now()
+            eks.create_cluster(name="polled", roleArn="arn:aws:iam::123456789012:role/x",
+                               resourcesVpcConfig={"subnetIds": [subnet]})
+            found = existing_cluster.fn("polled", REGION, timeout_s=3600, poll_s=15)
+            seen_after = CLOCK.now() - before
+    finally:
+        eks_ext.BEHAVIOUR = eks_ext.Behaviour()
+    assert found.name == "polled"
+    # ACTIVE at 900 s; seen within a few polls of it (each poll's own round trip also runs at 60×).
+    assert timedelta(seconds=900) <= seen_after < timedelta(seconds=900 + 120), seen_after

@@ -10,6 +10,7 @@ from botocore.exceptions import ClientError, WaiterError
 from capserve.core.errors import CapserveError, PermanentError
 from capserve.core.tags import CAMPAIGN_TAG
 from capserve.tasks import aws
+from capserve.tasks.clock import wall_seconds
 from capserve.tasks.waiting import wait_timeout
 
 
@@ -34,10 +35,13 @@ def has_code(exc: ClientError, *codes: str) -> bool:
     return aws.error_code(exc) in codes
 
 
-def waiter_config(timeout_s: float, poll_s: float) -> dict[str, int]:
-    """boto3 waiters count attempts, not time: enough attempts at ``poll_s`` to cover ``timeout_s``."""
-    delay = max(int(math.ceil(poll_s)), 0)
-    return {"Delay": delay, "MaxAttempts": max(2, int(math.ceil(timeout_s / max(delay, 1))))}
+def waiter_config(timeout_s: float, poll_s: float) -> dict[str, float]:
+    """boto3 waiters count attempts, not time: enough attempts ``poll_s`` apart to cover ``timeout_s``, both on the
+    campaign's clock (on a simulated block the pause on this host is shorter: ``wall_seconds``)."""
+    return {
+        "Delay": wall_seconds(max(poll_s, 0.0)),
+        "MaxAttempts": max(2, int(math.ceil(timeout_s / max(poll_s, 1.0)))),
+    }
 
 
 def waiter_error(exc: WaiterError, what: str, timeout_s: float) -> CapserveError:
