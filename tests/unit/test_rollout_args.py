@@ -46,16 +46,17 @@ def test_only_flags_vllm_032_accepts_are_written() -> None:
         extra = len(config.engine.extra_args)  # the recipe's and the spec's, appended last
         for args in (rendered.leader_args, rendered.worker_args):
             derived = args[: len(args) - extra] if args else ()
-            assert {a for a in derived if a.startswith("--")} <= VLLM_032_FLAGS
+            assert {a.split("=", 1)[0] for a in derived if a.startswith("--")} <= VLLM_032_FLAGS
 
 
 @pytest.mark.vllm
 @pytest.mark.skipif(not (REPO / ".venv-vllm" / "bin" / "python").exists(), reason="needs .venv-vllm (make vllm-venv)")
 def test_the_real_vllm_parser_accepts_every_rendered_argument_list() -> None:
-    """vLLM 0.32's own parser and serve-argument checks, run on what the kubelet would exec."""
+    """vLLM 0.32's own parser and serve-argument checks, run on what the kubelet would exec; the leader gets its
+    API key, also one that begins with "-" (one generated key in 64 did, when keys were URL-safe base64)."""
     substituted = [
         [a.replace("$(LWS_LEADER_ADDRESS)", "vllm-blue-0.vllm-blue.capserve-k3-demo")
-          .replace("$(LWS_WORKER_INDEX)", "1").replace("$(VLLM_API_KEY)", "sk-test") for a in args]
+          .replace("$(LWS_WORKER_INDEX)", "1").replace("$(VLLM_API_KEY)", "-sk-test") for a in args]
         for args in every_arg_list()
     ]
     script = (
@@ -64,7 +65,10 @@ def test_the_real_vllm_parser_accepts_every_rendered_argument_list() -> None:
         "from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args\n"
         "parser = make_arg_parser(FlexibleArgumentParser())\n"
         "for args in json.load(sys.stdin):\n"
-        "    validate_parsed_serve_args(parser.parse_args(args))\n"
+        "    parsed = parser.parse_args(args)\n"
+        "    validate_parsed_serve_args(parsed)\n"
+        "    if not parsed.headless:\n"
+        "        assert parsed.api_key in ('-sk-test', ['-sk-test']), parsed.api_key\n"
         "print('ok', flush=True)\n"
     )
     done = subprocess.run(  # noqa: S603 - our own interpreter and script
@@ -84,7 +88,7 @@ def test_the_real_vllm_parser_accepts_every_rendered_argument_list() -> None:
         (["--max_model_len=8192"], "gives '--max_model_len=8192', but the rollout already sets "
                                    "'--max-model-len 262144'"),
         (["--kv-cache-dtype", "fp8"], "already sets '--kv-cache-dtype fp8'"),  # the same value twice is refused too
-        (["--api-key", "visible"], "already sets '--api-key $(VLLM_API_KEY)'"),
+        (["--api-key", "visible"], "already sets '--api-key=$(VLLM_API_KEY)'"),
         (["--nnodes", "2"], "'nnodes' is decided by the plan"),  # one node: unset on purpose
         (["--no-enable-expert-parallel"], "'enable-expert-parallel' is decided by the plan"),
         (["--enable-prefix-caching", "--no-enable-prefix-caching"], "gives 'enable-prefix-caching' twice"),

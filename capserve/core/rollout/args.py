@@ -201,8 +201,10 @@ def vllm_args(
     ]
     if role == "leader":
         # On the command line, not only in the environment: the Rust frontend honours the flag and
-        # probably not VLLM_API_KEY (docs/serving.md §6). The manifest carries only the reference.
-        args += ["--api-key", f"$({API_KEY_ENV})"]
+        # probably not VLLM_API_KEY (docs/serving.md §6). The manifest carries only the reference. One token,
+        # ``--api-key=<key>``: as two, a key that begins with "-" is read by argparse as the next flag, and vLLM
+        # exits 2 ("argument --api-key: expected one argument") on every start.
+        args += [f"--api-key=$({API_KEY_ENV})"]
     return merge_extra_args(args, engine.extra_args)
 
 

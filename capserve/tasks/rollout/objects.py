@@ -48,7 +48,7 @@ def ensure_api_key(api: k8s.ApiClient, namespace: str, campaign_id: str) -> Secr
     if encoded:
         key = SecretStr(base64.b64decode(encoded).decode("utf-8"))
     else:
-        key = SecretStr(secrets.token_urlsafe(32))
+        key = SecretStr(secrets.token_hex(32))  # no '-' or '_': any client or parser takes it as it is
         apply(api, api_key_secret(namespace, campaign_id, key))
     register_secret(key.get_secret_value())  # never in a log line or a report
     return key
