@@ -18,7 +18,7 @@ from capserve.tasks import kube as tasks_kube
 from capserve.tasks.rollout.access import check_endpoint, port_forward
 from capserve.tasks.rollout.objects import ensure_api_key
 from capserve.tasks.rollout.wait import wait_rollout_ready
-from tests.sandbox.conftest import GPU_TAINT
+from tests.sandbox.conftest import GPU_TAINT, events, install_lws
 from tests.sandbox.test_kubelet import stage_model, vllm_pod
 
 FAST = RolloutWaitSettings(unschedulable_grace_s=1.0, crash_restarts=2, pull_and_schedule_allowance_s=30)
@@ -89,6 +89,28 @@ def test_each_fault_ends_the_wait_with_its_diagnosis(
         wait(api, budget_s=120)
     assert failed.value.diagnosis.trouble is trouble
     assert words in str(failed.value) and "Fix:" in str(failed.value)
+
+
+def test_a_leader_that_fails_on_every_start_fails_the_wait_although_its_group_is_recreated_each_time(
+    kube: FakeKube, api: k8s.ApiClient
+) -> None:
+    """LWS replaces a group whose container restarted: each new leader starts at restartCount 0, so a count of
+    restarts alone never reached the crash-loop threshold and the wait ran out its whole startup budget."""
+    kube.provision_nodes("system", 1, instance_type="m7i.large")
+    install_lws(kube, api)
+    kube.inject(Fault(FaultKind.CRASH_LOOP, pod="vllm-blue-0"))  # exits on every start, as a refused flag does
+    leader = {"metadata": {"labels": {"capserve.io/rollout": "vllm-blue"}},
+              "spec": {"containers": [{"name": "vllm", "image": "registry.k8s.io/pause:3.10"}]}}
+    tasks_kube.apply(api, {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": {"name": "vllm-blue", "namespace": "default"},
+        "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 1, "workerTemplate": leader}},
+    })
+    with pytest.raises(RolloutFailedError) as failed:
+        wait(api, budget_s=600)
+    assert events(kube, "vllm-blue", "RecreateGroupOnPodRestart")  # the group was recreated on the way
+    assert failed.value.diagnosis.trouble is Trouble.CRASH_LOOP and failed.value.diagnosis.fatal
+    assert "by its LeaderWorkerSet recreating the pod" in str(failed.value)
 
 
 def test_an_unschedulable_pod_fails_after_its_grace_with_the_schedulers_reason(

@@ -10,6 +10,7 @@ from capserve.core.rollout.diagnosis import (
     all_ready,
     diagnose,
     diagnose_pod,
+    failed_containers,
     timeout_diagnosis,
     transport_diagnosis,
 )
@@ -89,6 +90,18 @@ def test_a_crash_loop_is_told_by_its_restarts_even_while_the_container_runs_agai
     found = diagnose_pod(between_back_offs(2), [], pending_for_s=0, settings=SETTINGS)
     assert found is not None and (found.trouble, found.fatal) == (Trouble.CRASH_LOOP, True)
     assert found.message == "running again after 2 restart(s), last exit code 1"
+
+
+def test_a_pod_its_leaderworkerset_recreated_after_failures_counts_them_as_restarts() -> None:
+    # LWS deletes a group whose container restarted; the new pod of that name starts again at restartCount 0.
+    failed_now = pod(containerStatuses=[container(state={"terminated": {"exitCode": 2}})])
+    assert failed_containers(failed_now) == ["vllm"]
+    assert failed_containers(pod(containerStatuses=[container(state={"running": {}})])) == []
+    assert diagnose_pod(failed_now, [], pending_for_s=0, settings=SETTINGS) is None  # one failure: may be passing
+    found = diagnose_pod(failed_now, [], pending_for_s=0, settings=SETTINGS, earlier_failures={"vllm": 2})
+    assert found is not None and (found.trouble, found.fatal) == (Trouble.CRASH_LOOP, True)
+    assert found.message == "failed again after 2 restart(s), last exit code 2 (2 of them by its LeaderWorkerSet " \
+                            "recreating the pod)"
 
 
 def test_a_startup_probe_kill_names_the_budget_and_the_last_probe_failure() -> None:

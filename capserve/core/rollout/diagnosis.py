@@ -18,7 +18,11 @@ Kubernetes reports in each case is in docs/serving.md §7.1:
   last lines of its previous run's log (the wait fetches them through ``pods/log``). The count decides,
   not the state the pod shows at the moment: between two back-offs the kubelet runs the container
   again (``running``, or ``terminated`` once it has failed anew), and a wait that only looked for
-  ``CrashLoopBackOff`` could miss a short back-off on every look and wait out its whole budget.
+  ``CrashLoopBackOff`` could miss a short back-off on every look and wait out its whole budget. Under a
+  LeaderWorkerSet (``RecreateGroupOnPodRestart``, its default and ours) a restart deletes the group and a new
+  pod of the same name starts from ``restartCount`` 0: the runs that failed in earlier pods of that name
+  (``earlier_failures``, which the wait keeps) count as restarts, or a container that fails on every start
+  would be waited on for the whole budget.
 - **startup-probe**: the kubelet killed the container because its startup probe ran out
   (``Killing``: "failed startup probe"): the startup budget is spent, fatal.
 - **config**: ``CreateContainerConfigError`` (e.g. the API-key Secret is missing): fatal after the grace.
@@ -204,16 +208,34 @@ def _last_probe_failure(pod: str, events: Sequence[Mapping[str, Any]]) -> str:
     return found[-1] if found else ""
 
 
+def failed_containers(pod: Mapping[str, Any]) -> list[str]:
+    """The containers of ``pod`` (init containers included) that have ended in failure at least once: a non-zero
+    exit now or in their last run, or the kubelet backing off their restart."""
+    status = _mapping(pod.get("status"))
+    failed = []
+    for container in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
+        container = _mapping(container)
+        state = _mapping(container.get("state"))
+        ends = [_mapping(state.get("terminated")), _mapping(_mapping(container.get("lastState")).get("terminated"))]
+        backing_off = _mapping(state.get("waiting")).get("reason") == "CrashLoopBackOff"
+        if backing_off or any(end and end.get("exitCode") not in (0, None) for end in ends):
+            failed.append(str(container.get("name") or ""))
+    return failed
+
+
 def diagnose_pod(
     pod: Mapping[str, Any],
     events: Sequence[Mapping[str, Any]],
     *,
     pending_for_s: float,
     settings: RolloutWaitSettings,
+    earlier_failures: Mapping[str, int] | None = None,
 ) -> Diagnosis | None:
     """What holds one pod back, or None when nothing is known to be wrong (it may simply be starting).
 
     ``pending_for_s``: how long the wait has seen this pod unschedulable (or missing its config).
+    ``earlier_failures``: per container, the earlier pods of this name (replaced by their LeaderWorkerSet) in which
+    it failed.
     """
     name = _name(pod)
     scheduled = _condition(pod, "PodScheduled")
@@ -231,21 +253,22 @@ def diagnose_pod(
         return Diagnosis(trouble=Trouble.STARTUP_PROBE, pod=name, container="vllm", message=message, fatal=True)
     status = _mapping(pod.get("status"))
     for container in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
-        found = _container_trouble(name, _mapping(container), pending_for_s, settings)
+        earlier = (earlier_failures or {}).get(str(_mapping(container).get("name") or ""), 0)
+        found = _container_trouble(name, _mapping(container), pending_for_s, settings, earlier)
         if found is not None:
             return found
     return None
 
 
 def _container_trouble(
-    pod: str, container: Mapping[str, Any], pending_for_s: float, settings: RolloutWaitSettings
+    pod: str, container: Mapping[str, Any], pending_for_s: float, settings: RolloutWaitSettings, earlier: int = 0
 ) -> Diagnosis | None:
     name = str(container.get("name") or "")
     state = _mapping(container.get("state"))
     waiting = _mapping(state.get("waiting"))
     last = _mapping(_mapping(container.get("lastState")).get("terminated"))
     terminated = _mapping(state.get("terminated"))
-    restarts = int(container.get("restartCount") or 0)
+    restarts = int(container.get("restartCount") or 0) + earlier  # a pod recreated after a failure is a restart
     reason = str(waiting.get("reason") or "")
     detail = str(waiting.get("message") or reason)
 
@@ -257,10 +280,13 @@ def _container_trouble(
             return found(Trouble.OOM_KILLED, f"OOMKilled (exit code {ended.get('exitCode')})", True)
     if reason in ("ErrImagePull", "ImagePullBackOff", "InvalidImageName"):
         return found(Trouble.IMAGE_PULL, f"{reason}: {detail}", reason != "ErrImagePull")
-    ended_before = bool(last) and restarts > 0
+    ended_before = (bool(last) or earlier > 0) and restarts > 0
     if reason == "CrashLoopBackOff" or (ended_before and restarts >= settings.crash_restarts):
         now = reason or ("running again" if "running" in state else "failed again")
-        message = f"{now} after {restarts} restart(s), last exit code {last.get('exitCode')}"
+        exit_code = (last or terminated).get("exitCode")
+        message = f"{now} after {restarts} restart(s), last exit code {exit_code}"
+        if earlier:
+            message += f" ({earlier} of them by its LeaderWorkerSet recreating the pod)"
         return found(Trouble.CRASH_LOOP, message, restarts >= settings.crash_restarts)
     if reason in ("CreateContainerConfigError", "CreateContainerError"):
         return found(Trouble.CONFIG, f"{reason}: {detail}", pending_for_s >= settings.unschedulable_grace_s)
@@ -273,12 +299,19 @@ def diagnose(
     *,
     pending_for_s: Mapping[str, float],
     settings: RolloutWaitSettings,
+    earlier_failures: Mapping[str, Mapping[str, int]] | None = None,
 ) -> list[Diagnosis]:
-    """Every known problem of the workload's pods, fatal ones first (pods sorted by name within each)."""
+    """Every known problem of the workload's pods, fatal ones first (pods sorted by name within each).
+    ``earlier_failures``: per pod name, ``diagnose_pod``'s."""
     found = [
         diagnosis
         for pod in sorted(pods, key=_name)
-        if (diagnosis := diagnose_pod(pod, events, pending_for_s=pending_for_s.get(_name(pod), 0.0), settings=settings))
+        if (
+            diagnosis := diagnose_pod(
+                pod, events, pending_for_s=pending_for_s.get(_name(pod), 0.0), settings=settings,
+                earlier_failures=(earlier_failures or {}).get(_name(pod)),
+            )
+        )
         is not None
     ]
     return sorted(found, key=lambda d: not d.fatal)

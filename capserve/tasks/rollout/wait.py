@@ -29,6 +29,7 @@ from capserve.core.rollout.diagnosis import (
     RolloutWaitSettings,
     all_ready,
     diagnose,
+    failed_containers,
     needs_grace,
     timeout_diagnosis,
 )
@@ -131,6 +132,9 @@ class _Judge:
         self.pods: list[dict[str, Any]] = []
         self.found: list[Diagnosis] = []
         self.since: dict[str, float] = {}
+        # (pod name, container) → the uids of the pods of that name in which the container failed: a LeaderWorkerSet
+        # replaces a pod whose container restarts, and the new one starts again from restartCount 0.
+        self.failed_in: dict[tuple[str, str], set[str]] = {}
         self.ready = False
 
     def __call__(self, seen: dict[str, dict[str, Any]]) -> bool:
@@ -157,7 +161,23 @@ class _Judge:
         self.since = {name: start for name, start in self.since.items() if name in names}
         pending = {name: now - start for name, start in self.since.items()}
         events = _events(self.api, self.namespace, self.kube) if _restarted(pods) else []
-        self.found = diagnose(pods, events, pending_for_s=pending, settings=self.wait)
+        earlier = self._earlier(pods)
+        self.found = diagnose(pods, events, pending_for_s=pending, settings=self.wait, earlier_failures=earlier)
+
+    def _earlier(self, pods: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+        """Remember the failed containers of these pods; per pod and container, how many other pods of the same
+        name saw that container fail."""
+        for pod in pods:
+            name, uid = str(pod["metadata"]["name"]), str(pod["metadata"].get("uid"))
+            for container in failed_containers(pod):
+                self.failed_in.setdefault((name, container), set()).add(uid)
+        earlier: dict[str, dict[str, int]] = {}
+        for pod in pods:
+            name, uid = str(pod["metadata"]["name"]), str(pod["metadata"].get("uid"))
+            for (pod_name, container), uids in self.failed_in.items():
+                if pod_name == name and uids - {uid}:
+                    earlier.setdefault(name, {})[container] = len(uids - {uid})
+        return earlier
 
     def next_grace_end(self) -> float | None:
         return min(self.since.values()) + self.wait.unschedulable_grace_s if self.since else None
