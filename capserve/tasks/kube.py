@@ -46,7 +46,7 @@ from capserve.tasks import aws
 from capserve.tasks.manifests import record_applied
 from capserve.tasks.resilience import NO_RETRIES, kube_task
 from capserve.tasks.run_log import run_logger
-from capserve.tasks.waiting import wait_timeout
+from capserve.tasks.waiting import pause_on_the_block, wait_timeout
 
 DEFAULT_FIELD_MANAGER = "capserve"
 
@@ -618,7 +618,7 @@ def prove_lws_webhooks(api: k8s.ApiClient, probe: Mapping[str, Any], settings: K
             gone(what, now=True, cause=exc)  # else a passing outage: asked again, inside the same deadline
             if time.monotonic() >= deadline:
                 raise wait_timeout("LWS webhooks", settings.addons_ready_timeout_s, str(convert(exc, what))) from exc
-        time.sleep(min(2.0, max(deadline - time.monotonic(), 0.0)))
+        pause_on_the_block(min(2.0, max(deadline - time.monotonic(), 0.0)))  # 2 s of the block between asks
     policy = ((answer.get("spec") or {}).get("networkConfig") or {}).get("subdomainPolicy")
     if not policy:
         raise PermanentError(
