@@ -117,7 +117,7 @@ def run_on_server(
             state = _run_and_follow(parameters, console)
             if follow_window and state[0] == "COMPLETED":
                 if watches is not None:
-                    _ask_for_watches(campaign_id, watches, console)
+                    _ask_for_watches(campaign_id, watches, out_dir, console)
                 _follow_scheduled(campaign_id, since, console)
         except KeyboardInterrupt:
             if registered.started and not keep_server:
@@ -167,16 +167,30 @@ def _run_and_follow(parameters: dict[str, Any], console: Console) -> tuple[str, 
             time.sleep(2)
 
 
-def _ask_for_watches(campaign_id: str, watches: HubWatches, console: Console) -> None:
+def _ask_for_watches(campaign_id: str, watches: HubWatches, out_dir: Path, console: Console) -> None:
     from capserve.tasks.scheduling import pause_wall_clock_watches, schedule_hub_watch
 
+    reservation = _reservation_in_report(out_dir)
+    if reservation is None:
+        console.print(f"  sandbox: no lease in {out_dir / 'report.json'}: no Hub watch is asked for", highlight=False)
+        return
     pause_wall_clock_watches()
     console.print("  sandbox: the hub-watcher's every-10-minutes schedule (wall time) is off on this server: "
                   "the simulated block has a watch after each revision instead", highlight=False)
     for at in watches.times():
-        schedule_hub_watch(campaign_id, watches.regions, at)
+        schedule_hub_watch(campaign_id, watches.regions, at, reservation_id=reservation)
         console.print(f"  sandbox: a Hub watch at {at:%Y-%m-%d %H:%M} UTC (block time), just after the Hub publishes "
                       "a new revision", highlight=False)
+
+
+def _reservation_in_report(out_dir: Path) -> str | None:
+    """The reservation the campaign run holds, as its report says (the run wrote it to ``out_dir``)."""
+    try:
+        lease = json.loads((out_dir / "report.json").read_text()).get("lease") or {}
+    except (OSError, ValueError):
+        return None
+    found = lease.get("reservation_id") if isinstance(lease, dict) else None
+    return str(found) if found else None
 
 
 def _follow_scheduled(campaign_id: str, since: datetime, console: Console) -> None:

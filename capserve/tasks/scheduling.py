@@ -116,14 +116,15 @@ def pause_wall_clock_watches() -> None:
                 client.update_deployment_schedule(deployment.id, schedule.id, active=False)
 
 
-def schedule_hub_watch(campaign_id: str, regions: Sequence[str], at: datetime) -> ExistingRun:
-    """A one-off run of the ``hub-watcher`` deployment at ``at`` on the campaign's clock; once per campaign and
-    time."""
+def schedule_hub_watch(campaign_id: str, regions: Sequence[str], at: datetime, *, reservation_id: str) -> ExistingRun:
+    """A one-off run of the ``hub-watcher`` deployment at ``at`` on the campaign's clock, in the block of
+    ``reservation_id``; once per campaign, block and time (another block of the campaign at the same instant,
+    as `make demo` run again on the same server makes, gets its own: the server would hand back the old run)."""
     window = campaign_window()
     return _create(
         HUB_WATCHER, {"regions": list(regions), "waypoint": at.isoformat()}, window.to_wall(max(at, window.anchor_sim)),
         name=f"hub-watcher-{campaign_id}", tags=[campaign_tag(campaign_id), WATCH_TAG],
-        idempotency_key=f"capserve:{campaign_id}:watch:{at.isoformat()}",
+        idempotency_key=f"capserve:{campaign_id}:{reservation_id}:watch:{at.isoformat()}",
     )
 
 

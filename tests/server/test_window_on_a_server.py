@@ -40,7 +40,7 @@ from capserve.core.schedule import SCHEDULED_TAG, campaign_tag
 from capserve.core.spec import TeardownSpec, load_spec
 from capserve.runtime.prefect_server import Child, LocalServer, register, start_server, start_worker
 from capserve.sandbox.environment import SandboxEndpoints, sandbox
-from capserve.tasks.scheduling import schedule_lease_runs
+from capserve.tasks.scheduling import schedule_hub_watch, schedule_lease_runs
 
 pytestmark = pytest.mark.server
 
@@ -219,6 +219,20 @@ def test_the_lease_schedules_each_run_once_with_its_name_and_time(campaign_run: 
     assert sorted((run.name, run.expected_start_time) for run in pending) == [
         (f"drain-{CAMPAIGN}", moved.end - _minutes(45)), (f"teardown-{CAMPAIGN}", moved.end - _minutes(35)),
     ]
+
+
+def test_a_hub_watch_is_asked_for_once_per_block_and_time(world: World) -> None:
+    # `make demo` run again on the same server database plays a block on the same simulated times: keyed by
+    # campaign and time only, the server handed back the first block's finished watch and no redeploy happened.
+    at = datetime.now(UTC).replace(microsecond=0) + timedelta(days=30)
+    first = schedule_hub_watch("watched", ["us-east-2"], at, reservation_id="cr-0000000000000000a")
+    again = schedule_hub_watch("watched", ["us-east-2"], at, reservation_id="cr-0000000000000000a")
+    later = schedule_hub_watch("watched", ["us-east-2"], at, reservation_id="cr-0000000000000000b")
+    assert again.flow_run_id == first.flow_run_id  # a re-ask in the same block
+    assert later.flow_run_id != first.flow_run_id and later.state_type == "SCHEDULED"
+    with get_client(sync_client=True) as client:
+        for run in (first, later):
+            client.delete_flow_run(uuid.UUID(run.flow_run_id))  # never to fire in another test
 
 
 def test_the_reaper_never_runs_twice_at_once(world: World) -> None:
