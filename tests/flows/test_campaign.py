@@ -152,7 +152,7 @@ def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
     assert rollout["image_pull"]["pod"].startswith("image-prepull-0")
     markdown = (tmp_path / "out" / "report.md").read_text()
     assert image["digest"] in markdown and "Image pull: 80.0 s (80.0 s including waiting)" in markdown
-    assert "--tensor-parallel-size" in rollout["args"] and "$(VLLM_API_KEY)" in rollout["args"]
+    assert "--tensor-parallel-size" in rollout["args"] and "--api-key=$(VLLM_API_KEY)" in rollout["args"]
     assert rollout["endpoint_access"] == "port-forward" and "127.0.0.1" in rollout["endpoint_note"]
     assert rollout["compile_cache"]["result"] == "miss" and rollout["compile_cache"]["saved_jobs"] == 1
     assert rollout["compile_cache"]["save"] == "saved"
