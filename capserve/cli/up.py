@@ -196,7 +196,8 @@ def run(args: argparse.Namespace) -> int:
             if simulate is not None:
                 console.print(
                     f"sandbox: simulated window, {simulate.rate:g}× wall time between scheduled runs, "
-                    f"{simulate.near_rate:g}× around them (clock {endpoints.clock})",
+                    f"{simulate.near_rate:g}× around them, {simulate.busy_rate:g}× while a run works on the block "
+                    f"(clock {endpoints.clock})",
                     highlight=False,
                 )
             console.print(

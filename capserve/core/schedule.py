@@ -248,7 +248,10 @@ class WindowFacts(BaseModel):
 
     simulated: bool = Field(description="The sandbox played the block faster than wall time.")
     rate: float = Field(ge=1, description="Simulated seconds per wall second between waypoints (1: real time).")
-    near_rate: float = Field(ge=1, description="… and around them (each scheduled run, the serve run's work).")
+    near_rate: float = Field(ge=1, description="… and around them (each scheduled run).")
+    busy_rate: float | None = Field(
+        None, ge=1, description="… and while a run works on the block (its own calls; None: near_rate)."
+    )
     block_start: AwareDatetime = Field(description="The reservation's start.")
     block_end: AwareDatetime = Field(description="The reservation's end.")
 
@@ -261,6 +264,7 @@ class WindowFacts(BaseModel):
             "simulated": self.simulated,
             "rate": self.rate,
             "near_rate": self.near_rate,
+            "busy_rate": self.busy_rate,
             "block_start": self.block_start.isoformat(),
             "block_end": self.block_end.isoformat(),
             "aws_terminates_at": self.aws_terminates_at.isoformat(),
@@ -271,7 +275,8 @@ class WindowFacts(BaseModel):
             return "The block ran in real time."
         return (
             f"The window was **simulated**: {self.rate:g}× wall time between scheduled runs, {self.near_rate:g}× "
-            "around them and while the serve run works (times here are the simulated clock's)."
+            f"around them, {self.busy_rate or self.near_rate:g}× while a run works on the block (its own calls; "
+            "the modelled minutes of AWS's and vLLM's work are skipped through). Times here are the simulated clock's."
         )
 
 

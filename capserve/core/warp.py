@@ -21,10 +21,13 @@ the clock short of its waypoint: it waits on the clock until then (``capserve.ta
 ``to_wall`` is the *earliest* wall instant the clock can show a time (no gate holds on the way: where
 runs are scheduled), and ``to_sim`` the clock itself, which holds at every gate not yet released.
 
-While real work runs on the block (``busy``: a scheduled run, a redeploy), the clock runs no faster than
-``near_rate`` anywhere: a slow stretch sized for the work would otherwise end under work that a busy
-machine made slower, and each further wall second of it be hours of the block. Like a hold, this only
-makes the clock later than ``to_wall``.
+While real work runs on the block (``busy``: a scheduled run, a redeploy), the clock runs at ``busy_rate``
+(``near_rate`` unless set lower) everywhere: a slow stretch sized for the work would otherwise end under work
+that a busy machine made slower, and each further wall second of it be hours of the block. A sandbox sets
+``busy_rate`` below ``near_rate`` so its own work's seconds count about what the same calls cost on AWS
+(moto and the fake Kubernetes answer in milliseconds where AWS takes a fraction of a second) while a poll
+of the block still costs a fraction of a wall second. Like a hold, this only makes the clock later than
+``to_wall``.
 
 A *skip* lets the clock run at ``fast_rate`` up to a simulated instant, through spans and work alike: a
 sandbox stand-in that models a duration nothing real fills (a node group launching, vLLM loading a
@@ -67,7 +70,10 @@ class WarpedWindow(BaseModel):
         timedelta(0), ge=timedelta(0), le=timedelta(hours=1),
         description="The longest the clock stays at a gate (wall time); 0: waypoints are not gates.",
     )
-    busy: bool = Field(False, description="Real work runs on the block: no faster than near_rate anywhere.")
+    busy_rate: float | None = Field(
+        None, ge=1, le=1000, description="Simulated seconds per wall second while busy (None: near_rate)."
+    )
+    busy: bool = Field(False, description="Real work runs on the block: no faster than busy_rate anywhere.")
     skip_until: AwareDatetime | None = Field(
         None, description="Up to this simulated instant the clock runs at fast_rate, spans and work aside."
     )
@@ -97,7 +103,9 @@ class WarpedWindow(BaseModel):
         """(sim start, sim end or None for open-ended, rate, hold) from the anchor on: the clock stays at the
         start ``hold`` wall seconds (a gate: 0 elsewhere), then runs at ``rate`` to the end. ``earliest``: as
         fast as the clock can go (no gate holding, no work slowing it)."""
-        fast = self.fast_rate if earliest or not self.busy else min(self.fast_rate, self.near_rate)
+        working = self.busy and not earliest
+        fast = min(self.fast_rate, self._working_rate) if working else self.fast_rate
+        near = min(self.near_rate, self._working_rate) if working else self.near_rate
         moving: list[tuple[datetime, datetime | None, float]] = []
         cursor = self.anchor_sim
         # Where runs are scheduled (``earliest``) ignores skips: they come and go after the runs are on the server.
@@ -110,7 +118,7 @@ class WarpedWindow(BaseModel):
             if start > cursor:
                 moving.append((cursor, start, fast))
                 cursor = start
-            moving.append((cursor, end, self.near_rate))
+            moving.append((cursor, end, near))
             cursor = end
         moving.append((cursor, None, fast))
         gates = sorted(gate for gate in self.gates if gate >= self.anchor_sim)
@@ -211,8 +219,14 @@ class WarpedWindow(BaseModel):
         """Simulated seconds per wall second at the simulated instant ``sim`` (outside a hold)."""
         if self.skip_until is not None and self.anchor_sim <= sim < self.skip_until:
             return self.fast_rate
-        slow = self.busy or any(start <= sim < end for start, end in self.slow_spans())
+        if self.busy:
+            return min(self.near_rate, self.fast_rate, self._working_rate)
+        slow = any(start <= sim < end for start, end in self.slow_spans())
         return min(self.near_rate, self.fast_rate) if slow else self.fast_rate
+
+    @property
+    def _working_rate(self) -> float:
+        return self.near_rate if self.busy_rate is None else self.busy_rate
 
     def working(self, busy: bool, now_wall: datetime) -> WarpedWindow:
         """The same clock from ``now_wall`` on, with real work running on the block (``busy``) or none."""

@@ -51,6 +51,7 @@ from capserve.core.rollout.result import (
     server_from_log,
 )
 from capserve.core.rollout.settings import RolloutSettings
+from capserve.core.rollout.start_history import MeasuredStart, StartHistory, history_uri, shape_key
 from capserve.core.rollout.startup_log import engine_startup_from_log
 from capserve.core.spec import CampaignSpec
 from capserve.core.weights.node_staging import NodeStagingResult
@@ -66,6 +67,7 @@ from capserve.tasks.rollout.access import (
 )
 from capserve.tasks.rollout.cache import cache_complete, pod_cache_outcome, save_caches
 from capserve.tasks.rollout.objects import apply_objects, delete_workload, ensure_api_key, serving_workloads
+from capserve.tasks.rollout.start_history import read_start_history, write_start_history
 from capserve.tasks.rollout.wait import image_pull_of, log_tail, pod_log, wait_rollout_ready
 
 # The variable the evaluation reads the campaign's endpoint key from, only while it runs.
@@ -130,9 +132,13 @@ class _Run:
         uri_probe = render_rollout(config, self._target(decision, warm=False), weights=self.inputs.weights_settings)
         nodes = config.layout.nodes_per_replica
         warm = config.compile_cache and cache_complete(uri_probe.cache_uri, nodes, self.inputs.region)
-        return render_rollout(config, self._target(decision, warm=warm), weights=self.inputs.weights_settings)
+        measured = self.past_starts(config).for_start(warm=warm)
+        target = self._target(decision, warm=warm, measured=measured)
+        return render_rollout(config, target, weights=self.inputs.weights_settings)
 
-    def _target(self, decision: RolloutDecision, *, warm: bool) -> RolloutTarget:
+    def _target(
+        self, decision: RolloutDecision, *, warm: bool, measured: MeasuredStart | None = None
+    ) -> RolloutTarget:
         spec = self.inputs.spec
         return RolloutTarget(
             campaign_id=spec.campaign_id,
@@ -142,7 +148,36 @@ class _Run:
             bucket=spec.weights.s3_bucket,
             prefix=spec.weights.s3_prefix,
             cache_warm=warm,
+            measured_start=measured,
         )
+
+    def _history_uri(self, config: RolloutConfig) -> str:
+        weights = self.inputs.spec.weights
+        return history_uri(weights.s3_bucket, weights.s3_prefix, shape_key(config, weights.node_target))
+
+    def past_starts(self, config: RolloutConfig) -> StartHistory:
+        """The measured starts of this server shape; none when they cannot be read (the time model predicts)."""
+        try:
+            return read_start_history(self._history_uri(config), self.inputs.region)
+        except Exception as exc:  # noqa: BLE001 - a prediction's source must not stop the rollout
+            get_run_logger().warning("the measured vLLM starts could not be read (%s): the time model predicts",
+                                     f"{type(exc).__name__}: {exc}"[:500])
+            return StartHistory()
+
+    def keep_start(self, config: RolloutConfig, rendered: RenderedRollout, outcome: Outcome) -> None:
+        """Keep the start vLLM's log measured, for the next rollout of this shape; never raises."""
+        measured = outcome.startup.measured.to_listening_s if outcome.startup is not None else None
+        if measured is None or outcome.cache not in ("hit", "miss", "off"):
+            return  # the log did not tell the start, or which start it was (cold or warm) is not known
+        warm = outcome.cache == "hit"
+        start = MeasuredStart(to_listening_s=measured, measured_at=campaign_now(),
+                              campaign_id=self.inputs.spec.campaign_id, revision_sha=config.revision_sha)
+        try:
+            history = self.past_starts(config).with_start(start, warm=warm)
+            write_start_history(self._history_uri(config), self.inputs.region, history)
+        except Exception as exc:  # noqa: BLE001 - the server is ready: a lost measurement is only a warning
+            get_run_logger().warning("rollout %s: its measured start (%.0f s) was not kept (%s)", rendered.name,
+                                     measured, f"{type(exc).__name__}: {exc}"[:500])
 
     def attempt(self, config: RolloutConfig, decision: RolloutDecision) -> Outcome:
         """Run ``decision``'s steps for ``config``; the attempt is recorded either way."""
@@ -180,6 +215,7 @@ class _Run:
                 apply_objects(self.api, [rendered.workload])
             elif step is Step.WAIT_READY:
                 self.wait_ready(rendered, outcome)
+                self.keep_start(config, rendered, outcome)
             elif step is Step.SAVE_CACHE and config.compile_cache and outcome.cache != "hit":
                 self.save_cache(rendered, outcome)
             elif step is Step.EVALUATE:
@@ -207,7 +243,8 @@ class _Run:
         log = "\n".join(log_tail(self.api, self.namespace, leader, "vllm", 500))
         outcome.server = server_from_log(log)
         outcome.startup = StartupComparison(
-            predicted_s=rendered.expected_start_s, warm=rendered.start_warm, measured=engine_startup_from_log(log)
+            predicted_s=rendered.expected_start_s, warm=rendered.start_warm, basis=rendered.expected_basis,
+            measured=engine_startup_from_log(log),
         )
         if rendered.worker_args:  # one copy spans several nodes: its NCCL traffic between them must be on EFA
             found = transport_diagnosis(pod_log(self.api, self.namespace, leader, "vllm"), pod=leader)

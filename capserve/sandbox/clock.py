@@ -37,7 +37,8 @@ class SandboxClock:
         self._lock = threading.Lock()
         self._offset = timedelta(0)
         self._warp: WarpedWindow | None = None
-        self._rates: tuple[float, float, timedelta, timedelta] | None = None  # simulate()'s, until the first one
+        # simulate()'s rates (fast, near, near span, hold, busy), until the first waypoints are registered
+        self._rates: tuple[float, float, timedelta, timedelta, float | None] | None = None
         self._extend: Extension | None = None
         self._work: set[str] = set()  # what works on the block now (``working``)
         self._skips: dict[str, datetime] = {}  # modelled durations under way: who, and the instant each ends
@@ -113,18 +114,19 @@ class SandboxClock:
 
     def simulate(
         self, *, fast_rate: float, near_rate: float, near: timedelta, hold: timedelta = timedelta(0),
-        extend: Extension | None = None,
+        busy_rate: float | None = None, extend: Extension | None = None,
     ) -> WarpedWindow:
         """Simulate: wall time until the first waypoints are registered (nothing is scheduled yet, and a campaign's
         planning and purchase must not cost hours of the window), then fast between waypoints and at
-        ``near_rate`` around them, stopping at each (for ``hold`` at most) until its run has started.
+        ``near_rate`` around them, stopping at each (for ``hold`` at most) until its run has started, and at
+        ``busy_rate`` (None: ``near_rate``) while real work runs on the block.
         ``extend`` sees the first registration and adds waypoints and spans of the sandbox's own
         (``capserve.sandbox.revisions``): the mapping cannot change once runs are scheduled on it."""
         wall = datetime.now(UTC)
         with self._lock:
             start = self._warp.to_sim(wall) if self._warp is not None else wall + self._offset
             self._warp = WarpedWindow.real_time(wall, shows=start)
-            self._rates = (fast_rate, near_rate, near, hold)
+            self._rates = (fast_rate, near_rate, near, hold, busy_rate)
             self._extend = extend
             return self._warp
 
@@ -144,10 +146,10 @@ class SandboxClock:
                     waypoints, spans = list(waypoints), list(spans)
                     more_waypoints, more_spans = self._extend(waypoints, spans)
                     waypoints, spans = waypoints + more_waypoints, spans + more_spans
-                fast_rate, near_rate, near, hold = self._rates
+                fast_rate, near_rate, near, hold, busy_rate = self._rates
                 self._warp = WarpedWindow(
                     anchor_wall=wall, anchor_sim=self._warp.to_sim(wall), fast_rate=fast_rate, near_rate=near_rate,
-                    near=near, hold=hold, busy=bool(self._work),
+                    near=near, hold=hold, busy_rate=busy_rate, busy=bool(self._work),
                 )
                 self._rates = None
             self._warp = self._warp.with_waypoints(waypoints, now_wall=wall, spans=spans)

@@ -38,13 +38,17 @@ _log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Simulation:
     """Play a reservation faster than wall time (``CLOCK.simulate``; capserve.core.warp): ``rate`` simulated
-    seconds per wall second between the campaign's waypoints, ``near_rate`` around them; the clock stops at
+    seconds per wall second between the campaign's waypoints, ``near_rate`` around them, ``busy_rate`` while a
+    run works on the block (the sandbox's own calls answer in milliseconds: counted at 60× they would stand
+    for minutes that the same calls never take on AWS, where they take a fraction of a second each; at 10× a
+    poll of 15 block seconds still costs only 1.5 wall seconds); the clock stops at
     each waypoint until its run has started, ``hold`` (wall time) at most. ``revisions``: new revisions of the
     demo's model the Hub publishes while the campaign serves (True: good; False: its quality fails the gate),
     in that order (``capserve.sandbox.revisions``)."""
 
     rate: float = 5760.0
     near_rate: float = 60.0
+    busy_rate: float = 10.0
     near: timedelta = timedelta(minutes=3)
     hold: timedelta = timedelta(minutes=2)
     tick_seconds: float = 0.2
@@ -105,7 +109,8 @@ def sandbox(
             # scheduled runs' times so the clock slows down around them (capserve.core.warp).
             revisions = RevisionSchedule(simulate.revisions, near=simulate.near) if simulate.revisions else None
             CLOCK.simulate(fast_rate=simulate.rate, near_rate=simulate.near_rate, near=simulate.near,
-                           hold=simulate.hold, extend=revisions.place if revisions is not None else None)
+                           hold=simulate.hold, busy_rate=simulate.busy_rate,
+                           extend=revisions.place if revisions is not None else None)
             clock_url = stack.enter_context(clock_server())
             stack.enter_context(patched_environ({CLOCK_URL_ENV: clock_url}))
         stack.callback(capacity_ext.reset)

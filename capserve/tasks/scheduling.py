@@ -86,6 +86,7 @@ def schedule_lease_runs(
     )
     facts = WindowFacts(
         simulated=window.simulated, rate=window.fast_rate, near_rate=window.near_rate,
+        busy_rate=window.busy_rate or window.near_rate,
         block_start=lease.start, block_end=lease.end,
     )
     return LeaseSchedule(runs=entries, window=facts)

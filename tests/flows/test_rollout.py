@@ -7,11 +7,13 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import boto3
 import pytest
 import yaml
 
 from capserve.core.errors import PermanentError
 from capserve.core.rollout.service import leader_selector
+from capserve.core.rollout.start_history import StartHistory, history_uri, shape_key
 from capserve.core.settings import RecordSettings
 from capserve.core.spec import CampaignSpec, load_spec
 from capserve.flows.campaign import campaign
@@ -109,6 +111,18 @@ def test_a_failed_second_rollout_rolls_back_to_the_first(tmp_path: Path, far_end
     assert record.last_good_rollout.config is not None
     assert record.last_good_rollout.config.revision == first.rollout.revision
     assert written["teardown"]["reason"] == "campaign-finished"
+    # Both starts of the first configuration are kept for its next rollout: the first campaign's cold one and
+    # the rollback's warm one (it found the compile cache the first saved), each as vLLM's log measured it.
+    assert first.rollout.startup is not None and rollout["startup"]["warm"] is True
+    uri = history_uri(second_spec.weights.s3_bucket, second_spec.weights.s3_prefix,
+                      shape_key(record.last_good_rollout.config, second_spec.weights.node_target))
+    bucket, _, key = uri.removeprefix("s3://").partition("/")
+    kept = StartHistory.model_validate_json(boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read())
+    assert kept.cold is not None and kept.warm is not None
+    assert (kept.cold.to_listening_s, kept.cold.campaign_id) == (
+        first.rollout.startup.measured.to_listening_s, first_spec.campaign_id
+    )
+    assert kept.warm.to_listening_s == rollout["startup"]["measured"]["to_listening_s"]
 
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

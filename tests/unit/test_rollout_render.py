@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -33,6 +34,7 @@ from capserve.core.rollout import (
 )
 from capserve.core.rollout.image import ImageMirrorResult
 from capserve.core.rollout.probes import probe_budget_s
+from capserve.core.rollout.start_history import MeasuredStart, shape_key
 from capserve.core.weights.node_staging import NodeStagingResult, StagingJob
 from capserve.core.weights.placement import Layout, rank_experts
 
@@ -272,6 +274,29 @@ def test_a_warm_cache_shrinks_the_budget_but_not_vllms_own_timeout() -> None:
     assert env["VLLM_ENGINE_READY_TIMEOUT_S"] == cold_env["VLLM_ENGINE_READY_TIMEOUT_S"] == str(cold.startup_budget_s)
     overridden = config_for(k3_plan(), spec(startup_budget_minutes=30))
     assert render_rollout(overridden, target_for(overridden, warm=True)).startup_budget_s == 1800
+
+
+def test_a_measured_start_of_the_same_shape_sets_the_prediction_and_budget_but_not_vllms_own_timeout() -> None:
+    config = config_for(k3_plan())
+    modelled = render_rollout(config, target_for(config))
+    start = MeasuredStart(to_listening_s=5_400.0, measured_at=datetime(2026, 12, 5, 13, 0, tzinfo=UTC),
+                          campaign_id="k3-first", revision_sha="a" * 40)
+    measured = render_rollout(config, target_for(config).model_copy(update={"measured_start": start}))
+    assert (measured.expected_start_s, measured.startup_budget_s) == (5_400.0, 8_100)  # 1.5 × the measured start
+    assert measured.expected_basis == "measured cold start of campaign k3-first on 2026-12-05 13:00 UTC"
+    assert modelled.expected_basis == "time model" and modelled.expected_start_s != 5_400.0
+    env = {e["name"]: e.get("value") for e in vllm_container(leader(measured))["env"]}
+    modelled_env = {e["name"]: e.get("value") for e in vllm_container(leader(modelled))["env"]}
+    assert env["VLLM_ENGINE_READY_TIMEOUT_S"] == modelled_env["VLLM_ENGINE_READY_TIMEOUT_S"]  # the cache key holds
+
+
+def test_a_new_revision_is_the_same_shape_a_new_image_or_instance_type_is_not() -> None:
+    config = config_for(k3_plan())
+    key = shape_key(config, "nvme")
+    assert shape_key(config.model_copy(update={"revision_sha": "b" * 40}), "nvme") == key
+    assert shape_key(config.model_copy(update={"image": "vllm/vllm-openai:v0.33.0"}), "nvme") != key
+    assert shape_key(config.model_copy(update={"instance_type": "p6-b200.48xlarge"}), "nvme") != key
+    assert shape_key(config, "fsx") != key
 
 
 # ------------------------------------------------------------------ secrets

@@ -169,6 +169,21 @@ def test_while_work_runs_the_clock_goes_no_faster_than_near_a_waypoint() -> None
     )
 
 
+def test_a_busy_rate_below_the_near_rate_counts_work_at_that_rate_in_a_span_and_beside_a_waypoint() -> None:
+    serving = (START, START + timedelta(hours=2))  # the serve run's span: near_rate when nothing works
+    clock = window().model_copy(update={"spans": (serving,), "near_rate": 60.0, "busy_rate": 10.0})
+    at_start = clock.to_wall(START)
+    working = clock.working(True, at_start)
+    ten_seconds = working.to_sim(at_start + timedelta(seconds=10)) - working.to_sim(at_start)
+    assert abs(ten_seconds - timedelta(seconds=100)) < timedelta(milliseconds=1)  # 10×, not 60× (ten block minutes)
+    assert working.rate_at(START + timedelta(minutes=1)) == 10.0
+    skipping = working.skipping(START + timedelta(minutes=75), at_start)  # a modelled duration still skips fast
+    assert skipping.rate_at(START + timedelta(minutes=10)) == clock.fast_rate
+    assert working.to_wall(END) == clock.to_wall(END)  # where runs are scheduled does not move
+    idle = working.working(False, at_start + timedelta(seconds=10))
+    assert idle.rate_at(START + timedelta(minutes=5)) == clock.near_rate  # back in the span at near_rate
+
+
 def test_a_skip_runs_fast_through_work_and_spans_to_its_instant_then_the_clock_is_as_before() -> None:
     clock = window().model_copy(update={"spans": ((START, START + timedelta(hours=2)),)})  # the serve run's
     at_start = clock.to_wall(START)

@@ -56,12 +56,16 @@ def startup_budget_s(
     """
     if override_minutes is not None:
         return override_minutes * 60
-    model = model or StartupModel()
     expected = expected_start_s(
         model_bytes, node_bytes, warm=warm, instance_type=instance_type, storage=storage, nodes=nodes, figures=figures
     )
-    budget = expected * model.safety_factor
-    return math.ceil(min(max(budget, model.min_budget_s), model.max_budget_s))
+    return budget_for_s(expected, model)
+
+
+def budget_for_s(expected_s: float, model: StartupModel | None = None) -> int:
+    """The startup probe's budget for a start expected to take ``expected_s``: safety factor × it, bounded."""
+    model = model or StartupModel()
+    return math.ceil(min(max(expected_s * model.safety_factor, model.min_budget_s), model.max_budget_s))
 
 
 def engine_ready_timeout_s(

@@ -69,8 +69,11 @@ class StartupComparison(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    predicted_s: float = Field(ge=0, description="Process start → listening, by the time model.")
+    predicted_s: float = Field(ge=0, description="Process start → listening, as predicted.")
     warm: bool = Field(description="Predicted with a warm compile cache.")
+    basis: str = Field(
+        "time model", max_length=200, description="The prediction's source: the time model, or a measured start."
+    )
     measured: EngineStartup = Field(description="From the leader's log (capserve.core.rollout.startup_log).")
 
     def markdown(self) -> str:
@@ -85,7 +88,8 @@ class StartupComparison(BaseModel):
         kv = f"; KV cache {m.kv_cache_tokens:,} tokens" if m.kv_cache_tokens is not None else ""
         measured = said + kv if m.said_anything else "the leader's log tells none of vLLM's start lines"
         return (
-            f"vLLM start: predicted {self.predicted_s:,.0f} s ({'warm' if self.warm else 'cold'} compile cache); "
+            f"vLLM start: predicted {self.predicted_s:,.0f} s ({'warm' if self.warm else 'cold'} compile cache; "
+            f"{self.basis}); "
             f"measured from its log: {measured}."
         )
 

@@ -44,10 +44,11 @@ from capserve.core.rollout.names import (
     serving_namespace,
     workload_name,
 )
-from capserve.core.rollout.probes import expected_start_s, leader_probes, startup_budget_s
+from capserve.core.rollout.probes import budget_for_s, expected_start_s, leader_probes, startup_budget_s
 from capserve.core.rollout.secret import api_key_env
 from capserve.core.rollout.service import endpoint_services
 from capserve.core.rollout.settings import RolloutSettings
+from capserve.core.rollout.start_history import MeasuredStart
 from capserve.core.weights.node_staging import NodeStagingResult
 from capserve.core.weights.settings import WeightsSettings
 from capserve.core.weights.staging_job import CONTAINER_DIR, node_model_path, weights_volume
@@ -73,6 +74,9 @@ class RolloutTarget(BaseModel):
     prefix: str = Field(max_length=512, description="The weights key prefix.")
     cache_warm: bool = Field(
         False, description="S3 holds a complete compile cache for this configuration's key (shorter startup budget)."
+    )
+    measured_start: MeasuredStart | None = Field(
+        None, description="The latest measured start of this server shape, cold or warm as this one will be."
     )
 
 
@@ -100,7 +104,10 @@ class RenderedRollout(BaseModel):
     worker_args: tuple[str, ...] = Field(default=(), description="Arguments of the workers (empty on one node).")
     startup_budget_s: int = Field(ge=1, description="The startup probe's budget.")
     expected_start_s: float = Field(
-        0.0, ge=0, description="The time model's process start → listening for this start (warm or cold)."
+        0.0, ge=0, description="Process start → listening expected for this start (warm or cold)."
+    )
+    expected_basis: str = Field(
+        "time model", max_length=200, description="Where that comes from: the time model, or a measured start."
     )
     start_warm: bool = Field(False, description="This start is expected to find its compile cache.")
     cache_key: str = Field(min_length=1, max_length=64, description="Compile-cache key.")
@@ -147,17 +154,21 @@ def render_rollout(
     warm = target.cache_warm and config.compile_cache
     override = config.startup_budget_minutes
     # The time model reads the weights at the rate of where they live on this instance type (docs/timeline.md).
-    budget, ready_timeout = (
-        startup_budget_s(
-            config.model_bytes,
-            config.node_bytes,
-            warm=start_warm,
-            override_minutes=override,
-            instance_type=config.instance_type,
-            storage=target.node_target,
-            nodes=layout.nodes_per_replica * config.replicas,
-        )
-        for start_warm in (warm, False)
+    on_nodes = layout.nodes_per_replica * config.replicas
+    expected = expected_start_s(
+        config.model_bytes, config.node_bytes, warm=warm, instance_type=config.instance_type,
+        storage=target.node_target, nodes=on_nodes,
+    )
+    basis = "time model"
+    measured = target.measured_start
+    if measured is not None:  # this shape started before: that is the better prediction
+        expected, basis = measured.to_listening_s, measured.basis(warm=warm)
+    budget = override * 60 if override is not None else budget_for_s(expected)
+    # vLLM hashes VLLM_ENGINE_READY_TIMEOUT_S into its compile-cache key: the model's cold budget, never a
+    # measurement, so that it stays the same from one start of the shape to the next (docs/serving.md §4).
+    ready_timeout = startup_budget_s(
+        config.model_bytes, config.node_bytes, warm=False, override_minutes=override,
+        instance_type=config.instance_type, storage=target.node_target, nodes=on_nodes,
     )
     uri = cache_uri(target.bucket, target.prefix, config.cache_key)
 
@@ -207,13 +218,8 @@ def render_rollout(
         leader_args=tuple(leader_args),
         worker_args=tuple(worker_args),
         startup_budget_s=budget,
-        expected_start_s=round(
-            expected_start_s(
-                config.model_bytes, config.node_bytes, warm=warm, instance_type=config.instance_type,
-                storage=target.node_target, nodes=layout.nodes_per_replica * config.replicas,
-            ),
-            1,
-        ),
+        expected_start_s=round(expected, 1),
+        expected_basis=basis,
         start_warm=warm,
         cache_key=config.cache_key,
         cache_uri=uri,

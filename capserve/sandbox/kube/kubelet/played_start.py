@@ -87,6 +87,21 @@ def vllm_stamp(at: datetime) -> str:
     return at.strftime("%m-%d %H:%M:%S")
 
 
+def vllm_line(source: str, message: str, at: datetime) -> str:
+    """One INFO line as vLLM logs it: level, time, [file:line], message (``vllm/logger.py``)."""
+    return f"INFO {vllm_stamp(at)} [{source}] {message}"
+
+
+def engine_line(model: str, note: str = "") -> tuple[str, str]:
+    """vLLM's first engine line (``v1/engine/core.py``), where the measured start begins."""
+    return "core.py:133", f"Initializing a V1 LLM engine with config: model='{model}'{note}"
+
+
+def listening_line(port: int) -> tuple[str, str]:
+    """vLLM's API server, listening (``entrypoints/launchers/api_server/entry.py``), where the start ends."""
+    return "entry.py:140", f"Starting vLLM server on http://0.0.0.0:{port}"
+
+
 def phase_lines(phase: Phase, *, warm: bool, memory_gib: float) -> list[tuple[str, str]]:
     """(vLLM source, message) of what vLLM 0.32 logs when ``phase`` ends (capserve.core.rollout.startup_log)."""
     seconds = phase.seconds
@@ -119,11 +134,11 @@ class PlayedStart:
         return sum(phase.seconds for phase in self.phases)
 
     def _log(self, source: str, message: str) -> None:
-        self.write(f"INFO {vllm_stamp(self.now())} [{source}] {message}")
+        self.write(vllm_line(source, message, self.now()))
 
     async def play(self, model: str) -> None:
         cache = "warm" if self.warm else "cold"
-        self._log("core.py:133", f"Initializing a V1 LLM engine with config: model='{model}' (sandbox: {cache} cache)")
+        self._log(*engine_line(model, f" (sandbox: {cache} cache)"))
         engine = 0.0
         try:
             for phase in self.phases:
@@ -139,7 +154,7 @@ class PlayedStart:
             CLOCK.skipped(self.token)
 
     def listening(self, port: int) -> None:
-        self._log("entry.py:140", f"Starting vLLM server on http://0.0.0.0:{port}")
+        self._log(*listening_line(port))
 
     async def _elapse(self, seconds: float) -> None:
         until = self.now() + timedelta(seconds=seconds)

@@ -28,10 +28,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from capserve.sandbox.clock import CLOCK
 from capserve.sandbox.kube.aws_shim import INSTANCE_ROLE_ENV
 from capserve.sandbox.kube.kubelet.faults import FaultKind
 from capserve.sandbox.kube.kubelet.logs import InstanceLog
-from capserve.sandbox.kube.kubelet.played_start import PlayedStart, leave_compiled, played_start, weights_storage
+from capserve.sandbox.kube.kubelet.played_start import (
+    PlayedStart,
+    engine_line,
+    leave_compiled,
+    listening_line,
+    played_start,
+    vllm_line,
+    weights_storage,
+)
 from capserve.sandbox.kube.kubelet.processes import LocalProcess, SpawnError, free_port
 from capserve.sandbox.kube.kubelet.volumes import expand, rewrite_paths, to_host
 from capserve.sandbox.kube.net_tools import POD_ENV
@@ -390,6 +399,8 @@ class VllmRuntime(ProcessRuntime):
         if played is not None:
             await played.play(self.args.model)
             leave_compiled(self._cache_root(), self._server_key())
+        else:  # vLLM logs where its engine starts and when it listens, whatever it loads
+            ctx.log.write(vllm_line(*engine_line(self.args.model), CLOCK.now()))
         slow = ctx.kubelet.faults.take(FaultKind.SLOW_START, ctx.pod_name, str(ctx.container.get("name")), ctx.image)
         delay = ctx.kubelet.timing.wall(slow.seconds) if slow else 0.0
         local = free_port()
@@ -398,6 +409,8 @@ class VllmRuntime(ProcessRuntime):
         self.ports[self.args.port] = local
         if played is not None:
             played.listening(self.args.port)
+        else:
+            ctx.log.write(vllm_line(*listening_line(self.args.port), CLOCK.now()))
 
     def _played_start(self, host_model: Path, *, nodes: int) -> PlayedStart | None:
         """The modelled start of the checkpoint this one stands for, when the sandbox plays a block."""
