@@ -31,11 +31,12 @@ from capserve.core.cluster.hyperpod import dependencies as hyperpod_dependencies
 from capserve.core.cluster.naming import ClusterNames
 from capserve.core.cluster.network import NetworkIds
 from capserve.core.cluster.readiness import Readiness
-from capserve.core.cluster.result import ClusterResult, SystemPool
+from capserve.core.cluster.result import ClusterResult, NodeJoin, SystemPool
 from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.deadline import StepBudget
 from capserve.core.lease import Lease
 from capserve.core.spec import CampaignSpec
+from capserve.core.timeline import TimeFigures
 from capserve.tasks.clock import campaign_now
 from capserve.tasks.cluster.eks import (
     EksCluster,
@@ -87,7 +88,8 @@ def bring_up(
     above 1); unknown, it is taken as the lease's instance count, the widest layout the lease could hold.
     """
     settings = settings or settings_from_environment().for_campaign(spec.campaign_settings()).bring_up
-    budget = bring_up_steps(spec, lease, now or campaign_now())
+    began = campaign_now()
+    budget = bring_up_steps(spec, lease, now or began)
     efa = efa_needs(
         get_instance_type(lease.instance_type),
         nodes_per_replica if nodes_per_replica is not None else lease.instance_count,
@@ -100,6 +102,8 @@ def bring_up(
         "cluster %s is up; created this run: %s", aws.cluster.name, ", ".join(aws.created) or "nothing"
     )
     readiness = _ready_on_kubernetes(spec, lease, settings, budget, aws, efa)
+    joined = NodeJoin.of(readiness, began_at=began, usable_at=campaign_now(),
+                         predicted_s=TimeFigures().launch_and_join_s)
     cluster = aws.cluster
     return ClusterResult(
         kind=spec.cluster.kind,
@@ -116,6 +120,7 @@ def bring_up(
         network=aws.network,
         gpu_interface_security_groups=aws.gpu_interface_security_groups,
         created=tuple(aws.created),
+        node_join=joined,
     )
 
 

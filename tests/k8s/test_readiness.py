@@ -18,6 +18,7 @@ from capserve.core.cluster.readiness import (
     device_count,
     workload_state,
 )
+from capserve.core.cluster.result import NodeJoin
 from capserve.core.lease import Lease
 
 EXPECT = NodeExpectation(count=2, gpus_per_node=8, efa_per_node=16, node_labels={"pool": "gpu"})
@@ -188,3 +189,40 @@ def test_multi_node_layouts_need_every_efa_device_and_the_huge_pages() -> None:
     readiness = assess_nodes([ready, no_pages, node("c", efa="0", labels=labels, hugepages="10256Mi")], expectation)
     assert [n.problems for n in readiness.nodes] == [(), (NodeProblem.HUGEPAGES_MISSING,), (NodeProblem.EFA_MISSING,)]
     assert "b: huge pages missing (hugepages-2Mi 0Mi of 5120Mi)" in readiness.describe()
+
+
+def joined(name: str, registered: str, ready_since: str, *, ready: str = "True") -> dict[str, Any]:
+    obj = node(name, ready=ready)
+    obj["metadata"]["creationTimestamp"] = registered
+    obj["status"]["conditions"][0]["lastTransitionTime"] = ready_since
+    return obj
+
+
+def test_the_join_is_the_last_nodes_registration_and_ready_transition_against_the_model() -> None:
+    began = datetime(2026, 12, 5, 11, 30, tzinfo=UTC)
+    readiness = assess_nodes(
+        [joined("a", "2026-12-05T11:52:10Z", "2026-12-05T11:53:00Z"),
+         joined("b", "2026-12-05T11:58:40Z", "2026-12-05T11:59:41Z")],
+        EXPECT,
+    )
+    join = NodeJoin.of(readiness, began_at=began, usable_at=began + timedelta(minutes=31), predicted_s=1800)
+    assert (join.registered_at, join.ready_at) == (
+        datetime(2026, 12, 5, 11, 58, 40, tzinfo=UTC), datetime(2026, 12, 5, 11, 59, 41, tzinfo=UTC)
+    )
+    assert join.measured_s == 31 * 60
+    assert join.markdown() == (
+        "GPU nodes: bring-up began 11:30:00; the last node registered 11:58:40 and turned Ready 11:59:41; every GPU "
+        "allocatable at 12:01:00: 31.0 min (the time model: 30.0 min for EC2 launch and node join)."
+    )
+
+
+def test_a_node_not_ready_has_no_ready_time_and_does_not_count_in_the_join() -> None:
+    began = datetime(2026, 12, 5, 11, 30, tzinfo=UTC)
+    readiness = assess_nodes(
+        [joined("a", "2026-12-05T11:52:10Z", "2026-12-05T11:53:00Z"),
+         joined("b", "2026-12-05T11:58:40Z", "2026-12-05T11:59:41Z", ready="False")],
+        EXPECT,
+    )
+    assert [n.ready_since for n in readiness.nodes] == [datetime(2026, 12, 5, 11, 53, tzinfo=UTC), None]
+    join = NodeJoin.of(readiness, began_at=began, usable_at=began, predicted_s=1800)
+    assert join.registered_at == datetime(2026, 12, 5, 11, 52, 10, tzinfo=UTC)

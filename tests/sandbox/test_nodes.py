@@ -6,6 +6,7 @@ import base64
 import gzip
 import json
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from importlib import resources
 from typing import Any
 
@@ -20,6 +21,7 @@ from capserve.core.cluster.nvme import gpu_user_data_base64, parse_quantity
 from capserve.sandbox.aws import moto_sandbox
 from capserve.sandbox.aws_ext import eks as eks_ext
 from capserve.sandbox.aws_ext.nodeadm import NodeConfigError, hugepages_2mi, local_storage_strategy, root_volume_gib
+from capserve.sandbox.clock import CLOCK
 from capserve.sandbox.kube import FakeKube, NodeFailure, fake_kube
 from capserve.sandbox.kube.instances import CPU_TYPES, GPU_NETWORK, NVME_DISKS, max_pods, node_shape
 from capserve.sandbox.kube.nodes import node_object
@@ -304,3 +306,18 @@ def test_deleting_a_node_group_removes_its_nodes_and_stops_their_pods(eks_kube: 
     assert [n["metadata"]["labels"]["eks.amazonaws.com/nodegroup"] for n in eks_kube.objects("nodes")] == ["keep"]
     until(eks_kube, lambda: not [p for p in eks_kube.objects("pods") if p["metadata"]["name"] == "on-drop"],
           what="the pod on the deleted node garbage-collected")
+
+
+def test_a_node_registers_and_turns_ready_at_the_sandbox_clocks_time(kube: FakeKube) -> None:
+    # On a simulated block the block's clock is hours ahead of wall time: the API server stamps with it, as
+    # Kubernetes on AWS stamps with the time the block is at.
+    ahead = CLOCK.advance(timedelta(hours=7))
+    try:
+        (name,) = kube.provision_nodes("gpu", 1, device_plugins="builtin")
+        made = get(kube, "nodes", name)
+        registered = datetime.fromisoformat(made["metadata"]["creationTimestamp"].replace("Z", "+00:00"))
+        (ready,) = [c for c in made["status"]["conditions"] if c["type"] == "Ready"]
+        turned = datetime.fromisoformat(ready["lastTransitionTime"].replace("Z", "+00:00"))
+        assert abs(registered - ahead) < timedelta(seconds=5) and abs(turned - ahead) < timedelta(seconds=5)
+    finally:
+        CLOCK.reset()

@@ -90,6 +90,11 @@ def test_up_plays_the_whole_block_through_a_local_server_and_leaves_no_child_beh
     staged = next(s for s in report["stages"] if s["name"] == "weights_to_nodes")
     took = datetime.fromisoformat(staged["ended_at"]) - datetime.fromisoformat(staged["started_at"])
     assert took >= timedelta(minutes=15), staged
+    # The GPU nodes joined in the modelled launch-and-join half hour, measured from the nodes' own registration
+    # and Ready times (the API server's clock is the block's), not in the seconds the sandbox took to make them.
+    join = report["cluster"]["node_join"]
+    assert join["predicted_s"] <= join["measured_s"] < join["predicted_s"] * 1.10, join
+    assert join["began_at"] < join["registered_at"] <= join["ready_at"] <= join["usable_at"], join
     assert report["teardown"]["deleted"] and report["cost"]["serving_gpu_hours"] > 0
     # Mid-block the sandbox Hub published a revision whose quality fails the gate: the watcher saw it, the
     # automation redeployed it, and it was rolled back to what served before.

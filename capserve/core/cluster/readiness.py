@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from capserve.core.cluster.nvme import ephemeral_storage_bytes, parse_quantity
 
@@ -132,6 +133,10 @@ class NodeReport(BaseModel):
     efa_allocatable: int = Field(ge=0, description="vpc.amazonaws.com/efa allocatable on the node.")
     ephemeral_storage_bytes: int = Field(
         0, ge=0, description="ephemeral-storage capacity: the RAID0 NVMe array when nodeadm built one, else root EBS."
+    )
+    registered_at: AwareDatetime | None = Field(None, description="When its kubelet registered it (creationTimestamp).")
+    ready_since: AwareDatetime | None = Field(
+        None, description="When its Ready condition last turned True (lastTransitionTime), if it is Ready."
     )
 
     @property
@@ -269,7 +274,20 @@ def assess_node(node: Mapping[str, Any], expectation: NodeExpectation) -> NodeRe
         gpus_allocatable=gpus,
         efa_allocatable=efa,
         ephemeral_storage_bytes=ephemeral_storage_bytes(node),
+        registered_at=_timestamp(metadata.get("creationTimestamp")),
+        ready_since=_timestamp(ready.get("lastTransitionTime")) if ready and ready.get("status") == "True" else None,
     )
+
+
+def _timestamp(value: object) -> datetime | None:
+    """An RFC 3339 time of the API (``2026-12-05T11:59:40Z``), or None when absent or not one."""
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
 
 
 def selected(node: Mapping[str, Any], expectation: NodeExpectation) -> bool:

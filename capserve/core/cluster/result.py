@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from capserve.core.cluster.network import NetworkIds
+from capserve.core.cluster.readiness import Readiness
 from capserve.core.markdown import markdown_table
 
 
@@ -34,6 +36,59 @@ class SystemPool(BaseModel):
             "created_at": self.created_at.isoformat() if self.created_at else None,
             "active_at": self.active_at.isoformat() if self.active_at else None,
         }
+
+
+class NodeJoin(BaseModel):
+    """The GPU nodes' launch and join on the block as Kubernetes recorded it, beside the time model's figure
+    (docs/timeline.md §1, "EC2 launch and node join")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    began_at: AwareDatetime = Field(description="When bring-up began on the block (the campaign's clock).")
+    registered_at: AwareDatetime | None = Field(
+        None, description="When the last GPU node registered (its creationTimestamp)."
+    )
+    ready_at: AwareDatetime | None = Field(
+        None, description="When the last GPU node's Ready condition turned True (lastTransitionTime)."
+    )
+    usable_at: AwareDatetime = Field(description="When bring-up saw every GPU node usable (GPUs allocatable).")
+    predicted_s: float = Field(ge=0, description="The time model's EC2 launch and node join.")
+
+    @property
+    def measured_s(self) -> float:
+        return (self.usable_at - self.began_at).total_seconds()
+
+    @classmethod
+    def of(cls, readiness: Readiness, *, began_at: datetime, usable_at: datetime, predicted_s: float) -> NodeJoin:
+        """The join of the ready GPU nodes in ``readiness``: the last node's registration and Ready transition."""
+        ready = [node for node in readiness.nodes if node.ready]
+        registered = [node.registered_at for node in ready if node.registered_at is not None]
+        turned = [node.ready_since for node in ready if node.ready_since is not None]
+        return cls(
+            began_at=began_at, usable_at=usable_at, predicted_s=predicted_s,
+            registered_at=max(registered) if registered else None, ready_at=max(turned) if turned else None,
+        )
+
+    def report_section(self) -> dict[str, object]:
+        return {
+            "began_at": self.began_at.isoformat(),
+            "registered_at": self.registered_at.isoformat() if self.registered_at else None,
+            "ready_at": self.ready_at.isoformat() if self.ready_at else None,
+            "usable_at": self.usable_at.isoformat(),
+            "measured_s": round(self.measured_s, 1),
+            "predicted_s": self.predicted_s,
+        }
+
+    def markdown(self) -> str:
+        def at(when: AwareDatetime | None) -> str:
+            return f"{when:%H:%M:%S}" if when is not None else "—"
+
+        return (
+            f"GPU nodes: bring-up began {at(self.began_at)}; the last node registered {at(self.registered_at)} and "
+            f"turned Ready {at(self.ready_at)}; every GPU allocatable at {at(self.usable_at)}: "
+            f"{self.measured_s / 60:,.1f} min (the time model: {self.predicted_s / 60:,.1f} min for EC2 launch and "
+            "node join)."
+        )
 
 
 class ClusterResult(BaseModel):
@@ -73,6 +128,7 @@ class ClusterResult(BaseModel):
     created: tuple[str, ...] = Field(
         default=(), max_length=256, description="Resources this run created ('kind/name'); empty on a converged re-run."
     )
+    node_join: NodeJoin | None = Field(None, description="How long the GPU nodes took to join, measured.")
 
     def report_section(self) -> dict[str, object]:
         """report.json ``"cluster"`` (its contract keys; the system pool is in ``system_pool`` and the markdown,
@@ -82,6 +138,7 @@ class ClusterResult(BaseModel):
             "name": self.name,
             "nodes_ready": self.nodes_ready,
             "gpus_allocatable": self.gpus_allocatable,
+            "node_join": self.node_join.report_section() if self.node_join else None,
         }
 
     def markdown(self) -> str:
@@ -107,7 +164,8 @@ class ClusterResult(BaseModel):
         network = ""
         if self.network is not None:
             network = "\n\n" + self.network.markdown(self.gpu_interface_security_groups).rstrip("\n")
-        return f"{markdown_table(rows)}{system}{network}\n\nCreated in this run: {created}\n"
+        joined = f"\n\n{self.node_join.markdown()}" if self.node_join is not None else ""
+        return f"{markdown_table(rows)}{joined}{system}{network}\n\nCreated in this run: {created}\n"
 
 
 class PreparedCluster(BaseModel):

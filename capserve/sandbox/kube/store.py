@@ -28,12 +28,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import jsonpatch
 import yaml
 
+from capserve.sandbox.clock import CLOCK
 from capserve.sandbox.kube.admission import Request
 from capserve.sandbox.kube.defaults import default_pod
 from capserve.sandbox.kube.errors import ApiError, not_found
@@ -76,7 +76,9 @@ _DELETE_RETURNS_OBJECT = {
 
 
 def timestamp() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """The API server's time (RFC 3339, seconds): the sandbox's clock, so that on a simulated block the objects'
+    times (a node's registration, its Ready transition) are the block's, as AWS's and Kubernetes' are on AWS."""
+    return CLOCK.now().strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)
