@@ -24,6 +24,7 @@ from capserve.core.events import CapserveEvent
 from capserve.core.markdown import markdown_table
 from capserve.core.rollout.config import RolloutConfig
 from capserve.core.rollout.probes import expected_start_s
+from capserve.core.rollout.start_history import StartHistory
 from capserve.core.stages import Stage, StageStatus
 from capserve.core.timeline import TimeFigures
 
@@ -131,12 +132,19 @@ class SwapTime(BaseModel):
         )
 
 
-def swap_time(config: RolloutConfig, figures: TimeFigures | None = None) -> SwapTime:
-    """The worst case of redeploying ``config``'s geometry (the model and nodes stay; the revision changes)."""
+def swap_time(
+    config: RolloutConfig, figures: TimeFigures | None = None, past: StartHistory | None = None
+) -> SwapTime:
+    """The worst case of redeploying ``config``'s geometry (the model and nodes stay; the revision changes).
+    ``past``: the measured starts of that shape, which predict a start better than the model
+    (docs/timeline.md §7)."""
     f = figures or TimeFigures()
     nodes = config.layout.nodes_per_replica * config.replicas
 
     def start(warm: bool) -> float:
+        measured = past.for_start(warm=warm) if past is not None else None
+        if measured is not None:
+            return measured.to_listening_s
         return expected_start_s(
             config.model_bytes, config.node_bytes, warm=warm, instance_type=config.instance_type, nodes=nodes, figures=f
         )
@@ -144,8 +152,11 @@ def swap_time(config: RolloutConfig, figures: TimeFigures | None = None) -> Swap
     return SwapTime(start_s=start(False), evaluation_s=f.evaluation_s, rollback_s=start(config.compile_cache))
 
 
-def refusal(record: CampaignRecord, *, now: datetime, has_cluster: bool | None = None) -> str | None:
-    """Why the campaign cannot be redeployed now (None: it can). ``has_cluster``: what AWS says, once asked."""
+def refusal(
+    record: CampaignRecord, *, now: datetime, has_cluster: bool | None = None, past: StartHistory | None = None
+) -> str | None:
+    """Why the campaign cannot be redeployed now (None: it can). ``has_cluster``: what AWS says, once asked;
+    ``past``: the measured starts of what serves, once read."""
     who = f"campaign {record.campaign_id}"
     spec = record.load_spec()
     if spec is None or record.lease is None:
@@ -168,7 +179,7 @@ def refusal(record: CampaignRecord, *, now: datetime, has_cluster: bool | None =
     if good is None:
         return f"{who} records no good rollout to roll back to: let the campaign roll out and evaluate first"
     # A swap still under way at the drain point would end the block with nothing evaluated serving.
-    swap = swap_time(good.config)
+    swap = swap_time(good.config, past=past)
     if now + timedelta(seconds=swap.total_s) > drain_at:
         left = (drain_at - now).total_seconds() / 60
         return (

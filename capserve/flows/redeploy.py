@@ -49,6 +49,8 @@ from capserve.core.redeploy import (
     refusal,
 )
 from capserve.core.report import CampaignReport
+from capserve.core.rollout.start_history import StartHistory, history_uri, shape_key
+from capserve.core.settings import Settings
 from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage, StageStatus
 from capserve.core.weights.assembly import model_repo
@@ -70,10 +72,12 @@ from capserve.flows.stages import (
 )
 from capserve.flows.window import campaign_record, recorded_spec
 from capserve.tasks.clock import campaign_now, working_on_the_block
+from capserve.tasks.locations import locations_for
 from capserve.tasks.manifests import recording
 from capserve.tasks.planning import plan_campaign, resolve_model
 from capserve.tasks.record_store import change_record, load_record
 from capserve.tasks.reporting import amend_report_files, publish_redeploy, write_report_files
+from capserve.tasks.rollout.start_history import read_start_history
 from capserve.tasks.settings import hub_endpoint_from_environment, settings_from_environment
 from capserve.tasks.teardown.inventory import inventory_campaign
 from capserve.tasks.weights.hub import hub_connection, resolve_revision
@@ -111,7 +115,7 @@ def redeploy(
         if done is not None:
             get_run_logger().info("redeploy of %s to %s: nothing to do (%s)", campaign_id, sha, done)
             return Completed(name="Skipped", message=done)
-        _refuse(record, now, cluster_spec=spec)
+        _refuse(record, now, cluster_spec=spec, past=_past_starts(record, spec, base))
         # Unless told otherwise, beside the campaign's report (on this worker's host), a folder per revision.
         folder = Path(record.report_dir) / "redeploys" if record.report_dir else Path("out") / campaign_id / "redeploy"
         options = RunOptions(
@@ -129,7 +133,25 @@ def redeploy(
             return _redeploy(ctx, ref, sha, trigger)
 
 
-def _refuse(record: CampaignRecord, now: datetime | None, *, cluster_spec: CampaignSpec | None = None) -> None:
+def _past_starts(record: CampaignRecord, spec: CampaignSpec, base: Settings) -> StartHistory | None:
+    """The measured vLLM starts of what serves now (a new revision keeps its shape), or None: the model predicts."""
+    good = record.last_good_rollout
+    if good is None or good.config is None:
+        return None
+    weights = spec.weights
+    uri = history_uri(weights.s3_bucket, weights.s3_prefix, shape_key(good.config, weights.node_target))
+    try:
+        return read_start_history(uri, locations_for(spec, base.records).weights.region)
+    except Exception as exc:  # noqa: BLE001 - a prediction's source must not stop the redeploy
+        get_run_logger().warning("the measured vLLM starts could not be read (%s): the time model predicts the swap",
+                                 f"{type(exc).__name__}: {exc}"[:500])
+        return None
+
+
+def _refuse(
+    record: CampaignRecord, now: datetime | None, *, cluster_spec: CampaignSpec | None = None,
+    past: StartHistory | None = None,
+) -> None:
     """Raise the reason the campaign cannot be redeployed now; with ``cluster_spec``, AWS is asked for its cluster."""
     has_cluster = None
     if cluster_spec is not None and record.lease is not None:
@@ -140,7 +162,7 @@ def _refuse(record: CampaignRecord, now: datetime | None, *, cluster_spec: Campa
             existing_cluster=cluster_spec.cluster.existing_cluster_name,
         )
         has_cluster = found.workload_cluster is not None and found.workload_cluster.endpoint is not None
-    why = refusal(record, now=now or campaign_now(), has_cluster=has_cluster)
+    why = refusal(record, now=now or campaign_now(), has_cluster=has_cluster, past=past)
     if why is not None:
         raise PermanentError(f"redeploy refused: {why}")
 

@@ -9,6 +9,7 @@ from capserve.core.lease import Lease
 from capserve.core.record import CampaignRecord, RolloutRecord, StageEntry
 from capserve.core.redeploy import RedeployEntry, already_handled, outcome_for, refusal, swap_time
 from capserve.core.report import CampaignReport
+from capserve.core.rollout.start_history import MeasuredStart, StartHistory
 from capserve.core.spec import load_spec
 from capserve.core.stages import Stage, StageStatus
 from tests.unit.rollout_fixtures import config_for, k3_plan
@@ -93,3 +94,23 @@ def test_only_a_pass_is_promoted_and_the_report_lists_the_redeploys_in_its_contr
         "outcome": "rolled-back",
     }
     assert "## Redeploys" in report.to_markdown(images=False)
+
+
+def test_measured_starts_of_what_serves_predict_the_swap_in_place_of_the_model() -> None:
+    record = running()
+    assert record.last_good_rollout is not None
+    config = record.last_good_rollout.config
+
+    def measured(seconds: float) -> MeasuredStart:
+        return MeasuredStart(to_listening_s=seconds, measured_at=NOW, campaign_id="k3-demo", revision_sha=OLD)
+
+    past = StartHistory(cold=measured(95 * 60), warm=measured(14 * 60))
+    swap = swap_time(config, past=past)
+    assert (swap.start_s, swap.rollback_s) == (95 * 60, 14 * 60)
+    # Twenty minutes longer than the model's cold start: a redeploy the model would allow is refused.
+    drain = NOW + timedelta(hours=23) - timedelta(minutes=45)
+    modelled = swap_time(config)
+    just_enough = drain - timedelta(seconds=modelled.total_s)
+    assert refusal(record, now=just_enough) is None
+    why = refusal(record, now=just_enough, past=past)
+    assert why is not None and "vLLM start cold 95 min" in why, why
