@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from moto.core.authorization import enable_iam_authentication
 from moto.server import ThreadedMotoServer
 
 from capserve.sandbox.aws_ext import INSTALLERS
@@ -80,3 +81,16 @@ def _reset_moto(endpoint: str) -> None:
     with urllib.request.urlopen(request, timeout=30) as response:  # loopback only
         response.read()
 
+
+
+@contextmanager
+def iam_enforced() -> Iterator[None]:
+    """From here on, the sandbox's moto checks each request's signature against the IAM user or assumed role
+    whose key signed it, and that principal's identity policies, as AWS would: the set-up an administrator
+    does (users, policies, buckets) happens before, with the sandbox's own key, which then stops working.
+
+    What moto 5.2.5 authorizes is narrower than AWS (docs/iam/README.md §5): every request is matched against
+    its action, but the resource is ``*`` for most services and conditions other than ``StringEquals`` are
+    ignored. The campaign's code does not know: this changes only the far end."""
+    with enable_iam_authentication():
+        yield
