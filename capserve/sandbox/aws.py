@@ -18,6 +18,7 @@ from moto.core.authorization import enable_iam_authentication
 from moto.server import ThreadedMotoServer
 
 from capserve.sandbox.aws_ext import INSTALLERS
+from capserve.sandbox.aws_ext.iam_rules import ISSUED
 
 # Functions that patch moto before its server starts (operations moto lacks): capserve/sandbox/aws_ext/.
 MOTO_EXTENSIONS: tuple[Callable[[], None], ...] = INSTALLERS
@@ -92,5 +93,7 @@ def iam_enforced() -> Iterator[None]:
     What moto 5.2.5 authorizes is narrower than AWS (docs/iam/README.md §5): every request is matched against
     its action, but the resource is ``*`` for most services and conditions other than ``StringEquals`` are
     ignored. The campaign's code does not know: this changes only the far end."""
+    ISSUED.clear()
     with enable_iam_authentication():
         yield
+

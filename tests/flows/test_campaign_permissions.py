@@ -11,6 +11,7 @@ from typing import Any
 import boto3
 import pytest
 
+from capserve.core.cluster.naming import ClusterNames
 from capserve.core.errors import PermanentError
 from capserve.core.permissions import PermissionCheck
 from capserve.core.preflight import PreflightError
@@ -19,6 +20,7 @@ from capserve.flows import stages
 from capserve.flows.campaign import campaign
 from capserve.sandbox.aws import iam_enforced
 from capserve.sandbox.aws_ext import capacity as capacity_ext
+from capserve.sandbox.aws_ext import iam_rules
 from capserve.sandbox.environment import SandboxEndpoints, sandbox
 from capserve.tasks.permissions import check_permissions
 
@@ -134,6 +136,9 @@ def test_the_campaign_completes_under_iam_enforcement_holding_exactly_the_genera
     written = json.loads((tmp_path / "report.json").read_text())
     assert {s["name"]: s["status"] for s in written["stages"]} == dict.fromkeys(STAGES, "completed")
     assert boto3.client("eks", region_name=written["lease"]["region"]).list_clusters()["clusters"] == []
+    # The pods' S3 calls (weights staging, compile-cache restore and save) were made as the node role.
+    node_role = ClusterNames(campaign_id=spec.campaign_id).node_role
+    assert {arn.rsplit("/", 1)[-1] for arn in iam_rules.ISSUED} == {node_role}
 
 
 @pytest.mark.slow
