@@ -188,7 +188,6 @@ def test_a_hyperpod_nodes_pods_read_s3_only_as_its_execution_role_allows(
     assert all((target / staged.dest).is_file() for staged in manifest.files)
 
 
-
 def test_under_iam_enforcement_a_nodes_pods_call_s3_with_its_role_credentials(
     cluster: tuple[FakeKube, k8s.ApiClient],
 ) -> None:

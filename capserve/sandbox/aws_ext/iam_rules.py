@@ -69,7 +69,7 @@ def _role_resource(self: Any) -> str:
 def install() -> None:
     S3Response._authenticate_and_authorize_s3_action = _authorize_s3  # type: ignore[method-assign]
     IAMRequestBase._create_aws_request = _aws_request  # type: ignore[method-assign]
-    IamResponse._determine_resource = _role_resource  # type: ignore[attr-defined]
+    IamResponse._determine_resource = _role_resource  # type: ignore[method-assign]
 
 
 # The roles whose credentials instances handed out (tests: whose credentials the pods' S3 calls were made with).
