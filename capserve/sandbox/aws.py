@@ -14,9 +14,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from moto.core.authorization import enable_iam_authentication
 from moto.server import ThreadedMotoServer
 
 from capserve.sandbox.aws_ext import INSTALLERS
+from capserve.sandbox.aws_ext.iam_rules import ISSUED
 
 # Functions that patch moto before its server starts (operations moto lacks): capserve/sandbox/aws_ext/.
 MOTO_EXTENSIONS: tuple[Callable[[], None], ...] = INSTALLERS
@@ -79,4 +81,19 @@ def _reset_moto(endpoint: str) -> None:
     request = urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST", data=b"")
     with urllib.request.urlopen(request, timeout=30) as response:  # loopback only
         response.read()
+
+
+
+@contextmanager
+def iam_enforced() -> Iterator[None]:
+    """From here on, the sandbox's moto checks each request's signature against the IAM user or assumed role
+    whose key signed it, and that principal's identity policies, as AWS would: the set-up an administrator
+    does (users, policies, buckets) happens before, with the sandbox's own key, which then stops working.
+
+    What moto 5.2.5 authorizes is narrower than AWS (docs/iam/README.md §5): every request is matched against
+    its action, but the resource is ``*`` for most services and conditions other than ``StringEquals`` are
+    ignored. The campaign's code does not know: this changes only the far end."""
+    ISSUED.clear()
+    with enable_iam_authentication():
+        yield
 

@@ -17,7 +17,7 @@ from capserve.core.timeline import s3_to_node_s
 from capserve.core.weights.manifest import StagedFile, WeightsManifest, s3_base
 from capserve.core.weights.settings import WeightsSettings
 from capserve.core.weights.staging_job import render_staging_job
-from capserve.sandbox.aws import moto_sandbox
+from capserve.sandbox.aws import iam_enforced, moto_sandbox
 from capserve.sandbox.clock import CLOCK
 from capserve.sandbox.kube import FakeKube, fake_kube
 from capserve.sandbox.kube.kubelet.played_start import INDEX, StandsFor
@@ -186,6 +186,33 @@ def test_a_hyperpod_nodes_pods_read_s3_only_as_its_execution_role_allows(
     assert condition(job, "Complete")["status"] == "True"
     target = kube.kubelet.layout.host_path(node, f"/opt/dlami/nvme/capserve/weights/org/allowed/{SHA}")
     assert all((target / staged.dest).is_file() for staged in manifest.files)
+
+
+def test_under_iam_enforcement_a_nodes_pods_call_s3_with_its_role_credentials(
+    cluster: tuple[FakeKube, k8s.ApiClient],
+) -> None:
+    from capserve.core.permissions import Targets, node_policy
+
+    kube, api = cluster
+    allowed, refused = publish("org/node-role"), publish("org/bare-role")
+    # As an administrator (before enforcement): one role with the generated node policy (docs/iam/node.json, this
+    # bucket and prefix filled in), one with no policy at all.
+    iam = boto3.client("iam")
+    roles = {name: iam.create_role(RoleName=name, AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+             for name in ("staging-node-role", "staging-bare-role")}
+    iam.put_role_policy(RoleName="staging-node-role", PolicyName="capserve-node", PolicyDocument=json.dumps(
+        node_policy(Targets(weights_bucket=BUCKET, weights_prefix="models"))))
+    with iam_enforced():  # the sandbox's own keys no longer work: only the role's can
+        job, node = stage(kube, api, allowed, instance_role_arn=roles["staging-node-role"])
+        denied, _ = stage(kube, api, refused, instance_role_arn=roles["staging-bare-role"])
+
+    assert condition(job, "Complete")["status"] == "True"
+    target = kube.kubelet.layout.host_path(node, f"{WEIGHTS_ON_NVME}/org/node-role/{SHA}")
+    assert all((target / staged.dest).is_file() for staged in allowed.files)
+    assert condition(denied, "Failed") is not None
+    pods = [p for p in kube.objects("pods") if p["metadata"]["name"].startswith(denied["metadata"]["name"])]
+    log = k8s.CoreV1Api(api).read_namespaced_pod_log(pods[0]["metadata"]["name"], "default")
+    assert "An error occurred (403) when calling the HeadObject operation: Forbidden" in log
 
 
 K3_BYTES = 1_555_806_383_232  # the catalog's Kimi K3, as stored

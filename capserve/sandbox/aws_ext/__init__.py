@@ -15,11 +15,12 @@ from capserve.sandbox.aws_ext import (  # hyperpod.install() installs eks too
     ecr,
     eks_access,
     hyperpod,
+    iam_rules,
     iam_simulate,
     network,
 )
 
 INSTALLERS: tuple[Callable[[], None], ...] = (
     hyperpod.install, eks_access.install, capacity.install, network.install, clock.install, ecr.install,
-    iam_simulate.install,
+    iam_simulate.install, iam_rules.install,
 )

@@ -43,6 +43,7 @@ from moto.eks.exceptions import InvalidParameterException
 from moto.eks.models import EKSBackend
 
 from capserve.sandbox.aws_ext import capacity as capacity_ext
+from capserve.sandbox.aws_ext.iam_rules import iam_enforcing
 from capserve.sandbox.aws_ext.nodeadm import NodeConfigError, node_storage
 from capserve.sandbox.aws_ext.reachability import MotoNetwork, PoolAttachment, nodegroup_attachment
 from capserve.sandbox.clock import CLOCK
@@ -484,6 +485,10 @@ def _patch_eks() -> None:
                         ],
                         zone=subnet_zone(self.account_id, self.region_name, nodegroup.subnets[0]),
                         network=network,
+                        # Under IAM enforcement the instances act as the node role (IMDS), their pods' S3 calls
+                        # too. Otherwise unchecked: the sandbox's tests make node groups with roles that do not
+                        # exist, which the aws shim's own check of a role (HyperPod's) would refuse.
+                        instance_role_arn=nodegroup.node_role if iam_enforcing() else None,
                     )
                 )
         return nodegroup

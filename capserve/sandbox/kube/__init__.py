@@ -170,7 +170,7 @@ class FakeKube:
         (HyperPod). With ``ready_after_s`` > 0 the nodes register NotReady and turn Ready later.
         ``host_directories`` exist on the node from boot (HyperPod: /opt/dlami/nvme, /opt/sagemaker).
         ``instance_role_arn``: the node's tool containers act as that IAM role for S3 (``aws_shim``); None
-        leaves them with the sandbox's own credentials.
+        leaves them with the sandbox's own credentials. Under IAM enforcement they get that role's credentials.
         ``cni_failure`` (why the VPC CNI cannot initialise, from ``self.network``): the nodes register
         NotReady with the kubelet's CNI message and stay so.
         """

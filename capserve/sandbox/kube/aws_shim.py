@@ -15,7 +15,9 @@ On a node with an instance role (HyperPod: the instance group's ExecutionRole; t
 (``iam_eval``) and refused as S3 refuses it: ``HeadObject`` → ``(403) ... Forbidden``, the others
 ``AccessDenied ... is not authorized to perform: s3:<Action> on resource: "<arn>" because no
 identity-based policy allows the s3:<Action> action`` (IAM user guide, "Troubleshoot access denied
-error messages"). Without one, calls go out with the sandbox's own credentials.
+error messages"). Without one, calls go out with the sandbox's own credentials. Under moto's IAM enforcement
+(``capserve.sandbox.aws.iam_enforced``) the kubelet gives the container the role's own temporary credentials
+instead, and moto does the checking.
 
 Starting Python and importing boto3 for every ``aws s3 cp`` of a staging script would take a second
 each on a small box, so the kubelet serves the commands in-process (``ShimServer``, a Unix socket in

@@ -244,8 +244,15 @@ class ToolRuntime(ProcessRuntime):
         env.update({key: os.environ[key] for key in AWS_ENV if key in os.environ})
         devices = ctx.kubelet.node_devices.get(ctx.node)
         if devices is not None and devices.instance_role_arn:
-            # The pod's AWS SDK would get the instance's role credentials from IMDS: the shim acts as that role.
-            env[INSTANCE_ROLE_ENV] = devices.instance_role_arn
+            # The pod's AWS SDK gets the instance's role credentials from IMDS: under IAM enforcement they are the
+            # role's own, which moto checks; otherwise the shim checks the role's policies itself.
+            from capserve.sandbox.aws_ext.iam_rules import instance_credentials
+
+            issued = instance_credentials(devices.instance_role_arn, env.get("AWS_REGION") or "us-east-1")
+            if issued is not None:
+                env.update(issued)
+            else:
+                env[INSTANCE_ROLE_ENV] = devices.instance_role_arn
         env["PATH"] = f"{ctx.kubelet.shim_dir()}:{os.environ.get('PATH', '/usr/bin:/bin')}"
         env[POD_ENV] = str(ctx.pod["metadata"]["uid"])  # which pod's network the shims answer for
         env["HOME"] = str(ctx.scratch)
