@@ -29,6 +29,7 @@ from capserve.core.capacity.zones import AVAILABILITY_ZONE, Zone
 from capserve.core.catalog import INSTANCE_TYPES, get_instance_type
 from capserve.core.cluster.addons import AddonImages
 from capserve.core.cluster.eks import launch_template_shape
+from capserve.core.cluster.hyperpod import HYPERPOD_GPU_TYPES
 from capserve.core.cluster.network import EKS_DISALLOWED_ZONE_IDS, EKS_MIN_AZS, PRIVATE_CIDR_INDEX
 from capserve.core.cluster.vendored import VENDORED
 from capserve.core.cost.prices import PriceQuote, PriceStatus, PriceTable
@@ -65,11 +66,6 @@ def rehearsal_campaign_id(campaign_id: str) -> str:
 
 def rehearsal_refusal(spec: CampaignSpec) -> str | None:
     """Why ``spec`` cannot be rehearsed (None: it can)."""
-    if spec.cluster.kind == "hyperpod":
-        return (
-            "rehearsal supports EKS; cluster.kind is 'hyperpod': a HyperPod cluster runs only on a training plan's "
-            "capacity, so its path cannot be rehearsed on on-demand instances (docs/rehearsal.md)"
-        )
     if spec.cluster.existing_cluster_name:
         return (
             f"cluster.existing_cluster_name is {spec.cluster.existing_cluster_name!r}: a rehearsal builds (and "
@@ -109,10 +105,14 @@ def choose_instance_type(spec: CampaignSpec, prices: PriceTable) -> InstanceChoi
         return InstanceChoice(instance_type=name, price=on_demand_price(prices, name, region),
                               why="rehearsal.instance_type")
     family = get_instance_type(spec.capacity.instance_type).gpu.family
+    # A HyperPod instance group takes only the types SageMaker offers it; they are ranked by EC2's price (the
+    # table has no SageMaker ml. prices, which run higher: the rehearsal's cost says so).
+    hyperpod = spec.cluster.kind == "hyperpod"
     priced = [
         (quote, instance)
         for instance in INSTANCE_TYPES.values()
-        if instance.gpu.family == family and (quote := on_demand_price(prices, instance.name, region)) is not None
+        if instance.gpu.family == family and (not hyperpod or instance.name in HYPERPOD_GPU_TYPES)
+        and (quote := on_demand_price(prices, instance.name, region)) is not None
     ]
     if not priced:
         return InstanceChoice(
@@ -120,10 +120,12 @@ def choose_instance_type(spec: CampaignSpec, prices: PriceTable) -> InstanceChoi
             why=f"the price table prices no {family} type on demand: the campaign's own type",
         )
     quote, instance = min(priced, key=lambda pair: (pair[0].usd, pair[1].gpus_per_node, pair[1].name))
-    return InstanceChoice(
-        instance_type=instance.name, price=quote,
-        why=f"the cheapest {family} type on demand in capserve's price table (of {len(priced)} priced)",
-    )
+    why = f"the cheapest {family} type on demand in capserve's price table (of {len(priced)} priced)"
+    if hyperpod:
+        quote = quote.model_copy(update={"status": "unconfirmed"})
+        why = (f"the cheapest {family} type HyperPod offers, by EC2's on-demand price (of {len(priced)} priced); "
+               "HyperPod bills SageMaker's ml. rate, which is higher and not in the table")
+    return InstanceChoice(instance_type=instance.name, price=quote, why=why)
 
 
 def rehearsal_spec(spec: CampaignSpec, instance_type: str) -> CampaignSpec:

@@ -19,7 +19,7 @@ from capserve.core.cluster.naming import ClusterNames
 from capserve.core.cluster.result import ClusterResult
 from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.errors import DeadlineError, PermanentError
-from capserve.core.lease import Lease
+from capserve.core.lease import ON_DEMAND, ON_DEMAND_RESERVATION, Lease
 from capserve.core.spec import parse_spec
 from capserve.core.tags import CAMPAIGN_TAG
 
@@ -123,6 +123,16 @@ def test_hyperpod_request_uses_training_plan_orchestrator_and_deep_checks() -> N
     assert hyperpod.HyperPodStatus("Failed").is_terminal and not hyperpod.HyperPodStatus("Creating").is_terminal
 
 
+def test_an_on_demand_hyperpod_group_names_no_training_plan() -> None:
+    # A rehearsal's lease: SageMaker takes the instances from its on-demand pool (HyperPod guide, capacity requests).
+    request = hyperpod.cluster_request(
+        ClusterNames(campaign_id="k3-demo-rh"), lease(provider=ON_DEMAND, reservation_id=ON_DEMAND_RESERVATION),
+        BringUpSettings(), eks_cluster_arn="arn:aws:eks:us-east-2:1:cluster/c", execution_role_arn="arn:r",
+        subnet_id="subnet-1", security_group_ids=["sg-1"], lifecycle_uri="s3://sagemaker-x/lifecycle/",
+    )
+    assert "TrainingPlanArn" not in request["InstanceGroups"][0]
+
+
 def test_names_are_deterministic_and_within_aws_limits() -> None:
     longest = ClusterNames(campaign_id="a" * 40)
     assert longest == ClusterNames(campaign_id="a" * 40)
@@ -148,7 +158,7 @@ def test_report_section_has_exactly_the_contract_keys() -> None:
     result = ClusterResult(kind="eks", name="capserve-k3-demo", region="us-east-2", endpoint="https://x",
                            gpu_pool="capserve-k3-demo-gpu", nodes_ready=2, gpus_allocatable=16)
     assert result.report_section() == {"kind": "eks", "name": "capserve-k3-demo", "nodes_ready": 2,
-                                       "gpus_allocatable": 16}
+                                       "gpus_allocatable": 16, "node_join": None}
     assert "| eks | capserve-k3-demo |" in result.markdown()
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import botocore.session
 import pytest
 
 from capserve.core.capacity.approval import ApprovalRequest
 from capserve.core.capacity.offers import Offer
-from capserve.core.catalog import get_instance_type
+from capserve.core.catalog import INSTANCE_TYPES, get_instance_type
 from capserve.core.cluster.eks import launch_template_data, nodegroup_request
+from capserve.core.cluster.hyperpod import HYPERPOD_GPU_TYPES
 from capserve.core.cluster.naming import ClusterNames
 from capserve.core.cost import load_price_table
 from capserve.core.errors import SpecError
@@ -86,13 +88,28 @@ def test_the_rehearsal_runs_under_its_own_campaign_id() -> None:
     assert long_name.endswith("-rh")
 
 
-def test_hyperpod_is_refused_with_one_message() -> None:
+def hyperpod_of(spec: CampaignSpec) -> CampaignSpec:
+    """The spec with a HyperPod cluster (only the cluster kind matters to these rules, so it is set alone)."""
+    return spec.model_copy(update={"cluster": spec.cluster.model_copy(update={"kind": "hyperpod"})})
+
+
+def test_hyperpod_is_rehearsed_on_an_instance_type_hyperpod_offers() -> None:
     spec = make_spec()
-    # A HyperPod spec runs on a training plan; only the cluster kind matters to the rule, so it is set alone.
-    hyperpod = spec.model_copy(update={"cluster": spec.cluster.model_copy(update={"kind": "hyperpod"})})
-    refusal = rehearsal_refusal(hyperpod)
-    assert refusal is not None and refusal.startswith("rehearsal supports EKS")
-    assert rehearsal_refusal(spec) is None
+    assert rehearsal_refusal(hyperpod_of(spec)) is None
+    choice = choose_instance_type(hyperpod_of(spec), load_price_table())
+    # The cheapest Blackwell type on EC2 is one HyperPod offers too; SageMaker's ml. rate is not in the table.
+    assert (choice.instance_type, choice.price is not None and choice.price.status) == (
+        "p6-b200.48xlarge", "unconfirmed"
+    )
+    assert "SageMaker's ml. rate" in choice.why
+
+
+def test_the_hyperpod_types_are_sagemakers_cluster_instance_types() -> None:
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    offered = {name.removeprefix("ml.") for name in model.shape_for("ClusterInstanceType").enum}
+    assert HYPERPOD_GPU_TYPES <= offered
+    # Every GPU type of the catalog that SageMaker offers HyperPod is in the set the rehearsal chooses from.
+    assert {name for name in INSTANCE_TYPES if name in offered} == HYPERPOD_GPU_TYPES & set(INSTANCE_TYPES)
 
 
 def test_the_node_group_differs_only_by_capacity_type_and_market_options() -> None:

@@ -57,6 +57,16 @@ def sagemaker_instance_type(instance_type: str) -> str:
     return instance_type if instance_type.startswith("ml.") else f"ml.{instance_type}"
 
 
+# The GPU types of capserve's catalog that a HyperPod instance group may have: the SageMaker API reference's
+# ``ClusterInstanceType`` enumeration (https://docs.aws.amazon.com/sagemaker/latest/APIReference/
+# API_ClusterInstanceGroupSpecification.html, InstanceType), without the ``ml.`` prefix.
+# tests/unit/test_rehearsal.py checks it against botocore's service model.
+HYPERPOD_GPU_TYPES = frozenset({
+    "p4d.24xlarge", "p4de.24xlarge", "p5.4xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge",
+    "p6-b200.48xlarge", "p6-b300.48xlarge", "p6e-gb200.36xlarge",
+})
+
+
 LIFECYCLE_COMPONENT = "hyperpod-lifecycle-scripts"
 LIFECYCLE_PREFIX = "lifecycle"
 HYPERPOD_NAMESPACE = "aws-hyperpod"  # the chart's; "cannot be modified" (SageMaker guide, Helm install)
@@ -205,7 +215,8 @@ def cluster_request(
                 "ThreadsPerCore": settings.hyperpod_threads_per_core,
                 "InstanceStorageConfigs": [{"EbsVolumeConfig": {"VolumeSizeInGB": settings.hyperpod_root_volume_gb}}],
                 "OnStartDeepHealthChecks": list(DEEP_HEALTH_CHECKS),
-                "TrainingPlanArn": lease.reservation_id,
+                # On-demand (a rehearsal): no plan, SageMaker's on-demand pool (HyperPod guide, "Capacity requests").
+                **({} if lease.on_demand else {"TrainingPlanArn": lease.reservation_id}),
                 # The same labels and taint as an EKS node group's, so later stages select nodes alike.
                 "KubernetesConfig": {
                     "Labels": node_labels(names.campaign_id),
