@@ -20,6 +20,7 @@ from capserve.core.capacity.result import AcquireResult
 from capserve.core.cluster.result import ClusterResult
 from capserve.core.evaluation.result import EvaluationResult
 from capserve.core.lease import Lease
+from capserve.core.rollout.strategy import Strategy
 from capserve.core.teardown.result import TeardownResult
 from capserve.core.weights.result import WeightsResult
 
@@ -212,7 +213,7 @@ def rollout_event(
     outcome: RolloutOutcome,
     *,
     revision: str,
-    strategy: str,
+    strategy: Strategy | None,
     occurred: datetime,
     detail: str = "",
     rolled_back_to: str | None = None,
@@ -220,7 +221,8 @@ def rollout_event(
     """A rollout ended: ``outcome`` is "ready", "failed" or "rolled-back" (to ``rolled_back_to``)."""
     if outcome not in _ROLLOUT_EVENTS:
         raise ValueError(f"rollout outcome must be one of {sorted(_ROLLOUT_EVENTS)}, not {outcome!r}")
-    payload: dict[str, JsonValue] = {"revision": revision, "strategy": strategy}
+    # A rollout that failed before choosing how to roll out says "" (the payload's field is a string).
+    payload: dict[str, JsonValue] = {"revision": revision, "strategy": strategy or ""}
     if detail:
         payload["detail"] = detail[:500]
     if rolled_back_to:

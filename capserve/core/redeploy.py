@@ -25,6 +25,7 @@ from capserve.core.markdown import markdown_table
 from capserve.core.rollout.config import RolloutConfig
 from capserve.core.rollout.probes import expected_start_s
 from capserve.core.rollout.start_history import StartHistory
+from capserve.core.rollout.strategy import Strategy
 from capserve.core.stages import Stage, StageStatus
 from capserve.core.timeline import TimeFigures
 
@@ -45,7 +46,7 @@ class RedeployEntry(BaseModel):
     from_sha: str = Field(pattern=SHA.pattern, description="Commit served before the redeploy.")
     to_sha: str = Field(pattern=SHA.pattern, description="Commit the redeploy tried.")
     trigger: str = Field(min_length=1, max_length=100, description="What started it (revision-published, manual).")
-    strategy: str = Field(max_length=32, description="Rollout strategy used ('' when it never rolled out).")
+    strategy: Strategy | Literal[""] = Field(description="Rollout strategy used ('' when it never rolled out).")
     verdict: Verdict = Field(description="The new revision's evaluation verdict.")
     outcome: Outcome = Field(description="promoted | rolled-back | failed.")
     serving_sha: str | None = Field(None, max_length=40, description="Commit serving afterwards (None: nothing).")

@@ -210,7 +210,8 @@ class _Run:
         for step in decision.steps:
             get_run_logger().info("rollout %s: %s", rendered.name, step.value)
             if step is Step.DELETE_OLD and decision.old_name:
-                delete_workload(self.api, self.namespace, decision.old_name, self.inputs.kube, timeout_s=900)
+                delete_workload(self.api, self.namespace, decision.old_name, self.inputs.kube,
+                                timeout_s=self.inputs.wait.delete_timeout_s)
             elif step is Step.APPLY_NEW:
                 apply_objects(self.api, [rendered.workload])
             elif step is Step.WAIT_READY:
@@ -296,7 +297,8 @@ class _Run:
         current = last if last is not None and last.name in on_cluster else None
         for name in sorted(set(on_cluster) - ({current.name} if current else set())):
             # Left over from a run that failed or was interrupted before it was recorded good.
-            delete_workload(self.api, self.namespace, name, self.inputs.kube, timeout_s=900)
+            delete_workload(self.api, self.namespace, name, self.inputs.kube,
+                            timeout_s=self.inputs.wait.delete_timeout_s)
         if current is not None and current.config.revision == config.revision:
             steps = (Step.APPLY_NEW, Step.WAIT_READY, Step.EVALUATE, Step.SWITCH_SERVICE, Step.SAVE_CACHE)
             reason = f"{current.name} already serves revision {config.revision}: converge on it"

@@ -201,7 +201,9 @@ def rollout_stage(ctx: CampaignContext) -> RolloutResult | StageEnd:
     try:
         result, serving = roll_out(inputs)
     except RolloutFailedError as exc:
-        failed_event = rollout_event(about(ctx), "failed", revision=tried, strategy="", occurred=now(), detail=str(exc))
+        failed_event = rollout_event(
+            about(ctx), "failed", revision=tried, strategy=None, occurred=now(), detail=str(exc)
+        )
         announce(ctx, failed_event)
         raise
     ctx.save(lambda record: record.with_rollout(serving))

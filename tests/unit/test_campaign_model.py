@@ -144,7 +144,8 @@ def test_the_report_renders_sections_in_campaign_order_with_their_own_json() -> 
         "name": "teardown-k3-demo", "stage": "teardown", "scheduled_at": T0.isoformat(), "flow_run_id": None,
         "state": "Scheduled", "fired_at": None,
     }]
-    assert out["cluster"] == {"kind": "eks", "name": "capserve-k3-demo", "nodes_ready": 1, "gpus_allocatable": 8}
+    assert out["cluster"] == {"kind": "eks", "name": "capserve-k3-demo", "nodes_ready": 1, "gpus_allocatable": 8,
+                              "node_join": None}
     assert out["stages"][1] == {
         "name": "evaluate", "status": "skipped", "started_at": (T0 + timedelta(seconds=7)).isoformat(),
         "ended_at": (T0 + timedelta(seconds=7)).isoformat(), "detail": "no endpoint",

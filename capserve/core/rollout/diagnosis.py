@@ -140,6 +140,13 @@ class RolloutWaitSettings(BaseModel):
         description="How long the flow waits, after the Services switched, for the compile-cache save Jobs; past "
         "it (or on their failure) the report says the cache was not saved and the next campaign starts cold.",
     )
+    delete_timeout_s: float = Field(
+        900.0,
+        ge=1,
+        le=3600,
+        description="How long deleting a workload may take until its pods are gone (their grace periods, a vLLM "
+        "server finishing its requests) before the rollout stops on it.",
+    )
 
 
 class Diagnosis(BaseModel):

@@ -18,6 +18,7 @@ from capserve.core.markdown import markdown_table
 from capserve.core.rollout.diagnosis import Diagnosis
 from capserve.core.rollout.image import ImagePull
 from capserve.core.rollout.startup_log import EngineStartup
+from capserve.core.rollout.strategy import Strategy
 
 CacheResult = Literal["hit", "miss", "off", "unknown"]
 
@@ -56,7 +57,7 @@ class Attempt(BaseModel):
 
     name: str = Field(min_length=1, max_length=63, description="Workload applied.")
     revision: str = Field(min_length=1, max_length=16, description="Configuration revision.")
-    strategy: str = Field(min_length=1, max_length=32, description="initial | blue-green | recreate | unchanged.")
+    strategy: Strategy = Field(description="How it rolled out (capserve.core.rollout.strategy).")
     rollback: bool = Field(description="This attempt brought the last good configuration back.")
     ok: bool = Field(description="It became ready (and passed its check).")
     ready_after_s: float | None = Field(None, ge=0, description="Apply to ready, seconds.")
@@ -103,7 +104,7 @@ class RolloutResult(BaseModel):
     name: str = Field(min_length=1, max_length=63, description="The workload serving now.")
     namespace: str = Field(min_length=1, max_length=63, description="Its namespace.")
     revision: str = Field(min_length=1, max_length=16, description="Revision serving now.")
-    strategy: str = Field(min_length=1, max_length=32, description="Strategy of the (last) rollout attempted.")
+    strategy: Strategy = Field(description="Strategy of the (last) rollout attempted.")
     nodes: int = Field(ge=1, le=4096, description="GPU nodes the serving workload occupies.")
     image: str = Field(min_length=1, max_length=400, description="Image serving now.")
     args: tuple[str, ...] = Field(description="The leader's `vllm serve` arguments (the key only as a reference).")
