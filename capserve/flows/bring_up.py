@@ -36,6 +36,7 @@ from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.deadline import StepBudget
 from capserve.core.lease import Lease
 from capserve.core.spec import CampaignSpec
+from capserve.flows.run_names import stage_run_name
 from capserve.tasks.clock import campaign_now
 from capserve.tasks.cluster.eks import (
     EksCluster,
@@ -72,7 +73,7 @@ class _AwsSide:
     gpu_interface_security_groups: tuple[str, ...] = ()
 
 
-@flow(name="bring-up", validate_parameters=True)
+@flow(name="bring-up", flow_run_name=stage_run_name("bring-up"), validate_parameters=True)
 def bring_up(
     spec: CampaignSpec,
     lease: Lease,
@@ -131,7 +132,8 @@ def _existing(name: str, spec: CampaignSpec, lease: Lease, settings: BringUpSett
     return _AwsSide(cluster=cluster, gpu_pool=ClusterNames(campaign_id=spec.campaign_id).nodegroup)
 
 
-@flow(name="prepare-cluster-resources", validate_parameters=True)
+@flow(name="prepare-cluster-resources", flow_run_name=stage_run_name("prepare-cluster-resources"),
+      validate_parameters=True)
 def prepare_cluster(
     spec: CampaignSpec, lease: Lease, settings: BringUpSettings | None = None, now: datetime | None = None
 ) -> tuple[str, tuple[str, ...]]:
