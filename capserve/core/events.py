@@ -104,12 +104,28 @@ class CapserveEvent(BaseModel):
     resource: dict[str, str] = Field(description="Prefect resource: 'prefect.resource.id' and a name.")
     related: tuple[dict[str, str], ...] = Field(default=(), max_length=16, description="Related resources.")
     payload: dict[str, JsonValue] = Field(default_factory=dict, description="Small, secret-free details.")
-    occurred: AwareDatetime = Field(description="When it happened (UTC).")
+    occurred: AwareDatetime = Field(description="When it happened on the campaign's clock, the block time (UTC).")
     id: uuid.UUID = Field(description="Stable id: the same fact sent twice has the same id (Prefect dedupes).")
 
     def report_entry(self) -> dict[str, Any]:
-        """report.json ``"events"`` entry: ``{"event", "occurred", ...payload}``."""
+        """report.json ``"events"`` entry: ``{"event", "occurred", ...payload}``, ``occurred`` the block time."""
         return {"event": self.event, "occurred": self.occurred.isoformat(), **self.payload}
+
+    def stamped(self, wall: datetime) -> CapserveEvent:
+        """The event as Prefect receives it: ``occurred`` the wall time ``wall``, the block time in the payload
+        (``block_time``).
+
+        Prefect's event feed and its events API show a recent window of wall time by default; an event stamped
+        days ahead on a simulated clock would be outside it. The id stays the one derived from the block time,
+        so the same fact sent twice is still one event.
+        """
+        return self.model_copy(
+            update={"occurred": wall, "payload": {**self.payload, BLOCK_TIME: self.occurred.isoformat()}}
+        )
+
+
+BLOCK_TIME = "block_time"
+"""The payload key of an event's time on the campaign's clock (its ``occurred`` is wall time: docs/events.md §1)."""
 
 
 def event_id(*key: str) -> uuid.UUID:
@@ -255,6 +271,8 @@ def evaluation_done(refs: CampaignRefs, result: EvaluationResult, *, occurred: d
 
 
 def teardown_finished(refs: CampaignRefs, result: TeardownResult, *, complete: bool) -> CapserveEvent:
+    """A teardown ended: why (``reason``), how many and which resources it deleted (the first 50 labels, e.g.
+    ``eks-cluster/capserve-k3``), what it kept and what is still there."""
     return campaign_event(
         EventName.TEARDOWN_DONE if complete else EventName.TEARDOWN_INCOMPLETE,
         refs.updated(region=result.region),
@@ -264,6 +282,7 @@ def teardown_finished(refs: CampaignRefs, result: TeardownResult, *, complete: b
             "region": result.region,
             "dry_run": result.dry_run,
             "deleted": len(result.deleted),
+            "deleted_resources": [str(r) for r in result.deleted[:50]],
             "kept": len(result.kept),
             "remaining": [str(r) for r in result.remaining[:20]],
         },

@@ -37,6 +37,7 @@ class RunFacts(BaseModel):
     state_name: str = Field(default="", max_length=100, description="Prefect state name, e.g. 'Late'.")
     expected_start: AwareDatetime | None = Field(None, description="When a scheduled run is due.")
     campaign_id: str | None = Field(None, max_length=64, description="The campaign it belongs to, if known.")
+    subflow: bool = Field(False, description="A subflow run: part of its parent run, live only as the parent is.")
 
 
 class OrphanTarget(BaseModel):
@@ -90,7 +91,9 @@ def live_runs(campaign_id: str, runs: Sequence[RunFacts], *, now: datetime, soon
     """
     live = []
     for run in runs:
-        if run.campaign_id != campaign_id:
+        if run.campaign_id != campaign_id or run.subflow:
+            # A subflow (a stage of a campaign or serve run, tagged with its campaign) is live only with its
+            # parent, which is judged on its own: one left Running by a crashed parent is not someone at work.
             continue
         due = run.state_type == "SCHEDULED" and (run.expected_start is None or run.expected_start <= now + soon)
         if run.state_type in RUNNING_STATES or due:

@@ -42,6 +42,7 @@ from capserve.core.record import Approval, RecordRef, StageEntry
 from capserve.core.rehearsal import RehearsalRecord, rehearsal_digest, rehearsal_line, rehearsal_problem
 from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage, StageStatus
+from capserve.flows.run_names import stage_run_name
 from capserve.flows.slots import leased_slot
 from capserve.tasks.capacity.purchase import preflight_purchase, purchase
 from capserve.tasks.capacity.reservations import (
@@ -64,7 +65,7 @@ def purchase_limit_name(campaign_id: str) -> str:
     return f"capserve-purchase-{campaign_id}"
 
 
-@flow(name="acquire")
+@flow(name="acquire", flow_run_name=stage_run_name("acquire"))
 def acquire(
     spec: CampaignSpec,
     *,

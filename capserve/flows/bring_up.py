@@ -37,6 +37,7 @@ from capserve.core.deadline import StepBudget
 from capserve.core.lease import Lease
 from capserve.core.spec import CampaignSpec
 from capserve.core.timeline import TimeFigures
+from capserve.flows.run_names import stage_run_name
 from capserve.tasks.clock import campaign_now
 from capserve.tasks.cluster.eks import (
     EksCluster,
@@ -73,7 +74,7 @@ class _AwsSide:
     gpu_interface_security_groups: tuple[str, ...] = ()
 
 
-@flow(name="bring-up", validate_parameters=True)
+@flow(name="bring-up", flow_run_name=stage_run_name("bring-up"), validate_parameters=True)
 def bring_up(
     spec: CampaignSpec,
     lease: Lease,
@@ -136,7 +137,8 @@ def _existing(name: str, spec: CampaignSpec, lease: Lease, settings: BringUpSett
     return _AwsSide(cluster=cluster, gpu_pool=ClusterNames(campaign_id=spec.campaign_id).nodegroup)
 
 
-@flow(name="prepare-cluster-resources", validate_parameters=True)
+@flow(name="prepare-cluster-resources", flow_run_name=stage_run_name("prepare-cluster-resources"),
+      validate_parameters=True)
 def prepare_cluster(
     spec: CampaignSpec, lease: Lease, settings: BringUpSettings | None = None, now: datetime | None = None
 ) -> tuple[str, tuple[str, ...]]:

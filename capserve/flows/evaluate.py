@@ -25,6 +25,7 @@ from capserve.core.evaluation.quality import thinking_off_request
 from capserve.core.evaluation.result import EvaluationResult, LoadResult, QualityResult, SmokeResult, evaluate_gates
 from capserve.core.evaluation.spec import EvaluationSpec
 from capserve.core.urls import has_hidden_parts, public_url
+from capserve.flows.run_names import stage_run_name
 from capserve.tasks.evaluation.control import run_quality, run_smoke
 from capserve.tasks.evaluation.load import run_load
 from capserve.tasks.evaluation.publish import make_plots, publish
@@ -35,7 +36,7 @@ PROFILES = ("smoke", "quality", "load")
 __all__ = ["PROFILES", "evaluate_endpoint", "public_url"]
 
 
-@flow(name="evaluate-endpoint")
+@flow(name="evaluate-endpoint", flow_run_name=stage_run_name("evaluate-endpoint"))
 def evaluate_endpoint(
     url: str,
     model: str,

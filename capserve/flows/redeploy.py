@@ -60,6 +60,7 @@ from capserve.flows.bring_up import bring_up
 from capserve.flows.context import CampaignContext, RunOptions, need
 from capserve.flows.cost import block_ledger
 from capserve.flows.rollout import roll_back
+from capserve.flows.run_names import campaign_runs
 from capserve.flows.runner import StageEnd, StageOutput
 from capserve.flows.slots import campaign_slot
 from capserve.flows.stages import (
@@ -106,7 +107,8 @@ def redeploy(
         )
     record, ref = campaign_record(campaign_id, home, base)
     _refuse(record, now)
-    with working_on_the_block(), campaign_slot(campaign_id):  # a simulated block's clock waits on real work
+    # A simulated block's clock waits on real work; the stages' subflows are tagged with the campaign.
+    with working_on_the_block(), campaign_runs(campaign_id), campaign_slot(campaign_id):
         record = load_record(ref) or record  # the slot may have been waited for: what did the last holder do?
         spec = recorded_spec(record)
         hub = hub_endpoint or hub_endpoint_from_environment()

@@ -43,7 +43,7 @@ from capserve.core.settings import Settings
 from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage, StageStatus
 from capserve.core.teardown.result import TeardownIncompleteError, TeardownReason, TeardownResult
-from capserve.flows.announce import about, announce, now
+from capserve.flows.announce import about, announce, now, recorded
 from capserve.flows.bring_up import bring_up
 from capserve.flows.context import CampaignContext, RunOptions, need
 from capserve.flows.runner import Step, run_campaign, run_stage
@@ -80,12 +80,12 @@ def rehearsal_teardown_stage(ctx: CampaignContext, reason: TeardownReason) -> Te
     """The campaign's teardown of everything the rehearsal tagged, in its region."""
     lease = need(ctx.lease, Stage.ACQUIRE)
     try:
-        done = teardown(ctx.spec, lease.region, reason=reason, settings=ctx.settings.teardown)
+        done = teardown(ctx.spec, lease.region, reason=reason, settings=ctx.settings.teardown, refs=about(ctx))
     except TeardownIncompleteError as exc:
         ctx.report.add(exc.result)
-        announce(ctx, teardown_finished(about(ctx), exc.result, complete=False))
+        recorded(ctx, teardown_finished(about(ctx), exc.result, complete=False))
         raise
-    announce(ctx, teardown_finished(about(ctx), done, complete=True))
+    recorded(ctx, teardown_finished(about(ctx), done, complete=True))
     return done
 
 

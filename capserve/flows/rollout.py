@@ -57,6 +57,7 @@ from capserve.core.spec import CampaignSpec
 from capserve.core.weights.node_staging import NodeStagingResult
 from capserve.core.weights.result import WeightsResult
 from capserve.core.weights.settings import WeightsSettings
+from capserve.flows.run_names import stage_run_name
 from capserve.tasks.clock import campaign_now
 from capserve.tasks.kube import api_client_for_eks
 from capserve.tasks.rollout.access import (
@@ -342,7 +343,7 @@ def _record_of(config: RolloutConfig, color: Color) -> RolloutRecord:
     return RolloutRecord(color=color, config=config, ready_at=campaign_now())
 
 
-@flow(name="rollout")
+@flow(name="rollout", flow_run_name=stage_run_name("rollout"))
 def roll_out(inputs: RolloutInputs) -> tuple[RolloutResult, RolloutRecord]:
     """Roll the plan out (or converge on it); on failure roll back to the last good configuration.
 
@@ -371,7 +372,7 @@ def roll_out(inputs: RolloutInputs) -> tuple[RolloutResult, RolloutRecord]:
     return run.result(outcome, decision, rolled_back=False), _record_of(config, decision.new_color)
 
 
-@flow(name="rollback")
+@flow(name="rollback", flow_run_name=stage_run_name("rollback"))
 def roll_back(inputs: RolloutInputs, failed_color: Color, why: str) -> tuple[RolloutResult, RolloutRecord]:
     """Bring ``inputs.last_good`` back after a configuration that served under ``failed_color`` was found bad
     (a redeploy whose evaluation failed). Its rollout had finished, so the old colour is gone whatever the

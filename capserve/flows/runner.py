@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from prefect.exceptions import Pause, TerminationSignal
+from prefect.runtime import flow_run
+from prefect.settings import PREFECT_UI_URL
 from pydantic import BaseModel, JsonValue
 
 from capserve.core.errors import CapserveError
@@ -31,6 +33,7 @@ from capserve.core.teardown.result import TeardownReason
 from capserve.flows.context import CampaignContext
 from capserve.flows.cost import campaign_ledger
 from capserve.flows.reuse import reuse_unchanged
+from capserve.flows.run_names import campaign_runs
 from capserve.tasks.clock import campaign_now
 from capserve.tasks.manifests import recording
 from capserve.tasks.record_store import load_record
@@ -69,7 +72,8 @@ def run_campaign(ctx: CampaignContext, steps: Sequence[Step], tear_down: TearDow
     ``campaign`` run with ``--teardown-when-done``, else the ``serve`` run the lease schedules, in a worker).
     """
     error: BaseException | None = None
-    with recording(ctx.options.out_dir / "manifests"):
+    # Every stage subflow is tagged with the campaign (filtering the UI by the tag finds the whole story).
+    with campaign_runs(ctx.spec.campaign_id), recording(ctx.options.out_dir / "manifests"):
         try:
             run_steps(ctx, steps)
         except BaseException as exc:
@@ -163,13 +167,32 @@ def finish(ctx: CampaignContext, error: BaseException | None, tear_down: TearDow
         if ending.teardown is not None and ctx.lease is not None:
             _tear_down(ctx, ending.teardown, tear_down, first_error=error)
         elif ending.asks_a_person:
-            run_logger(__name__).info("campaign %s: %s", ctx.spec.campaign_id, ending.why)
+            # A question for a person, not a fault: INFO, with where to answer it.
+            run_logger(__name__).info("%s", approval_question(ctx.spec.campaign_id, this_run_page()))
         elif error is not None and ending.why:
             _explain_interruption(ctx, ending.why)
     finally:
         _add_redeploys(ctx)  # first: the ledger counts their downtime
-        _add_cost(ctx, interrupted=error is not None and not isinstance(error, CapserveError))
+        # A run suspended for approval is not interrupted: it resumes, and may ask AWS for prices meanwhile.
+        _add_cost(ctx, interrupted=error is not None and not isinstance(error, (CapserveError, Pause)))
         _write_report(ctx, quietly=error is not None)
+
+
+def approval_question(campaign_id: str, page: str | None) -> str:
+    """What the log says while the run waits for a person to approve its purchase."""
+    where = f"in the UI at {page}" if page else "in the Prefect UI, on this run's page"
+    return (
+        f"campaign {campaign_id}: waiting for approval: buy the capacity on offer? Approve or reject {where} "
+        "(the form of this run); the run resumes with the answer, and nothing is bought until then"
+    )
+
+
+def this_run_page() -> str | None:
+    """The Prefect UI's page of the current flow run (None outside a run, or with no UI URL configured)."""
+    if not PREFECT_UI_URL.value() or flow_run.get_id() is None:
+        return None
+    page: str | None = flow_run.ui_url
+    return page
 
 
 def _tear_down(

@@ -41,6 +41,7 @@ from capserve.core.weights.reshard import plan_reshard
 from capserve.core.weights.result import WeightsResult
 from capserve.core.weights.safetensors import SafetensorsHeader, TensorEntry
 from capserve.core.weights.settings import WeightsSettings
+from capserve.flows.run_names import stage_run_name
 from capserve.tasks.parallel import map_bounded
 from capserve.tasks.settings import settings_from_environment
 from capserve.tasks.weights.artifacts import publish_plan
@@ -50,7 +51,7 @@ from capserve.tasks.weights.reshard import read_local_headers, write_document, w
 from capserve.tasks.weights.s3 import publish_checkpoint
 
 
-@flow(name="stage-weights")
+@flow(name="stage-weights", flow_run_name=stage_run_name("stage-weights"))
 def stage_weights(
     spec: CampaignSpec,
     *,

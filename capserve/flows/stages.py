@@ -37,7 +37,7 @@ from capserve.core.teardown.result import TeardownIncompleteError, TeardownReaso
 from capserve.core.weights.node_staging import NodeStagingResult
 from capserve.core.weights.result import WeightsResult
 from capserve.flows.acquire import acquire
-from capserve.flows.announce import about, announce, now, watch_capacity_events
+from capserve.flows.announce import about, announce, now, recorded, watch_capacity_events
 from capserve.flows.bring_up import bring_up
 from capserve.flows.context import CampaignContext, need
 from capserve.flows.evaluate import evaluate_endpoint
@@ -284,12 +284,12 @@ def teardown_stage(ctx: CampaignContext, reason: TeardownReason) -> TeardownResu
     """Delete everything of the campaign in the lease's region; what is kept goes into the record."""
     lease = need(ctx.lease, Stage.ACQUIRE)
     try:
-        done = teardown(ctx.spec, lease.region, reason=reason, settings=ctx.settings.teardown)
+        done = teardown(ctx.spec, lease.region, reason=reason, settings=ctx.settings.teardown, refs=about(ctx))
     except TeardownIncompleteError as exc:
         ctx.report.add(exc.result)  # what was deleted and what is still there, before the error
-        announce(ctx, teardown_finished(about(ctx), exc.result, complete=False))
+        recorded(ctx, teardown_finished(about(ctx), exc.result, complete=False))
         raise
-    announce(ctx, teardown_finished(about(ctx), done, complete=True))
+    recorded(ctx, teardown_finished(about(ctx), done, complete=True))
     ctx.save(lambda record: record.with_kept(done.kept, now=campaign_now()))
     if not done.dry_run:
         ctx.report.schedule = schedule_window(ctx, torn_down=True)  # nothing left to serve, drain or tear down

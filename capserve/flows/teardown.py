@@ -6,6 +6,10 @@ tolerates only its NotFound codes; a second run finds nothing and reports it all
 Reservations are never deleted (a Capacity Block cannot be cancelled; AWS ends it), and neither is the
 weights bucket (verified checkpoints, shared across campaigns): both are reported as kept.
 
+Every teardown, whichever run does it (the campaign's last stage, the scheduled teardown, the orphan teardown,
+the reaper, ``capserve down``), sends one ``capserve.teardown.done`` or ``.incomplete`` event saying what was
+deleted and why (docs/events.md §1): ``run_teardown`` is the one path they share.
+
 Teardown never relies on flow hooks (docs/prefect.md §2, docs/design.md §9): the campaign runs it as its last
 stage, a one-off run is scheduled at the hard teardown point, and the reaper reconciles on a cron.
 """
@@ -17,6 +21,8 @@ from prefect import flow, get_run_logger
 from capserve.core.aws_events import rule_name
 from capserve.core.cluster.naming import ClusterNames
 from capserve.core.errors import CapserveError
+from capserve.core.events import CampaignRefs, teardown_finished
+from capserve.core.schedule import campaign_tag
 from capserve.core.spec import CampaignSpec
 from capserve.core.teardown.inventory import ClusterKind, Inventory
 from capserve.core.teardown.plan import label, plan_teardown
@@ -24,7 +30,9 @@ from capserve.core.teardown.result import KeptResource, TeardownIncompleteError,
 from capserve.core.teardown.settings import TeardownSettings
 from capserve.tasks.aws_events import delete_capacity_events
 from capserve.tasks.clock import campaign_now
+from capserve.tasks.events import emit
 from capserve.tasks.reporting import publish_teardown
+from capserve.tasks.scheduling import tag_this_run
 from capserve.tasks.settings import settings_from_environment
 from capserve.tasks.teardown.execute import execute_plan
 from capserve.tasks.teardown.inventory import inventory_campaign
@@ -44,13 +52,18 @@ def teardown(
     reason: TeardownReason,
     dry_run: bool = False,
     settings: TeardownSettings | None = None,
+    refs: CampaignRefs | None = None,
 ) -> TeardownResult:
     """Delete everything of ``spec``'s campaign in ``region``; ``dry_run`` lists it and deletes nothing.
+
+    ``refs``: what the teardown event points at (the reservation, cluster and model revision, as far as the
+    caller knows them; default: the campaign and the region).
 
     Raises ``TeardownIncompleteError`` (its ``.result`` says what was done and what is still there) when a
     wait runs out; any delete failing with other than its NotFound codes raises, naming the resource.
     """
     weights = KeptResource(resource=label("s3-bucket", spec.weights.s3_bucket), why=WEIGHTS_KEPT)
+    tag_this_run(campaign_tag(spec.campaign_id))  # `capserve down` starts it on its own: tagged like the campaign's
     return run_teardown(
         spec.campaign_id,
         region,
@@ -60,6 +73,7 @@ def teardown(
         existing_cluster=spec.cluster.existing_cluster_name,
         kept=[weights],
         settings=settings or settings_from_environment().for_campaign(spec.campaign_settings()).teardown,
+        refs=refs,
     )
 
 
@@ -74,8 +88,11 @@ def run_teardown(
     kept: list[KeptResource] | None = None,
     settings: TeardownSettings,
     inventory: Inventory | None = None,
+    refs: CampaignRefs | None = None,
 ) -> TeardownResult:
-    """Inventory → plan → execute, inside the calling flow (teardown, or the reaper for each campaign)."""
+    """Inventory → plan → execute, inside the calling flow (teardown, or the reaper for each campaign); the
+    teardown event (about ``refs``, default the campaign in ``region``) is sent before any error is raised."""
+    about = refs or CampaignRefs(campaign_id=campaign_id, region=region)
     logger = get_run_logger()
     ClusterNames(campaign_id=campaign_id)  # validates the id before anything is looked up
     found = inventory or inventory_campaign(
@@ -97,6 +114,7 @@ def run_teardown(
             already_gone=found.missing, kept=tuple(all_kept), finished_at=campaign_now(),
         )
         publish_teardown(campaign_id, listed.markdown())
+        emit(teardown_finished(about, listed, complete=True))
         return listed
     outcome = execute_plan(plan, settings, found.workload_cluster)
     rule = stop_capacity_events(campaign_id, region, all_kept)
@@ -106,6 +124,7 @@ def run_teardown(
         finished_at=campaign_now(),
     )
     publish_teardown(campaign_id, result.markdown())  # what was deleted, for the UI, before any error
+    emit(teardown_finished(about, result, complete=not result.remaining))
     if result.remaining:
         raise TeardownIncompleteError(
             f"teardown of campaign {campaign_id} in {region} stopped: still there when the wait ran out: "

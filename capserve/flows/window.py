@@ -34,6 +34,7 @@ from prefect.states import Cancelled
 from capserve.core.cluster.result import PreparedCluster
 from capserve.core.drain import DrainResult
 from capserve.core.errors import PermanentError
+from capserve.core.events import CampaignRefs
 from capserve.core.orphans import left_alone, live_runs, orphan_target
 from capserve.core.record import CampaignRecord, RecordRef, StageEntry
 from capserve.core.report import CampaignReport
@@ -47,6 +48,7 @@ from capserve.flows.campaign import CAMPAIGN
 from capserve.flows.context import CampaignContext, RunOptions, need
 from capserve.flows.cost import block_ledger
 from capserve.flows.notify import notify
+from capserve.flows.run_names import campaign_runs
 from capserve.flows.runner import run_campaign
 from capserve.flows.slots import campaign_slot
 from capserve.flows.stages import teardown_stage
@@ -81,7 +83,8 @@ def prepare_cluster_before_block(campaign_id: str, region: str, reservation_id: 
     why = _preparation_not_needed(record, lease.start)  # first without the slot: a campaign run may hold it long
     if why:
         return Cancelled(name="NotNeeded", message=why)
-    with working_on_the_block(), campaign_slot(campaign_id, base.for_campaign(spec.campaign_settings()).slots):
+    slots = base.for_campaign(spec.campaign_settings()).slots
+    with working_on_the_block(), campaign_runs(campaign_id), campaign_slot(campaign_id, slots):
         record = load_record(ref) or record  # the slot may have been waited for: what did the last holder do?
         why = _preparation_not_needed(record, lease.start)
         if why:
@@ -157,7 +160,7 @@ def drain(
     if isinstance(acting, State):
         return acting
     _, ref, spec = acting
-    with working_on_the_block():
+    with working_on_the_block(), campaign_runs(campaign_id):
         return _drain(campaign_id, region, ref, spec, base, reason)
 
 
@@ -201,9 +204,9 @@ def scheduled_teardown(
                         scheduled=reason == "drain-deadline")
     if isinstance(found, State):
         return found
-    _, ref, spec = found
-    with working_on_the_block():
-        done = teardown(spec, region, reason=reason)
+    record, ref, spec = found
+    with working_on_the_block(), campaign_runs(campaign_id):
+        done = teardown(spec, region, reason=reason, refs=record_refs(record, region))
         record = change_record(ref, [lambda rec: rec.with_kept(done.kept, now=campaign_now())])
         _finish_report(record, spec, done)
     return done
@@ -314,7 +317,8 @@ def teardown_orphan(flow_run_id: str, soon_minutes: int = 30) -> TeardownResult 
     region = record.lease.region
     logger.warning("campaign %s: run %s crashed and no other run of it is live; tearing down in %s",
                    target.campaign_id, crashed.name, region)
-    done = teardown(spec, region, reason="orphan")
+    with campaign_runs(target.campaign_id):
+        done = teardown(spec, region, reason="orphan", refs=record_refs(record, region))
     change_record(ref, [lambda rec: rec.with_kept(done.kept, now=campaign_now())])
     return done
 
@@ -324,6 +328,12 @@ def _unsure(crashed: str, why: str) -> State:
     subject = f"capserve: run {crashed} crashed; its campaign was not torn down"
     notify(subject, f"{why}. Check the campaign and run `capserve down` if nothing of it should keep running.")
     return Cancelled(name="Unsure", message=f"{subject}: {why}")
+
+
+def record_refs(record: CampaignRecord, region: str) -> CampaignRefs:
+    """What a window run's events point at: the campaign, its reservation and the region it acts in."""
+    return CampaignRefs(campaign_id=record.campaign_id, region=region,
+                        reservation_id=record.lease.reservation_id if record.lease else None)
 
 
 def campaign_record(campaign_id: str, region: str, settings: Settings) -> tuple[CampaignRecord, RecordRef]:

@@ -57,6 +57,16 @@ def campaign_now() -> datetime:
     return campaign_window().to_sim(datetime.now(UTC))
 
 
+def wall_time_of(block_time: datetime) -> datetime:
+    """The wall time to stamp a fact that happened at ``block_time`` on the campaign's clock.
+
+    On AWS the two clocks are one, so the fact's own time. On a simulated clock the fact has just happened (a
+    campaign stamps it with ``campaign_now()``), so this host's time now; asking the clock's mapping would
+    cost a request per event and could fail, and an event is never worth failing a stage for.
+    """
+    return block_time if _url() is None else datetime.now(UTC)
+
+
 # The shortest pause a poll takes on a simulated block: polls stay cheap for the machine however fast the clock runs.
 SHORTEST_POLL_WALL_S = 0.2
 

@@ -6,6 +6,10 @@ and sends them from a background worker, so ``emit`` does not wait for the serve
 through the run's redactor once more (no secret of the run leaves in an event, whatever a builder put
 in it). A lifecycle event that cannot be sent is logged, never raised: the campaign's stages do not
 depend on it (docs/events.md §1).
+
+Prefect receives each event stamped with the wall time and its block time (the campaign's clock) in the payload
+(``CapserveEvent.stamped``): on a simulated block the campaign's clock runs days ahead of the server's, whose
+event feed shows a recent window of wall time. What ``emit`` returns (and the report lists) keeps the block time.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 from prefect.events import emit_event
 
 from capserve.core.events import CapserveEvent
+from capserve.tasks.clock import wall_time_of
 from capserve.tasks.secrets import redactor
 
 _log = logging.getLogger(__name__)
@@ -24,14 +29,15 @@ _log = logging.getLogger(__name__)
 def emit(event: CapserveEvent) -> CapserveEvent:
     """Send ``event`` (its id makes a repeat a duplicate Prefect stores once); returns what was sent."""
     sent = event.model_copy(update={"payload": redactor().redact_data(event.payload)})
+    wire = sent.stamped(wall_time_of(sent.occurred))
     try:
         emit_event(
-            event=sent.event,
-            resource=dict(sent.resource),
-            related=[dict(r) for r in sent.related],
-            payload=dict(sent.payload),
-            occurred=sent.occurred,
-            id=sent.id,
+            event=wire.event,
+            resource=dict(wire.resource),
+            related=[dict(r) for r in wire.related],
+            payload=dict(wire.payload),
+            occurred=wire.occurred,
+            id=wire.id,
         )
     except Exception:  # events are a notification: a failure to send never fails a stage
         _log.exception("could not send the event %s about %s", sent.event, sent.resource.get("prefect.resource.id"))
@@ -39,12 +45,14 @@ def emit(event: CapserveEvent) -> CapserveEvent:
 
 
 def event_body(event: CapserveEvent) -> dict[str, Any]:
-    """The JSON of ``event`` as ``POST /api/events`` takes it (for senders outside a Prefect process)."""
+    """The JSON of ``event`` as ``POST /api/events`` takes it (for senders outside a Prefect process), stamped
+    like ``emit``'s: wall time, the block time in the payload."""
+    wire = event.stamped(wall_time_of(event.occurred))
     return {
-        "id": str(event.id),
-        "event": event.event,
-        "occurred": event.occurred.isoformat(),
-        "resource": dict(event.resource),
-        "related": [dict(r) for r in event.related],
-        "payload": redactor().redact_data(event.payload),
+        "id": str(wire.id),
+        "event": wire.event,
+        "occurred": wire.occurred.isoformat(),
+        "resource": dict(wire.resource),
+        "related": [dict(r) for r in wire.related],
+        "payload": redactor().redact_data(wire.payload),
     }

@@ -67,7 +67,7 @@ def runs_in_flight() -> list[RunFacts]:
         RunFacts(
             id=str(run.id), name=run.name, state_type=run.state_type.value if run.state_type else "",
             state_name=run.state_name or "", expected_start=_due(run),
-            campaign_id=campaign_in_parameters(run.parameters, run.tags),
+            campaign_id=campaign_in_parameters(run.parameters, run.tags), subflow=run.parent_task_run_id is not None,
         )
         for run in runs
     ]

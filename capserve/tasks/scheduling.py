@@ -17,6 +17,7 @@ from uuid import UUID
 from prefect import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName, FlowRunFilterTags
 from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.context import FlowRunContext
 from prefect.exceptions import ObjectNotFound
 from prefect.states import Cancelled, Scheduled
 
@@ -134,8 +135,14 @@ def read_runs_about(campaign_id: str, *, since: datetime) -> list[ExistingRun]:
     at or after ``since`` (wall time; an earlier lease's runs are history)."""
     tagged = FlowRunFilter(tags=FlowRunFilterTags(all_=[campaign_tag(campaign_id)]))
     named = FlowRunFilter(name=FlowRunFilterName(any_=[f"redeploy-{campaign_id}"]))
+    followed = {SCHEDULED_TAG, WATCH_TAG}
     with get_client(sync_client=True) as client:
-        runs = {run.id: run for run in client.read_flow_runs(flow_run_filter=tagged, limit=200)}
+        # Every run of a campaign carries its tag (the campaign run itself and its stage subflows too): only the
+        # scheduled runs and the watches are followed here.
+        runs = {
+            run.id: run for run in client.read_flow_runs(flow_run_filter=tagged, limit=200)
+            if followed.intersection(run.tags)
+        }
         runs.update({run.id: run for run in client.read_flow_runs(flow_run_filter=named, limit=200)})
     found = [existing_run(run) for run in runs.values()]
     return sorted(
@@ -196,3 +203,26 @@ def existing_run(run: FlowRun) -> ExistingRun:
         started_at=run.start_time,
     )
 
+
+
+def tag_this_run(*new_tags: str) -> None:
+    """Add ``new_tags`` to the current flow run on the server (nothing outside a run, or when it has them).
+
+    A run's tags are fixed when it is created, by whoever creates it (a deployment's schedule, ``capserve up``,
+    a test calling the flow); a campaign's runs tag themselves so that filtering the UI by the campaign's tag
+    finds every one of them. A tag that cannot be written is logged: the run's work does not depend on it.
+    """
+    context = FlowRunContext.get()
+    if context is None or context.flow_run is None:
+        return
+    missing = [tag for tag in new_tags if tag not in context.flow_run.tags]
+    if not missing:
+        return
+    tags = [*context.flow_run.tags, *missing]
+    try:
+        with get_client(sync_client=True) as client:
+            client.update_flow_run(context.flow_run.id, tags=tags)
+    except Exception as exc:  # a label for people: never a reason for the run to fail
+        run_logger(__name__).warning("could not tag flow run %s with %s: %s", context.flow_run.name, missing, exc)
+        return
+    context.flow_run.tags = tags

@@ -160,7 +160,11 @@ def prefect_part(campaign_id: str) -> Part:
             )
     except Exception as exc:  # any failure to reach the server is reported as such, never as "no runs"
         return Part(looked=False, why=f"Prefect at {url} did not answer ({type(exc).__name__}: {exc})"[:2000])
-    runs = {r.id: r for r in [*named, *tagged] if r.name == f"campaign-{campaign_id}" or tag in (r.tags or [])}
+    # The campaign's own runs; their stage subflows carry the tag too, but each is part of a run listed here.
+    runs = {
+        r.id: r for r in [*named, *tagged]
+        if (r.name == f"campaign-{campaign_id}" or tag in (r.tags or [])) and r.parent_task_run_id is None
+    }
     rows = [
         RunRow(name=r.name, state=r.state_name or "?", start=r.start_time or r.expected_start_time)
         for r in sorted(runs.values(), key=lambda r: str(r.start_time or r.expected_start_time), reverse=True)

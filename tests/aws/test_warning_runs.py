@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import boto3
+from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import StateType
+from prefect.events.worker import EventsWorker
 
 from capserve.core.record import CampaignRecord, record_key
 from capserve.core.stages import Stage
+from capserve.core.teardown.result import TeardownResult
 from capserve.flows.window import drain, scheduled_teardown
 from tests.aws.test_orphan_teardown import BUCKET, REGION, records, store_record
 
@@ -33,3 +39,30 @@ def test_a_warning_about_the_held_block_drains_it_without_posing_as_the_schedule
     record = CampaignRecord.model_validate_json(body.read())
     assert record.stages[Stage.DRAIN].detail.startswith("expiration-warning: ")
     assert record.fired == {}  # the report's schedule shows when the lease's own drain run fired, not this one
+
+
+def test_the_scheduled_teardown_sends_a_teardown_event_saying_why_and_what_it_deleted(records: None) -> None:
+    store_record("torn-down")
+    result = scheduled_teardown("torn-down", REGION, reservation_id="cr-0abc", reason="expiration-warning")
+    assert isinstance(result, TeardownResult), result
+    EventsWorker.drain_all()
+    [event] = asyncio.run(_teardown_events("torn-down"))
+    assert event["event"] == "capserve.teardown.done"
+    assert event["payload"]["reason"] == "expiration-warning"
+    assert event["payload"]["deleted_resources"] == list(result.deleted)[:50]
+    assert {r["prefect.resource.id"] for r in event["related"]} >= {"capserve.reservation.cr-0abc"}
+
+
+async def _teardown_events(campaign: str) -> list[dict[str, Any]]:
+    """The campaign's teardown events on the session's server (the persister writes in batches: wait, boundedly)."""
+    query = {"filter": {
+        "event": {"prefix": ["capserve.teardown."]},
+        "resource": {"id": [f"capserve.campaign.{campaign}"]},
+    }, "limit": 10}
+    async with get_client() as client:
+        for _ in range(60):
+            found = (await client._client.post("/events/filter", json=query)).json()["events"]
+            if found:
+                return list(found)
+            await asyncio.sleep(0.5)
+    return []

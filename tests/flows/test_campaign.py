@@ -10,10 +10,13 @@ from typing import Any
 import boto3
 import pytest
 import yaml
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName, FlowRunFilterParentFlowRunId
 
 from capserve.cli import main
 from capserve.core.cluster.addons import AddonOptions, render_addons
 from capserve.core.errors import DoesNotFitError, PermanentError
+from capserve.core.schedule import campaign_tag
 from capserve.core.settings import RecordSettings
 from capserve.core.spec import CampaignSpec, load_spec
 from capserve.core.stages import Stage, StageStatus
@@ -289,3 +292,32 @@ def test_up_with_a_bad_spec_exits_2_and_names_the_field(tmp_path: Path, capsys: 
     assert main(["up", str(path), "--sandbox", "--in-process"]) == 2
     err = capsys.readouterr().err
     assert "capacity.instance_count" in err and "greater than or equal to 1" in err
+
+
+def test_every_subflow_of_a_campaign_run_is_named_after_its_stage_and_campaign_and_tagged_with_it(
+    tmp_path: Path, far_ends: SandboxEndpoints
+) -> None:
+    spec = load_spec(spec_file(tmp_path, name="k3-story"))  # a campaign of its own on the session's server
+    controller = next(
+        m["metadata"]["name"]
+        for m in render_addons(AddonOptions(campaign_id=spec.campaign_id))
+        if m["kind"] == "Deployment"
+    )
+    far_ends.kube_server.set_outcome("fail", kind="Deployment", name=controller)  # a short campaign, with a teardown
+    with pytest.raises(PermanentError, match=controller):
+        campaign(spec, out_dir=tmp_path, hub_endpoint=far_ends.hub)
+
+    tag = campaign_tag(spec.campaign_id)
+    with get_client(sync_client=True) as client:
+        [top] = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=["campaign-k3-story"]))
+        )
+        subflows = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[top.id]))
+        )
+        flow_names = {flow.id: flow.name for flow in client.read_flows()}
+    assert tag in top.tags
+    assert sorted((run.name, tag in run.tags) for run in subflows) == sorted(
+        (f"{flow_names[run.flow_id]}-k3-story", True) for run in subflows
+    )
+    assert {run.name for run in subflows} >= {"stage-weights-k3-story", "bring-up-k3-story", "teardown-k3-story"}

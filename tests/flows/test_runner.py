@@ -4,6 +4,7 @@ its own tests): what is skipped, when teardown runs, and that the report is alwa
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -12,7 +13,7 @@ import prefect.task_engine
 import pytest
 import yaml
 from prefect import flow, task
-from prefect.exceptions import TerminationSignal
+from prefect.exceptions import Pause, TerminationSignal
 
 import capserve.flows.campaign as campaign_module
 import capserve.flows.stages as stages_module
@@ -280,3 +281,15 @@ def test_every_run_of_the_stages_writes_what_it_applied_to_its_report_folder(tmp
     run(ctx, [Step(Stage.ACQUIRE, holds(ReservationState.ACTIVE)), Step(Stage.BRING_UP, applies)], TearDown())
     names = [p.name for p in (tmp_path / "manifests").glob("*.yaml")]
     assert names == ["001-Secret-lws-system-lws-webhook-server-cert.yaml"]
+
+
+def test_a_run_suspended_for_approval_asks_at_info_where_to_approve(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ctx = context(tmp_path)
+    steps = [Step(Stage.ACQUIRE, raises(Pause()))]  # how Prefect suspends the run until a person answers
+    with caplog.at_level(logging.INFO), pytest.raises(Pause):
+        run_campaign(ctx, steps, TearDown())
+    asked = [(r.levelno, r.getMessage()) for r in caplog.records if "waiting for approval" in r.getMessage()]
+    assert [level for level, _ in asked] == [logging.INFO] and "approve or reject in" in asked[0][1].lower()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("capserve")]

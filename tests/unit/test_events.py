@@ -32,6 +32,8 @@ from capserve.core.lease import Lease
 from capserve.core.report import CampaignReport
 from capserve.core.teardown.result import TeardownResult
 from capserve.core.weights.result import WeightsResult
+from capserve.sandbox.clock_server import clock_server
+from capserve.tasks.clock import CLOCK_URL_ENV
 from capserve.tasks.events import emit, event_body
 from capserve.tasks.secrets import register_secret
 
@@ -189,3 +191,18 @@ async def _stored_events(event_id: str) -> list[dict[str, Any]]:
                 return list(answer.json()["events"])
             await asyncio.sleep(0.5)
     return []
+
+
+def test_on_a_simulated_clock_an_event_occurs_at_wall_time_with_its_block_time_in_the_payload(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    block_time = datetime.now(UTC) + timedelta(days=3)  # a simulated block runs days ahead of the server's clock
+    with clock_server() as url:
+        monkeypatch.setenv(CLOCK_URL_ENV, url)
+        before = datetime.now(UTC)
+        sent = emit(rollout_event(REFS, "ready", revision=SHA, strategy="recreate", occurred=block_time))
+        after = datetime.now(UTC)
+    EventsWorker.drain_all()
+    [stored] = asyncio.run(_stored_events(str(sent.id)))
+    assert before <= datetime.fromisoformat(stored["occurred"]) <= after
+    assert stored["payload"]["block_time"] == block_time.isoformat()

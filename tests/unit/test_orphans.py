@@ -59,3 +59,9 @@ def test_live_means_running_pending_or_due_soon_and_only_of_this_campaign() -> N
     message = left_alone("k3", live)
     assert message.startswith("campaign k3 still has live runs: run-running (running, RUNNING)")
     assert "nothing was torn down" in message
+
+
+def test_a_stage_subflow_left_running_by_its_crashed_parent_is_not_a_live_run() -> None:
+    # Stage subflows carry the campaign's tag; when the campaign run's process dies they stay Running.
+    zombie = run("sub", "RUNNING").model_copy(update={"subflow": True})
+    assert live_runs("k3", [zombie], now=NOW, soon=SOON) == []
