@@ -49,6 +49,7 @@ from capserve.tasks.secrets import DEBUG_HINT, install_log_redaction, redact, re
 SUBCOMMANDS = {
     "plan": "capserve.cli.plan",
     "up": "capserve.cli.up",
+    "deploy": "capserve.cli.deploy",
     "rehearse": "capserve.cli.rehearse",
     "down": "capserve.cli.down",
     "eval": "capserve.cli.eval",

@@ -1,13 +1,13 @@
 """``capserve up`` (the default): the campaign as a deployment run on a real Prefect server, followed here.
 
 Without ``PREFECT_API_URL`` it starts a local ``prefect server`` (home and SQLite under ``<out>/prefect``)
-while the sandbox comes up, registers deployments/prefect.yaml, starts a process worker
+while the sandbox comes up, registers capserve's deployments (``capserve deploy``), starts a process worker
 (``capserve.runtime.prefect_server``), triggers the ``campaign`` deployment exactly as a click in the UI does,
 prints each state change, then follows the runs the lease scheduled (prepare-cluster, serve, drain, teardown) until
 none is left to run: on a server the campaign run only prepares and buys, so ``--teardown-when-done`` too follows until
 the teardown has run. It stops what it started (``--keep-server`` leaves the server and the worker up and
-prints the UI's address). With ``PREFECT_API_URL`` set it registers on that server and starts nothing: a worker
-of yours runs the campaign.
+prints the UI's address). With ``PREFECT_API_URL`` set it starts and registers nothing: the deployments are already
+there (``capserve deploy``; it refuses, saying so, when they are not) and a worker of yours runs the campaign.
 
 Ctrl-C or SIGTERM stops following. On a server of yours the runs go on; on the server this command started they
 stop with it (the server and worker are stopped as it exits), and it says so: the scheduled runs fire only once a
@@ -30,8 +30,8 @@ from typing import Any
 from rich.console import Console
 
 from capserve.cli.exit_codes import ExitCode
+from capserve.core.errors import SpecError
 from capserve.runtime.prefect_server import (
-    PREFECT_YAML,
     Child,
     LocalServer,
     register,
@@ -39,7 +39,6 @@ from capserve.runtime.prefect_server import (
     start_worker,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
 FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
 
@@ -62,13 +61,14 @@ def server_in_background(out_dir: Path, *, keep_server: bool, console: Console) 
 
     def bring_up() -> Registered:
         url = os.environ.get("PREFECT_API_URL")
-        env: dict[str, str] = {}
-        if url is None:
-            server = start_server(logs / "home", tethered=not keep_server)
-            started.append(server)
-            env, url = server.env, server.url
-        register(ROOT, {**os.environ, **env}, logs / "register.log")
-        return Registered(url=url, env=env, started=bool(started), server=started[0].child if started else None)
+        if url is not None:  # the user's server: `capserve deploy` registered there (require_deployments checked)
+            return Registered(url=url, env={}, started=False)
+        server = start_server(logs / "home", tethered=not keep_server)
+        started.append(server)
+        # The runs' working directory is this command's, as for a run in this process: a spec's relative paths
+        # (a golden set) resolve as they did here, from a checkout or not.
+        register(Path.cwd(), {**os.environ, **server.env}, logs / "register.log")
+        return Registered(url=server.url, env=server.env, started=True, server=server.child)
 
     if "PREFECT_API_URL" not in os.environ:
         console.print("starting a local Prefect server (its services, SQLite under the output folder)…")
@@ -94,6 +94,7 @@ class HubWatches:
 def run_on_server(
     parameters: dict[str, Any], *, campaign_id: str, out_dir: Path, worker_env: dict[str, str], keep_server: bool,
     console: Console, server: Future[Registered], follow_window: bool = False, watches: HubWatches | None = None,
+    run_env: dict[str, str] | None = None,
 ) -> int:
     """Start a worker (with a server this command started), run the campaign deployment, follow it; the exit
     code."""
@@ -103,9 +104,10 @@ def run_on_server(
     kept: list[Child] = []  # the worker left running with --keep-server (the server is server_in_background's)
     with ExitStack() as stack:
         registered = server.result()
-        console.print(f"registered {PREFECT_YAML} on {registered.url}", highlight=False)
+        console.print(f"{'registered' if registered.started else 'using'} capserve's deployments on {registered.url}",
+                      highlight=False)
         if registered.started:
-            worker = start_worker(ROOT, {**os.environ, **worker_env, **registered.env}, logs / "worker.log",
+            worker = start_worker(Path.cwd(), {**os.environ, **worker_env, **registered.env}, logs / "worker.log",
                                   tethered=not keep_server)
             if not keep_server:
                 stack.callback(worker.stop)
@@ -114,7 +116,7 @@ def run_on_server(
         stack.enter_context(temporary_settings({PREFECT_API_URL: registered.url}))
         since = datetime.now(UTC)  # the runs to follow are this campaign run's, not an earlier one's
         try:
-            state = _run_and_follow(parameters, console)
+            state = _run_and_follow(parameters, console, run_env or {})
             if follow_window and state[0] == "COMPLETED":
                 if watches is not None:
                     _ask_for_watches(campaign_id, watches, out_dir, console)
@@ -148,11 +150,32 @@ def _print_kept(registered: Registered, kept: list[Child], console: Console) -> 
     )
 
 
-def _run_and_follow(parameters: dict[str, Any], console: Console) -> tuple[str, str]:
+def require_deployments(console: Console) -> None:
+    """Refuse (exit 2) when the server ``PREFECT_API_URL`` names lacks a deployment of capserve's, naming them and
+    ``capserve deploy``: a campaign there would stop at the first run it starts or schedules."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
+
+    from capserve.cli.inputs import prefect_api_url
+    from capserve.deployments import definitions
+
+    api = prefect_api_url("capserve up")
+    wanted = [definition.name for definition in definitions()]
+    with get_client(sync_client=True) as client:
+        found = client.read_deployments(deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=wanted)))
+    missing = sorted(set(wanted) - {deployment.name for deployment in found})
+    if missing:
+        raise SpecError(f"the Prefect server at {api} has no capserve deployment {', '.join(missing)}: run "
+                        "`capserve deploy` with the same PREFECT_API_URL first (it registers them and the automations)")
+    console.print(f"capserve's deployments are on {api}", highlight=False)
+
+
+def _run_and_follow(parameters: dict[str, Any], console: Console, run_env: dict[str, str]) -> tuple[str, str]:
     from prefect import get_client
     from prefect.deployments import run_deployment
 
-    started: Any = run_deployment("campaign/campaign", parameters=parameters, timeout=0)
+    job_variables = {"env": run_env} if run_env else None
+    started: Any = run_deployment("campaign/campaign", parameters=parameters, timeout=0, job_variables=job_variables)
     console.print(f"campaign run {started.id} created (as a UI click would)", highlight=False)
     last = ("", "")
     with get_client(sync_client=True) as client:

@@ -66,3 +66,19 @@ def load_option(load: LoadSpec, where: str) -> None:
     if refused:
         lines = "\n".join(f"  {where} {name}: {why}" for name, why in refused.items())
         raise SpecError(f"load the client cannot drive (nothing was run):\n{lines}")
+
+
+def prefect_api_url(command: str) -> str:
+    """The Prefect server's API URL (``PREFECT_API_URL``, from the environment or the active Prefect profile) that
+    ``command`` works on; refused when unset or without a scheme, naming the variable."""
+    from prefect.settings import PREFECT_API_URL
+
+    api = str(PREFECT_API_URL.value() or "")
+    if not api:
+        raise SpecError(
+            "PREFECT_API_URL is not set: deployments and automations live on a Prefect server; set it to that "
+            f"server's API (e.g. http://127.0.0.1:4200/api) and run `{command}` again"
+        )
+    if not api.startswith(("http://", "https://")):
+        raise SpecError(f"PREFECT_API_URL {api!r} has no http:// or https:// scheme: write it as http://HOST:PORT/api")
+    return api

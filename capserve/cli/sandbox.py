@@ -42,6 +42,7 @@ WORKER_ENV_KEYS = (
     "HF_HUB_DISABLE_XET",
     "CAPSERVE_CLOCK_URL",
     "CAPSERVE_REGISTRY_TOOL",  # the image stage's registry tool: the sandbox's stand-in for crane
+    "CAPSERVE_COST__PRICE_LIST_API",  # moto has no Price List API: the ledger prices from the packaged table
 )
 SHOWN_KEYS = ("AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION", "CAPSERVE_HUB_ENDPOINT", "CAPSERVE_SANDBOX_INFERENCE")
 

@@ -161,21 +161,22 @@ def run(args: argparse.Namespace) -> int:
         os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     # Imported here: prefect takes a second to import, and `capserve up --help` should not wait.
     from capserve.cli.signals import defer_prefect_handler_in_finalizers
-    from capserve.flows.campaign import campaign
 
     defer_prefect_handler_in_finalizers()  # a flow run in this process must not lose a SIGTERM either
+    on_your_server = not args.in_process and "PREFECT_API_URL" in os.environ
+    if on_your_server:
+        # Before the sandbox or anything else starts: a server without capserve's deployments can run nothing.
+        from capserve.cli._server import require_deployments
+
+        require_deployments(console)
 
     endpoint_note: str | None = None
     hub_endpoint: str | None = None
     with ExitStack() as stack:
         server = None
         if not args.in_process:
-            from capserve.cli._server import ROOT, server_in_background
-            from capserve.runtime.prefect_server import PREFECT_YAML
+            from capserve.cli._server import server_in_background
 
-            if not (ROOT / PREFECT_YAML).exists():
-                console.print(f"[red]error:[/red] no {PREFECT_YAML} under {ROOT}: run from a checkout, or --in-process")
-                return ExitCode.BAD_INPUT
             # The server boots and the deployments register while the sandbox comes up.
             server = stack.enter_context(server_in_background(out_dir, keep_server=args.keep_server, console=console))
         if args.sandbox:
@@ -216,6 +217,15 @@ def run(args: argparse.Namespace) -> int:
                 "basic_auth_env": basic_auth_env, "teardown_when_done": args.teardown_when_done,
             }
             worker_env = {"CAPSERVE_HUB_ENDPOINT": hub_endpoint} if hub_endpoint else {}
+            run_env: dict[str, str] = {}
+            if args.sandbox and on_your_server:
+                from capserve.cli.sandbox import worker_environment
+
+                # A worker of yours was started before this sandbox, so its environment cannot name the stand-ins'
+                # ports: the campaign run carries them (dummy credentials only) as its `env` job variable, which
+                # Prefect merges into the flow process's environment (docs/prefect.md §13). Loopback addresses:
+                # the worker must run on this host.
+                run_env = worker_environment(dict(os.environ), hub=endpoints.hub, inference=endpoints.inference)
             watches = None
             if args.sandbox and endpoints.revisions is not None:
                 from capserve.cli._server import HubWatches
@@ -224,12 +234,13 @@ def run(args: argparse.Namespace) -> int:
                 watches = HubWatches(regions=list(spec.capacity.regions),
                                      times=lambda: [p.watch_at for p in schedule.publications])
             return run_on_server(
-                parameters, campaign_id=spec.campaign_id, out_dir=out_dir, worker_env=worker_env,
+                parameters, campaign_id=spec.campaign_id, out_dir=out_dir, worker_env=worker_env, run_env=run_env,
                 keep_server=args.keep_server, console=console, server=server,
                 # On a server the campaign run prepares and buys; serving and the teardown are the scheduled
                 # runs, so the command follows them whether or not --teardown-when-done was given.
                 follow_window=True, watches=watches,
             )
+        from capserve.flows.campaign import campaign
         from capserve.flows.context import TERMINAL_APPROVAL
 
         asking = TERMINAL_APPROVAL.set(args.interactive and sys.stdin.isatty())

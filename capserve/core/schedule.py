@@ -54,7 +54,7 @@ DEPLOYMENTS: dict[ScheduledStage, str] = {
     ScheduledStage.DRAIN: "drain/drain",
     ScheduledStage.TEARDOWN: "scheduled-teardown/scheduled-teardown",
 }
-"""The deployment (``flow/name`` in deployments/prefect.yaml) each scheduled run belongs to."""
+"""The deployment (``flow/name`` in capserve/deployments/prefect.yaml) each scheduled run belongs to."""
 
 RUN_PREFIX: dict[ScheduledStage, str] = {
     ScheduledStage.PREPARE_CLUSTER: "prepare-cluster",

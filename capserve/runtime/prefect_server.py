@@ -2,7 +2,7 @@
 
 The temporary server Prefect starts without ``PREFECT_API_URL`` runs no scheduler, no late-runs service
 and no lease repossessor (docs/prefect.md §1), so nothing a lease schedules would ever fire. Instead,
-``capserve up`` (and the CI test of deployments/prefect.yaml) starts ``prefect server start`` with all
+``capserve up`` (and the tests of the deployments on a server) starts ``prefect server start`` with all
 its services, its SQLite database and home under the run's output folder, and:
 
 - leases of concurrency slots on disk (``lease_storage.filesystem``): a slot held by a killed run is
@@ -19,6 +19,7 @@ stops it when the process that started it dies without stopping it (SIGKILL), un
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -33,7 +34,6 @@ from pathlib import Path
 from typing import IO
 
 POOL = "capserve"
-PREFECT_YAML = Path("deployments") / "prefect.yaml"
 
 SERVER_SETTINGS: dict[str, str] = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
@@ -165,15 +165,16 @@ def prefect_cli(args: list[str], env: Mapping[str, str], *, cwd: Path, log: Path
 
 
 def register(root: Path, env: Mapping[str, str], log: Path) -> None:
-    """The work pool (if missing), every deployment of deployments/prefect.yaml, then the automations that
-    start them (``capserve automations register``, docs/events.md §4), as an operator would."""
-    if prefect_cli(["work-pool", "inspect", POOL], env, cwd=root, log=log, check=False) != 0:
-        prefect_cli(["work-pool", "create", POOL, "--type", "process"], env, cwd=root, log=log)
-    prefect_cli(["--no-prompt", "deploy", "--all", "--prefect-file", str(PREFECT_YAML)], env, cwd=root, log=log)
-    _run([sys.executable, "-m", "capserve.cli", "automations", "register"], env, cwd=root, log=log)
+    """``capserve deploy`` as an operator runs it: the work pool (if missing), every deployment of the package's
+    ``capserve/deployments/prefect.yaml``, then the automations that start them (docs/events.md §4). The runs'
+    working directory is ``root``: a spec's relative paths resolve against it, as they did for this command."""
+    step = {"prefect.deployments.steps.set_working_directory": {"directory": str(root.resolve())}}
+    _run([sys.executable, "-m", "capserve.cli", "deploy", "--pool", POOL, "--pull-step", json.dumps(step)],
+         env, cwd=root, log=log)
 
 
 def _run(argv: list[str], env: Mapping[str, str], *, cwd: Path, log: Path) -> None:
+    log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
         done = subprocess.run(  # noqa: S603  # our own interpreter and fixed arguments
             argv, env=dict(env), cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, check=False

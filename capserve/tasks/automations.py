@@ -4,7 +4,7 @@ Python (``prefect.automations``), not ``prefect.yaml`` ``triggers:``: a deployme
 its own deployment, while the expiration warning starts two (drain, then teardown) and the Crashed and Late
 automations match runs of *other* deployments; the automations also need the target deployments' ids,
 which exist only once the deployments are registered. ``register_automations`` converges by name (update
-an existing automation, create a missing one), so it can run after every ``prefect deploy``.
+an existing automation, create a missing one), so it can run after every ``capserve deploy`` (which runs it).
 
 | automation | fires on | starts |
 |---|---|---|
@@ -178,7 +178,7 @@ def register_automations(targets: AutomationTargets | None = None) -> list[str]:
     if missing:
         raise PermanentError(
             f"cannot register capserve's automations: no deployment {', '.join(missing)} on this Prefect server; "
-            "register the deployments first (deployments/prefect.yaml), or name others in AutomationTargets"
+            "register the deployments first (`capserve deploy` does both), or name others in AutomationTargets"
         )
     registered = []
     for automation in build_automations(ids, targets):

@@ -73,7 +73,7 @@ def schedule_lease_runs(
             notes[run.idempotency_key] = f"not scheduled: no deployment {run.deployment!r} on this Prefect server"
             run_logger(__name__).warning(
                 "no %s deployment on this Prefect server: %s at %s is NOT scheduled; register "
-                "deployments/prefect.yaml (docs/guide.md) or run `capserve down` before then",
+                "them with `capserve deploy` (docs/guide.md) or run `capserve down` before then",
                 run.deployment, run.name, run.scheduled_at.isoformat(),
             )
     # Read back: the report shows each run's state as the server has it now (cancelled ones included).

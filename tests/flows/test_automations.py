@@ -176,4 +176,4 @@ def test_the_register_command_refuses_naming_the_deployments_that_are_missing(
 
     assert main(["automations", "register"]) == 1  # the default targets are not deployed on this server
     err = capsys.readouterr().err
-    assert "no deployment" in err and "scheduled-teardown/scheduled-teardown" in err and "prefect.yaml" in err
+    assert "no deployment" in err and "scheduled-teardown/scheduled-teardown" in err and "capserve deploy" in err

@@ -1,4 +1,5 @@
-"""deployments/prefect.yaml points at real flows with parameters those flows accept."""
+"""capserve/deployments/prefect.yaml (package data) points at real flows, by module path, with parameters those flows
+accept."""
 
 from __future__ import annotations
 
@@ -11,17 +12,18 @@ import yaml
 from prefect import Flow
 from prefect.utilities.callables import parameter_schema
 
+import capserve.deployments
 from capserve.core.schedule import DEPLOYMENTS as SCHEDULED_DEPLOYMENTS
 from capserve.core.schedule import ScheduledStage
 from capserve.tasks.automations import AutomationTargets
 
-PREFECT_YAML = Path(__file__).resolve().parents[2] / "deployments" / "prefect.yaml"
+PREFECT_YAML = Path(capserve.deployments.__file__).parent / capserve.deployments.FILE
 DEPLOYMENTS: list[dict[str, Any]] = yaml.safe_load(PREFECT_YAML.read_text())["deployments"]
 
 
 def load_flow(entrypoint: str) -> Flow[Any, Any]:
-    path, name = entrypoint.split(":")
-    module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+    path, _, name = entrypoint.rpartition(".")
+    module = importlib.import_module(path)
     found = getattr(module, name)
     assert isinstance(found, Flow), f"{entrypoint} is not a Prefect flow"
     return found
@@ -51,8 +53,17 @@ def test_scheduled_runs_need_only_the_campaign_region_and_reservation() -> None:
 
 def test_no_pull_step_depends_on_an_undocumented_variable() -> None:
     document = yaml.safe_load(PREFECT_YAML.read_text())
-    assert "pull" not in document  # prefect deploy records the checkout's absolute path (the header says so)
+    assert "pull" not in document  # `capserve deploy` gives the pull step (the header says so)
     assert all(d["work_pool"]["job_variables"]["stream_output"] is False for d in DEPLOYMENTS)
+
+
+def test_the_loader_reads_every_deployment_with_a_module_path_entrypoint() -> None:
+    loaded = capserve.deployments.definitions()
+    assert [d.name for d in loaded] == [d["name"] for d in DEPLOYMENTS]
+    reaper = next(d for d in loaded if d.name == "reaper")
+    assert (reaper.module, reaper.function) == ("capserve.flows.reaper", "reaper")
+    assert reaper.concurrency_limit == {"limit": 1, "collision_strategy": "CANCEL_NEW"}
+    assert reaper.job_variables == {"stream_output": False}
 
 
 def test_the_reaper_never_overlaps_itself_and_campaigns_are_not_serialized() -> None:
