@@ -9,7 +9,9 @@ exists; the record says what a run decided, paid and produced:
   campaign id and its home region can load it;
 - each stage's status, start and end, the digest of its inputs and a few outputs (what a later run
   needs to skip a stage whose inputs did not change and whose outputs still verify);
-- the lease, the approvals (who, when, note), the last good rollout, what teardown kept, and every redeploy.
+- the lease, the purchase (the offers considered, the one chosen, the price and the run that bought it, so
+  that the report a later run writes still tells it), the approvals (who, when, note), the last good rollout,
+  what teardown kept, and every redeploy.
 
 Every change is a pure function from one record to the next (``with_*``), so a conflicting write is
 re-read and the change re-applied.
@@ -24,6 +26,7 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, model_validator
 
+from capserve.core.capacity.result import AcquireResult
 from capserve.core.cluster.result import PreparedCluster
 from capserve.core.cost.inputs import CostInputs
 from capserve.core.lease import Lease
@@ -195,6 +198,12 @@ class CampaignRecord(BaseModel):
     spec: SpecSnapshot | None = Field(None, description="The spec of the last run.")
     lease: Lease | None = Field(None, description="The capacity the acquire stage obtained.")
     offering_id: str | None = Field(None, max_length=512, description="The offering bought, when we bought it.")
+    purchase: AcquireResult | None = Field(
+        None,
+        description="The acquire stage's result as the run that bought the lease wrote it (offers considered, the "
+        "chosen one, the fee, that run's name and time): a later run that adopts the lease reports it "
+        "(AcquireResult.with_purchase). Never replaced by an adoption.",
+    )
     stages: dict[Stage, StageEntry] = Field(default_factory=dict, max_length=64, description="Stage → last outcome.")
     approvals: tuple[Approval, ...] = Field(default=(), max_length=256, description="Every decision, oldest first.")
     last_good_rollout: RolloutRecord | None = Field(None, description="What a failed rollout rolls back to.")
@@ -261,6 +270,9 @@ class CampaignRecord(BaseModel):
 
     def with_lease(self, lease: Lease, *, offering_id: str | None, now: datetime) -> CampaignRecord:
         return self.model_copy(update={"lease": lease, "offering_id": offering_id, "updated_at": now})
+
+    def with_purchase(self, purchase: AcquireResult, *, now: datetime) -> CampaignRecord:
+        return self.model_copy(update={"purchase": purchase, "updated_at": now})
 
     def with_stage(self, stage: Stage, entry: StageEntry, *, now: datetime | None = None) -> CampaignRecord:
         when = now or entry.ended_at or entry.started_at or self.updated_at

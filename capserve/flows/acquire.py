@@ -13,7 +13,9 @@ Order, and why:
    of this spec recorded within ``capacity.rehearsal_valid_days`` (docs/rehearsal.md); the form shows it;
 4. the purchase under a Prefect concurrency limit of one per campaign, after a second tag lookup
    inside the limit and a DryRun permission check;
-5. the lease into the campaign record, then wait until AWS says ``active``.
+5. the lease into the campaign record, then wait until AWS says ``active``; a purchase also keeps the stage's
+   whole result (offers considered, the chosen one, the fee, the run that bought it) in the record, so that the
+   report of the run that later adopts the lease (the scheduled serve run) still tells the purchase.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from prefect.context import FlowRunContext
 from prefect.exceptions import FlowPauseTimeout
 from prefect.flow_runs import pause_flow_run, suspend_flow_run
 from prefect.input import RunInput
+from prefect.runtime import flow_run
 
 from capserve.core.campaign_cost import offer_forecasts
 from capserve.core.capacity.adoption import adoption_problems, lease_from_reservation
@@ -53,7 +56,7 @@ from capserve.tasks.capacity.reservations import (
 from capserve.tasks.capacity.search import search_offers, search_zones
 from capserve.tasks.clock import campaign_now
 from capserve.tasks.locations import record_ref
-from capserve.tasks.record_store import load_rehearsal, save_approval, save_lease, save_stage
+from capserve.tasks.record_store import load_rehearsal, save_approval, save_lease, save_purchase, save_stage
 from capserve.tasks.settings import settings_from_environment
 
 
@@ -270,8 +273,9 @@ def _finish(
     offering_id: str | None,
     fee: float | None = None,
 ) -> AcquireResult:
-    """Record the lease, wait until AWS says it is usable, publish the artifact."""
+    """Record the lease (and a purchase whole), wait until AWS says it is usable, publish the artifact."""
     provider = spec.capacity.provider
+    now, run = campaign_now(), _this_run()
     lease: Lease = lease_from_reservation(reservation, provider=provider, adopted=outcome == "adopted", fee=fee)
     save_lease(record, lease, offering_id)
     current = wait_until_usable(reservation, settings)
@@ -288,9 +292,28 @@ def _finish(
         ranking=ranking,
         message=message,
         forecasts=tuple(_forecasts(spec, ranking)),
+        bought_by=run if outcome == "bought" else None,
+        bought_at=now if outcome == "bought" else None,
+        adopted_by=run if outcome == "adopted" else None,
+        approval=_approval_note(spec, fee) if outcome == "bought" else None,
     )
+    if outcome == "bought":
+        save_purchase(record, result)
     _publish(result)
     return result
+
+
+def _approval_note(spec: CampaignSpec, fee: float | None) -> str:
+    """Whether the purchase waited for a person (the same rule as ``needs_approval``: above the threshold)."""
+    threshold = spec.capacity.approval_threshold_usd
+    if fee is not None and fee > threshold:
+        return f"approved by a person (fee above the ${threshold:,.2f} threshold; see Approvals)"
+    return f"not needed (fee at or below the ${threshold:,.2f} threshold)"
+
+
+def _this_run() -> str:
+    """The flow run this stage runs in, by name (``campaign-k3-demo``, ``serve-k3-demo``), as the report names it."""
+    return str(flow_run.get_name() or flow_run.get_flow_name() or "a run outside Prefect")
 
 
 def _stopped(spec: CampaignSpec, ranking: Ranking, outcome: Outcome, message: str) -> AcquireResult:

@@ -10,7 +10,9 @@ The rules (decided in ``capserve.core.sequencing``, applied here):
   leaves the cluster to the scheduled teardown and the reaper, and the report and record say so;
 - an error while tearing down after a failure never replaces the failure, and the report is always
   written, with the cost ledger of the run (``capserve.flows.cost``; 0 when no capacity was obtained) and
-  the campaign's redeploys as its record holds them (a redeploy run appends to the record, not to this report).
+  the campaign's redeploys as its record holds them (a redeploy run appends to the record, not to this report);
+  a run that adopted the lease an earlier run bought reports that purchase (offers considered, the chosen one,
+  the fee, the run that bought it) from the record too, and says it adopted it.
 """
 
 from __future__ import annotations
@@ -172,7 +174,7 @@ def finish(ctx: CampaignContext, error: BaseException | None, tear_down: TearDow
         elif error is not None and ending.why:
             _explain_interruption(ctx, ending.why)
     finally:
-        _add_redeploys(ctx)  # first: the ledger counts their downtime
+        _add_from_record(ctx)  # first: the ledger counts the redeploys' downtime
         # A run suspended for approval is not interrupted: it resumes, and may ask AWS for prices meanwhile.
         _add_cost(ctx, interrupted=error is not None and not isinstance(error, (CapserveError, Pause)))
         _write_report(ctx, quietly=error is not None)
@@ -256,10 +258,12 @@ def _add_cost(ctx: CampaignContext, *, interrupted: bool) -> None:
         run_logger(__name__).exception("could not compute the cost ledger of campaign %s", ctx.spec.campaign_id)
 
 
-def _add_redeploys(ctx: CampaignContext) -> None:
-    """The redeploys and approvals the record holds (capserve.core.redeploy), and the cluster's preparation before
-    the block: other runs write them there, never to this run's report, so the report a campaign writes lists every
-    redeploy made and decision given until then."""
+def _add_from_record(ctx: CampaignContext) -> None:
+    """The redeploys and approvals the record holds (capserve.core.redeploy), the cluster's preparation before the
+    block and the purchase of the lease this run adopted: other runs write them there, never to this run's report,
+    so the report a campaign writes lists every redeploy made and decision given until then, and how its capacity
+    was bought, whichever run writes it (the runs may execute on different workers: the record, not a report file
+    on one host, carries them)."""
     if not ctx.saving:
         return  # the record never reached S3: no redeploy can have found the campaign
     try:
@@ -274,6 +278,8 @@ def _add_redeploys(ctx: CampaignContext) -> None:
         ctx.report.approvals = list(record.approvals)
         if record.prepared is not None and ctx.report.prepared is None:
             ctx.report.add(record.prepared)  # the cluster's preparation ran before, in a run of its own
+        if record.purchase is not None and ctx.report.acquire is not None:
+            ctx.report.acquire = ctx.report.acquire.with_purchase(record.purchase)  # bought by an earlier run
 
 
 def _write_report(ctx: CampaignContext, *, quietly: bool) -> None:

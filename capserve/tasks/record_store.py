@@ -22,6 +22,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 from prefect.cache_policies import NO_CACHE
 
+from capserve.core.capacity.result import AcquireResult
 from capserve.core.errors import PermanentError, RetryableError
 from capserve.core.lease import Lease
 from capserve.core.locations import RECORDS, BucketLocation
@@ -138,6 +139,12 @@ def save_lease(ref: RecordRef, lease: Lease, offering_id: str | None) -> Campaig
         return record.with_lease(lease, offering_id=offering_id, now=now).with_stage(Stage.ACQUIRE, entry, now=now)
 
     return update_record(ref, [change])
+
+
+@s3_task(name="save-purchase", cache_policy=NO_CACHE)
+def save_purchase(ref: RecordRef, purchase: AcquireResult) -> CampaignRecord:
+    """Keep what the acquire stage bought, and how it chose it, for the reports of the runs that adopt it."""
+    return update_record(ref, [lambda record: record.with_purchase(purchase, now=campaign_now())])
 
 
 @s3_task(name="save-stage", cache_policy=NO_CACHE)

@@ -17,6 +17,7 @@ matplotlib.use("Agg")  # no display here or in CI; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 from prefect.artifacts import create_markdown_artifact  # noqa: E402
 
+from capserve.core.markdown import markdown_table, merge_sections  # noqa: E402
 from capserve.core.report import CampaignReport, StageRecord  # noqa: E402
 from capserve.core.stages import StageStatus  # noqa: E402
 from capserve.tasks.cost.plots import write_cost_plots  # noqa: E402
@@ -56,9 +57,13 @@ def write_report_files(report: CampaignReport, out_dir: Path) -> tuple[Path, Pat
 
 
 def amend_report_files(partial: CampaignReport, out_dir: Path, *, heading: str) -> Path | None:
-    """Put ``partial``'s sections into the report already in ``out_dir`` (report.json keys replaced, its events
-    added to the report's, report.md gains them under ``heading``): how a run that comes after the campaign's
-    (the scheduled teardown) finishes its report. None when there is no report there to finish."""
+    """Put ``partial``'s sections into the report already in ``out_dir``: how a run that comes after the campaign's
+    (a redeploy, the scheduled teardown) finishes its report. None when there is no report there to finish.
+
+    report.json's keys are replaced and its events added to the report's; in report.md a section the report
+    already has is replaced where it stands (the block's ledger rebuilt after a redeploy or the teardown is *the*
+    Cost section, not a second one below the serving run's projection), the events table is redrawn from the
+    merged events, and sections new to the report come under ``# {heading}`` (``capserve.core.markdown``)."""
     json_path, md_path = out_dir / "report.json", out_dir / "report.md"
     if not json_path.exists():
         return None
@@ -69,15 +74,28 @@ def amend_report_files(partial: CampaignReport, out_dir: Path, *, heading: str) 
     events += [event for event in added.get("events") or [] if event not in events]
     document.update({key: value for key, value in added.items() if key not in ("campaign", "stages", "events")})
     document["events"] = sorted(events, key=lambda event: str(event.get("occurred", "")))
-    sections = redact.redact(partial.to_markdown(images=False)).split("\n## ", 1)
+    if partial.cost is not None:
+        write_cost_plots(partial.cost, out_dir)  # the ledger's plots are redrawn with the ledger they show
+    added_markdown = redact.redact(partial.to_markdown())
+    if document["events"]:
+        rows = [{"occurred (UTC)": _when(event.get("occurred")), "event": f"`{event.get('event')}`"}
+                for event in document["events"]]
+        added_markdown += "\n## Events\n\n" + markdown_table(rows) + "\n"
     markdown = md_path.read_text(encoding="utf-8") if md_path.exists() else ""
-    if len(sections) == 2:
-        markdown = f"{markdown.rstrip()}\n\n# {heading}\n\n## {sections[1]}"
+    markdown = merge_sections(markdown, added_markdown, heading=heading)
     for path, text in ((json_path, json.dumps(document, indent=2) + "\n"), (md_path, markdown)):
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
     return json_path
+
+
+def _when(occurred: object) -> str:
+    """An event's time as the report's events table shows it (``CampaignReport.to_markdown``)."""
+    try:
+        return f"{datetime.fromisoformat(str(occurred)):%Y-%m-%d %H:%M:%S}"
+    except ValueError:
+        return str(occurred)
 
 
 @orchestrator_task(name="publish-report")

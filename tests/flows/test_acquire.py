@@ -80,12 +80,18 @@ def test_buys_once_records_the_lease_and_a_rerun_adopts() -> None:
     assert "**chosen**" in result.markdown()
     stored = read_record(record_ref(spec, RecordSettings()))
     assert stored is not None and stored.record.lease == result.lease
+    assert stored.record.purchase == result and result.bought_by  # the purchase whole, with the run that bought
 
     again = acquire(spec, settings=FAST)
     assert again.outcome == "adopted" and again.lease is not None
     assert again.lease.reservation_id == result.lease.reservation_id and again.lease.adopted
     assert again.lease.upfront_fee == result.lease.upfront_fee  # read back from the purchase's tag
     assert len(ext.calls("purchase_capacity_block")) == 1
+    # The adoption replaced the record's lease, not its purchase: a report of the adopting run can still tell it.
+    stored = read_record(record_ref(spec, RecordSettings()))
+    assert stored is not None and stored.record.lease == again.lease and stored.record.purchase == result
+    told = again.with_purchase(stored.record.purchase)
+    assert (told.ranking, told.bought_by, told.adopted_by) == (result.ranking, result.bought_by, again.adopted_by)
 
 
 def test_dry_run_checks_permissions_and_buys_nothing() -> None:

@@ -293,3 +293,64 @@ def test_a_run_suspended_for_approval_asks_at_info_where_to_approve(
     asked = [(r.levelno, r.getMessage()) for r in caplog.records if "waiting for approval" in r.getMessage()]
     assert [level for level, _ in asked] == [logging.INFO] and "approve or reject in" in asked[0][1].lower()
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("capserve")]
+
+
+def test_a_run_that_adopts_the_lease_reports_the_purchase_the_record_keeps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The serve run adopts the reservation the campaign run bought: its report (the campaign's final one) still
+    holds the offers considered, the chosen one, the fee and the run that bought it, read from the record."""
+    import capserve.flows.runner as runner_module
+    from capserve.core.capacity.offers import Offer
+    from capserve.core.capacity.ranking import ConsideredOffer, Ranking
+    from capserve.core.capacity.result import AcquireResult
+    from capserve.core.locations import BucketLocation
+    from capserve.core.record import CampaignRecord, RecordRef
+
+    bought_lease = lease()
+    offer = Offer(
+        provider="ec2-capacity-block", region="us-east-2", availability_zone="us-east-2a", offering_id="cb-chosen",
+        start=T0, end=T0 + timedelta(days=1), instance_type="p6-b300.48xlarge", instance_count=1, upfront_fee=2832.0,
+    )
+    other = offer.model_copy(update={"offering_id": "cb-other", "region": "us-west-2", "upfront_fee": 3100.0})
+    ranking = Ranking(policy="earliest-start", considered=[
+        ConsideredOffer(offer=offer, chosen=True, rank=1, reason="earliest start"),
+        ConsideredOffer(offer=other, chosen=False, rank=2, reason="dearer"),
+    ])
+    purchase = AcquireResult(
+        campaign_id="k3-demo", outcome="bought", lease=bought_lease, state=ReservationState.SCHEDULED,
+        ranking=ranking, message="Bought.", bought_by="campaign-k3-demo", bought_at=T0 - timedelta(days=2),
+    )
+    stored = CampaignRecord.new("k3-demo", T0).with_purchase(purchase, now=T0)
+
+    class RecordedContext(InMemoryContext):
+        @property
+        def saving(self) -> bool:
+            return True  # the record reached S3: the runner reads what other runs put there
+
+        @property
+        def record_ref(self) -> RecordRef:
+            return RecordRef(campaign_id="k3-demo", location=BucketLocation(bucket="records", region="us-east-2"))
+
+    monkeypatch.setattr(runner_module, "load_record", lambda ref: stored)
+    spec = load_spec(EXAMPLE)
+    options = RunOptions(out_dir=tmp_path, staging_dir=tmp_path / "staging")
+    ctx = RecordedContext.start(spec, Settings(), options)
+    held = bought_lease.model_copy(update={"adopted": True})
+
+    def adopt(context: CampaignContext) -> AcquireResult:
+        context.lease, context.reservation_state = held, ReservationState.ACTIVE
+        return AcquireResult(campaign_id="k3-demo", outcome="adopted", lease=held, state=ReservationState.ACTIVE,
+                             message="Holds cr-0123456789abcdef0 (active).", adopted_by="serve-k3-demo")
+
+    run(ctx, [Step(Stage.ACQUIRE, adopt)], TearDown())
+
+    report = written(tmp_path)
+    assert [o["offering_id"] for o in report["offers_considered"]] == ["cb-chosen", "cb-other"]  # type: ignore[index]
+    assert report["purchase"] == {  # type: ignore[comparison-overlap]
+        "bought_by": "campaign-k3-demo", "bought_at": (T0 - timedelta(days=2)).isoformat(),
+        "offering_id": "cb-chosen", "upfront_fee": 2832.0, "adopted_by": "serve-k3-demo", "approval": None,
+    }
+    markdown = (tmp_path / "report.md").read_text()
+    assert "Capacity: bought" in markdown and "adopted by run serve-k3-demo (active)" in markdown
+    assert "**chosen**" in markdown

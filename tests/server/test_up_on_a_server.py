@@ -110,5 +110,19 @@ def test_up_plays_the_whole_block_through_a_local_server_and_leaves_no_child_beh
     assert start < datetime.fromisoformat(bad["started_at"]) < datetime.fromisoformat(bad["ended_at"]) < drain
     assert {"capserve.evaluation.failed", "capserve.rollout.rolled-back"} <= {e["event"] for e in report["events"]}
     assert "## Redeploys" in markdown
+    # The final report is the campaign's whole story: the purchase the campaign run made (the offers it weighed, the
+    # one it chose, the fee) is still there after the serve run adopted the reservation and the later runs finished
+    # the report, and it says which run bought and which adopted.
+    purchase = report["purchase"]
+    assert (purchase["bought_by"], purchase["adopted_by"]) == ("campaign-k3-demo", "serve-k3-demo"), purchase
+    (chosen,) = [offer for offer in report["offers_considered"] if offer["chosen"]]
+    assert chosen["offering_id"] == purchase["offering_id"] and chosen["upfront_fee"] == report["lease"]["upfront_fee"]
+    assert purchase["upfront_fee"] == chosen["upfront_fee"] > 0 and purchase["approval"].startswith("not needed")
+    assert "## Capacity: bought" in markdown and "| adopted by | run `serve-k3-demo` |" in markdown
+    # One Cost section: the block's ledger rebuilt from the record at the block's end, not the serve run's projection.
+    assert cost["price_source"].startswith("Rebuilt after the serving run from the campaign record"), cost
+    assert markdown.count("\n## Cost\n") == 1 and cost["price_source"] in markdown
+    # What the serve run applied to the cluster, each object a file, in the campaign's report folder.
+    assert any(path.suffix == ".yaml" for path in (out / "manifests").iterdir())
     assert (out / "prefect" / "home" / "prefect.db").exists()  # the server's database is under --out
     assert set(prefect_children()) - before == set()

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from capserve.core.events import CapserveEvent
+from capserve.core.markdown import merge_sections
 from capserve.core.redeploy import RedeployEntry
 from capserve.core.report import CampaignReport
 from capserve.tasks.reporting import amend_report_files
@@ -42,7 +43,24 @@ def test_redeploys_and_their_events_are_added_once_in_time_order(tmp_path: Path)
     assert [(r["from"], r["to"], r["outcome"]) for r in document["redeploys"]] == [("a" * 40, "b" * 40, "rolled-back")]
     assert "events" not in document["redeploys"][0]  # report.json's redeploy entries keep their shape
     markdown = (tmp_path / "report.md").read_text()
-    assert "# After serving" in markdown and "## Redeploys" in markdown
+    assert (markdown.count("# After serving"), markdown.count("## Redeploys"), markdown.count("## Events")) == (1, 1, 1)
+    events_table = markdown.split("## Events", 1)[1]
+    assert "capserve.evaluation.passed" in events_table and "capserve.rollout.rolled-back" in events_table
+
+
+def test_a_section_the_report_has_is_replaced_where_it_stands() -> None:
+    """The block's ledger rebuilt after the redeploys is the report's one Cost section, where the serving run's
+    projection stood; what is new comes under the heading."""
+    served = "# Campaign `demo`\n\n## Capacity: bought\n\nfee\n\n## Cost\n\nprojected\n\n### Timeline\n\nold\n\n" \
+        "## Events\n\n| e |\n"
+    after_redeploy = merge_sections(served, "## Cost\n\nafter one redeploy\n\n## Redeploys\n\none\n",
+                                    heading="After redeploy 1")
+    final = merge_sections(after_redeploy, "## Teardown\n\ndeleted\n\n## Cost\n\nthe block's\n\n## Redeploys\n\none\n",
+                           heading="After serving")
+    assert final == (
+        "# Campaign `demo`\n\n## Capacity: bought\n\nfee\n\n## Cost\n\nthe block's\n\n## Events\n\n| e |\n\n"
+        "# After redeploy 1\n\n## Redeploys\n\none\n\n# After serving\n\n## Teardown\n\ndeleted\n"
+    )
 
 
 def test_nothing_to_finish_without_a_report(tmp_path: Path) -> None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from capserve.core.capacity.ranking import Ranking
 from capserve.core.capacity.states import ReservationState
@@ -29,6 +30,38 @@ class AcquireResult(BaseModel):
     forecasts: tuple[CostForecast, ...] = Field(
         (), max_length=20, description="Expected utilisation and cost per million tokens of the best-ranked offers."
     )
+    bought_by: str | None = Field(
+        None, max_length=200, description="The run that bought the lease (its flow run name)."
+    )
+    bought_at: AwareDatetime | None = Field(None, description="When that run bought it (the campaign's clock).")
+    adopted_by: str | None = Field(
+        None, max_length=200, description="The run that adopted the lease another run of the campaign bought."
+    )
+    approval: str | None = Field(
+        None, max_length=500,
+        description="For a purchase: whether a person had to approve it (their decision is the report's Approvals).",
+    )
+
+    def with_purchase(self, purchase: AcquireResult) -> AcquireResult:
+        """This adoption told with the purchase it adopted: the offers considered, the chosen one and the price,
+        as the run that bought them recorded them (the campaign record's ``purchase``), and who adopted it.
+
+        ``self`` unchanged unless it adopted the very reservation ``purchase`` bought."""
+        bought, held = purchase.lease, self.lease
+        if (
+            self.outcome != "adopted" or purchase.outcome != "bought" or bought is None or held is None
+            or bought.reservation_id != held.reservation_id
+        ):
+            return self
+        when = f" at {purchase.bought_at.isoformat()}" if purchase.bought_at else ""
+        adopter = f"run {self.adopted_by}" if self.adopted_by else "a later run of the campaign"
+        state = self.state or purchase.state
+        message = (
+            f"Bought {bought.reservation_id} for ${bought.upfront_fee:,.2f} by run {purchase.bought_by or 'unknown'}"
+            f"{when}; adopted by {adopter} ({state.value if state else 'state unknown'}); it ends "
+            f"{held.end.isoformat()}."
+        )
+        return purchase.model_copy(update={"state": state, "adopted_by": self.adopted_by, "message": message})
 
     @property
     def stopped(self) -> bool:
@@ -36,12 +69,23 @@ class AcquireResult(BaseModel):
         return self.lease is None
 
     def report_sections(self) -> dict[str, object]:
-        """The report.json keys this stage owns: ``lease`` and ``offers_considered``."""
-        return {
+        """The report.json keys this stage owns: ``lease``, ``offers_considered``, ``offers_forecast`` and, when
+        the lease was bought or adopted, ``purchase`` (which run bought it, when, and which run adopted it)."""
+        sections: dict[str, object] = {
             "lease": self.lease.report_section() if self.lease else None,
             "offers_considered": [c.report_entry() for c in self.ranking.considered] if self.ranking else [],
             "offers_forecast": [f.to_json() for f in self.forecasts],
         }
+        if self.bought_by or self.adopted_by:
+            sections["purchase"] = {
+                "bought_by": self.bought_by,
+                "bought_at": _iso(self.bought_at),
+                "offering_id": self.ranking.chosen.offering_id if self.ranking and self.ranking.chosen else None,
+                "upfront_fee": self.lease.upfront_fee if self.lease and self.bought_by else None,
+                "adopted_by": self.adopted_by,
+                "approval": self.approval,
+            }
+        return sections
 
     def markdown(self) -> str:
         lines = [f"## Capacity: {self.outcome}", ""]
@@ -58,8 +102,15 @@ class AcquireResult(BaseModel):
                 f"| window | {lease.start.isoformat()} → {lease.end.isoformat()} |",
                 f"| capacity | {lease.instance_count} × {lease.instance_type} |",
                 f"| upfront fee | ${lease.upfront_fee:,.2f} {lease.currency}{' (adopted)' if lease.adopted else ''} |",
-                "",
             ]
+            if self.bought_by:
+                at = f" at {self.bought_at.isoformat()}" if self.bought_at else ""
+                lines.append(f"| bought by | run `{self.bought_by}`{at} |")
+            if self.approval:
+                lines.append(f"| approval | {self.approval} |")
+            if self.adopted_by:
+                lines.append(f"| adopted by | run `{self.adopted_by}` |")
+            lines.append("")
         if self.ranking is not None and self.ranking.considered:
             lines += [
                 f"### Offers considered (policy: {self.ranking.policy})",
@@ -82,3 +133,7 @@ class AcquireResult(BaseModel):
             lines += ["Regions without a match:", ""]
             lines += [f"- {region}: {why}" for region, why in sorted(self.ranking.no_match.items())]
         return "\n".join(lines).rstrip() + "\n"
+
+
+def _iso(when: datetime | None) -> str | None:
+    return when.isoformat() if when else None
