@@ -11,7 +11,9 @@ back) and still adds up to the minute (docs/cost.md).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 
+from capserve.core.campaign_cost import PROJECTED
 from capserve.core.cost.causes import Cause
 from capserve.core.cost.inputs import CostInputs
 from capserve.core.redeploy import RedeployEntry
@@ -23,3 +25,18 @@ def with_redeploys(inputs: CostInputs, redeploys: Iterable[RedeployEntry]) -> Co
     kept = [interval for interval in inputs.intervals if interval.cause is not Cause.REDEPLOYS]
     down = [interval for entry in redeploys if (interval := entry.downtime()) is not None]
     return inputs.model_copy(update={"intervals": [*kept, *down]})
+
+
+def after_the_drain(inputs: CostInputs, drained_at: datetime | None) -> CostInputs:
+    """``inputs`` once the campaign's drain has run (``drained_at``, from the record; None: not yet): the serving
+    run's note that the serving after its report was projected to the drain point becomes what happened, the drain
+    run's time beside the drain point the ledger counts serving to (the figures stay: they end serving there)."""
+    window = inputs.window
+    if drained_at is None or window is None or not any(PROJECTED in note for note in inputs.notes):
+        return inputs
+    notes = [note for note in inputs.notes if PROJECTED not in note]
+    notes.append(
+        f"Serving is counted until the drain point, {window.drain_at:%Y-%m-%d %H:%M} UTC; the drain run ended at "
+        f"{drained_at:%Y-%m-%d %H:%M} UTC (the campaign record)."
+    )
+    return inputs.model_copy(update={"notes": notes})

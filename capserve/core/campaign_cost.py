@@ -57,6 +57,10 @@ _MAX_RESOURCE_HOURS = 24 * 366  # the bound of every usage's hours (capserve/cor
 _SAME_CLOCK = timedelta(seconds=5)
 
 
+PROJECTED = "is projected"
+"""What the serving run's note says of the serving it could not see yet (capserve.core.block_cost.after_the_drain)."""
+
+
 def campaign_cost_inputs(
     report: CampaignReport,
     spec: CampaignSpec,
@@ -95,7 +99,7 @@ def campaign_cost_inputs(
         intervals.append(serving)
         if serving.end > written_at + offset:
             notes.append(
-                f"Serving after {written_at + offset:%Y-%m-%d %H:%M} UTC is projected: the report was written then, "
+                f"Serving after {written_at + offset:%Y-%m-%d %H:%M} UTC {PROJECTED}: the report was written then, "
                 "and the endpoint is expected to serve until the drain point."
             )
     evaluation = document.get("evaluation")

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from capserve.core.block_cost import with_redeploys
+from capserve.core.block_cost import after_the_drain, with_redeploys
 from capserve.core.campaign_cost import campaign_cost_inputs
 from capserve.core.cost import CostLedger, build_ledger, load_price_table
 from capserve.core.cost.prices import PriceTable
 from capserve.core.errors import CapserveError
 from capserve.core.record import CampaignRecord
+from capserve.core.stages import Stage, StageStatus
 from capserve.flows.context import CampaignContext
 from capserve.tasks.clock import campaign_now, campaign_window
 from capserve.tasks.cost.clock import aws_clock_offset
@@ -48,12 +49,16 @@ def campaign_ledger(ctx: CampaignContext, *, interrupted: bool) -> CostLedger:
 
 def block_ledger(record: CampaignRecord) -> CostLedger | None:
     """The block's ledger as the record stands (a redeploy's or the teardown's run): the serving run's inputs with
-    every redeploy's downtime, priced from the packaged table. None when no run has served on a block yet."""
+    every redeploy's downtime, priced from the packaged table (once the drain has run, the serving run's projection
+    note gives way to it: capserve.core.block_cost.after_the_drain). None when no run has served on a block yet."""
     if record.cost_inputs is None:
         return None
     table = load_price_table()
     note = f"Rebuilt after the serving run from the campaign record; prices from the table dated {table.date}."
-    return build_ledger(with_redeploys(record.cost_inputs, record.redeploys), table, price_note=note)
+    drain = record.stage(Stage.DRAIN)
+    drained_at = drain.ended_at if drain is not None and drain.status is StageStatus.COMPLETED else None
+    inputs = after_the_drain(with_redeploys(record.cost_inputs, record.redeploys), drained_at)
+    return build_ledger(inputs, table, price_note=note)
 
 
 def _prices(ctx: CampaignContext, region: str, *, interrupted: bool) -> tuple[PriceTable, str]:

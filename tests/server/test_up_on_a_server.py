@@ -122,6 +122,7 @@ def test_up_plays_the_whole_block_through_a_local_server_and_leaves_no_child_beh
     # One Cost section: the block's ledger rebuilt from the record at the block's end, not the serve run's projection.
     assert cost["price_source"].startswith("Rebuilt after the serving run from the campaign record"), cost
     assert markdown.count("\n## Cost\n") == 1 and cost["price_source"] in markdown
+    assert not any("projected" in note for note in cost["notes"]), cost["notes"]  # the drain ran: nothing ahead
     # What the serve run applied to the cluster, each object a file, in the campaign's report folder.
     assert any(path.suffix == ".yaml" for path in (out / "manifests").iterdir())
     assert (out / "prefect" / "home" / "prefect.db").exists()  # the server's database is under --out
