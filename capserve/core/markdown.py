@@ -72,3 +72,8 @@ def merge_sections(markdown: str, added: str, *, heading: str) -> str:
         if not (block[0].startswith("# ") and i > 0 and (i + 1 == len(kept) or kept[i + 1][0].startswith("# ")))
     ]
     return "\n".join("\n".join(block).rstrip() + "\n" for block in cleaned).rstrip() + "\n"
+
+
+def without_images(markdown: str) -> str:
+    """``markdown`` without its image lines: the Prefect UI's artifact view cannot show the report folder's PNGs."""
+    return "\n".join(line for line in markdown.split("\n") if not line.startswith("!["))

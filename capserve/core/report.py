@@ -28,7 +28,7 @@ from capserve.core.cluster.result import ClusterResult, PreparedCluster
 from capserve.core.cost.ledger import CostLedger
 from capserve.core.evaluation.result import EvaluationResult
 from capserve.core.events import CapserveEvent
-from capserve.core.markdown import markdown_table
+from capserve.core.markdown import markdown_table, without_images
 from capserve.core.plan_check import plan_markdown
 from capserve.core.planner import ServingPlan
 from capserve.core.record import Approval
@@ -253,7 +253,7 @@ class CampaignReport(BaseModel):
             lines += ["", "## Events", "", markdown_table([_event_row(e) for e in self.events]).rstrip()]
         text = "\n".join(lines)
         if not images:
-            text = "\n".join(line for line in text.split("\n") if not line.startswith("!["))
+            text = without_images(text)
         return text + "\n"
 
 

@@ -8,6 +8,7 @@ accept new task runs. The UI artifact is published separately, best effort.
 from __future__ import annotations
 
 import json
+import logging
 from datetime import datetime
 from pathlib import Path
 
@@ -17,7 +18,7 @@ matplotlib.use("Agg")  # no display here or in CI; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 from prefect.artifacts import create_markdown_artifact  # noqa: E402
 
-from capserve.core.markdown import markdown_table, merge_sections  # noqa: E402
+from capserve.core.markdown import markdown_table, merge_sections, without_images  # noqa: E402
 from capserve.core.report import CampaignReport, StageRecord  # noqa: E402
 from capserve.core.stages import StageStatus  # noqa: E402
 from capserve.tasks.cost.plots import write_cost_plots  # noqa: E402
@@ -87,7 +88,23 @@ def amend_report_files(partial: CampaignReport, out_dir: Path, *, heading: str) 
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
+    _republish(partial.campaign, markdown)
     return json_path
+
+
+def _republish(campaign_id: str, markdown: str) -> None:
+    """The campaign's artifact in the UI becomes the amended report (its one key, updated in place), best effort:
+    the files are the report; a server that cannot take the artifact now must not fail the run that amended them."""
+    try:
+        create_markdown_artifact(key=_artifact_key(campaign_id), markdown=without_images(markdown),
+                                 description="Campaign report")
+    except Exception as exc:  # the artifact is a copy for the UI; the files are written
+        logging.getLogger(__name__).warning("the UI's copy of %s's report was not updated: %s", campaign_id, exc)
+
+
+def _artifact_key(campaign_id: str) -> str:
+    """One artifact key per campaign (campaigns never overwrite each other's), the same for every run of it."""
+    return f"{campaign_id}-report"
 
 
 def _when(occurred: object) -> str:
@@ -103,7 +120,7 @@ def publish_report(report: CampaignReport) -> None:
     """The report as a Prefect artifact, for the UI: the stage table is its timeline (the UI shows no local
     image), the key holds the campaign so campaigns never overwrite each other's."""
     create_markdown_artifact(
-        key=f"{report.campaign}-report", markdown=report.to_markdown(images=False), description="Campaign report"
+        key=_artifact_key(report.campaign), markdown=report.to_markdown(images=False), description="Campaign report"
     )
 
 

@@ -66,3 +66,27 @@ def test_a_section_the_report_has_is_replaced_where_it_stands() -> None:
 def test_nothing_to_finish_without_a_report(tmp_path: Path) -> None:
     assert amend_report_files(CampaignReport(campaign="demo"), tmp_path, heading="After serving") is None
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_campaigns_artifact_becomes_the_amended_report_without_its_images(tmp_path: Path) -> None:
+    """The UI's copy of the report is the campaign's one artifact, updated in place by the run that amends it."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    campaign = f"amend-{uuid.uuid4().hex[:8]}"
+    served = CampaignReport(campaign=campaign, events=[event("capserve.evaluation.passed", T0)])
+    (tmp_path / "report.json").write_text(json.dumps(served.to_json()))
+    (tmp_path / "report.md").write_text(served.to_markdown() + "\n![timeline](timeline.png)\n")
+    entry = RedeployEntry(
+        from_sha="a" * 40, to_sha="b" * 40, trigger="revision-published", strategy="recreate", verdict="pass",
+        outcome="promoted", serving_sha="b" * 40, started_at=T0 + timedelta(hours=8),
+        ended_at=T0 + timedelta(hours=9), detail="promoted",
+    )
+    amend_report_files(CampaignReport(campaign=campaign, redeploys=[entry]), tmp_path, heading="After redeploy 1")
+
+    with get_client(sync_client=True) as client:
+        latest = client.read_latest_artifacts(artifact_filter=ArtifactFilter(
+            key=ArtifactFilterKey(any_=[f"{campaign}-report"])))
+    assert [artifact.key for artifact in latest] == [f"{campaign}-report"]
+    shown = str(latest[0].data)
+    assert "# After redeploy 1" in shown and "## Redeploys" in shown and "![" not in shown
