@@ -92,8 +92,12 @@ def test_up_plays_the_whole_block_through_a_local_server_and_leaves_no_child_beh
     assert took >= timedelta(minutes=15), staged
     # The GPU nodes joined in the modelled launch-and-join half hour, measured from the nodes' own registration
     # and Ready times (the API server's clock is the block's), not in the seconds the sandbox took to make them.
+    # What the sandbox plays is the time to Ready; after it, bring-up's own polls for the device plugin count at the
+    # busy rate and grow with the machine's load, so they bound nothing here.
     join = report["cluster"]["node_join"]
-    assert join["predicted_s"] <= join["measured_s"] < join["predicted_s"] * 1.10, join
+    to_ready = (datetime.fromisoformat(join["ready_at"]) - datetime.fromisoformat(join["began_at"])).total_seconds()
+    assert join["predicted_s"] <= to_ready < join["predicted_s"] * 1.10, join
+    assert join["measured_s"] >= to_ready, join
     assert join["began_at"] < join["registered_at"] <= join["ready_at"] <= join["usable_at"], join
     assert report["teardown"]["deleted"] and report["cost"]["serving_gpu_hours"] > 0
     # Mid-block the sandbox Hub published a revision whose quality fails the gate: the watcher saw it, the
