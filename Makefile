@@ -14,12 +14,12 @@ export PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW := ignore
 
 .PHONY: install demo demo-in-process test test-faults lint typecheck unit bench faults vllm-venv clean iam-policies
 
-# '.[dev]' brings the '[sandbox]' extra (moto, the fake Kubernetes' packages) that make demo and
-# make test need; a production install is plain 'pip install .' (docs/README.md).
-$(STAMP): pyproject.toml
+# The product and its stand-ins (sandbox/, a distribution of its own: moto, the fake Kubernetes, the Hub) that
+# make demo and make test need; a production install is plain 'pip install .' (docs/README.md).
+$(STAMP): pyproject.toml sandbox/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev]' -e ./sandbox
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -37,7 +37,7 @@ iam-policies: install
 	$(PY) -m capserve.core.permissions --write docs/iam
 
 lint: install
-	$(VENV)/bin/ruff check capserve tests bench faults
+	$(VENV)/bin/ruff check capserve sandbox tests bench faults
 
 typecheck: install
 	$(VENV)/bin/mypy

@@ -16,10 +16,10 @@ import sys
 import time
 
 import httpx
+from capserve_sandbox.openai_server import Dist, SandboxConfig, serve
 
 from capserve.core.evaluation.spec import LoadSpec
 from capserve.core.evaluation.workload import plan_requests, stream_chat_payload
-from capserve.sandbox.openai_server import Dist, SandboxConfig, serve
 from capserve.tasks.evaluation.load import run_point
 
 LEVELS = (8, 32, 64, 128, 256)

@@ -8,7 +8,7 @@ what was cut) and is itself killed at the next point; and so on to the last poin
 steady worker ends the campaign, ``capserve down`` tears it down, and the chain is counted.
 
 Kill points are either a stage boundary (the campaign record says the stage ended) or a request the sandbox
-holds (``capserve.sandbox.gates``) until the kill: the purchase after AWS bought, a checkpoint file
+holds (``capserve_sandbox.gates``) until the kill: the purchase after AWS bought, a checkpoint file
 mid-download, a server-side apply, the LeaderWorkerSet's apply, a node group's deletion.
 
 Why chains rather than one campaign per kill point: a row's cost is mostly fixed (a flow-run process starts,

@@ -85,7 +85,7 @@ def server_in_background(out_dir: Path, *, keep_server: bool, console: Console) 
 @dataclass(frozen=True)
 class HubWatches:
     """Hub watches to ask for once the campaign run has scheduled its lease: the sandbox's simulated block
-    publishes revisions at times its clock knows only then (``capserve.sandbox.revisions``)."""
+    publishes revisions at times its clock knows only then (``capserve_sandbox.revisions``)."""
 
     regions: list[str]  # where the watcher looks for campaign records
     times: Callable[[], list[datetime]]  # when, on the campaign's clock

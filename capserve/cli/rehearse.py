@@ -15,6 +15,7 @@ from rich.markup import escape
 
 from capserve.cli.exit_codes import ExitCode
 from capserve.cli.inputs import load_option, writable_dir
+from capserve.cli.stand_ins import stand_in
 from capserve.core.errors import CapserveError, SpecError
 from capserve.core.spec import load_spec
 from capserve.tasks.secrets import redact
@@ -51,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
         refused = rehearsal_refusal(spec)
         if refused is not None:
             raise SpecError(f"{args.spec}: {refused}")
+        stand_ins = stand_in("environment") if args.sandbox else None  # a production install has none: exit 2
         if args.sandbox:
             load_option(spec.evaluation.load, f"{args.spec}: evaluation.load")
         else:  # as `capserve up`: missing or refused credentials are one line (exit 2) before anything starts
@@ -68,13 +70,8 @@ def run(args: argparse.Namespace) -> int:
 
     hub_endpoint: str | None = None
     with ExitStack() as stack:
-        if args.sandbox:
-            try:
-                from capserve.sandbox.environment import sandbox
-            except ModuleNotFoundError as exc:  # a production install has no [sandbox] extra
-                console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
-                return ExitCode.BAD_INPUT
-            endpoints = stack.enter_context(sandbox(served_model_name=spec.served_model_name))
+        if stand_ins is not None:
+            endpoints = stack.enter_context(stand_ins.sandbox(served_model_name=spec.served_model_name))
             console.print(
                 f"sandbox: AWS {endpoints.aws} ({endpoints.region}), Hub {endpoints.hub}, Kubernetes {endpoints.kube}",
                 highlight=False,

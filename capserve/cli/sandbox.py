@@ -11,7 +11,7 @@ credentials) and waits until Ctrl-C or SIGTERM, then stops everything it started
 
 The stand-ins keep their state in memory for as long as the service runs, so the worker, re-runs of a
 campaign and crash tests all see one "AWS" and one "cluster"; it is lost when the service stops. The file
-also names a loopback control endpoint (``CAPSERVE_SANDBOX_CONTROL``, ``capserve/sandbox/control.py``)
+also names a loopback control endpoint (``CAPSERVE_SANDBOX_CONTROL``, ``sandbox/capserve_sandbox/control.py``)
 where a harness holds requests and reads what the sandbox sold and deleted (the fault matrix, docs/faults.md).
 """
 
@@ -29,6 +29,7 @@ from rich.console import Console
 
 from capserve.cli.exit_codes import ExitCode
 from capserve.cli.inputs import writable_dir
+from capserve.cli.stand_ins import stand_in
 from capserve.core.errors import SpecError
 
 WORKER_ENV_KEYS = (
@@ -86,8 +87,7 @@ def run(args: argparse.Namespace) -> int:
     if args.env_file.is_dir():
         raise SpecError(f"--env-file: {args.env_file} is a folder; give the path of a file to write")
     writable_dir(args.env_file.parent, "--env-file")
-    from capserve.sandbox.control import control_endpoint  # the [sandbox] extra, only for this command
-    from capserve.sandbox.environment import Simulation, sandbox
+    environment, controls = stand_in("environment"), stand_in("control")
 
     console = Console()
     stop = threading.Event()
@@ -97,10 +97,10 @@ def run(args: argparse.Namespace) -> int:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        simulate = Simulation() if args.simulate else None
+        simulate = environment.Simulation() if args.simulate else None
         with (
-            sandbox(served_model_name=args.model, region=args.region, simulate=simulate) as far_ends,
-            control_endpoint() as control,
+            environment.sandbox(served_model_name=args.model, region=args.region, simulate=simulate) as far_ends,
+            controls.control_endpoint() as control,
         ):
             env = worker_environment(dict(os.environ), hub=far_ends.hub, inference=far_ends.inference)
             env["CAPSERVE_SANDBOX_CONTROL"] = control  # for harnesses (python -m faults); a worker ignores it

@@ -15,6 +15,7 @@ from rich.markup import escape
 
 from capserve.cli.exit_codes import ExitCode
 from capserve.cli.inputs import api_key_option, endpoint_option, load_option, writable_dir
+from capserve.cli.stand_ins import stand_in
 from capserve.core.errors import CapserveError, SpecError
 from capserve.core.spec import load_spec, new_campaign_problems
 from capserve.tasks.secrets import redact
@@ -145,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
             from capserve.core.evaluation.quality import golden_from_file
 
             golden_from_file(spec.evaluation.quality.golden_path)
+        stand_ins = stand_in("environment") if args.sandbox else None  # a production install has none: exit 2
         if not args.sandbox:
             # Before any server starts or anything is planned: missing or refused credentials are one line (exit 2),
             # an STS that cannot be reached exit 4.
@@ -179,21 +181,15 @@ def run(args: argparse.Namespace) -> int:
 
             # The server boots and the deployments register while the sandbox comes up.
             server = stack.enter_context(server_in_background(out_dir, keep_server=args.keep_server, console=console))
-        if args.sandbox:
-            try:
-                from capserve.sandbox.environment import sandbox
-            except ModuleNotFoundError as exc:  # a production install has no [sandbox] extra
-                console.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
-                return 2
-
+        if stand_ins is not None:
             simulate = None
             if not args.in_process and not args.real_time and "PREFECT_API_URL" not in os.environ:
-                from capserve.sandbox.environment import Simulation, stands_for
-
-                simulate = Simulation(
-                    revisions=args.revisions, stands_for=stands_for(spec.model.catalog, spec.model.repo)
+                simulate = stand_ins.Simulation(
+                    revisions=args.revisions, stands_for=stand_ins.stands_for(spec.model.catalog, spec.model.repo)
                 )
-            endpoints = stack.enter_context(sandbox(served_model_name=spec.served_model_name, simulate=simulate))
+            endpoints = stack.enter_context(
+                stand_ins.sandbox(served_model_name=spec.served_model_name, simulate=simulate)
+            )
             if simulate is not None:
                 console.print(
                     f"sandbox: simulated window, {simulate.rate:g}× wall time between scheduled runs, "

@@ -438,7 +438,7 @@ class TeardownSpec(StrictModel):
         return end - timedelta(minutes=self.hard_teardown_before_end_minutes)
 
 
-# What the sandbox Hub serves (capserve.sandbox.hub.TINY_K3): a checkpoint of a few MB that plans onto one node
+# What the sandbox Hub serves (capserve_sandbox.hub.TINY_K3): a checkpoint of a few MB that plans onto one node
 # of any GPU type. Against AWS, name a small model the Hub really has (docs/rehearsal.md).
 DEFAULT_REHEARSAL_REPO = "capserve-sandbox/tiny-k3"
 

@@ -2,7 +2,7 @@
 
 On AWS it is this host's clock (``CAPSERVE_CLOCK_URL`` unset: ``WarpedWindow.real_time``, the identity).
 The sandbox can simulate a window faster than wall time (``capserve sandbox --simulate``, ``make demo``); it
-then serves its clock's mapping at ``CAPSERVE_CLOCK_URL`` (``capserve.sandbox.clock_server``), and every
+then serves its clock's mapping at ``CAPSERVE_CLOCK_URL`` (``capserve_sandbox.clock_server``), and every
 "now" the campaign takes, and every wall time it schedules a run at, comes from that mapping. The code is
 the same in both cases: only the mapping differs.
 
@@ -27,10 +27,9 @@ from uuid import uuid4
 
 import httpx
 
+from capserve.core.environ import CLOCK_URL_ENV
 from capserve.core.errors import PermanentError, RetryableError
 from capserve.core.warp import WarpedWindow
-
-CLOCK_URL_ENV = "CAPSERVE_CLOCK_URL"
 
 _log = logging.getLogger(__name__)
 

@@ -35,6 +35,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from prefect.cache_policies import NO_CACHE
 
 from capserve.core.cluster.naming import campaign_tags, tag_list
+from capserve.core.environ import REGISTRY_TOOL_ENV
 from capserve.core.errors import PermanentError
 from capserve.core.rollout.image import (
     DIGEST,
@@ -51,7 +52,6 @@ from capserve.tasks.resilience import aws_task, local_task
 from capserve.tasks.run_log import run_logger
 from capserve.tasks.secrets import redactor, register_secret
 
-REGISTRY_TOOL_ENV = "CAPSERVE_REGISTRY_TOOL"
 PLATFORM = "linux/amd64"
 COMPONENT = "serving-image"
 _TOOL_TIMEOUT_S = 4 * 3600  # a 20 GB copy at a slow 2 MB/s still ends in time

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
-from capserve.sandbox.aws import moto_sandbox
+from capserve_sandbox.aws import moto_sandbox
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import boto3
+from capserve_sandbox.aws_ext import capacity as ext
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import StateType
 from prefect.flow_engine import run_flow
@@ -14,7 +15,6 @@ from prefect.states import Cancelled, Running, Scheduled
 from capserve.core.lease import Lease
 from capserve.core.record import CampaignRecord, record_key
 from capserve.flows.window import serve
-from capserve.sandbox.aws_ext import capacity as ext
 from capserve.tasks.scheduling import cancelled_before_start
 from tests.aws.test_orphan_teardown import BUCKET, NOW, REGION, records, spec
 

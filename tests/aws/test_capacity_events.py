@@ -13,6 +13,8 @@ from typing import Any
 
 import boto3
 import pytest
+from capserve_sandbox.aws_ext import capacity as ext
+from capserve_sandbox.clock import CLOCK
 from prefect.client.orchestration import get_client
 
 from capserve.cli import main
@@ -27,8 +29,6 @@ from capserve.core.aws_events import (
 )
 from capserve.core.events import CapserveEvent
 from capserve.flows.forward_events import forward_capacity_events
-from capserve.sandbox.aws_ext import capacity as ext
-from capserve.sandbox.clock import CLOCK
 from capserve.tasks.aws_events import (
     converge_capacity_events,
     converge_queues,

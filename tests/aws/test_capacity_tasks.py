@@ -10,14 +10,14 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from capserve_sandbox.aws_ext import capacity as ext
+from capserve_sandbox.clock import CLOCK
 
 from capserve.core.capacity.ranking import rank_offers
 from capserve.core.capacity.settings import CapacitySettings
 from capserve.core.capacity.states import ReservationState
 from capserve.core.errors import PermanentError, RetryableError, WaitTimeoutError
 from capserve.core.spec import CapacitySpec
-from capserve.sandbox.aws_ext import capacity as ext
-from capserve.sandbox.clock import CLOCK
 from capserve.tasks.capacity.purchase import PurchaseOutcomeUnknownError, preflight_purchase, purchase
 from capserve.tasks.capacity.reservations import (
     describe_reservation_by_id,

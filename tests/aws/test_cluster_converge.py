@@ -15,6 +15,7 @@ from urllib.parse import unquote
 
 import boto3
 import pytest
+from capserve_sandbox.aws_ext import eks as eks_ext
 
 from capserve.core.catalog import get_instance_type
 from capserve.core.cluster.hyperpod import cluster_security_groups, on_create_script
@@ -23,7 +24,6 @@ from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.errors import PermanentError
 from capserve.core.lease import Lease
 from capserve.core.tags import CAMPAIGN_TAG
-from capserve.sandbox.aws_ext import eks as eks_ext
 from capserve.tasks.cluster.eks import (
     converge_access_entries,
     converge_cluster,

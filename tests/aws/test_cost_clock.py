@@ -6,9 +6,9 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
+from capserve_sandbox.aws import moto_sandbox
+from capserve_sandbox.clock import CLOCK
 
-from capserve.sandbox.aws import moto_sandbox
-from capserve.sandbox.clock import CLOCK
 from capserve.tasks.cost.clock import aws_clock_offset
 
 REGION = "us-east-2"

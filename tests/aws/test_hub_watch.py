@@ -11,6 +11,9 @@ from typing import Any
 
 import boto3
 import pytest
+from capserve_sandbox.aws import moto_sandbox
+from capserve_sandbox.hub import local_hub
+from capserve_sandbox.hub.server import HubState
 from prefect.client.orchestration import get_client
 
 from capserve.core.hub_watch import watch_target
@@ -19,9 +22,6 @@ from capserve.core.record import CampaignRecord, RolloutRecord, StageEntry, reco
 from capserve.core.spec import CampaignSpec, load_spec
 from capserve.core.stages import Stage, StageStatus
 from capserve.flows.hub_watch import watch_hub
-from capserve.sandbox.aws import moto_sandbox
-from capserve.sandbox.hub import local_hub
-from capserve.sandbox.hub.server import HubState
 from tests.unit.rollout_fixtures import config_for, k3_plan
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml"

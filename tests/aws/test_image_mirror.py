@@ -7,14 +7,15 @@ from collections.abc import Iterator
 
 import boto3
 import pytest
+from capserve_sandbox.aws import moto_sandbox, patched_environ
+from capserve_sandbox.registry import registry_tool_command, upstream
 
+from capserve.core.environ import REGISTRY_TOOL_ENV
 from capserve.core.errors import PermanentError
 from capserve.core.tags import CAMPAIGN_TAG
 from capserve.core.teardown import TeardownSettings, plan_teardown
 from capserve.core.teardown.plan import Phase
-from capserve.sandbox.aws import moto_sandbox, patched_environ
-from capserve.sandbox.registry import registry_tool_command, upstream
-from capserve.tasks.image_mirror import REGISTRY_TOOL_ENV, mirror_image
+from capserve.tasks.image_mirror import mirror_image
 from capserve.tasks.teardown.execute import execute_plan
 from capserve.tasks.teardown.inventory import inventory_campaign
 from capserve.tasks.teardown.sightings import find_campaigns

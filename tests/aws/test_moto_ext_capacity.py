@@ -10,9 +10,8 @@ import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
-
-from capserve.sandbox.aws_ext import capacity as ext
-from capserve.sandbox.clock import CLOCK
+from capserve_sandbox.aws_ext import capacity as ext
+from capserve_sandbox.clock import CLOCK
 
 REGION = "us-east-2"
 NO_RETRIES = Config(retries={"mode": "standard", "total_max_attempts": 1})

@@ -1,5 +1,5 @@
 """The campaign's network against the sandbox's moto: converge (private GPU subnet, NAT gateway, S3 endpoint),
-EKS's zone rule, and the NAT gateway / Elastic IP lifecycle the teardown relies on (capserve.sandbox.aws_ext.network).
+EKS's zone rule, and the NAT gateway / Elastic IP lifecycle the teardown relies on (capserve_sandbox.aws_ext.network).
 
 Campaign ids differ per test: moto's backends live for the whole module.
 """
@@ -11,10 +11,10 @@ from typing import Any
 import boto3
 import pytest
 from botocore.exceptions import ClientError
+from capserve_sandbox.aws_ext import eks as eks_ext
 
 from capserve.core.errors import PermanentError
 from capserve.core.tags import CAMPAIGN_TAG
-from capserve.sandbox.aws_ext import eks as eks_ext
 from capserve.tasks.cluster.eks import converge_cluster
 from capserve.tasks.cluster.iam import converge_roles
 from capserve.tasks.cluster.network import converge_network

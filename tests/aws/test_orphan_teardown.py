@@ -15,6 +15,7 @@ from typing import Any
 
 import boto3
 import pytest
+from capserve_sandbox.aws import moto_sandbox
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import State
 from prefect.states import Cancelled, Crashed, Running, Scheduled
@@ -25,7 +26,6 @@ from capserve.core.schedule import campaign_tag
 from capserve.core.spec import CampaignSpec, load_spec
 from capserve.core.teardown.result import TeardownResult
 from capserve.flows.window import teardown_orphan
-from capserve.sandbox.aws import moto_sandbox
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml"
 REGION = "us-east-2"

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 import boto3
 import pytest
 from botocore.exceptions import ClientError
+from capserve_sandbox.aws_ext import eks as eks_ext
 
 from capserve.core.lease import ON_DEMAND, ON_DEMAND_RESERVATION, Lease
-from capserve.sandbox.aws_ext import eks as eks_ext
 from capserve.tasks.cluster.eks import converge_cluster, converge_launch_template, converge_nodegroup
 from capserve.tasks.cluster.iam import converge_roles
 from capserve.tasks.cluster.network import converge_network

@@ -9,14 +9,14 @@ from typing import Any
 
 import boto3
 import pytest
+from capserve_sandbox.aws import patched_environ
+from capserve_sandbox.aws_ext import capacity as ext
+from capserve_sandbox.clock import CLOCK
+from capserve_sandbox.clock_server import clock_server
 
 from capserve.core.errors import PermanentError
 from capserve.core.schedule import ScheduledStage, planned_runs, slow_spans
 from capserve.core.spec import TeardownSpec
-from capserve.sandbox.aws import patched_environ
-from capserve.sandbox.aws_ext import capacity as ext
-from capserve.sandbox.clock import CLOCK
-from capserve.sandbox.clock_server import clock_server
 from capserve.tasks.clock import (
     CLOCK_URL_ENV,
     begin_at_waypoint,
@@ -151,7 +151,7 @@ def test_the_clock_knows_while_a_run_works_on_the_block(simulated: str) -> None:
 
 
 def test_on_a_played_block_eks_takes_the_modelled_minutes_and_the_clock_skips_through_them(simulated: str) -> None:
-    from capserve.sandbox.aws_ext import eks as eks_ext
+    from capserve_sandbox.aws_ext import eks as eks_ext
 
     _play_past_a_waypoint()
     eks_ext.BEHAVIOUR.modelled = eks_ext.ModelledDurations(control_plane_s=900, system_nodes_s=300, gpu_nodes_s=1800)
@@ -181,7 +181,8 @@ def test_on_a_played_block_eks_takes_the_modelled_minutes_and_the_clock_skips_th
 def test_a_poll_on_a_played_block_waits_its_interval_on_the_block_not_on_this_host(simulated: str) -> None:
     """A 15-s poll at 60 simulated seconds per wall second would see a control plane that is ACTIVE at 15 min
     only a quarter of an hour later: the pause is 15 s of the block."""
-    from capserve.sandbox.aws_ext import eks as eks_ext
+    from capserve_sandbox.aws_ext import eks as eks_ext
+
     from capserve.tasks.cluster.eks import existing_cluster
 
     _play_past_a_waypoint()

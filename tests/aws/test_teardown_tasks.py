@@ -11,14 +11,14 @@ from datetime import UTC, datetime, timedelta
 
 import boto3
 import pytest
+from capserve_sandbox.aws import moto_sandbox
+from capserve_sandbox.aws_ext import eks as eks_ext
 
 from capserve.core.errors import PermanentError
 from capserve.core.lease import Lease
 from capserve.core.tags import CAMPAIGN_TAG
 from capserve.core.teardown import TeardownSettings, plan_teardown
 from capserve.core.teardown.plan import Phase
-from capserve.sandbox.aws import moto_sandbox
-from capserve.sandbox.aws_ext import eks as eks_ext
 from capserve.tasks.cluster.eks import (
     converge_cluster,
     converge_launch_template,

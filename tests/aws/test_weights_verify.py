@@ -8,10 +8,10 @@ from pathlib import Path
 
 import boto3
 import pytest
+from capserve_sandbox.aws import moto_sandbox
 
 from capserve.core.locations import BucketLocation
 from capserve.core.weights.manifest import StagedFile, WeightsManifest, manifest_key
-from capserve.sandbox.aws import moto_sandbox
 from capserve.tasks.weights.s3 import ensure_weights_bucket, publish_document, publish_file, verify_published
 
 REGION = "us-east-2"

@@ -28,10 +28,10 @@ from typing import Any
 import boto3
 import pytest
 import yaml
+from capserve_sandbox.aws import moto_sandbox
+from capserve_sandbox.aws_ext import capacity as capacity_ext
 
 from capserve.cli import main
-from capserve.sandbox.aws import moto_sandbox
-from capserve.sandbox.aws_ext import capacity as capacity_ext
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml"
 BASE: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
@@ -389,7 +389,7 @@ def guarded(aws: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Tripwir
         ("capserve.flows.evaluate", "evaluate_endpoint"),
         ("capserve.flows.teardown", "teardown"),
         ("capserve.flows.rehearse", "rehearse"),
-        ("capserve.sandbox.environment", "sandbox"),
+        ("capserve_sandbox.environment", "sandbox"),
         ("capserve.cli._server", "server_in_background"),  # the default mode's Prefect server
     ):
         wire = Tripwire(name)

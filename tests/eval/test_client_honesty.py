@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from capserve_sandbox.openai_server import Dist, SandboxConfig, serve
 
 from capserve.cli import main
 from capserve.core.evaluation import EvaluationSpec, GateSpec, LoadResult, LoadSpec, summarize_run
@@ -23,7 +24,6 @@ from capserve.core.evaluation.client_limits import (
 from capserve.core.evaluation.records import ClientStats, RequestRecord, RunRecord
 from capserve.core.evaluation.result import evaluate_gates, refused_point
 from capserve.flows.evaluate import evaluate_endpoint
-from capserve.sandbox.openai_server import Dist, SandboxConfig, serve
 from capserve.tasks.evaluation.control import Budget, make_client, run_smoke_checks
 from capserve.tasks.evaluation.load import run_point
 from capserve.tasks.evaluation.loadgen import _local_errno

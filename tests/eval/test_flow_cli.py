@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+from capserve_sandbox.openai_server import Faults, SandboxConfig, serve
 
 from capserve.cli import main
 from capserve.core.evaluation import EvaluationSpec, LoadSpec
 from capserve.flows.evaluate import evaluate_endpoint, public_url
-from capserve.sandbox.openai_server import Faults, SandboxConfig, serve
 
 SMALL_LOAD = LoadSpec(
     concurrency_levels=(1, 4),

@@ -16,10 +16,10 @@ from typing import Any
 
 import httpx
 import pytest
+from capserve_sandbox.openai_server import SandboxConfig, serve
+from capserve_sandbox.vllm_cpu import VllmCpuSettings
 
 from capserve.core.evaluation.sse import SseDecoder
-from capserve.sandbox.openai_server import SandboxConfig, serve
-from capserve.sandbox.vllm_cpu import VllmCpuSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).parent / "fixtures" / "vllm_stream_chunks.json"

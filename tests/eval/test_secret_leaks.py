@@ -19,9 +19,9 @@ from urllib.parse import quote
 
 import pytest
 import yaml
+from capserve_sandbox.openai_server import Faults, SandboxConfig, serve
 
 from capserve.cli import main
-from capserve.sandbox.openai_server import Faults, SandboxConfig, serve
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml"
 API_KEY = "sk-planted-endpoint-key-7Q2x9ZvW"

@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from capserve_sandbox.vllm_cpu import VllmCpuSettings, serve_vllm, unavailable_reason
 
 from capserve.core.evaluation import EvaluationSpec
 from capserve.flows.evaluate import evaluate_endpoint
-from capserve.sandbox.vllm_cpu import VllmCpuSettings, serve_vllm, unavailable_reason
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

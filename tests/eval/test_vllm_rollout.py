@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from capserve_sandbox.kube import FakeKube, fake_kube
+from capserve_sandbox.vllm_cpu import VllmCpuSettings, unavailable_reason
 from pydantic import SecretStr
 
 from capserve.core.cluster.addons import GPU_TOLERATIONS
@@ -29,8 +31,6 @@ from capserve.core.rollout.startup_log import engine_startup_from_log
 from capserve.core.weights.settings import WeightsSettings
 from capserve.core.weights.staging_job import CONTAINER_DIR
 from capserve.flows.evaluate import evaluate_endpoint
-from capserve.sandbox.kube import FakeKube, fake_kube
-from capserve.sandbox.vllm_cpu import VllmCpuSettings, unavailable_reason
 from capserve.tasks import kube as tasks_kube
 from capserve.tasks.rollout.access import key_in_environment, port_forward
 from capserve.tasks.rollout.objects import apply_objects, ensure_api_key

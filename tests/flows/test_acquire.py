@@ -9,6 +9,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from capserve_sandbox.aws import moto_sandbox
+from capserve_sandbox.aws_ext import capacity as ext
+from capserve_sandbox.clock import CLOCK
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
 from prefect.client.schemas.objects import StateType
@@ -25,9 +28,6 @@ from capserve.core.settings import RecordSettings
 from capserve.core.spec import CampaignSpec, parse_spec
 from capserve.core.stages import Stage, StageStatus
 from capserve.flows.acquire import acquire
-from capserve.sandbox.aws import moto_sandbox
-from capserve.sandbox.aws_ext import capacity as ext
-from capserve.sandbox.clock import CLOCK
 from capserve.tasks.capacity.purchase import purchase
 from capserve.tasks.capacity.search import search_offers, search_zones
 from capserve.tasks.locations import record_ref

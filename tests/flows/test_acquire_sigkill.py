@@ -17,15 +17,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from capserve_sandbox.aws import moto_sandbox
+from capserve_sandbox.aws_ext import capacity as ext
+from capserve_sandbox.clock import CLOCK
 from prefect.settings import PREFECT_API_URL
 
 from capserve.core.capacity.settings import CapacitySettings
 from capserve.core.settings import RecordSettings
 from capserve.core.spec import parse_spec
 from capserve.flows.acquire import acquire
-from capserve.sandbox.aws import moto_sandbox
-from capserve.sandbox.aws_ext import capacity as ext
-from capserve.sandbox.clock import CLOCK
 from capserve.tasks.locations import record_ref
 from capserve.tasks.record_store import read_record
 

@@ -9,6 +9,9 @@ from typing import Any
 
 import boto3
 import pytest
+from capserve_sandbox.aws import moto_sandbox
+from capserve_sandbox.aws_ext import eks as eks_ext
+from capserve_sandbox.kube import FakeKube, fake_kube
 from pydantic import SecretStr
 
 from capserve.core.cluster import eks as eks_build
@@ -18,9 +21,6 @@ from capserve.core.errors import DeadlineError, PermanentError
 from capserve.core.lease import Lease
 from capserve.core.spec import CampaignSpec, parse_spec
 from capserve.flows.bring_up import bring_up
-from capserve.sandbox.aws import moto_sandbox
-from capserve.sandbox.aws_ext import eks as eks_ext
-from capserve.sandbox.kube import FakeKube, fake_kube
 from capserve.tasks.manifests import recording
 
 REGION = "us-east-2"

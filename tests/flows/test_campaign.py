@@ -10,6 +10,8 @@ from typing import Any
 import boto3
 import pytest
 import yaml
+from capserve_sandbox.aws_ext import capacity as capacity_ext
+from capserve_sandbox.environment import SandboxEndpoints, sandbox
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName, FlowRunFilterParentFlowRunId
 
@@ -21,8 +23,6 @@ from capserve.core.settings import RecordSettings
 from capserve.core.spec import CampaignSpec, load_spec
 from capserve.core.stages import Stage, StageStatus
 from capserve.flows.campaign import campaign
-from capserve.sandbox.aws_ext import capacity as capacity_ext
-from capserve.sandbox.environment import SandboxEndpoints, sandbox
 from capserve.tasks.locations import record_ref
 from capserve.tasks.record_store import load_record
 

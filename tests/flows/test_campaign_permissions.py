@@ -10,6 +10,10 @@ from typing import Any
 
 import boto3
 import pytest
+from capserve_sandbox.aws import iam_enforced
+from capserve_sandbox.aws_ext import capacity as capacity_ext
+from capserve_sandbox.aws_ext import iam_rules
+from capserve_sandbox.environment import SandboxEndpoints, sandbox
 
 from capserve.core.cluster.naming import ClusterNames
 from capserve.core.errors import PermanentError
@@ -18,10 +22,6 @@ from capserve.core.preflight import PreflightError
 from capserve.core.spec import CampaignSpec, load_spec
 from capserve.flows import stages
 from capserve.flows.campaign import campaign
-from capserve.sandbox.aws import iam_enforced
-from capserve.sandbox.aws_ext import capacity as capacity_ext
-from capserve.sandbox.aws_ext import iam_rules
-from capserve.sandbox.environment import SandboxEndpoints, sandbox
 from capserve.tasks.permissions import check_permissions
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,13 +10,13 @@ from typing import Any
 import boto3
 import pytest
 import yaml
+from capserve_sandbox.aws_ext import capacity as capacity_ext
+from capserve_sandbox.environment import SandboxEndpoints, sandbox
 
 from capserve.core.errors import PermanentError
 from capserve.core.preflight import PreflightError
 from capserve.core.spec import load_spec
 from capserve.flows.campaign import campaign
-from capserve.sandbox.aws_ext import capacity as capacity_ext
-from capserve.sandbox.environment import SandboxEndpoints, sandbox
 from capserve.tasks.preflight import PreflightInputs, gather_facts, offering_in_region
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml"

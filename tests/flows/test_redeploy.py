@@ -14,6 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from capserve_sandbox.environment import SandboxEndpoints, sandbox
 
 from capserve.core.errors import PermanentError
 from capserve.core.record import CampaignRecord, RecordRef
@@ -25,7 +26,6 @@ from capserve.flows.campaign import campaign
 from capserve.flows.context import CampaignContext, RunOptions
 from capserve.flows.redeploy import redeploy
 from capserve.flows.runner import finish
-from capserve.sandbox.environment import SandboxEndpoints, sandbox
 from capserve.tasks.locations import record_ref
 from capserve.tasks.record_store import change_record, load_record
 from tests.flows.test_campaign import SMALL_LOAD, spec_file

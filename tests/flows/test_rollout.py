@@ -10,6 +10,8 @@ from pathlib import Path
 import boto3
 import pytest
 import yaml
+from capserve_sandbox.environment import SandboxEndpoints, sandbox
+from capserve_sandbox.kube import Fault, FaultKind
 
 from capserve.core.errors import PermanentError
 from capserve.core.rollout.service import leader_selector
@@ -17,8 +19,6 @@ from capserve.core.rollout.start_history import StartHistory, history_uri, shape
 from capserve.core.settings import RecordSettings
 from capserve.core.spec import CampaignSpec, load_spec
 from capserve.flows.campaign import campaign
-from capserve.sandbox.environment import SandboxEndpoints, sandbox
-from capserve.sandbox.kube import Fault, FaultKind
 from capserve.tasks.locations import record_ref
 from capserve.tasks.record_store import load_record
 from tests.flows.test_campaign import SMALL_LOAD, spec_file, tagged_vpcs

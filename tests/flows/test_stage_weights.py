@@ -7,12 +7,12 @@ from pathlib import Path
 
 import boto3
 import pytest
+from capserve_sandbox.aws import moto_sandbox
+from capserve_sandbox.hub import local_hub
 
 from capserve.core.spec import parse_spec
 from capserve.core.weights.manifest import WeightsManifest
 from capserve.flows.stage_weights import stage_weights
-from capserve.sandbox.aws import moto_sandbox
-from capserve.sandbox.hub import local_hub
 
 SPEC = parse_spec({
     "name": "weights-test",

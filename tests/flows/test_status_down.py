@@ -11,11 +11,11 @@ from typing import Any
 import boto3
 import pytest
 import yaml
+from capserve_sandbox.environment import SandboxEndpoints, sandbox
 
 from capserve.cli import main
 from capserve.core.spec import load_spec
 from capserve.flows.campaign import campaign
-from capserve.sandbox.environment import SandboxEndpoints, sandbox
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml"
 

@@ -8,6 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import boto3
 import pytest
+from capserve_sandbox.aws import moto_sandbox
+from capserve_sandbox.aws_ext import eks as eks_ext
+from capserve_sandbox.kube import FakeKube, fake_kube
 
 from capserve.core.cluster.readiness import KubeSettings
 from capserve.core.cluster.settings import BringUpSettings
@@ -18,9 +21,6 @@ from capserve.core.teardown import ReaperSettings, TeardownSettings
 from capserve.flows.bring_up import bring_up
 from capserve.flows.reaper import reaper
 from capserve.flows.teardown import teardown
-from capserve.sandbox.aws import moto_sandbox
-from capserve.sandbox.aws_ext import eks as eks_ext
-from capserve.sandbox.kube import FakeKube, fake_kube
 from capserve.tasks.kube import api_client_for_eks, apply
 
 REGION = "us-east-2"

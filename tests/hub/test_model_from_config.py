@@ -7,13 +7,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from capserve_sandbox.aws import patched_environ
+from capserve_sandbox.hub import local_hub
 
 from capserve.cli import main
 from capserve.core.catalog import get_model, model_to_hf_config
 from capserve.core.errors import PermanentError
 from capserve.core.spec import ModelRef
-from capserve.sandbox.aws import patched_environ
-from capserve.sandbox.hub import local_hub
 from capserve.tasks.planning import model_from_hub, resolve_model
 
 TINY = "capserve-sandbox/tiny-k3"

@@ -8,12 +8,12 @@ import uuid
 from pathlib import Path
 
 import pytest
+from capserve_sandbox.hub import TINY_K3, Faults, local_hub
 
 from capserve.core.errors import PermanentError, RetryableError
 from capserve.core.weights.listing import RepoListing
 from capserve.core.weights.placement import Layout
 from capserve.core.weights.plan import plan_weights
-from capserve.sandbox.hub import TINY_K3, Faults, local_hub
 from capserve.tasks.weights.fetch import HF_DOWNLOAD_DIR, fetch_file, sweep_incomplete
 from capserve.tasks.weights.hub import HubConnection, list_repo_files, read_hub_headers, resolve_revision
 from capserve.tasks.weights.localfiles import MARKER_DIR

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from capserve_sandbox.kube import FakeKube, fake_kube
 from kubernetes import client as k8s
 from pydantic import SecretStr
 
 from capserve.core.cluster.readiness import KubeSettings
-from capserve.sandbox.kube import FakeKube, fake_kube
 from capserve.tasks import kube as tasks_kube
 
 

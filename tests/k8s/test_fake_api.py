@@ -10,10 +10,10 @@ import threading
 from typing import Any
 
 import pytest
+from capserve_sandbox.kube import FakeKube
 from kubernetes import client as k8s
 from kubernetes import watch
 
-from capserve.sandbox.kube import FakeKube
 from capserve.tasks import kube as tasks_kube
 
 

@@ -13,15 +13,15 @@ import boto3
 import pytest
 import urllib3
 import yaml
+from capserve_sandbox.aws import moto_sandbox, patched_environ
+from capserve_sandbox.kube import FakeKube
+from capserve_sandbox.kube.auth import eks_token_problem
 from kubernetes import client as k8s
 from pydantic import SecretStr
 
 from capserve.core.cluster.addons import AddonOptions, render_addons
 from capserve.core.cluster.readiness import KubeSettings, NodeExpectation, Readiness
 from capserve.core.errors import ClusterGoneError, PermanentError, WaitTimeoutError
-from capserve.sandbox.aws import moto_sandbox, patched_environ
-from capserve.sandbox.kube import FakeKube
-from capserve.sandbox.kube.auth import eks_token_problem
 from capserve.tasks import kube as tasks_kube
 
 AWS_ENV = {

@@ -7,10 +7,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from capserve_sandbox.kube import FakeKube, fake_kube
 from kubernetes import client as k8s
 from pydantic import SecretStr
 
-from capserve.sandbox.kube import FakeKube, fake_kube
 from capserve.tasks import kube as tasks_kube
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}

@@ -8,9 +8,8 @@ import urllib.request
 from typing import Any
 
 import pytest
-
-from capserve.sandbox.control import control_endpoint
-from capserve.sandbox.gates import GATES, Gates
+from capserve_sandbox.control import control_endpoint
+from capserve_sandbox.gates import GATES, Gates
 
 
 def _post(url: str, body: dict[str, Any]) -> Any:

@@ -8,12 +8,12 @@ from collections.abc import Iterator
 
 import boto3
 import pytest
+from capserve_sandbox.aws import moto_sandbox
+from capserve_sandbox.kube import FakeKube
+from capserve_sandbox.kube.kubelet.image_pulls import PULL_BYTES_PER_S, go_duration
 from kubernetes import client as k8s
 
 from capserve.core.rollout.image import pulled_seconds
-from capserve.sandbox.aws import moto_sandbox
-from capserve.sandbox.kube import FakeKube
-from capserve.sandbox.kube.kubelet.image_pulls import PULL_BYTES_PER_S, go_duration
 from capserve.tasks import kube as tasks_kube
 from tests.sandbox.conftest import events, get, pod, until
 

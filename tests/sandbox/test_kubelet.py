@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from capserve_sandbox.kube import FakeKube, Fault, FaultKind, fake_kube
 from kubernetes import client as k8s
 from kubernetes.stream import portforward
 
-from capserve.sandbox.kube import FakeKube, Fault, FaultKind, fake_kube
 from capserve.tasks import kube as tasks_kube
 from tests.sandbox.conftest import condition, container_status, events, get, pod, until
 

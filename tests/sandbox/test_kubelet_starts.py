@@ -11,11 +11,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from capserve_sandbox.kube import FakeKube
+from capserve_sandbox.kube.kubelet import runtimes, worker
 from kubernetes import client as k8s
 from kubernetes import watch as kube_watch
 
-from capserve.sandbox.kube import FakeKube
-from capserve.sandbox.kube.kubelet import runtimes, worker
 from capserve.tasks import kube as tasks_kube
 from tests.sandbox.conftest import container_status, events, get, pod, until
 from tests.sandbox.test_kubelet import alive, stage_model, vllm_pod
@@ -128,7 +128,7 @@ def test_a_vllm_server_that_cannot_be_started_ends_its_container_instead_of_runn
 ) -> None:
     (node,) = kube.provision_nodes("gpu", 1)
     stage_model(kube, node)
-    refuse_spawn("capserve.sandbox.openai_server", 1)
+    refuse_spawn("capserve_sandbox.openai_server", 1)
     body = vllm_pod("server", probes=False)
     body["spec"]["restartPolicy"] = "Never"
     core = k8s.CoreV1Api(api)

@@ -1,4 +1,4 @@
-"""The fake API server's admission with LWS's webhooks (capserve.sandbox.kube.admission, lws_manager):
+"""The fake API server's admission with LWS's webhooks (capserve_sandbox.kube.admission, lws_manager):
 what a real cluster refuses without the manager and its certificate, and what only the webhook adds."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ import json
 from typing import Any
 
 import pytest
+from capserve_sandbox.kube import FakeKube
+from capserve_sandbox.kube.pods import is_ready
 from kubernetes import client as k8s
 
 from capserve.core.cluster.addons import AddonOptions, lws_controller, lws_crd, lws_probe
 from capserve.core.cluster.readiness import KubeSettings
 from capserve.core.errors import WaitTimeoutError
-from capserve.sandbox.kube import FakeKube
-from capserve.sandbox.kube.pods import is_ready
 from capserve.tasks import kube as tasks_kube
 from tests.sandbox.conftest import events, get, install_lws, until
 

@@ -12,15 +12,15 @@ from typing import Any
 
 import boto3
 import pytest
+from capserve_sandbox.aws import moto_sandbox
+from capserve_sandbox.aws_ext import eks as eks_ext
+from capserve_sandbox.kube import FakeKube, fake_kube
+from capserve_sandbox.kube.network import CNI_NOT_READY
 from kubernetes import client as k8s
 from pydantic import SecretStr
 
 from capserve.core.cluster.readiness import KubeSettings
 from capserve.core.errors import PermanentError
-from capserve.sandbox.aws import moto_sandbox
-from capserve.sandbox.aws_ext import eks as eks_ext
-from capserve.sandbox.kube import FakeKube, fake_kube
-from capserve.sandbox.kube.network import CNI_NOT_READY
 from capserve.tasks import kube as tasks_kube
 from capserve.tasks.netcheck import prove_gpu_network
 from tests.sandbox.conftest import GPU_TAINT, condition, container_status, get, pod, until

@@ -13,18 +13,18 @@ from typing import Any
 import boto3
 import kubernetes_validate
 import pytest
+from capserve_sandbox.aws import moto_sandbox
+from capserve_sandbox.aws_ext import eks as eks_ext
+from capserve_sandbox.aws_ext.nodeadm import NodeConfigError, hugepages_2mi, local_storage_strategy, root_volume_gib
+from capserve_sandbox.clock import CLOCK
+from capserve_sandbox.kube import FakeKube, NodeFailure, fake_kube
+from capserve_sandbox.kube.instances import CPU_TYPES, GPU_NETWORK, NVME_DISKS, max_pods, node_shape
+from capserve_sandbox.kube.nodes import node_object
 from kubernetes import client as k8s
 
 from capserve.core.catalog import INSTANCE_TYPES
 from capserve.core.cluster.addons import AddonOptions, efa_device_plugin, nvidia_device_plugin
 from capserve.core.cluster.nvme import gpu_user_data_base64, parse_quantity
-from capserve.sandbox.aws import moto_sandbox
-from capserve.sandbox.aws_ext import eks as eks_ext
-from capserve.sandbox.aws_ext.nodeadm import NodeConfigError, hugepages_2mi, local_storage_strategy, root_volume_gib
-from capserve.sandbox.clock import CLOCK
-from capserve.sandbox.kube import FakeKube, NodeFailure, fake_kube
-from capserve.sandbox.kube.instances import CPU_TYPES, GPU_NETWORK, NVME_DISKS, max_pods, node_shape
-from capserve.sandbox.kube.nodes import node_object
 from capserve.tasks import kube as tasks_kube
 from tests.sandbox.conftest import GPU_LABELS, GPU_TAINT, get, until
 

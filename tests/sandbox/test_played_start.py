@@ -10,18 +10,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-
-from capserve.core.rollout.startup_log import engine_startup_from_log
-from capserve.core.timeline import weight_read_bytes_per_s
-from capserve.sandbox.clock import CLOCK
-from capserve.sandbox.hub.checkpoint import TINY_K3, write_checkpoint
-from capserve.sandbox.kube.kubelet.played_start import (
+from capserve_sandbox.clock import CLOCK
+from capserve_sandbox.hub.checkpoint import TINY_K3, write_checkpoint
+from capserve_sandbox.kube.kubelet.played_start import (
     StandsFor,
     leave_compiled,
     node_bytes,
     played_start,
     weights_storage,
 )
+
+from capserve.core.rollout.startup_log import engine_startup_from_log
+from capserve.core.timeline import weight_read_bytes_per_s
 
 K3_BYTES = 1_555_806_383_232  # the catalog's Kimi K3, as stored
 
@@ -105,7 +105,7 @@ def test_weights_on_a_persistent_volume_claim_are_read_from_fsx() -> None:
 
 
 def test_a_copied_shard_stands_for_its_share_of_the_model_by_the_shards_beside_it() -> None:
-    from capserve.sandbox.kube.kubelet.played_staging import stands_for_bytes
+    from capserve_sandbox.kube.kubelet.played_staging import stands_for_bytes
 
     listing = {
         "m/sha/": {"m/sha/model-1.safetensors": 100, "m/sha/model-2.safetensors": 300, "m/sha/config.json": 50},

@@ -8,14 +8,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from capserve_sandbox.clock import CLOCK
+from capserve_sandbox.hub import HubState, local_hub
+from capserve_sandbox.hub.checkpoint import TINY_K3
+from capserve_sandbox.openai_server import MODEL_CONFIG_KEY
+from capserve_sandbox.revisions import PUBLISH_BEFORE_WATCH, REDEPLOY_SPAN, RevisionSchedule
 
 from capserve.core.schedule import planned_runs, slow_spans
 from capserve.core.spec import TeardownSpec
-from capserve.sandbox.clock import CLOCK
-from capserve.sandbox.hub import HubState, local_hub
-from capserve.sandbox.hub.checkpoint import TINY_K3
-from capserve.sandbox.openai_server import MODEL_CONFIG_KEY
-from capserve.sandbox.revisions import PUBLISH_BEFORE_WATCH, REDEPLOY_SPAN, RevisionSchedule
 from tests.unit.test_schedule import lease
 
 NEAR = timedelta(minutes=3)

@@ -7,13 +7,13 @@ from typing import Any
 
 import httpx
 import pytest
+from capserve_sandbox.kube import FakeKube, Fault, FaultKind
 from kubernetes import client as k8s
 from pydantic import SecretStr
 
 from capserve.core.cluster.readiness import KubeSettings
 from capserve.core.rollout.diagnosis import RolloutWaitSettings, Trouble
 from capserve.core.rollout.result import RolloutFailedError
-from capserve.sandbox.kube import FakeKube, Fault, FaultKind
 from capserve.tasks import kube as tasks_kube
 from capserve.tasks.rollout.access import check_endpoint, port_forward
 from capserve.tasks.rollout.objects import ensure_api_key

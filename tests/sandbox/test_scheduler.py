@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from capserve_sandbox.kube import FakeKube
+from capserve_sandbox.kube.instances import node_shape
+from capserve_sandbox.kube.nodes import node_object
+from capserve_sandbox.kube.scheduler import NO_NODES, place, usage
 from kubernetes import client as k8s
 
 from capserve.core.cluster.addons import AddonOptions, lws_controller
-from capserve.sandbox.kube import FakeKube
-from capserve.sandbox.kube.instances import node_shape
-from capserve.sandbox.kube.nodes import node_object
-from capserve.sandbox.kube.scheduler import NO_NODES, place, usage
 from capserve.tasks import kube as tasks_kube
 from tests.sandbox.conftest import GPU_LABELS, GPU_TAINT, SYSTEM_LABELS, condition, events, get, pod, until
 

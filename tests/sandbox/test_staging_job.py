@@ -10,6 +10,10 @@ from typing import Any
 
 import boto3
 import pytest
+from capserve_sandbox.aws import iam_enforced, moto_sandbox
+from capserve_sandbox.clock import CLOCK
+from capserve_sandbox.kube import FakeKube, fake_kube
+from capserve_sandbox.kube.kubelet.played_start import INDEX, StandsFor
 from kubernetes import client as k8s
 from pydantic import SecretStr
 
@@ -17,10 +21,6 @@ from capserve.core.timeline import s3_to_node_s
 from capserve.core.weights.manifest import StagedFile, WeightsManifest, s3_base
 from capserve.core.weights.settings import WeightsSettings
 from capserve.core.weights.staging_job import render_staging_job
-from capserve.sandbox.aws import iam_enforced, moto_sandbox
-from capserve.sandbox.clock import CLOCK
-from capserve.sandbox.kube import FakeKube, fake_kube
-from capserve.sandbox.kube.kubelet.played_start import INDEX, StandsFor
 from capserve.tasks import kube as tasks_kube
 from tests.sandbox.conftest import GPU_TAINT, condition, get, until
 

@@ -8,13 +8,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from capserve_sandbox.kube import fake_kube
+from capserve_sandbox.kube.vllm_args import VllmArgsError, parse_serve_args, serve_argv, snapshot
+from capserve_sandbox.kube.vllm_rules import rules
+from capserve_sandbox.vllm_cpu import VllmCpuSettings, unavailable_reason
 from kubernetes import client as k8s
 from pydantic import SecretStr
 
-from capserve.sandbox.kube import fake_kube
-from capserve.sandbox.kube.vllm_args import VllmArgsError, parse_serve_args, serve_argv, snapshot
-from capserve.sandbox.kube.vllm_rules import rules
-from capserve.sandbox.vllm_cpu import VllmCpuSettings, unavailable_reason
 from capserve.tasks import kube as tasks_kube
 from tests.sandbox.conftest import condition, get, until
 from tests.sandbox.test_kubelet import http_get

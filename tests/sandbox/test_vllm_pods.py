@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from capserve_sandbox.kube import FakeKube
 from kubernetes import client as k8s
 from kubernetes.stream import portforward
 
-from capserve.sandbox.kube import FakeKube
 from capserve.tasks import kube as tasks_kube
 from tests.sandbox.conftest import container_status, events, get, install_lws, until, until_answered
 from tests.sandbox.test_kubelet import MODEL_DIR, http_get, ready, stage_model, vllm_pod

@@ -8,10 +8,10 @@ from typing import Any
 
 import jsonschema
 import kubernetes_validate
+from capserve_sandbox.kube import FakeKube, Fault, FaultKind
 from kubernetes import client as k8s
 
 from capserve.core.cluster.addons import lws_crd
-from capserve.sandbox.kube import FakeKube, Fault, FaultKind
 from capserve.tasks import kube as tasks_kube
 from tests.sandbox.conftest import GPU_TAINT, condition, container_status, events, get, install_lws, until
 

@@ -60,11 +60,11 @@ def test_the_service_serves_another_process_and_stops_on_sigterm(tmp_path: Path)
 def test_the_worker_environment_names_the_hub_and_keeps_only_what_a_worker_needs() -> None:
     env = worker_environment(
         {"AWS_ENDPOINT_URL": "http://127.0.0.1:1", "HOME": "/root", "AWS_REGION": "us-east-2",
-         "CAPSERVE_REGISTRY_TOOL": "python -m capserve.sandbox.registry"},
+         "CAPSERVE_REGISTRY_TOOL": "python -m capserve_sandbox.registry"},
         hub="http://127.0.0.1:2", inference="http://127.0.0.1:3/v1",
     )
     assert env == {
         "AWS_ENDPOINT_URL": "http://127.0.0.1:1", "AWS_REGION": "us-east-2",
-        "CAPSERVE_REGISTRY_TOOL": "python -m capserve.sandbox.registry",
+        "CAPSERVE_REGISTRY_TOOL": "python -m capserve_sandbox.registry",
         "CAPSERVE_HUB_ENDPOINT": "http://127.0.0.1:2", "CAPSERVE_SANDBOX_INFERENCE": "http://127.0.0.1:3/v1",
     }

@@ -50,16 +50,18 @@ class Install:
         return self.venv / "bin" / "capserve"
 
 
-def build_wheel(into: Path) -> Path:
-    """``pip wheel --no-deps`` of a copy of the sources: a build in the checkout would leave build/ and egg-info."""
+def build_wheel(into: Path, project: Path = ROOT, package: str = "capserve") -> Path:
+    """``pip wheel --no-deps`` of a copy of a distribution's sources (capserve's, or the stand-ins' in sandbox/): a
+    build in the checkout would leave build/ and egg-info."""
     source = into / "source"
-    shutil.copytree(ROOT / "capserve", source / "capserve", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(project / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, source / name)
+        if (project / name).exists():
+            shutil.copy(project / name, source / name)
     dist = into / "dist"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(dist),
                     f"{source}/"], check=True, cwd=into, timeout=600)
-    (wheel,) = dist.glob("capserve-*.whl")
+    (wheel,) = dist.glob(f"{package}-*.whl")
     return wheel
 
 
@@ -76,7 +78,12 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def install(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Install:
+def sandbox_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_wheel(tmp_path_factory.mktemp("sandbox-wheel"), ROOT / "sandbox", "capserve_sandbox")
+
+
+@pytest.fixture(scope="module")
+def install(wheel: Path, sandbox_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Install:
     venv = tmp_path_factory.mktemp("operator") / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
@@ -85,8 +92,9 @@ def install(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Install:
     # The dependencies (and pip) come from this test's virtualenv, as a path line: its .pth files (the editable
     # capserve's import hook among them) are not run.
     Path(purelib, "dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", str(wheel)],
-                   check=True, env=clean_env(), timeout=300)
+    # The product, and the stand-ins `capserve up --sandbox` finds through their entry points.
+    subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--quiet", str(wheel),
+                    str(sandbox_wheel)], check=True, env=clean_env(), timeout=300)
     return Install(wheel=wheel, venv=venv)
 
 
@@ -99,6 +107,18 @@ def test_the_wheel_carries_the_deployments_and_the_command(wheel: Path) -> None:
     shipped = yaml.safe_load(zipfile.ZipFile(wheel).read("capserve/deployments/prefect.yaml"))
     assert {d["name"] for d in shipped["deployments"]} >= {"campaign", "serve", "drain", "scheduled-teardown"}
     assert all(f"{d['entrypoint'].rpartition('.')[0].replace('.', '/')}.py" in names for d in shipped["deployments"])
+    # A production install carries no stand-in: they are the capserve-sandbox distribution's.
+    assert sorted({name.split("/")[0] for name in names if not name.startswith("capserve-")}) == ["capserve"]
+    assert not any(name.startswith(("capserve/sandbox/", "capserve_sandbox/")) for name in names)
+
+
+@pytest.mark.slow
+def test_the_stand_ins_wheel_holds_the_sandbox_and_registers_it_with_the_cli(sandbox_wheel: Path) -> None:
+    names = set(zipfile.ZipFile(sandbox_wheel).namelist())
+    assert {"capserve_sandbox/environment.py", "capserve_sandbox/kube/data/vllm_serve_flags.json"} <= names
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    text = zipfile.ZipFile(sandbox_wheel).read(entry_points).decode()
+    assert "[capserve.sandbox]" in text and "environment = capserve_sandbox.environment" in text
 
 
 @dataclass

@@ -28,6 +28,7 @@ from typing import Any
 import boto3
 import pytest
 import yaml
+from capserve_sandbox.environment import SandboxEndpoints, sandbox
 from prefect import get_client
 from prefect.automations import RunDeployment
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName, FlowRunFilterTags
@@ -39,7 +40,6 @@ from capserve.core.lease import Lease
 from capserve.core.schedule import SCHEDULED_TAG, campaign_tag
 from capserve.core.spec import TeardownSpec, load_spec
 from capserve.runtime.prefect_server import Child, LocalServer, register, start_server, start_worker
-from capserve.sandbox.environment import SandboxEndpoints, sandbox
 from capserve.tasks.scheduling import schedule_hub_watch, schedule_lease_runs
 
 pytestmark = pytest.mark.server

@@ -259,7 +259,7 @@ def test_hyperpod_dependencies_are_the_charts_resiliency_objects_with_the_region
 
 
 def test_the_execution_role_reads_the_weights_prefix_and_writes_only_compile_caches() -> None:
-    from capserve.sandbox.kube.iam_eval import allowed, document
+    from capserve_sandbox.kube.iam_eval import allowed, document
 
     policies = iam.hyperpod_inline_policies(
         "aws", weights_bucket="capserve-w", weights_prefix="capserve/weights", compile_cache=True

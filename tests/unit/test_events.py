@@ -10,11 +10,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from capserve_sandbox.clock_server import clock_server
 from prefect.client.orchestration import get_client
 from prefect.events.worker import EventsWorker
 
 from capserve.core.capacity.result import AcquireResult
 from capserve.core.cluster.result import ClusterResult
+from capserve.core.environ import CLOCK_URL_ENV
 from capserve.core.evaluation.result import EvaluationResult, GateResult
 from capserve.core.events import (
     CampaignRefs,
@@ -32,8 +34,6 @@ from capserve.core.lease import Lease
 from capserve.core.report import CampaignReport
 from capserve.core.teardown.result import TeardownResult
 from capserve.core.weights.result import WeightsResult
-from capserve.sandbox.clock_server import clock_server
-from capserve.tasks.clock import CLOCK_URL_ENV
 from capserve.tasks.events import emit, event_body
 from capserve.tasks.secrets import register_secret
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "capserve"
+SANDBOX = Path(__file__).resolve().parents[2] / "sandbox" / "capserve_sandbox"
 
 # Libraries that talk to the outside world (docs/design.md §2).
 SDKS = frozenset(
@@ -50,45 +51,49 @@ CONTRACTS = (
     Contract(
         name="only tasks talk to the outside world",
         sources=("capserve",),
-        exempt=("capserve.tasks", "capserve.sandbox"),
+        exempt=("capserve.tasks",),
         forbidden=SDKS,
-        why="tasks/ are where SDK errors become capserve errors; the sandbox is exempt because a stand-in "
-        "has to speak the protocol it imitates (moto, botocore's models, aiohttp servers)",
+        why="tasks/ are where SDK errors become capserve errors (the sandbox, a distribution of its own, speaks the "
+        "protocols it imitates: moto, botocore's models, aiohttp servers)",
     ),
     Contract(
         name="core is pure",
         sources=("capserve.core",),
         forbidden=SDKS
         | PREFECT
-        | {"capserve.tasks", "capserve.flows", "capserve.blocks", "capserve.sandbox", "capserve.cli"},
+        | {"capserve.tasks", "capserve.flows", "capserve.blocks", "capserve_sandbox", "capserve.cli"},
         why="decisions and builders are tested with plain data, and `capserve plan` runs without Prefect",
     ),
     Contract(
         name="flows only sequence",
         sources=("capserve.flows",),
-        forbidden=frozenset({"capserve.sandbox", "capserve.cli"}),
+        forbidden=frozenset({"capserve_sandbox", "capserve.cli"}),
         why="a flow runs the same against AWS and the sandbox; only configuration differs",
     ),
     Contract(
         name="tasks never reach up",
         sources=("capserve.tasks",),
-        forbidden=frozenset({"capserve.flows", "capserve.sandbox", "capserve.cli"}),
+        forbidden=frozenset({"capserve.flows", "capserve_sandbox", "capserve.cli"}),
         why="dependencies flow one way: flows → tasks → core",
     ),
     Contract(
         name="blocks are configuration",
         sources=("capserve.blocks",),
-        forbidden=frozenset({"capserve.tasks", "capserve.flows", "capserve.sandbox", "capserve.cli"}),
+        forbidden=frozenset({"capserve.tasks", "capserve.flows", "capserve_sandbox", "capserve.cli"}),
         why="a Block is loaded by tasks and flows, never the other way round",
     ),
     Contract(
         name="production never imports the sandbox",
         sources=("capserve",),
-        exempt=("capserve.sandbox",),
-        forbidden=frozenset({"capserve.sandbox"}),
-        lazy_allowed_in=("capserve.cli",),
-        why="a production install has no [sandbox] extra (docs/README.md); the CLI may load it inside the "
-        "function that handles --sandbox",
+        forbidden=frozenset({"capserve_sandbox"}),
+        why="a production install has no stand-in (docs/README.md); the CLI finds them through the "
+        "capserve.sandbox entry points (capserve/cli/stand_ins.py), never by importing them",
+    ),
+    Contract(
+        name="the sandbox stands on core and tasks",
+        sources=("capserve_sandbox",),
+        forbidden=frozenset({"capserve.flows", "capserve.cli", "capserve.blocks", "capserve.runtime"}),
+        why="the stand-ins imitate the far ends the tasks talk to; what sequences a campaign must not shape them",
     ),
 )
 
@@ -122,7 +127,7 @@ def imports_of(path: Path, package_root: Path) -> list[Import]:
                     anchor = package.split(".")[: len(package.split(".")) - (child.level - 1)]
                     base = ".".join(anchor + ([base] if base else []))
                 found.append(Import(module, base, lazy))
-                # ``from capserve import sandbox`` imports capserve.sandbox
+                # ``from capserve import sandbox`` imports capserve_sandbox
                 found.extend(Import(module, f"{base}.{alias.name}", lazy) for alias in child.names)
             visit(child, inside)
 
@@ -154,13 +159,13 @@ def violations(package_root: Path, contracts: tuple[Contract, ...] = CONTRACTS) 
     return sorted(found)
 
 
-def test_the_package_keeps_every_contract() -> None:
-    assert violations(PACKAGE) == []
+def test_the_packages_keep_every_contract() -> None:
+    assert violations(PACKAGE) + violations(SANDBOX) == []
 
 
 @pytest.mark.parametrize("contract", CONTRACTS, ids=lambda c: c.name)
 def test_each_contract_applies_to_real_modules(contract: Contract) -> None:
-    modules = {module_name(p, PACKAGE) for p in PACKAGE.rglob("*.py")}
+    modules = {module_name(p, root) for root in (PACKAGE, SANDBOX) for p in root.rglob("*.py")}
     covered = [m for m in modules if _under(m, contract.sources) and not _under(m, contract.exempt)]
     assert covered, f"{contract.name}: no module matches {contract.sources} (renamed?)"
     assert contract.why
@@ -186,17 +191,19 @@ def test_the_contracts_catch_planted_violations(tmp_path: Path) -> None:
             "core/pure.py": "import boto3\nfrom prefect import flow\nfrom typing import TYPE_CHECKING\n"
             "if TYPE_CHECKING:\n    from capserve.tasks import aws\n",
             "flows/stage.py": "def run():\n    import httpx.client\n",
-            "tasks/step.py": "import botocore\nfrom capserve.flows import stage\nfrom ..sandbox import clock\n",
-            "blocks/conf.py": "from capserve import sandbox\n",
-            "cli/up.py": "import capserve.sandbox.aws\n\n"
-            "def run():\n    from capserve.sandbox.environment import sandbox\n",
+            "tasks/step.py": "import botocore\nfrom capserve.flows import stage\nimport capserve_sandbox.clock\n",
+            "blocks/conf.py": "from capserve_sandbox import aws\n",
+            "cli/up.py": "def run():\n    from capserve_sandbox.environment import sandbox\n",
             "cli/eval.py": "def run():\n    import aiohttp\n",
-            "sandbox/aws.py": "import moto\nimport aiohttp\nfrom capserve.tasks import step\n",
             "__init__.py": "import requests\n",
         },
     )
+    stand_ins = tmp_path / "capserve_sandbox"
+    stand_ins.mkdir()
+    (stand_ins / "__init__.py").write_text("")
+    (stand_ins / "aws.py").write_text("import moto\nfrom capserve.tasks import step\nfrom capserve.flows import stage")
     assert violations(package) == [
-        "blocks are configuration: capserve.blocks.conf imports capserve.sandbox",
+        "blocks are configuration: capserve.blocks.conf imports capserve_sandbox",
         "core is pure: capserve.core.pure imports boto3",
         "core is pure: capserve.core.pure imports capserve.tasks",
         "core is pure: capserve.core.pure imports prefect",
@@ -204,13 +211,17 @@ def test_the_contracts_catch_planted_violations(tmp_path: Path) -> None:
         "only tasks talk to the outside world: capserve.cli.eval imports aiohttp inside a function",
         "only tasks talk to the outside world: capserve.core.pure imports boto3",
         "only tasks talk to the outside world: capserve.flows.stage imports httpx.client inside a function",
-        "production never imports the sandbox: capserve.blocks.conf imports capserve.sandbox",
-        "production never imports the sandbox: capserve.cli.up imports capserve.sandbox.aws",
-        "production never imports the sandbox: capserve.tasks.step imports capserve.sandbox",
+        "production never imports the sandbox: capserve.blocks.conf imports capserve_sandbox",
+        "production never imports the sandbox: "
+        "capserve.cli.up imports capserve_sandbox.environment inside a function",
+        "production never imports the sandbox: capserve.tasks.step imports capserve_sandbox.clock",
         "tasks never reach up: capserve.tasks.step imports capserve.flows",
-        "tasks never reach up: capserve.tasks.step imports capserve.sandbox",
+        "tasks never reach up: capserve.tasks.step imports capserve_sandbox.clock",
     ]
-    # Allowed on purpose: the sandbox importing SDKs and tasks, the CLI loading the sandbox lazily.
+    # The stand-ins may import SDKs and capserve's tasks, never what sequences a campaign.
+    assert violations(stand_ins) == [
+        "the sandbox stands on core and tasks: capserve_sandbox.aws imports capserve.flows"
+    ]
 
 
 def test_imports_are_read_everywhere_and_resolved(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""What `pip install capserve` brings, and what only the `[sandbox]` extra may (docs/README.md).
+"""What `pip install capserve` brings, and what only the stand-ins' distribution (sandbox/) may (docs/README.md).
 
 The declared requirements come from pyproject.toml; what they pull in transitively is read from the
 installed distributions' metadata (``importlib.metadata``), so the closure is the one pip resolved.
@@ -19,6 +19,7 @@ from packaging.utils import canonicalize_name
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "capserve"
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+SANDBOX = tomllib.loads((ROOT / "sandbox" / "pyproject.toml").read_text(encoding="utf-8"))["project"]
 
 # Stand-ins and test tools: a production install must pull in none of them, not even transitively.
 NOT_IN_PRODUCTION = {"moto", "kubernetes-validate", "responses", "pytest", "ruff", "mypy", "prefect-aws"}
@@ -27,6 +28,12 @@ NOT_IN_PRODUCTION = {"moto", "kubernetes-validate", "responses", "pytest", "ruff
 def requirements(extra: str | None = None) -> list[Requirement]:
     declared = PROJECT["dependencies"] if extra is None else PROJECT["optional-dependencies"][extra]
     return [Requirement(line) for line in declared]
+
+
+def sandbox_requirements() -> list[Requirement]:
+    """What capserve-sandbox declares, without capserve itself."""
+    declared = [Requirement(line) for line in SANDBOX["dependencies"]]
+    return [r for r in declared if canonicalize_name(r.name) != "capserve"]
 
 
 def closure(roots: list[Requirement]) -> set[str]:
@@ -39,7 +46,7 @@ def closure(roots: list[Requirement]) -> set[str]:
         if req.marker is not None and not any(req.marker.evaluate(env) for env in environments):
             continue
         name = canonicalize_name(req.name)
-        if name == "capserve":  # a self-reference, such as capserve[sandbox] in [dev]
+        if name == "capserve":  # a self-reference, such as capserve[extra] in another extra
             pending += [(r, frozenset[str]()) for extra in req.extras for r in requirements(extra)]
             continue
         key = (name, frozenset(req.extras))
@@ -63,7 +70,8 @@ def third_party_imports(paths: list[Path]) -> set[str]:
                 names.update(alias.name.split(".")[0] for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 names.add(node.module.split(".")[0])
-    return {n for n in names if n not in sys.stdlib_module_names and n not in {"capserve", "__future__"}}
+    own = {"capserve", "capserve_sandbox", "__future__"}
+    return {n for n in names if n not in sys.stdlib_module_names and n not in own}
 
 
 def distributions_of(modules: set[str]) -> dict[str, set[str]]:
@@ -81,17 +89,17 @@ def direct(reqs: list[Requirement]) -> set[str]:
 
 
 def production_files() -> list[Path]:
-    return [p for p in PACKAGE.rglob("*.py") if "sandbox" not in p.relative_to(PACKAGE).parts]
+    return sorted(PACKAGE.rglob("*.py"))
 
 
 def test_a_production_install_carries_no_emulator() -> None:
     assert closure(requirements()) & NOT_IN_PRODUCTION == set()
 
 
-def test_the_sandbox_extra_brings_the_emulators_and_dev_brings_the_sandbox() -> None:
-    assert {"moto", "kubernetes-validate", "jsonpatch", "numpy"} <= direct(requirements("sandbox"))
-    assert any(r.name == "capserve" and "sandbox" in r.extras for r in requirements("dev"))
-    assert "moto" in closure(requirements("dev"))
+def test_the_sandbox_distribution_brings_the_emulators_on_top_of_capserve() -> None:
+    assert {"moto", "kubernetes-validate", "jsonpatch", "numpy"} <= direct(sandbox_requirements())
+    assert "capserve" in {canonicalize_name(Requirement(line).name) for line in SANDBOX["dependencies"]}
+    assert "moto" in closure(sandbox_requirements())
 
 
 def test_production_code_imports_only_declared_dependencies() -> None:
@@ -99,17 +107,9 @@ def test_production_code_imports_only_declared_dependencies() -> None:
     assert modules_not_covered(production_files(), direct(requirements())) == []
 
 
-def test_the_sandbox_imports_only_what_its_extra_or_production_declares() -> None:
-    sandbox = sorted((PACKAGE / "sandbox").rglob("*.py"))
-    assert modules_not_covered(sandbox, direct(requirements()) | direct(requirements("sandbox"))) == []
-
-
-def test_the_guard_lists_exactly_the_extra() -> None:
-    from capserve.sandbox import EXTRA_MODULES
-
-    only_sandbox = direct(requirements("sandbox")) - direct(requirements())
-    provided = distributions_of(set(EXTRA_MODULES))
-    assert {d for dists in provided.values() for d in dists} == only_sandbox
+def test_the_sandbox_imports_only_what_it_or_production_declares() -> None:
+    sandbox = sorted((ROOT / "sandbox" / "capserve_sandbox").rglob("*.py"))
+    assert modules_not_covered(sandbox, direct(requirements()) | direct(sandbox_requirements())) == []
 
 
 def test_the_closure_follows_requirements_transitively() -> None:
@@ -123,24 +123,25 @@ def test_the_coverage_check_catches_an_undeclared_import(tmp_path: Path) -> None
     assert modules_not_covered([module], {"pyyaml"}) == ["moto"]
 
 
-def test_importing_the_sandbox_without_its_extra_names_the_extra() -> None:
-    # ``sys.modules[name] = None`` is how Python marks a module as unavailable.
-    code = "import sys\nfor m in ('moto', 'jsonpatch'): sys.modules[m] = None\nimport capserve.sandbox.environment\n"
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert run.returncode != 0
-    last = run.stderr.strip().splitlines()[-1]
-    assert last.startswith("ModuleNotFoundError: capserve's sandbox needs packages")
-    assert "missing: moto, jsonpatch" in last
-    assert "pip install 'capserve[sandbox]'" in last
+def test_the_cli_finds_the_stand_ins_through_their_entry_points() -> None:
+    from capserve.cli.stand_ins import GROUP
+
+    found = {ep.name: ep.value for ep in metadata.entry_points(group=GROUP)}
+    assert found == {"environment": "capserve_sandbox.environment", "control": "capserve_sandbox.control"}
 
 
-def test_capserve_up_sandbox_without_the_extra_says_what_to_install(tmp_path: Path) -> None:
+def test_capserve_up_sandbox_without_the_stand_ins_says_what_to_install(tmp_path: Path) -> None:
+    # As a production install sees it: no distribution registers the group.
     code = (
-        "import sys\nsys.modules['moto'] = None\nfrom capserve.cli import main\n"
+        "import sys, importlib.metadata as md\n"
+        "real = md.entry_points\n"
+        "md.entry_points = lambda **kw: real(group='capserve.none') if kw.get('group') == 'capserve.sandbox' "
+        "else real(**kw)\n"
+        "from capserve.cli import main\n"
         f"sys.exit(main(['up', {str(ROOT / 'examples' / 'kimi-k3-sandbox.yaml')!r}, '--sandbox', "
         f"'--out', {str(tmp_path)!r}]))\n"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    assert run.returncode == 2
+    assert run.returncode == 2, run.stderr
     assert "Traceback" not in run.stderr
-    assert "pip install 'capserve[sandbox]'" in " ".join(run.stderr.split())
+    assert "pip install ./sandbox" in " ".join(run.stderr.split())

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from capserve_sandbox.hub.checkpoint import K3 as K3_CHECKPOINT
+from capserve_sandbox.hub.checkpoint import virtual_tensors_by_file
 from rollout_fixtures import config_for
 
 from capserve.core.catalog import get_instance_type, get_model
@@ -12,8 +14,6 @@ from capserve.core.weights.listing import RepoFile, RepoListing
 from capserve.core.weights.placement import Layout, expert_of
 from capserve.core.weights.plan import plan_weights
 from capserve.core.weights.safetensors import TensorEntry
-from capserve.sandbox.hub.checkpoint import K3 as K3_CHECKPOINT
-from capserve.sandbox.hub.checkpoint import virtual_tensors_by_file
 
 GIB = 2**30
 K3 = get_model("kimi-k3")

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from capserve_sandbox.hub.checkpoint import K3, TINY_K3, virtual_tensors_by_file, write_checkpoint
 
 from capserve.core.catalog import get_model, model_from_hf_config
 from capserve.core.errors import PermanentError
@@ -14,7 +15,6 @@ from capserve.core.weights.placement import Layout, expert_of
 from capserve.core.weights.plan import INDEX_NAME, node_index_whole_files, plan_weights
 from capserve.core.weights.reshard import plan_reshard
 from capserve.core.weights.safetensors import encode_header, parse_header
-from capserve.sandbox.hub.checkpoint import K3, TINY_K3, virtual_tensors_by_file, write_checkpoint
 from capserve.tasks.weights.reshard import read_local_headers, write_output
 
 SHA = "a" * 40

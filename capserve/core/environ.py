@@ -1,0 +1,13 @@
+"""Names of the environment variables the tasks read to reach a stand-in instead of AWS (pure).
+
+They live here, below both, because the tasks read them and the sandbox sets them: the sandbox (a distribution
+of its own, ``sandbox/``) stands on capserve's core and tasks, never the other way round.
+"""
+
+from __future__ import annotations
+
+CLOCK_URL_ENV = "CAPSERVE_CLOCK_URL"
+"""Where a simulated block's clock answers (``capserve.tasks.clock``); unset on AWS: the wall clock."""
+
+REGISTRY_TOOL_ENV = "CAPSERVE_REGISTRY_TOOL"
+"""The program that copies the serving image between registries (``capserve.tasks.image_mirror``)."""
