@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-SNAPSHOT = Path(__file__).resolve().parents[1] / "capserve" / "sandbox" / "kube" / "data" / "vllm_serve_flags.json"
+SNAPSHOT = Path(__file__).resolve().parents[1] / "sandbox" / "capserve_sandbox" / "kube" / "data" / "vllm_serve_flags.json"
 
 
 def _closure(function: Any) -> list[Any]:

@@ -31,7 +31,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-SNAPSHOT = Path(__file__).resolve().parents[1] / "capserve" / "sandbox" / "kube" / "data" / "vllm_serve_rules.json"
+SNAPSHOT = Path(__file__).resolve().parents[1] / "sandbox" / "capserve_sandbox" / "kube" / "data" / "vllm_serve_rules.json"
 SAMPLE_PARSER = "hermes"  # any registered tool parser: only whether one is named matters to the checks
 
 
