@@ -14,7 +14,7 @@ mid-download, a server-side apply, the LeaderWorkerSet's apply, a node group's d
 Why chains rather than one campaign per kill point: a row's cost is mostly fixed (a flow-run process starts,
 a campaign buys, downloads and brings a cluster up), and campaigns cannot run side by side (the sandbox has
 one Kubernetes for every EKS cluster). A chain pays the campaign's work once, and each kill costs one more
-flow-run start; a killed run's slots are taken back at once (``capserve/flows/slots.py``: its holder is
+flow-run start; a killed run's slots are taken back at once (``capserve/tasks/slots.py``: its holder is
 provably dead). Each kill is still met by a run that did not see it coming.
 """
 

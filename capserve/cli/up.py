@@ -236,8 +236,8 @@ def run(args: argparse.Namespace) -> int:
                 # runs, so the command follows them whether or not --teardown-when-done was given.
                 follow_window=True, watches=watches,
             )
+        from capserve.campaign.context import TERMINAL_APPROVAL
         from capserve.flows.campaign import campaign
-        from capserve.flows.context import TERMINAL_APPROVAL
 
         asking = TERMINAL_APPROVAL.set(args.interactive and sys.stdin.isatty())
         try:

@@ -71,7 +71,7 @@ STAGE_OUTPUTS: dict[Stage, tuple[str, ...]] = {
     Stage.PLAN: ("layout", "nodes", "tensor_parallel", "pipeline_parallel", "data_parallel", "expert_parallel"),
     Stage.ACQUIRE: ("outcome",),
     # The whole weights result (a few hundred bytes): a re-run whose inputs did not change rebuilds it from here
-    # once the manifest's files verify in S3 (capserve.flows.reuse), instead of downloading anything.
+    # once the manifest's files verify in S3 (capserve.campaign.reuse), instead of downloading anything.
     Stage.STAGE_WEIGHTS: (
         "repo", "revision_sha", "layout_id", "s3_uri", "manifest_uri", "verified", "files", "bytes_total",
         "bytes_per_node", "bytes_naive_per_node", "resharded",

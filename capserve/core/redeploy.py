@@ -7,7 +7,7 @@ as does a rollout that never became ready (the rollout's own rollback).
 
 Each redeploy appends one ``RedeployEntry`` to the campaign record (``CampaignRecord.redeploys``). The
 record is what carries it to the campaign's report: every report a campaign run writes copies the
-record's redeploys into ``report.json`` ``"redeploys"`` (``capserve.flows.runner``), whichever run did them.
+record's redeploys into ``report.json`` ``"redeploys"`` (``capserve.campaign.runner``), whichever run did them.
 """
 
 from __future__ import annotations

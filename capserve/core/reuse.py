@@ -1,5 +1,5 @@
 """When a re-run may skip a stage: its inputs are unchanged since it last completed (and its outputs still
-verify, which ``capserve.flows.reuse`` checks per stage with cheap read-only calls).
+verify, which ``capserve.campaign.reuse`` checks per stage with cheap read-only calls).
 
 The inputs digest (``CampaignRecord.inputs_digest``) covers the spec sections a stage reads and the outputs
 of the stages it builds on, so any change upstream shows. A skipped stage keeps its record entry as it was

@@ -1,6 +1,6 @@
 """The campaign's sequencing rules as data: when a stage may run, and how a run ends.
 
-Pure decisions, applied by ``capserve.flows.runner``:
+Pure decisions, applied by ``capserve.campaign.runner``:
 
 - ``blocked_by``: a stage that needs capacity does not run without a lease; one that needs the
   reservation active does not run before it is (its instances exist only then). The first blocked

@@ -52,7 +52,7 @@ class RecordSettings(BaseModel):
 
 
 class SlotSettings(BaseModel):
-    """The one-run-per-campaign slot on a Prefect server (capserve/flows/slots.py, docs/prefect.md §5)."""
+    """The one-run-per-campaign slot on a Prefect server (capserve/tasks/slots.py, docs/prefect.md §5)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

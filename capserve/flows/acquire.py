@@ -28,6 +28,7 @@ from prefect.flow_runs import pause_flow_run, suspend_flow_run
 from prefect.input import RunInput
 from prefect.runtime import flow_run
 
+from capserve.campaign.run_names import stage_run_name
 from capserve.core.campaign_cost import offer_forecasts
 from capserve.core.capacity.adoption import adoption_problems, lease_from_reservation
 from capserve.core.capacity.approval import ApprovalDecision, ApprovalRequest, needs_approval
@@ -45,8 +46,6 @@ from capserve.core.record import Approval, RecordRef, StageEntry
 from capserve.core.rehearsal import RehearsalRecord, rehearsal_digest, rehearsal_line, rehearsal_problem
 from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage, StageStatus
-from capserve.flows.run_names import stage_run_name
-from capserve.flows.slots import leased_slot
 from capserve.tasks.capacity.purchase import preflight_purchase, purchase
 from capserve.tasks.capacity.reservations import (
     describe_reservation_by_id,
@@ -58,6 +57,7 @@ from capserve.tasks.clock import campaign_now
 from capserve.tasks.locations import record_ref
 from capserve.tasks.record_store import load_rehearsal, save_approval, save_lease, save_purchase, save_stage
 from capserve.tasks.settings import settings_from_environment
+from capserve.tasks.slots import leased_slot
 
 
 class PurchaseApproval(RunInput, ApprovalDecision):

@@ -23,6 +23,7 @@ from datetime import datetime
 
 from prefect import flow, get_run_logger
 
+from capserve.campaign.run_names import stage_run_name
 from capserve.core.catalog import get_instance_type
 from capserve.core.cluster.efa import EfaNeeds, efa_needs
 from capserve.core.cluster.expectations import bring_up_steps, cluster_expectations
@@ -37,7 +38,6 @@ from capserve.core.deadline import StepBudget
 from capserve.core.lease import Lease
 from capserve.core.spec import CampaignSpec
 from capserve.core.timeline import TimeFigures
-from capserve.flows.run_names import stage_run_name
 from capserve.tasks.clock import campaign_now
 from capserve.tasks.cluster.eks import (
     EksCluster,

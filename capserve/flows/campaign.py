@@ -3,8 +3,8 @@
     plan ─► acquire ─► stage_weights ─► stage_image ─► bring_up ─► weights_to_nodes ─► rollout ─► evaluate ─► …
     └──────────────────── PREPARE ─────────────────┘   └────────────────── SERVE ─────────────────────────┘
 
-Each stage is a function in ``capserve.flows.stages``; the flow is the list of them, run by
-``capserve.flows.runner`` (timing, the report, the campaign record, what to skip and when to tear
+Each stage is a function in ``capserve.campaign.stages``; the flow is the list of them, run by
+``capserve.campaign.runner`` (timing, the report, the campaign record, what to skip and when to tear
 down). PREPARE needs no GPU and may run long before the reservation starts; SERVE needs it active.
 The report is written even when a stage fails, so a person always sees how far the campaign got.
 
@@ -22,14 +22,9 @@ from pathlib import Path
 from prefect import flow
 from prefect.client.schemas.objects import State
 
-from capserve.core.report import CampaignReport
-from capserve.core.settings import Settings
-from capserve.core.spec import CampaignSpec
-from capserve.core.stages import CampaignPart, Stage
-from capserve.flows.context import TERMINAL_APPROVAL, CampaignContext, RunOptions
-from capserve.flows.runner import Step, run_campaign
-from capserve.flows.slots import campaign_slot
-from capserve.flows.stages import (
+from capserve.campaign.context import TERMINAL_APPROVAL, CampaignContext, RunOptions
+from capserve.campaign.runner import Step, run_campaign
+from capserve.campaign.stages import (
     acquire_stage,
     bring_up_stage,
     evaluate_stage,
@@ -40,8 +35,13 @@ from capserve.flows.stages import (
     teardown_stage,
     weights_to_nodes_stage,
 )
-from capserve.flows.states import verdict_state
+from capserve.campaign.states import verdict_state
+from capserve.core.report import CampaignReport
+from capserve.core.settings import Settings
+from capserve.core.spec import CampaignSpec
+from capserve.core.stages import CampaignPart, Stage
 from capserve.tasks.settings import hub_endpoint_from_environment, settings_from_environment
+from capserve.tasks.slots import campaign_slot
 
 PREPARE: tuple[Step, ...] = (
     Step(Stage.PLAN, plan_stage),

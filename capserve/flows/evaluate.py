@@ -19,13 +19,13 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger
 
+from capserve.campaign.run_names import stage_run_name
 from capserve.core.catalog.models import Thinking
 from capserve.core.errors import SpecError
 from capserve.core.evaluation.quality import thinking_off_request
 from capserve.core.evaluation.result import EvaluationResult, LoadResult, QualityResult, SmokeResult, evaluate_gates
 from capserve.core.evaluation.spec import EvaluationSpec
 from capserve.core.urls import has_hidden_parts, public_url
-from capserve.flows.run_names import stage_run_name
 from capserve.tasks.evaluation.control import run_quality, run_smoke
 from capserve.tasks.evaluation.load import run_load
 from capserve.tasks.evaluation.publish import make_plots, publish

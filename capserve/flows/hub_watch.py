@@ -12,9 +12,9 @@ from datetime import datetime
 
 from prefect import flow, get_run_logger
 
+from capserve.campaign.announce import now as utc_now
 from capserve.core.events import CampaignRefs, revision_published
 from capserve.core.hub_watch import has_moved, watch_target
-from capserve.flows.announce import now as utc_now
 from capserve.tasks.clock import begin_at_waypoint, campaign_now, working_on_the_block
 from capserve.tasks.events import emit
 from capserve.tasks.hub_watch import list_campaign_records, mark_announced, was_announced

@@ -9,14 +9,14 @@ the spec, the lease and the last good rollout from the campaign record. It refus
 naming why, a campaign inside its drain window (end − ``teardown.drain_before_end_minutes``), torn down,
 drained or without a cluster (the record and AWS's tags are both asked), or with no good rollout to fall
 back on. One redeploy per campaign at a time: deployment runs take the campaign's slot
-(``capserve.flows.slots``, shared with the campaign and serve runs), and once they hold it they read the
+(``capserve.tasks.slots``, shared with the campaign and serve runs), and once they hold it they read the
 record again, so a second event for the same commit finds it served or tried and ends Completed
 ("Skipped") without doing anything.
 
 Where the outcome goes: each redeploy appends a ``RedeployEntry`` (from, to, trigger, strategy, verdict,
 outcome) to the campaign record, together with the moved last good rollout when it promotes. The record
 is the carrier: every report a campaign run writes copies the record's redeploys into ``report.json``
-``"redeploys"`` (``capserve.flows.runner``). The redeploy also writes its own report (its stages, the
+``"redeploys"`` (``capserve.campaign.runner``). The redeploy also writes its own report (its stages, the
 rollout and rollback, the evaluation and the record's redeploys so far) under ``out_dir``.
 
 A failure of the redeploy itself never tears the campaign down: before the rollout the old revision keeps
@@ -34,6 +34,20 @@ from prefect import flow, get_run_logger
 from prefect.client.schemas.objects import State
 from prefect.states import Completed
 
+from capserve.campaign.announce import about, announce
+from capserve.campaign.announce import now as utc_now
+from capserve.campaign.context import CampaignContext, RunOptions, need
+from capserve.campaign.cost import block_ledger
+from capserve.campaign.run_names import campaign_runs
+from capserve.campaign.runner import StageEnd, StageOutput
+from capserve.campaign.stages import (
+    evaluate_stage,
+    rollout_inputs,
+    rollout_stage,
+    stage_image_stage,
+    stage_weights_stage,
+    weights_to_nodes_stage,
+)
 from capserve.core.cluster.result import ClusterResult
 from capserve.core.errors import CapserveError, PermanentError
 from capserve.core.events import rollout_event
@@ -54,23 +68,8 @@ from capserve.core.settings import Settings
 from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage, StageStatus
 from capserve.core.weights.assembly import model_repo
-from capserve.flows.announce import about, announce
-from capserve.flows.announce import now as utc_now
 from capserve.flows.bring_up import bring_up
-from capserve.flows.context import CampaignContext, RunOptions, need
-from capserve.flows.cost import block_ledger
 from capserve.flows.rollout import roll_back
-from capserve.flows.run_names import campaign_runs
-from capserve.flows.runner import StageEnd, StageOutput
-from capserve.flows.slots import campaign_slot
-from capserve.flows.stages import (
-    evaluate_stage,
-    rollout_inputs,
-    rollout_stage,
-    stage_image_stage,
-    stage_weights_stage,
-    weights_to_nodes_stage,
-)
 from capserve.flows.window import campaign_record, recorded_spec
 from capserve.tasks.clock import campaign_now, working_on_the_block
 from capserve.tasks.locations import locations_for
@@ -80,6 +79,7 @@ from capserve.tasks.record_store import change_record, load_record
 from capserve.tasks.reporting import amend_report_files, publish_redeploy, write_report_files
 from capserve.tasks.rollout.start_history import read_start_history
 from capserve.tasks.settings import hub_endpoint_from_environment, settings_from_environment
+from capserve.tasks.slots import campaign_slot
 from capserve.tasks.teardown.inventory import inventory_campaign
 from capserve.tasks.weights.hub import hub_connection, resolve_revision
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger
 
+from capserve.campaign.run_names import stage_run_name
 from capserve.core.locations import BucketLocation
 from capserve.core.spec import CampaignSpec
 from capserve.core.weights.assembly import (
@@ -41,7 +42,6 @@ from capserve.core.weights.reshard import plan_reshard
 from capserve.core.weights.result import WeightsResult
 from capserve.core.weights.safetensors import SafetensorsHeader, TensorEntry
 from capserve.core.weights.settings import WeightsSettings
-from capserve.flows.run_names import stage_run_name
 from capserve.tasks.parallel import map_bounded
 from capserve.tasks.settings import settings_from_environment
 from capserve.tasks.weights.artifacts import publish_plan

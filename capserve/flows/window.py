@@ -31,6 +31,12 @@ from prefect.client.schemas.objects import State
 from prefect.runtime import flow_run
 from prefect.states import Cancelled
 
+from capserve.campaign.context import CampaignContext, RunOptions, need
+from capserve.campaign.cost import block_ledger
+from capserve.campaign.run_names import campaign_runs
+from capserve.campaign.runner import run_campaign
+from capserve.campaign.stages import teardown_stage
+from capserve.campaign.states import verdict_state
 from capserve.core.cluster.result import PreparedCluster
 from capserve.core.drain import DrainResult
 from capserve.core.errors import PermanentError
@@ -45,14 +51,7 @@ from capserve.core.stages import Stage, StageStatus
 from capserve.core.teardown.result import TeardownResult
 from capserve.flows.bring_up import prepare_cluster
 from capserve.flows.campaign import CAMPAIGN
-from capserve.flows.context import CampaignContext, RunOptions, need
-from capserve.flows.cost import block_ledger
 from capserve.flows.notify import notify
-from capserve.flows.run_names import campaign_runs
-from capserve.flows.runner import run_campaign
-from capserve.flows.slots import campaign_slot
-from capserve.flows.stages import teardown_stage
-from capserve.flows.states import verdict_state
 from capserve.flows.teardown import teardown
 from capserve.tasks.clock import begin_at_waypoint, campaign_now, working_on_the_block
 from capserve.tasks.drain import remove_services, scale_serving_to_zero
@@ -62,6 +61,7 @@ from capserve.tasks.record_store import change_record, load_record
 from capserve.tasks.reporting import amend_report_files
 from capserve.tasks.scheduling import cancelled_before_start, schedule_lease_runs
 from capserve.tasks.settings import hub_endpoint_from_environment, settings_from_environment
+from capserve.tasks.slots import campaign_slot
 from capserve.tasks.teardown.inventory import inventory_campaign
 from capserve.tasks.teardown.workloads import connect
 

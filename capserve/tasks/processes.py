@@ -1,7 +1,7 @@
 """Who a process is, so that another process can prove it dead: the machine's boot, the pid namespace, the
 pid and the pid's start time (a pid reused by another process is not the same process).
 
-A slot holder leaves this beside its lease (``capserve/flows/slots.py``). Death is provable only from the
+A slot holder leaves this beside its lease (``capserve/tasks/slots.py``). Death is provable only from the
 same boot and the same pid namespace, where ``/proc`` shows every process the holder could be: a worker in
 another container, on another machine or before a reboot proves nothing, and its slot waits for its lease.
 """

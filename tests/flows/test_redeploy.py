@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from capserve_sandbox.environment import SandboxEndpoints, sandbox
 
+from capserve.campaign.context import CampaignContext, RunOptions
+from capserve.campaign.runner import finish
 from capserve.core.errors import PermanentError
 from capserve.core.record import CampaignRecord, RecordRef
 from capserve.core.redeploy import RedeployEntry
@@ -23,9 +25,7 @@ from capserve.core.report import CampaignReport
 from capserve.core.settings import RecordSettings, Settings
 from capserve.core.spec import load_spec
 from capserve.flows.campaign import campaign
-from capserve.flows.context import CampaignContext, RunOptions
 from capserve.flows.redeploy import redeploy
-from capserve.flows.runner import finish
 from capserve.tasks.locations import record_ref
 from capserve.tasks.record_store import change_record, load_record
 from tests.flows.test_campaign import SMALL_LOAD, spec_file
@@ -112,7 +112,7 @@ def test_a_bad_revision_fails_its_evaluation_and_is_rolled_back_to_the_good_one(
                      return_state=True)
     assert again.name == "Skipped" and "already tried" in (again.message or "")
 
-    # The report a campaign run writes lists both: it copies them from the record (capserve.flows.runner).
+    # The report a campaign run writes lists both: it copies them from the record (capserve.campaign.runner).
     spec = load_spec(spec_file(running.out, evaluation__load=SMALL_LOAD))
     ctx = CampaignContext.start(spec, Settings(), RunOptions(out_dir=running.out / "final", staging_dir=running.out))
     ctx.start_saving()  # as a campaign run has it from acquire on

@@ -15,8 +15,10 @@ import yaml
 from prefect import flow, task
 from prefect.exceptions import Pause, TerminationSignal
 
+import capserve.campaign.stages as stages_module
 import capserve.flows.campaign as campaign_module
-import capserve.flows.stages as stages_module
+from capserve.campaign.context import CampaignContext, RunOptions
+from capserve.campaign.runner import StageEnd, StageOutput, Step, run_campaign
 from capserve.core.capacity.states import ReservationState
 from capserve.core.cluster.result import ClusterResult
 from capserve.core.errors import PermanentError
@@ -25,8 +27,6 @@ from capserve.core.settings import Settings
 from capserve.core.spec import load_spec
 from capserve.core.stages import Stage, StageStatus
 from capserve.core.teardown.result import TeardownReason, TeardownResult
-from capserve.flows.context import CampaignContext, RunOptions
-from capserve.flows.runner import StageEnd, StageOutput, Step, run_campaign
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml"
 T0 = datetime(2026, 12, 1, 11, 30, tzinfo=UTC)
@@ -300,7 +300,7 @@ def test_a_run_that_adopts_the_lease_reports_the_purchase_the_record_keeps(
 ) -> None:
     """The serve run adopts the reservation the campaign run bought: its report (the campaign's final one) still
     holds the offers considered, the chosen one, the fee and the run that bought it, read from the record."""
-    import capserve.flows.runner as runner_module
+    import capserve.campaign.runner as runner_module
     from capserve.core.capacity.offers import Offer
     from capserve.core.capacity.ranking import ConsideredOffer, Ranking
     from capserve.core.capacity.result import AcquireResult

@@ -1,5 +1,5 @@
 """Slots on the test harness's Prefect server: a dead holder's slot is taken at once, a live one is waited for
-and named, and a holder leaves and takes back its note (``capserve/flows/slots.py``)."""
+and named, and a holder leaves and takes back its note (``capserve/tasks/slots.py``)."""
 
 from __future__ import annotations
 
@@ -19,13 +19,13 @@ from prefect import get_client
 from prefect.client.schemas.actions import VariableCreate
 from prefect.settings import PREFECT_API_URL
 
-from capserve.flows.slots import SlotNote, SlotTimeout, leased_slot, note_name
 from capserve.tasks.processes import this_process
+from capserve.tasks.slots import SlotNote, SlotTimeout, leased_slot, note_name
 
 LEASE = 300  # far longer than any wait below: a slot freed here was freed by capserve, not by the lease
 HOLDER = """
 import sys, time
-from capserve.flows.slots import leased_slot
+from capserve.tasks.slots import leased_slot
 
 with leased_slot(sys.argv[1], 300, purpose="a test holder"):
     print("held", flush=True)

@@ -23,8 +23,8 @@ from prefect import get_client
 from prefect.client.schemas.actions import VariableUpdate
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from capserve.flows.slots import campaign_limit_name, note_name
 from capserve.runtime.prefect_server import LocalServer, free_port, start_server
+from capserve.tasks.slots import campaign_limit_name, note_name
 
 pytestmark = pytest.mark.server
 
@@ -34,7 +34,7 @@ import sys, time
 from pathlib import Path
 from prefect import flow
 from prefect.runtime import deployment
-import capserve.flows.slots as slots
+import capserve.tasks.slots as slots
 from capserve.core.settings import SlotSettings
 
 deployment.get_id = lambda: "a-deployment"  # only deployment runs take the slot: be one

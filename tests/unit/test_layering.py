@@ -61,25 +61,28 @@ CONTRACTS = (
         sources=("capserve.core",),
         forbidden=SDKS
         | PREFECT
-        | {"capserve.tasks", "capserve.flows", "capserve.blocks", "capserve_sandbox", "capserve.cli"},
+        | {"capserve.tasks", "capserve.campaign", "capserve.flows", "capserve.blocks", "capserve_sandbox"}
+        | {"capserve.cli"},
         why="decisions and builders are tested with plain data, and `capserve plan` runs without Prefect",
     ),
     Contract(
         name="flows only sequence",
-        sources=("capserve.flows",),
+        sources=("capserve.flows", "capserve.campaign"),
         forbidden=frozenset({"capserve_sandbox", "capserve.cli"}),
         why="a flow runs the same against AWS and the sandbox; only configuration differs",
     ),
     Contract(
         name="tasks never reach up",
         sources=("capserve.tasks",),
-        forbidden=frozenset({"capserve.flows", "capserve_sandbox", "capserve.cli"}),
-        why="dependencies flow one way: flows → tasks → core",
+        forbidden=frozenset({"capserve.flows", "capserve.campaign", "capserve_sandbox", "capserve.cli"}),
+        why="dependencies flow one way: flows and the campaign engine → tasks → core",
     ),
     Contract(
         name="blocks are configuration",
         sources=("capserve.blocks",),
-        forbidden=frozenset({"capserve.tasks", "capserve.flows", "capserve_sandbox", "capserve.cli"}),
+        forbidden=frozenset(
+            {"capserve.tasks", "capserve.campaign", "capserve.flows", "capserve_sandbox", "capserve.cli"}
+        ),
         why="a Block is loaded by tasks and flows, never the other way round",
     ),
     Contract(
@@ -92,7 +95,9 @@ CONTRACTS = (
     Contract(
         name="the sandbox stands on core and tasks",
         sources=("capserve_sandbox",),
-        forbidden=frozenset({"capserve.flows", "capserve.cli", "capserve.blocks", "capserve.runtime"}),
+        forbidden=frozenset(
+            {"capserve.flows", "capserve.campaign", "capserve.cli", "capserve.blocks", "capserve.runtime"}
+        ),
         why="the stand-ins imitate the far ends the tasks talk to; what sequences a campaign must not shape them",
     ),
 )
@@ -234,11 +239,11 @@ MAX_FLOW_FUNCTION_LINES = 60
 
 
 def long_functions(path: Path, limit: int) -> list[str]:
-    """Functions (and methods) of ``path`` longer than ``limit`` lines, decorators and docstring included."""
+    """Functions, methods and classes of ``path`` longer than ``limit`` lines, decorators and docstring included."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
             length = (node.end_lineno or node.lineno) - first + 1
             if length > limit:
@@ -251,7 +256,32 @@ def test_flow_functions_only_sequence() -> None:
     assert flows and [line for path in flows for line in long_functions(path, MAX_FLOW_FUNCTION_LINES)] == []
 
 
+def defines_a_flow(path: Path) -> bool:
+    """Whether a function of ``path`` is decorated with Prefect's ``flow`` (``@flow`` or ``@flow(...)``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for decorator in node.decorator_list:
+                called = decorator.func if isinstance(decorator, ast.Call) else decorator
+                if isinstance(called, ast.Name) and called.id == "flow":
+                    return True
+    return False
+
+
+def test_every_module_in_flows_defines_a_flow() -> None:
+    """flows/ holds flows; the machinery they share is the campaign engine's (capserve/campaign/)."""
+    modules = [p for p in sorted((PACKAGE / "flows").rglob("*.py")) if p.name != "__init__.py"]
+    assert modules and [p.name for p in modules if not defines_a_flow(p)] == []
+
+
+def test_the_flow_check_tells_a_flow_from_a_helper(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("@flow(name='a')\ndef a():\n    pass\n")
+    (tmp_path / "b.py").write_text("@task\ndef b():\n    pass\n")
+    assert (defines_a_flow(tmp_path / "a.py"), defines_a_flow(tmp_path / "b.py")) == (True, False)
+
+
 def test_the_length_check_catches_a_long_function(tmp_path: Path) -> None:
     long = tmp_path / "long.py"
-    long.write_text("@flow\ndef f():\n" + "    x = 1\n" * 59 + "\ndef g():\n    pass\n")
-    assert long_functions(long, MAX_FLOW_FUNCTION_LINES) == ["long.py::f has 61 lines"]
+    long.write_text("@flow\ndef f():\n" + "    x = 1\n" * 59 + "\ndef g():\n    pass\n"
+                    "class C:\n" + "    x = 1\n" * 60)
+    assert long_functions(long, MAX_FLOW_FUNCTION_LINES) == ["long.py::f has 61 lines", "long.py::C has 61 lines"]

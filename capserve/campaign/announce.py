@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from capserve.campaign.context import CampaignContext
 from capserve.core.errors import CapserveError
 from capserve.core.events import CampaignRefs, CapserveEvent
-from capserve.flows.context import CampaignContext
 from capserve.tasks.aws_events import converge_capacity_events
 from capserve.tasks.clock import campaign_now
 from capserve.tasks.events import emit

@@ -16,11 +16,11 @@ from collections.abc import Callable
 from prefect import get_run_logger
 from pydantic import BaseModel, ValidationError
 
+from capserve.campaign.context import CampaignContext
 from capserve.core.record import StageEntry
 from capserve.core.reuse import unchanged_since
 from capserve.core.stages import Stage
 from capserve.core.weights.result import WeightsResult
-from capserve.flows.context import CampaignContext
 from capserve.tasks.clock import campaign_now
 from capserve.tasks.weights.s3 import verify_published
 

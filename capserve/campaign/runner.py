@@ -9,7 +9,7 @@ The rules (decided in ``capserve.core.sequencing``, applied here):
   ("failed-stage"); an interruption (Ctrl-C, SIGTERM, a Prefect cancellation, a broken output pipe)
   leaves the cluster to the scheduled teardown and the reaper, and the report and record say so;
 - an error while tearing down after a failure never replaces the failure, and the report is always
-  written, with the cost ledger of the run (``capserve.flows.cost``; 0 when no capacity was obtained) and
+  written, with the cost ledger of the run (``capserve.campaign.cost``; 0 when no capacity was obtained) and
   the campaign's redeploys as its record holds them (a redeploy run appends to the record, not to this report);
   a run that adopted the lease an earlier run bought reports that purchase (offers considered, the chosen one,
   the fee, the run that bought it) from the record too, and says it adopted it.
@@ -26,16 +26,16 @@ from prefect.runtime import flow_run
 from prefect.settings import PREFECT_UI_URL
 from pydantic import BaseModel, JsonValue
 
+from capserve.campaign.context import CampaignContext
+from capserve.campaign.cost import campaign_ledger
+from capserve.campaign.reuse import reuse_unchanged
+from capserve.campaign.run_names import campaign_runs
 from capserve.core.errors import CapserveError
 from capserve.core.record import StageEntry, stage_outputs
 from capserve.core.report import StageRecord
 from capserve.core.sequencing import blocked_by, decide_ending
 from capserve.core.stages import Stage, StageStatus
 from capserve.core.teardown.result import TeardownReason
-from capserve.flows.context import CampaignContext
-from capserve.flows.cost import campaign_ledger
-from capserve.flows.reuse import reuse_unchanged
-from capserve.flows.run_names import campaign_runs
 from capserve.tasks.clock import campaign_now
 from capserve.tasks.manifests import recording
 from capserve.tasks.record_store import load_record
@@ -101,7 +101,7 @@ def run_stage(ctx: CampaignContext, step: Step) -> None:
         ctx.start_saving()  # the campaign reaches the cloud: from here on the record is kept in S3
     digest = ctx.record.inputs_digest(step.stage, ctx.spec)
     if reuse_unchanged(ctx, step.stage, digest):
-        return  # unchanged since its last run and its outputs verify (capserve.flows.reuse)
+        return  # unchanged since its last run and its outputs verify (capserve.campaign.reuse)
     line = ctx.report.begin(step.stage, campaign_now())
     _record(ctx, step.stage, line, digest)
     try:

@@ -1,6 +1,6 @@
 """The campaign's stages, each a small function of the ``CampaignContext`` that returns its typed result.
 
-The runner (``capserve.flows.runner``) times and records each one and puts its result in the report;
+The runner (``capserve.campaign.runner``) times and records each one and puts its result in the report;
 a stage returns ``StageEnd`` when it ends without its full result (skipped, or stopped on purpose).
 Stages read what earlier stages produced from the report's sections (``ctx.report.weights``, …) and
 their knobs from ``ctx.settings``; nothing here talks to the outside world except through tasks and
@@ -13,6 +13,9 @@ from datetime import timedelta
 
 from prefect import get_run_logger
 
+from capserve.campaign.announce import about, announce, now, recorded, watch_capacity_events
+from capserve.campaign.context import CampaignContext, need
+from capserve.campaign.runner import StageEnd, StageOutput
 from capserve.core.capacity.result import AcquireResult
 from capserve.core.catalog import MODELS, Thinking
 from capserve.core.cluster.result import ClusterResult
@@ -37,12 +40,9 @@ from capserve.core.teardown.result import TeardownIncompleteError, TeardownReaso
 from capserve.core.weights.node_staging import NodeStagingResult
 from capserve.core.weights.result import WeightsResult
 from capserve.flows.acquire import acquire
-from capserve.flows.announce import about, announce, now, recorded, watch_capacity_events
 from capserve.flows.bring_up import bring_up
-from capserve.flows.context import CampaignContext, need
 from capserve.flows.evaluate import evaluate_endpoint
 from capserve.flows.rollout import RolloutInputs, roll_out, served_endpoint
-from capserve.flows.runner import StageEnd, StageOutput
 from capserve.flows.stage_weights import stage_weights
 from capserve.flows.teardown import teardown
 from capserve.tasks.clock import campaign_now

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from capserve.campaign.context import CampaignContext
 from capserve.core.block_cost import after_the_drain, with_redeploys
 from capserve.core.campaign_cost import campaign_cost_inputs
 from capserve.core.cost import CostLedger, build_ledger, load_price_table
@@ -18,7 +19,6 @@ from capserve.core.cost.prices import PriceTable
 from capserve.core.errors import CapserveError
 from capserve.core.record import CampaignRecord
 from capserve.core.stages import Stage, StageStatus
-from capserve.flows.context import CampaignContext
 from capserve.tasks.clock import campaign_now, campaign_window
 from capserve.tasks.cost.clock import aws_clock_offset
 from capserve.tasks.cost.price_list import with_live_prices
