@@ -69,8 +69,11 @@ def test_eks_bring_up_then_a_rerun_creates_nothing(kube: FakeKube, tmp_path: Pat
     spec, lease = make_spec("flow-eks"), make_lease()
     with recording(tmp_path / "manifests"):
         result = bring_up(spec, lease, FAST)
-    assert result.report_section() == {"kind": "eks", "name": "capserve-flow-eks", "nodes_ready": 2,
-                                       "gpus_allocatable": 16}
+    section = result.report_section()
+    join = section.pop("node_join")
+    assert section == {"kind": "eks", "name": "capserve-flow-eks", "nodes_ready": 2, "gpus_allocatable": 16}
+    # The nodes' join as the API server stamped it, beside the time model's half hour for a p6-b300 node group.
+    assert join["predicted_s"] == 1800.0 and join["ready_at"] <= join["usable_at"] and join["measured_s"] > 0, join
     assert "eks-nodegroup/capserve-flow-eks-gpu" in result.created and result.endpoint == kube.url
     # The system node group came up before the add-ons: on-demand CPU nodes for CoreDNS and the controllers.
     assert "eks-nodegroup/capserve-flow-eks-system" in result.created
