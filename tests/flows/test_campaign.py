@@ -124,7 +124,9 @@ def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
     assert sum(o["chosen"] for o in written["offers_considered"]) == 1
     assert all(o["reason"] for o in written["offers_considered"])
     assert written["weights"]["verified"] is True
+    join = written["cluster"].pop("node_join")
     assert written["cluster"] == {"kind": "eks", "name": "capserve-k3-demo", "nodes_ready": 1, "gpus_allocatable": 8}
+    assert join["predicted_s"] == 1800.0 and join["measured_s"] > 0, join
     [job] = written["node_staging"]["jobs"]
     assert job["files"] == written["weights"]["files"] and job["bytes"] > 0
     # Applied server-side with an EKS token (the Job is gone now: teardown deletes the campaign's workloads).
