@@ -16,7 +16,7 @@ Unit = Literal["count", "bytes"]
 
 PREFIX = "progress: "  # starts every progress record in a run's log, so a follower can pick them out
 BAR_WIDTH = 10
-_GIB = 2**30
+_SIZES = (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
 _EPSILON = 1e-9  # 0.3 - 0.2 < 0.1 in floating point: a move of one step is one step
 
 
@@ -53,7 +53,9 @@ class Progress:
             fraction = self.fraction or 0.0
             filled = int(fraction * BAR_WIDTH)  # full only when done
             bar = "=" * filled + "-" * (BAR_WIDTH - filled)
-            text = f"{self.what} {self.done / _GIB:.1f} of {self.total / _GIB:.1f} GiB [{bar}] {fraction * 100:.0f} %"
+            name, size = _size_unit(self.total)
+            amount = f"{self.done / size:.1f} of {self.total / size:.1f} {name}"
+            text = f"{self.what} {amount} [{bar}] {fraction * 100:.0f} %"
             return f"{text} ({self.detail})" if self.detail else text
         if self.done is not None and self.total is not None:
             text = f"{self.what} {self.done:g}/{self.total:g}"
@@ -63,6 +65,11 @@ class Progress:
             timing += f" of ~{self.expected_s / 60:.0f} min expected" if self.expected_s else " min"
             return f"{self.what}: {self.detail}, {timing}" if self.detail else f"{self.what}: {timing}"
         return f"{self.what}: {self.detail}" if self.detail else self.what
+
+
+def _size_unit(total: float) -> tuple[str, int]:
+    """The largest binary unit the total fills at least once (K3's 1.56 TB in TiB, the sandbox's tiny one in KiB)."""
+    return next(((name, size) for name, size in _SIZES if total >= size), ("bytes", 1))
 
 
 @dataclass

@@ -41,6 +41,12 @@ def test_a_start_reads_its_phase_and_minutes_against_the_expected() -> None:
     assert line == "vLLM startup: loading weights, 23 of ~75 min expected"
 
 
+def test_a_small_total_reads_in_the_unit_it_fills() -> None:
+    assert Progress("staged", done=512 * 2**10, total=2**20 + 2**19, unit="bytes").line() == (
+        "staged 0.5 of 1.5 MiB [===-------] 33 %"
+    )
+
+
 def test_a_line_holds_no_control_character() -> None:
     lines = [
         Progress("staged", done=3, total=7, unit="bytes").line(),
