@@ -31,7 +31,7 @@ from capserve.tasks.run_log import run_logger
 
 # A wait reports at most this often on its own: the throttle still needs a reason to print (a change of ≥ 10 %,
 # a new phase, or a minute of wall time), so this only bounds how stale a line can be.
-REPORT_EVERY_S = 30.0
+REPORT_EVERY_S = 10.0
 _PAGE = 200  # log records per read (the API's own cap)
 
 
