@@ -23,7 +23,7 @@ from prefect.client.schemas.filters import (
     LogFilterTimestamp,
 )
 from prefect.client.schemas.objects import Log
-from prefect.client.schemas.sorting import LogSort
+from prefect.client.schemas.sorting import FlowRunSort, LogSort
 
 from capserve.core.progress import PREFIX, Progress, Throttle
 from capserve.core.schedule import campaign_tag
@@ -67,7 +67,9 @@ def read_progress(campaign_id: str, *, after: datetime) -> tuple[list[ProgressLi
     oldest first, and the time of the newest record read (the next call's ``after``)."""
     tagged = FlowRunFilter(tags=FlowRunFilterTags(all_=[campaign_tag(campaign_id)]))
     with get_client(sync_client=True) as client:
-        names: dict[UUID, str] = {run.id: run.name for run in client.read_flow_runs(flow_run_filter=tagged, limit=200)}
+        # The newest runs: over a window of days the Hub watches alone outnumber a page, and they log no progress.
+        recent = client.read_flow_runs(flow_run_filter=tagged, sort=FlowRunSort.START_TIME_DESC, limit=_PAGE)
+        names: dict[UUID, str] = {run.id: run.name for run in recent}
         if not names:
             return [], after
         log_filter = LogFilter(
