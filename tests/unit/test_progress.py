@@ -9,14 +9,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from kubernetes import client as k8s
 from rich.console import Console
 
 from capserve.cli.progress_view import ProgressFollower, ProgressView
-from capserve.core.cluster.readiness import NodeExpectation, assess_nodes
+from capserve.core.cluster.readiness import KubeSettings, NodeExpectation, assess_nodes
 from capserve.core.progress import PREFIX, Progress, Throttle
 from capserve.core.rollout.image import pull_status
 from capserve.core.rollout.startup_log import startup_phase, startup_progress
 from capserve.tasks.progress import ProgressLine, ProgressReporter
+from capserve.tasks.rollout.wait import _StartProgress
 
 GIB = 2**30
 CPU_LOG = (Path(__file__).parent / "fixtures" / "vllm-0.32-cpu-startup.log").read_text()
@@ -191,3 +193,15 @@ def test_the_follower_reads_the_server_at_most_every_few_seconds_and_from_where_
     now[0] = 6.0
     follower.poll()
     assert asked == [since, since + timedelta(seconds=1)]
+
+
+def test_a_look_at_the_start_that_the_api_refuses_tells_nothing_and_does_not_end_the_wait() -> None:
+    api = k8s.ApiClient()
+
+    def refuse(*_: object, **__: object) -> None:
+        raise k8s.ApiException(status=503, reason="Service Unavailable")
+
+    api.call_api = refuse  # type: ignore[method-assign]
+    told = _StartProgress(api, "default", "vllm-blue-0", 4500.0, KubeSettings())
+    told([{"metadata": {"name": "vllm-blue-0", "uid": "u"}, "status": {}}])
+    assert told.pulls.lines == [] and told.engine.lines == []

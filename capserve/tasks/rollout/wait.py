@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import urllib3
 from kubernetes import client as k8s
 from prefect.cache_policies import NO_CACHE
 
@@ -249,19 +250,22 @@ class _StartProgress:
         self.pulls, self.engine = ProgressReporter(), ProgressReporter()
 
     def __call__(self, pods: list[dict[str, Any]]) -> None:
+        try:
+            self._look(pods)
+        except (k8s.ApiException, urllib3.exceptions.HTTPError, ConnectionError):
+            pass  # a line that could not be read waits for the next look: telling never fails the wait itself
+
+    def _look(self, pods: list[dict[str, Any]]) -> None:
         uids = {str(pod["metadata"].get("uid")) for pod in pods}
         for image, state in pull_status(_events(self.api, self.namespace, self.kube), uids).items():
             self.pulls.report(Progress("image pull", detail=f"{image} {state}"))
         started = _vllm_started_at(next((p for p in pods if p["metadata"]["name"] == self.leader), None))
         if started is None:
             return
-        try:
-            log: str = k8s.CoreV1Api(self.api).read_namespaced_pod_log(
-                self.leader, self.namespace, container="vllm", tail_lines=_LOG_LINES,
-                _request_timeout=self.kube.request_timeout_s,
-            )
-        except k8s.ApiException:
-            return  # the progress line waits for the next look; the wait itself is the watch's
+        log: str = k8s.CoreV1Api(self.api).read_namespaced_pod_log(
+            self.leader, self.namespace, container="vllm", tail_lines=_LOG_LINES,
+            _request_timeout=self.kube.request_timeout_s,
+        )
         running_s = (campaign_now() - started).total_seconds()
         self.engine.report(startup_progress(log, running_s=running_s, expected_s=self.expected_s))
 
