@@ -25,7 +25,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -38,6 +38,9 @@ from capserve.runtime.prefect_server import (
     start_server,
     start_worker,
 )
+
+if TYPE_CHECKING:
+    from capserve.cli.progress_view import ProgressFollower
 
 FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
@@ -100,6 +103,8 @@ def run_on_server(
     code."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
+    from capserve.cli.progress_view import ProgressFollower, ProgressView
+
     logs = out_dir.resolve() / "prefect"
     kept: list[Child] = []  # the worker left running with --keep-server (the server is server_in_background's)
     with ExitStack() as stack:
@@ -115,12 +120,15 @@ def run_on_server(
                 kept.append(worker)
         stack.enter_context(temporary_settings({PREFECT_API_URL: registered.url}))
         since = datetime.now(UTC)  # the runs to follow are this campaign run's, not an earlier one's
+        view = ProgressView(console)
+        stack.callback(view.close)
+        progress = ProgressFollower(campaign_id, since, view)
         try:
-            state = _run_and_follow(parameters, console, run_env or {})
+            state = _run_and_follow(parameters, console, run_env or {}, progress)
             if follow_window and state[0] == "COMPLETED":
                 if watches is not None:
                     _ask_for_watches(campaign_id, watches, out_dir, console)
-                _follow_scheduled(campaign_id, since, console)
+                _follow_scheduled(campaign_id, since, console, progress)
         except KeyboardInterrupt:
             if registered.started and not keep_server:
                 console.print("stopped: the Prefect server and worker this command started stop with it, so the "
@@ -170,7 +178,9 @@ def require_deployments(console: Console) -> None:
     console.print(f"capserve's deployments are on {api}", highlight=False)
 
 
-def _run_and_follow(parameters: dict[str, Any], console: Console, run_env: dict[str, str]) -> tuple[str, str]:
+def _run_and_follow(
+    parameters: dict[str, Any], console: Console, run_env: dict[str, str], progress: ProgressFollower
+) -> tuple[str, str]:
     from prefect import get_client
     from prefect.deployments import run_deployment
 
@@ -187,6 +197,7 @@ def _run_and_follow(parameters: dict[str, Any], console: Console, run_env: dict[
                 last = now
             if now[0] in FINAL:
                 return now
+            progress.poll()
             time.sleep(2)
 
 
@@ -216,7 +227,7 @@ def _reservation_in_report(out_dir: Path) -> str | None:
     return str(found) if found else None
 
 
-def _follow_scheduled(campaign_id: str, since: datetime, console: Console) -> None:
+def _follow_scheduled(campaign_id: str, since: datetime, console: Console, progress: ProgressFollower) -> None:
     """Follow the runs the lease scheduled (serve at the start, drain, teardown), and the Hub watches and
     redeploys of the campaign, until none is left to run."""
     from capserve.tasks.scheduling import read_runs_about
@@ -232,6 +243,7 @@ def _follow_scheduled(campaign_id: str, since: datetime, console: Console) -> No
                 last[run.flow_run_id] = now
         if runs and all(run.state_type in FINAL for run in runs):
             return
+        progress.poll()
         time.sleep(1)
 
 

@@ -42,8 +42,10 @@ from capserve.core.cluster.readiness import (
     workload_state,
 )
 from capserve.core.errors import CapserveError, ClusterGoneError, PermanentError, RetryableError
+from capserve.core.progress import Progress
 from capserve.tasks import aws
 from capserve.tasks.manifests import record_applied
+from capserve.tasks.progress import ProgressReporter
 from capserve.tasks.resilience import NO_RETRIES, kube_task
 from capserve.tasks.run_log import run_logger
 from capserve.tasks.waiting import pause_on_the_block, wait_timeout
@@ -467,10 +469,17 @@ def wait_gpu_nodes_ready(api: k8s.ApiClient, expectation: NodeExpectation, setti
     deadline = time.monotonic() + settings.nodes_ready_timeout_s
     dyn = dynamic_client(api)
     nodes = _resource(dyn, "v1", "Node")
+    reporter = ProgressReporter()
+
+    def ready(seen: dict[str, dict[str, Any]]) -> bool:
+        readiness = assess_nodes(list(seen.values()), expectation)
+        reporter.report(readiness.progress(expectation.gpus_per_node))
+        return readiness.ready
+
     objects = _watch_until(
         dyn,
         nodes,
-        done=lambda seen: assess_nodes(list(seen.values()), expectation).ready,
+        done=ready,
         deadline=deadline,
         settings=settings,
         what="watch of GPU nodes",
@@ -511,7 +520,10 @@ def _wait_objects(
     deadline = time.monotonic() + timeout_s
     outcome: dict[str, str] = {}
     pending: list[str] = []
-    for manifest in manifests:
+    manifests = list(manifests)
+    reporter = ProgressReporter()
+    for index, manifest in enumerate(manifests):
+        reporter.report(Progress(f"{what} done", done=index, total=len(manifests)))
         name = str((manifest.get("metadata") or {}).get("name"))
         namespace = (manifest.get("metadata") or {}).get("namespace")
         resource = _resource(dyn, str(manifest["apiVersion"]), str(manifest["kind"]))
@@ -548,6 +560,7 @@ def _wait_objects(
             why = _why_not_ready(dyn, live.get("object"), settings)
             pending.append(f"{obj}: {reason}" + (f" ({why})" if why else ""))
         outcome[obj] = reason
+    reporter.report(Progress(f"{what} done", done=len(manifests), total=len(manifests)))
     if pending:
         raise wait_timeout(what, timeout_s, "; ".join(pending))
     return outcome

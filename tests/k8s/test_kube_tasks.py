@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from pydantic import SecretStr
 from capserve.core.cluster.addons import AddonOptions, render_addons
 from capserve.core.cluster.readiness import KubeSettings, NodeExpectation, Readiness
 from capserve.core.errors import ClusterGoneError, PermanentError, WaitTimeoutError
+from capserve.core.progress import PREFIX
 from capserve.tasks import kube as tasks_kube
 
 AWS_ENV = {
@@ -198,6 +200,29 @@ def test_wait_follows_nodes_turning_ready_through_the_watch(
     assert result and result[0].ready and result[0].gpus_allocatable == 16
     node_requests = [r for r in kube.requests if r.path.startswith("/api/v1/nodes")]
     assert all("labelSelector=capserve.io/pool=gpu" in unquote(r.path) for r in node_requests)
+
+
+def test_the_node_wait_logs_a_line_per_node_turning_ready_and_none_for_the_same_state(
+    kube: FakeKube, api: k8s.ApiClient, patient: KubeSettings, caplog: pytest.LogCaptureFixture
+) -> None:
+    names = kube.provision_nodes("gpu", 2, labels=GPU, failure="never-ready", device_plugins="builtin")
+    done = threading.Event()
+
+    def wait() -> None:
+        tasks_kube.wait_gpu_nodes_ready.fn(api, EXPECT, patient)
+        done.set()
+
+    with caplog.at_level(logging.INFO, logger="capserve.tasks.progress"):
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        while not any("watch=true" in r.path and "/nodes" in r.path for r in kube.requests) and waiter.is_alive():
+            time.sleep(0.02)
+        for name in names:
+            kube.set_node_ready(name)
+        waiter.join(timeout=120)
+    assert done.is_set()
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(PREFIX)]
+    assert lines == [f"{PREFIX}GPU nodes joined 2/2 ({ready} ready with 8 GPUs each)" for ready in (0, 1, 2)]
 
 
 @pytest.mark.parametrize(

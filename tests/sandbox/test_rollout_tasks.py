@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 from typing import Any
 
 import httpx
@@ -12,9 +13,11 @@ from kubernetes import client as k8s
 from pydantic import SecretStr
 
 from capserve.core.cluster.readiness import KubeSettings
+from capserve.core.progress import PREFIX
 from capserve.core.rollout.diagnosis import RolloutWaitSettings, Trouble
 from capserve.core.rollout.result import RolloutFailedError
 from capserve.tasks import kube as tasks_kube
+from capserve.tasks.rollout import wait as rollout_wait
 from capserve.tasks.rollout.access import check_endpoint, port_forward
 from capserve.tasks.rollout.objects import ensure_api_key
 from capserve.tasks.rollout.wait import wait_rollout_ready
@@ -173,3 +176,24 @@ def test_a_pod_gone_while_unschedulable_leaves_no_grace_behind() -> None:
     assert judge.next_grace_end() is not None
     judge.judge([pod("vllm-blue-0-replaced", "True")])
     assert judge.next_grace_end() is None and not judge.found
+
+
+def test_the_wait_tells_the_image_pull_and_vllms_phase_against_the_expected_start(
+    kube: FakeKube, api: k8s.ApiClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    (node,) = kube.provision_nodes("gpu", 1)
+    stage_model(kube, node)
+    kube.inject(Fault(FaultKind.SLOW_START, pod="vllm-blue-0", seconds=1200))  # 2 s of wall time
+    monkeypatch.setattr(rollout_wait, "REPORT_EVERY_S", 0.1)  # look often: the start is short here
+    leader = labelled("vllm-blue-0")
+    leader["spec"]["containers"][0]["name"] = "vllm"  # the container the rollout renders
+    tasks_kube.apply(api, leader)
+    with caplog.at_level(logging.INFO, logger="capserve.tasks.progress"):
+        wait_rollout_ready.fn(
+            api, "default", "vllm-blue", 1, budget_s=30.0, wait=FAST, kube=KubeSettings(watch_window_s=5),
+            expected_s=1200.0,
+        )
+    lines = [r.getMessage().removeprefix(PREFIX) for r in caplog.records if r.getMessage().startswith(PREFIX)]
+    assert any(line.startswith("image pull: ") and line.endswith(" pulled") for line in lines), lines
+    assert any(line.startswith("vLLM startup: ") and "of ~20 min expected" in line for line in lines), lines
+    assert len(lines) == len(set(lines))  # one line per change, not one per look

@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from capserve.core.cluster.nvme import ephemeral_storage_bytes, parse_quantity
+from capserve.core.progress import Progress
 
 GPU_RESOURCE = "nvidia.com/gpu"  # advertised by the NVIDIA device plugin
 EFA_RESOURCE = "vpc.amazonaws.com/efa"  # advertised by the AWS EFA device plugin
@@ -172,6 +173,15 @@ class Readiness(BaseModel):
 
     def problems(self) -> list[NodeReport]:
         return [node for node in self.nodes if not node.ready]
+
+    def progress(self, gpus_per_node: int) -> Progress:
+        """How far the nodes got, for a person watching the wait: ``GPU nodes joined 1/2 (0 ready with 8 GPUs
+        each)``; a node counts as ready once it is Ready with all its GPUs (and whatever else is expected)."""
+        joined = sum(1 for node in self.nodes if NodeProblem.NOT_JOINED not in node.problems)
+        return Progress(
+            "GPU nodes joined", done=min(joined, self.expected), total=self.expected,
+            detail=f"{self.ready_nodes} ready with {gpus_per_node} GPUs each",
+        )
 
     def describe(self) -> str:
         """One line per node that is not ready, e.g. ``ip-10-0-1-2: GPUs not advertised (nvidia.com/gpu 0 of 8)``."""

@@ -197,3 +197,31 @@ def slowest_pull(events: list[dict[str, Any]], pods: dict[str, str], image: str)
         return None
     took, waiting, pod = max(pulls)
     return ImagePull(image=image, pod=pod, seconds=took, including_waiting_s=waiting, pulls=len(pulls))
+
+
+def pull_status(events: list[dict[str, Any]], pods: set[str]) -> dict[str, str]:
+    """Image → "pulling" or "pulled", from the kubelet's ``Pulling``/``Pulled`` events of the pods whose uids are
+    ``pods``: pulled once every pod that began pulling it has pulled it (or found it present)."""
+    pulling: dict[str, set[str]] = {}
+    pulled: dict[str, set[str]] = {}
+    for event in events:
+        involved = event.get("involvedObject") or event.get("involved_object") or {}
+        uid = str(involved.get("uid"))
+        image = _quoted_image(str(event.get("message") or ""))
+        if uid not in pods or image is None:
+            continue
+        if event.get("reason") == "Pulling":
+            pulling.setdefault(image, set()).add(uid)
+        elif event.get("reason") == "Pulled":
+            pulled.setdefault(image, set()).add(uid)
+    return {
+        image: "pulled" if pulling.get(image, set()) <= pulled.get(image, set()) else "pulling"
+        for image in sorted(set(pulling) | set(pulled))
+    }
+
+
+def _quoted_image(message: str) -> str | None:
+    """The image a kubelet pull event names: ``Pulling image "X"``, ``Successfully pulled image "X" in …``,
+    ``Container image "X" already present on machine``."""
+    match = re.search(r'image "([^"]+)"', message)
+    return match.group(1) if match else None

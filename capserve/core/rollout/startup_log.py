@@ -25,6 +25,8 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from capserve.core.progress import Progress
+
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _STAMP = re.compile(r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)\b")
 _NUMBER = r"([0-9][0-9,]*(?:\.[0-9]+)?)"
@@ -92,3 +94,29 @@ def _to_listening_s(plain: str) -> float | None:
                 elapsed += timedelta(days=366)
             return elapsed.total_seconds()
     return None
+
+
+# The phase a vLLM start is in, from the last milestone its log announced: each milestone line is written when a
+# phase ends, so the phase under way is the one after it (the order vLLM 0.32 runs them in).
+_MILESTONES = (
+    ("listening", re.compile(re.escape(_LISTENING))),
+    ("starting the API server", _PATTERNS["engine_init_s"]),
+    ("warming up the engine (KV cache, profile)", _PATTERNS["graph_capture_s"]),
+    ("capturing CUDA graphs", _PATTERNS["compile_s"]),
+    ("compiling (torch.compile)", _PATTERNS["weights_load_s"]),
+)
+
+
+def startup_phase(log: str) -> str:
+    """What the start is doing now, e.g. ``loading weights`` until vLLM logs "Loading weights took"."""
+    plain = _ANSI.sub("", log)
+    for phase, pattern in _MILESTONES:  # latest milestone first
+        if pattern.search(plain):
+            return phase
+    return "loading weights"
+
+
+def startup_progress(log: str, *, running_s: float, expected_s: float | None) -> Progress:
+    """``vLLM startup: loading weights, 23 of ~75 min expected``: the phase the log says, for how long the server
+    has run (the block's seconds since its container started) against the time model's expectation."""
+    return Progress("vLLM startup", detail=startup_phase(log), elapsed_s=max(running_s, 0.0), expected_s=expected_s)

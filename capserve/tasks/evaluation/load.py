@@ -31,9 +31,11 @@ from capserve.core.evaluation.records import ClientStats, RunRecord
 from capserve.core.evaluation.result import LoadPointResult, LoadResult, refused_point, summarize_run
 from capserve.core.evaluation.spec import GateSpec, LoadSpec
 from capserve.core.evaluation.workload import LoadJob, plan_requests, split_concurrency, split_requests
+from capserve.core.progress import Progress
 from capserve.tasks.evaluation.auth import EndpointAuth, read_auth
 from capserve.tasks.evaluation.host import host_capacity
 from capserve.tasks.evaluation.loadgen import AUTHORIZATION_ENV, WARMUP_TIMEOUT_S
+from capserve.tasks.progress import ProgressReporter
 from capserve.tasks.resilience import NO_RETRIES, endpoint_task
 from capserve.tasks.secrets import redactor
 
@@ -227,6 +229,8 @@ def run_load(
     points: list[LoadPointResult] = []
     measured: float | None = None  # chunks/s of one stream, from the runs so far
     runs = [(f"c{c}", c, None) for c in spec.concurrency_levels] + [(f"rate{r:g}", None, r) for r in spec.request_rates]
+    planned = {name: spec.requests_for(c) if c is not None else spec.open_loop_requests for name, c, _ in runs}
+    reporter, finished = ProgressReporter(), 0
     for salt, (name, concurrency, rate) in enumerate(runs):
         left = deadline - time.monotonic()
         reason = _refusal(concurrency, rate, spec, capacity, measured, left)
@@ -242,6 +246,7 @@ def run_load(
             point = refused_point(name, concurrency=concurrency, rate=rate, reason=reason)
             logger.warning("load %s not run: %s", name, reason)
             points.append(point)
+            planned[name] = 0  # a point not run has no requests to wait for
             continue
         raw = out_dir / f"load-{name}.json"
         # Error texts were redacted in the generator; redacting the JSON text again costs nothing.
@@ -262,6 +267,9 @@ def run_load(
             "" if point.valid else " — INVALID: " + "; ".join(point.invalid_reasons),
         )
         points.append(point)
+        finished += point.metrics.completed + point.metrics.failed + point.metrics.client_failed
+        reporter.report(Progress("evaluation requests done", done=finished, total=max(sum(planned.values()), finished),
+                                 detail=f"{len(points)} of {len(runs)} load points"))
     return LoadResult(points=points)
 
 

@@ -219,6 +219,7 @@ class RolloutRun:
             budget_s=rendered.startup_budget_s,
             wait=self.inputs.wait,
             kube=self.inputs.kube,
+            expected_s=rendered.expected_start_s,
         )
         outcome.ready_after_s, outcome.api_calls = round(ready.ready_after_s, 3), ready.api_calls
         outcome.pods = ready.pods

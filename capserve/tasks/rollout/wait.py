@@ -18,12 +18,15 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
+import urllib3
 from kubernetes import client as k8s
 from prefect.cache_policies import NO_CACHE
 
 from capserve.core.cluster.readiness import KubeSettings
+from capserve.core.progress import Progress
 from capserve.core.rollout.diagnosis import (
     Diagnosis,
     RolloutWaitSettings,
@@ -33,12 +36,14 @@ from capserve.core.rollout.diagnosis import (
     needs_grace,
     timeout_diagnosis,
 )
-from capserve.core.rollout.image import ImagePull, slowest_pull
+from capserve.core.rollout.image import ImagePull, pull_status, slowest_pull
 from capserve.core.rollout.names import ROLE_LABEL, ROLLOUT_LABEL
 from capserve.core.rollout.prepull import PREPULL_ROLE
 from capserve.core.rollout.result import RolloutFailedError
+from capserve.core.rollout.startup_log import startup_progress
 from capserve.tasks.clock import campaign_now
 from capserve.tasks.kube import _resource, _watch_until, dynamic_client
+from capserve.tasks.progress import REPORT_EVERY_S, ProgressReporter
 from capserve.tasks.resilience import NO_RETRIES, kube_task
 
 
@@ -193,18 +198,24 @@ def wait_rollout_ready(
     budget_s: float,
     wait: RolloutWaitSettings,
     kube: KubeSettings,
+    expected_s: float | None = None,
 ) -> ReadyWait:
-    """Watch ``workload``'s pods until all ``expected_pods`` are Ready; raise ``RolloutFailedError`` otherwise."""
+    """Watch ``workload``'s pods until all ``expected_pods`` are Ready; raise ``RolloutFailedError`` otherwise.
+
+    Every ``REPORT_EVERY_S`` the watch is re-opened to tell a person how far the start got (``_StartProgress``):
+    the image pull, then vLLM's phase against ``expected_s``, the time model's start."""
     start = time.monotonic()
     began = campaign_now()
     deadline = start + budget_s + wait.pull_and_schedule_allowance_s
     judge = _Judge(api, namespace, expected_pods, wait, kube)
+    told = _StartProgress(api, namespace, f"{workload}-0", expected_s, kube)
     dyn = dynamic_client(api)
     pods = _resource(dyn, "v1", "Pod")
     with counting_requests(api) as calls:
         while True:
             grace_end = judge.next_grace_end()
             step = min(deadline, grace_end + 0.05) if grace_end is not None else deadline
+            step = min(step, time.monotonic() + REPORT_EVERY_S)
             seen = _watch_until(
                 dyn,
                 pods,
@@ -225,6 +236,50 @@ def wait_rollout_ready(
                 known = judge.found[0].model_copy(update={"fatal": True}) if judge.found else None
                 waited = time.monotonic() - start
                 raise RolloutFailedError(known or timeout_diagnosis(judge.pods, expected_pods, waited))
+            told(judge.pods)
+
+
+class _StartProgress:
+    """Tells how far the rollout's start got: each image "pulling" → "pulled" (the kubelet's events), then the
+    leader's vLLM phase from its log, for how long its container has run on the block's clock."""
+
+    def __init__(
+        self, api: k8s.ApiClient, namespace: str, leader: str, expected_s: float | None, kube: KubeSettings
+    ) -> None:
+        self.api, self.namespace, self.leader, self.expected_s, self.kube = api, namespace, leader, expected_s, kube
+        self.pulls, self.engine = ProgressReporter(), ProgressReporter()
+
+    def __call__(self, pods: list[dict[str, Any]]) -> None:
+        try:
+            self._look(pods)
+        except (k8s.ApiException, urllib3.exceptions.HTTPError, ConnectionError):
+            pass  # a line that could not be read waits for the next look: telling never fails the wait itself
+
+    def _look(self, pods: list[dict[str, Any]]) -> None:
+        uids = {str(pod["metadata"].get("uid")) for pod in pods}
+        for image, state in pull_status(_events(self.api, self.namespace, self.kube), uids).items():
+            self.pulls.report(Progress("image pull", detail=f"{image} {state}"))
+        started = _vllm_started_at(next((p for p in pods if p["metadata"]["name"] == self.leader), None))
+        if started is None:
+            return
+        log: str = k8s.CoreV1Api(self.api).read_namespaced_pod_log(
+            self.leader, self.namespace, container="vllm", tail_lines=_LOG_LINES,
+            _request_timeout=self.kube.request_timeout_s,
+        )
+        running_s = (campaign_now() - started).total_seconds()
+        self.engine.report(startup_progress(log, running_s=running_s, expected_s=self.expected_s))
+
+
+_LOG_LINES = 2000  # enough of a start's log to hold its last milestone line
+
+
+def _vllm_started_at(pod: Mapping[str, Any] | None) -> datetime | None:
+    """When the pod's ``vllm`` container started running (its status' RFC 3339 ``startedAt``), if it runs."""
+    for container in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        started = ((container.get("state") or {}).get("running") or {}).get("startedAt")
+        if container.get("name") == "vllm" and started:
+            return datetime.fromisoformat(str(started).replace("Z", "+00:00"))
+    return None
 
 
 def _with_log(api: k8s.ApiClient, namespace: str, found: Diagnosis, wait: RolloutWaitSettings) -> Diagnosis:

@@ -12,7 +12,9 @@ from rich.progress import BarColumn, DownloadColumn, TextColumn, TimeRemainingCo
 from rich.progress import Progress as RichProgress
 
 from capserve.core.markdown import markdown_table
+from capserve.core.progress import Progress as LineProgress
 from capserve.core.weights.plan import WeightsPlan
+from capserve.tasks.progress import ProgressReporter
 
 
 def artifact_key(*parts: str) -> str:
@@ -40,9 +42,13 @@ class Progress:
     """Bytes done out of a total: a Prefect progress artifact (0–100) for the UI and, when a person is
     watching a terminal, a rich progress bar there too. ``close()`` when done."""
 
-    def __init__(self, key: str, total: int, description: str, *, terminal: bool | None = None) -> None:
+    def __init__(
+        self, key: str, total: int, description: str, *, what: str = "done", terminal: bool | None = None
+    ) -> None:
         self.total = max(total, 1)
         self.done = 0
+        # The same progress as throttled log lines: what a log, CI or `capserve up` following a server shows.
+        self._what, self._lines = what, ProgressReporter()
         self._bar: RichProgress | None = None
         if sys.stderr.isatty() if terminal is None else terminal:
             self._bar = RichProgress(
@@ -62,6 +68,7 @@ class Progress:
 
     def advance(self, nbytes: int) -> None:
         self.done += nbytes
+        self._lines.report(LineProgress(self._what, done=self.done, total=self.total, unit="bytes"))
         update_progress_artifact(artifact_id=self.id, progress=min(100.0, 100.0 * self.done / self.total))
         if self._bar is not None:
             self._bar.update(self._bar_task, completed=self.done)

@@ -112,7 +112,8 @@ def fetch_checkpoint(
     retried ``fetch_retries`` times on transient errors, with progress in the UI (and on a watching terminal)."""
     sweep_incomplete(source_dir)
     total = sum(f.size for f in files)
-    progress = Progress(f"weights-download-{repo}", total, f"{repo}@{sha[:12]}: fetch + sha256 verify")
+    progress = Progress(f"weights-download-{repo}", total, f"{repo}@{sha[:12]}: fetch + sha256 verify",
+                        what=f"{repo} fetched from the Hub and verified")
     fetch = with_policy(
         fetch_file,
         RetryPolicy(retries=settings.fetch_retries, first_delay_s=settings.fetch_retry_delay_seconds, max_delay_s=60),

@@ -17,10 +17,12 @@ from botocore.exceptions import ClientError
 
 from capserve.core.errors import PermanentError
 from capserve.core.locations import WEIGHTS, BucketLocation
+from capserve.core.progress import Progress
 from capserve.core.weights.manifest import StagedFile, WeightsManifest, manifest_key
 from capserve.tasks.aws import client, convert, error_code, is_retryable
 from capserve.tasks.buckets import ensure_bucket
 from capserve.tasks.parallel import map_bounded
+from capserve.tasks.progress import ProgressReporter
 from capserve.tasks.resilience import s3_task
 
 # HeadObject/HeadBucket have no body, so a missing object surfaces as the bare HTTP status code.
@@ -102,7 +104,13 @@ def publish_checkpoint(
          "region": location.region}
         for s, local in files
     ]
-    uploaded = map_bounded(publish_file, calls, parallelism)
+    reporter, published = ProgressReporter(), [0]
+
+    def one_more(_: int) -> None:  # the bytes a call sent: 0 for a file already there, which counts all the same
+        published[0] += 1
+        reporter.report(Progress("files published to S3", done=published[0], total=len(calls)))
+
+    uploaded = map_bounded(publish_file, calls, parallelism, on_done=one_more)
     body = manifest.model_dump_json(indent=1).encode()
     publish_document(location.bucket, f"{base}/{manifest_key(manifest.layout_id)}", body, location.region)
     return sum(uploaded)
