@@ -65,7 +65,7 @@ assert all(a.stage.precedes(b.stage) for a, b in zip(CAMPAIGN, CAMPAIGN[1:], str
 @flow(name="campaign", flow_run_name="campaign-{spec.name}")
 def campaign(
     spec: CampaignSpec,
-    out_dir: Path = Path("out/campaign"),
+    out_dir: Path | None = None,
     staging_dir: Path | None = None,
     hub_endpoint: str | None = None,
     endpoint_url: str | None = None,
@@ -75,7 +75,9 @@ def campaign(
     teardown_when_done: bool = False,
     settings: Settings | None = None,
 ) -> CampaignReport | State:
-    """Run a campaign's stages in order and return its report (also written to ``out_dir``).
+    """Run a campaign's stages in order and return its report (also written to ``out_dir``, by default
+    ``out/<campaign>`` under the worker's folder, as ``capserve up``'s: campaigns started from the UI side by side
+    each keep their own report and staging folder).
 
     ``staging_dir`` is where checkpoint files are downloaded and verified (default: under ``out_dir``);
     ``hub_endpoint`` overrides the Hugging Face endpoint (unset: the worker's ``CAPSERVE_HUB_ENDPOINT``, as for
@@ -87,6 +89,7 @@ def campaign(
     ``TERMINAL_APPROVAL``). ``settings`` default to the environment's
     (``CAPSERVE_…``); the spec's ``settings:`` block goes on top.
     """
+    out_dir = out_dir or Path("out") / spec.campaign_id
     options = RunOptions(
         out_dir=out_dir,
         staging_dir=staging_dir or out_dir / "staging",

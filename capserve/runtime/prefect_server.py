@@ -120,14 +120,21 @@ def _spawn(
 
 
 def start_server(
-    home: Path, *, port: int | None = None, timeout_seconds: float = 120.0, tethered: bool = True
+    home: Path,
+    *,
+    port: int | None = None,
+    timeout_seconds: float = 120.0,
+    tethered: bool = True,
+    settings: Mapping[str, str] | None = None,
 ) -> LocalServer:
     """Start ``prefect server start`` on 127.0.0.1 with its home (and SQLite DB) in ``home``; wait until healthy.
-    ``tethered=False``: it outlives this process."""
+    ``tethered=False``: it outlives this process. ``settings`` go to the server process only, over
+    ``SERVER_SETTINGS`` (a team's PostgreSQL database and Redis lease storage, docs/operations.md): its
+    clients never see them, so a database password stays out of the worker's and the flows' environments."""
     home.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     url = f"http://127.0.0.1:{port}/api"
-    env = {**os.environ, **SERVER_SETTINGS, "PREFECT_HOME": str(home)}
+    env = {**os.environ, **SERVER_SETTINGS, **(settings or {}), "PREFECT_HOME": str(home)}
     env.pop("PREFECT_API_URL", None)
     argv = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)]
     child = _spawn("prefect server", argv, env, home / "server.log", tethered=tethered)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -107,6 +108,28 @@ def test_a_bought_offering_cannot_be_bought_again_and_unknown_ids_are_not_found(
         buy(ec2, offering)
     with pytest.raises(ClientError, match="InvalidCapacityReservationId.NotFound"):
         ec2.describe_capacity_reservations(CapacityReservationIds=["cr-00000000000000000"])
+
+
+def test_a_bought_block_is_not_offered_again_and_of_two_buyers_at_once_one_gets_not_found(ec2: Any) -> None:
+    first = offerings(ec2)[0]
+    buy(ec2, first)
+    again = offerings(ec2)  # the same search, after the purchase
+    assert first["CapacityBlockOfferingId"] not in {o["CapacityBlockOfferingId"] for o in again}
+    with pytest.raises(ClientError, match="InvalidCapacityBlockOfferingId.NotFound"):
+        buy(ec2, first, campaign="c2")  # a buyer that searched before the purchase
+
+    contested = again[0]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        answers = list(pool.map(lambda c: _try_buy(ec2, contested, c), ["a", "b", "c", "d"]))
+    bought = [a for a in answers if a.startswith("cr-")]
+    assert len(bought) == 1 and answers.count("InvalidCapacityBlockOfferingId.NotFound") == 3, answers
+
+
+def _try_buy(ec2: Any, offering: dict[str, Any], campaign: str) -> str:
+    try:
+        return str(buy(ec2, offering, campaign)["CapacityReservationId"])
+    except ClientError as exc:
+        return str(exc.response["Error"]["Code"])
 
 
 def test_faults_and_knobs(ec2: Any) -> None:

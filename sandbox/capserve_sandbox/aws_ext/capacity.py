@@ -132,6 +132,9 @@ _OFFERINGS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
 _RESERVATIONS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
 _PLAN_OFFERINGS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
 _PLANS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+# (account, region) → offering ids bought: the ids are derived from the block's zone, type and times, so a later
+# search would list a bought block again (and a second buyer could buy it) unless they are remembered.
+_SOLD: dict[tuple[str, str], set[str]] = {}
 
 # Error codes and the HTTP status AWS answers them with (EC2 API reference, "Error codes": server errors
 # include InsufficientInstanceCapacity and InternalError; RequestLimitExceeded is a 503).
@@ -159,7 +162,7 @@ def calls(operation: str | None = None, *, include_dry_run: bool = False) -> lis
 def reset() -> None:
     """Forget every offering, reservation, plan, recorded call and knob (SETTINGS is reset in place)."""
     with _LOCK:
-        for table in (_OFFERINGS, _RESERVATIONS, _PLAN_OFFERINGS, _PLANS):
+        for table in (_OFFERINGS, _RESERVATIONS, _PLAN_OFFERINGS, _PLANS, _SOLD):
             table.clear()
         CALLS.clear()
         TERMINATIONS.clear()
@@ -290,8 +293,9 @@ def describe_capacity_block_offerings(self: Any) -> Any:
                         "ZoneType": zone_type,
                     }
                 )
-    offerings = offerings[:MAX_OFFERINGS]
     with _LOCK:
+        sold = _SOLD.get(_key(self), set())
+        offerings = [o for o in offerings if o["CapacityBlockOfferingId"] not in sold][:MAX_OFFERINGS]
         _OFFERINGS.setdefault(_key(self), {}).update({o["CapacityBlockOfferingId"]: o for o in offerings})
     return ActionResult(_page(self, "CapacityBlockOfferings", offerings))
 
@@ -329,11 +333,15 @@ def purchase_capacity_block(self: Any) -> Any:
     offering_id = self._get_param("CapacityBlockOfferingId")
     with _LOCK:
         offering = _OFFERINGS.get(_key(self), {}).get(offering_id)
-    if offering is None:
-        raise EC2ClientError(
-            "InvalidCapacityBlockOfferingId.NotFound", f"The capacity block offering {offering_id} does not exist"
-        )
-    self.error_on_dryrun()
+        if offering is None:
+            raise EC2ClientError(
+                "InvalidCapacityBlockOfferingId.NotFound", f"The capacity block offering {offering_id} does not exist"
+            )
+        self.error_on_dryrun()
+        # Claimed in the same locked step as the look-up: of two buyers of one offering (moto serves requests on
+        # threads), the second gets NotFound, as from AWS, instead of a second reservation for the same block.
+        _OFFERINGS[_key(self)].pop(offering_id, None)
+        _SOLD.setdefault(_key(self), set()).add(offering_id)
     reservation_id = "cr-" + uuid.uuid4().hex[:17]
     reservation = {
         "CapacityReservationId": reservation_id,
@@ -359,8 +367,6 @@ def purchase_capacity_block(self: Any) -> Any:
         "_payment_describes": SETTINGS.payment_pending_describes,
     }
     with _LOCK:
-        # Bought capacity is no longer on offer.
-        _OFFERINGS[_key(self)].pop(offering_id, None)
         _RESERVATIONS.setdefault(_key(self), {})[reservation_id] = reservation
     if SETTINGS.on_purchase is not None:
         SETTINGS.on_purchase(reservation_id)
