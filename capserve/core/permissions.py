@@ -340,8 +340,8 @@ def _merged(*documents: str) -> dict[str, Any]:
 
 def node_policy(targets: Targets) -> dict[str, Any]:
     """What the pods on EKS nodes call with the node role: read the weights, write the compile caches
-    (``capserve.core.cluster.iam``, the same builders bring-up uses). Narrower than the AmazonS3ReadOnlyAccess
-    the node role carries today (docs/iam/README.md)."""
+    (``capserve.core.cluster.iam``, the same builders bring-up uses): the node role's inline policies, its only
+    S3 access (docs/iam/README.md §4)."""
     return _merged(
         roles.weights_read_policy(targets.partition, targets.weights_bucket, targets.weights_prefix),
         roles.compile_cache_policy(targets.partition, targets.weights_bucket, targets.weights_prefix),

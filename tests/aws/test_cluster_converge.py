@@ -261,19 +261,28 @@ def test_hyperpod_path_on_a_training_plan(events: list[eks_ext.NodePoolActivated
     assert creates() == []
 
 
-def test_node_role_may_write_compile_caches_beside_the_weights_only(sandbox: None) -> None:
+def test_node_role_reads_the_weights_and_writes_compile_caches_beside_them_only(sandbox: None) -> None:
     campaign = "conv-iam"
-    converge_roles.fn(campaign, "eks", REGION, compile_cache_bucket="capserve-weights",
-                      compile_cache_prefix="capserve/weights")
-    document = boto3.client("iam").get_role_policy(
-        RoleName=f"capserve-{campaign}-eks-node", PolicyName="capserve-compile-cache"
-    )["PolicyDocument"]
-    statement = (json.loads(unquote(document)) if isinstance(document, str) else document)["Statement"][0]
-    assert statement["Action"] == ["s3:PutObject"]
-    assert statement["Resource"] == ["arn:aws:s3:::capserve-weights/capserve/weights/compile-cache/*"]
+    where = {"compile_cache_bucket": "capserve-weights", "compile_cache_prefix": "capserve/weights",
+             "weights_bucket": "capserve-weights", "weights_prefix": "capserve/weights"}
+    converge_roles.fn(campaign, "eks", REGION, **where)
+    iam_client, role = boto3.client("iam"), f"capserve-{campaign}-eks-node"
+
+    def inline(name: str) -> list[dict[str, object]]:
+        document = iam_client.get_role_policy(RoleName=role, PolicyName=name)["PolicyDocument"]
+        return list((json.loads(unquote(document)) if isinstance(document, str) else document)["Statement"])
+
+    [write] = inline("capserve-compile-cache")
+    assert write["Action"] == ["s3:PutObject"]
+    assert write["Resource"] == ["arn:aws:s3:::capserve-weights/capserve/weights/compile-cache/*"]
+    read = {str(statement["Action"]): statement["Resource"] for statement in inline("capserve-weights-read")}
+    assert read == {"['s3:GetObject']": ["arn:aws:s3:::capserve-weights/capserve/weights/*"],
+                    "['s3:ListBucket']": ["arn:aws:s3:::capserve-weights"]}
+    # Its only S3 access: no AWS-managed policy that reads every bucket of the account.
+    attached = {p["PolicyName"] for p in iam_client.list_attached_role_policies(RoleName=role)["AttachedPolicies"]}
+    assert not any("S3" in name for name in attached), attached
     eks_ext.clear_calls()
-    converge_roles.fn(campaign, "eks", REGION, compile_cache_bucket="capserve-weights",
-                      compile_cache_prefix="capserve/weights")
+    converge_roles.fn(campaign, "eks", REGION, **where)
     assert [c.action for c in eks_ext.calls("iam") if c.action.startswith(("Create", "Put", "Attach"))] == []
 
 

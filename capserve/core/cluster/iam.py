@@ -48,9 +48,9 @@ def eks_roles(names: ClusterNames) -> list[RoleSpec]:
                 "AmazonEKSWorkerNodePolicy",
                 "AmazonEKS_CNI_Policy",
                 "AmazonEC2ContainerRegistryReadOnly",
-                # The per-node weight staging Jobs copy from the weights bucket with the node's role.
-                # Narrower: an inline policy on that one bucket, or EKS Pod Identity for the Job.
-                "AmazonS3ReadOnlyAccess",
+                # No S3 policy here: the staging and compile-cache Jobs read the weights with the node's role, and
+                # it may read only those (WEIGHTS_READ_POLICY, inline, on the campaign's bucket and prefix;
+                # docs/iam/README.md §4), not every bucket of the account as AmazonS3ReadOnlyAccess would.
                 # Systems Manager (Session Manager): a GPU node that fails to join has no public address
                 # and no SSH key; this is the way in to read its nodeadm and kubelet logs. The EKS AL2023
                 # AMIs ship amazon-ssm-agent (awslabs/amazon-eks-ami install-worker.sh); the agent needs
@@ -104,8 +104,8 @@ COMPILE_CACHE_POLICY = "capserve-compile-cache"
 def compile_cache_policy(partition: str, bucket: str, prefix: str) -> str:
     """Inline policy of the node role: write the compile caches beside the weights, nothing else.
 
-    The node role can already read the bucket (AmazonS3ReadOnlyAccess, for the weights and the cache
-    restore); the save Jobs also need to upload under ``<prefix>/compile-cache/`` (docs/serving.md §4).
+    The node role can already read the weights and the caches (``weights_read_policy``, for the staging and the
+    cache restore); the save Jobs also need to upload under ``<prefix>/compile-cache/`` (docs/serving.md §4).
     """
     parts = [p for p in prefix.split("/") if p] + ["compile-cache"]
     resource = f"arn:{partition}:s3:::{bucket}/{'/'.join(parts)}/*"

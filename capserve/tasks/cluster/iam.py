@@ -37,8 +37,9 @@ def converge_roles(
     weights_bucket: str | None = None,
     weights_prefix: str = "",
 ) -> RoleArns:
-    """Every role of the campaign, with its managed policies; with ``compile_cache_bucket``, the node role
-    may also upload compile caches under ``<compile_cache_prefix>/compile-cache/`` of that bucket.
+    """Every role of the campaign, with its managed policies; with ``weights_bucket``, the node role may read the
+    weights under ``weights_prefix`` of it (and nothing else of S3); with ``compile_cache_bucket``, it may also
+    upload compile caches under ``<compile_cache_prefix>/compile-cache/`` of that bucket.
 
     The HyperPod execution role also gets its inline policies (``build.hyperpod_inline_policies``): what
     HyperPod on EKS needs, reading the weights under ``weights_prefix`` of ``weights_bucket``, and (with
@@ -67,6 +68,9 @@ def converge_roles(
             for policy_arn in role.policy_arns(partition):
                 if policy_arn not in attached:
                     iam.attach_role_policy(RoleName=role.name, PolicyArn=policy_arn)
+            if role.component == "eks-node-role" and weights_bucket:
+                document = build.weights_read_policy(partition, weights_bucket, weights_prefix)
+                _converge_inline_policy(iam, role.name, build.WEIGHTS_READ_POLICY, document)
             if role.component == "eks-node-role" and compile_cache_bucket:
                 document = build.compile_cache_policy(partition, compile_cache_bucket, compile_cache_prefix)
                 _converge_inline_policy(iam, role.name, build.COMPILE_CACHE_POLICY, document)
