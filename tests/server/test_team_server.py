@@ -11,7 +11,6 @@ the lease's runs scheduled once) on the same server. About 2–3 minutes on a qu
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import threading
 from collections.abc import Callable, Iterator
@@ -25,28 +24,24 @@ import pytest
 import redis
 import yaml
 from capserve_sandbox.aws_ext import capacity as capacity_ext
-from capserve_sandbox.environment import sandbox
 from moto.ec2.exceptions import EC2ClientError
 from moto.ec2.responses import EC2Response
 from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.deployments import run_deployment
-from prefect.settings import PREFECT_API_URL, temporary_settings
 from team_backends import TeamServer
 
 # The window test's core case, run here on the team's server: its tests take this module's `world` and
 # `campaign_run` fixtures.
 from test_window_on_a_server import (  # noqa: F401  # collected here as tests of this server
     World,
-    approve_as_the_ui_does,
-    campaign_spec,
+    approved_campaign_run,
     test_the_lease_schedules_each_run_once_with_its_name_and_time,
     test_the_purchase_waited_for_the_approval_given_in_the_ui,
     wait_final,
-    wait_suspended,
+    world_on,
 )
 
 from capserve.core.spec import load_spec
-from capserve.runtime.prefect_server import register, start_worker
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -58,18 +53,8 @@ FINAL = {StateType.COMPLETED, StateType.FAILED, StateType.CRASHED, StateType.CAN
 
 @pytest.fixture(scope="module")
 def world(team_server: TeamServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    logs = tmp_path_factory.mktemp("team")
-    server = team_server.server
-    with sandbox(served_model_name="kimi-k3") as far_ends:
-        env = {**os.environ, **server.env, "CAPSERVE_HUB_ENDPOINT": far_ends.hub}
-        register(ROOT, env, logs / "register.log")
-        worker = start_worker(ROOT, env, logs / "worker.log")
-        world = World(server=server, far_ends=far_ends, worker=worker, env=env, logs=logs)
-        try:
-            with temporary_settings({PREFECT_API_URL: server.url}):
-                yield world
-        finally:
-            world.worker.stop()
+    with world_on(team_server.server, tmp_path_factory.mktemp("team")) as world:
+        yield world
 
 
 def _spec(name: str, folder: Path) -> dict[str, Any]:
@@ -223,14 +208,5 @@ def test_the_server_kept_its_runs_in_postgres_and_its_leases_in_redis(
 def campaign_run(world: World, five: dict[str, FlowRun], tmp_path_factory: pytest.TempPathFactory) -> FlowRun:
     """The window test's campaign (approved in the UI, served in its own run: the block is made active at once),
     after the five, as the sandbox's clock jumps to its block."""
-    out = tmp_path_factory.mktemp("campaign")
-    started = run_deployment(
-        "campaign/campaign",
-        parameters={"spec": campaign_spec(out), "out_dir": str(out / "out"), "hub_endpoint": world.far_ends.hub,
-                    "endpoint_url": world.far_ends.inference},
-        timeout=0,
-    )
-    suspended = wait_suspended(started.id)  # type: ignore[union-attr]
-    assert suspended.state_name == "Suspended", suspended.state  # the run's input waits in PostgreSQL
-    approve_as_the_ui_does(world, suspended, approver="ops-test", note="within budget")
-    return wait_final(started.id)  # type: ignore[union-attr]
+    # The run's input waits in PostgreSQL while it is suspended.
+    return approved_campaign_run(world, tmp_path_factory.mktemp("campaign"))

@@ -20,6 +20,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -64,22 +65,29 @@ class World:
         self.worker = start_worker(ROOT, self.env, self.logs / "worker.log")
 
 
+@contextmanager
+def world_on(server: LocalServer, logs: Path) -> Iterator[World]:
+    """The sandbox, capserve's deployments on ``server`` and one worker, for as long as the tests need them."""
+    with sandbox(served_model_name="kimi-k3") as far_ends:
+        # The environment a worker needs to reach the sandbox (what `capserve sandbox` prints).
+        env = {**os.environ, **server.env, "CAPSERVE_HUB_ENDPOINT": far_ends.hub}
+        register(ROOT, env, logs / "register.log")
+        worker = start_worker(ROOT, env, logs / "worker.log")
+        world = World(server=server, far_ends=far_ends, worker=worker, env=env, logs=logs)
+        try:
+            with temporary_settings({PREFECT_API_URL: server.url}):
+                yield world
+        finally:
+            world.worker.stop()
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     logs = tmp_path_factory.mktemp("prefect")
     server = start_server(logs / "home")
     try:
-        with sandbox(served_model_name="kimi-k3") as far_ends:
-            # The environment a worker needs to reach the sandbox (what `capserve sandbox` prints).
-            env = {**os.environ, **server.env, "CAPSERVE_HUB_ENDPOINT": far_ends.hub}
-            register(ROOT, env, logs / "register.log")
-            worker = start_worker(ROOT, env, logs / "worker.log")
-            world = World(server=server, far_ends=far_ends, worker=worker, env=env, logs=logs)
-            try:
-                with temporary_settings({PREFECT_API_URL: server.url}):
-                    yield world
-            finally:
-                world.worker.stop()
+        with world_on(server, logs) as world:
+            yield world
     finally:
         server.child.stop()
 
@@ -111,7 +119,11 @@ def campaign_spec(tmp_path: Path) -> dict[str, Any]:
 def campaign_run(world: World, tmp_path_factory: pytest.TempPathFactory) -> FlowRun:
     """One campaign started as a deployment run (exactly what a UI click does), approved as the UI approves a
     suspended run, to its end."""
-    out = tmp_path_factory.mktemp("campaign")
+    return approved_campaign_run(world, tmp_path_factory.mktemp("campaign"))
+
+
+def approved_campaign_run(world: World, out: Path) -> FlowRun:
+    """The campaign deployment run, suspended for its purchase's approval, approved as the UI does, to its end."""
     started = run_deployment(
         "campaign/campaign",
         parameters={"spec": campaign_spec(out), "out_dir": str(out / "out"), "hub_endpoint": world.far_ends.hub,
