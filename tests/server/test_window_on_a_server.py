@@ -32,7 +32,15 @@ import yaml
 from capserve_sandbox.environment import SandboxEndpoints, sandbox
 from prefect import get_client
 from prefect.automations import RunDeployment
-from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName, FlowRunFilterTags
+from prefect.client.schemas.filters import (
+    DeploymentFilter,
+    DeploymentFilterName,
+    FlowRunFilter,
+    FlowRunFilterName,
+    FlowRunFilterState,
+    FlowRunFilterStateType,
+    FlowRunFilterTags,
+)
 from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.deployments import run_deployment
 from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -249,11 +257,25 @@ def test_a_hub_watch_is_asked_for_once_per_block_and_time(world: World) -> None:
 
 def test_the_reaper_never_runs_twice_at_once(world: World) -> None:
     params = {"regions": [world.far_ends.region], "dry_run": True}
+    _wait_no_reaper_running()  # the reaper's own schedule may hold the slot: then both of ours would be cancelled
     first = run_deployment("reaper/reaper", parameters=params, timeout=0)
     second = run_deployment("reaper/reaper", parameters=params, timeout=0)
     ends = sorted([wait_final(first.id), wait_final(second.id)], key=lambda r: r.state_type.value)  # type: ignore[union-attr]
     states = sorted(run.state_type.value for run in ends)  # type: ignore[union-attr]
     assert states == ["CANCELLED", "COMPLETED"], [run.state for run in ends]
+
+
+def _wait_no_reaper_running(timeout_s: float = 300) -> None:
+    """Until no run of the reaper deployment is pending or running (its every-15-minutes schedule fires one on a
+    new server): the test's two runs must be the only contenders for its one slot."""
+    busy = FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(
+        any_=[StateType.PENDING, StateType.RUNNING])))
+    reaper = DeploymentFilter(name=DeploymentFilterName(any_=["reaper"]))
+    deadline = time.monotonic() + timeout_s
+    with get_client(sync_client=True) as client:
+        while client.read_flow_runs(flow_run_filter=busy, deployment_filter=reaper):
+            assert time.monotonic() < deadline, "a reaper run is still running"
+            time.sleep(1)
 
 
 def test_killing_the_worker_mid_run_leaves_the_cluster_standing_then_drain_and_teardown_end_the_window(
