@@ -180,6 +180,8 @@ REGISTRY: tuple[Permission, ...] = (
     # permission (EKS user guide, "Using service-linked roles for Amazon EKS").
     Permission("iam:CreateServiceLinkedRole", F.EKS, S.SERVICE_LINKED_ROLES, None),
     *_calls(F.EKS, S.TAGGED, "ec2.create_launch_template_version"),
+    # The GPU node group the prepare run made at size 0 is scaled at the block's start.
+    *_calls(F.EKS, S.TAGGED, "eks.update_nodegroup_config"),
     *_calls(F.HYPERPOD, S.ANY, "sagemaker.describe_cluster", "eks.describe_cluster"),
     *_create(F.HYPERPOD, S.TAGGING, "sagemaker.create_cluster", passes_role=True),
     *_calls(F.HYPERPOD, S.LIFECYCLE_BUCKET, *_S3_BUCKET, *_S3_MAKE_BUCKET),

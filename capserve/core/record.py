@@ -68,7 +68,10 @@ STAGE_BUILDS_ON: dict[Stage, tuple[Stage, ...]] = {
 }
 # The fields of each stage's typed result kept as its outputs in the record.
 STAGE_OUTPUTS: dict[Stage, tuple[str, ...]] = {
-    Stage.PLAN: ("layout", "nodes", "tensor_parallel", "pipeline_parallel", "data_parallel", "expert_parallel"),
+    # "parallel" (the layout as vLLM flags): the prepare run builds the GPU launch template for its nodes per copy.
+    Stage.PLAN: (
+        "layout", "nodes", "tensor_parallel", "pipeline_parallel", "data_parallel", "expert_parallel", "parallel",
+    ),
     Stage.ACQUIRE: ("outcome",),
     # The whole weights result (a few hundred bytes): a re-run whose inputs did not change rebuilds it from here
     # once the manifest's files verify in S3 (capserve.campaign.reuse), instead of downloading anything.
@@ -250,6 +253,13 @@ class CampaignRecord(BaseModel):
 
     def stage(self, stage: Stage) -> StageEntry | None:
         return self.stages.get(stage)
+
+    def planned_nodes_per_replica(self) -> int | None:
+        """The nodes one serving copy spans, as the last plan stage recorded it (None: no plan recorded)."""
+        entry = self.stages.get(Stage.PLAN)
+        parallel = entry.outputs.get("parallel") if entry is not None else None
+        value = parallel.get("nodes_per_replica") if isinstance(parallel, dict) else None
+        return value if isinstance(value, int) else None
 
     def load_spec(self) -> CampaignSpec | None:
         return self.spec.load() if self.spec else None

@@ -26,7 +26,7 @@ from prefect import flow, get_run_logger
 from capserve.campaign.run_names import stage_run_name
 from capserve.core.catalog import get_instance_type
 from capserve.core.cluster.efa import EfaNeeds, efa_needs
-from capserve.core.cluster.expectations import bring_up_steps, cluster_expectations
+from capserve.core.cluster.expectations import ClusterExpectations, bring_up_steps, cluster_expectations
 from capserve.core.cluster.hyperpod import cluster_security_groups as hyperpod_security_groups
 from capserve.core.cluster.hyperpod import dependencies as hyperpod_dependencies
 from capserve.core.cluster.naming import ClusterNames
@@ -52,6 +52,7 @@ from capserve.tasks.cluster.hyperpod import converge_hyperpod, converge_lifecycl
 from capserve.tasks.cluster.iam import RoleArns, converge_roles
 from capserve.tasks.cluster.network import converge_network
 from capserve.tasks.kube import (
+    KubeApi,
     api_client_for_eks,
     apply_addons,
     prove_lws_webhooks,
@@ -72,6 +73,7 @@ class _AwsSide:
     created: list[str] = field(default_factory=list)
     network: NetworkIds | None = None
     gpu_interface_security_groups: tuple[str, ...] = ()
+    scaled_at: datetime | None = None  # when the GPU group made before the block was scaled to the lease's count
 
 
 @flow(name="bring-up", flow_run_name=stage_run_name("bring-up"), validate_parameters=True)
@@ -91,10 +93,7 @@ def bring_up(
     settings = settings or settings_from_environment().for_campaign(spec.campaign_settings()).bring_up
     began = campaign_now()
     budget = bring_up_steps(spec, lease, now or began)
-    efa = efa_needs(
-        get_instance_type(lease.instance_type),
-        nodes_per_replica if nodes_per_replica is not None else lease.instance_count,
-    )
+    efa = _efa(lease, nodes_per_replica)
     if spec.cluster.existing_cluster_name:
         aws = _existing(spec.cluster.existing_cluster_name, spec, lease, settings, budget)
     else:
@@ -104,7 +103,7 @@ def bring_up(
     )
     readiness = _ready_on_kubernetes(spec, lease, settings, budget, aws, efa)
     joined = NodeJoin.of(readiness, began_at=began, usable_at=campaign_now(),
-                         predicted_s=TimeFigures().launch_and_join_s)
+                         predicted_s=TimeFigures().launch_and_join_s, scaled_at=aws.scaled_at)
     cluster = aws.cluster
     return ClusterResult(
         kind=spec.cluster.kind,
@@ -140,21 +139,40 @@ def _existing(name: str, spec: CampaignSpec, lease: Lease, settings: BringUpSett
 @flow(name="prepare-cluster-resources", flow_run_name=stage_run_name("prepare-cluster-resources"),
       validate_parameters=True)
 def prepare_cluster(
-    spec: CampaignSpec, lease: Lease, settings: BringUpSettings | None = None, now: datetime | None = None
+    spec: CampaignSpec,
+    lease: Lease,
+    settings: BringUpSettings | None = None,
+    now: datetime | None = None,
+    nodes_per_replica: int | None = None,
 ) -> tuple[str, tuple[str, ...]]:
     """Before the block: everything of the cluster that needs no GPU (network, IAM roles, the EKS control plane,
-    access entries, the system node group), so that bring-up at the block's start only adds the GPU nodes.
+    access entries, the system node group) and, on EKS, the GPU node group at size 0 and the add-ons with their
+    webhook proof, so that bring-up at the block's start only scales the group and waits for its nodes.
     Converges like bring-up (what exists is found, not made again). Returns the cluster's name and what this run
-    created."""
+    created. ``nodes_per_replica``: the plan's, as for ``bring_up`` (the launch template depends on it)."""
     settings = settings or settings_from_environment().for_campaign(spec.campaign_settings()).bring_up
     budget = bring_up_steps(spec, lease, now or campaign_now())
-    aws, _ = _control_side(spec, lease, settings, budget)
+    aws, roles = _control_side(spec, lease, settings, budget)
+    if spec.cluster.kind == "eks":
+        assert aws.network is not None  # the control side always builds (or finds) the network
+        efa = _efa(lease, nodes_per_replica)
+        _eks_pool(spec, lease, settings, budget, aws, _GpuPlace(roles=roles, network=aws.network, efa=efa),
+                  before_block=True)
+        _addons_ready(spec, lease, settings, budget, aws, efa)
     get_run_logger().info(
         "cluster %s prepared before the block; created this run: %s",
         aws.cluster.name,
         ", ".join(aws.created) or "nothing",
     )
     return aws.cluster.name, tuple(aws.created)
+
+
+def _efa(lease: Lease, nodes_per_replica: int | None) -> EfaNeeds:
+    """EFA devices and huge pages for the plan's layout; unknown, the widest layout the lease could hold."""
+    return efa_needs(
+        get_instance_type(lease.instance_type),
+        nodes_per_replica if nodes_per_replica is not None else lease.instance_count,
+    )
 
 
 def _converge_aws(
@@ -239,9 +257,17 @@ class _GpuPlace:
 
 
 def _eks_pool(
-    spec: CampaignSpec, lease: Lease, settings: BringUpSettings, budget: StepBudget, aws: _AwsSide, place: _GpuPlace
+    spec: CampaignSpec,
+    lease: Lease,
+    settings: BringUpSettings,
+    budget: StepBudget,
+    aws: _AwsSide,
+    place: _GpuPlace,
+    *,
+    before_block: bool = False,
 ) -> None:
-    """An EKS managed node group on the Capacity Block, through the campaign's launch template."""
+    """An EKS managed node group on the Capacity Block, through the campaign's launch template: made at size 0
+    ``before_block``, scaled to the lease's count (or made at it) at the block."""
     with budget.step("GPU node group"):
         # The cluster security group beside the campaign's: CoreDNS on the system nodes admits only it.
         template = converge_launch_template(
@@ -253,7 +279,7 @@ def _eks_pool(
         )
         aws.created += template.created
         aws.gpu_interface_security_groups = template.security_group_ids
-        aws.created += converge_nodegroup(
+        pool = converge_nodegroup(
             spec.campaign_id,
             lease,
             cluster_name=aws.cluster.name,
@@ -262,7 +288,13 @@ def _eks_pool(
             launch_template=template,
             timeout_s=budget.cap(settings.nodegroup_active_timeout_s, "GPU node group"),
             poll_s=settings.poll_seconds,
+            before_block=before_block,
         )
+        aws.created += pool.created
+        aws.scaled_at = pool.scaled_at
+        if pool.scaled_at is not None:
+            get_run_logger().info("GPU node group made before the block scaled from %d to %d node(s)",
+                                  pool.scaled_from or 0, lease.instance_count)
     aws.gpu_pool = ClusterNames(campaign_id=spec.campaign_id).nodegroup
 
 
@@ -303,31 +335,15 @@ def _ready_on_kubernetes(
     spec: CampaignSpec, lease: Lease, settings: BringUpSettings, budget: StepBudget, aws: _AwsSide, efa: EfaNeeds
 ) -> Readiness:
     """Add-ons applied, every GPU node Ready with its devices, add-ons and CoreDNS ready: each wait capped by
-    what is left of the budget."""
-    cluster = aws.cluster
-    api = api_client_for_eks(cluster.endpoint, cluster.ca_data, cluster.name, lease.region, settings=settings.kube)
-    expect = cluster_expectations(
-        spec.campaign_id,
-        lease,
-        kind=spec.cluster.kind,
-        system_pool=aws.system_pool is not None,
-        efa=efa,
-        node_target=spec.weights.node_target,
-    )
+    what is left of the budget. Add-ons the prepare run applied are found unchanged (server-side apply)."""
+    api, expect = _kube(spec, lease, settings, aws, efa)
     kube = settings.kube
     with budget.step("add-ons"):
         apply_addons(api, expect.addons, kube)
     with budget.step("GPU nodes"):
         capped = kube.model_copy(update={"nodes_ready_timeout_s": budget.cap(kube.nodes_ready_timeout_s, "GPU nodes")})
         readiness = wait_gpu_nodes_ready(api, expect.nodes, capped)
-    with budget.step("add-ons ready"):
-        capped = kube.model_copy(
-            update={"addons_ready_timeout_s": budget.cap(kube.addons_ready_timeout_s, "add-ons ready")}
-        )
-        wait_addons_ready(api, expect.wait_for, capped)
-        if expect.lws_probe is not None:
-            # Ready pods are not yet a working LWS: its webhooks must answer (a dry run stores nothing).
-            prove_lws_webhooks(api, expect.lws_probe, kube)
+    _wait_addons(api, expect, settings, budget)
     # Before anything heavy lands on the GPU nodes: their pods resolve and reach the API server and S3.
     with budget.step("network proof"):
         prove_gpu_network(
@@ -339,3 +355,46 @@ def _ready_on_kubernetes(
             timeout_s=budget.cap(kube.network_proof_timeout_s, "network proof"),
         )
     return readiness
+
+
+def _kube(
+    spec: CampaignSpec, lease: Lease, settings: BringUpSettings, aws: _AwsSide, efa: EfaNeeds
+) -> tuple[KubeApi, ClusterExpectations]:
+    """A Kubernetes client for the cluster, and what bring-up expects of it (add-ons, nodes, what to wait for)."""
+    cluster = aws.cluster
+    api = api_client_for_eks(cluster.endpoint, cluster.ca_data, cluster.name, lease.region, settings=settings.kube)
+    expect = cluster_expectations(
+        spec.campaign_id,
+        lease,
+        kind=spec.cluster.kind,
+        system_pool=aws.system_pool is not None,
+        efa=efa,
+        node_target=spec.weights.node_target,
+    )
+    return api, expect
+
+
+def _wait_addons(
+    api: KubeApi, expect: ClusterExpectations, settings: BringUpSettings, budget: StepBudget
+) -> None:
+    """The add-ons and CoreDNS ready, and LWS's webhooks answering."""
+    kube = settings.kube
+    with budget.step("add-ons ready"):
+        capped = kube.model_copy(
+            update={"addons_ready_timeout_s": budget.cap(kube.addons_ready_timeout_s, "add-ons ready")}
+        )
+        wait_addons_ready(api, expect.wait_for, capped)
+        if expect.lws_probe is not None:
+            # Ready pods are not yet a working LWS: its webhooks must answer (a dry run stores nothing).
+            prove_lws_webhooks(api, expect.lws_probe, kube)
+
+
+def _addons_ready(
+    spec: CampaignSpec, lease: Lease, settings: BringUpSettings, budget: StepBudget, aws: _AwsSide, efa: EfaNeeds
+) -> None:
+    """Before the block: the add-ons applied and ready on the system nodes (the GPU ones' DaemonSets have no node
+    yet), LWS's webhooks proven, so the block's bring-up finds them done (docs/timeline.md books them before it)."""
+    api, expect = _kube(spec, lease, settings, aws, efa)
+    with budget.step("add-ons"):
+        apply_addons(api, expect.addons, settings.kube)
+    _wait_addons(api, expect, settings, budget)

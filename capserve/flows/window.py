@@ -6,8 +6,9 @@ it reads the spec and the lease from the campaign record, so a run scheduled day
 the spec's schema. A run whose reservation is no longer the campaign's (the lease changed and this run
 was not cancelled in time) ends Cancelled ("Stale") and does nothing.
 
-- ``prepare_cluster_before_block`` builds the cluster's network, IAM, control plane and system nodes before the
-  block (they need no GPU), so that only the GPU nodes and the pods are left for the block's own minutes.
+- ``prepare_cluster_before_block`` builds the cluster's network, IAM, control plane, system nodes, GPU node group
+  at size 0 and add-ons before the block (they need no GPU), so that only the GPU nodes' boot and the pods are left
+  for the block's own minutes.
 - ``serve`` runs the campaign again from its recorded spec: the prepare stages find their work done
   (the reservation is adopted, not bought again; verified weights are kept), and the serve stages run
   now that the block is active.
@@ -68,8 +69,9 @@ from capserve.tasks.teardown.workloads import connect
 
 @flow(name="prepare-cluster", flow_run_name="prepare-cluster-{campaign_id}")
 def prepare_cluster_before_block(campaign_id: str, region: str, reservation_id: str) -> PreparedCluster | State:
-    """Before the block (``cluster_lead`` ahead of bring-up): the cluster's network, IAM, control plane and system
-    nodes, which need no GPU, so that the serve run at the block's start only adds the GPU nodes and the pods.
+    """Before the block (``cluster_lead`` ahead of bring-up): the cluster's network, IAM, control plane, system
+    nodes, and on EKS the GPU node group at size 0 and the add-ons, none of which needs a GPU, so that the serve
+    run at the block's start only scales the GPU node group and runs the pods.
 
     Does nothing (Cancelled "NotNeeded") once the block has started or the campaign's bring-up, drain or teardown
     has begun: the serve run builds what is missing itself, and nothing is made again after a teardown.
@@ -90,7 +92,7 @@ def prepare_cluster_before_block(campaign_id: str, region: str, reservation_id: 
         if why:
             return Cancelled(name="NotNeeded", message=why)
         started = campaign_now()
-        cluster, created = prepare_cluster(spec, lease)
+        cluster, created = prepare_cluster(spec, lease, nodes_per_replica=record.planned_nodes_per_replica())
         prepared = PreparedCluster(
             run=f"prepare-cluster-{campaign_id}", cluster=cluster, started_at=started, ended_at=campaign_now(),
             block_start=lease.start, created=created,

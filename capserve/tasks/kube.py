@@ -20,7 +20,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import urllib3
 from botocore.exceptions import BotoCoreError, ClientError
@@ -49,6 +49,9 @@ from capserve.tasks.progress import ProgressReporter
 from capserve.tasks.resilience import NO_RETRIES, kube_task
 from capserve.tasks.run_log import run_logger
 from capserve.tasks.waiting import pause_on_the_block, wait_timeout
+
+# What flows hold to pass a cluster's client between tasks (flows import no SDK themselves).
+KubeApi: TypeAlias = k8s.ApiClient
 
 DEFAULT_FIELD_MANAGER = "capserve"
 

@@ -15,7 +15,9 @@ from urllib.parse import unquote
 
 import boto3
 import pytest
+from capserve_sandbox.aws_ext import capacity as capacity_ext
 from capserve_sandbox.aws_ext import eks as eks_ext
+from capserve_sandbox.clock import CLOCK
 
 from capserve.core.catalog import get_instance_type
 from capserve.core.cluster.hyperpod import cluster_security_groups, on_create_script
@@ -119,7 +121,7 @@ def bring_up_eks(campaign: str, lease: Lease) -> list[str]:
     )
     assert (system.name, system.instance_type, system.node_count) == (f"capserve-{campaign}-system", "m7i.large", 2)
     assert system.active_at is not None
-    return [*network.created, *roles.created, *cluster.created, *template.created, *made, *system.created]
+    return [*network.created, *roles.created, *cluster.created, *template.created, *made.created, *system.created]
 
 
 def test_eks_bring_up_converges_and_a_rerun_creates_nothing(events: list[eks_ext.NodePoolActivated]) -> None:
@@ -170,6 +172,68 @@ def test_eks_bring_up_converges_and_a_rerun_creates_nothing(events: list[eks_ext
     assert len(vpcs) == 1
     groups = boto3.client("eks").list_nodegroups(clusterName="capserve-conv-eks")["nodegroups"]
     assert sorted(groups) == ["capserve-conv-eks-gpu", "capserve-conv-eks-system"]
+
+
+def _bought_block(count: int) -> tuple[dict[str, Any], Lease]:
+    ec2 = boto3.client("ec2", region_name=REGION)
+    now = datetime.now(UTC)
+    offering = ec2.describe_capacity_block_offerings(
+        InstanceType="p6-b300.48xlarge", InstanceCount=count, CapacityDurationHours=24,
+        StartDateRange=now, EndDateRange=now + timedelta(days=14),
+    )["CapacityBlockOfferings"][0]
+    block = ec2.purchase_capacity_block(
+        CapacityBlockOfferingId=offering["CapacityBlockOfferingId"], InstancePlatform="Linux/UNIX",
+    )["CapacityReservation"]
+    lease = make_lease(reservation_id=block["CapacityReservationId"], availability_zone=block["AvailabilityZone"],
+                       start=offering["StartDate"], end=offering["EndDate"], instance_count=count)
+    return offering, lease
+
+
+def _gpu_group_before_block(campaign: str, lease: Lease) -> tuple[dict[str, Any], str]:
+    """The prepare run's part: control plane, template, and the block's node group at size 0."""
+    network, roles, cluster = control_plane(campaign, lease, "eks")
+    template = converge_launch_template.fn(
+        campaign, lease, network.security_group_id, cluster_security_group_id=cluster.cluster_security_group_id
+    )
+    where = dict(cluster_name=cluster.name, node_role_arn=roles.by_component["eks-node-role"],
+                 subnet_id=network.gpu_subnet_id, launch_template=template, timeout_s=60, poll_s=0)
+    group_name = ClusterNames(campaign_id=campaign).nodegroup
+    early = converge_nodegroup.fn(campaign, lease, before_block=True, **where)
+    assert early.created == (f"eks-nodegroup/{group_name}",) and early.scaled_from is None
+    group = boto3.client("eks", region_name=REGION).describe_nodegroup(
+        clusterName=cluster.name, nodegroupName=group_name
+    )["nodegroup"]
+    assert group["scalingConfig"] == {"minSize": 0, "maxSize": lease.instance_count, "desiredSize": 0}
+    return where, group_name
+
+
+def test_the_block_group_is_made_at_zero_before_the_block_and_scaled_once_the_block_is_active(
+    events: list[eks_ext.NodePoolActivated],
+) -> None:
+    """EKS lets a Capacity Block group exist before its block at size 0, and launches into the block fail until it
+    is active (the sandbox's EKS reads the block it sold): at the start, bring-up only scales the group."""
+    capacity_ext.reset()
+    CLOCK.reset()
+    try:
+        offering, lease = _bought_block(2)
+        early_where, early_group = _gpu_group_before_block("conv-early", lease)
+        on_time_where, on_time_group = _gpu_group_before_block("conv-ontime", lease)
+        assert [e.count for e in events if e.pool in (early_group, on_time_group)] == [0, 0]  # nothing launched
+
+        # Scaled while the block is still scheduled: EKS takes the update, the launches fail, the group degrades.
+        with pytest.raises(PermanentError, match=r"DEGRADED .*AsgInstanceLaunchFailures: .* is scheduled"):
+            converge_nodegroup.fn("conv-early", lease, **early_where)
+
+        CLOCK.advance(offering["StartDate"] - CLOCK.now())  # the block starts
+        scaled = converge_nodegroup.fn("conv-ontime", lease, **on_time_where)
+        assert (scaled.created, scaled.scaled_from) == ((), 0) and scaled.scaled_at is not None
+        assert [(e.pool, e.count) for e in events if e.pool == on_time_group] == [(on_time_group, 0),
+                                                                                  (on_time_group, 2)]
+        again = converge_nodegroup.fn("conv-ontime", lease, **on_time_where)
+        assert (again.created, again.scaled_from) == ((), None)  # at size: nothing to do
+    finally:
+        capacity_ext.reset()
+        CLOCK.reset()
 
 
 def test_launch_template_content_and_new_version_for_a_new_reservation(sandbox: None) -> None:

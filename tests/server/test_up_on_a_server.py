@@ -73,6 +73,10 @@ def test_up_plays_the_whole_block_through_a_local_server_and_leaves_no_child_beh
     prepared = report["prepared"]
     assert datetime.fromisoformat(prepared["started_at"]) < start, prepared
     assert "eks-cluster/capserve-k3-demo" in prepared["created"], prepared
+    # The GPU node group too, at size 0 (EKS allows it before the block); the serve run only scaled it at the start.
+    assert "eks-nodegroup/capserve-k3-demo-gpu" in prepared["created"], prepared
+    scaled_at = datetime.fromisoformat(report["cluster"]["node_join"]["scaled_at"])
+    assert start <= scaled_at < datetime.fromisoformat(report["cluster"]["node_join"]["registered_at"])
     # The serve run served from the block (its stages are on the simulated clock, after the start).
     served = {s["name"]: s for s in report["stages"]}
     assert all(line["status"] in ("completed", "skipped") for line in report["stages"]), report["stages"]

@@ -252,16 +252,18 @@ def nodegroup_request(
     subnet_id: str,
     launch_template_id: str,
     launch_template_version: str,
+    before_block: bool = False,
 ) -> dict[str, Any]:
-    """A managed node group sized to the reservation, in the reservation's subnet only.
+    """A managed node group for the reservation, in the reservation's subnet only.
 
-    ``minSize`` 0: EKS scales a Capacity Block node group to zero before the block ends and back up
-    when it starts (EKS user guide, Capacity Blocks for managed node groups).
+    ``before_block``: made before the block starts, at ``desiredSize`` 0 (``gpu_scaling``): the EKS user guide lets
+    a Capacity Block group exist before its reservation is active as long as it asks for no instance, and scaling
+    it at the start leaves only the instances' boot and join on the block (docs/aws-capacity.md §1.5).
     """
     return {
         "clusterName": names.eks_cluster,
         "nodegroupName": names.nodegroup,
-        "scalingConfig": {"minSize": 0, "maxSize": lease.instance_count, "desiredSize": lease.instance_count},
+        "scalingConfig": gpu_scaling(lease, desired=0 if before_block else lease.instance_count),
         "subnets": [subnet_id],
         "amiType": GPU_AMI_TYPE,
         "nodeRole": node_role_arn,
@@ -272,6 +274,15 @@ def nodegroup_request(
         "taints": [GPU_TAINT],
         "tags": campaign_tags(names.campaign_id, "nodegroup", names.nodegroup),
     }
+
+
+def gpu_scaling(lease: Lease, *, desired: int) -> dict[str, int]:
+    """The GPU node group's ``scalingConfig``: up to the reservation's count, ``desired`` of them now.
+
+    ``minSize`` 0 always: EKS scales a Capacity Block group to zero before the block ends (EKS user guide,
+    Capacity Blocks for managed node groups), and the group made before the block waits at zero.
+    """
+    return {"minSize": 0, "maxSize": lease.instance_count, "desiredSize": desired}
 
 
 def system_nodegroup_request(

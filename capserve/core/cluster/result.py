@@ -53,19 +53,31 @@ class NodeJoin(BaseModel):
     )
     usable_at: AwareDatetime = Field(description="When bring-up saw every GPU node usable (GPUs allocatable).")
     predicted_s: float = Field(ge=0, description="The time model's EC2 launch and node join.")
+    scaled_at: AwareDatetime | None = Field(
+        None, description="When bring-up scaled the GPU node group the prepare run made at size 0 (None: it made "
+        "the group itself, or found it at size)."
+    )
 
     @property
     def measured_s(self) -> float:
         return (self.usable_at - self.began_at).total_seconds()
 
     @classmethod
-    def of(cls, readiness: Readiness, *, began_at: datetime, usable_at: datetime, predicted_s: float) -> NodeJoin:
+    def of(
+        cls,
+        readiness: Readiness,
+        *,
+        began_at: datetime,
+        usable_at: datetime,
+        predicted_s: float,
+        scaled_at: datetime | None = None,
+    ) -> NodeJoin:
         """The join of the ready GPU nodes in ``readiness``: the last node's registration and Ready transition."""
         ready = [node for node in readiness.nodes if node.ready]
         registered = [node.registered_at for node in ready if node.registered_at is not None]
         turned = [node.ready_since for node in ready if node.ready_since is not None]
         return cls(
-            began_at=began_at, usable_at=usable_at, predicted_s=predicted_s,
+            began_at=began_at, usable_at=usable_at, predicted_s=predicted_s, scaled_at=scaled_at,
             registered_at=max(registered) if registered else None, ready_at=max(turned) if turned else None,
         )
 
@@ -75,6 +87,7 @@ class NodeJoin(BaseModel):
             "registered_at": self.registered_at.isoformat() if self.registered_at else None,
             "ready_at": self.ready_at.isoformat() if self.ready_at else None,
             "usable_at": self.usable_at.isoformat(),
+            "scaled_at": self.scaled_at.isoformat() if self.scaled_at else None,
             "measured_s": round(self.measured_s, 1),
             "predicted_s": self.predicted_s,
         }
@@ -83,9 +96,14 @@ class NodeJoin(BaseModel):
         def at(when: AwareDatetime | None) -> str:
             return f"{when:%H:%M:%S}" if when is not None else "—"
 
+        scaled = (
+            f"scaled the GPU node group made before the block at {at(self.scaled_at)}; "
+            if self.scaled_at is not None else ""
+        )
         return (
-            f"GPU nodes: bring-up began {at(self.began_at)}; the last node registered {at(self.registered_at)} and "
-            f"turned Ready {at(self.ready_at)}; every GPU allocatable at {at(self.usable_at)}: "
+            f"GPU nodes: bring-up began {at(self.began_at)}; {scaled}the last node registered "
+            f"{at(self.registered_at)} and turned Ready {at(self.ready_at)}; every GPU allocatable at "
+            f"{at(self.usable_at)}: "
             f"{self.measured_s / 60:,.1f} min (the time model: {self.predicted_s / 60:,.1f} min for EC2 launch and "
             "node join)."
         )
@@ -170,8 +188,8 @@ class ClusterResult(BaseModel):
 
 class PreparedCluster(BaseModel):
     """What the cluster's preparation run did before the block: everything that needs no GPU (network, IAM, the
-    control plane, access entries, the system node group), so that at the block's start only the GPU nodes and
-    the pods remain (report.json ``"prepared"``)."""
+    control plane, access entries, the system node group, on EKS the GPU node group at size 0 and the add-ons), so
+    that at the block's start only the GPU nodes' launch and the pods remain (report.json ``"prepared"``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

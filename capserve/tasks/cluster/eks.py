@@ -22,6 +22,7 @@ from capserve.tasks import aws
 from capserve.tasks.clock import campaign_now
 from capserve.tasks.cluster.common import has_code, waiter_config, waiter_error
 from capserve.tasks.resilience import aws_task
+from capserve.tasks.waiting import wait_until
 
 # Statuses from which waiting cannot help (EKS API reference, Cluster.status / Nodegroup.status).
 _CLUSTER_DEAD = {"FAILED", "DELETING"}
@@ -197,6 +198,16 @@ def converge_launch_template(
         raise aws.convert(exc, f"launch template {names.launch_template}") from exc
 
 
+class GpuPool(BaseModel):
+    """What converging the GPU node group did: created it, and (at the block's start) scaled it from 0."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    created: tuple[str, ...] = Field(default=(), description="'kind/name' of what this run created.")
+    scaled_from: int | None = Field(None, ge=0, description="desiredSize before this run scaled it (None: not).")
+    scaled_at: datetime | None = Field(None, description="When this run asked EKS to scale it, campaign's clock.")
+
+
 @aws_task(name="converge-gpu-nodegroup", cache_policy=NO_CACHE)
 def converge_nodegroup(
     campaign_id: str,
@@ -208,8 +219,15 @@ def converge_nodegroup(
     launch_template: LaunchTemplateRef,
     timeout_s: float,
     poll_s: float,
-) -> tuple[str, ...]:
-    """The CAPACITY_BLOCK node group sized to the lease; wait until ACTIVE. Returns what it created."""
+    before_block: bool = False,
+) -> GpuPool:
+    """The node group on the lease; wait until ACTIVE.
+
+    ``before_block`` (the prepare run): made at ``desiredSize`` 0, so nothing launches before the reservation is
+    active. At the block (``before_block`` False) a group found below the lease's count is scaled up to it with
+    ``UpdateNodegroupConfig``, and one not found is made at full size: only the instances' boot and join are left
+    on the block (EKS user guide, "Create a managed node group with Capacity Blocks for ML").
+    """
     names = ClusterNames(campaign_id=campaign_id)
     request = build.nodegroup_request(
         names,
@@ -218,12 +236,55 @@ def converge_nodegroup(
         subnet_id=subnet_id,
         launch_template_id=launch_template.id,
         launch_template_version=launch_template.version,
+        before_block=before_block,
     )
     request["clusterName"] = cluster_name
-    _, created = _converge_nodegroup(
-        aws.client("eks", lease.region), campaign_id, request, timeout_s=timeout_s, poll_s=poll_s
-    )
-    return created
+    eks = aws.client("eks", lease.region)
+    group, created = _converge_nodegroup(eks, campaign_id, request, timeout_s=timeout_s, poll_s=poll_s)
+    desired = int((group.get("scalingConfig") or {}).get("desiredSize", 0))
+    if before_block or desired >= lease.instance_count:
+        return GpuPool(created=created)
+    scaled_at = campaign_now()
+    _scale_nodegroup(eks, cluster_name, names.nodegroup, build.gpu_scaling(lease, desired=lease.instance_count),
+                     timeout_s=timeout_s, poll_s=poll_s)
+    return GpuPool(created=created, scaled_from=desired, scaled_at=scaled_at)
+
+
+def _scale_nodegroup(
+    eks: Any, cluster_name: str, group_name: str, scaling: dict[str, int], *, timeout_s: float, poll_s: float
+) -> None:
+    """``UpdateNodegroupConfig`` to ``scaling``; wait until the group is ACTIVE again.
+
+    A group that turns DEGRADED (its Auto Scaling group cannot launch: the reservation is not active, not in the
+    subnet's zone, or too small) fails at once with EKS's health issues rather than waiting out the timeout.
+    """
+    what = f"node group {group_name} of {cluster_name}"
+    try:
+        eks.update_nodegroup_config(clusterName=cluster_name, nodegroupName=group_name, scalingConfig=scaling)
+
+        def look() -> dict[str, Any]:
+            group: dict[str, Any] = eks.describe_nodegroup(clusterName=cluster_name, nodegroupName=group_name)[
+                "nodegroup"
+            ]
+            if group["status"] in _NODEGROUP_DEAD:
+                found = (group.get("health") or {}).get("issues", [])
+                issues = "; ".join(f"{i.get('code', '')}: {i.get('message', '')}" for i in found)
+                raise PermanentError(
+                    f"{what} is {group['status']} after scaling to {scaling['desiredSize']}: "
+                    f"{issues or 'no health issues reported'}"
+                )
+            return group
+
+        wait_until(
+            look,
+            done=lambda group: group["status"] == "ACTIVE",
+            describe=lambda group: f"status {group['status']}",
+            what=f"{what} scaled to {scaling['desiredSize']}",
+            timeout_s=timeout_s,
+            initial_s=poll_s,
+        )
+    except (ClientError, BotoCoreError) as exc:
+        raise aws.convert(exc, what) from exc
 
 
 @aws_task(name="converge-system-nodegroup", cache_policy=NO_CACHE)

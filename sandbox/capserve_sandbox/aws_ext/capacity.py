@@ -671,3 +671,11 @@ def reservations() -> list[dict[str, Any]]:
             for (_, region), table in _RESERVATIONS.items()
             for rid, r in table.items()
         ]
+
+
+def reservation_now(account_id: str, region: str, reservation_id: str) -> dict[str, Any] | None:
+    """The reservation as DescribeCapacityReservations would show it now, without moving the clock (None: this
+    sandbox sold no such reservation), for the stand-ins that launch into it (EKS's node groups)."""
+    with _LOCK:
+        reservation = _RESERVATIONS.get((account_id, region), {}).get(reservation_id)
+        return _reservation_view(reservation, advance=False) if reservation is not None else None

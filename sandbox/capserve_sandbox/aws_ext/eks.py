@@ -120,6 +120,7 @@ _LOG = _CallLog()
 _INSTALLED = False
 _ACTIVE = "ACTIVE"
 _CREATING = "CREATING"
+_UPDATING = "UPDATING"
 
 # EKS spells taint effects NO_SCHEDULE; Kubernetes NoSchedule (EKS API reference, Taint).
 _EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
@@ -381,10 +382,73 @@ def capacity_type_problem(capacity_type: str | None, template: dict[str, Any]) -
     return None
 
 
-def _join_failure(nodegroup: Any, message: str) -> None:
-    """The node group's instances never join: EKS reports it as the node group's health (EKS API, Issue)."""
-    nodegroup.status = "CREATE_FAILED"
-    nodegroup.health = {"issues": [{"code": "NodeCreationFailure", "message": message, "resourceIds": []}]}
+def _join_failure(nodegroup: Any, message: str, *, code: str = "NodeCreationFailure", status: str = "CREATE_FAILED"
+                  ) -> None:
+    """The node group's instances never join (or never launch): EKS reports it as the node group's health (EKS API,
+    Issue: ``NodeCreationFailure``, ``AsgInstanceLaunchFailures``)."""
+    nodegroup.status = status
+    nodegroup.health = {"issues": [{"code": code, "message": message, "resourceIds": []}]}
+
+
+def block_launch_problem(backend: EKSBackend, nodegroup: Any, desired: int) -> str | None:
+    """Why a CAPACITY_BLOCK group's Auto Scaling group cannot launch ``desired`` instances into its block now (None:
+    it can, or the group asks for none).
+
+    The EKS user guide ("Create a managed node group with Capacity Blocks for ML") lets the group exist before its
+    reservation is active at a desired size of 0, and says a non-zero size before then makes the Auto Scaling group's
+    launches fail; EC2 launches into a Capacity Block only while it is ``active``, in its Availability Zone, and up to
+    its instance count (EC2 user guide, "Launch instances using Capacity Blocks"). A reservation this sandbox did not
+    sell (tests name made-up ones) is not judged.
+    """
+    if nodegroup.capacity_type != "CAPACITY_BLOCK" or desired <= 0:
+        return None
+    template = _template_data(backend, nodegroup)
+    target = (template.get("CapacityReservationSpecification") or {}).get("CapacityReservationTarget") or {}
+    block_id = target.get("CapacityReservationId")
+    block = capacity_ext.reservation_now(backend.account_id, backend.region_name, block_id) if block_id else None
+    if block is None:
+        return None
+    if block["State"] != "active":
+        return f"Capacity Block {block_id} is {block['State']}: instances launch into it only while it is active"
+    zone = subnet_zone(backend.account_id, backend.region_name, nodegroup.subnets[0])
+    if zone is not None and zone != block["AvailabilityZone"]:
+        return f"Capacity Block {block_id} is in {block['AvailabilityZone']}, the node group's subnet in {zone}"
+    if desired > int(block["TotalInstanceCount"]):
+        return f"Capacity Block {block_id} holds {block['TotalInstanceCount']} instance(s), {desired} were asked for"
+    return None
+
+
+def _desired(nodegroup: Any) -> int:
+    return int(nodegroup.scaling_config.get("desiredSize", 0))
+
+
+def _launch(backend: EKSBackend, cluster_name: str, nodegroup: Any, count: int) -> None:
+    """``count`` more of the group's instances boot and join its cluster."""
+    storage = node_storage(_template_data(backend, nodegroup), int(nodegroup.disk_size or 20))
+    nodegroup_name = nodegroup.nodegroup_name
+    fire_node_hooks(
+        NodePoolActivated(
+            cluster_name=cluster_name,
+            pool=nodegroup_name,
+            count=count,
+            instance_type=_nodegroup_instance_type(backend, nodegroup),
+            local_storage=storage.local_storage,
+            root_volume_gib=storage.root_volume_gib,
+            hugepages_2mi=storage.hugepages_2mi,
+            # EKS labels every managed node with its node group (EKS user guide, managed node groups).
+            labels={**nodegroup.labels, "eks.amazonaws.com/nodegroup": nodegroup_name},
+            taints=[
+                {"key": t["key"], "value": t.get("value", ""), "effect": _EFFECTS[t["effect"]]}
+                for t in nodegroup.taints
+            ],
+            zone=subnet_zone(backend.account_id, backend.region_name, nodegroup.subnets[0]),
+            network=_attachment(backend, backend.clusters[cluster_name], nodegroup),
+            # Under IAM enforcement the instances act as the node role (IMDS), their pods' S3 calls too. Otherwise
+            # unchecked: the sandbox's tests make node groups with roles that do not exist, which the aws shim's own
+            # check of a role (HyperPod's) would refuse.
+            instance_role_arn=nodegroup.node_role if iam_enforcing() else None,
+        )
+    )
 
 
 def _patch_eks() -> None:
@@ -394,6 +458,7 @@ def _patch_eks() -> None:
     describe_nodegroup = EKSBackend.describe_nodegroup
     delete_nodegroup = EKSBackend.delete_nodegroup
     delete_cluster = EKSBackend.delete_cluster
+    update_nodegroup_config = EKSBackend.update_nodegroup_config
 
     def _create_cluster(self: EKSBackend, *args: Any, **kwargs: Any) -> Any:
         cluster: Any = create_cluster(self, *args, **kwargs)
@@ -441,8 +506,10 @@ def _patch_eks() -> None:
         nodegroup._capserve_explicit_types = bool(kwargs.get("instance_types"))
         modelled = BEHAVIOUR.modelled
         if modelled is not None:
-            gpu = nodegroup.capacity_type == "CAPACITY_BLOCK"
-            seconds: float | None = modelled.gpu_nodes_s if gpu else modelled.system_nodes_s
+            # A block's group made at size 0 (before the block) launches nothing: it is ready in about the time of
+            # a small node group; its GPU nodes' launch and join are played when it is scaled.
+            launches_gpus = nodegroup.capacity_type == "CAPACITY_BLOCK" and _desired(nodegroup) > 0
+            seconds: float | None = modelled.gpu_nodes_s if launches_gpus else modelled.system_nodes_s
         else:
             seconds = None
         _begin_modelled(nodegroup, _nodegroup_token(nodegroup.cluster_name, nodegroup.nodegroup_name), seconds)
@@ -450,48 +517,52 @@ def _patch_eks() -> None:
 
     def _describe_nodegroup(self: EKSBackend, cluster_name: str, nodegroup_name: str) -> Any:
         nodegroup: Any = describe_nodegroup(self, cluster_name, nodegroup_name)
-        if nodegroup.status == _CREATING:
-            nodegroup._capserve_describes += 1
-            due = activation_due(
-                nodegroup._capserve_created, nodegroup._capserve_describes, nodegroup._capserve_modelled_s
-            )
-            if due:
-                CLOCK.skipped(_nodegroup_token(cluster_name, nodegroup_name))
-                instance_type = _nodegroup_instance_type(self, nodegroup)
-                try:
-                    storage = node_storage(_template_data(self, nodegroup), int(nodegroup.disk_size or 20))
-                except NodeConfigError as exc:
-                    _join_failure(nodegroup, f"Instances failed to join the kubernetes cluster (nodeadm: {exc})")
-                    return nodegroup
-                if not known_instance_type(instance_type):
-                    _join_failure(nodegroup, f"the capserve sandbox has no node shape for {instance_type}")
-                    return nodegroup
-                nodegroup.status = _ACTIVE
-                network = _attachment(self, self.clusters[cluster_name], nodegroup)
-                fire_node_hooks(
-                    NodePoolActivated(
-                        cluster_name=cluster_name,
-                        pool=nodegroup_name,
-                        count=int(nodegroup.scaling_config.get("desiredSize", 0)),
-                        instance_type=instance_type,
-                        local_storage=storage.local_storage,
-                        root_volume_gib=storage.root_volume_gib,
-                        hugepages_2mi=storage.hugepages_2mi,
-                        # EKS labels every managed node with its node group (EKS user guide, managed node groups).
-                        labels={**nodegroup.labels, "eks.amazonaws.com/nodegroup": nodegroup_name},
-                        taints=[
-                            {"key": t["key"], "value": t.get("value", ""), "effect": _EFFECTS[t["effect"]]}
-                            for t in nodegroup.taints
-                        ],
-                        zone=subnet_zone(self.account_id, self.region_name, nodegroup.subnets[0]),
-                        network=network,
-                        # Under IAM enforcement the instances act as the node role (IMDS), their pods' S3 calls
-                        # too. Otherwise unchecked: the sandbox's tests make node groups with roles that do not
-                        # exist, which the aws shim's own check of a role (HyperPod's) would refuse.
-                        instance_role_arn=nodegroup.node_role if iam_enforcing() else None,
-                    )
-                )
+        if nodegroup.status not in (_CREATING, _UPDATING):
+            return nodegroup
+        nodegroup._capserve_describes += 1
+        due = activation_due(nodegroup._capserve_created, nodegroup._capserve_describes, nodegroup._capserve_modelled_s)
+        if not due:
+            return nodegroup
+        CLOCK.skipped(_nodegroup_token(cluster_name, nodegroup_name))
+        if nodegroup.status == _UPDATING:  # a scale-up: the new instances join
+            nodegroup.status = _ACTIVE
+            _launch(self, cluster_name, nodegroup, _desired(nodegroup) - nodegroup._capserve_scaled_from)
+            return nodegroup
+        instance_type = _nodegroup_instance_type(self, nodegroup)
+        try:
+            node_storage(_template_data(self, nodegroup), int(nodegroup.disk_size or 20))
+        except NodeConfigError as exc:
+            _join_failure(nodegroup, f"Instances failed to join the kubernetes cluster (nodeadm: {exc})")
+            return nodegroup
+        if not known_instance_type(instance_type):
+            _join_failure(nodegroup, f"the capserve sandbox has no node shape for {instance_type}")
+            return nodegroup
+        problem = block_launch_problem(self, nodegroup, _desired(nodegroup))
+        if problem is not None:
+            _join_failure(nodegroup, problem, code="AsgInstanceLaunchFailures")
+            return nodegroup
+        nodegroup.status = _ACTIVE
+        _launch(self, cluster_name, nodegroup, _desired(nodegroup))
         return nodegroup
+
+    def _update_nodegroup_config(self: EKSBackend, *args: Any, **kwargs: Any) -> Any:
+        nodegroup: Any = self.clusters[kwargs["cluster_name"]].nodegroups[kwargs["nodegroup_name"]]
+        before = _desired(nodegroup)
+        update = update_nodegroup_config(self, *args, **kwargs)
+        wanted = _desired(nodegroup)
+        if wanted <= before or nodegroup.status != _ACTIVE:
+            return update  # scaling in is the drain's and AWS's (instances leave with the block): not modelled
+        problem = block_launch_problem(self, nodegroup, wanted)
+        if problem is not None:
+            # EKS takes the update; the Auto Scaling group's launches fail and the group reports it (EKS API, Issue).
+            _join_failure(nodegroup, problem, code="AsgInstanceLaunchFailures", status="DEGRADED")
+            return update
+        nodegroup.status, nodegroup._capserve_created, nodegroup._capserve_describes = _UPDATING, CLOCK.now(), 0
+        nodegroup._capserve_scaled_from = before
+        modelled = BEHAVIOUR.modelled
+        _begin_modelled(nodegroup, _nodegroup_token(nodegroup.cluster_name, nodegroup.nodegroup_name),
+                        modelled.gpu_nodes_s if modelled is not None else None)
+        return update
 
     def _delete_nodegroup(self: EKSBackend, cluster_name: str, nodegroup_name: str) -> Any:
         # EKS terminates the group's instances, so their Nodes leave the cluster (stock moto forgets them).
@@ -507,6 +578,7 @@ def _patch_eks() -> None:
     EKSBackend.describe_cluster = _describe_cluster  # type: ignore[method-assign]
     EKSBackend.create_nodegroup = _create_nodegroup  # type: ignore[method-assign]
     EKSBackend.describe_nodegroup = _describe_nodegroup  # type: ignore[method-assign]
+    EKSBackend.update_nodegroup_config = _update_nodegroup_config  # type: ignore[method-assign]
 
 
 def install() -> None:
