@@ -103,6 +103,15 @@ def test_refusals_match_vllms(argv: list[str], code: int, message: str) -> None:
     assert refused.value.exit_code == code and message in "\n".join(refused.value.lines)
 
 
+def test_an_unambiguous_abbreviation_is_its_flag_as_in_vllm() -> None:
+    # vLLM 0.32 keeps argparse's allow_abbrev default (measured: `vllm serve /w --api-k x` sets api_key).
+    assert parse_serve_args(["/w", "--api-k", "k", "--max-model", "4k"]).api_keys == ["k"]
+    with pytest.raises(VllmArgsError) as refused:
+        parse_serve_args(["/w", "--api=k"])
+    assert refused.value.exit_code == 2 and refused.value.flag == "--api"
+    assert "ambiguous option: --api=k could match --api-key, --api-server-count" in refused.value.lines[-1]
+
+
 def test_the_serve_arguments_are_found_in_the_container_command() -> None:
     assert serve_argv(["vllm", "serve"], ["/w", "-tp", "8"]) == ["/w", "-tp", "8"]
     assert serve_argv([], ["--model", "/w"]) == ["--model", "/w"]  # the image's own entrypoint
