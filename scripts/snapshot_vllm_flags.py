@@ -5,10 +5,11 @@ Run it with the vLLM venv's Python (it imports vllm, nothing of capserve):
     .venv-vllm/bin/python scripts/snapshot_vllm_flags.py            # rewrite the committed snapshot
     .venv-vllm/bin/python scripts/snapshot_vllm_flags.py --stdout   # print it (the test compares)
 
-The sandbox's kubelet validates a vLLM pod's arguments against this snapshot (docs/sandbox-kubelet.md):
-every flag with its spellings, how many values it takes, how a value is converted and, where the
-parser fixes them, the allowed choices. Converters are named, not pickled: the sandbox re-implements
-each named one (int, float, JSON, human-readable integers, dataclass configs with their field names).
+Preflight checks the campaign's final `vllm serve` command line against this snapshot before anything is
+bought, and the sandbox's kubelet checks a vLLM pod's arguments against the same one (capserve/core/vllm,
+docs/serving.md §10): every flag with its spellings, how many values it takes, how a value is converted and, where the
+parser fixes them, the allowed choices. Converters are named, not pickled: capserve/core/vllm/parser.py
+re-implements each named one (int, float, JSON, human-readable integers, dataclass configs with their field names).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-SNAPSHOT = Path(__file__).resolve().parents[1] / "sandbox" / "capserve_sandbox" / "kube" / "data" / "vllm_serve_flags.json"
+# One snapshot per vLLM version, in the product (capserve/core/vllm): preflight and the sandbox kubelet read it.
+SNAPSHOTS = Path(__file__).resolve().parents[1] / "capserve" / "core" / "vllm" / "data"
 
 
 def _closure(function: Any) -> list[Any]:
@@ -110,9 +112,12 @@ def main(argv: list[str]) -> int:
     if "--stdout" in argv:
         sys.stdout.write(text)
     else:
-        SNAPSHOT.parent.mkdir(parents=True, exist_ok=True)
-        SNAPSHOT.write_text(text, encoding="utf-8")
-        print(f"wrote {SNAPSHOT}", file=sys.stderr)
+        import vllm
+
+        target = SNAPSHOTS / vllm.__version__ / "serve_flags.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+        print(f"wrote {target}", file=sys.stderr)
     return 0
 
 

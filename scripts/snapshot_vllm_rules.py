@@ -31,7 +31,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-SNAPSHOT = Path(__file__).resolve().parents[1] / "sandbox" / "capserve_sandbox" / "kube" / "data" / "vllm_serve_rules.json"
+# One snapshot per vLLM version, in the product (capserve/core/vllm): preflight and the sandbox kubelet read it.
+SNAPSHOTS = Path(__file__).resolve().parents[1] / "capserve" / "core" / "vllm" / "data"
 SAMPLE_PARSER = "hermes"  # any registered tool parser: only whether one is named matters to the checks
 
 
@@ -195,9 +196,12 @@ def main(argv: list[str]) -> int:
     if "--stdout" in argv:
         sys.stdout.write(text)
     else:
-        SNAPSHOT.parent.mkdir(parents=True, exist_ok=True)
-        SNAPSHOT.write_text(text, encoding="utf-8")
-        print(f"wrote {SNAPSHOT}", file=sys.stderr)
+        import vllm
+
+        target = SNAPSHOTS / vllm.__version__ / "serve_rules.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+        print(f"wrote {target}", file=sys.stderr)
     return 0
 
 

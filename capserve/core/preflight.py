@@ -16,7 +16,10 @@ gathers a few read-only facts (``capserve.tasks.preflight``) and this module jud
   enough for bring-up, the weights' staging (S3 → nodes, and Hub → S3 when the window is already open),
   vLLM's startup budget and the evaluation, before the drain point (the time model: docs/timeline.md);
 - the caller may make every AWS call the campaign's features need (``capserve.core.permissions``, simulated
-  by IAM): every denied action in one problem.
+  by IAM): every denied action in one problem;
+- vLLM would start with the final command line the rollout renders: parsed by vLLM's own parser and cross-flag
+  rules for the image's vLLM version (``capserve.core.rollout.command``), each refusal naming the field and the
+  flag, never the value.
 
 Pure: no SDK, no I/O. The facts are data; the decision is a list of strings.
 """
@@ -32,6 +35,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.errors import SpecError
 from capserve.core.planner import ServingPlan
+from capserve.core.rollout.command import serve_command_problems
 from capserve.core.rollout.probes import startup_budget_s
 from capserve.core.rollout.settings import StartupModel
 from capserve.core.spec import CampaignSpec
@@ -167,6 +171,7 @@ def preflight_problems(
         *_window_problems(spec, plan, facts, bring_up),
         *([facts.lifecycle_problem] if facts.lifecycle_problem else []),
         *([facts.permission_problem] if facts.permission_problem else []),
+        *serve_command_problems(plan, spec),
     ]
 
 

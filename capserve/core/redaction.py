@@ -11,7 +11,11 @@ text, in the forms a secret takes on its way through HTTP and JSON:
 
 Besides the known secrets, a few shapes are redacted whatever their value, because they are
 credentials by construction: the user-info of a URL (``https://user:pass@host``), the value of a
-``Bearer``/``Basic`` authorization, and Hugging Face tokens (``hf_…``).
+``Bearer``/``Basic`` authorization, and Hugging Face tokens (``hf_…``). And the values vLLM's argument parser
+repeats when it refuses a command line (``redact_vllm_arguments``): its "unrecognized arguments: …" line
+names every word it could not place, values included (``--hf_tokn hf_…``), and "invalid … value: '…'" quotes
+the value; the rollout's diagnosis copies those lines from the pod's log. The flags stay, so the line still
+says what to fix.
 
 Pure: no I/O, no process state. The process-wide registry that logging uses lives in
 ``capserve.tasks.secrets``.
@@ -38,6 +42,24 @@ _MIN_BASE64_CORE = 8
 _URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@'\"<>]+@")
 _AUTH_VALUE = re.compile(r"\b(?P<kind>Bearer|Basic)\s+[A-Za-z0-9._~+/=-]{6,}", re.IGNORECASE)
 _HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{20,}\b")
+# argparse's words (Lib/argparse.py: "unrecognized arguments: %s", "invalid %(type)s value: %(value)r",
+# "invalid choice: %(value)r"), as vLLM prints them (vllm/utils/argparse_utils.py FlexibleArgumentParser).
+_UNRECOGNIZED = re.compile(r"(?P<head>unrecognized arguments: )(?P<words>.*)")
+_QUOTED_VALUE = re.compile(r"(?P<head>\binvalid (?:[\w.<>' ]+ )?(?:value|choice): )(?P<value>'[^']*'|\"[^\"]*\")")
+
+
+def redact_vllm_arguments(text: str) -> str:
+    """``text`` with the values in vLLM's argument errors replaced by ``[redacted]``, the flag names kept."""
+
+    def words(match: re.Match[str]) -> str:
+        kept = [
+            word.partition("=")[0] + ("=" + REDACTED if "=" in word else "") if word.startswith("-") else REDACTED
+            for word in match["words"].split()
+        ]
+        return match["head"] + " ".join(kept)
+
+    text = _UNRECOGNIZED.sub(words, text)
+    return _QUOTED_VALUE.sub(lambda match: match["head"] + REDACTED, text)
 
 
 def _base64_forms(raw: bytes) -> set[str]:
@@ -100,7 +122,7 @@ class Redactor:
             text = self._known.sub(REDACTED, text)
         text = _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", text)
         text = _AUTH_VALUE.sub(lambda m: f"{m.group('kind')} {REDACTED}", text)
-        return _HF_TOKEN.sub(REDACTED, text)
+        return redact_vllm_arguments(_HF_TOKEN.sub(REDACTED, text))
 
     def redact_data(self, value: Any) -> Any:
         """A copy of JSON-like data (dicts, lists, tuples, strings) with every string redacted."""

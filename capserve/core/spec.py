@@ -36,14 +36,13 @@ from capserve.core.cluster.access import IAM_PRINCIPAL_ARN
 from capserve.core.cost.spec import CostSpec
 from capserve.core.errors import SpecError
 from capserve.core.evaluation.spec import EvaluationSpec
-from capserve.core.plain_env import SECRET_HINT, env_problems
+from capserve.core.plain_env import SECRET_HINT, argument_problems, env_problems
 from capserve.core.spec_checks import (
     capacity_block_window_problems,
     image_reference_problem,
     instance_type_problem,
     non_finite_problems,
     s3_prefix_problem,
-    secret_argument_problems,
 )
 from capserve.core.strict_yaml import MAX_DOCUMENT_BYTES, Document, parse_document
 
@@ -385,7 +384,7 @@ class ServingSpec(StrictModel):
     @field_validator("extra_args")
     @classmethod
     def _no_secrets_in_args(cls, value: list[str]) -> list[str]:
-        problems = secret_argument_problems(value, "serving.extra_args")
+        problems = argument_problems(value, "serving.extra_args")
         if problems:
             raise ValueError("; ".join(problems))
         return value

@@ -19,7 +19,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
@@ -85,34 +85,6 @@ def s3_prefix_problem(prefix: str) -> str | None:
             "capserve/weights"
         )
     return None
-
-
-# --- vLLM arguments ------------------------------------------------------------------------------------
-
-# vLLM's flags that carry a credential (`vllm serve --help`: --api-key, --hf-token; --ssl-keyfile names a
-# key file on the pod's disk, which capserve does not mount), and values that look like one.
-SECRET_FLAGS = ("api-key", "hf-token", "ssl-keyfile", "ssl-keyfile-password")
-_SECRET_VALUE = re.compile(r"^(sk-|hf_|ghp_|xox[abp]-|AKIA|ASIA)[A-Za-z0-9_-]{8,}|^eyJ[A-Za-z0-9_-]{20,}\.")
-
-
-def secret_argument_problems(args: Sequence[str], field: str) -> list[str]:
-    """Arguments that would put a credential on the pod's command line (visible to anyone who can read the
-    pod); named by position only, never by value."""
-    problems = []
-    for index, arg in enumerate(args):
-        name = arg.split("=", 1)[0].lstrip("-") if arg.startswith("-") else None
-        if name in SECRET_FLAGS:
-            problems.append(
-                f"{field}.{index}: --{name} carries a credential and must not be in the pod's arguments: the "
-                "endpoint key is the campaign's own (a random key in a Kubernetes Secret the rollout makes), the "
-                "Hub token comes from the hub credentials block; remove it"
-            )
-        elif _SECRET_VALUE.match(arg.split("=", 1)[-1]):
-            problems.append(
-                f"{field}.{index}: this value looks like a credential (a key or token) and must not be in the pod's "
-                "arguments; remove it (the value is not shown here)"
-            )
-    return problems
 
 
 # --- instance types ------------------------------------------------------------------------------------

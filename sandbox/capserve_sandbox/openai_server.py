@@ -100,7 +100,7 @@ class SandboxConfig(BaseModel):
         default=None,
         description="{'status', 'body'}: answer a chat request with tool_choice 'auto' this way, as vLLM does when "
         "started without --enable-auto-tool-choice and --tool-call-parser (the kubelet fills it from vLLM's own "
-        "rule, sandbox/capserve_sandbox/kube/vllm_rules.py); None: auto tool choice is on.",
+        "rule, capserve/core/vllm/rules.py); None: auto tool choice is on.",
     )
     reasoning_parser: str | None = Field(
         default=None,

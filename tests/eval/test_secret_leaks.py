@@ -127,3 +127,20 @@ def test_capserve_eval_with_credentials_in_the_url_leaks_nothing(
     files = [p for p in out.rglob("*") if p.is_file()] + prefect_files()
     secrets = [URL_PASSWORD, f"{URL_USER}:{URL_PASSWORD}"]
     assert leaks(secrets, captured.out + captured.err, files) == []
+
+
+@pytest.mark.parametrize("args", [["--hf_token", "planted-arg-pw-K8v3Lm"], ["--API_KEY=planted-arg-pw-K8v3Lm"]])
+def test_capserve_up_with_a_credential_in_extra_args_refuses_it_and_leaks_nothing(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    # vLLM reads both as its credential flags (`_` for `-`); the value is shaped like nothing.
+    data: dict[str, Any] = yaml.safe_load(EXAMPLE.read_text())
+    data["serving"]["extra_args"] = args
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+    code = main(["up", str(spec), "--sandbox", "--in-process", "--teardown-when-done", "--yes", "--out", str(out)])
+    captured = capfd.readouterr()
+    assert code == 2 and "is named like a credential" in " ".join(captured.err.split()), captured.err
+    files = [p for p in out.rglob("*") if p.is_file()] + prefect_files()
+    assert leaks(["planted-arg-pw-K8v3Lm"], captured.out + captured.err, files) == []

@@ -99,3 +99,18 @@ def test_an_image_tag_the_registry_lacks_is_refused_before_anything_is_bought(
     assert capacity_ext.calls() == []
     written = json.loads((tmp_path / "out" / "report.json").read_text())
     assert [(s["name"], s["status"]) for s in written["stages"]] == [("plan", "failed")]
+
+
+def test_a_command_line_vllm_would_refuse_never_reaches_acquire(tmp_path: Path, far_ends: SandboxEndpoints) -> None:
+    # The spec reads fine; vLLM's parser (the snapshot the sandbox kubelet runs pods with) refuses the value.
+    spec = load_spec(spec_file(tmp_path, serving__extra_args=["--block-size", "opensesame"]))
+    with pytest.raises(PreflightError) as caught:
+        campaign(spec, out_dir=tmp_path / "out", hub_endpoint=far_ends.hub, teardown_when_done=True)
+    [problem] = caught.value.problems
+    assert problem.startswith("serving.extra_args: vLLM 0.32.0") and "--block-size: invalid int value" in problem
+    assert "opensesame" not in str(caught.value)
+
+    assert capacity_ext.calls() == []  # nothing asked of the capacity APIs, nothing bought
+    written = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [(s["name"], s["status"]) for s in written["stages"]] == [("plan", "failed")]
+    assert "opensesame" not in written["stages"][0]["detail"]

@@ -102,6 +102,7 @@ def install(wheel: Path, sandbox_wheel: Path, tmp_path_factory: pytest.TempPathF
 def test_the_wheel_carries_the_deployments_and_the_command(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "capserve/deployments/prefect.yaml" in names
+    assert "capserve/core/vllm/data/0.32.0/serve_flags.json" in names  # preflight parses vLLM's arguments with it
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "capserve = capserve.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
     shipped = yaml.safe_load(zipfile.ZipFile(wheel).read("capserve/deployments/prefect.yaml"))
@@ -115,7 +116,7 @@ def test_the_wheel_carries_the_deployments_and_the_command(wheel: Path) -> None:
 @pytest.mark.slow
 def test_the_stand_ins_wheel_holds_the_sandbox_and_registers_it_with_the_cli(sandbox_wheel: Path) -> None:
     names = set(zipfile.ZipFile(sandbox_wheel).namelist())
-    assert {"capserve_sandbox/environment.py", "capserve_sandbox/kube/data/vllm_serve_flags.json"} <= names
+    assert {"capserve_sandbox/environment.py", "capserve_sandbox/kube/kubelet/runtimes.py"} <= names
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     text = zipfile.ZipFile(sandbox_wheel).read(entry_points).decode()
     assert "[capserve.sandbox]" in text and "environment = capserve_sandbox.environment" in text

@@ -11,6 +11,7 @@ from urllib.parse import quote
 import pytest
 
 from capserve.core.redaction import REDACTED, Redactor
+from capserve.core.rollout.diagnosis import Diagnosis, Trouble
 from capserve.core.urls import parse_endpoint_url
 from capserve.tasks import secrets
 
@@ -114,3 +115,26 @@ def test_without_debug_the_console_gets_no_traceback(console: tuple[logging.Logg
     finally:
         root.removeHandler(handler)
         secrets.install_log_redaction(console_tracebacks=True)
+
+
+def test_vllms_argument_errors_keep_their_flags_and_lose_their_values() -> None:
+    # What vLLM 0.32 prints when it refuses a command line (argparse's words), as the pod's log holds it.
+    lines = [
+        "vllm: error: unrecognized arguments: --hf_tokn opensesame-123 --api-k=opensesame-456",
+        "vllm serve: error: argument --block-size: invalid int value: 'opensesame-789'",
+        "vllm serve: error: argument --kv-cache-dtype: invalid choice: 'opensesame-0' (choose from 'auto', 'fp8')",
+    ]
+    redacted = [Redactor().redact(line) for line in lines]
+    assert redacted == [
+        f"vllm: error: unrecognized arguments: --hf_tokn {REDACTED} --api-k={REDACTED}",
+        f"vllm serve: error: argument --block-size: invalid int value: {REDACTED}",
+        f"vllm serve: error: argument --kv-cache-dtype: invalid choice: {REDACTED} (choose from 'auto', 'fp8')",
+    ]
+
+
+def test_a_crash_loop_diagnosis_quoting_vllms_refusal_repeats_no_value() -> None:
+    found = Diagnosis(
+        trouble=Trouble.CRASH_LOOP, pod="vllm-blue-0", container="vllm", message="restarted 3 times", fatal=True,
+        log_tail=("usage: vllm [-h] ...", "vllm: error: unrecognized arguments: --hf_tokn opensesame-123"),
+    )
+    assert "opensesame" not in found.describe() and "--hf_tokn" in found.describe()

@@ -18,7 +18,8 @@ public sources are in docs/serving.md):
 5. After the workload is ready: ``render_cache_save_job`` per pod's node; ``cache_outcome`` reads the
    prepare container's log (hit / miss / off).
 
-``launch_blockers`` tells at planning time whether a layout can be rolled out at all.
+``launch_blockers`` tells at planning time whether a layout can be rolled out at all;
+``command.serve_command_problems`` tells preflight whether vLLM would accept the pods' command lines.
 """
 
 from capserve.core.rollout.args import EngineOptions, merge_extra_args, vllm_args

@@ -36,6 +36,7 @@ from capserve.core.errors import SpecError
 from capserve.core.planner import ParallelLayout
 from capserve.core.rollout.layout import launch_mode
 from capserve.core.rollout.settings import RolloutSettings
+from capserve.core.vllm import long_flag
 
 API_KEY_ENV = "VLLM_API_KEY"
 LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"  # <lws>-<group>.<lws>.<namespace>: the leader pod's DNS name
@@ -214,10 +215,20 @@ def _flag(token: str) -> tuple[str, str | None] | None:
         return None
     name, _, inline = token.lstrip("-").partition("=")
     name = ALIASES.get(name, name)
-    # vLLM's parser accepts underscores for dashes in flag names (FlexibleArgumentParser).
+    # vLLM's parser accepts underscores for dashes in flag names (FlexibleArgumentParser), and an unambiguous
+    # abbreviation for its flag (argparse's default: --max-model is --max-model-len; capserve.core.vllm.long_flag).
     head, dot, rest = name.partition(".")
-    name = head.replace("_", "-") + dot + rest
-    return name, (inline if "=" in token else None)
+    head = head.replace("_", "-")
+    if token.startswith("--"):
+        head = (long_flag(f"--{head}") or f"--{head}")[2:]
+    return head + dot + rest, (inline if "=" in token else None)
+
+
+def canonical_flag(token: str) -> str | None:
+    """A flag's long name as vLLM reads it (``-tp`` → ``tensor-parallel-size``, ``--max_model_len`` →
+    ``max-model-len``, ``--no-x`` → ``x``); None for a value."""
+    flag = _flag(token)
+    return flag[0].removeprefix("no-") if flag is not None else None
 
 
 def _is_number(token: str) -> bool:

@@ -41,7 +41,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from capserve.core.redaction import redact_vllm_arguments
 
 DEVICE_RESOURCES = ("nvidia.com/gpu", "vpc.amazonaws.com/efa")
 
@@ -160,6 +162,13 @@ class Diagnosis(BaseModel):
     message: str = Field(min_length=1, max_length=4000, description="What Kubernetes said.")
     fatal: bool = Field(description="Waiting longer cannot help.")
     log_tail: tuple[str, ...] = Field(default=(), max_length=500, description="Last log lines (crash loop).")
+
+    @field_validator("log_tail")
+    @classmethod
+    def _no_argument_values(cls, lines: tuple[str, ...]) -> tuple[str, ...]:
+        # vLLM's "unrecognized arguments: …" line repeats every value it was given, a key's included: the
+        # diagnosis reaches exceptions, reports and the flow run's state, so only the flags are kept.
+        return tuple(redact_vllm_arguments(line) for line in lines)
 
     @property
     def needs_log(self) -> bool:

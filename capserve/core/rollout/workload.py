@@ -172,20 +172,14 @@ def render_rollout(
     )
     uri = cache_uri(target.bucket, target.prefix, config.cache_key)
 
-    leader_args = vllm_args(layout, config.engine, role="leader", model_path=model_path, settings=settings)
+    leader_args, worker_args = pod_arguments(config, settings)
     common = _PodParts(config, target, name, model_path, uri, budget, ready_timeout, settings, weights)
     leader = common.template("leader", leader_args, _hosts(config, target, 0))
     nodes = layout.nodes_per_replica
     templates: dict[str, Any] = {"size": nodes, "restartPolicy": "RecreateGroupOnPodRestart"}
-    worker_args: list[str] = []
     if nodes == 1:
         templates["workerTemplate"] = leader  # a group of one: its leader uses the worker template
     else:
-        # Data-parallel workers need their start rank as a number; only 2-node groups get here (blockers).
-        rank: int | str = 1 if launch_mode(layout) == "multi-node-dp" else WORKER_INDEX
-        worker_args = vllm_args(
-            layout, config.engine, role="worker", model_path=model_path, settings=settings, worker_rank=rank
-        )
         templates["leaderTemplate"] = leader
         templates["workerTemplate"] = common.template("worker", worker_args, _hosts(config, target, 1))
     workload = {
@@ -229,6 +223,23 @@ def render_rollout(
             endpoint_services(namespace, target.campaign_id, name, access=config.endpoint_access, settings=settings)
         ),
     )
+
+
+def pod_arguments(config: RolloutConfig, settings: RolloutSettings) -> tuple[list[str], list[str]]:
+    """The ``vllm serve`` arguments of the leader and of the workers (none for a one-node group), as rendered.
+
+    Preflight parses these same lists with vLLM's parser before anything is bought (``command.py``).
+    Raises SpecError for extra arguments that repeat or contradict the plan.
+    """
+    layout = config.layout
+    model_path = node_model_path(config.model_repo, config.revision_sha)
+    leader = vllm_args(layout, config.engine, role="leader", model_path=model_path, settings=settings)
+    if layout.nodes_per_replica == 1:
+        return leader, []
+    # Data-parallel workers need their start rank as a number; only 2-node groups get here (blockers).
+    rank: int | str = 1 if launch_mode(layout) == "multi-node-dp" else WORKER_INDEX
+    worker = vllm_args(layout, config.engine, role="worker", model_path=model_path, settings=settings, worker_rank=rank)
+    return leader, worker
 
 
 def _check_placement(config: RolloutConfig, target: RolloutTarget) -> None:

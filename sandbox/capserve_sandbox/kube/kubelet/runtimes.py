@@ -1,9 +1,10 @@
 """What a container becomes in the sandbox, chosen by its image (docs/sandbox-kubelet.md, "Runtimes").
 
 - **vLLM** (``vllm/vllm-openai*`` images, or a command that runs ``vllm serve``): the arguments are
-  parsed as vLLM 0.32 parses them (``vllm_args.py``); the ``--model`` directory is checked as vLLM
-  would read it (``config.json``, ``model.safetensors.index.json``, every file the index names);
-  then a local server answers on a free port: the sandbox OpenAI server (serving
+  parsed as vLLM parses them, with the product's copy of its parser and the snapshot of the image's
+  vLLM version (``capserve.core.vllm``: the one preflight checks the campaign with); the ``--model``
+  directory is checked as vLLM would read it (``config.json``, ``model.safetensors.index.json``,
+  every file the index names); then a local server answers on a free port: the sandbox OpenAI server (serving
   ``--served-model-name``, enforcing ``--api-key``) or, when the fake is configured for it, the real
   vLLM from ``.venv-vllm`` with the pod's arguments (paths mapped to the node's directories). A
   leader of a multi-node server (``--nnodes`` > 1, or DP with remote ranks) listens only once every
@@ -28,6 +29,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from capserve.core.rollout.references import expand
+from capserve.core.vllm import (
+    ServeArgs,
+    VllmArgsError,
+    image_version,
+    parse_serve_args,
+    serve_argv,
+    tool_choice_auto_refusal,
+)
 from capserve_sandbox.clock import CLOCK
 from capserve_sandbox.kube.aws_shim import INSTANCE_ROLE_ENV
 from capserve_sandbox.kube.kubelet.faults import FaultKind
@@ -42,10 +52,8 @@ from capserve_sandbox.kube.kubelet.played_start import (
     weights_storage,
 )
 from capserve_sandbox.kube.kubelet.processes import LocalProcess, SpawnError, free_port
-from capserve_sandbox.kube.kubelet.volumes import expand, rewrite_paths, to_host
+from capserve_sandbox.kube.kubelet.volumes import rewrite_paths, to_host
 from capserve_sandbox.kube.net_tools import POD_ENV
-from capserve_sandbox.kube.vllm_args import ServeArgs, VllmArgsError, parse_serve_args, serve_argv, vllm_version
-from capserve_sandbox.kube.vllm_rules import tool_choice_auto_refusal
 from capserve_sandbox.openai_server import quality_of_checkpoint
 
 if TYPE_CHECKING:
@@ -372,9 +380,11 @@ class VllmRuntime(ProcessRuntime):
         argv = serve_argv(command, args, ctx.env)
         if argv is None:
             raise self._fail(127, [f"exec: {' '.join(command)}: the sandbox's vLLM image runs only `vllm serve`"])
-        ctx.log.write(f"INFO [utils.py] vLLM API server version {vllm_version()} (capserve sandbox stand-in)")
+        # The same parser and snapshot preflight checked the campaign's command line with (capserve.core.vllm).
+        version = image_version(ctx.image).version
+        ctx.log.write(f"INFO [utils.py] vLLM API server version {version} (capserve sandbox stand-in)")
         try:
-            self.args = parse_serve_args(argv)
+            self.args = parse_serve_args(argv, version)
         except VllmArgsError as error:
             raise self._fail(error.exit_code, error.lines) from None
         ctx.log.write(f"INFO [utils.py] non-default args: {_printable(self.args.non_default)}")
@@ -549,7 +559,8 @@ def sandbox_server(ctx: ContainerContext, args: ServeArgs, host_model: Path, por
     max_len = args.get("max_model_len")
     if isinstance(max_len, int) and max_len > 0:
         config["max_model_len"] = max_len
-    refusal = tool_choice_auto_refusal(args.values)  # started without --enable-auto-tool-choice + a parser
+    # Started without --enable-auto-tool-choice and a parser: vLLM refuses tool_choice "auto".
+    refusal = tool_choice_auto_refusal(args.values, args.version)
     if refusal is not None:
         config["tool_choice_auto_refusal"] = refusal
     parser = args.get("reasoning_parser")

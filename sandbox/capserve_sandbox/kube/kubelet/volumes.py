@@ -11,7 +11,8 @@ Container", "Expose Pod Information to Containers Through Environment Variables"
   ``ContainerCreating`` with a ``FailedMount`` event;
 - a ``configMap``/``secret`` volume whose object is missing (and not optional) is a ``FailedMount``;
 - an env var from a missing Secret/ConfigMap (or key) is ``CreateContainerConfigError``;
-- ``$(VAR)`` expands from variables defined earlier in the list (``$$`` escapes); unknown ones stay.
+- ``$(VAR)`` expands from variables defined earlier in the list (``$$`` escapes); unknown ones stay
+  (``capserve.core.rollout.references``: the expansion preflight applies to the command line too).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from capserve.core.rollout.references import expand
 from capserve_sandbox.kube.store import Store
 
 # What an AL2023 EKS node has before any pod runs (relative to /).
@@ -191,19 +193,6 @@ def rewrite_paths(value: str, mounts: list[tuple[str, Path]]) -> str:
     return str(host) if host is not None else value
 
 
-_REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
-
-
-def expand(text: str, env: Mapping[str, str]) -> str:
-    """Kubernetes' ``$(VAR)`` expansion: defined variables are replaced, ``$$`` is ``$``, others stay."""
-
-    def replace(match: re.Match[str]) -> str:
-        if match.group(0) == "$$":
-            return "$"
-        name = match.group(1)
-        return env[name] if name in env else match.group(0)
-
-    return _REFERENCE.sub(replace, text)
 
 
 def _field(pod: Mapping[str, Any], path: str, host_ip: str, pod_ip: str) -> str:

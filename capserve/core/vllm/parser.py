@@ -1,8 +1,8 @@
-"""`vllm serve` arguments checked the way vLLM's own parser checks them, from a committed snapshot.
+"""`vllm serve` arguments checked the way vLLM's own parser checks them, from a committed snapshot per version.
 
-The snapshot (``data/vllm_serve_flags.json``) is generated from the real parser by
+The snapshots (``data/<version>/serve_flags.json``) are generated from the real parser by
 ``scripts/snapshot_vllm_flags.py`` and compared with it by ``tests/sandbox/test_vllm_flags.py``
-wherever ``.venv-vllm`` exists. Here it is turned back into an ``argparse`` parser, after the same
+wherever ``.venv-vllm`` exists. Here one is turned back into an ``argparse`` parser, after the same
 rewriting vLLM's ``FlexibleArgumentParser`` does before parsing (vllm/utils/argparse_utils.py):
 
 - ``--model X`` is moved to the positional ``model_tag`` (and ``--served-model-name`` without any
@@ -11,10 +11,18 @@ rewriting vLLM's ``FlexibleArgumentParser`` does before parsing (vllm/utils/argp
 - ``-O3`` / ``-O 3`` mean ``--optimization-level 3``;
 - dotted JSON flags (``--compilation-config.mode 3``) are merged into one JSON value.
 
+Flag names are case-sensitive, and an unambiguous abbreviation stands for its flag (``--api-k`` is ``--api-key``):
+argparse's default, which vLLM keeps (no ``allow_abbrev=False`` anywhere in vLLM 0.32; measured with its parser).
+``long_flag`` says which flag a word stands for, so the secret rule and the plan's own flags see through it.
 Errors are argparse's (exit code 2, "usage:" then "vllm serve: error: ..."); the cross-flag checks of
 ``validate_parsed_serve_args`` and the parser-name lookups raise like vLLM does (exit code 1), from the
-rules snapshot vLLM's own code produced (``vllm_rules.py``). What is not modelled: ``--config`` files,
-and every check that needs the model or a GPU (see docs/sandbox-kubelet.md).
+rules snapshot vLLM's own code produced (``rules.py``). Each error also names the flag it is about and says
+why without the value (``VllmArgsError.flag`` / ``reason``): preflight quotes that, never vLLM's line, which
+repeats what it was given. What is not modelled: ``--config`` files, and every check that needs the model
+or a GPU (docs/serving.md §10).
+
+Used twice: by preflight, on the campaign's final command line before anything is bought, and by the
+sandbox's kubelet when a pod runs ``vllm serve``.
 """
 
 from __future__ import annotations
@@ -25,22 +33,24 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from typing import Any, NoReturn
 
-from capserve_sandbox.kube.vllm_rules import VllmStartupError, check_startup
+from capserve.core.vllm.rules import VllmStartupError, check_startup
+from capserve.core.vllm.versions import newest_version, snapshot_file
 
 USAGE = "usage: vllm serve [model_tag] [options]"
 TOP_USAGE = "usage: vllm [-h] [-v] {chat,complete,serve,bench,collect-env,run-batch} ..."
 
 
 class VllmArgsError(Exception):
-    """What vLLM prints and its exit code when it refuses its arguments."""
+    """What vLLM prints and its exit code when it refuses its arguments; the flag at fault and why, value-free."""
 
-    def __init__(self, lines: list[str], exit_code: int) -> None:
+    def __init__(self, lines: list[str], exit_code: int, *, flag: str | None = None, reason: str = "") -> None:
         super().__init__("\n".join(lines))
         self.lines = lines
         self.exit_code = exit_code
+        self.flag = flag  # as written on the command line (None: no one flag is at fault)
+        self.reason = reason  # argparse's or vLLM's words, without the value given
 
 
 @dataclass(frozen=True)
@@ -48,6 +58,7 @@ class ServeArgs:
     """The parsed arguments the sandbox needs (every parsed value is in ``values``)."""
 
     model: str
+    version: str  # the vLLM whose snapshot parsed them
     values: dict[str, Any] = field(repr=False)
     non_default: dict[str, Any] = field(repr=False)
 
@@ -97,21 +108,27 @@ class ServeArgs:
 
 
 @cache
-def snapshot() -> dict[str, Any]:
-    text = resources.files("capserve_sandbox.kube").joinpath("data/vllm_serve_flags.json").read_text("utf-8")
-    data: dict[str, Any] = json.loads(text)
+def snapshot(version: str | None = None) -> dict[str, Any]:
+    """The flags snapshot of vLLM ``version`` (default: the newest the repository holds)."""
+    data: dict[str, Any] = json.loads(snapshot_file(version or newest_version(), "serve_flags.json"))
     return data
 
 
-def vllm_version() -> str:
-    return str(snapshot()["vllm_version"])
+_ARGUMENT_ERROR = re.compile(r"^argument (?P<flags>\S+): (?P<reason>.*)$", re.DOTALL)
+_AMBIGUOUS = re.compile(r"^ambiguous option: (?P<option>.+?) could match (?P<matches>.*)$", re.DOTALL)
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        usage = TOP_USAGE if message.startswith("unrecognized arguments") else USAGE
-        prog = "vllm" if message.startswith("unrecognized arguments") else "vllm serve"
-        raise VllmArgsError([usage, f"{prog}: error: {message}"], 2)
+        # argparse names an option by all its spellings ("-tp/--tensor-parallel-size"): keep the long one.
+        found = _ARGUMENT_ERROR.match(message)
+        flag = max(found["flags"].split("/"), key=len) if found else None
+        reason = found["reason"] if found else message
+        ambiguous = _AMBIGUOUS.match(message)
+        if ambiguous:  # argparse quotes the word whole, "=value" included: name the flag part only
+            flag = ambiguous["option"].partition("=")[0]
+            reason = f"ambiguous option: could match {ambiguous['matches']}"
+        raise VllmArgsError([USAGE, f"vllm serve: error: {message}"], 2, flag=flag, reason=reason)
 
 
 def _human_readable_int(value: str) -> int:
@@ -214,9 +231,9 @@ def _dataclass_converter(name: str, fields: set[str]) -> Callable[[str], Any]:
 
 
 @cache
-def _parser() -> _Parser:
-    parser = _Parser(prog="vllm serve", usage="vllm serve [model_tag] [options]", add_help=False, allow_abbrev=False)
-    for option in snapshot()["options"]:
+def _parser(version: str) -> _Parser:
+    parser = _Parser(prog="vllm serve", usage="vllm serve [model_tag] [options]", add_help=False)
+    for option in snapshot(version)["options"]:
         flags = option["flags"]
         if not flags:
             parser.add_argument("model_tag", nargs="?", default=None)
@@ -245,6 +262,26 @@ def _parser() -> _Parser:
     return parser
 
 
+@cache
+def _option_strings(version: str) -> frozenset[str]:
+    return frozenset(flag for option in snapshot(version)["options"] for flag in option["flags"])
+
+
+def long_flag(token: str, version: str | None = None) -> str | None:
+    """The flag of vLLM's parser a ``--word`` stands for: itself, with ``_`` read as ``-`` in its name (dotted keys
+    aside), or the one flag it abbreviates (argparse: an option string that starts with the word before ``=``).
+    None when it names no flag, or several (argparse: "ambiguous option")."""
+    if not token.startswith("--"):
+        return None
+    head = token.partition("=")[0].partition(".")[0]
+    word = "--" + head[2:].replace("_", "-")
+    flags = _option_strings(version or newest_version())
+    if word in flags:
+        return word
+    matches = [flag for flag in flags if flag.startswith(word)]
+    return matches[0] if len(matches) == 1 else None
+
+
 # ---------------------------------------------------------------- FlexibleArgumentParser's rewriting
 
 
@@ -254,7 +291,8 @@ def _rewrite(argv: Sequence[str]) -> list[str]:
     if model_at is not None:
         if args[model_at] == "--model":
             if model_at + 1 >= len(args):
-                raise VllmArgsError([USAGE, "vllm serve: error: argument --model: expected one argument"], 2)
+                raise VllmArgsError([USAGE, "vllm serve: error: argument --model: expected one argument"], 2,
+                                    flag="--model", reason="expected one argument")
             tag, rest = args[model_at + 1], model_at + 2
         else:
             tag, rest = args[model_at].removeprefix("--model="), model_at + 1
@@ -266,9 +304,12 @@ def _rewrite(argv: Sequence[str]) -> list[str]:
                 "`vllm serve`. i.e. `vllm serve <model> --<arg> <value>`."
             ],
             1,
+            flag="--served-model-name",
+            reason="`model` should be provided as the first positional argument",
         )
     if "--config" in args:
-        raise VllmArgsError(["capserve sandbox: vLLM --config files are not read by the sandbox kubelet"], 1)
+        raise VllmArgsError(["capserve: vLLM --config files are not modelled (docs/serving.md §10)"], 1,
+                            flag="--config", reason="a --config file is not modelled: give its flags as arguments")
 
     name = re.compile(r"(?<=--)[^\.]*")
     processed: list[str] = []
@@ -299,7 +340,8 @@ def _rewrite(argv: Sequence[str]) -> list[str]:
                 key, raw = arg, processed[i + 1]
                 skip.add(i + 1)
             else:
-                raise VllmArgsError([USAGE, f"vllm serve: error: argument {arg}: expected one argument"], 2)
+                raise VllmArgsError([USAGE, f"vllm serve: error: argument {arg}: expected one argument"], 2,
+                                    flag=arg, reason="expected one argument")
             if key.endswith("+"):
                 key, raw = key[:-1], json.dumps(raw.split(","))
             flag, *path = key.split(".")
@@ -326,27 +368,42 @@ def _rewrite(argv: Sequence[str]) -> list[str]:
 # ---------------------------------------------------------------- entry point
 
 
-def parse_serve_args(argv: Sequence[str]) -> ServeArgs:
-    """Parse what follows ``vllm serve`` as vLLM 0.32 would; raises ``VllmArgsError`` as vLLM would fail."""
-    parser = _parser()
-    namespace = parser.parse_args(_rewrite(argv))
+def parse_serve_args(argv: Sequence[str], version: str | None = None) -> ServeArgs:
+    """Parse what follows ``vllm serve`` as vLLM ``version`` would (default: the newest snapshot); raises
+    ``VllmArgsError`` as vLLM would fail."""
+    version = version or newest_version()
+    parser = _parser(version)
+    namespace, extras = parser.parse_known_args(_rewrite(argv))
+    if extras:
+        # argparse's own words (parse_args), printed by vLLM's top-level parser.
+        stray = next((word for word in extras if word.startswith("-")), None)
+        raise VllmArgsError(
+            [TOP_USAGE, f"vllm: error: unrecognized arguments: {' '.join(extras)}"],
+            2,
+            flag=stray.partition("=")[0] if stray else None,
+            reason="unrecognized argument (flag names are case-sensitive: `vllm serve --help` lists them)"
+            if stray
+            else "a value no flag takes",
+        )
     values = vars(namespace)
     defaults = vars(parser.parse_args([]))
     non_default = {k: v for k, v in values.items() if v != defaults.get(k)}
     model = values.get("model_tag") or "Qwen/Qwen3-0.6B"  # vLLM's default model when none is named
     try:
-        check_startup(values)  # vLLM's own cross-flag rules and parser names (vllm_rules.py)
+        check_startup(values, version)  # vLLM's own cross-flag rules and parser names (rules.py)
     except VllmStartupError as error:
-        raise VllmArgsError([str(error)], 1) from None
+        raise VllmArgsError([str(error)], 1, flag=error.flag, reason=str(error)) from None
     nnodes, rank = int(values.get("nnodes") or 1), int(values.get("node_rank") or 0)
     if not 0 <= rank < nnodes:
-        raise VllmArgsError([f"ValueError: node_rank {rank} must be in [0, {nnodes}) (nnodes={nnodes})"], 1)
+        why = f"node_rank {rank} must be in [0, {nnodes}) (nnodes={nnodes})"
+        raise VllmArgsError([f"ValueError: {why}"], 1, flag="--node-rank", reason=why)
     world = 1
     for key in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
         world *= int(values.get(key) or 1)
     if nnodes > 1 and world % nnodes:
-        raise VllmArgsError([f"ValueError: world size {world} (TP x PP x DP) is not divisible by nnodes {nnodes}"], 1)
-    return ServeArgs(model=str(model), values=values, non_default=non_default)
+        why = f"world size {world} (TP x PP x DP) is not divisible by nnodes {nnodes}"
+        raise VllmArgsError([f"ValueError: {why}"], 1, flag="--nnodes", reason=why)
+    return ServeArgs(model=str(model), version=version, values=values, non_default=non_default)
 
 
 def serve_argv(command: Sequence[str], args: Sequence[str], env: dict[str, str] | None = None) -> list[str] | None:
