@@ -247,9 +247,9 @@ def _advance(response: SageMakerResponse, cluster: _HyperPodCluster) -> None:
     outcomes = {group["InstanceGroupName"]: _play_lifecycle(response, group) for group in groups}
     failed = {name: outcome for name, outcome in outcomes.items() if outcome is not None and outcome.exit_code != 0}
     if failed:
-        for name, outcome in failed.items():
+        for name, bad in failed.items():
             log.warning("sandbox HyperPod cluster %s, instance group %s: the lifecycle script exited %d:\n%s",
-                        cluster.name, name, outcome.exit_code, outcome.log_tail)
+                        cluster.name, name, bad.exit_code, bad.log_tail)
         cluster.failure = LIFECYCLE_FAILURE.format(instance="i-" + uuid.uuid4().hex[:17])
         cluster.status = "Failed"
         return
