@@ -134,6 +134,12 @@ def register(subparsers: Any) -> None:
     )
     time.add_argument("--image-cached", action="store_true", help="The nodes already hold the vLLM image.")
     time.add_argument(
+        "--cluster-kind",
+        choices=("eks", "hyperpod"),
+        default="eks",
+        help="The spec's cluster.kind: on hyperpod a layout across nodes waits for HyperPod's deep health checks.",
+    )
+    time.add_argument(
         "--drain-before-end-minutes",
         type=arg_types.positive_integer,
         default=45,
@@ -200,6 +206,7 @@ def _timelines(args: argparse.Namespace, plan: ServingPlan) -> dict[str, BlockTi
         node_bytes=plan.weight_bytes_per_gpu * plan.gpus_per_node,
         storage=args.storage,
         image_cached=args.image_cached,
+        deep_health_checks=args.cluster_kind == "hyperpod" and plan.nodes > 1,
     )
     return {
         kind: predict_block(

@@ -68,6 +68,13 @@ class TimeFigures(BaseModel):
         le=6 * _HOUR_S,
         description="GPU node group on the active block → instances running → every GPU allocatable in Kubernetes.",
     )
+    deep_health_checks_s: float = Field(
+        3600.0,
+        ge=0,
+        le=6 * _HOUR_S,
+        description="HyperPod's deep health checks (DCGM level 4, EFA, NCCL tests) before it hands a node over, "
+        "on a layout across nodes only; unmeasured, 30 min to 2 h.",
+    )
     image_bytes: float = Field(
         12 * GB, ge=0, le=1e12, description="Bytes of the vLLM image a node pulls (vllm/vllm-openai is ~12 GB)."
     )
@@ -128,6 +135,9 @@ class BlockPlan(BaseModel):
     node_bytes: int = Field(ge=0, description="Bytes the fullest node stages and loads.")
     storage: Storage = Field("nvme", description="Where vLLM reads the weights: node NVMe, FSx, or S3 directly.")
     image_cached: bool = Field(False, description="The nodes already hold the vLLM image (no pull).")
+    deep_health_checks: bool = Field(
+        False, description="HyperPod runs its deep health checks before handing the nodes over (a layout across nodes)."
+    )
 
 
 class Phase(BaseModel):
@@ -282,6 +292,13 @@ def hub_to_s3_s(model_bytes: int, figures: TimeFigures | None = None) -> float:
     return model_bytes / (figures or TimeFigures()).hub_download_bytes_per_s
 
 
+def node_join_s(*, deep_health_checks: bool, figures: TimeFigures | None = None) -> float:
+    """From the GPU capacity's creation on the block to every GPU allocatable: launch and join, plus HyperPod's
+    deep health checks when they run (they come before HyperPod hands the node to the cluster)."""
+    f = figures or TimeFigures()
+    return f.launch_and_join_s + (f.deep_health_checks_s if deep_health_checks else 0.0)
+
+
 def predict_block(
     plan: BlockPlan,
     *,
@@ -323,6 +340,12 @@ def predict_block(
             basis=f"{plan.model_bytes / GB:,.1f} GB ÷ {f.hub_download_bytes_per_s / GB:,.2f} GB/s",
         ),
         Phase(name="EC2 launch and node join", seconds=f.launch_and_join_s, before_block=False, basis="fixed"),
+        *(
+            [Phase(name="HyperPod deep health checks", seconds=f.deep_health_checks_s, before_block=False,
+                   basis="fixed, unmeasured")]
+            if plan.deep_health_checks
+            else []
+        ),
         Phase(name="image pull", seconds=pull_s, before_block=False, basis=pull_basis),
         staging,
         *vllm_start_phases(plan.model_bytes, plan.node_bytes, warm=warm, read_bytes_per_s=read, figures=f),

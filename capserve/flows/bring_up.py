@@ -37,7 +37,7 @@ from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.deadline import StepBudget
 from capserve.core.lease import Lease
 from capserve.core.spec import CampaignSpec
-from capserve.core.timeline import TimeFigures
+from capserve.core.timeline import node_join_s
 from capserve.tasks.clock import campaign_now
 from capserve.tasks.cluster.eks import (
     EksCluster,
@@ -103,7 +103,8 @@ def bring_up(
     )
     readiness = _ready_on_kubernetes(spec, lease, settings, budget, aws, efa)
     joined = NodeJoin.of(readiness, began_at=began, usable_at=campaign_now(),
-                         predicted_s=TimeFigures().launch_and_join_s, scaled_at=aws.scaled_at)
+                         predicted_s=node_join_s(deep_health_checks=spec.cluster.kind == "hyperpod" and efa.used),
+                         scaled_at=aws.scaled_at)
     cluster = aws.cluster
     return ClusterResult(
         kind=spec.cluster.kind,
@@ -323,6 +324,7 @@ def _hyperpod_pool(
             security_group_id=place.network.security_group_id,
             lifecycle_uri=lifecycle.uri,
             timeout_s=budget.cap(settings.hyperpod_in_service_timeout_s, "HyperPod cluster"),
+            spans_nodes=place.efa.used,
         )
     # HyperPod's VpcConfig.SecurityGroupIds: the campaign's group and the EKS cluster group (docs/hyperpod.md §7).
     aws.gpu_interface_security_groups = tuple(

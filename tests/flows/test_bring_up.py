@@ -9,9 +9,11 @@ from typing import Any
 
 import boto3
 import pytest
+import yaml
 from capserve_sandbox.aws import moto_sandbox
 from capserve_sandbox.aws_ext import eks as eks_ext
 from capserve_sandbox.kube import FakeKube, fake_kube
+from capserve_sandbox.kube.instances import node_shape
 from pydantic import SecretStr
 
 from capserve.core.cluster import eks as eks_build
@@ -24,6 +26,7 @@ from capserve.flows.bring_up import bring_up
 from capserve.tasks.manifests import recording
 
 REGION = "us-east-2"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FAST = BringUpSettings(poll_seconds=0, kube=KubeSettings(nodes_ready_timeout_s=20, addons_ready_timeout_s=20))
 
 
@@ -164,6 +167,14 @@ def test_hyperpod_bring_up_on_a_training_plan(kube: FakeKube) -> None:
     (node,) = result.node_names
     assert kube.kubelet.layout.host_path(node, "/opt/dlami/nvme").is_dir()
     assert not kube.kubelet.layout.host_path(node, "/mnt/k8s-disks/0").exists()
+    # HyperPod spells the node's instance type its own way; one node gets no deep health checks.
+    (labels,) = [n["metadata"]["labels"] for n in kube.objects("nodes") if n["metadata"]["name"] == node]
+    assert labels["node.kubernetes.io/instance-type"] == "ml.p6-b300.48xlarge"
+    assert "OnStartDeepHealthChecks" not in described["InstanceGroups"][0]
+    # The lifecycle script moved the kubelet's directory onto the NVMe: ephemeral storage is the array's.
+    (storage,) = [n["status"]["capacity"]["ephemeral-storage"] for n in kube.objects("nodes")
+                  if n["metadata"]["name"] == node]
+    assert storage == node_shape("p6-b300.48xlarge", local_storage="RAID0").capacity()["ephemeral-storage"]
 
 
 def test_a_two_node_hyperpod_layout_gets_its_huge_pages_from_the_lifecycle_script(kube: FakeKube) -> None:
@@ -178,6 +189,39 @@ def test_a_two_node_hyperpod_layout_gets_its_huge_pages_from_the_lifecycle_scrip
     capacity = {n["metadata"]["name"]: n["status"]["capacity"].get("hugepages-2Mi") for n in kube.objects("nodes")
                 if n["metadata"]["name"] in result.node_names}
     assert capacity == dict.fromkeys(result.node_names, "10256Mi")
+    # The layout crosses nodes: HyperPod tests EFA and NCCL between them first, and the EFA plugin runs on
+    # nodes labelled ml.<type> (readiness waited for their vpc.amazonaws.com/efa).
+    described = boto3.client("sagemaker").describe_cluster(ClusterName="capserve-flow-hp2-hp")
+    assert described["InstanceGroups"][0]["OnStartDeepHealthChecks"] == ["InstanceStress", "InstanceConnectivity"]
+    efa = {n["metadata"]["labels"]["node.kubernetes.io/instance-type"]: n["status"]["allocatable"].get(
+        "vpc.amazonaws.com/efa") for n in kube.objects("nodes") if n["metadata"]["name"] in result.node_names}
+    assert efa == {"ml.p6-b300.48xlarge": "16"}
+    assert result.report_section()["node_join"]["predicted_s"] == 1800.0 + 3600.0  # join + deep health checks
+
+
+BIND_MOUNT_SCRIPT = Path(__file__).parents[1] / "data" / "hyperpod" / "on_create_bind_mount.sh"
+
+
+def test_the_hyperpod_example_with_a_script_that_mounts_over_the_kubelet_directory_never_gets_nodes(
+    kube: FakeKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The lifecycle script capserve shipped before: it bind-mounts an empty directory over /var/lib/kubelet,
+    # hiding the kubeconfig the AMI keeps there. HyperPod reports the cluster InService; no node ever joins.
+    from capserve.core.cluster import hyperpod as hyperpod_build
+
+    old = BIND_MOUNT_SCRIPT.read_text()
+    monkeypatch.setattr(hyperpod_build, "on_create_script",
+                        lambda hugepages_2mi_pages=0: old.replace("#CAPSERVE_HUGEPAGES\n", "").encode())
+    eks_ext.attach_fake_kube(kube)
+    data = yaml.safe_load((EXAMPLES / "kimi-k3-hyperpod-sandbox.yaml").read_text())
+    spec = parse_spec({**data, "name": "flow-hpold"})
+    plan = f"arn:aws:sagemaker:{REGION}:123456789012:training-plan/flow-hpold"
+    settings = FAST.model_copy(update={"kube": KubeSettings(nodes_ready_timeout_s=5, addons_ready_timeout_s=20)})
+    with pytest.raises(PermanentError, match="not ready after 5 s"):
+        bring_up(spec, make_lease(plan, count=1), settings)
+    described = boto3.client("sagemaker").describe_cluster(ClusterName="capserve-flow-hpold-hp")
+    assert described["ClusterStatus"] == "InService"
+    assert [n for n in kube.objects("nodes") if n["metadata"]["labels"].get("capserve.io/pool") == "gpu"] == []
 
 
 def test_sandbox_hyperpod_refuses_an_eks_cluster_without_the_hyperpod_dependencies(kube: FakeKube) -> None:

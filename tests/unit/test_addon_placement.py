@@ -113,6 +113,7 @@ def test_the_nvidia_plugin_selects_labels_the_gpu_nodes_really_carry() -> None:
                                          "reservation_id": "arn:aws:sagemaker:us-east-2:1:training-plan/x"}),
         BringUpSettings(), eks_cluster_arn="arn:aws:eks:us-east-2:1:cluster/c", execution_role_arn="arn:r",
         subnet_id="subnet-1", security_group_ids=["sg-1"], lifecycle_uri="s3://sagemaker-x/lifecycle/",
+        spans_nodes=True,
     )
     assert selector.items() <= hp["InstanceGroups"][0]["KubernetesConfig"]["Labels"].items()
     # The upstream chart's default affinity looks for nvidia.com/gpu.present=true: our GPU nodes carry it.
@@ -162,3 +163,32 @@ def test_affinity_terms_or_expressions_and_prefer_no_schedule_does_not_block() -
     assert placement_problems({"affinity": affinity}, {"kubernetes.io/hostname": "n2"}, []) == [
         "required node affinity not satisfied"
     ]
+
+
+def _hyperpod_gpu_node() -> tuple[dict[str, str], list[dict[str, str]]]:
+    """A HyperPod node of the campaign's instance group: its KubernetesConfig labels and taints, and the
+    instance-type label as HyperPod spells it, ml.<type> (docs/hyperpod.md §6)."""
+    hp = hyperpod.cluster_request(
+        NAMES, LEASE.model_copy(update={"provider": "sagemaker-training-plan",
+                                         "reservation_id": "arn:aws:sagemaker:us-east-2:1:training-plan/x"}),
+        BringUpSettings(), eks_cluster_arn="arn:aws:eks:us-east-2:1:cluster/c", execution_role_arn="arn:r",
+        subnet_id="subnet-1", security_group_ids=["sg-1"], lifecycle_uri="s3://sagemaker-x/lifecycle/",
+        spans_nodes=True,
+    )
+    (group,) = hp["InstanceGroups"]
+    kube = group["KubernetesConfig"]
+    labels = {**kube["Labels"], "node.kubernetes.io/instance-type": group["InstanceType"]}
+    taints = [{"key": t["Key"], "value": t["Value"], "effect": t["Effect"]} for t in kube["Taints"]]
+    return labels, taints
+
+
+def test_the_efa_plugin_runs_on_hyperpod_nodes_labelled_with_the_ml_type() -> None:
+    # The chart lists plain EC2 types only; a HyperPod node says ml.p6-b300.48xlarge, so without the ml. spellings
+    # the plugin never runs there and a layout across HyperPod nodes waits for EFA devices until its deadline.
+    node = _hyperpod_gpu_node()
+    assert node[0]["node.kubernetes.io/instance-type"] == "ml.p6-b300.48xlarge"
+    spec = pod_specs()["aws-efa-k8s-device-plugin"]
+    assert admits(spec, *node), placement_problems(spec, *node)
+    # Still not on a type the chart does not list, spelled either way.
+    other = ({**node[0], "node.kubernetes.io/instance-type": "ml.g5.8xlarge"}, node[1])
+    assert not admits(spec, *other)

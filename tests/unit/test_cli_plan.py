@@ -175,3 +175,15 @@ def test_a_throughput_without_its_source_is_refused(capsys: pytest.CaptureFixtur
     assert main(args) == 2
     out, err = capsys.readouterr()
     assert out == "" and "--throughput-source" in err and err.count("\n") == 1
+
+
+def test_on_hyperpod_a_layout_across_nodes_books_the_deep_health_checks(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["plan", "kimi-k3", "--instance-type", "p6-b200.48xlarge", "--json"]
+    assert main([*args, "--cluster-kind", "hyperpod"]) == 0
+    hyperpod = json.loads(capsys.readouterr().out)
+    assert main(args) == 0
+    eks = json.loads(capsys.readouterr().out)
+    assert hyperpod["nodes"] == 2
+    phases = {p["name"]: p["seconds"] for p in hyperpod["timeline"]["cold"]["phases"]}
+    assert phases["HyperPod deep health checks"] == 3600.0
+    assert hyperpod["timeline"]["cold"]["to_ready_s"] == pytest.approx(eks["timeline"]["cold"]["to_ready_s"] + 3600)

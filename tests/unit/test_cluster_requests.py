@@ -113,6 +113,7 @@ def test_hyperpod_request_uses_training_plan_orchestrator_and_deep_checks() -> N
         ClusterNames(campaign_id="k3-demo"), lease(provider="sagemaker-training-plan", reservation_id=plan),
         BringUpSettings(), eks_cluster_arn="arn:aws:eks:us-east-2:1:cluster/c", execution_role_arn="arn:r",
         subnet_id="subnet-1", security_group_ids=["sg-1", "sg-eks"], lifecycle_uri="s3://sagemaker-x/lifecycle/",
+        spans_nodes=True,
     )
     group = request["InstanceGroups"][0]
     assert group["LifeCycleConfig"] == {"SourceS3Uri": "s3://sagemaker-x/lifecycle/", "OnCreate": "on_create.sh"}
@@ -129,8 +130,22 @@ def test_an_on_demand_hyperpod_group_names_no_training_plan() -> None:
         ClusterNames(campaign_id="k3-demo-rh"), lease(provider=ON_DEMAND, reservation_id=ON_DEMAND_RESERVATION),
         BringUpSettings(), eks_cluster_arn="arn:aws:eks:us-east-2:1:cluster/c", execution_role_arn="arn:r",
         subnet_id="subnet-1", security_group_ids=["sg-1"], lifecycle_uri="s3://sagemaker-x/lifecycle/",
+        spans_nodes=False,
     )
     assert "TrainingPlanArn" not in request["InstanceGroups"][0]
+
+
+def test_a_one_node_hyperpod_layout_asks_for_no_deep_health_checks() -> None:
+    # They test EFA and NCCL between nodes and take plan time (docs/timeline.md): a layout on one node has
+    # nothing of that to test.
+    request = hyperpod.cluster_request(
+        ClusterNames(campaign_id="k3-demo"), lease(provider="sagemaker-training-plan",
+                                                   reservation_id="arn:aws:sagemaker:us-east-2:1:training-plan/x"),
+        BringUpSettings(), eks_cluster_arn="arn:aws:eks:us-east-2:1:cluster/c", execution_role_arn="arn:r",
+        subnet_id="subnet-1", security_group_ids=["sg-1"], lifecycle_uri="s3://sagemaker-x/lifecycle/",
+        spans_nodes=False,
+    )
+    assert "OnStartDeepHealthChecks" not in request["InstanceGroups"][0]
 
 
 def test_names_are_deterministic_and_within_aws_limits() -> None:

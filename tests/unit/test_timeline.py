@@ -10,6 +10,7 @@ from capserve.core.rollout.probes import startup_budget_s
 from capserve.core.timeline import (
     BlockPlan,
     TimeFigures,
+    node_join_s,
     predict_block,
     s3_to_node_bytes_per_s,
     weight_read_bytes_per_s,
@@ -98,3 +99,15 @@ def test_the_startup_budget_reads_at_the_instances_nvme_rate() -> None:
     # The floor and the override are kept.
     assert startup_budget_s(10**9, 10**9, warm=True, instance_type="p6-b300.48xlarge") == 600
     assert startup_budget_s(K3_BYTES, K3_BYTES, warm=False, override_minutes=30) == 1800
+
+
+def test_hyperpod_deep_health_checks_cost_block_time_only_on_a_layout_across_nodes() -> None:
+    two = K3.model_copy(update={"nodes": 2, "node_bytes": K3_BYTES // 2})
+    checked = predict_block(two.model_copy(update={"deep_health_checks": True}), block_hours=24, warm=False)
+    plain = predict_block(two, block_hours=24, warm=False)
+    assert seconds(checked, "HyperPod deep health checks") == 3600.0
+    assert checked.to_ready_s == pytest.approx(plain.to_ready_s + 3600.0)
+    assert not any(p.name == "HyperPod deep health checks" for p in plain.phases)
+    # Bring-up's predicted node join (the report's node_join) counts them the same way.
+    assert node_join_s(deep_health_checks=True) == 1800.0 + 3600.0
+    assert node_join_s(deep_health_checks=False) == 1800.0

@@ -20,6 +20,7 @@ from capserve.core.cluster.addons import (
 )
 from capserve.core.cluster.efa import NO_EFA
 from capserve.core.cluster.expectations import cluster_expectations
+from capserve.core.cluster.hyperpod import HYPERPOD_GPU_TYPES
 from capserve.core.cluster.vendored import (
     EFA_DEVICE_PLUGIN,
     LWS,
@@ -81,9 +82,15 @@ def test_the_efa_plugin_is_the_charts_with_the_regions_image(region: str, regist
     assert pod["tolerations"] == [{"key": "CriticalAddonsOnly", "operator": "Exists"},
                                   {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     assert pod["nodeSelector"] == {"p": "gpu"}
-    # Everything else is the chart's.
-    for field in ("affinity", "hostNetwork", "volumes", "priorityClassName"):
+    # Everything else is the chart's, but for the ml. spellings of HyperPod's types in the instance-type affinity
+    # (HyperPod labels its nodes ml.<type>: docs/hyperpod.md §9).
+    for field in ("hostNetwork", "volumes", "priorityClassName"):
         assert pod[field] == chart["spec"]["template"]["spec"][field]
+    expected = copy.deepcopy(chart["spec"]["template"]["spec"]["affinity"])
+    (term,) = expected["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    types = term["matchExpressions"][0]["values"]
+    types += [f"ml.{t}" for t in types if t in HYPERPOD_GPU_TYPES]
+    assert pod["affinity"] == expected and "ml.p6-b300.48xlarge" in types
 
 
 def test_the_nvidia_plugin_is_nvidias_static_manifest_placed_on_the_gpu_pool() -> None:

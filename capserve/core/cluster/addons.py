@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from capserve.core.cluster.eks import gpu_pool_selector, system_node_labels
+from capserve.core.cluster.hyperpod import HYPERPOD_GPU_TYPES, sagemaker_instance_type
 from capserve.core.cluster.registries import eks_addon_registry
 from capserve.core.cluster.vendored import EFA_DEVICE_PLUGIN, LWS, NVIDIA_DEVICE_PLUGIN, load
 from capserve.core.tags import CAMPAIGN_TAG
@@ -36,6 +37,7 @@ from capserve.core.tags import CAMPAIGN_TAG
 CAMPAIGN_LABEL = CAMPAIGN_TAG  # the same key, as a Kubernetes label
 MANAGED_BY = {"app.kubernetes.io/managed-by": "capserve"}
 SYSTEM_NAMESPACE = "kube-system"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"  # Kubernetes well-known label
 LWS_NAMESPACE = "lws-system"
 LWS_GROUP = "leaderworkerset.x-k8s.io"
 LWS_WEBHOOK_SERVICE = "lws-webhook-service"
@@ -207,7 +209,27 @@ def efa_device_plugin(options: AddonOptions) -> list[Manifest]:
     pod_spec["tolerations"] = [*pod_spec["tolerations"], *copy.deepcopy(GPU_TOLERATIONS)]  # values.tolerations
     if options.gpu_node_labels:
         pod_spec["nodeSelector"] = dict(options.gpu_node_labels)  # values.nodeSelector
+    _add_hyperpod_spellings(pod_spec)  # values.supportedInstanceLabels
     return [daemonset]
+
+
+def _add_hyperpod_spellings(pod_spec: dict[str, Any]) -> None:
+    """Let the chart's instance-type affinity match HyperPod nodes too.
+
+    HyperPod labels its nodes ``node.kubernetes.io/instance-type: ml.<type>`` (docs/hyperpod.md §6), which the
+    chart's list of plain EC2 types never matches, so the plugin would not run there and no node would advertise
+    ``vpc.amazonaws.com/efa``. AWS's HyperPod chart selects its own DaemonSets' nodes by that spelling
+    (``data/hyperpod/dependencies.yaml``, health-monitoring-agent affinity). capserve adds, as the chart's
+    ``supportedInstanceLabels`` value would, the ``ml.`` spelling of each listed type HyperPod offers
+    (``HYPERPOD_GPU_TYPES``).
+    """
+    terms = pod_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    for term in terms:
+        for expression in term.get("matchExpressions", []):
+            if expression["key"] == INSTANCE_TYPE_LABEL and expression["operator"] == "In":
+                plain = list(expression["values"])
+                extra = [sagemaker_instance_type(t) for t in plain if t in HYPERPOD_GPU_TYPES]
+                expression["values"] = plain + [t for t in extra if t not in plain]
 
 
 def efa_image(options: AddonOptions) -> str:

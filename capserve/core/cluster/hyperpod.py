@@ -31,8 +31,16 @@ from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.lease import Lease
 from capserve.core.tags import CAMPAIGN_TAG
 
-# Both checks: GPU/CPU stress and NCCL/EFA connectivity, run before a node is handed over.
+# OnStartDeepHealthChecks: GPU/CPU stress (DCGM diagnostics level 4 with extra memory tests) and EFA/NCCL
+# connectivity, run before a node is handed over (SageMaker developer guide, "Deep health checks"). They spend
+# plan time (TimeFigures.deep_health_checks_s), so only a layout that spans nodes, whose collectives cross
+# EFA, asks for them (deep_health_checks).
 DEEP_HEALTH_CHECKS = ("InstanceStress", "InstanceConnectivity")
+
+
+def deep_health_checks(spans_nodes: bool) -> tuple[str, ...]:
+    """The instance group's ``OnStartDeepHealthChecks``: both checks for a layout across nodes, none on one node."""
+    return DEEP_HEALTH_CHECKS if spans_nodes else ()
 
 
 class HyperPodStatus(enum.StrEnum):
@@ -202,7 +210,9 @@ def cluster_request(
     subnet_id: str,
     security_group_ids: list[str],
     lifecycle_uri: str,
+    spans_nodes: bool,
 ) -> dict[str, Any]:
+    checks = deep_health_checks(spans_nodes)
     return {
         "ClusterName": names.hyperpod_cluster,
         "InstanceGroups": [
@@ -214,7 +224,7 @@ def cluster_request(
                 "ExecutionRole": execution_role_arn,
                 "ThreadsPerCore": settings.hyperpod_threads_per_core,
                 "InstanceStorageConfigs": [{"EbsVolumeConfig": {"VolumeSizeInGB": settings.hyperpod_root_volume_gb}}],
-                "OnStartDeepHealthChecks": list(DEEP_HEALTH_CHECKS),
+                **({"OnStartDeepHealthChecks": list(checks)} if checks else {}),
                 # On-demand (a rehearsal): no plan, SageMaker's on-demand pool (HyperPod guide, "Capacity requests").
                 **({} if lease.on_demand else {"TrainingPlanArn": lease.reservation_id}),
                 # The same labels and taint as an EKS node group's, so later stages select nodes alike.

@@ -199,8 +199,12 @@ def converge_hyperpod(
     security_group_id: str,
     lifecycle_uri: str,
     timeout_s: float,
+    spans_nodes: bool = False,
 ) -> tuple[str, ...]:
-    """Find the campaign's HyperPod cluster by name or create it; wait until InService. Returns what it created."""
+    """Find the campaign's HyperPod cluster by name or create it; wait until InService. Returns what it created.
+
+    ``spans_nodes``: the layout spans nodes, so the instances get deep health checks (``build.deep_health_checks``).
+    """
     names = ClusterNames(campaign_id=campaign_id)
     sagemaker = aws.client("sagemaker", lease.region)
     what = f"HyperPod cluster {names.hyperpod_cluster}"
@@ -221,6 +225,7 @@ def converge_hyperpod(
                 subnet_id=subnet_id,
                 security_group_ids=build.cluster_security_groups(security_group_id, cluster_group),
                 lifecycle_uri=lifecycle_uri,
+                spans_nodes=spans_nodes,
             )
             sagemaker.create_cluster(**request)
             created = (f"hyperpod-cluster/{names.hyperpod_cluster}",)

@@ -25,6 +25,12 @@ optional ``ThreadsPerCore`` is absent. These operations replace moto's cluster o
   HyperPod with a custom Amazon VPC"), so a subnet with neither an S3 gateway endpoint nor a way out
   makes the cluster ``Failed`` with the lifecycle FailureMessage; the nodes then see the VPC as an EKS
   node group's do (the VPC CNI, image pulls, S3, DNS: docs/aws-network.md §9);
+- each group's lifecycle script is played on a stand-in node when the instances come up
+  (``capserve_sandbox.aws_ext.lifecycle``): a non-zero exit makes the cluster ``Failed`` with the lifecycle
+  FailureMessage; a script that hides or loses the kubelet's kubeconfig in ``/var/lib/kubelet`` leaves
+  instances that run (InService) but never join the EKS cluster; the kubelet's directory on the NVMe or not
+  decides whether the node's ephemeral storage is the NVMe or the root volume;
+- HyperPod nodes carry ``node.kubernetes.io/instance-type: ml.<type>``, HyperPod's spelling of the type;
 - each node has the 2 MiB huge pages its group's lifecycle script allocates (its ``sysctl -w
   vm.nr_hugepages=<n>`` line, read from S3 when the instances come up: ``nodeadm.script_hugepages_2mi``);
 - ``DeleteCluster`` terminates the instances: their nodes leave the orchestrator cluster (``eks.NODE_GONE_HOOKS``).
@@ -49,13 +55,14 @@ from moto.sagemaker.models import sagemaker_backends
 from moto.sagemaker.responses import SageMakerResponse
 
 from capserve_sandbox.aws_ext import eks as eks_ext
-from capserve_sandbox.aws_ext import reachability
+from capserve_sandbox.aws_ext import lifecycle, reachability
 from capserve_sandbox.aws_ext.nodeadm import script_hugepages_2mi
 from capserve_sandbox.clock import CLOCK
 
 log = logging.getLogger(__name__)
 
 _INSTALLED = False
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 
 
 class ResourceNotFound(JsonRESTError):
@@ -175,6 +182,12 @@ def _script_hugepages(response: SageMakerResponse, group: dict[str, Any]) -> int
     return script_hugepages_2mi(script.decode("utf-8", "replace")) if script else 0
 
 
+def _play_lifecycle(response: SageMakerResponse, group: dict[str, Any]) -> lifecycle.LifecycleOutcome | None:
+    """The group's lifecycle script played on a stand-in node (``lifecycle.play``); None when there is none."""
+    script = _script(response, group)
+    return lifecycle.play(script) if script is not None else None
+
+
 # Why a HyperPod instance has no public IPv4, for the sandbox's messages.
 NO_PUBLIC_IP = "SageMaker attaches HyperPod instances to your VPC through interfaces that get no public IPv4"
 
@@ -230,6 +243,16 @@ def _advance(response: SageMakerResponse, cluster: _HyperPodCluster) -> None:
     if cluster.failure is not None:
         cluster.status = "Failed"
         return
+    groups = cluster.request["InstanceGroups"]
+    outcomes = {group["InstanceGroupName"]: _play_lifecycle(response, group) for group in groups}
+    failed = {name: outcome for name, outcome in outcomes.items() if outcome is not None and outcome.exit_code != 0}
+    if failed:
+        for name, bad in failed.items():
+            log.warning("sandbox HyperPod cluster %s, instance group %s: the lifecycle script exited %d:\n%s",
+                        cluster.name, name, bad.exit_code, bad.log_tail)
+        cluster.failure = LIFECYCLE_FAILURE.format(instance="i-" + uuid.uuid4().hex[:17])
+        cluster.status = "Failed"
+        return
     cluster.status = "InService"
     for group in cluster.request["InstanceGroups"]:
         for _ in range(group["InstanceCount"]):
@@ -244,6 +267,12 @@ def _advance(response: SageMakerResponse, cluster: _HyperPodCluster) -> None:
             )
         if eks_name is None:
             continue
+        outcome = outcomes[group["InstanceGroupName"]]
+        if outcome is not None and outcome.why_not_joined:
+            # SageMaker sees its instances run; Kubernetes never hears of them (docs/hyperpod.md §6).
+            log.warning("sandbox HyperPod cluster %s, instance group %s: %s", cluster.name,
+                        group["InstanceGroupName"], outcome.why_not_joined)
+            continue
         kube = group.get("KubernetesConfig") or {}
         subnets = _vpc_config(cluster, group).get("Subnets") or []
         eks_ext.fire_node_hooks(
@@ -251,12 +280,14 @@ def _advance(response: SageMakerResponse, cluster: _HyperPodCluster) -> None:
                 cluster_name=eks_name,
                 pool=_pool(cluster, group),
                 count=group["InstanceCount"],
-                instance_type=group["InstanceType"].removeprefix("ml."),
-                # HyperPod labels its nodes with the instance group; the health labels are the fake
-                # Kubernetes server's (hyperpod=True), so its "health-check-failed" failure applies.
+                instance_type=group["InstanceType"].removeprefix("ml."),  # the node's shape (EC2's spelling)
+                # HyperPod labels its nodes with the instance group and with its own spelling of the instance
+                # type, ml.<type> (docs/hyperpod.md §6); the health labels are the fake Kubernetes server's
+                # (hyperpod=True), so its "health-check-failed" failure applies.
                 labels={
                     **kube.get("Labels", {}),
                     "sagemaker.amazonaws.com/instance-group-name": group["InstanceGroupName"],
+                    INSTANCE_TYPE_LABEL: group["InstanceType"],
                 },
                 taints=[
                     {"key": t["Key"], "value": t.get("Value", ""), "effect": t["Effect"]}
@@ -264,10 +295,10 @@ def _advance(response: SageMakerResponse, cluster: _HyperPodCluster) -> None:
                 ],
                 zone=eks_ext.subnet_zone(response.current_account, response.region, subnets[0]) if subnets else None,
                 hyperpod=True,
-                # Sandbox assumption (docs/hyperpod.md §3): the lifecycle script mounts the instance-store NVMe
-                # at /opt/dlami/nvme and moves the kubelet's directory onto it, so ephemeral storage is the
-                # NVMe; /opt/sagemaker is the extra EBS volume. No /mnt/k8s-disks: these are not nodeadm nodes.
-                local_storage="RAID0",
+                # Ephemeral storage is the NVMe when the lifecycle script moved the kubelet's directory onto
+                # /opt/dlami/nvme, else the root volume; /opt/sagemaker is the extra EBS volume. No
+                # /mnt/k8s-disks: these are not nodeadm nodes.
+                local_storage="RAID0" if outcome is None or outcome.kubelet_on_nvme else None,
                 host_directories=("opt/dlami/nvme", "opt/sagemaker"),
                 instance_role_arn=group.get("ExecutionRole"),
                 hugepages_2mi=_script_hugepages(response, group),

@@ -131,11 +131,12 @@ class Kubelet:
     # ------------------------------------------------------------------ the sync (on the loop, in each pass)
 
     def instance_type(self, node: str) -> str | None:
-        """The node's EC2 instance type (its ``node.kubernetes.io/instance-type`` label), if it says."""
+        """The node's EC2 instance type (its ``node.kubernetes.io/instance-type`` label), if it says; a HyperPod
+        node's label spells it ``ml.<type>`` (docs/hyperpod.md §6)."""
         with self.store.lock:
             found = self.store.objects.get(("", "nodes", None, node)) or {}
         label = ((found.get("metadata") or {}).get("labels") or {}).get("node.kubernetes.io/instance-type")
-        return str(label) if label else None
+        return str(label).removeprefix("ml.") if label else None
 
     def sync(self) -> None:
         with self.store.lock:
