@@ -10,8 +10,9 @@ gathers a few read-only facts (``capserve.tasks.preflight``) and this module jud
 - the report folder is writable, the endpoint and Hub URLs parse, the API-key variables are set;
 - the local disk can hold what this host must download (the Hub's listing, with the plan's figure);
 - the bucket names follow S3's rules (the spec's pattern cannot say all of them);
-- the instance count fits a Capacity Block (64 per block: docs/aws-capacity.md §1.1); Service Quotas has no
-  documented quota for Capacity Block purchases, so none is asked (docs/preflight.md §3);
+- the instance count fits a Capacity Block (64 per block: docs/aws-capacity.md §1.1); the account's VPC,
+  Elastic IP and NAT gateway quotas (and a rehearsal's on-demand vCPUs) leave room for what the campaign
+  creates (``capserve.core.quotas``, docs/preflight.md §3);
 - the reservation (the offer length asked for, or the existing reservation's remaining window) is long
   enough for bring-up, the weights' staging (S3 → nodes, and Hub → S3 when the window is already open),
   vLLM's startup budget and the evaluation, before the drain point (the time model: docs/timeline.md);
@@ -32,6 +33,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.errors import SpecError
 from capserve.core.planner import ServingPlan
+from capserve.core.quotas import QuotaReading, quota_problems
 from capserve.core.rollout.probes import startup_budget_s
 from capserve.core.rollout.settings import StartupModel
 from capserve.core.spec import CampaignSpec
@@ -91,6 +93,9 @@ class PreflightFacts(BaseModel):
     )
     permission_problem: str | None = Field(
         None, max_length=20000, description="The AWS actions the caller may not call, all of them (docs/iam)."
+    )
+    quotas: tuple[QuotaReading, ...] = Field(
+        (), max_length=64, description="The quotas the campaign counts against, with usage (docs/preflight.md §3)."
     )
 
 
@@ -167,6 +172,7 @@ def preflight_problems(
         *_window_problems(spec, plan, facts, bring_up),
         *([facts.lifecycle_problem] if facts.lifecycle_problem else []),
         *([facts.permission_problem] if facts.permission_problem else []),
+        *quota_problems(facts.quotas),
     ]
 
 
