@@ -88,7 +88,9 @@ def preflight(ctx: CampaignContext, plan: ServingPlan) -> None:
     )
     # The default records bucket is named after the account (12 digits): its length is known without asking.
     records_bucket = records.bucket or default_records_bucket("0" * 12, home_region(ctx.spec, records))
-    facts = gather_facts(ctx.spec, inputs, bucket_names=(ctx.spec.weights.s3_bucket, records_bucket))
+    rehearsal = ctx.lease is not None and ctx.lease.on_demand  # its instances count against on-demand vCPUs
+    facts = gather_facts(ctx.spec, inputs, bucket_names=(ctx.spec.weights.s3_bucket, records_bucket),
+                         on_demand=rehearsal)
     if ctx.spec.cluster.kind == "hyperpod" and not ctx.spec.cluster.existing_cluster_name:
         # The lifecycle script must be in S3 before CreateCluster, which runs on the bought plan: check now.
         problem = lifecycle_problem(ctx.spec.campaign_id, ctx.spec.capacity.regions[0], ctx.settings.bring_up)

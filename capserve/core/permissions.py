@@ -75,7 +75,7 @@ class Permission:
 
 
 # boto3 client name → IAM action prefix, where they differ (Service Authorization Reference, each service's page).
-IAM_PREFIX = {"elbv2": "elasticloadbalancing"}
+IAM_PREFIX = {"elbv2": "elasticloadbalancing", "service-quotas": "servicequotas"}
 
 # Calls whose IAM action is not the operation's own name (Service Authorization Reference, "Actions defined
 # by Amazon S3"; the S3 API reference's "Permissions" section of each operation).
@@ -86,6 +86,7 @@ ACTION_RENAMES = {
     "s3.delete_objects": "s3:DeleteObject",
     # Not renamed, only spelled as the API spells it ("OpenID"), which the snake-case name cannot say.
     "iam.list_open_id_connect_providers": "iam:ListOpenIDConnectProviders",
+    "service-quotas.get_aws_default_service_quota": "servicequotas:GetAWSDefaultServiceQuota",
 }
 
 # Calls that need no permission: "No permissions are required to perform this operation" (STS API reference,
@@ -129,6 +130,10 @@ F, S = Feature, Scope
 REGISTRY: tuple[Permission, ...] = (
     *_calls(F.PREFLIGHT, S.ANY, "ec2.describe_instance_type_offerings", "iam.simulate_principal_policy",
             "iam.get_role"),
+    # The quotas the campaign counts against and their usage (docs/preflight.md §3).
+    *_calls(F.PREFLIGHT, S.ANY, "service-quotas.get_service_quota", "service-quotas.get_aws_default_service_quota",
+            "ec2.describe_vpcs", "ec2.describe_addresses", "ec2.describe_nat_gateways", "ec2.describe_subnets",
+            "ec2.describe_availability_zones", "ec2.describe_instances"),
     *_calls(F.RECORDS, S.RECORDS_BUCKET, *_S3_BUCKET, *_S3_MAKE_BUCKET, "s3.list_objects_v2"),
     *_calls(F.RECORDS, S.RECORDS_OBJECTS, *_S3_OBJECTS),
     *_calls(F.CAPACITY_BLOCK, S.ANY, "ec2.describe_capacity_block_offerings", "ec2.describe_availability_zones",

@@ -10,8 +10,9 @@ gathers a few read-only facts (``capserve.tasks.preflight``) and this module jud
 - the report folder is writable, the endpoint and Hub URLs parse, the API-key variables are set;
 - the local disk can hold what this host must download (the Hub's listing, with the plan's figure);
 - the bucket names follow S3's rules (the spec's pattern cannot say all of them);
-- the instance count fits a Capacity Block (64 per block: docs/aws-capacity.md §1.1); Service Quotas has no
-  documented quota for Capacity Block purchases, so none is asked (docs/preflight.md §3);
+- the instance count fits a Capacity Block (64 per block: docs/aws-capacity.md §1.1); the account's VPC,
+  Elastic IP and NAT gateway quotas (and a rehearsal's on-demand vCPUs) leave room for what the campaign
+  creates (``capserve.core.quotas``, docs/preflight.md §3);
 - the reservation (the offer length asked for, or the existing reservation's remaining window) is long
   enough for bring-up, the weights' staging (S3 → nodes, and Hub → S3 when the window is already open),
   vLLM's startup budget and the evaluation, before the drain point (the time model: docs/timeline.md);
@@ -35,6 +36,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.errors import SpecError
 from capserve.core.planner import ServingPlan
+from capserve.core.quotas import QuotaReading, quota_problems
 from capserve.core.rollout.command import serve_command_problems
 from capserve.core.rollout.probes import startup_budget_s
 from capserve.core.rollout.settings import StartupModel
@@ -95,6 +97,9 @@ class PreflightFacts(BaseModel):
     )
     permission_problem: str | None = Field(
         None, max_length=20000, description="The AWS actions the caller may not call, all of them (docs/iam)."
+    )
+    quotas: tuple[QuotaReading, ...] = Field(
+        (), max_length=64, description="The quotas the campaign counts against, with usage (docs/preflight.md §3)."
     )
 
 
@@ -172,6 +177,7 @@ def preflight_problems(
         *([facts.lifecycle_problem] if facts.lifecycle_problem else []),
         *([facts.permission_problem] if facts.permission_problem else []),
         *serve_command_problems(plan, spec),
+        *quota_problems(facts.quotas),
     ]
 
 

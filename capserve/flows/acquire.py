@@ -32,6 +32,7 @@ from capserve.campaign.run_names import stage_run_name
 from capserve.core.campaign_cost import offer_forecasts
 from capserve.core.capacity.adoption import adoption_problems, lease_from_reservation
 from capserve.core.capacity.approval import ApprovalDecision, ApprovalRequest, needs_approval
+from capserve.core.capacity.lease_check import lease_problems
 from capserve.core.capacity.offers import Offer
 from capserve.core.capacity.ranking import Ranking, rank_offers
 from capserve.core.capacity.result import AcquireResult, Outcome
@@ -210,12 +211,8 @@ def _buy(
 def _adopt_bound(spec: CampaignSpec, bound: Lease, settings: CapacitySettings, record: RecordRef) -> AcquireResult:
     """The reservation this run was started for, if it can still be used; else stop without searching offers."""
     found = describe_reservation_by_id(bound.reservation_id, bound.region)
-    tagged = None if spec.capacity.provider == "existing-reservation" else spec.campaign_id
-    problems = (
-        [f"{bound.reservation_id} is not found in {bound.region}"]
-        if found is None
-        else adoption_problems(found, spec.capacity, now=campaign_now(), campaign_id=tagged)
-    )
+    # Judged against the recorded lease (the prepare run's rule too): gone, not ours, not deliverable, moved zone.
+    problems = lease_problems(bound, found, campaign_id=spec.campaign_id, now=campaign_now(), pending_ok=True)
     if found is None or problems:
         message = (
             f"this run was started for reservation {bound.reservation_id}, which it cannot use: "

@@ -30,7 +30,7 @@ from typing import Literal
 from prefect import flow, get_run_logger
 from prefect.client.schemas.objects import State
 from prefect.runtime import flow_run
-from prefect.states import Cancelled
+from prefect.states import Cancelled, Failed
 
 from capserve.campaign.context import CampaignContext, RunOptions, need
 from capserve.campaign.cost import block_ledger
@@ -38,10 +38,12 @@ from capserve.campaign.run_names import campaign_runs
 from capserve.campaign.runner import run_campaign
 from capserve.campaign.stages import teardown_stage
 from capserve.campaign.states import verdict_state
+from capserve.core.capacity.lease_check import lease_problems
 from capserve.core.cluster.result import PreparedCluster
 from capserve.core.drain import DrainResult
 from capserve.core.errors import PermanentError
 from capserve.core.events import CampaignRefs
+from capserve.core.lease import Lease
 from capserve.core.orphans import left_alone, live_runs, orphan_target
 from capserve.core.record import CampaignRecord, RecordRef, StageEntry
 from capserve.core.report import CampaignReport
@@ -54,6 +56,7 @@ from capserve.flows.bring_up import prepare_cluster
 from capserve.flows.campaign import CAMPAIGN
 from capserve.flows.notify import notify
 from capserve.flows.teardown import teardown
+from capserve.tasks.capacity.reservations import describe_reservation_by_id
 from capserve.tasks.clock import begin_at_waypoint, campaign_now, working_on_the_block
 from capserve.tasks.drain import remove_services, scale_serving_to_zero
 from capserve.tasks.locations import locate_records, record_ref
@@ -75,6 +78,8 @@ def prepare_cluster_before_block(campaign_id: str, region: str, reservation_id: 
 
     Does nothing (Cancelled "NotNeeded") once the block has started or the campaign's bring-up, drain or teardown
     has begun: the serve run builds what is missing itself, and nothing is made again after a teardown.
+    Its first step asks AWS for the reservation: one that is gone, not the campaign's, not scheduled or active,
+    or in another zone than recorded ends the run Failed ("ReservationUnusable") with nothing built.
     """
     base = settings_from_environment()
     acting = _window_run(campaign_id, region, reservation_id, ScheduledStage.PREPARE_CLUSTER, base, scheduled=True)
@@ -92,6 +97,9 @@ def prepare_cluster_before_block(campaign_id: str, region: str, reservation_id: 
         if why:
             return Cancelled(name="NotNeeded", message=why)
         started = campaign_now()
+        unusable = _reservation_unusable(campaign_id, lease)  # first: nothing is built for a block AWS will not deliver
+        if unusable:
+            return _nothing_built(campaign_id, lease, spec, unusable)
         cluster, created = prepare_cluster(spec, lease, nodes_per_replica=record.planned_nodes_per_replica())
         prepared = PreparedCluster(
             run=f"prepare-cluster-{campaign_id}", cluster=cluster, started_at=started, ended_at=campaign_now(),
@@ -100,6 +108,34 @@ def prepare_cluster_before_block(campaign_id: str, region: str, reservation_id: 
         change_record(ref, [lambda rec: rec.with_prepared(prepared)])
     get_run_logger().info("campaign %s: %s", campaign_id, prepared.markdown().strip())
     return prepared
+
+
+def _reservation_unusable(campaign_id: str, lease: Lease) -> list[str]:
+    """Why AWS's reservation cannot carry the recorded lease (docs/preflight.md §5); empty when it can."""
+    if lease.on_demand:  # a rehearsal's capacity: nothing was reserved
+        return []
+    found = describe_reservation_by_id(lease.reservation_id, lease.region)
+    return lease_problems(lease, found, campaign_id=campaign_id, now=campaign_now())
+
+
+def _nothing_built(campaign_id: str, lease: Lease, spec: CampaignSpec, problems: list[str]) -> State:
+    """The prepare run's end when the reservation is unusable: a person is told why and what happens next."""
+    subject = f"capserve: campaign {campaign_id}: reservation {lease.reservation_id} cannot be used; nothing was built"
+    check = (
+        f"aws sagemaker describe-training-plan --region {lease.region} --training-plan-name "
+        f"{lease.reservation_id.rpartition('/')[2]}"
+        if lease.provider == "sagemaker-training-plan"
+        else f"aws ec2 describe-capacity-reservations --region {lease.region} --capacity-reservation-ids "
+        f"{lease.reservation_id}"
+    )
+    body = (
+        f"{'; '.join(problems)}. Check it with `{check}`. The serve run at {lease.start.isoformat()} asks AWS "
+        "again and stops without buying; the teardown at "
+        f"{lease.teardown_at(spec.teardown).isoformat()} removes anything an earlier run created. To serve on "
+        f"another block, start the campaign {campaign_id} again"
+    )
+    notify(subject, body)
+    return Failed(name="ReservationUnusable", message=f"{subject}: {body}")
 
 
 def _preparation_not_needed(record: CampaignRecord, block_start: datetime) -> str:

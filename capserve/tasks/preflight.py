@@ -3,7 +3,8 @@
 ``capserve.core.preflight`` decides; this module only looks: the regions botocore knows for the
 partition, ``DescribeInstanceTypeOfferings`` in each (docs/preflight.md §1), the report folder (a probe
 file, removed at once), the credential variables, the staging disk's free space and the Hub's listing of
-the revision to download, and the existing reservation the spec names.
+the revision to download, the existing reservation the spec names, and the quotas the campaign's network (or a
+rehearsal's on-demand instances) will count against, with their current usage (docs/preflight.md §3).
 """
 
 from __future__ import annotations
@@ -13,12 +14,23 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from botocore.exceptions import ClientError
 from prefect.cache_policies import NO_CACHE
 
-from capserve.core.errors import CapserveError, SpecError
+from capserve.core.catalog import get_instance_type
+from capserve.core.errors import CapserveError, RetryableError, SpecError
 from capserve.core.preflight import PreflightFacts, ReservationWindow
+from capserve.core.quotas import (
+    ELASTIC_IPS,
+    NAT_GATEWAYS,
+    NETWORK_NEEDS,
+    VPCS,
+    Quota,
+    QuotaReading,
+    on_demand_quota,
+)
 from capserve.core.spec import CampaignSpec
 from capserve.core.urls import parse_endpoint_url, parse_hub_endpoint
 from capserve.core.weights.assembly import model_repo
@@ -134,13 +146,113 @@ def reservation_window(spec: CampaignSpec) -> tuple[ReservationWindow | None, st
     return window, None
 
 
-def gather_facts(spec: CampaignSpec, inputs: PreflightInputs, *, bucket_names: tuple[str, ...]) -> PreflightFacts:
-    """Everything preflight judges, read-only (the report folder gets a probe file, removed at once)."""
+def quota_value(region: str, quota: Quota) -> tuple[float | None, str]:
+    """The quota's applied value (its default when none was ever applied), or None and why it could not be read.
+
+    GetServiceQuota answers NoSuchResourceException for a quota without an applied value; the default then holds
+    (GetAWSDefaultServiceQuota). A quota that cannot be read (no permission, a partition without the quota) is
+    not judged: the permission check names a missing ``servicequotas:GetServiceQuota``."""
+    quotas = client("service-quotas", region)
+    asked = {"ServiceCode": quota.service_code, "QuotaCode": quota.code}
+    try:
+        try:
+            return float(quotas.get_service_quota(**asked)["Quota"]["Value"]), ""
+        except ClientError as exc:
+            if error_code(exc) != "NoSuchResourceException":
+                raise
+            return float(quotas.get_aws_default_service_quota(**asked)["Quota"]["Value"]), ""
+    except ClientError as exc:
+        converted = convert(exc, f"reading quota {quota.code} in {region}")
+        if isinstance(converted, RetryableError):
+            raise converted from exc
+        return None, error_code(exc)
+
+
+def _nat_gateways_by_zone(ec2: Any) -> dict[str, int]:
+    """Live NAT gateways per zone (deleted and failed ones count against no quota)."""
+    live = [
+        g for page in ec2.get_paginator("describe_nat_gateways").paginate(
+            Filter=[{"Name": "state", "Values": ["pending", "available", "deleting"]}]
+        ) for g in page.get("NatGateways", [])
+    ]
+    subnets = sorted({g["SubnetId"] for g in live if g.get("SubnetId")})
+    zone_of = {
+        s["SubnetId"]: s["AvailabilityZone"]
+        for s in (ec2.describe_subnets(SubnetIds=subnets)["Subnets"] if subnets else [])
+    }
+    counts = {z["ZoneName"]: 0 for z in ec2.describe_availability_zones()["AvailabilityZones"]}
+    for gateway in live:
+        zone = zone_of.get(gateway.get("SubnetId", ""), "")
+        counts[zone] = counts.get(zone, 0) + 1
+    return counts
+
+
+def _running_vcpus(ec2: Any, quota: Quota) -> int:
+    """vCPUs of the running and pending instances that count against ``quota`` (its family)."""
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
+    )
+    total = 0
+    for page in pages:
+        for reservation in page.get("Reservations", []):
+            for instance in reservation.get("Instances", []):
+                if on_demand_quota(instance["InstanceType"]) != quota:
+                    continue
+                cpu = instance.get("CpuOptions") or {}
+                total += int(cpu.get("CoreCount", 0)) * int(cpu.get("ThreadsPerCore", 1))
+    return total
+
+
+@aws_task(name="preflight-quotas", cache_policy=NO_CACHE)
+def quota_readings(region: str, *, network: bool, on_demand: tuple[str, int] | None) -> tuple[QuotaReading, ...]:
+    """The quotas the campaign counts against in ``region``, read with their usage: the network's (``network``:
+    a cluster is built) and, for a rehearsal, the on-demand vCPUs of ``on_demand`` = (instance type, count)."""
+    ec2 = client("ec2", region)
+    readings = []
+    try:
+        if network:
+            used = {
+                VPCS: len(ec2.describe_vpcs()["Vpcs"]),
+                ELASTIC_IPS: len(ec2.describe_addresses(Filters=[{"Name": "domain", "Values": ["vpc"]}])["Addresses"]),
+            }
+            nat = _nat_gateways_by_zone(ec2)
+            fullest = max(nat, key=lambda zone: (nat[zone], zone), default="")
+            for quota, needed in NETWORK_NEEDS:
+                limit, unread = quota_value(region, quota)
+                if quota == NAT_GATEWAYS:  # the block may land in any zone: its NAT gateway goes there
+                    where = f"{fullest} holds {nat.get(fullest, 0)}; the NAT gateway goes in the block's zone"
+                    readings.append(QuotaReading(quota=quota, region=region, where=where, limit=limit,
+                                                 used=nat.get(fullest, 0), needed=needed, unread=unread))
+                else:
+                    readings.append(QuotaReading(quota=quota, region=region, limit=limit, used=used[quota],
+                                                 needed=needed, unread=unread))
+        if on_demand is not None:
+            instance_type, count = on_demand
+            quota = on_demand_quota(instance_type)
+            limit, unread = quota_value(region, quota)
+            needed = get_instance_type(instance_type).vcpus * count
+            readings.append(QuotaReading(quota=quota, region=region, where=f"{count} × {instance_type}", limit=limit,
+                                         used=_running_vcpus(ec2, quota), needed=needed, unread=unread))
+    except ClientError as exc:
+        raise convert(exc, f"reading the usage of the campaign's quotas in {region}") from exc
+    return tuple(readings)
+
+
+def gather_facts(
+    spec: CampaignSpec, inputs: PreflightInputs, *, bucket_names: tuple[str, ...], on_demand: bool = False
+) -> PreflightFacts:
+    """Everything preflight judges, read-only (the report folder gets a probe file, removed at once).
+
+    ``on_demand``: a rehearsal, whose instances count against the account's on-demand vCPU quota."""
     known = known_regions()
     asked = [r for r in spec.capacity.regions if r in known]
     answers = [offering_in_region(r, spec.capacity.instance_type) for r in asked]  # a handful of regions
     downloaded, present = download_size(spec, inputs)
     window, window_problem = reservation_window(spec)
+    network = spec.cluster.existing_cluster_name is None
+    usage = (spec.capacity.instance_type, spec.capacity.instance_count) if on_demand else None
+    # Every region a block may be bought in: the network is built in the block's region.
+    quotas = tuple(q for r in asked for q in quota_readings(r, network=network, on_demand=usage))
     return PreflightFacts(
         now=campaign_now(),
         known_regions=known,
@@ -155,4 +267,5 @@ def gather_facts(spec: CampaignSpec, inputs: PreflightInputs, *, bucket_names: t
         bucket_names=bucket_names,
         reservation=window,
         reservation_problem=window_problem,
+        quotas=quotas,
     )

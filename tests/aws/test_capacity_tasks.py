@@ -147,7 +147,10 @@ def test_far_off_start_returns_scheduled_and_failures_stop_the_wait() -> None:
     assert not isinstance(caught.value, RetryableError)  # a retry would wait longer than asked
     ext.SETTINGS.fail_payment = True
     with pytest.raises(PermanentError, match="payment-failed: AWS could not charge"):
-        wait_until_usable.fn(bought, FAST)
+        wait_until_usable.fn(pending, FAST)
+    # Only a pending payment fails (docs/aws-capacity.md §1.3): the block seen scheduled was paid and stays so.
+    paid = describe_reservation_by_id.fn(bought.reservation_id, bought.region)
+    assert paid is not None and paid.state is ReservationState.SCHEDULED
 
 
 def test_training_plan_purchase_is_named_by_campaign_and_a_second_create_adopts_ours() -> None:

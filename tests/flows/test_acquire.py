@@ -214,7 +214,17 @@ def test_a_run_bound_to_a_reservation_aws_does_not_know_stops_without_buying() -
     spec = make_spec("acq-bound-gone")
     lease = _bound_lease(spec).model_copy(update={"reservation_id": "cr-0000000000000dead"})
     result = acquire(spec, settings=FAST, bound=lease)
-    assert result.outcome == "expired" and "cr-0000000000000dead is not found in" in result.message
+    assert result.outcome == "expired" and "cr-0000000000000dead does not exist in" in result.message
+    assert len(ext.calls("purchase_capacity_block", include_dry_run=True)) == 1
+
+
+def test_a_run_bound_to_a_reservation_in_another_zone_than_recorded_stops_without_buying() -> None:
+    # The cluster's private subnet was built for the recorded zone: GPU nodes cannot launch into the block elsewhere.
+    spec = make_spec("acq-bound-moved")
+    lease = _bound_lease(spec)
+    elsewhere = next(z for z in (f"{lease.region}a", f"{lease.region}b") if z != lease.availability_zone)
+    result = acquire(spec, settings=FAST, bound=lease.model_copy(update={"availability_zone": elsewhere}))
+    assert result.outcome == "expired" and f"the record says {elsewhere}" in result.message
     assert len(ext.calls("purchase_capacity_block", include_dry_run=True)) == 1
 
 

@@ -4,7 +4,8 @@ Each module exposes ``install()``; ``capserve_sandbox.aws.moto_sandbox`` runs ev
 ``INSTALLERS`` before its server starts (installing twice is harmless). Order matters where two
 extensions answer the same operation: both HyperPod and capacity answer SageMaker ListTags, and
 capacity's install chains to whatever answered before it, so it comes after HyperPod; network wraps
-EKS's CreateCluster (the zone rule), so it comes after HyperPod (which installs eks) too.
+EKS's CreateCluster (the zone rule), so it comes after HyperPod (which installs eks) too; quotas wraps
+network's CreateNatGateway, so it comes after network.
 """
 
 from collections.abc import Callable
@@ -18,9 +19,11 @@ from capserve_sandbox.aws_ext import (  # hyperpod.install() installs eks too
     iam_rules,
     iam_simulate,
     network,
+    quotas,
 )
 
 INSTALLERS: tuple[Callable[[], None], ...] = (
-    hyperpod.install, eks_access.install, capacity.install, network.install, clock.install, ecr.install,
+    hyperpod.install, eks_access.install, capacity.install, network.install, quotas.install, clock.install,
+    ecr.install,
     iam_simulate.install, iam_rules.install,
 )

@@ -11,7 +11,9 @@ Behaviour, as AWS documents it (EC2 user guide, capacity-blocks*.html; SageMaker
 - a purchase needs no token and can buy the same thing twice (it is our job not to); DryRun answers
   ``DryRunOperation`` or ``UnauthorizedOperation``; the reservation carries the purchase's tags;
 - reservations go ``payment-pending`` → ``scheduled`` → ``active`` → ``expired`` on
-  ``capserve_sandbox.clock.CLOCK``; training plans go Pending → Scheduled → Active → Expired;
+  ``capserve_sandbox.clock.CLOCK``, or ``payment-pending`` → ``payment-failed`` (only a payment still pending can
+  fail: a block seen scheduled has been paid); training plans go Pending → Scheduled → Active → Expired, or
+  Pending → Failed; an id the account does not hold answers ``InvalidCapacityReservationId.NotFound``;
 - at end − 30 min EC2 terminates the instances still running in the block (docs/aws-capacity.md §1.4):
   every hook in ``TERMINATION_HOOKS`` is called with the reservation (the fake Kubernetes then loses the
   nodes of that instance type and their pods) and what it terminated is kept in ``TERMINATIONS``;
@@ -84,7 +86,7 @@ class CapacitySandboxSettings:
 
     auto_activate: bool = False
     payment_pending_describes: int = 0  # describes that still answer payment-pending after a purchase
-    fail_payment: bool = False  # after payment-pending: payment-failed instead of scheduled
+    fail_payment: bool = False  # payments still pending fail: payment-failed instead of scheduled (paid ones stay)
     deny_purchase: bool = False  # purchases (and their DryRun) answer UnauthorizedOperation
     regions_without_capacity: set[str] = field(default_factory=set)
     azs: tuple[str, ...] = ("a", "b")
@@ -386,13 +388,29 @@ def _clock_state(start: datetime, end: datetime, *, advance: bool) -> str:
     return "active" if now < end else "expired"
 
 
+def _payment(item: dict[str, Any], *, advance: bool) -> str:
+    """Where the upfront payment stands: "pending", "failed" or "paid". Only a pending payment can fail: a block
+    is released (payment-failed) when the fee is not processed within 12 hours of the purchase, and a
+    scheduled or active block has been paid (docs/aws-capacity.md §1.3)."""
+    if item.get("_paid"):
+        return "paid"
+    if item.get("_payment_failed") or SETTINGS.fail_payment:
+        item["_payment_failed"] = True
+        return "failed"
+    if item["_payment_describes"] > 0:
+        item["_payment_describes"] -= 1 if advance else 0
+        return "pending"
+    if advance:  # the first describe after the pending ones: the fee went through
+        item["_paid"] = True
+    return "paid"
+
+
 def _reservation_view(reservation: dict[str, Any], *, advance: bool) -> dict[str, Any]:
     """The reservation as DescribeCapacityReservations shows it now (a describe may move it along)."""
-    if advance and reservation["_payment_describes"] > 0:
-        reservation["_payment_describes"] -= 1
+    payment = _payment(reservation, advance=advance)
+    if payment == "pending":
         state = "payment-pending"
-    elif SETTINGS.fail_payment or reservation.get("_payment_failed"):
-        reservation["_payment_failed"] = True
+    elif payment == "failed":
         state = "payment-failed"
     else:
         state = _clock_state(reservation["StartDate"], reservation["EndDate"], advance=advance)
@@ -591,10 +609,10 @@ _PLAN_STATUS = {"scheduled": "Scheduled", "active": "Active", "expired": "Expire
 
 
 def _plan_view(plan: dict[str, Any], *, advance: bool) -> dict[str, Any]:
-    if advance and plan["_payment_describes"] > 0:
-        plan["_payment_describes"] -= 1
+    payment = _payment(plan, advance=advance)
+    if payment == "pending":
         status = "Pending"
-    elif SETTINGS.fail_payment:
+    elif payment == "failed":
         status = "Failed"
     else:
         status = _PLAN_STATUS[_clock_state(plan["StartTime"], plan["EndTime"], advance=advance)]
