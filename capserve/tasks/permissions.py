@@ -26,7 +26,8 @@ from capserve.tasks.resilience import aws_task
 
 
 def _denied(iam: object, principal: str, request: Simulation) -> list[str]:
-    """The actions of ``request`` IAM does not allow ``principal`` (implicitly or explicitly), in its order."""
+    """The actions of ``request`` IAM does not allow ``principal`` (implicitly or explicitly) on one of its
+    resources, in its order (an action once per resource refused)."""
     denied: list[str] = []
     params = {"PolicySourceArn": principal, "ActionNames": list(request.actions),
               "ResourceArns": list(request.resources),
@@ -76,7 +77,7 @@ def check_permissions(
         )
         denied: list[str] = []
         for request in simulations(features, targets):
-            denied += [a for a in _denied(iam, principal, request) if a not in denied]
+            denied += [a for a in dict.fromkeys(_denied(iam, principal, request)) if a not in denied]
     except ClientError as exc:
         if error_code(exc) in _DENIED_CODES:  # without this one, nothing else can be asked
             return PermissionCheck(principal=caller, denied=(action,))
