@@ -119,8 +119,6 @@ def _calls(feature: Feature, scope: Scope, *calls: str) -> list[Permission]:
 
 _PASS_ROLE = "https://docs.aws.amazon.com/IAM/latest/UserGuide/id_roles_use_passrole.html"
 _EKS_LAUNCH_TEMPLATES = "https://docs.aws.amazon.com/eks/latest/userguide/launch-templates.html"
-_SLR_PERMISSIONS = ("https://docs.aws.amazon.com/IAM/latest/UserGuide/using-service-linked-roles.html"
-                    "#service-linked-role-permissions")
 _EKS_SLR = "https://docs.aws.amazon.com/eks/latest/userguide/using-service-linked-roles.html"
 _HYPERPOD_SLR = ("https://docs.aws.amazon.com/sagemaker/latest/dg/"
                  "security-iam-awsmanpol-AmazonSageMakerHyperPodServiceRolePolicy.html")
@@ -129,7 +127,9 @@ _HYPERPOD_SLR = ("https://docs.aws.amazon.com/sagemaker/latest/dg/"
 @dataclass(frozen=True)
 class ServiceLinkedRole:
     """A role a service makes in the account on first use, with the caller's ``iam:CreateServiceLinkedRole``
-    (IAM user guide, "Service-linked role permissions"); ``service`` is the ``iam:AWSServiceName`` it is made for."""
+    (IAM user guide, "Service-linked role permissions": https://docs.aws.amazon.com/IAM/latest/UserGuide/
+    using-service-linked-roles.html#service-linked-role-permissions); ``service`` is the ``iam:AWSServiceName``
+    it is made for, ``source`` the service's page naming the role."""
 
     service: str
     name: str
@@ -536,6 +536,7 @@ class PermissionCheck:
     principal: str | None = None
     denied: tuple[str, ...] = ()
     skipped: str | None = None
+    no_cluster_access: str | None = None  # the existing cluster (cluster.existing_cluster_name) it has no entry on
 
 
 def principal_to_simulate(caller_arn: str) -> tuple[str, str] | None:
@@ -566,6 +567,21 @@ def permission_problem(check: PermissionCheck) -> str | None:
         f"AWS permissions: {check.principal} may not call {len(check.denied)} action(s) this campaign needs "
         f"(IAM policy simulation): {', '.join(check.denied)}. Attach the policy {POLICY_FILE} (its buckets "
         "filled in; docs/iam/README.md) to that principal, or grant these actions, and run again"
+    )
+
+
+def cluster_access_problem(check: PermissionCheck) -> str | None:
+    """One preflight problem when the principal has no access entry on the spec's existing cluster: capserve never
+    changes a cluster it does not own, so its runs (the scheduled drain and teardown included) could neither
+    deploy there nor remove their workloads (EKS user guide, "Grant IAM users access to Kubernetes with EKS
+    access entries": https://docs.aws.amazon.com/eks/latest/userguide/access-entries.html)."""
+    if check.no_cluster_access is None:
+        return None
+    return (
+        f"cluster.existing_cluster_name: {check.principal} has no EKS access entry on cluster "
+        f"{check.no_cluster_access}, so the campaign's runs cannot use its Kubernetes API. Have the cluster's "
+        "administrator create one for it with AmazonEKSClusterAdminPolicy (aws eks create-access-entry, "
+        "aws eks associate-access-policy), or run as a principal that has one, and run again"
     )
 
 

@@ -92,6 +92,9 @@ class PreflightFacts(BaseModel):
     permission_problem: str | None = Field(
         None, max_length=20000, description="The AWS actions the caller may not call, all of them (docs/iam)."
     )
+    cluster_access_problem: str | None = Field(
+        None, max_length=2000, description="The caller has no access entry on the spec's existing EKS cluster."
+    )
 
 
 def bucket_name_problems(name: str) -> list[str]:
@@ -167,6 +170,7 @@ def preflight_problems(
         *_window_problems(spec, plan, facts, bring_up),
         *([facts.lifecycle_problem] if facts.lifecycle_problem else []),
         *([facts.permission_problem] if facts.permission_problem else []),
+        *([facts.cluster_access_problem] if facts.cluster_access_problem else []),
     ]
 
 

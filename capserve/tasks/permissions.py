@@ -86,4 +86,22 @@ def check_permissions(
         raise convert(exc, what) from exc
     except BotoCoreError as exc:
         raise convert(exc, what) from exc
-    return PermissionCheck(principal=principal, denied=tuple(sorted(denied)))
+    existing = spec.cluster.existing_cluster_name if spec.cluster.kind == "eks" else None
+    without = existing if existing and not _has_access_entry(region, existing, principal) else None
+    return PermissionCheck(principal=principal, denied=tuple(sorted(denied)), no_cluster_access=without)
+
+
+def _has_access_entry(region: str, cluster: str, principal: str) -> bool:
+    """Whether ``principal`` (an IAM ARN) has an access entry on ``cluster``; True when EKS cannot say (a cluster
+    in ``CONFIG_MAP`` mode maps principals in its aws-auth ConfigMap, which only the cluster can read)."""
+    try:
+        client("eks", region).describe_access_entry(clusterName=cluster, principalArn=principal)
+    except ClientError as exc:
+        if error_code(exc) == "ResourceNotFoundException":
+            return False
+        if error_code(exc) == "InvalidRequestException":
+            return True
+        raise convert(exc, f"reading the access entry of {principal} on EKS cluster {cluster}") from exc
+    except BotoCoreError as exc:
+        raise convert(exc, f"reading the access entry of {principal} on EKS cluster {cluster}") from exc
+    return True

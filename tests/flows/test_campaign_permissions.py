@@ -18,7 +18,7 @@ from capserve_sandbox.environment import SandboxEndpoints, sandbox
 from capserve.campaign import stages
 from capserve.core.cluster.naming import ClusterNames
 from capserve.core.errors import PermanentError
-from capserve.core.permissions import PermissionCheck
+from capserve.core.permissions import PermissionCheck, cluster_access_problem
 from capserve.core.preflight import PreflightError
 from capserve.core.spec import CampaignSpec, load_spec
 from capserve.flows.campaign import campaign
@@ -85,6 +85,28 @@ def test_the_generated_policy_passes_preflight(far_ends: SandboxEndpoints, monke
     user = run_as_user(committed_policy(spec), monkeypatch)
     check = check_permissions.fn(spec, "us-west-2", records_bucket=None, home_region="us-west-2")
     assert (check.principal, check.denied, check.skipped) == (user, (), None)
+
+
+def test_an_existing_cluster_the_caller_has_no_access_entry_on_is_refused_before_purchase(
+    far_ends: SandboxEndpoints, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = load_spec(EXAMPLE)
+    eks = boto3.client("eks", region_name="us-west-2")
+    eks.create_cluster(name="team", roleArn="arn:aws:iam::123456789012:role/team", resourcesVpcConfig={},
+                       accessConfig={"authenticationMode": "API"})
+    cluster = spec.cluster.model_copy(update={"existing_cluster_name": "team"})
+    existing = spec.model_copy(update={"cluster": cluster})
+    user = run_as_user(committed_policy(spec), monkeypatch)
+
+    check = check_permissions.fn(existing, "us-west-2", records_bucket=None, home_region="us-west-2")
+    assert (check.denied, cluster_access_problem(check)) == ((), (
+        f"cluster.existing_cluster_name: {user} has no EKS access entry on cluster team, so the campaign's runs "
+        "cannot use its Kubernetes API. Have the cluster's administrator create one for it with "
+        "AmazonEKSClusterAdminPolicy (aws eks create-access-entry, aws eks associate-access-policy), or run as a "
+        "principal that has one, and run again"))
+    boto3.client("eks", region_name="us-west-2").create_access_entry(clusterName="team", principalArn=user)
+    again = check_permissions.fn(existing, "us-west-2", records_bucket=None, home_region="us-west-2")
+    assert cluster_access_problem(again) is None
 
 
 def test_every_denied_action_is_named_at_once(far_ends: SandboxEndpoints, monkeypatch: pytest.MonkeyPatch) -> None:
