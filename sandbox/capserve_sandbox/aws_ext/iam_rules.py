@@ -111,7 +111,7 @@ def _launch_tags(region: str, account: str, template: dict[str, Any]) -> tuple[d
     data = found.get_version(template.get("version") or "$Default").data
     instance = {t["Key"]: t["Value"] for spec in data.get("TagSpecifications") or []
                 if spec.get("ResourceType") == "instance" for t in spec.get("Tags") or []}
-    return dict(found.tags and {t["key"]: t["value"] for t in found.tags} or {}), instance
+    return {t["key"]: t["value"] for t in found.get_tags()}, instance
 
 
 def _authorizations(
