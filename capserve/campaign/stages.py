@@ -29,7 +29,7 @@ from capserve.core.events import (
     weights_staged,
 )
 from capserve.core.locations import default_records_bucket, home_region
-from capserve.core.permissions import permission_problem
+from capserve.core.permissions import cluster_access_problem, permission_problem
 from capserve.core.planner import ServingPlan
 from capserve.core.preflight import check_preflight
 from capserve.core.rollout.image import ImageMirrorResult
@@ -103,7 +103,8 @@ def preflight(ctx: CampaignContext, plan: ServingPlan) -> None:
     )
     if permissions.skipped:
         get_run_logger().warning("preflight: AWS permissions not simulated: %s", permissions.skipped)
-    facts = facts.model_copy(update={"permission_problem": permission_problem(permissions)})
+    facts = facts.model_copy(update={"permission_problem": permission_problem(permissions),
+                                     "cluster_access_problem": cluster_access_problem(permissions)})
     check_preflight(ctx.spec, plan, facts, bring_up=ctx.settings.bring_up)
     if ctx.spec.serving.image_mirror == "ecr":
         # The tag must exist upstream before a block is bought for it (the copy itself needs the lease's region).

@@ -10,8 +10,11 @@ The IAM action is the API operation's name under the service's IAM prefix, excep
 Authorization Reference (https://docs.aws.amazon.com/service-authorization/latest/reference/) says
 otherwise: ``ACTION_RENAMES``. A call may need more than its own action: tagging on create (EC2's
 ``ec2:CreateTags`` for ``TagSpecifications``, ``iam:TagRole``, ``sagemaker:AddTags``, ``ecr:TagResource``,
-``sqs:TagQueue``, ``events:TagResource``, ``eks:TagResource``) and ``iam:PassRole`` where a role ARN is
-passed. A few permissions are used by no boto3 call of ours (``call=None``): crane's pushes to ECR.
+``sqs:TagQueue``, ``events:TagResource``, ``eks:TagResource``), and the actions AWS checks of the caller on
+top of the called one (``DEPENDENT_ACTIONS``, each with its source: ``iam:PassRole``, EKS's
+``ec2:RunInstances`` for a node group with a launch template, ``iam:CreateServiceLinkedRole``). The sandbox
+demands the same table when it plays those calls under IAM enforcement. A few permissions are used by no
+boto3 call of ours (``call=None``): crane's pushes to ECR.
 
 Pure: no SDK. Run ``python -m capserve.core.permissions --write docs/iam`` to regenerate the policies.
 """
@@ -57,7 +60,8 @@ class Scope(StrEnum):
     TAGGING = "tagging"  # a create whose request carries the campaign tag (aws:RequestTag)
     ROLES = "roles"  # the campaign's IAM roles, by name (capserve-*)
     MANAGED_POLICIES = "managed-policies"  # the campaign's roles, and only the AWS-managed policies it attaches
-    SERVICE_LINKED_ROLES = "service-linked-roles"  # EKS's own roles, made on an account's first cluster
+    SERVICE_LINKED_ROLES = "service-linked-roles"  # EKS's and HyperPod's own roles, made on first use
+    LAUNCH_RESOURCES = "launch-resources"  # what a node launch uses but does not make or tag (image, subnet, ...)
     WEIGHTS_BUCKET = "weights-bucket"
     WEIGHTS_OBJECTS = "weights-objects"
     RECORDS_BUCKET = "records-bucket"
@@ -112,13 +116,108 @@ def _calls(feature: Feature, scope: Scope, *calls: str) -> list[Permission]:
     return [Permission(iam_action(c), feature, scope, c) for c in calls]
 
 
+# --- actions AWS checks of the caller on top of the called one ------------------------------------------------------
+
+_PASS_ROLE = "https://docs.aws.amazon.com/IAM/latest/UserGuide/id_roles_use_passrole.html"
+_EKS_LAUNCH_TEMPLATES = "https://docs.aws.amazon.com/eks/latest/userguide/launch-templates.html"
+_EKS_SLR = "https://docs.aws.amazon.com/eks/latest/userguide/using-service-linked-roles.html"
+_HYPERPOD_SLR = ("https://docs.aws.amazon.com/sagemaker/latest/dg/"
+                 "security-iam-awsmanpol-AmazonSageMakerHyperPodServiceRolePolicy.html")
+
+
+@dataclass(frozen=True)
+class ServiceLinkedRole:
+    """A role a service makes in the account on first use, with the caller's ``iam:CreateServiceLinkedRole``
+    (IAM user guide, "Service-linked role permissions": https://docs.aws.amazon.com/IAM/latest/UserGuide/
+    using-service-linked-roles.html#service-linked-role-permissions); ``service`` is the ``iam:AWSServiceName``
+    it is made for, ``source`` the service's page naming the role."""
+
+    service: str
+    name: str
+    source: str
+
+    def arn(self, partition: str, account: str) -> str:
+        return f"arn:{partition}:iam::{account}:role/aws-service-role/{self.service}/{self.name}"
+
+
+EKS_SLR = ServiceLinkedRole("eks.amazonaws.com", "AWSServiceRoleForAmazonEKS", _EKS_SLR)
+EKS_NODEGROUP_SLR = ServiceLinkedRole("eks-nodegroup.amazonaws.com", "AWSServiceRoleForAmazonEKSNodegroup", _EKS_SLR)
+HYPERPOD_SLR = ServiceLinkedRole("hyperpod.sagemaker.amazonaws.com", "AWSServiceRoleForSageMakerHyperPod",
+                                 _HYPERPOD_SLR)
+SERVICE_LINKED_ROLES = (EKS_SLR, EKS_NODEGROUP_SLR, HYPERPOD_SLR)
+
+
+@dataclass(frozen=True)
+class Dependent:
+    """An action AWS authorizes for the caller of a call, on top of the call's own.
+
+    ``when``: the request field whose presence makes AWS check it (None: every request); ``roles``: for
+    ``iam:PassRole``, where the request names the role(s) passed (``"InstanceGroups[].ExecutionRole"``);
+    ``service_linked_role``: for ``iam:CreateServiceLinkedRole``, the role made when the account lacks it;
+    ``scopes``: the policy statements that grant it (one per kind of resource it is authorized on)."""
+
+    action: str
+    scopes: tuple[Scope, ...]
+    source: str
+    when: str | None = None
+    roles: tuple[str, ...] = ()
+    service_linked_role: ServiceLinkedRole | None = None
+
+
+def _passes(*fields: str) -> Dependent:
+    return Dependent("iam:PassRole", (Scope.ROLES,), _PASS_ROLE, roles=fields)
+
+
+def _links(role: ServiceLinkedRole) -> Dependent:
+    return Dependent("iam:CreateServiceLinkedRole", (Scope.SERVICE_LINKED_ROLES,), role.source,
+                     service_linked_role=role)
+
+
+DEPENDENT_ACTIONS: dict[str, tuple[Dependent, ...]] = {
+    "eks.create_cluster": (_passes("roleArn"), _links(EKS_SLR)),
+    "eks.create_nodegroup": (
+        _passes("nodeRole"),
+        _links(EKS_NODEGROUP_SLR),
+        # "The IAM entity calling the CreateNodegroup or UpdateNodegroupVersion APIs must have permissions for
+        # ec2:RunInstances and ec2:CreateTags" (EKS user guide, "Customize managed nodes with launch templates",
+        # "Tagging Amazon EC2 instances"). RunInstances authorizes on every resource of the launch (EC2 user
+        # guide, "Example policies for working with the Amazon EC2 API", "Launch instances"): the instances and
+        # volumes it tags (aws:RequestTag), the campaign's launch template and Capacity Block reservation
+        # (aws:ResourceTag), and the image, subnet, security groups and interfaces, which carry no campaign tag.
+        Dependent("ec2:RunInstances", (Scope.TAGGING, Scope.TAGGED, Scope.LAUNCH_RESOURCES), _EKS_LAUNCH_TEMPLATES,
+                  when="launchTemplate"),
+        Dependent("ec2:CreateTags", (Scope.TAGGING,), _EKS_LAUNCH_TEMPLATES, when="launchTemplate"),
+    ),
+    "sagemaker.create_cluster": (_passes("InstanceGroups[].ExecutionRole"), _links(HYPERPOD_SLR)),
+}
+
+
+def dependents_of(action: str) -> tuple[Dependent, ...]:
+    """The dependent actions of the IAM action ``action`` (``"eks:CreateNodegroup"``), for the sandbox."""
+    return next((deps for call, deps in DEPENDENT_ACTIONS.items() if iam_action(call) == action), ())
+
+
+def applies(dependent: Dependent, request: dict[str, Any]) -> bool:
+    """Whether AWS checks ``dependent`` for this request (its parameters as the API names them)."""
+    return dependent.when is None or bool(request.get(dependent.when))
+
+
+def passed_roles(dependent: Dependent, request: dict[str, Any]) -> list[str]:
+    """The role ARNs the request passes, at ``dependent.roles`` (``"a[].b"``: field b of each item of list a)."""
+    found: list[str] = []
+    for path in dependent.roles:
+        outer, _, inner = path.partition("[].")
+        values = [item.get(inner) for item in request.get(outer) or []] if inner else [request.get(outer)]
+        found += [str(v) for v in values if v]
+    return found
+
+
 def _create(
-    feature: Feature, scope: Scope, call: str, *, passes_role: bool = False, tag_scope: Scope = Scope.TAGGING
+    feature: Feature, scope: Scope, call: str, *, tag_scope: Scope = Scope.TAGGING
 ) -> list[Permission]:
-    """A create that tags what it makes (and perhaps passes a role): its own action and those it implies."""
+    """A create that tags what it makes: its own action, its tagging action, and its dependent actions."""
     implied = [Permission(_TAG_ON_CREATE[call.split(".")[0]], feature, tag_scope, call)]
-    if passes_role:
-        implied.append(Permission("iam:PassRole", feature, Scope.ROLES, call))
+    implied += [Permission(d.action, feature, s, call) for d in DEPENDENT_ACTIONS.get(call, ()) for s in d.scopes]
     return [Permission(iam_action(call), feature, scope, call), *implied]
 
 
@@ -177,18 +276,15 @@ REGISTRY: tuple[Permission, ...] = (
     *_calls(F.EKS, S.ANY, "eks.describe_cluster", "eks.describe_nodegroup", "eks.describe_access_entry",
             "eks.create_access_entry", "eks.associate_access_policy", "eks.list_associated_access_policies",
             "ec2.describe_launch_templates", "ec2.describe_launch_template_versions"),
-    *_create(F.EKS, S.TAGGING, "eks.create_cluster", passes_role=True),
+    *_create(F.EKS, S.TAGGING, "eks.create_cluster"),
     # A node group may join a cluster the campaign did not make (cluster.existing_cluster_name), untagged.
-    *_create(F.EKS, S.ANY, "eks.create_nodegroup", passes_role=True),
+    *_create(F.EKS, S.ANY, "eks.create_nodegroup"),
     *_create(F.EKS, S.TAGGING, "ec2.create_launch_template"),
-    # EKS makes its service-linked roles on an account's first cluster and node group, with the caller's
-    # permission (EKS user guide, "Using service-linked roles for Amazon EKS").
-    Permission("iam:CreateServiceLinkedRole", F.EKS, S.SERVICE_LINKED_ROLES, None),
     *_calls(F.EKS, S.TAGGED, "ec2.create_launch_template_version"),
     # The GPU node group the prepare run made at size 0 is scaled at the block's start.
     *_calls(F.EKS, S.TAGGED, "eks.update_nodegroup_config"),
     *_calls(F.HYPERPOD, S.ANY, "sagemaker.describe_cluster", "eks.describe_cluster"),
-    *_create(F.HYPERPOD, S.TAGGING, "sagemaker.create_cluster", passes_role=True),
+    *_create(F.HYPERPOD, S.TAGGING, "sagemaker.create_cluster"),
     *_calls(F.HYPERPOD, S.LIFECYCLE_BUCKET, *_S3_BUCKET, *_S3_MAKE_BUCKET),
     *_calls(F.HYPERPOD, S.LIFECYCLE_OBJECTS, *_S3_OBJECTS),
     *_calls(F.EVENTS, S.ANY, "events.put_targets", "events.remove_targets", "events.delete_rule",
@@ -279,11 +375,6 @@ def _managed_policy_arns(partition: str) -> list[str]:
     return sorted({arn for role in every for arn in role.policy_arns(partition)})
 
 
-# The service-linked roles EKS makes (EKS user guide, "Using roles for Amazon EKS clusters", "... node groups").
-_EKS_SERVICE_LINKED_ROLES = ("eks.amazonaws.com/AWSServiceRoleForAmazonEKS",
-                             "eks-nodegroup.amazonaws.com/AWSServiceRoleForAmazonEKSNodegroup")
-
-
 def resource_and_condition(scope: Scope, targets: Targets) -> tuple[list[str], dict[str, Any] | None]:
     """The statement's ``Resource`` and ``Condition`` for ``scope`` (tags: the campaign tag, any value, or
     the campaign's own when ``targets.campaign_id`` is set)."""
@@ -295,9 +386,15 @@ def resource_and_condition(scope: Scope, targets: Targets) -> tuple[list[str], d
         return ["*"], {operator: {f"aws:ResourceTag/{CAMPAIGN_TAG}": tag_value}}
     if scope is Scope.TAGGING:
         return ["*"], {operator: {f"aws:RequestTag/{CAMPAIGN_TAG}": tag_value}}
-    if scope is Scope.SERVICE_LINKED_ROLES:
-        return [f"arn:{targets.partition}:iam::{targets.account}:role/aws-service-role/{path}"
-                for path in _EKS_SERVICE_LINKED_ROLES], None
+    if scope is Scope.SERVICE_LINKED_ROLES:  # only these roles, and only for their own services
+        return ([r.arn(targets.partition, targets.account) for r in SERVICE_LINKED_ROLES],
+                {"StringEquals": {"iam:AWSServiceName": [r.service for r in SERVICE_LINKED_ROLES]}})
+    if scope is Scope.LAUNCH_RESOURCES:
+        # Not taggable by the launch, and not necessarily the campaign's: the AMI is AWS's, the cluster security
+        # group is EKS's, the subnets may be an existing cluster's (cluster.existing_cluster_name).
+        ec2 = f"arn:{targets.partition}:ec2:*:{targets.account}"
+        return [f"arn:{targets.partition}:ec2:*::image/*", f"{ec2}:subnet/*", f"{ec2}:security-group/*",
+                f"{ec2}:network-interface/*"], None
     role = f"arn:{targets.partition}:iam::*:role/{targets.role_prefix}*"
     if scope is Scope.ROLES:
         return [role], None
@@ -397,6 +494,13 @@ def simulations(features: Iterable[Feature], targets: Targets) -> list[Simulatio
         if permission.feature in wanted:
             by_scope.setdefault(permission.scope, set()).add(permission.action)
     requests = []
+    if by_scope.pop(Scope.SERVICE_LINKED_ROLES, None):  # one request per role: the context names its service
+        calls = {p.call for p in REGISTRY if p.feature in wanted and p.call}
+        linked = {d.service_linked_role for call in calls for d in DEPENDENT_ACTIONS.get(call, ())
+                  if d.service_linked_role}
+        requests += [Simulation(("iam:CreateServiceLinkedRole",), (r.arn(targets.partition, targets.account),),
+                                (("iam:AWSServiceName", r.service),))
+                     for r in SERVICE_LINKED_ROLES if r in linked]
     for scope, actions in sorted(by_scope.items()):
         resources, _ = resource_and_condition(scope, targets)
         context: tuple[tuple[str, str], ...] = ()
@@ -439,6 +543,7 @@ class PermissionCheck:
     principal: str | None = None
     denied: tuple[str, ...] = ()
     skipped: str | None = None
+    no_cluster_access: str | None = None  # the existing cluster (cluster.existing_cluster_name) it has no entry on
 
 
 def principal_to_simulate(caller_arn: str) -> tuple[str, str] | None:
@@ -469,6 +574,21 @@ def permission_problem(check: PermissionCheck) -> str | None:
         f"AWS permissions: {check.principal} may not call {len(check.denied)} action(s) this campaign needs "
         f"(IAM policy simulation): {', '.join(check.denied)}. Attach the policy {POLICY_FILE} (its buckets "
         "filled in; docs/iam/README.md) to that principal, or grant these actions, and run again"
+    )
+
+
+def cluster_access_problem(check: PermissionCheck) -> str | None:
+    """One preflight problem when the principal has no access entry on the spec's existing cluster: capserve never
+    changes a cluster it does not own, so its runs (the scheduled drain and teardown included) could neither
+    deploy there nor remove their workloads (EKS user guide, "Grant IAM users access to Kubernetes with EKS
+    access entries": https://docs.aws.amazon.com/eks/latest/userguide/access-entries.html)."""
+    if check.no_cluster_access is None:
+        return None
+    return (
+        f"cluster.existing_cluster_name: {check.principal} has no EKS access entry on cluster "
+        f"{check.no_cluster_access}, so the campaign's runs cannot use its Kubernetes API. Have the cluster's "
+        "administrator create one for it with AmazonEKSClusterAdminPolicy (aws eks create-access-entry, "
+        "aws eks associate-access-policy), or run as a principal that has one, and run again"
     )
 
 

@@ -101,6 +101,9 @@ class PreflightFacts(BaseModel):
     quotas: tuple[QuotaReading, ...] = Field(
         (), max_length=64, description="The quotas the campaign counts against, with usage (docs/preflight.md §3)."
     )
+    cluster_access_problem: str | None = Field(
+        None, max_length=2000, description="The caller has no access entry on the spec's existing EKS cluster."
+    )
 
 
 def bucket_name_problems(name: str) -> list[str]:
@@ -178,6 +181,7 @@ def preflight_problems(
         *([facts.permission_problem] if facts.permission_problem else []),
         *serve_command_problems(plan, spec),
         *quota_problems(facts.quotas),
+        *([facts.cluster_access_problem] if facts.cluster_access_problem else []),
     ]
 
 

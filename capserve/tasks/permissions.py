@@ -26,7 +26,8 @@ from capserve.tasks.resilience import aws_task
 
 
 def _denied(iam: object, principal: str, request: Simulation) -> list[str]:
-    """The actions of ``request`` IAM does not allow ``principal`` (implicitly or explicitly), in its order."""
+    """The actions of ``request`` IAM does not allow ``principal`` (implicitly or explicitly) on one of its
+    resources, in its order (an action once per resource refused)."""
     denied: list[str] = []
     params = {"PolicySourceArn": principal, "ActionNames": list(request.actions),
               "ResourceArns": list(request.resources),
@@ -76,7 +77,7 @@ def check_permissions(
         )
         denied: list[str] = []
         for request in simulations(features, targets):
-            denied += [a for a in _denied(iam, principal, request) if a not in denied]
+            denied += [a for a in dict.fromkeys(_denied(iam, principal, request)) if a not in denied]
     except ClientError as exc:
         if error_code(exc) in _DENIED_CODES:  # without this one, nothing else can be asked
             return PermissionCheck(principal=caller, denied=(action,))
@@ -85,4 +86,22 @@ def check_permissions(
         raise convert(exc, what) from exc
     except BotoCoreError as exc:
         raise convert(exc, what) from exc
-    return PermissionCheck(principal=principal, denied=tuple(sorted(denied)))
+    existing = spec.cluster.existing_cluster_name if spec.cluster.kind == "eks" else None
+    without = existing if existing and not _has_access_entry(region, existing, principal) else None
+    return PermissionCheck(principal=principal, denied=tuple(sorted(denied)), no_cluster_access=without)
+
+
+def _has_access_entry(region: str, cluster: str, principal: str) -> bool:
+    """Whether ``principal`` (an IAM ARN) has an access entry on ``cluster``; True when EKS cannot say (a cluster
+    in ``CONFIG_MAP`` mode maps principals in its aws-auth ConfigMap, which only the cluster can read)."""
+    try:
+        client("eks", region).describe_access_entry(clusterName=cluster, principalArn=principal)
+    except ClientError as exc:
+        if error_code(exc) == "ResourceNotFoundException":
+            return False
+        if error_code(exc) == "InvalidRequestException":
+            return True
+        raise convert(exc, f"reading the access entry of {principal} on EKS cluster {cluster}") from exc
+    except BotoCoreError as exc:
+        raise convert(exc, f"reading the access entry of {principal} on EKS cluster {cluster}") from exc
+    return True

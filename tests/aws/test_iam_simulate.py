@@ -75,3 +75,46 @@ def test_resources_and_tag_conditions_are_evaluated_against_the_context_given(sa
     request_tag = "aws:RequestTag/capserve.io/campaign"
     assert _decisions(role, ["ec2:CreateVpc"], **{request_tag: "k3"}) == {"ec2:CreateVpc": "allowed"}
     assert _decisions(role, ["ec2:CreateVpc"]) == {"ec2:CreateVpc": "implicitDeny"}
+
+
+def test_hyperpods_cluster_needs_its_service_linked_role_creatable_until_the_account_has_it(sandbox: None) -> None:
+    # SageMaker HyperPod creates AWSServiceRoleForSageMakerHyperPod on first use, with the caller's
+    # iam:CreateServiceLinkedRole (capserve.core.permissions.DEPENDENT_ACTIONS): the sandbox's enforcement asks it.
+    from capserve_sandbox.aws import iam_enforced
+
+    from capserve.core.permissions import HYPERPOD_SLR
+
+    iam = _iam()
+    iam.create_user(UserName="builder")
+    allowed = [{"Effect": "Allow", "Action": ["sagemaker:CreateCluster", "sagemaker:AddTags"], "Resource": "*"},
+               {"Effect": "Allow", "Action": "iam:PassRole", "Resource": "arn:aws:iam::*:role/capserve-*"}]
+    linking = {"Effect": "Allow", "Action": "iam:CreateServiceLinkedRole", "Resource": HYPERPOD_SLR.arn("aws", "*"),
+               "Condition": {"StringEquals": {"iam:AWSServiceName": HYPERPOD_SLR.service}}}
+    key = iam.create_access_key(UserName="builder")["AccessKey"]
+    request = {"ClusterName": "c", "InstanceGroups": [{
+        "InstanceGroupName": "gpu", "InstanceType": "ml.p6-b300.48xlarge", "InstanceCount": 1,
+        "LifeCycleConfig": {"SourceS3Uri": "s3://sagemaker-x/", "OnCreate": "on_create.sh"},
+        "ExecutionRole": f"arn:aws:iam::{ACCOUNT}:role/capserve-x-hyperpod"}]}
+
+    def create(statements: list[dict[str, Any]]) -> str:
+        iam.put_user_policy(UserName="builder", PolicyName="p", PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": statements}))
+        sagemaker = boto3.client("sagemaker", region_name="us-east-2", aws_access_key_id=key["AccessKeyId"],
+                                 aws_secret_access_key=key["SecretAccessKey"], aws_session_token=None)
+        with iam_enforced():
+            try:
+                sagemaker.create_cluster(**request)
+            except ClientError as exc:
+                return f"{exc.response['Error']['Code']}: {exc.response['Error']['Message']}"
+        return "created"
+
+    refused = create(allowed)
+    # (moto answers the JSON protocol's client with its XML AccessDenied: the code lands in the message)
+    assert "AccessDenied" in refused and "not authorized to perform: iam:CreateServiceLinkedRole" in refused
+    with pytest.raises(ClientError):
+        iam.get_role(RoleName=HYPERPOD_SLR.name)
+    assert "AccessDenied" not in create([*allowed, linking])
+    role = iam.get_role(RoleName=HYPERPOD_SLR.name)["Role"]
+    assert role["Arn"] == HYPERPOD_SLR.arn("aws", ACCOUNT)
+    # Once the account has it, nothing is made and nothing more is asked.
+    assert "AccessDenied" not in create(allowed)

@@ -18,7 +18,7 @@ from capserve_sandbox.environment import SandboxEndpoints, sandbox
 from capserve.campaign import stages
 from capserve.core.cluster.naming import ClusterNames
 from capserve.core.errors import PermanentError
-from capserve.core.permissions import PermissionCheck
+from capserve.core.permissions import PermissionCheck, cluster_access_problem
 from capserve.core.preflight import PreflightError
 from capserve.core.spec import CampaignSpec, load_spec
 from capserve.flows.campaign import campaign
@@ -42,6 +42,7 @@ def committed_policy(spec: CampaignSpec, *, without: str | None = None) -> dict[
     policy: dict[str, Any] = json.loads(text)
     for statement in policy["Statement"]:
         statement["Action"] = [a for a in statement["Action"] if a != without]
+    policy["Statement"] = [s for s in policy["Statement"] if s["Action"]]  # IAM refuses a statement without one
     return policy
 
 
@@ -58,7 +59,8 @@ def run_as_user(policy: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> str:
     return str(user["Arn"])
 
 
-@pytest.mark.parametrize("missing", ["eks:CreateCluster", "iam:PassRole"])
+@pytest.mark.parametrize("missing", ["eks:CreateCluster", "iam:PassRole", "ec2:RunInstances",
+                                     "iam:CreateServiceLinkedRole"])
 def test_a_missing_action_stops_the_campaign_before_anything_is_bought(
     missing: str, tmp_path: Path, far_ends: SandboxEndpoints, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -83,6 +85,28 @@ def test_the_generated_policy_passes_preflight(far_ends: SandboxEndpoints, monke
     user = run_as_user(committed_policy(spec), monkeypatch)
     check = check_permissions.fn(spec, "us-west-2", records_bucket=None, home_region="us-west-2")
     assert (check.principal, check.denied, check.skipped) == (user, (), None)
+
+
+def test_an_existing_cluster_the_caller_has_no_access_entry_on_is_refused_before_purchase(
+    far_ends: SandboxEndpoints, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = load_spec(EXAMPLE)
+    eks = boto3.client("eks", region_name="us-west-2")
+    eks.create_cluster(name="team", roleArn="arn:aws:iam::123456789012:role/team", resourcesVpcConfig={},
+                       accessConfig={"authenticationMode": "API"})
+    cluster = spec.cluster.model_copy(update={"existing_cluster_name": "team"})
+    existing = spec.model_copy(update={"cluster": cluster})
+    user = run_as_user(committed_policy(spec), monkeypatch)
+
+    check = check_permissions.fn(existing, "us-west-2", records_bucket=None, home_region="us-west-2")
+    assert (check.denied, cluster_access_problem(check)) == ((), (
+        f"cluster.existing_cluster_name: {user} has no EKS access entry on cluster team, so the campaign's runs "
+        "cannot use its Kubernetes API. Have the cluster's administrator create one for it with "
+        "AmazonEKSClusterAdminPolicy (aws eks create-access-entry, aws eks associate-access-policy), or run as a "
+        "principal that has one, and run again"))
+    boto3.client("eks", region_name="us-west-2").create_access_entry(clusterName="team", principalArn=user)
+    again = check_permissions.fn(existing, "us-west-2", records_bucket=None, home_region="us-west-2")
+    assert cluster_access_problem(again) is None
 
 
 def test_every_denied_action_is_named_at_once(far_ends: SandboxEndpoints, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -142,18 +166,23 @@ def test_the_campaign_completes_under_iam_enforcement_holding_exactly_the_genera
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("missing", [
+    "eks:CreateCluster",
+    # Actions AWS checks on top of the called one (capserve.core.permissions.DEPENDENT_ACTIONS): EKS's for a node
+    # group with a launch template, IAM's for the service-linked role the account's first cluster makes.
+    "ec2:RunInstances", "ec2:CreateTags", "iam:CreateServiceLinkedRole",
+])
 def test_enforcement_itself_refuses_an_action_missing_from_the_policy(
-    tmp_path: Path, far_ends: SandboxEndpoints, monkeypatch: pytest.MonkeyPatch
+    missing: str, tmp_path: Path, far_ends: SandboxEndpoints, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Preflight's simulation would name the action first (the tests above): skipped here, the real call is
     # refused by moto's enforcement, so a registry gap the simulation shares would be caught by this test's twin.
     monkeypatch.setattr(stages, "check_permissions", lambda *_, **__: PermissionCheck(skipped="not simulated"))
     spec = load_spec(EXAMPLE)
     with pytest.raises(PermanentError) as caught:
-        enforced_campaign(spec, committed_policy(spec, without="eks:CreateCluster"), tmp_path, far_ends.hub,
-                          monkeypatch)
+        enforced_campaign(spec, committed_policy(spec, without=missing), tmp_path, far_ends.hub, monkeypatch)
 
-    assert "is not authorized to perform: eks:CreateCluster" in str(caught.value)
+    assert f"is not authorized to perform: {missing}" in str(caught.value)
     written = json.loads((tmp_path / "report.json").read_text())
     status = {s["name"]: s["status"] for s in written["stages"]}
     assert (status["bring_up"], status["teardown"]) == ("failed", "completed")

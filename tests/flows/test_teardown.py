@@ -192,3 +192,26 @@ def test_the_reaper_finds_and_deletes_a_leaked_nat_gateway_and_its_elastic_ip(ku
     leaked = [{"Name": f"tag:{CAMPAIGN_TAG}", "Values": ["down-leak"]}]
     assert ec2.describe_addresses(Filters=leaked)["Addresses"] == []
     assert ec2.describe_vpcs(VpcIds=[vpc])["Vpcs"]  # not the campaign's: left alone
+
+
+def test_a_teardown_by_a_principal_without_cluster_access_deletes_the_aws_resources(
+    kube: FakeKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = make_spec("down-other")
+    bring_up(spec, make_lease(), UP)
+    serve_something(kube, "down-other")
+    # The scheduled teardown's principal is not the cluster's creator and has no access entry: the API server
+    # refuses it (401), as EKS does.
+    iam = boto3.client("iam")
+    iam.create_user(UserName="teardown-runner")
+    key = iam.create_access_key(UserName="teardown-runner")["AccessKey"]
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", key["AccessKeyId"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", key["SecretAccessKey"])
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+
+    result = teardown(spec, REGION, reason="drain-deadline", settings=DOWN)
+
+    assert [d for d in result.deleted if d.startswith("k8s-")] == []  # not listed: the cluster takes them along
+    assert "eks-cluster/capserve-down-other" in result.deleted
+    assert tagged_vpcs("down-other") == [] and roles_of("down-other") == []
+    assert "capserve-down-other" not in boto3.client("eks").list_clusters()["clusters"]

@@ -225,3 +225,74 @@ def test_every_denied_action_is_one_problem() -> None:
         "filled in; docs/iam/README.md) to that principal, or grant these actions, and run again"
     )
     assert permission_problem(PermissionCheck(principal="arn:aws:iam::1:user/u")) is None
+
+
+def _grants(action: str, resource: str, context: dict[str, str]) -> bool:
+    """Whether the generated controller policy (one campaign's names) allows ``action`` on ``resource``."""
+    from capserve_sandbox.kube import iam_eval
+
+    targets = permissions.campaign_targets(
+        campaign_id="k3", account_id="123456789012", partition="aws", weights_bucket="w", weights_prefix="p",
+        records_bucket="r",
+    )
+    return iam_eval.decision([controller_policy(targets)], action, resource, context) == "allowed"
+
+
+def test_a_node_group_from_a_launch_template_needs_run_instances_and_create_tags_on_the_campaigns_launch() -> None:
+    # EKS user guide, "Customize managed nodes with launch templates": the caller of CreateNodegroup needs both.
+    needed = {d.action for d in permissions.DEPENDENT_ACTIONS["eks.create_nodegroup"] if d.when == "launchTemplate"}
+    assert needed == {"ec2:RunInstances", "ec2:CreateTags"}
+    assert {"ec2:RunInstances", "ec2:CreateTags"} <= {p.action for p in REGISTRY if p.call == "eks.create_nodegroup"}
+    ec2 = "arn:aws:ec2:us-east-2:123456789012"
+    ours, theirs = {"aws:RequestTag/capserve.io/campaign": "k3"}, {"aws:RequestTag/capserve.io/campaign": "other"}
+    for action in ("ec2:RunInstances", "ec2:CreateTags"):
+        assert _grants(action, f"{ec2}:instance/*", ours)
+        assert not _grants(action, f"{ec2}:instance/*", theirs)  # another campaign's instances: refused
+    template = f"{ec2}:launch-template/lt-1"
+    assert _grants("ec2:RunInstances", template, {"aws:ResourceTag/capserve.io/campaign": "k3"})
+    assert not _grants("ec2:RunInstances", template, {"aws:ResourceTag/capserve.io/campaign": "other"})
+    # What the launch uses but does not tag: the AMI (AWS's), subnets and security groups (maybe not ours).
+    assert _grants("ec2:RunInstances", "arn:aws:ec2:us-east-2::image/ami-1", {})
+    assert _grants("ec2:RunInstances", f"{ec2}:subnet/subnet-1", {})
+
+
+def test_only_eks_and_hyperpod_service_linked_roles_may_be_created() -> None:
+    hyperpod = permissions.HYPERPOD_SLR
+    arn = hyperpod.arn("aws", "123456789012")
+    assert arn == ("arn:aws:iam::123456789012:role/aws-service-role/hyperpod.sagemaker.amazonaws.com/"
+                   "AWSServiceRoleForSageMakerHyperPod")
+    assert _grants("iam:CreateServiceLinkedRole", arn, {"iam:AWSServiceName": hyperpod.service})
+    assert not _grants("iam:CreateServiceLinkedRole", arn, {"iam:AWSServiceName": "ec2.amazonaws.com"})
+    other = "arn:aws:iam::123456789012:role/aws-service-role/spot.amazonaws.com/AWSServiceRoleForEC2Spot"
+    assert not _grants("iam:CreateServiceLinkedRole", other, {"iam:AWSServiceName": "spot.amazonaws.com"})
+
+
+def test_preflight_simulates_the_dependent_actions_with_their_resources_and_context() -> None:
+    targets = permissions.campaign_targets(
+        campaign_id="k3", account_id="123456789012", partition="aws", weights_bucket="w", weights_prefix="p",
+        records_bucket="r",
+    )
+    hyperpod = features_for(provider="sagemaker-training-plan", cluster_kind="hyperpod", image_mirror="none")
+    asked = permissions.simulations(hyperpod, targets)
+    linked = [s for s in asked if s.actions == ("iam:CreateServiceLinkedRole",)]
+    assert {(s.resources, s.context) for s in linked} == {
+        ((r.arn("aws", "123456789012"),), (("iam:AWSServiceName", r.service),))
+        for r in (permissions.EKS_SLR, permissions.EKS_NODEGROUP_SLR, permissions.HYPERPOD_SLR)
+    }
+    launched = [s for s in asked if "ec2:RunInstances" in s.actions]
+    assert len(launched) == 3  # the tagged launch, the tagged template and reservation, the untagged rest
+    assert any(("aws:RequestTag/capserve.io/campaign", "k3") in s.context for s in launched)
+
+
+def test_passed_roles_are_read_where_each_call_names_them() -> None:
+    passes = {call: next(d for d in deps if d.action == "iam:PassRole")
+              for call, deps in permissions.DEPENDENT_ACTIONS.items()}
+    request = {"InstanceGroups": [{"ExecutionRole": "arn:aws:iam::1:role/a"},
+                                  {"ExecutionRole": "arn:aws:iam::1:role/b"}]}
+    assert permissions.passed_roles(passes["sagemaker.create_cluster"], request) == [
+        "arn:aws:iam::1:role/a", "arn:aws:iam::1:role/b"]
+    assert permissions.passed_roles(passes["eks.create_nodegroup"], {"nodeRole": "arn:aws:iam::1:role/n"}) == [
+        "arn:aws:iam::1:role/n"]
+    nodegroup = permissions.dependents_of("eks:CreateNodegroup")
+    assert [d.action for d in nodegroup if permissions.applies(d, {"nodeRole": "x"})] == [
+        "iam:PassRole", "iam:CreateServiceLinkedRole"]  # no launch template: EKS asks no RunInstances of the caller

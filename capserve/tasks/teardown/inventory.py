@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
+from prefect import get_run_logger
 from prefect.cache_policies import NO_CACHE
 
 from capserve.core.cluster.hyperpod import is_lifecycle_bucket_of, lifecycle_bucket
@@ -123,7 +124,7 @@ def inventory_campaign(
         raise aws.convert(exc, f"inventory of campaign {campaign_id} in {region}") from exc
     workloads: list[WorkloadFound] = []
     if settings.delete_workloads and workload_cluster is not None and workload_cluster.status == "ACTIVE":
-        workloads = kube.list_workloads(kube.connect(workload_cluster, region), campaign_id)
+        workloads = _workloads(workload_cluster, region, campaign_id, seen, owned=not existing_cluster)
     return Inventory(
         campaign_id=campaign_id,
         region=region,
@@ -147,6 +148,42 @@ def inventory_campaign(
         reservation_ids=tuple(dict.fromkeys(seen.reservations)),
         oldest_created=min(seen.dates) if seen.dates else None,
     )
+
+
+def _refused(exc: BaseException) -> int | None:
+    """401 or 403 when the API server refused the caller (here or in the error it was converted from)."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        status = getattr(cause, "status", None)
+        if status in (401, 403):
+            return int(status)
+        cause = cause.__cause__
+    return None
+
+
+def _workloads(
+    cluster: ClusterFound, region: str, campaign_id: str, seen: _Collector, *, owned: bool
+) -> list[WorkloadFound]:
+    """The campaign's labelled objects; none when the API server refuses the caller (no EKS access entry: only
+    the cluster's creator and cluster.admin_principals have one, docs/aws-network.md "Access"). Teardown is
+    anyone's who may delete the AWS resources: deleting the campaign's own cluster deletes its workloads with
+    it, so a refusal is a warning and the AWS plan still runs. In a cluster the campaign does not own
+    (cluster.existing_cluster_name) they stay, and are reported as kept."""
+    try:
+        return kube.list_workloads(kube.connect(cluster, region), campaign_id)
+    except Exception as exc:
+        status = _refused(exc)
+        if status is None:
+            raise
+    why = (f"not listed: the Kubernetes API refused this principal ({status}; it has no EKS access entry: add it "
+           "to cluster.admin_principals)")
+    if owned:
+        get_run_logger().warning("workloads of campaign %s in %s %s; deleting the cluster deletes them",
+                                 campaign_id, cluster.name, why)
+    else:
+        seen.kept.append(KeptResource(resource=label("k8s-workloads", cluster.name),
+                                      why=f"{why}; delete them with kubectl as a principal that has access"))
+    return []
 
 
 def _ec2(

@@ -16,7 +16,13 @@ access entries", "Associate access policies with access entries") and the EKS AP
   (``arn:aws:eks::aws:cluster-access-policy/...``) and a scope of ``cluster``, or ``namespace`` with
   namespaces (``InvalidParameterException``); associating the same policy again replaces its scope;
 - entries live on the cluster: deleting the cluster deletes them (they are kept on moto's cluster
-  object here, so they go with it, and with ``/moto-api/reset``).
+  object here, so they go with it, and with ``/moto-api/reset``);
+- the API server authenticates an EKS token's principal by its access entries: without one (and no
+  ``aws-auth`` mapping, which capserve never writes) every request is refused with 401 ``Unauthorized``
+  (EKS user guide, "Grant IAM users access to Kubernetes with EKS access entries"; "Troubleshoot IAM",
+  "Unauthorized or access denied (kubectl)"). The sandbox's one fake API server stands for every cluster,
+  and the token's cluster name is in a signed header it does not see: a principal is let in when it has an
+  entry on any API-mode cluster (or when no cluster is in API mode).
 
 Routes are added to moto's EKS URL map and the operations to its response class (moto finds the
 operation from botocore's model by method and URI); installed before the moto server starts.
@@ -41,6 +47,7 @@ from moto.sts.models import sts_backends
 
 from capserve.core.cluster.access import IAM_PRINCIPAL_ARN, principal_of
 from capserve_sandbox.clock import CLOCK
+from capserve_sandbox.kube import auth as kube_auth
 
 # The principal's ARN is one percent-encoded path segment, which the server decodes ("/" included)
 # before routing: one route takes every path below access-entries/ (the operation itself is picked
@@ -170,11 +177,7 @@ def _creator_arn(self: Any) -> str | None:
     """The IAM ARN of the principal making this request (STS answers with a session ARN for roles)."""
     backend = sts_backends[self.current_account]["global"]
     _, arn, account = backend.get_caller_identity(self.get_access_key(), self.region)
-    who = principal_of(arn)
-    if who is None:
-        return None
-    partition = arn.split(":", 2)[1]
-    return f"arn:{partition}:iam::{who.account}:{who.kind}/{who.name}"
+    return _iam_arn(arn)
 
 
 _MOTO_CREATE_CLUSTER = EKSResponse.create_cluster
@@ -204,11 +207,40 @@ def entries(cluster: Any) -> dict[str, dict[str, Any]]:
             for p, e in (getattr(cluster, "_capserve_access", None) or {"entries": {}})["entries"].items()}
 
 
+def _iam_arn(arn: str) -> str | None:
+    """A caller's STS ARN as the IAM ARN an access entry names (by account, kind and name)."""
+    who = principal_of(arn)
+    if who is None:
+        return None
+    return f"arn:{arn.split(':', 2)[1]}:iam::{who.account}:{who.kind}/{who.name}"
+
+
+def access_problem(token: str) -> str | None:
+    """Why the EKS token's principal may not use the cluster: it has no access entry (None: it has one)."""
+    from moto.core.models import DEFAULT_ACCOUNT_ID
+    from moto.eks.models import eks_backends
+
+    query = kube_auth.eks_token_query(token)
+    key_id, _, rest = query.get("X-Amz-Credential", "").partition("/")
+    region = rest.split("/")[1] if rest.count("/") >= 1 else "us-east-1"
+    _, caller, _ = sts_backends[DEFAULT_ACCOUNT_ID]["global"].get_caller_identity(key_id, region)
+    principal = _iam_arn(caller)
+    api_modes: list[dict[str, Any]] = [
+        access for account in eks_backends.values() for backend in account.values()
+        for cluster in backend.clusters.values()
+        if (access := getattr(cluster, "_capserve_access", None) or {}).get("mode") in _API_MODES
+    ]
+    if not api_modes or any(principal in access["entries"] for access in api_modes):
+        return None
+    return f"Unauthorized: {caller} has no access entry on the cluster"
+
+
 def install() -> None:
     """Add the routes and operations (once per process; before the moto server builds its URL map)."""
     global _INSTALLED
     if _INSTALLED:
         return
+    kube_auth.EKS_ACCESS_CHECKS.append(access_problem)
     eks_urls.url_paths.update(_PATHS)
     for operation in (create_access_entry, describe_access_entry, list_access_entries, associate_access_policy,
                       list_associated_access_policies, create_cluster):

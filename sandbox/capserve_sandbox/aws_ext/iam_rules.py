@@ -16,10 +16,17 @@ instance's role, which the sandbox kubelet gives a node's pods under enforcement
   https://docs.aws.amazon.com/IAM/latest/UserGuide/create-signed-request.html). moto re-signs an empty body as
   its parsed parameters, so every REST GET/DELETE (EKS DescribeCluster, ListClusters) failed with
   ``SignatureDoesNotMatch``.
+- A call is authorized on more than its own action: AWS also checks the caller for the call's dependent
+  actions (``capserve.core.permissions.DEPENDENT_ACTIONS``, each with its source: ``iam:PassRole`` on the role
+  passed; ``ec2:RunInstances`` and ``ec2:CreateTags`` for an EKS node group with a launch template, on the
+  launch's instances, volumes, template and subnet; ``iam:CreateServiceLinkedRole`` for a service-linked role
+  the account does not have yet, which AWS then makes). moto checks only the request's own action. They are
+  evaluated with ``kube.iam_eval`` (its conditions included) against the caller's identity policies.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from botocore.awsrequest import AWSRequest
@@ -30,6 +37,10 @@ from moto.iam.exceptions import NotFoundException
 from moto.iam.responses import IamResponse
 from moto.s3.responses import S3Response
 from moto.utilities.utils import get_partition
+
+from capserve.core.permissions import Dependent, applies, dependents_of, passed_roles
+from capserve_sandbox.aws_ext.iam_simulate import principal_documents
+from capserve_sandbox.kube import iam_eval
 
 _original_s3_authorize = S3Response._authenticate_and_authorize_s3_action
 
@@ -66,9 +77,102 @@ def _role_resource(self: Any) -> str:
         return f"arn:{get_partition(self.region)}:iam::{self.current_account}:role{path}{name}"
 
 
+_original_check = IAMRequestBase.check_action_permitted
+
+
+def _parameters(request: Any) -> dict[str, Any]:
+    """The request's parameters as the API names them: a JSON body (EKS, SageMaker), else the query's."""
+    body = request._body.decode() if isinstance(request._body, bytes) else request._body
+    try:
+        parsed = json.loads(body) if body else None
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        return parsed
+    return {k: v[0] if isinstance(v, list) and len(v) == 1 else v for k, v in (request._data or {}).items()}
+
+
+def _caller_documents(request: Any) -> list[dict[str, Any]]:
+    key = request._access_key
+    if getattr(key, "_owner_role_name", None):
+        arn = request.backend.get_role(key._owner_role_name).arn
+    else:
+        arn = request.backend.get_user(key._owner_user_name).arn
+    return principal_documents(request.backend, arn)
+
+
+def _launch_tags(region: str, account: str, template: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    """The launch template's own tags, and the tags its data puts on the instances it launches."""
+    from moto.ec2.models import ec2_backends
+
+    backend = ec2_backends[account][region]
+    found = (backend.get_launch_template(template["id"]) if template.get("id")
+             else backend.get_launch_template_by_name(template["name"]))
+    data = found.get_version(template.get("version") or "$Default").data
+    instance = {t["Key"]: t["Value"] for spec in data.get("TagSpecifications") or []
+                if spec.get("ResourceType") == "instance" for t in spec.get("Tags") or []}
+    return {t["key"]: t["value"] for t in found.get_tags()}, instance
+
+
+def _authorizations(
+    request: Any, dependent: Dependent, params: dict[str, Any]
+) -> list[tuple[str, dict[str, str]]]:
+    """Each resource (with its request context) AWS authorizes ``dependent`` on, for this request."""
+    partition, account, region = get_partition(request._region), request.account_id, request._region
+    if dependent.roles:
+        return [(arn, {}) for arn in passed_roles(dependent, params)]
+    if dependent.service_linked_role:
+        role = dependent.service_linked_role
+        try:
+            request.backend.get_role(role.name)
+            return []  # the account has it: nothing is made, nothing asked
+        except NotFoundException:
+            return [(role.arn(partition, account), {"iam:AWSServiceName": role.service})]
+    template_tags, instance_tags = _launch_tags(region, account, params["launchTemplate"])
+    ec2 = f"arn:{partition}:ec2:{region}:{account}"
+    made = {f"aws:RequestTag/{k}": v for k, v in instance_tags.items()}
+    used: list[tuple[str, dict[str, str]]] = [(f"{ec2}:subnet/{s}", {}) for s in params.get("subnets") or []]
+    template = (f"{ec2}:launch-template/{params['launchTemplate'].get('id', '')}",
+                {f"aws:ResourceTag/{k}": v for k, v in template_tags.items()})
+    if dependent.action == "ec2:CreateTags":
+        return [(f"{ec2}:instance/*", made)]
+    return [(f"{ec2}:instance/*", made), (f"{ec2}:volume/*", made), template, *used]
+
+
+def _made_service_linked_roles(request: Any, dependents: tuple[Dependent, ...]) -> None:
+    """As AWS does once the call is authorized: the service-linked roles the account lacked now exist."""
+    for role in (d.service_linked_role for d in dependents if d.service_linked_role):
+        try:
+            request.backend.get_role(role.name)
+        except NotFoundException:
+            trust = {"Version": "2012-10-17", "Statement": [
+                {"Effect": "Allow", "Principal": {"Service": [role.service]}, "Action": ["sts:AssumeRole"]}]}
+            request.backend.create_role(role.name, json.dumps(trust), f"/aws-service-role/{role.service}/",
+                                        permissions_boundary=None, description="", tags=[],
+                                        max_session_duration="3600", linked_service=role.service)
+
+
+def _check_with_dependents(self: Any, resource: str) -> None:
+    _original_check(self, resource)
+    dependents = dependents_of(self._action)
+    if not dependents:
+        return
+    params = _parameters(self)
+    wanted = [d for d in dependents if applies(d, params)]
+    documents = _caller_documents(self)
+    account = {"aws:PrincipalAccount": self.account_id, "aws:ResourceAccount": self.account_id}
+    for dependent in wanted:
+        for arn, context in _authorizations(self, dependent, params):
+            if iam_eval.decision(documents, dependent.action, arn, {**account, **context}) != "allowed":
+                self._action = dependent.action  # moto's AccessDenied names the action refused
+                self._raise_access_denied()
+    _made_service_linked_roles(self, tuple(wanted))
+
+
 def install() -> None:
     S3Response._authenticate_and_authorize_s3_action = _authorize_s3  # type: ignore[method-assign]
     IAMRequestBase._create_aws_request = _aws_request  # type: ignore[method-assign]
+    IAMRequestBase.check_action_permitted = _check_with_dependents  # type: ignore[method-assign]
     IamResponse._determine_resource = _role_resource  # type: ignore[method-assign]
 
 

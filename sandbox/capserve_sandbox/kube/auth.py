@@ -13,6 +13,7 @@ import base64
 import binascii
 import hmac
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qs, urlsplit
 
@@ -54,6 +55,18 @@ def eks_token_problem(token: str, now: datetime | None = None) -> str | None:
     return None
 
 
+# Who may use the cluster with a valid EKS token: each check answers why the token's principal may not, or
+# None (``capserve_sandbox.aws_ext.eks_access`` adds the access-entry check).
+EKS_ACCESS_CHECKS: list[Callable[[str], str | None]] = []
+
+
+def eks_token_query(token: str) -> dict[str, str]:
+    """The presigned URL's query of a well-formed EKS token (``eks_token_problem`` is None)."""
+    encoded = token[len(EKS_PREFIX) :]
+    url = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode("utf-8")
+    return {key: values[0] for key, values in parse_qs(urlsplit(url).query).items()}
+
+
 def check_bearer(header: str | None, static_token: str) -> tuple[str | None, str]:
     """(kind of token accepted or None, reason). Kinds: "eks", "static"."""
     if not header or not header.startswith("Bearer "):
@@ -61,5 +74,5 @@ def check_bearer(header: str | None, static_token: str) -> tuple[str | None, str
     token = header[len("Bearer ") :].strip()
     if hmac.compare_digest(token.encode(), static_token.encode()):
         return "static", "ok"
-    problem = eks_token_problem(token)
+    problem = eks_token_problem(token) or next((p for check in EKS_ACCESS_CHECKS if (p := check(token))), None)
     return (None, problem) if problem else ("eks", "ok")
