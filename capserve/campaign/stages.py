@@ -32,6 +32,7 @@ from capserve.core.locations import default_records_bucket, home_region
 from capserve.core.permissions import permission_problem
 from capserve.core.planner import ServingPlan
 from capserve.core.preflight import check_preflight
+from capserve.core.rollout.efa_image import efa_stack_problem
 from capserve.core.rollout.image import ImageMirrorResult
 from capserve.core.rollout.result import RolloutFailedError, RolloutResult
 from capserve.core.schedule import LeaseSchedule, cluster_lead, stages_no_longer_needed
@@ -47,7 +48,7 @@ from capserve.flows.stage_weights import stage_weights
 from capserve.flows.teardown import teardown
 from capserve.tasks.clock import campaign_now
 from capserve.tasks.cluster.hyperpod import lifecycle_problem
-from capserve.tasks.image_mirror import mirror_image, resolve_image_digest
+from capserve.tasks.image_mirror import image_efa_stack, mirror_image, resolve_image_digest
 from capserve.tasks.permissions import check_permissions
 from capserve.tasks.planning import plan_campaign, publish_plan, resolve_model
 from capserve.tasks.preflight import PreflightInputs, gather_facts
@@ -102,6 +103,10 @@ def preflight(ctx: CampaignContext, plan: ServingPlan) -> None:
     if permissions.skipped:
         get_run_logger().warning("preflight: AWS permissions not simulated: %s", permissions.skipped)
     facts = facts.model_copy(update={"permission_problem": permission_problem(permissions)})
+    if plan.parallel.nodes_per_replica > 1:
+        # NCCL across nodes needs aws-ofi-nccl and libfabric in the image: read from its files, before buying.
+        found = image_efa_stack(ctx.spec.serving.image)
+        facts = facts.model_copy(update={"efa_image_problem": efa_stack_problem(ctx.spec.serving.image, found)})
     check_preflight(ctx.spec, plan, facts, bring_up=ctx.settings.bring_up)
     if ctx.spec.serving.image_mirror == "ecr":
         # The tag must exist upstream before a block is bought for it (the copy itself needs the lease's region).
