@@ -15,6 +15,8 @@ gathers a few read-only facts (``capserve.tasks.preflight``) and this module jud
 - the reservation (the offer length asked for, or the existing reservation's remaining window) is long
   enough for bring-up, the weights' staging (S3 → nodes, and Hub → S3 when the window is already open),
   vLLM's startup budget and the evaluation, before the drain point (the time model: docs/timeline.md);
+- a layout across nodes gets the EFA interfaces its pods request, laid out from what ``DescribeInstanceTypes``
+  says of the type now (``capserve.core.cluster.efa.layout_shortfall``, the rule the sandbox's EC2 enforces);
 - a layout across nodes is served from an image whose own files hold the EFA stack (aws-ofi-nccl and libfabric:
   ``capserve.core.rollout.efa_image``), or NCCL would talk between the nodes over TCP sockets;
 - the caller may make every AWS call the campaign's features need (``capserve.core.permissions``, simulated
@@ -94,6 +96,9 @@ class PreflightFacts(BaseModel):
     permission_problem: str | None = Field(
         None, max_length=20000, description="The AWS actions the caller may not call, all of them (docs/iam)."
     )
+    efa_layout_problem: str | None = Field(
+        None, max_length=2000, description="Why the GPU nodes' interfaces would not carry the plan's EFA devices."
+    )
     efa_image_problem: str | None = Field(
         None, max_length=2000, description="Why serving.image cannot serve a layout across nodes (docs/serving.md)."
     )
@@ -172,6 +177,7 @@ def preflight_problems(
         *_window_problems(spec, plan, facts, bring_up),
         *([facts.lifecycle_problem] if facts.lifecycle_problem else []),
         *([facts.permission_problem] if facts.permission_problem else []),
+        *([facts.efa_layout_problem] if facts.efa_layout_problem else []),
         *([facts.efa_image_problem] if facts.efa_image_problem else []),
     ]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import email
 from datetime import UTC, datetime, timedelta
 
@@ -22,6 +23,7 @@ from capserve.core.cluster.efa import (
     efa_needs,
     interface_layout,
     layout_problems,
+    layout_shortfall,
 )
 from capserve.core.cluster.naming import ClusterNames
 from capserve.core.cluster.result import ClusterResult
@@ -113,6 +115,17 @@ def test_ec2_refuses_efa_on_an_ena_only_card_an_efa_only_primary_and_too_many_ca
     assert beyond == ["network card 17, device 0: p6-b300.48xlarge has 17 network card(s)"]
     many = [nic(0, 0, "interface"), *(nic(c, 0, "efa-only") for c in range(1, 17)), nic(1, 1, "efa")]
     assert layout_problems(facts, many) == ["17 EFA interfaces, but p6-b300.48xlarge takes at most 16"]
+
+
+def test_preflight_refuses_a_type_ec2_describes_with_fewer_efa_interfaces_than_the_pods_request() -> None:
+    b300 = get_instance_type("p6-b300.48xlarge")
+    facts = described("p6-b300.48xlarge")
+    assert layout_shortfall(facts, b300, 2) is None and layout_shortfall(facts, b300, 1) is None
+    fewer = dataclasses.replace(facts, maximum_efa_interfaces=8)
+    problem = layout_shortfall(fewer, b300, 2)
+    assert problem is not None and problem.startswith("capacity.instance_type: ")
+    assert "with 8 EFA interface(s) (EfaInfo.MaximumEfaInterfaces 8), but each pod of the plan requests 16" in problem
+    assert layout_shortfall(fewer, b300, 1) is None  # one node uses no EFA
 
 
 def test_the_catalog_fallback_agrees_with_ec2s_description() -> None:

@@ -181,3 +181,28 @@ def layout_problems(facts: NetworkFacts, interfaces: list[dict[str, object]]) ->
             f"{efa} EFA interfaces, but {facts.instance_type} takes at most {facts.maximum_efa_interfaces}"
         )
     return problems
+
+
+def layout_shortfall(facts: NetworkFacts, instance: InstanceType, nodes_per_replica: int) -> str | None:
+    """Why the launch template of a plan across nodes would not give its pods the EFA devices they request,
+    judged before anything is bought from what DescribeInstanceTypes says now (None: it would)."""
+    needs = efa_needs(instance, nodes_per_replica)
+    if not needs.used:
+        return None
+    interfaces = [
+        {"NetworkCardIndex": s.card, "DeviceIndex": s.device, "InterfaceType": s.interface_type}
+        for s in interface_layout(facts, uses_efa=True)
+    ]
+    problems = layout_problems(facts, interfaces)
+    efa = sum(1 for i in interfaces if i["InterfaceType"] in EFA_TYPES)
+    if efa < needs.devices:
+        problems.append(
+            f"EC2 describes {facts.instance_type} with {efa} EFA interface(s) (EfaInfo.MaximumEfaInterfaces "
+            f"{facts.maximum_efa_interfaces}), but each pod of the plan requests {needs.devices} EFA devices"
+        )
+    if not problems:
+        return None
+    return (
+        f"capacity.instance_type: the network interfaces of {facts.instance_type} for a layout across nodes: "
+        f"{'; '.join(problems)}. Choose another instance type or a layout on one node"
+    )
