@@ -17,7 +17,8 @@ from capserve.campaign.announce import about, announce, now, recorded, watch_cap
 from capserve.campaign.context import CampaignContext, need
 from capserve.campaign.runner import StageEnd, StageOutput
 from capserve.core.capacity.result import AcquireResult
-from capserve.core.catalog import MODELS, Thinking
+from capserve.core.catalog import MODELS, Thinking, get_instance_type
+from capserve.core.cluster.efa import layout_shortfall
 from capserve.core.cluster.result import ClusterResult
 from capserve.core.evaluation.result import EvaluationResult
 from capserve.core.events import (
@@ -32,6 +33,7 @@ from capserve.core.locations import default_records_bucket, home_region
 from capserve.core.permissions import cluster_access_problem, permission_problem
 from capserve.core.planner import ServingPlan
 from capserve.core.preflight import check_preflight
+from capserve.core.rollout.efa_image import efa_stack_problem
 from capserve.core.rollout.image import ImageMirrorResult
 from capserve.core.rollout.result import RolloutFailedError, RolloutResult
 from capserve.core.schedule import LeaseSchedule, cluster_lead, stages_no_longer_needed
@@ -47,10 +49,10 @@ from capserve.flows.stage_weights import stage_weights
 from capserve.flows.teardown import teardown
 from capserve.tasks.clock import campaign_now
 from capserve.tasks.cluster.hyperpod import lifecycle_problem
-from capserve.tasks.image_mirror import mirror_image, resolve_image_digest
+from capserve.tasks.image_mirror import image_efa_stack, mirror_image, resolve_image_digest
 from capserve.tasks.permissions import check_permissions
 from capserve.tasks.planning import plan_campaign, publish_plan, resolve_model
-from capserve.tasks.preflight import PreflightInputs, gather_facts
+from capserve.tasks.preflight import PreflightInputs, gather_facts, network_facts
 from capserve.tasks.rollout.prepull import start_image_prepull
 from capserve.tasks.scheduling import schedule_lease_runs
 from capserve.tasks.weights.node_staging import stage_on_nodes
@@ -105,6 +107,16 @@ def preflight(ctx: CampaignContext, plan: ServingPlan) -> None:
         get_run_logger().warning("preflight: AWS permissions not simulated: %s", permissions.skipped)
     facts = facts.model_copy(update={"permission_problem": permission_problem(permissions),
                                      "cluster_access_problem": cluster_access_problem(permissions)})
+    if plan.parallel.nodes_per_replica > 1 and ctx.spec.cluster.kind == "eks":
+        # The launch template's EFA interfaces, from what EC2 says of the type now (docs/aws-network.md §2.1).
+        facts = facts.model_copy(update={"efa_layout_problem": layout_shortfall(
+            network_facts(ctx.spec.capacity.regions[0], plan.instance_type),
+            get_instance_type(plan.instance_type), plan.parallel.nodes_per_replica,
+        )})
+    if plan.parallel.nodes_per_replica > 1:
+        # NCCL across nodes needs aws-ofi-nccl and libfabric in the image: read from its files, before buying.
+        found = image_efa_stack(ctx.spec.serving.image)
+        facts = facts.model_copy(update={"efa_image_problem": efa_stack_problem(ctx.spec.serving.image, found)})
     check_preflight(ctx.spec, plan, facts, bring_up=ctx.settings.bring_up)
     if ctx.spec.serving.image_mirror == "ecr":
         # The tag must exist upstream before a block is bought for it (the copy itself needs the lease's region).

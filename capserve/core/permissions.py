@@ -275,7 +275,7 @@ REGISTRY: tuple[Permission, ...] = (
     *_calls(F.ROLES, S.MANAGED_POLICIES, "iam.attach_role_policy"),
     *_calls(F.EKS, S.ANY, "eks.describe_cluster", "eks.describe_nodegroup", "eks.describe_access_entry",
             "eks.create_access_entry", "eks.associate_access_policy", "eks.list_associated_access_policies",
-            "ec2.describe_launch_templates", "ec2.describe_launch_template_versions"),
+            "ec2.describe_launch_templates", "ec2.describe_launch_template_versions", "ec2.describe_instance_types"),
     *_create(F.EKS, S.TAGGING, "eks.create_cluster"),
     # A node group may join a cluster the campaign did not make (cluster.existing_cluster_name), untagged.
     *_create(F.EKS, S.ANY, "eks.create_nodegroup"),

@@ -16,6 +16,10 @@ gathers a few read-only facts (``capserve.tasks.preflight``) and this module jud
 - the reservation (the offer length asked for, or the existing reservation's remaining window) is long
   enough for bring-up, the weights' staging (S3 → nodes, and Hub → S3 when the window is already open),
   vLLM's startup budget and the evaluation, before the drain point (the time model: docs/timeline.md);
+- a layout across nodes gets the EFA interfaces its pods request, laid out from what ``DescribeInstanceTypes``
+  says of the type now (``capserve.core.cluster.efa.layout_shortfall``, the rule the sandbox's EC2 enforces);
+- a layout across nodes is served from an image whose own files hold the EFA stack (aws-ofi-nccl and libfabric:
+  ``capserve.core.rollout.efa_image``), or NCCL would talk between the nodes over TCP sockets;
 - the caller may make every AWS call the campaign's features need (``capserve.core.permissions``, simulated
   by IAM): every denied action in one problem;
 - vLLM would start with the final command line the rollout renders: parsed by vLLM's own parser and cross-flag
@@ -104,6 +108,12 @@ class PreflightFacts(BaseModel):
     cluster_access_problem: str | None = Field(
         None, max_length=2000, description="The caller has no access entry on the spec's existing EKS cluster."
     )
+    efa_layout_problem: str | None = Field(
+        None, max_length=2000, description="Why the GPU nodes' interfaces would not carry the plan's EFA devices."
+    )
+    efa_image_problem: str | None = Field(
+        None, max_length=2000, description="Why serving.image cannot serve a layout across nodes (docs/serving.md)."
+    )
 
 
 def bucket_name_problems(name: str) -> list[str]:
@@ -182,6 +192,8 @@ def preflight_problems(
         *serve_command_problems(plan, spec),
         *quota_problems(facts.quotas),
         *([facts.cluster_access_problem] if facts.cluster_access_problem else []),
+        *([facts.efa_layout_problem] if facts.efa_layout_problem else []),
+        *([facts.efa_image_problem] if facts.efa_image_problem else []),
     ]
 
 

@@ -277,6 +277,7 @@ def _eks_pool(
             place.network.security_group_id,
             cluster_security_group_id=aws.cluster.cluster_security_group_id,
             hugepages_2mi_pages=place.efa.hugepages_2mi_pages,
+            uses_efa=place.efa.used,
         )
         aws.created += template.created
         aws.gpu_interface_security_groups = template.security_group_ids

@@ -8,8 +8,10 @@ The copy is a registry tool's (``crane``, go-containerregistry): ``crane digest`
 platform's manifest digest, ``crane copy`` copies that manifest and its layers registry to registry "while
 retaining the digest value" (crane's docs), so ECR's digest is the upstream's. Only the
 ``linux/amd64`` image is copied: every GPU instance type of the catalog is x86_64, and a whole multi-arch
-index would double the copy. ``CAPSERVE_REGISTRY_TOOL`` names another binary with crane's ``digest`` and
-``copy`` commands (the sandbox puts its stand-in there).
+index would double the copy. ``CAPSERVE_REGISTRY_TOOL`` names another binary with crane's ``digest``, ``copy``
+and ``export`` commands (the sandbox puts its stand-in there). ``crane export`` writes the image's flattened
+filesystem as a tar: preflight reads its member names for the EFA stack a multi-node layout needs
+(``image_efa_stack``; capserve.core.rollout.efa_image).
 
 ECR credentials reach the tool through a private, temporary ``DOCKER_CONFIG`` holding the 12-hour token of
 ``GetAuthorizationToken`` (ECR user guide, "Private registry authentication"); the token is registered as a
@@ -25,6 +27,7 @@ import os
 import re
 import shlex
 import subprocess
+import tarfile
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,6 +40,7 @@ from prefect.cache_policies import NO_CACHE
 from capserve.core.cluster.naming import campaign_tags, tag_list
 from capserve.core.environ import REGISTRY_TOOL_ENV
 from capserve.core.errors import PermanentError
+from capserve.core.rollout.efa_image import EFA_STACK, efa_stack_found
 from capserve.core.rollout.image import (
     DIGEST,
     ImageMirrorResult,
@@ -161,6 +165,39 @@ def _ecr_login(ecr: Any, registry: str) -> Iterator[dict[str, str]]:
         config.touch(mode=0o600)
         config.write_text(json.dumps({"auths": {registry: {"auth": token}}}))
         yield {**os.environ, "DOCKER_CONFIG": folder}
+
+
+@local_task(name="list-image-efa-stack", cache_policy=NO_CACHE)
+def image_efa_stack(image: str) -> frozenset[str]:
+    """Which parts of the EFA stack ``image``'s own files hold: the names in ``crane export``'s tar of its
+    ``linux/amd64`` filesystem. Reading stops once every part is found; an image that lacks one is read to its end
+    (the whole image crosses this host once, before anything is bought)."""
+    source = parse_image(image)
+    args = ["export", "--platform", PLATFORM, source.at(source.digest) if source.digest else source.tagged, "-"]
+    found: frozenset[str] = frozenset()
+    try:
+        process = subprocess.Popen([*registry_tool(), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except FileNotFoundError as exc:
+        raise PermanentError(
+            f"image files: {registry_tool()[0]!r} is not installed: install crane "
+            f"(github.com/google/go-containerregistry) or name another tool in {REGISTRY_TOOL_ENV}"
+        ) from exc
+    with process:
+        assert process.stdout is not None and process.stderr is not None
+        try:
+            with tarfile.open(fileobj=process.stdout, mode="r|*") as tar:
+                for member in tar:
+                    found |= efa_stack_found([member.name])
+                    if found == set(EFA_STACK):
+                        process.kill()  # the rest of the image is not needed
+                        return found
+        except tarfile.TarError:
+            pass  # judged by the tool's exit below
+        error = process.stderr.read().decode(errors="replace")
+        if process.wait(timeout=_TOOL_TIMEOUT_S) != 0:
+            said = redactor().redact(error.strip())[-1500:]
+            raise PermanentError(f"image files ({args[-2]}) could not be listed: {said}. Check serving.image")
+    return found
 
 
 def _tool(args: list[str], *, what: str, env: dict[str, str] | None = None) -> str:

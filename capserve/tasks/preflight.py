@@ -20,6 +20,7 @@ from botocore.exceptions import ClientError
 from prefect.cache_policies import NO_CACHE
 
 from capserve.core.catalog import get_instance_type
+from capserve.core.cluster.efa import NetworkFacts, described_network_facts
 from capserve.core.errors import CapserveError, RetryableError, SpecError
 from capserve.core.preflight import PreflightFacts, ReservationWindow
 from capserve.core.quotas import (
@@ -75,6 +76,17 @@ def offering_in_region(region: str, instance_type: str) -> str | None:
             return f"the account cannot use {region} ({error_code(exc)}): enable the region or drop it"
         raise convert(exc, f"listing the instance types {region} offers") from exc
     return None if found else f"{plain} is not offered in {region}"
+
+
+@aws_task(name="describe-instance-network", cache_policy=NO_CACHE)
+def network_facts(region: str, instance_type: str) -> NetworkFacts:
+    """What DescribeInstanceTypes says of the type's network cards and EFA interfaces now."""
+    ec2 = client("ec2", region)
+    try:
+        described = ec2.describe_instance_types(InstanceTypes=[instance_type])["InstanceTypes"]
+    except ClientError as exc:
+        raise convert(exc, f"instance type {instance_type} in {region}") from exc
+    return described_network_facts(described[0])
 
 
 def out_dir_problem(out_dir: Path) -> str | None:

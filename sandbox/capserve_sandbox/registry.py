@@ -2,6 +2,7 @@
 
     python -m capserve_sandbox.registry digest --platform linux/amd64 <ref>
     python -m capserve_sandbox.registry copy --platform linux/amd64 <src>@sha256:… <ecr registry>/<repo>:<tag>
+    python -m capserve_sandbox.registry export --platform linux/amd64 <ref> -
 
 The sandbox environment names this in ``CAPSERVE_REGISTRY_TOOL``, so ``capserve.tasks.image_mirror`` runs the
 same commands it runs against crane. The upstream is ``UPSTREAM``: the few images the examples and tests name,
@@ -10,18 +11,22 @@ manifest's bytes (OCI image spec, "Descriptors": the digest is over the content'
 is refused here with crane's words: an unknown tag or digest (``MANIFEST_UNKNOWN``, exit 1), a copy to a
 registry the ``DOCKER_CONFIG`` holds no credentials for (``UNAUTHORIZED``), a copy into a repository ECR
 does not have (``NAME_UNKNOWN``). The copy itself is ECR's ``PutImage`` of the manifest in the sandbox's moto
-(the layers are not moved: the kubelet models the pull from the sizes).
+(the layers are not moved: the kubelet models the pull from the sizes). ``export`` writes, as ``crane export``
+does, the image's flattened filesystem as a tar on stdout: here the stand-in's file list (``FILES``, empty files),
+enough for what capserve and the kubelet read of it (the EFA stack: capserve.core.rollout.efa_image).
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import os
 import re
 import shlex
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +35,25 @@ GB = 10**9
 # Sizes are the sandbox's figures, not measurements: the serving image is "~20 GB" (docs/serving.md §9).
 _IMAGES: dict[str, dict[str, int]] = {
     "docker.io/vllm/vllm-openai": {"kimi-k3": 20 * GB, "latest": 19 * GB, "v0.32.0": 18 * GB, "v0.33.0": 19 * GB},
+    # A derived image as a campaign builds it for layouts across nodes: vLLM's plus the EFA installer's
+    # libfabric and aws-ofi-nccl (docs/serving.md §5.2).
+    "docker.io/capserve/vllm-openai-efa": {"kimi-k3": 21 * GB},
+}
+# What each repository's images hold, as far as anyone reads it. vLLM's Dockerfile (the vllm-openai target)
+# installs NCCL through PyTorch's wheels and neither libfabric nor aws-ofi-nccl.
+_VLLM_FILES = (
+    "usr/local/bin/vllm",
+    "usr/local/lib/python3.12/dist-packages/vllm/__init__.py",
+    "usr/local/lib/python3.12/dist-packages/nvidia/nccl/lib/libnccl.so.2",
+)
+FILES: dict[str, tuple[str, ...]] = {
+    "docker.io/vllm/vllm-openai": _VLLM_FILES,
+    "docker.io/capserve/vllm-openai-efa": (
+        *_VLLM_FILES,
+        "opt/amazon/efa/lib/libfabric.so.1",
+        "opt/amazon/aws-ofi-nccl/lib/libnccl-net-ofi.so",
+        "opt/amazon/aws-ofi-nccl/lib/libnccl-net.so",
+    ),
 }
 _LAYERS = 8  # large images are built in a handful of big layers
 
@@ -82,6 +106,27 @@ def _find(reference: str) -> bytes | None:
     if digest:
         return next((m for m in tags.values() if digest_of(m) == digest), None)
     return tags.get(tag or "latest")
+
+
+def image_files(reference: str) -> tuple[str, ...]:
+    """The files of the image ``reference`` names: upstream by tag or digest, or its ECR copy (same digest); ()
+    for an image the stand-in does not know."""
+    repository, tag, digest = _normalise(reference)
+    for name, tags in upstream().items():
+        if (digest and any(digest_of(m) == digest for m in tags.values())) or (
+            not digest and name == repository and (tag or "latest") in tags
+        ):
+            return FILES.get(name, ())
+    return ()
+
+
+def _export(reference: str) -> int:
+    if _find(reference) is None:
+        return _unknown(reference)
+    with tarfile.open(fileobj=sys.stdout.buffer, mode="w|") as tar:
+        for name in image_files(reference):
+            tar.addfile(tarfile.TarInfo(name), io.BytesIO(b""))
+    return 0
 
 
 def _unknown(reference: str) -> int:
@@ -160,12 +205,18 @@ def main(argv: list[str]) -> int:
     copy.add_argument("--platform", default="linux/amd64")
     copy.add_argument("source")
     copy.add_argument("destination")
+    export = commands.add_parser("export")
+    export.add_argument("--platform", default="linux/amd64")
+    export.add_argument("image")
+    export.add_argument("output", choices=["-"])
     args = parser.parse_args(argv)
     if args.platform != "linux/amd64":
         print(f"Error: no child with platform {args.platform} in the sandbox's images", file=sys.stderr)
         return 1
     if args.command == "copy":
         return _copy(args.source, args.destination)
+    if args.command == "export":
+        return _export(args.image)
     manifest = _find(args.image)
     if manifest is None:
         return _unknown(args.image)

@@ -240,25 +240,26 @@ def test_launch_template_content_and_new_version_for_a_new_reservation(sandbox: 
     campaign = "conv-lt"
     network = converge_network.fn(campaign, REGION, f"{REGION}b", "10.64.0.0/16", poll_s=0)
     first = converge_launch_template.fn(
-        campaign, make_lease(), network.security_group_id, cluster_security_group_id="sg-c"
+        campaign, make_lease(), network.security_group_id, cluster_security_group_id="sg-c", uses_efa=True
     )
     data = boto3.client("ec2").describe_launch_template_versions(LaunchTemplateId=first.id, Versions=["$Latest"])[
         "LaunchTemplateVersions"
     ][0]["LaunchTemplateData"]
     assert data["InstanceMarketOptions"]["MarketType"] == "capacity-block"
-    cards = data["NetworkInterfaces"]
-    assert (cards[0]["NetworkCardIndex"], cards[0]["InterfaceType"]) == (0, "interface")
+    # Laid out from what DescribeInstanceTypes says of p6-b300 (card 0 ENA-only, 16 EFA cards).
+    cards = [(c["NetworkCardIndex"], c["DeviceIndex"], c["InterfaceType"]) for c in data["NetworkInterfaces"]]
+    assert cards == [(0, 0, "interface"), *((card, 0, "efa-only") for card in range(1, 17))]
     assert len(cards) == len(get_instance_type("p6-b300.48xlarge").network_cards)
     # The NVMe RAID0 NodeConfig travels as user data and comes back as sent (so re-runs see no drift).
     assert "strategy: RAID0" in base64.b64decode(data["UserData"]).decode()
 
     same = converge_launch_template.fn(
-        campaign, make_lease(), network.security_group_id, cluster_security_group_id="sg-c"
+        campaign, make_lease(), network.security_group_id, cluster_security_group_id="sg-c", uses_efa=True
     )
     assert (same.version, same.created) == (first.version, ())
     moved = converge_launch_template.fn(
         campaign, make_lease(reservation_id="cr-0fedcba9876543210"), network.security_group_id,
-        cluster_security_group_id="sg-c",
+        cluster_security_group_id="sg-c", uses_efa=True,
     )
     assert moved.id == first.id and int(moved.version) == int(first.version) + 1
 

@@ -10,10 +10,12 @@ from pathlib import Path
 import boto3
 import pytest
 import yaml
+from capserve_sandbox.aws_ext import capacity as capacity_ext
 from capserve_sandbox.environment import SandboxEndpoints, sandbox
 from capserve_sandbox.kube import Fault, FaultKind
 
 from capserve.core.errors import PermanentError
+from capserve.core.preflight import PreflightError
 from capserve.core.rollout.service import leader_selector
 from capserve.core.rollout.start_history import StartHistory, history_uri, shape_key
 from capserve.core.settings import RecordSettings
@@ -164,15 +166,34 @@ def test_the_two_node_example_rolls_out_one_group_of_two_with_each_nodes_experts
     assert report.teardown is not None and report.teardown.remaining == ()
 
 
+def test_the_two_node_example_from_an_image_without_the_efa_stack_is_refused_before_anything_is_bought(
+    tmp_path: Path, far_ends: SandboxEndpoints
+) -> None:
+    spec = example("kimi-k3-2node-sandbox.yaml", tmp_path)
+    spec = spec.model_copy(update={"serving": spec.serving.model_copy(update={"image": "vllm/vllm-openai:kimi-k3"})})
+
+    with pytest.raises(PreflightError) as caught:
+        campaign(spec, out_dir=tmp_path / "out", hub_endpoint=far_ends.hub, teardown_when_done=True)
+
+    [problem] = caught.value.problems
+    assert problem.startswith("serving.image: vllm/vllm-openai:kimi-k3 lacks aws-ofi-nccl (libnccl-net*.so) and "
+                              "libfabric (libfabric.so)")
+    assert capacity_ext.calls() == []  # nothing asked of the capacity APIs, nothing bought
+
+
 def test_a_two_node_server_whose_nccl_falls_back_to_sockets_fails_before_the_evaluation(
     tmp_path: Path, far_ends: SandboxEndpoints
 ) -> None:
-    # The image has no aws-ofi-nccl plugin: NCCL talks between the two nodes over TCP sockets.
+    # The image has no aws-ofi-nccl plugin: NCCL talks between the two nodes over TCP sockets. NCCL says so at
+    # communicator init; the server would listen only an hour later (its load and compile).
     far_ends.kube_server.inject(Fault(FaultKind.NO_EFA_PLUGIN, pod="vllm-*", container="vllm"))
+    far_ends.kube_server.inject(Fault(FaultKind.SLOW_START, pod="vllm-*", container="vllm", seconds=3600))
     spec = example("kimi-k3-2node-sandbox.yaml", tmp_path)
 
-    with pytest.raises(PermanentError, match="transport: pod vllm-blue-0 container vllm: NCCL uses network Socket"):
+    socket = "transport: pod vllm-blue-0 container vllm: NCCL uses network Socket"
+    with pytest.raises(PermanentError, match=socket) as failed:
         campaign(spec, out_dir=tmp_path / "out", hub_endpoint=far_ends.hub)
+    assert "min into the start, before the server was ready" in str(failed.value)
 
     written = json.loads((tmp_path / "out" / "report.json").read_text())
     status = {s["name"]: s for s in written["stages"]}

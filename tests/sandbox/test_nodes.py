@@ -224,8 +224,12 @@ def nodegroup(cluster_name: str, name: str, subnet: str, **extra: Any) -> dict[s
     return group
 
 
-def template(name: str, user_data: str | None, root_gib: int | None = None) -> str:
+def template(
+    name: str, user_data: str | None, root_gib: int | None = None, interfaces: list[dict[str, Any]] | None = None
+) -> str:
     data: dict[str, Any] = {"InstanceType": "p6-b300.48xlarge"}
+    if interfaces:
+        data["NetworkInterfaces"] = interfaces
     if user_data:
         data["UserData"] = user_data
     if root_gib:
@@ -280,6 +284,21 @@ def test_user_data_nodeadm_rejects_fails_the_node_group(eks_kube: FakeKube) -> N
     [issue] = group["health"]["issues"]
     assert issue["code"] == "NodeCreationFailure" and "RAID5" in issue["message"]
     assert eks_kube.objects("nodes") == []
+
+
+def test_a_template_with_efa_on_p6_b300s_ena_only_card_0_launches_nothing(eks_kube: FakeKube) -> None:
+    subnet = cluster("efa")
+    efa_card0 = [{"NetworkCardIndex": 0, "DeviceIndex": 0, "InterfaceType": "efa"}]
+    group = nodegroup("efa", "gpu", subnet, launchTemplate={"id": template("efa0", None, interfaces=efa_card0)})
+    assert group["status"] == "CREATE_FAILED"
+    [issue] = group["health"]["issues"]
+    assert issue["code"] == "AsgInstanceLaunchFailures" and "card 0 takes interface, not efa" in issue["message"]
+    assert eks_kube.objects("nodes") == []
+    # The documented layout (ENA on card 0, efa-only at device 0 on cards 1-16) launches.
+    good = [{"NetworkCardIndex": 0, "DeviceIndex": 0, "InterfaceType": "interface"},
+            *({"NetworkCardIndex": c, "DeviceIndex": 0, "InterfaceType": "efa-only"} for c in range(1, 17))]
+    assert nodegroup("efa", "ok", subnet, launchTemplate={"id": template("efa-ok", None, interfaces=good)})[
+        "status"] == "ACTIVE"
 
 
 def test_ec2s_end_of_block_termination_takes_only_that_instance_types_nodes(kube: FakeKube) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import email
 from datetime import UTC, datetime, timedelta
 
@@ -14,7 +15,16 @@ from botocore.stub import Stubber
 from capserve.core.catalog import get_instance_type
 from capserve.core.cluster import eks, hyperpod, iam, network, nvme
 from capserve.core.cluster.deadline import bring_up_budget
-from capserve.core.cluster.efa import NO_EFA, efa_needs
+from capserve.core.cluster.efa import (
+    NO_EFA,
+    NetworkFacts,
+    catalog_network_facts,
+    described_network_facts,
+    efa_needs,
+    interface_layout,
+    layout_problems,
+    layout_shortfall,
+)
 from capserve.core.cluster.naming import ClusterNames
 from capserve.core.cluster.result import ClusterResult
 from capserve.core.cluster.settings import BringUpSettings
@@ -45,20 +55,89 @@ def spec(min_serving: int = 120, kind: str = "eks") -> object:
     })
 
 
-def test_p6_b300_card0_is_ena_only_and_efa_on_cards_1_to_16() -> None:
-    layout = eks.network_interfaces(get_instance_type("p6-b300.48xlarge"), "sg-1", cluster_security_group_id="sg-c")
-    assert len(layout) == 17
-    assert layout[0] == {"NetworkCardIndex": 0, "DeviceIndex": 0, "InterfaceType": "interface",
-                         "Groups": ["sg-1", "sg-c"], "DeleteOnTermination": True}
-    assert [i["NetworkCardIndex"] for i in layout[1:]] == list(range(1, 17))
-    assert {(i["InterfaceType"], i["DeviceIndex"]) for i in layout[1:]} == {("efa", 1)}
-    assert all("SubnetId" not in i for i in layout)  # the node group supplies subnets
+def described(instance_type: str) -> NetworkFacts:
+    """What DescribeInstanceTypes answers for the type (moto's snapshot of EC2's answer)."""
+    ec2 = boto3.client("ec2", region_name="us-east-2", aws_access_key_id="x", aws_secret_access_key="x")
+    answer = {"InstanceTypes": [_moto_instance_type(instance_type)]}
+    with Stubber(ec2) as stub:
+        stub.add_response("describe_instance_types", answer, {"InstanceTypes": [instance_type]})
+        found = ec2.describe_instance_types(InstanceTypes=[instance_type])["InstanceTypes"][0]
+    return described_network_facts(found)
+
+
+def _moto_instance_type(name: str) -> dict[str, object]:
+    from moto.ec2.models.instance_types import INSTANCE_TYPES
+
+    entry: dict[str, object] = INSTANCE_TYPES[name]
+    return entry
+
+
+def layout(instance_type: str, *, uses_efa: bool) -> list[dict[str, object]]:
+    return eks.network_interfaces(described(instance_type), "sg-1", cluster_security_group_id="sg-c",
+                                  uses_efa=uses_efa)
+
+
+def test_p6_b300_across_nodes_is_ena_on_card0_and_efa_only_at_device_0_on_cards_1_to_16() -> None:
+    interfaces = layout("p6-b300.48xlarge", uses_efa=True)
+    assert interfaces[0] == {"NetworkCardIndex": 0, "DeviceIndex": 0, "InterfaceType": "interface",
+                             "Groups": ["sg-1", "sg-c"], "DeleteOnTermination": True}
+    assert [i["NetworkCardIndex"] for i in interfaces[1:]] == list(range(1, 17))
+    assert {(i["InterfaceType"], i["DeviceIndex"]) for i in interfaces[1:]} == {("efa-only", 0)}
+    assert all("SubnetId" not in i for i in interfaces)  # the node group supplies subnets
+    assert layout_problems(described("p6-b300.48xlarge"), interfaces) == []
+
+
+def test_a_one_node_layout_attaches_only_the_card_0_ena_interface() -> None:
+    for instance_type in ("p6-b300.48xlarge", "p5.48xlarge"):
+        assert [(i["NetworkCardIndex"], i["DeviceIndex"], i["InterfaceType"])
+                for i in layout(instance_type, uses_efa=False)] == [(0, 0, "interface")]
+
+
+def test_p5_card_0_takes_its_efa_only_interface_at_device_1() -> None:
+    interfaces = layout("p5.48xlarge", uses_efa=True)
+    places = [(i["NetworkCardIndex"], i["DeviceIndex"], i["InterfaceType"]) for i in interfaces]
+    assert places[:3] == [(0, 0, "interface"), (0, 1, "efa-only"), (1, 0, "efa-only")]
+    assert len(places) == 33 and sum(kind == "efa-only" for _, _, kind in places) == 32
+    assert layout_problems(described("p5.48xlarge"), interfaces) == []
+
+
+def test_ec2_refuses_efa_on_an_ena_only_card_an_efa_only_primary_and_too_many_cards_or_efas() -> None:
+    facts = described("p6-b300.48xlarge")
+
+    def nic(card: int, device: int, kind: str) -> dict[str, object]:
+        return {"NetworkCardIndex": card, "DeviceIndex": device, "InterfaceType": kind}
+
+    assert layout_problems(facts, [nic(0, 0, "efa")]) == [
+        "network card 0, device 0: p6-b300.48xlarge's card 0 takes interface, not efa"
+    ]
+    assert "cannot be the primary network interface" in layout_problems(facts, [nic(0, 0, "efa-only")])[-1]
+    beyond = layout_problems(facts, [nic(0, 0, "interface"), nic(17, 0, "efa-only")])
+    assert beyond == ["network card 17, device 0: p6-b300.48xlarge has 17 network card(s)"]
+    many = [nic(0, 0, "interface"), *(nic(c, 0, "efa-only") for c in range(1, 17)), nic(1, 1, "efa")]
+    assert layout_problems(facts, many) == ["17 EFA interfaces, but p6-b300.48xlarge takes at most 16"]
+
+
+def test_preflight_refuses_a_type_ec2_describes_with_fewer_efa_interfaces_than_the_pods_request() -> None:
+    b300 = get_instance_type("p6-b300.48xlarge")
+    facts = described("p6-b300.48xlarge")
+    assert layout_shortfall(facts, b300, 2) is None and layout_shortfall(facts, b300, 1) is None
+    fewer = dataclasses.replace(facts, maximum_efa_interfaces=8)
+    problem = layout_shortfall(fewer, b300, 2)
+    assert problem is not None and problem.startswith("capacity.instance_type: ")
+    assert "with 8 EFA interface(s) (EfaInfo.MaximumEfaInterfaces 8), but each pod of the plan requests 16" in problem
+    assert layout_shortfall(fewer, b300, 1) is None  # one node uses no EFA
+
+
+def test_the_catalog_fallback_agrees_with_ec2s_description() -> None:
+    for instance_type in ("p6-b300.48xlarge", "p6-b200.48xlarge", "p5.48xlarge", "p5en.48xlarge"):
+        facts = catalog_network_facts(get_instance_type(instance_type))
+        assert interface_layout(facts, uses_efa=True) == interface_layout(described(instance_type), uses_efa=True)
 
 
 def test_every_gpu_interface_carries_the_cluster_security_group() -> None:
     # EKS adds no cluster group to a template that names groups; CoreDNS on the system nodes admits only it.
-    layout = eks.network_interfaces(get_instance_type("p5.48xlarge"), "sg-1", cluster_security_group_id="sg-c")
-    assert {tuple(i["Groups"]) for i in layout} == {("sg-1", "sg-c")}
+    interfaces = layout("p5.48xlarge", uses_efa=True)
+    assert {tuple(i["Groups"]) for i in interfaces} == {("sg-1", "sg-c")}
 
 
 def test_drift_sees_a_version_without_the_cluster_group_and_not_a_reordering() -> None:
@@ -69,11 +148,6 @@ def test_drift_sees_a_version_without_the_cluster_group_and_not_a_reordering() -
     assert eks.launch_template_drift(old, wanted) == ["NetworkInterfaces"]
     echoed = {**wanted, "NetworkInterfaces": [{**i, "Groups": ["sg-c", "sg-1"]} for i in wanted["NetworkInterfaces"]]}
     assert eks.launch_template_drift(echoed, wanted) == []
-
-
-def test_p5_primary_interface_is_efa() -> None:
-    layout = eks.network_interfaces(get_instance_type("p5.48xlarge"), "sg-1", cluster_security_group_id="sg-c")
-    assert len(layout) == 32 and layout[0]["InterfaceType"] == "efa" and layout[0]["DeviceIndex"] == 0
 
 
 def test_launch_template_targets_the_capacity_block() -> None:

@@ -13,6 +13,7 @@ from capserve.core.rollout.diagnosis import (
     failed_containers,
     timeout_diagnosis,
     transport_diagnosis,
+    transport_settled,
 )
 from capserve.core.rollout.result import server_from_log
 
@@ -168,6 +169,13 @@ def test_nccl_on_sockets_fails_the_rollout_with_what_to_fix() -> None:
     found = transport_diagnosis(SOCKET_LOG, pod="vllm-blue-0")
     assert found is not None and found.trouble is Trouble.TRANSPORT and found.fatal
     assert "NCCL uses network Socket, not EFA" in found.describe() and "aws-ofi-nccl" in found.describe()
+
+
+def test_the_transport_is_judged_once_nccl_names_its_network_not_before() -> None:
+    connected = "INFO [core_client.py] All 1 remote engine node(s) connected\n"
+    assert not transport_settled(connected)
+    assert not transport_settled(connected + SOCKET_LOG.splitlines()[0])  # the socket transport's own line only
+    assert transport_settled(connected + SOCKET_LOG) and transport_settled(EFA_LOG)
 
 
 def test_another_libfabric_provider_or_no_nccl_line_is_not_efa_either() -> None:

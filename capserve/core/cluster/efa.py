@@ -63,3 +63,146 @@ def efa_needs(
         hugepages_2mi_pages=EFA_HUGEPAGES_2MI_PAGES,
         hugepages_mib=hugepages_mib,
     )
+
+
+# --- The interface layout, from EC2's own description of the instance type ---------------------------------------
+#
+# EC2 user guide, "Maximize network bandwidth on Amazon EC2 instances with multiple network cards"
+# (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html): the primary interface (card 0,
+# device 0) is an ENA interface ("You can't use an EFA-only network interface as the primary network
+# interface"); when card 0 supports EFA, an EFA-only interface at card 0, device 1; on every other card, an
+# EFA-only interface at device 0. Which card takes which type is ``NetworkInfo.NetworkCards[].InterfaceTypes``
+# of DescribeInstanceTypes (p6-b300: card 0 lists only ``interface``), and ``NetworkInfo.EfaInfo
+# .MaximumEfaInterfaces`` caps the EFA interfaces (EC2 API reference, NetworkCardInfo, EfaInfo).
+
+ENA = "interface"
+EFA_ONLY = "efa-only"
+EFA_TYPES = frozenset({"efa", EFA_ONLY})
+
+
+@dataclass(frozen=True)
+class NetworkFacts:
+    """What DescribeInstanceTypes says about an instance type's network cards (or the catalog, as a fallback)."""
+
+    instance_type: str
+    maximum_network_cards: int
+    maximum_efa_interfaces: int
+    card_types: tuple[tuple[int, frozenset[str]], ...]  # (NetworkCardIndex, InterfaceTypes) in index order
+
+    def types_on(self, card: int) -> frozenset[str]:
+        return next((types for index, types in self.card_types if index == card), frozenset())
+
+
+@dataclass(frozen=True)
+class InterfaceSlot:
+    """One interface of the launch template: where it sits and what it is."""
+
+    card: int
+    device: int
+    interface_type: str
+
+
+def described_network_facts(described: dict[str, object]) -> NetworkFacts:
+    """The facts from one ``InstanceTypes[]`` entry of DescribeInstanceTypes."""
+    network = described.get("NetworkInfo")
+    if not isinstance(network, dict):
+        raise ValueError(f"DescribeInstanceTypes gave no NetworkInfo for {described.get('InstanceType')}")
+    cards = network.get("NetworkCards") or []
+    efa = network.get("EfaInfo") or {}
+    card_types = tuple(
+        sorted((int(card["NetworkCardIndex"]), frozenset(card.get("InterfaceTypes") or [ENA])) for card in cards)
+    )
+    return NetworkFacts(
+        instance_type=str(described.get("InstanceType")),
+        maximum_network_cards=int(network.get("MaximumNetworkCards") or len(card_types) or 1),
+        maximum_efa_interfaces=int(efa.get("MaximumEfaInterfaces") or 0) if network.get("EfaSupported") else 0,
+        card_types=card_types,
+    )
+
+
+def catalog_network_facts(instance: InstanceType) -> NetworkFacts:
+    """The same facts from the catalog (what the plan uses before any AWS call)."""
+    return NetworkFacts(
+        instance_type=instance.name,
+        maximum_network_cards=len(instance.network_cards),
+        maximum_efa_interfaces=len(instance.efa_card_indices),
+        card_types=tuple(
+            (card.index, frozenset({ENA, "efa", EFA_ONLY}) if card.efa else frozenset({ENA}))
+            for card in instance.network_cards
+        ),
+    )
+
+
+def interface_layout(facts: NetworkFacts, *, uses_efa: bool) -> tuple[InterfaceSlot, ...]:
+    """The layout the EC2 user guide recommends; only the card-0 ENA interface when the layout uses no EFA."""
+    slots = [InterfaceSlot(card=0, device=0, interface_type=ENA)]
+    if not uses_efa:
+        return tuple(slots)
+    for card, types in facts.card_types:
+        if len(slots) - 1 >= facts.maximum_efa_interfaces or card >= facts.maximum_network_cards:
+            break
+        if EFA_ONLY in types:
+            slots.append(InterfaceSlot(card=card, device=1 if card == 0 else 0, interface_type=EFA_ONLY))
+    return tuple(slots)
+
+
+def layout_problems(facts: NetworkFacts, interfaces: list[dict[str, object]]) -> list[str]:
+    """Why EC2 refuses to launch ``interfaces`` (a launch template's ``NetworkInterfaces``) on this type.
+
+    The rules (sources above, and the EC2 API reference's InstanceNetworkInterfaceSpecification): a primary
+    interface at card 0, device 0, which is not EFA-only; each card below ``MaximumNetworkCards``; each type one
+    the card lists in ``InterfaceTypes`` (p6-b300's card 0 takes no EFA: aws-parallelcluster issue 7143); at most
+    ``MaximumEfaInterfaces`` EFA interfaces; one interface per (card, device).
+    """
+    problems: list[str] = []
+    seen: set[tuple[int, int]] = set()
+    efa = 0
+    for interface in interfaces:
+        card, device = int(str(interface.get("NetworkCardIndex") or 0)), int(str(interface.get("DeviceIndex") or 0))
+        kind = str(interface.get("InterfaceType") or ENA)
+        where = f"network card {card}, device {device}"
+        if (card, device) in seen:
+            problems.append(f"{where}: two interfaces at the same place")
+        seen.add((card, device))
+        if card >= facts.maximum_network_cards:
+            problems.append(f"{where}: {facts.instance_type} has {facts.maximum_network_cards} network card(s)")
+        elif kind not in facts.types_on(card):
+            problems.append(
+                f"{where}: {facts.instance_type}'s card {card} takes {', '.join(sorted(facts.types_on(card)))}, "
+                f"not {kind}"
+            )
+        if (card, device) == (0, 0) and kind == EFA_ONLY:
+            problems.append(f"{where}: an EFA-only interface cannot be the primary network interface")
+        efa += kind in EFA_TYPES
+    if (0, 0) not in seen:
+        problems.append("no primary network interface (network card 0, device 0)")
+    if efa > facts.maximum_efa_interfaces:
+        problems.append(
+            f"{efa} EFA interfaces, but {facts.instance_type} takes at most {facts.maximum_efa_interfaces}"
+        )
+    return problems
+
+
+def layout_shortfall(facts: NetworkFacts, instance: InstanceType, nodes_per_replica: int) -> str | None:
+    """Why the launch template of a plan across nodes would not give its pods the EFA devices they request,
+    judged before anything is bought from what DescribeInstanceTypes says now (None: it would)."""
+    needs = efa_needs(instance, nodes_per_replica)
+    if not needs.used:
+        return None
+    interfaces = [
+        {"NetworkCardIndex": s.card, "DeviceIndex": s.device, "InterfaceType": s.interface_type}
+        for s in interface_layout(facts, uses_efa=True)
+    ]
+    problems = layout_problems(facts, interfaces)
+    efa = sum(1 for i in interfaces if i["InterfaceType"] in EFA_TYPES)
+    if efa < needs.devices:
+        problems.append(
+            f"EC2 describes {facts.instance_type} with {efa} EFA interface(s) (EfaInfo.MaximumEfaInterfaces "
+            f"{facts.maximum_efa_interfaces}), but each pod of the plan requests {needs.devices} EFA devices"
+        )
+    if not problems:
+        return None
+    return (
+        f"capacity.instance_type: the network interfaces of {facts.instance_type} for a layout across nodes: "
+        f"{'; '.join(problems)}. Choose another instance type or a layout on one node"
+    )

@@ -4,7 +4,8 @@ Sources: EKS user guide "Create a managed node group with Capacity Blocks for ML
 ``InstanceMarketOptions.MarketType=capacity-block`` and the reservation as ``CapacityReservationTarget``,
 node group ``capacityType=CAPACITY_BLOCK``, no ``instanceTypes`` on the node group: the template names
 the type); EKS user guide "Run machine learning training on Amazon EKS with Elastic Fabric Adapter"
-(EFA interfaces declared in the launch template, no subnet in them: the node group supplies subnets);
+(EFA interfaces declared in the launch template, no subnet in them: the node group supplies subnets; their
+layout is ``capserve.core.cluster.efa.interface_layout``);
 EKS API reference ``CreateNodegroup`` (``instanceTypes``, ``amiType``, ``capacityType``, ``labels``,
 ``taints``) for the system node group.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from capserve.core.catalog import InstanceType
+from capserve.core.cluster.efa import NetworkFacts, catalog_network_facts, interface_layout
 from capserve.core.cluster.naming import GPU_POOL, POOL_LABEL, SYSTEM_POOL, ClusterNames, campaign_tags, tag_list
 from capserve.core.cluster.nvme import gpu_user_data_base64
 from capserve.core.lease import Lease
@@ -72,32 +74,21 @@ def node_security_groups(security_group_id: str, cluster_security_group_id: str)
 
 
 def network_interfaces(
-    instance: InstanceType, security_group_id: str, *, cluster_security_group_id: str
+    facts: NetworkFacts, security_group_id: str, *, cluster_security_group_id: str, uses_efa: bool
 ) -> list[dict[str, Any]]:
-    """One interface per network card, laid out from the catalog, each in the campaign and cluster groups.
-
-    The primary interface (device 0) sits on card 0. It is EFA when card 0 supports EFA (p5), plain
-    ENA otherwise: on p6-b300 card 0 is ENA-only and asking for EFA there fails the launch
-    (aws-parallelcluster #7143). Every other EFA-capable card gets an EFA interface at device index 1,
-    as the EC2 user guide's "Maximize network bandwidth on accelerated instances" layouts do.
-    """
-    efa_cards = set(instance.efa_card_indices)
+    """The interfaces of ``efa.interface_layout`` (EC2 user guide's layout from DescribeInstanceTypes' facts), each
+    in the campaign and cluster groups; no subnet in them (the node group supplies it)."""
     groups = node_security_groups(security_group_id, cluster_security_group_id)
-    interfaces: list[dict[str, Any]] = []
-    for card in instance.network_cards:
-        primary = card.index == 0
-        if not primary and card.index not in efa_cards:
-            continue  # an ENA-only secondary card adds nothing for GPU traffic
-        interfaces.append(
-            {
-                "NetworkCardIndex": card.index,
-                "DeviceIndex": 0 if primary else 1,
-                "InterfaceType": "efa" if card.index in efa_cards else "interface",
-                "Groups": list(groups),
-                "DeleteOnTermination": True,
-            }
-        )
-    return interfaces
+    return [
+        {
+            "NetworkCardIndex": slot.card,
+            "DeviceIndex": slot.device,
+            "InterfaceType": slot.interface_type,
+            "Groups": list(groups),
+            "DeleteOnTermination": True,
+        }
+        for slot in interface_layout(facts, uses_efa=uses_efa)
+    ]
 
 
 def capacity_block_market(lease: Lease) -> dict[str, Any]:
@@ -125,18 +116,22 @@ def launch_template_data(
     *,
     cluster_security_group_id: str,
     hugepages_2mi_pages: int = 0,
+    uses_efa: bool = False,
+    facts: NetworkFacts | None = None,
 ) -> dict[str, Any]:
     """The template's content; compared field by field on re-runs (a new reservation means a new version).
 
     ``hugepages_2mi_pages``: 2 MiB huge pages the nodes allocate at boot (multi-node EFA layouts,
-    ``capserve.core.cluster.efa``); 0 for none.
+    ``capserve.core.cluster.efa``); 0 for none. ``uses_efa``: the layout spans nodes, so every EFA card gets an
+    interface; otherwise only the card-0 ENA one. ``facts``: DescribeInstanceTypes' (the catalog's when None).
     """
     instance_tags = campaign_tags(names.campaign_id, "gpu-node", names.nodegroup)
     return {
         "InstanceType": instance.name,
         **capacity_block_market(lease),
         "NetworkInterfaces": network_interfaces(
-            instance, security_group_id, cluster_security_group_id=cluster_security_group_id
+            facts or catalog_network_facts(instance), security_group_id,
+            cluster_security_group_id=cluster_security_group_id, uses_efa=uses_efa,
         ),
         # nodeadm assembles the instance-store NVMe into one RAID0 array at /mnt/k8s-disks/0, where
         # the weights and compile caches live (docs/serving.md §5.3; capserve.core.cluster.nvme); and, for
@@ -159,6 +154,8 @@ def launch_template_request(
     *,
     cluster_security_group_id: str,
     hugepages_2mi_pages: int = 0,
+    uses_efa: bool = False,
+    facts: NetworkFacts | None = None,
 ) -> dict[str, Any]:
     tags = campaign_tags(names.campaign_id, "launch-template", names.launch_template)
     return {
@@ -166,7 +163,7 @@ def launch_template_request(
         "VersionDescription": f"reservation {lease.reservation_id}",
         "LaunchTemplateData": launch_template_data(
             names, lease, instance, security_group_id, cluster_security_group_id=cluster_security_group_id,
-            hugepages_2mi_pages=hugepages_2mi_pages,
+            hugepages_2mi_pages=hugepages_2mi_pages, uses_efa=uses_efa, facts=facts,
         ),
         "TagSpecifications": [{"ResourceType": "launch-template", "Tags": tag_list(tags)}],
     }

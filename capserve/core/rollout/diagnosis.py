@@ -26,9 +26,11 @@ Kubernetes reports in each case is in docs/serving.md §7.1:
 - **startup-probe**: the kubelet killed the container because its startup probe ran out
   (``Killing``: "failed startup probe"): the startup budget is spent, fatal.
 - **config**: ``CreateContainerConfigError`` (e.g. the API-key Secret is missing): fatal after the grace.
-- **transport** (multi-node layouts, once ready): the leader's log (``NCCL_DEBUG=INFO``) does not show
-  NCCL on the aws-ofi-nccl plugin with libfabric's ``efa`` provider (``transport_diagnosis``): fatal,
-  before the evaluation, since a server on TCP sockets across nodes is far slower than the plan assumed.
+- **transport** (multi-node layouts): the leader's log (``NCCL_DEBUG=INFO``) does not show NCCL on the
+  aws-ofi-nccl plugin with libfabric's ``efa`` provider (``transport_diagnosis``): fatal, since a server on TCP
+  sockets across nodes is far slower than the plan assumed. Judged as soon as NCCL names its network at
+  communicator init (``transport_settled``), minutes into a start that then loads and compiles for an hour or
+  more; once more when the server is ready, should the log never have said it.
 
 The wait's own deadline (the startup budget plus the allowance for pulling and scheduling) ends
 anything else as **timeout**, with the last state of each pod.
@@ -89,6 +91,11 @@ _FIX = {
 _NCCL_NETWORK = re.compile(r"NCCL INFO Using network (.+?)\s*$", re.MULTILINE)
 _OFI_PROVIDER = re.compile(r"NCCL INFO NET/OFI Selected [Pp]rovider is ([A-Za-z0-9_;-]+)")
 _OFI_NETWORKS = ("Libfabric", "AWS Libfabric", "OFI")
+
+
+def transport_settled(log: str) -> bool:
+    """NCCL has named the network it uses (its communicator is set up): the transport can be judged now."""
+    return _NCCL_NETWORK.search(log) is not None
 
 
 def transport_diagnosis(log: str, *, pod: str, container: str = "vllm") -> Diagnosis | None:

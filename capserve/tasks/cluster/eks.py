@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from capserve.core.catalog import get_instance_type
 from capserve.core.cluster import access
 from capserve.core.cluster import eks as build
+from capserve.core.cluster.efa import described_network_facts
 from capserve.core.cluster.naming import ClusterNames, partition_for
 from capserve.core.cluster.result import SystemPool
 from capserve.core.errors import PermanentError
@@ -143,13 +144,15 @@ def converge_launch_template(
     *,
     cluster_security_group_id: str | None,
     hugepages_2mi_pages: int = 0,
+    uses_efa: bool = False,
 ) -> LaunchTemplateRef:
     """The capacity-block template; a new version only when its content (the reservation, the groups) changed.
 
     ``cluster_security_group_id`` is the cluster's (``EksCluster.cluster_security_group_id``): without it
     GPU pods cannot reach CoreDNS on the system nodes, so a cluster that reports none is refused here,
     before any GPU node launches. ``hugepages_2mi_pages``: what the nodes' boot configuration pre-allocates
-    (multi-node EFA layouts).
+    (multi-node EFA layouts). ``uses_efa``: the layout spans nodes; its interfaces are laid out from what
+    DescribeInstanceTypes says of the type's network cards now, not from the catalog (docs/aws-network.md).
     """
     names = ClusterNames(campaign_id=campaign_id)
     if not cluster_security_group_id:
@@ -159,13 +162,15 @@ def converge_launch_template(
             "in the EKS console"
         )
     instance = get_instance_type(lease.instance_type)
-    request = build.launch_template_request(
-        names, lease, instance, security_group_id, cluster_security_group_id=cluster_security_group_id,
-        hugepages_2mi_pages=hugepages_2mi_pages,
-    )
-    groups = tuple(build.interface_security_groups(request["LaunchTemplateData"]))
     ec2 = aws.client("ec2", lease.region)
     try:
+        described = ec2.describe_instance_types(InstanceTypes=[lease.instance_type])["InstanceTypes"]
+        request = build.launch_template_request(
+            names, lease, instance, security_group_id, cluster_security_group_id=cluster_security_group_id,
+            hugepages_2mi_pages=hugepages_2mi_pages, uses_efa=uses_efa,
+            facts=described_network_facts(described[0]),
+        )
+        groups = tuple(build.interface_security_groups(request["LaunchTemplateData"]))
         try:
             found = ec2.describe_launch_templates(LaunchTemplateNames=[names.launch_template])["LaunchTemplates"][0]
         except ClientError as exc:

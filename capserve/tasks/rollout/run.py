@@ -220,6 +220,7 @@ class RolloutRun:
             wait=self.inputs.wait,
             kube=self.inputs.kube,
             expected_s=rendered.expected_start_s,
+            across_nodes=bool(rendered.worker_args),
         )
         outcome.ready_after_s, outcome.api_calls = round(ready.ready_after_s, 3), ready.api_calls
         outcome.pods = ready.pods

@@ -35,6 +35,8 @@ from capserve.core.rollout.diagnosis import (
     failed_containers,
     needs_grace,
     timeout_diagnosis,
+    transport_diagnosis,
+    transport_settled,
 )
 from capserve.core.rollout.image import ImagePull, pull_status, slowest_pull
 from capserve.core.rollout.names import ROLE_LABEL, ROLLOUT_LABEL
@@ -199,16 +201,20 @@ def wait_rollout_ready(
     wait: RolloutWaitSettings,
     kube: KubeSettings,
     expected_s: float | None = None,
+    across_nodes: bool = False,
 ) -> ReadyWait:
     """Watch ``workload``'s pods until all ``expected_pods`` are Ready; raise ``RolloutFailedError`` otherwise.
 
     Every ``REPORT_EVERY_S`` the watch is re-opened to tell a person how far the start got (``_StartProgress``):
-    the image pull, then vLLM's phase against ``expected_s``, the time model's start."""
+    the image pull, then vLLM's phase against ``expected_s``, the time model's start. ``across_nodes``: one copy
+    spans several nodes, so the leader's log is also read then until NCCL names its network, and a network that
+    is not EFA ends the wait at once (``_TransportWatch``), not after the load and compile."""
     start = time.monotonic()
     began = campaign_now()
     deadline = start + budget_s + wait.pull_and_schedule_allowance_s
     judge = _Judge(api, namespace, expected_pods, wait, kube)
     told = _StartProgress(api, namespace, f"{workload}-0", expected_s, kube)
+    transport = _TransportWatch(api, namespace, f"{workload}-0", kube) if across_nodes else None
     dyn = dynamic_client(api)
     pods = _resource(dyn, "v1", "Pod")
     with counting_requests(api) as calls:
@@ -230,6 +236,8 @@ def wait_rollout_ready(
             if judge.ready:
                 return ReadyWait((campaign_now() - began).total_seconds(), calls[0], judge.pods)
             fatal = [d for d in judge.found if d.fatal]
+            if not fatal and transport is not None:
+                fatal = transport(judge.pods)
             if fatal:
                 raise RolloutFailedError(_with_log(api, namespace, fatal[0], wait))
             if time.monotonic() >= deadline:
@@ -271,6 +279,41 @@ class _StartProgress:
 
 
 _LOG_LINES = 2000  # enough of a start's log to hold its last milestone line
+
+
+class _TransportWatch:
+    """Reads the head of the leader's log until NCCL names its network, then judges it once (fatal unless EFA).
+
+    NCCL sets up its communicators when vLLM initialises its distributed state, before the weights load
+    (docs/serving.md §5.2): its "Using network" line is in the first part of the log, so only that part is read
+    (``PodLogOptions.limitBytes``), not the growing whole."""
+
+    HEAD_BYTES = 4 * 2**20  # vLLM's banner, arguments and config come first: well under this [inf]
+
+    def __init__(self, api: k8s.ApiClient, namespace: str, leader: str, kube: KubeSettings) -> None:
+        self.api, self.namespace, self.leader, self.kube = api, namespace, leader, kube
+        self.judged = False
+
+    def __call__(self, pods: list[dict[str, Any]]) -> list[Diagnosis]:
+        started = _vllm_started_at(next((p for p in pods if p["metadata"]["name"] == self.leader), None))
+        if self.judged or started is None:
+            return []
+        try:
+            log: str = k8s.CoreV1Api(self.api).read_namespaced_pod_log(
+                self.leader, self.namespace, container="vllm", limit_bytes=self.HEAD_BYTES,
+                _request_timeout=self.kube.request_timeout_s,
+            )
+        except (k8s.ApiException, urllib3.exceptions.HTTPError, ConnectionError):
+            return []  # read again at the next look
+        if not transport_settled(log):
+            return []
+        self.judged = True
+        found = transport_diagnosis(log, pod=self.leader)
+        if found is None:
+            return []
+        minutes = (campaign_now() - started).total_seconds() / 60
+        when = f" (seen at NCCL's communicator init, {minutes:.0f} min into the start, before the server was ready)"
+        return [found.model_copy(update={"message": found.message + when})]
 
 
 def _vllm_started_at(pod: Mapping[str, Any] | None) -> datetime | None:

@@ -16,11 +16,12 @@ node groups are born ACTIVE, the endpoint is a made-up https URL, no nodes ever 
 - when a node group (or a HyperPod instance group, see ``hyperpod.py``) becomes ACTIVE, every hook in
   ``NODE_HOOKS`` is called with what should join the cluster: instance type, labels, taints, and the
   node's storage as nodeadm would set it up from the launch template (``nodeadm.py``: NVMe RAID0 or the
-  root volume). User data nodeadm cannot read fails the node group (``CREATE_FAILED``,
-  ``NodeCreationFailure``) and no node joins, as on EKS. ``attach_fake_kube`` registers the hooks
-  that make the fake Kubernetes server provision those nodes on the VPC as moto has it (``reachability.py``:
-  routes, public IPv4, security groups decide what they and their pods reach), and remove them when their node group is
-  deleted (``NODE_GONE_HOOKS``: EKS terminates the instances);
+  root volume). A template whose network interfaces EC2 would refuse on the type (``interface_refusal``)
+  fails the node group (``CREATE_FAILED``, ``AsgInstanceLaunchFailures``); so does user data nodeadm
+  cannot read (``NodeCreationFailure``); no node joins, as on EKS. ``attach_fake_kube`` registers the
+  hooks that make the fake Kubernetes server provision those nodes on the VPC as moto has it
+  (``reachability.py``: routes, public IPv4, security groups decide what they and their pods reach), and
+  remove them when their node group is deleted (``NODE_GONE_HOOKS``: EKS terminates the instances);
 - ``CALLS`` records every AWS request the moto server handles (service, action), so tests can assert
   that a converged re-run created nothing.
 
@@ -42,6 +43,7 @@ from moto.core.responses import BaseResponse
 from moto.eks.exceptions import InvalidParameterException
 from moto.eks.models import EKSBackend
 
+from capserve.core.cluster.efa import described_network_facts, layout_problems
 from capserve_sandbox.aws_ext import capacity as capacity_ext
 from capserve_sandbox.aws_ext.iam_rules import iam_enforcing
 from capserve_sandbox.aws_ext.nodeadm import NodeConfigError, node_storage
@@ -451,6 +453,23 @@ def _launch(backend: EKSBackend, cluster_name: str, nodegroup: Any, count: int) 
     )
 
 
+def interface_refusal(instance_type: str, template: dict[str, Any]) -> str | None:
+    """Why EC2 refuses to launch the template's interfaces on this type (None: it launches them).
+
+    The rules are capserve's own (``capserve.core.cluster.efa.layout_problems``: the EC2 user guide's
+    "Maximize network bandwidth on Amazon EC2 instances with multiple network cards" and DescribeInstanceTypes'
+    ``NetworkCards[].InterfaceTypes``, ``EfaInfo.MaximumEfaInterfaces``, ``MaximumNetworkCards``), judged here
+    against moto's snapshot of DescribeInstanceTypes. A template without interfaces takes the type's default.
+    """
+    from moto.ec2.models.instance_types import INSTANCE_TYPES
+
+    interfaces = template.get("NetworkInterfaces")
+    if not interfaces or instance_type not in INSTANCE_TYPES:
+        return None
+    problems = layout_problems(described_network_facts(INSTANCE_TYPES[instance_type]), list(interfaces))
+    return "; ".join(problems) or None
+
+
 def _patch_eks() -> None:
     create_cluster = EKSBackend.create_cluster
     describe_cluster = EKSBackend.describe_cluster
@@ -529,6 +548,12 @@ def _patch_eks() -> None:
             _launch(self, cluster_name, nodegroup, _desired(nodegroup) - nodegroup._capserve_scaled_from)
             return nodegroup
         instance_type = _nodegroup_instance_type(self, nodegroup)
+        refused = interface_refusal(instance_type, _template_data(self, nodegroup))
+        if refused is not None:
+            # The group's Auto Scaling group cannot launch one instance: EKS reports the ASG's launch failures on the
+            # node group (EKS API reference, Issue code AsgInstanceLaunchFailures).
+            _join_failure(nodegroup, f"Could not launch instances: {refused}", code="AsgInstanceLaunchFailures")
+            return nodegroup
         try:
             node_storage(_template_data(self, nodegroup), int(nodegroup.disk_size or 20))
         except NodeConfigError as exc:

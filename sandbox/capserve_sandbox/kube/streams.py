@@ -1,7 +1,8 @@
 """The pod subresources that stream: ``pods/log`` and ``pods/portforward`` (WebSocket, ``v4.channel.k8s.io``).
 
-``GET .../pods/<name>/log?container=&tailLines=&previous=&timestamps=&follow=`` answers text/plain
-with the container's output (``follow`` keeps the response open while the container runs).
+``GET .../pods/<name>/log?container=&tailLines=&limitBytes=&previous=&timestamps=&follow=`` answers text/plain
+with the container's output (``follow`` keeps the response open while the container runs; ``limitBytes``: at most
+that many bytes from the start of the answer, as the Kubernetes API's ``PodLogOptions.limitBytes``).
 
 ``GET .../pods/<name>/portforward?ports=8000`` upgraded to a WebSocket speaks the channel protocol
 the official client's ``kubernetes.stream.portforward`` speaks (kubernetes/client-go
@@ -39,6 +40,9 @@ async def pod_log(request: web.Request, kubelet: Kubelet, namespace: str, name: 
     container = query.get("container") or None
     text = kubelet.logs(namespace, name, container, **options)  # type: ignore[arg-type]
     if query.get("follow", "").lower() not in _TRUE or options["previous"]:
+        limit = query.get("limitBytes")
+        if limit not in (None, ""):
+            text = text.encode()[: int(limit)].decode(errors="ignore")
         return web.Response(text=text, content_type="text/plain")
     response = web.StreamResponse(headers={"Content-Type": "text/plain"})
     await response.prepare(request)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from capserve.core.rollout.efa_image import efa_stack_found, efa_stack_problem
 from capserve.core.rollout.references import expand
 from capserve.core.vllm import (
     ServeArgs,
@@ -55,6 +56,7 @@ from capserve_sandbox.kube.kubelet.processes import LocalProcess, SpawnError, fr
 from capserve_sandbox.kube.kubelet.volumes import rewrite_paths, to_host
 from capserve_sandbox.kube.net_tools import POD_ENV
 from capserve_sandbox.openai_server import quality_of_checkpoint
+from capserve_sandbox.registry import image_files
 
 if TYPE_CHECKING:
     from capserve_sandbox.kube.kubelet import Kubelet
@@ -524,8 +526,10 @@ def nccl_transport_lines(ctx: ContainerContext) -> list[str]:
     """What NCCL logs about its network once the ranks on several nodes set up their communicator.
 
     Only with ``NCCL_DEBUG=INFO`` (NCCL prints INFO lines at that level only), in NCCL's format
-    ``<host>:<pid>:<tid> [<dev>] NCCL INFO <message>`` (src/debug.cc). The stand-in image is taken to ship
-    the aws-ofi-nccl plugin: with EFA devices allocated to the container and ``FI_PROVIDER=efa`` the plugin
+    ``<host>:<pid>:<tid> [<dev>] NCCL INFO <message>`` (src/debug.cc). Whether the image carries aws-ofi-nccl
+    and libfabric is read from its files as the sandbox's registry lists them, by capserve's own rule
+    (``capserve.core.rollout.efa_image``); the ``no-efa-plugin`` fault hides a plugin the image has (one not on
+    the loader's path). With the stack, EFA devices allocated to the container and ``FI_PROVIDER=efa`` the plugin
     selects libfabric's efa provider (aws-ofi-nccl "Selected Provider is %s (found %d nics)", plugin name
     "Libfabric"); otherwise NCCL falls back to its socket transport ("NET/Socket : Using ...", "Using network
     Socket": src/transport/net_socket.cc, src/init.cc).
@@ -536,7 +540,8 @@ def nccl_transport_lines(ctx: ContainerContext) -> list[str]:
     limits = (ctx.container.get("resources") or {}).get("limits") or {}
     efa_devices = int(str(limits.get("vpc.amazonaws.com/efa", "0")) or 0)
     container = str(ctx.container.get("name"))
-    plugin = ctx.kubelet.faults.peek(FaultKind.NO_EFA_PLUGIN, ctx.pod_name, container, ctx.image) is None
+    stack = efa_stack_problem(ctx.image, efa_stack_found(image_files(ctx.image))) is None
+    plugin = stack and ctx.kubelet.faults.peek(FaultKind.NO_EFA_PLUGIN, ctx.pod_name, container, ctx.image) is None
     if efa_devices > 0 and ctx.env.get("FI_PROVIDER") == "efa" and plugin:
         return [
             f"{prefix} NET/OFI Selected Provider is efa (found {efa_devices} nics)",
