@@ -14,7 +14,8 @@ gathers a few read-only facts (``capserve.tasks.preflight``) and this module jud
   documented quota for Capacity Block purchases, so none is asked (docs/preflight.md §3);
 - the reservation (the offer length asked for, or the existing reservation's remaining window) is long
   enough for bring-up, the weights' staging (S3 → nodes, and Hub → S3 when the window is already open),
-  vLLM's startup budget and the evaluation, before the drain point (the time model: docs/timeline.md);
+  vLLM's startup budget and the evaluation, before the drain point (the time model: docs/timeline.md), and
+  leaves ``cluster.min_serving_minutes`` of serving after bring-up (bring-up's own rule);
 - the caller may make every AWS call the campaign's features need (``capserve.core.permissions``, simulated
   by IAM): every denied action in one problem.
 
@@ -245,9 +246,20 @@ def _window_problems(
     parts = time_needed(spec, plan, bring_up, hub_to_s3_in_window=open_window)
     needed = sum(parts.values(), timedelta(0))
     breakdown = " + ".join(f"{name} {_minutes(d)}" for name, d in parts.items())
+    # Bring-up's own rule (core/cluster/deadline.py): it stops unless cluster.min_serving_minutes of serving
+    # remain before drain once it is done. Judged here too, before the purchase, on the same figures.
+    serving_left = usable - parts["bring-up"]
+    min_serving = timedelta(minutes=spec.cluster.min_serving_minutes)
+    problems = [] if serving_left >= min_serving else [
+        f"cluster.min_serving_minutes {spec.cluster.min_serving_minutes}: {what} leaves "
+        f"{_minutes(max(usable, timedelta(0)))} before the drain point and bring-up may take up to "
+        f"{_minutes(parts['bring-up'])}, so only {_minutes(max(serving_left, timedelta(0)))} of serving would remain "
+        "and bring-up would refuse on the paid block: lower cluster.min_serving_minutes or ask for a longer "
+        "reservation"
+    ]
     if usable >= needed:
-        return []
-    return [
+        return problems
+    return [*problems,
         f"{what} leaves {_minutes(max(usable, timedelta(0)))} before the drain point "
         f"(teardown.drain_before_end_minutes {spec.teardown.drain_before_end_minutes}), but the campaign needs up to "
         f"{_minutes(needed)} ({breakdown}): ask for a longer reservation, or lower serving.startup_budget_minutes "
