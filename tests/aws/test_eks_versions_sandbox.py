@@ -24,9 +24,9 @@ def test_create_cluster_on_a_version_eks_lacks_is_refused(sandbox: None) -> None
         _create("versions-old", "1.39")
     assert caught.value.response["Error"]["Code"] == "InvalidParameterException"
     assert "EKS has no Kubernetes version '1.39'" in caught.value.response["Error"]["Message"]
-    assert boto3.client("eks", region_name=REGION).list_clusters()["clusters"] == []
+    assert "versions-old" not in boto3.client("eks", region_name=REGION).list_clusters()["clusters"]
 
 
 def test_create_cluster_on_a_supported_version_is_made(sandbox: None) -> None:
     _create("versions-ok", "1.34")
-    assert boto3.client("eks", region_name=REGION).list_clusters()["clusters"] == ["versions-ok"]
+    assert "versions-ok" in boto3.client("eks", region_name=REGION).list_clusters()["clusters"]

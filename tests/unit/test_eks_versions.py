@@ -21,3 +21,16 @@ def test_a_version_eks_lacks_is_refused_naming_the_supported_ones() -> None:
     assert kubernetes_version_problem("1.34") is None
     problem = kubernetes_version_problem("1.39") or ""
     assert problem.startswith("EKS has no Kubernetes version '1.39': use one of 1.32, 1.33, 1.34, 1.35")
+
+
+def test_a_recorded_spec_on_a_retired_version_still_loads_for_its_teardown() -> None:
+    import yaml
+
+    from capserve.core.record import SpecSnapshot
+    from capserve.core.spec import parse_spec
+
+    data = yaml.safe_load((DOC.parents[1] / "examples" / "kimi-k3-sandbox.yaml").read_text())
+    document = parse_spec(data).model_dump(mode="json")
+    document["cluster"]["kubernetes_version"] = "1.31"  # once supported, retired since
+    snapshot = SpecSnapshot(document=document, digest="0" * 64)
+    assert snapshot.load().cluster.kubernetes_version == "1.31"
