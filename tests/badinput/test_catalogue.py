@@ -470,9 +470,9 @@ def test_bad_input_is_one_clear_message_exit_2_and_nothing_is_created(
     assert not (tmp_path / "out").exists()
 
 
-# What depends on Prefect's own settings (read once per process, and the test session holds a harness of its own)
-# runs as a separate process: unreachable services and a temporary server that starts too slowly are exit 4 with
-# one line, a missing server is exit 2; never exit 5.
+# Every command that talks to a far end, with that far end not answering, runs as a separate process (Prefect reads
+# its settings once per process, and the test session holds a harness of its own): an unreachable service or a
+# temporary server that starts too slowly is exit 4 with one line, a missing server is exit 2; never exit 5.
 NOWHERE = "http://127.0.0.1:9"
 SUBPROCESS_CASES = [
     Case("forward-events-without-prefect-api-url", ["forward-events", "--region", "us-east-2", "--polls", "1"],
@@ -484,16 +484,30 @@ SUBPROCESS_CASES = [
          "Prefect's temporary server did not start within its timeout",
          env={"PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "0"}),
 ]
+SPEC_ARG = str(EXAMPLE)
+SUBPROCESS_CASES += [
+    # Every other command that talks to a far end, with that far end unreachable: exit 4 and one line.
+    Case("automations-prefect-unreachable", ["automations", "register"], "cannot reach http://127.0.0.1:9/api",
+         env={"PREFECT_API_URL": f"{NOWHERE}/api"}),
+    Case("deploy-prefect-unreachable", ["deploy"], "cannot reach http://127.0.0.1:9/api",
+         env={"PREFECT_API_URL": f"{NOWHERE}/api"}),
+    Case("status-aws-unreachable", ["status", "k3-demo", "--region", "us-east-2"], "Could not connect to the endpoint"),
+    Case("down-aws-unreachable", ["down", SPEC_ARG, "--dry-run"], "Could not connect to the endpoint"),
+    Case("up-aws-unreachable", ["up", SPEC_ARG, "--in-process", "--out", "{tmp}/out"],
+         "Could not connect to the endpoint"),
+    Case("rehearse-aws-unreachable", ["rehearse", SPEC_ARG, "--out", "{tmp}/out"], "Could not connect to the endpoint"),
+]
 EXPECTED_CODE = {"forward-events-without-prefect-api-url": 2}
 
 
 @pytest.mark.parametrize("case", SUBPROCESS_CASES, ids=[c.id for c in SUBPROCESS_CASES])
-def test_prefect_missing_or_unreachable_is_one_line_and_never_exit_5(case: Case, tmp_path: Path) -> None:
+def test_missing_or_unreachable_services_are_one_line_and_never_exit_5(case: Case, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "AWS_"))}
     env.update({
         "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "AWS_ENDPOINT_URL": NOWHERE, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_EC2_METADATA_DISABLED": "true", "PYTHONPATH": os.pathsep.join(sys.path), **case.env,
+        "AWS_EC2_METADATA_DISABLED": "true", "AWS_MAX_ATTEMPTS": "1", "PYTHONPATH": os.pathsep.join(sys.path),
+        **case.env,
     })
     argv = [a.replace("{tmp}", str(tmp_path)) for a in case.argv]
     done = subprocess.run([sys.executable, "-m", "capserve.cli", *argv], env=env, capture_output=True, text=True,
