@@ -68,11 +68,9 @@ def image_reference_problem(reference: str) -> str | None:
             "not an image reference: write [registry[:port]/]repository[:tag][@sha256:digest] with a lower-case "
             "repository, e.g. vllm/vllm-openai:v0.32.0 or 123456789012.dkr.ecr.us-east-2.amazonaws.com/vllm@sha256:…"
         )
-    registry = _registry_part(reference)
+    registry = registry_host(reference)
     if registry is not None and registry != registry.lower():
         if not any(mark in registry for mark in ".:"):
-            # normalize.go, splitDockerDomain: a first component with an upper-case letter is a registry host,
-            # so "Vllm/vllm-openai" is pulled from a host called "Vllm", not from Docker Hub's "vllm".
             return (
                 f"{registry!r} has upper-case letters, so it is read as a registry host, not a Docker Hub namespace; "
                 f"write it lower-case ({registry.lower()}/…)"
@@ -84,10 +82,16 @@ def image_reference_problem(reference: str) -> str | None:
     return None
 
 
-def _registry_part(reference: str) -> str | None:
-    """The first path component when the reference has more than one (the registry host, or a namespace)."""
+def registry_host(reference: str) -> str | None:
+    """The registry host a puller contacts for ``reference``, or None for Docker Hub (distribution/reference
+    ``normalize.go``, ``splitDockerDomain``): the first component is a host when it has a '.' or ':', is
+    'localhost', or has an upper-case letter, so "Vllm/vllm-openai" is pulled from a host called "Vllm"."""
     first, slash, _ = reference.partition("/")
-    return first if slash else None
+    if not slash:
+        return None
+    if any(mark in first for mark in ".:") or first == "localhost" or first != first.lower():
+        return first
+    return None
 
 
 # --- names ---------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from capserve.core.spec_checks import (
     name_problem,
     non_finite_paths,
     open_loop_time_problem,
+    registry_host,
     s3_prefix_problem,
     secret_argument_problems,
 )
@@ -137,3 +138,11 @@ def test_a_catalog_id_in_other_case_is_refused_with_the_nearest_id() -> None:
     problem = catalog_id_problem("catalog model", "KIMI-K3", ["kimi-k2", "kimi-k3"]) or ""
     assert problem.startswith("unknown catalog model 'KIMI-K3': did you mean 'kimi-k3'?")
     assert catalog_id_problem("catalog model", "kimi-k3", ["kimi-k3"]) is None
+
+
+@pytest.mark.parametrize(("reference", "host"), [
+    ("vllm/vllm-openai:x", None), ("vllm-openai", None), ("Vllm/vllm-openai:x", "Vllm"),
+    ("localhost/x", "localhost"), ("nvcr.io/nvidia/x:1", "nvcr.io"), ("host:5000/x", "host:5000"),
+])
+def test_the_registry_host_is_split_as_distribution_reference_does(reference: str, host: str | None) -> None:
+    assert registry_host(reference) == host
