@@ -138,6 +138,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
         if signals.received.is_set():  # what a SIGTERM became inside Prefect's engine: not a bug of ours
             _say(f"{command}: interrupted (SIGTERM; {type(exc).__name__} on the way out)", debug)
             return ExitCode.INTERRUPTED
+        prefect_down = _prefect_unavailable(exc)
+        if prefect_down is not None:
+            _say(f"{command}: {prefect_down}", debug)
+            return ExitCode.UNAVAILABLE
         unreachable = _unreachable(exc)
         if unreachable is None:
             first = (str(exc).splitlines() or [""])[0][:300]
@@ -156,6 +160,23 @@ _UNREACHABLE = frozenset({
     "ConnectionError", "TransportError", "ConnectError", "TimeoutException", "ConnectTimeout",
     "EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError",
 })
+
+
+def _prefect_unavailable(exc: BaseException) -> str | None:
+    """What to say when ``exc`` is Prefect saying its API did not answer, or its temporary server did not start in
+    time: Prefect raises a ``RuntimeError`` with these words (prefect/client/orchestration, server/api/server.py)."""
+    if not isinstance(exc, RuntimeError):
+        return None
+    text = str(exc)
+    if text.startswith("Failed to reach API at ") or ". Failed to reach API at " in text:
+        where = text.split("Failed to reach API at ", 1)[1].split()[0].rstrip(".")
+        return (f"cannot reach the Prefect API at {where}: check PREFECT_API_URL and that the server runs, then run "
+                "the same command again")
+    if text.startswith("Timed out while attempting to connect to ephemeral Prefect API server"):
+        return ("Prefect's temporary server did not start within its timeout (a busy machine): run the same command "
+                "again, raise PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, or set PREFECT_API_URL to a running "
+                "server")
+    return None
 
 
 def _unreachable(exc: BaseException) -> str | None:

@@ -1,6 +1,7 @@
 """Value types for the commands' options: each turns the text into a value or raises
 ``argparse.ArgumentTypeError`` with one sentence saying what is allowed (argparse adds the option's
-name and exits 2, ``BAD_INPUT``). Imports only the standard library: `capserve plan` stays fast.
+name and exits 2, ``BAD_INPUT``). Imports only the standard library and the pure spec checks (themselves
+standard library only): `capserve plan` stays fast.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ import argparse
 import math
 from collections.abc import Callable
 from typing import TypeVar
+
+from capserve.core.spec_checks import name_problem
 
 T = TypeVar("T")
 
@@ -20,6 +23,14 @@ def _parse(convert: Callable[[str], T], text: str, what: str) -> T:
         return convert(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+
+
+def served_name(text: str) -> str:
+    """A served model name: not empty, no control, format or bidi characters (the spec's rule)."""
+    problem = name_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{text!r} {problem}")
+    return text
 
 
 def integer(text: str) -> int:

@@ -9,7 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from capserve.core.errors import CapserveError
+from capserve.cli.exit_codes import ExitCode
+from capserve.core.errors import CapserveError, RetryableError
 from capserve.core.spec import AWS_REGION, load_spec
 
 
@@ -74,6 +75,10 @@ def run(args: argparse.Namespace) -> int:
             reservations.insert(0, record.lease.reservation_id)
         result = teardown(spec, region, reason="manual", dry_run=args.dry_run, settings=settings.teardown)
         leftovers = eks_made_resources(ClusterNames(campaign_id=spec.campaign_id).eks_cluster, region)
+    except RetryableError as exc:  # AWS or the record store did not answer: the same command again converges
+        console.print(f"[red]teardown of {spec.campaign_id} did not finish:[/red] {escape(str(exc))}; run the same "
+                      "command again (it deletes only what is left)")
+        return int(ExitCode.UNAVAILABLE)
     except CapserveError as exc:
         console.print(f"[red]teardown of {spec.campaign_id} did not finish:[/red] {escape(str(exc))}")
         return 1

@@ -44,7 +44,9 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--url", required=True, help="Base URL, e.g. http://127.0.0.1:8000 (without /v1).")
-    parser.add_argument("--model", required=True, help="Served model name as /v1/models lists it.")
+    parser.add_argument(
+        "--model", required=True, type=arg_types.served_name, help="Served model name as /v1/models lists it."
+    )
     parser.add_argument(
         "--api-key-env", default=None, metavar="NAME", help="Name of the environment variable holding the API key."
     )

@@ -32,7 +32,12 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from capserve.cli.inputs import prefect_api_url
     from capserve.cli.signals import defer_prefect_handler_in_finalizers
+
+    # The automations that act on the events live on a Prefect server: a temporary one would take the events
+    # and lose them with this process.
+    prefect_api_url("capserve forward-events")
     from capserve.flows.forward_events import forward_capacity_events
 
     defer_prefect_handler_in_finalizers()  # a flow run in this process must not lose a SIGTERM either

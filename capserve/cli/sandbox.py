@@ -27,6 +27,8 @@ from typing import Any
 
 from rich.console import Console
 
+from capserve.cli.arg_types import served_name
+from capserve.cli.down import _region
 from capserve.cli.exit_codes import ExitCode
 from capserve.cli.inputs import writable_dir
 from capserve.cli.stand_ins import stand_in
@@ -54,8 +56,8 @@ def register(sub: Any) -> None:
         help="keep the sandbox's stand-ins up as a service and write the environment a worker needs",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
-    parser.add_argument("--region", default="us-east-2", help="the sandbox's default AWS region")
-    parser.add_argument("--model", default="kimi-k3", help="model name the OpenAI stand-in serves")
+    parser.add_argument("--region", type=_region, default="us-east-2", help="the sandbox's default AWS region")
+    parser.add_argument("--model", type=served_name, default="kimi-k3", help="model name the OpenAI stand-in serves")
     parser.add_argument(
         "--simulate",
         action="store_true",

@@ -7,6 +7,8 @@ secrets.
 
 from __future__ import annotations
 
+import difflib
+
 
 class CapserveError(Exception):
     """Base class for every error capserve raises on purpose."""
@@ -31,7 +33,9 @@ class UnknownCatalogEntryError(PermanentError, KeyError):
         self.kind = kind
         self.name = name
         self.known = sorted(known)
-        super().__init__(f"unknown {kind} {name!r}; known: {', '.join(self.known)}")
+        near = difflib.get_close_matches(name.lower(), self.known, n=1, cutoff=0.75)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        super().__init__(f"unknown {kind} {name!r}{hint}; known: {', '.join(self.known)}")
 
     def __str__(self) -> str:  # KeyError would otherwise repr() the message
         return str(self.args[0])

@@ -15,7 +15,8 @@ gathers a few read-only facts (``capserve.tasks.preflight``) and this module jud
   creates (``capserve.core.quotas``, docs/preflight.md §3);
 - the reservation (the offer length asked for, or the existing reservation's remaining window) is long
   enough for bring-up, the weights' staging (S3 → nodes, and Hub → S3 when the window is already open),
-  vLLM's startup budget and the evaluation, before the drain point (the time model: docs/timeline.md);
+  vLLM's startup budget and the evaluation, before the drain point (the time model: docs/timeline.md), and
+  leaves ``cluster.min_serving_minutes`` of serving after bring-up (bring-up's own rule);
 - a layout across nodes gets the EFA interfaces its pods request, laid out from what ``DescribeInstanceTypes``
   says of the type now (``capserve.core.cluster.efa.layout_shortfall``, the rule the sandbox's EC2 enforces);
 - a layout across nodes is served from an image whose own files hold the EFA stack (aws-ofi-nccl and libfabric:
@@ -272,9 +273,20 @@ def _window_problems(
     parts = time_needed(spec, plan, bring_up, hub_to_s3_in_window=open_window)
     needed = sum(parts.values(), timedelta(0))
     breakdown = " + ".join(f"{name} {_minutes(d)}" for name, d in parts.items())
+    # Bring-up's own rule (core/cluster/deadline.py): it stops unless cluster.min_serving_minutes of serving
+    # remain before drain once it is done. Judged here too, before the purchase, on the same figures.
+    serving_left = usable - parts["bring-up"]
+    min_serving = timedelta(minutes=spec.cluster.min_serving_minutes)
+    problems = [] if serving_left >= min_serving else [
+        f"cluster.min_serving_minutes {spec.cluster.min_serving_minutes}: {what} leaves "
+        f"{_minutes(max(usable, timedelta(0)))} before the drain point and bring-up may take up to "
+        f"{_minutes(parts['bring-up'])}, so only {_minutes(max(serving_left, timedelta(0)))} of serving would remain "
+        "and bring-up would refuse on the paid block: lower cluster.min_serving_minutes or ask for a longer "
+        "reservation"
+    ]
     if usable >= needed:
-        return []
-    return [
+        return problems
+    return [*problems,
         f"{what} leaves {_minutes(max(usable, timedelta(0)))} before the drain point "
         f"(teardown.drain_before_end_minutes {spec.teardown.drain_before_end_minutes}), but the campaign needs up to "
         f"{_minutes(needed)} ({breakdown}): ask for a longer reservation, or lower serving.startup_budget_minutes "

@@ -141,7 +141,7 @@ class SpecSnapshot(BaseModel):
 
     def load(self) -> CampaignSpec:
         """The spec back (validated again: a record written by an older schema fails here, not later)."""
-        return CampaignSpec.model_validate(self.document)
+        return CampaignSpec.model_validate(self.document, context={"recorded": True})
 
 
 class StageEntry(BaseModel):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -33,15 +34,21 @@ from pydantic import (
 
 from capserve.core.catalog import MODELS
 from capserve.core.cluster.access import IAM_PRINCIPAL_ARN
+from capserve.core.cluster.eks_versions import kubernetes_version_problem
 from capserve.core.cost.spec import CostSpec
 from capserve.core.errors import SpecError
 from capserve.core.evaluation.spec import EvaluationSpec
+from capserve.core.instants import FORMAT as INSTANT_FORMAT
+from capserve.core.instants import parse_instant
 from capserve.core.plain_env import SECRET_HINT, argument_problems, env_problems
 from capserve.core.spec_checks import (
     capacity_block_window_problems,
+    catalog_id_problem,
     image_reference_problem,
     instance_type_problem,
+    name_problem,
     non_finite_problems,
+    open_loop_time_problem,
     s3_prefix_problem,
 )
 from capserve.core.strict_yaml import MAX_DOCUMENT_BYTES, Document, parse_document
@@ -63,12 +70,8 @@ AWS_REGION = r"^[a-z]{2}(-gov)?-[a-z]+-\d$"
 S3_BUCKET = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
 
 
-_RELATIVE = re.compile(r"^now(?:\s*\+\s*(\d+)\s*([mhdw]))?$")
-_UNIT = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
-def _resolve_relative_time(value: Any, info: ValidationInfo) -> Any:
-    """Accept 'now' or 'now+36h' / 'now+2d' / 'now+1w' besides absolute times.
+def _instant(value: Any, info: ValidationInfo) -> Any:
+    """A window time as ``capserve.core.instants`` reads it: absolute (RFC 3339) or 'now' / 'now+36h'.
 
     Scheduled campaigns ("every Monday, find a block in the next two weeks") need windows relative
     to when they run. Every relative time in one spec resolves against the same instant, taken from
@@ -76,15 +79,10 @@ def _resolve_relative_time(value: Any, info: ValidationInfo) -> Any:
     """
     if not isinstance(value, str):
         return value
-    match = _RELATIVE.match(value.strip())
-    if match is None:
-        return value
-    now = (info.context or {}).get("now") or datetime.now(UTC)
-    amount, unit = match.groups()
-    return now + timedelta(**{_UNIT[unit]: int(amount)}) if amount else now
+    return parse_instant(value, now=(info.context or {}).get("now") or datetime.now(UTC))
 
 
-WindowTime = Annotated[AwareDatetime, BeforeValidator(_resolve_relative_time)]
+WindowTime = Annotated[AwareDatetime, BeforeValidator(_instant)]
 Region = Annotated[str, StringConstraints(pattern=AWS_REGION, max_length=32)]
 
 
@@ -113,6 +111,14 @@ class ModelRef(StrictModel):
         min_length=1,
         max_length=100,
     )
+
+    @field_validator("catalog")
+    @classmethod
+    def _known_catalog_model(cls, value: str | None) -> str | None:
+        problem = None if value is None else catalog_id_problem("catalog model", value, MODELS)
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelRef:
@@ -224,7 +230,9 @@ class ClusterSpec(StrictModel):
     """The Kubernetes cluster the GPUs join."""
 
     kind: Literal["eks", "hyperpod"] = Field("eks", description="EKS managed node group, or SageMaker HyperPod on EKS.")
-    kubernetes_version: str = Field("1.34", pattern=r"^1\.(2[89]|3\d)$", description="EKS Kubernetes minor version.")
+    kubernetes_version: str = Field(
+        "1.34", max_length=16, description="EKS Kubernetes minor version, one EKS supports (docs/eks-versions.md)."
+    )
     existing_cluster_name: str | None = Field(
         None,
         min_length=1,
@@ -246,17 +254,34 @@ class ClusterSpec(StrictModel):
         "and the reaper run as (docs/aws-network.md, \"Access\").",
     )
 
+    @field_validator("kubernetes_version")
+    @classmethod
+    def _eks_version(cls, value: str, info: ValidationInfo) -> str:
+        # A recorded spec is read again by its drain and teardown runs, after EKS may have retired the version
+        # it was bought with: that must not stop a teardown. New specs are checked against today's table.
+        problem = None if (info.context or {}).get("recorded") else kubernetes_version_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
     @field_validator("admin_principals")
     @classmethod
     def _iam_principals(cls, value: list[str]) -> list[str]:
         for arn in value:
+            odd = next((c for c in arn if not c.isascii() or not c.isprintable()), None)
+            if odd is not None:
+                # IAM's ARN and name grammar is ASCII (IAM user guide, "IAM identifiers"; docs/input.md).
+                raise ValueError(
+                    f"has the character U+{ord(odd):04X} ({unicodedata.name(odd, 'unnamed')}): IAM ARNs are ASCII "
+                    "(letters, digits and _+=,.@-/:); retype the ARN, e.g. copy it from `aws iam get-role`"
+                )
             if ":sts::" in arn:
                 raise ValueError(
                     f"{arn!r} is an STS session ARN: give the IAM ARN of the role, arn:aws:iam::<account>:role/<name>"
                 )
             if ":role/aws-service-role/" in arn:
                 raise ValueError(f"{arn!r} is a service-linked role: EKS access entries cannot name one")
-            if not re.match(IAM_PRINCIPAL_ARN, arn):
+            if not re.match(IAM_PRINCIPAL_ARN, arn, re.ASCII):
                 raise ValueError(
                     f"{arn!r} is not an IAM role or user ARN "
                     "(arn:aws:iam::<12-digit account>:role/<name> or :user/<name>)"
@@ -377,6 +402,14 @@ class ServingSpec(StrictModel):
     @classmethod
     def _pullable_image(cls, value: str) -> str:
         problem = image_reference_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("served_model_name")
+    @classmethod
+    def _visible_name(cls, value: str | None) -> str | None:
+        problem = None if value is None else name_problem(value)
         if problem:
             raise ValueError(problem)
         return value
@@ -551,8 +584,11 @@ class CampaignSpec(StrictModel):
                 f"cluster.min_serving_minutes {self.cluster.min_serving_minutes} is more than a {hours} h block "
                 f"leaves before its drain point ({serving_room} min): lower it or ask for a longer block"
             )
-        context = self.serving.max_model_len or _catalog_context(self.model.catalog)
         load = self.evaluation.load
+        too_long = open_loop_time_problem(load.open_loop_requests, load.request_rates, self.evaluation.timeout_s)
+        if too_long:
+            raise ValueError(too_long)
+        context = self.serving.max_model_len or _catalog_context(self.model.catalog)
         longest = math.floor(load.prompt.tokens * (1 + load.prompt.range_ratio)) + math.floor(
             load.output.tokens * (1 + load.output.range_ratio)
         )
@@ -811,7 +847,7 @@ def _allowed_text(schema: dict[str, Any], loc: tuple[int | str, ...]) -> str:
     elif kind == "boolean":
         parts.append("true or false")
     elif kind == "string" and node.get("format") == "date-time":
-        parts.append("an ISO 8601 time with a timezone (e.g. 2026-12-01T11:30:00Z), or 'now', 'now+36h', 'now+2d'")
+        parts.append(INSTANT_FORMAT)
     elif kind == "string":
         text = "text"
         if "pattern" in node:

@@ -6,9 +6,12 @@ that may be secret.
 
 Sources (docs/input.md, "Checked before anything is bought"):
 - image references: the grammar of the distribution project's ``reference`` package
-  (github.com/distribution/reference, ``reference.go``), which containerd and the kubelet parse with;
+  (github.com/distribution/reference, ``reference.go`` and ``regexp.go``), which containerd and the kubelet
+  parse with, and its ``normalize.go``: a first component with an upper-case letter is taken as a registry host;
 - Capacity Block windows: EC2 user guide, "Capacity Blocks for ML" (a block starts at most 8 weeks ahead
   and ends at 11:30 UTC; offerings that start at a later day start at 11:30 UTC too, docs/aws-capacity.md §1);
+- names: Unicode general categories (UAX #44, https://www.unicode.org/reports/tr44/#General_Category_Values) and
+  the bidi controls of UAX #9 (https://www.unicode.org/reports/tr9/), all in category Cf;
 - S3 key prefixes: an empty, ``.`` or ``..`` segment is kept literally by S3 but normalised away by the
   AWS CLI and most HTTP clients (S3 user guide, "Naming Amazon S3 objects": "Object key names with dot
   segments"), so the staged files would not be where the nodes look.
@@ -19,7 +22,8 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from collections.abc import Iterable
+import unicodedata
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
@@ -64,10 +68,80 @@ def image_reference_problem(reference: str) -> str | None:
             "not an image reference: write [registry[:port]/]repository[:tag][@sha256:digest] with a lower-case "
             "repository, e.g. vllm/vllm-openai:v0.32.0 or 123456789012.dkr.ecr.us-east-2.amazonaws.com/vllm@sha256:…"
         )
+    registry = registry_host(reference)
+    if registry is not None and registry != registry.lower():
+        if not any(mark in registry for mark in ".:"):
+            return (
+                f"{registry!r} has upper-case letters, so it is read as a registry host, not a Docker Hub namespace; "
+                f"write it lower-case ({registry.lower()}/…)"
+            )
+        return f"the registry host {registry!r} has upper-case letters; write it lower-case ({registry.lower()})"
     name = reference.split("@", 1)[0].rsplit(":", 1)[0] if "@" in reference or ":" in reference else reference
     if len(name) > MAX_IMAGE_NAME:
         return f"the image's name is longer than {MAX_IMAGE_NAME} characters"
     return None
+
+
+def registry_host(reference: str) -> str | None:
+    """The registry host a puller contacts for ``reference``, or None for Docker Hub (distribution/reference
+    ``normalize.go``, ``splitDockerDomain``): the first component is a host when it has a '.' or ':', is
+    'localhost', or has an upper-case letter, so "Vllm/vllm-openai" is pulled from a host called "Vllm"."""
+    first, slash, _ = reference.partition("/")
+    if not slash:
+        return None
+    if any(mark in first for mark in ".:") or first == "localhost" or first != first.lower():
+        return first
+    return None
+
+
+# --- names ---------------------------------------------------------------------------------------------
+
+# Control (Cc), format (Cf: zero-width and bidi controls such as U+202E), surrogate, private-use and unassigned
+# characters (Unicode general categories, UAX #44): invisible or reordering in every log, UI and report that
+# shows the name, and a request naming the model must spell them byte for byte. Bidi controls are UAX #9's.
+_HIDDEN_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` (a served model name, a campaign's free-text name) cannot be used (None when it can)."""
+    if not name.strip():
+        return "is empty or only white space; give a name"
+    odd = next((c for c in name if unicodedata.category(c) in _HIDDEN_CATEGORIES), None)
+    if odd is not None:
+        what = unicodedata.name(odd, "a control character")
+        return (
+            f"has the invisible character U+{ord(odd):04X} ({what}, Unicode category {unicodedata.category(odd)}): "
+            "control, format and bidi characters are not allowed in a name; retype it"
+        )
+    if name != name.strip():
+        return "starts or ends with white space; remove it"
+    return None
+
+
+# --- evaluation sizes ----------------------------------------------------------------------------------
+
+
+def open_loop_time_problem(requests: int, rates: Sequence[float], timeout_s: float) -> str | None:
+    """Why the open-loop runs cannot all be sent inside the evaluation's deadline (None when they can).
+
+    An open-loop run sends ``requests`` requests at ``rate`` per second on a schedule the endpoint cannot speed
+    up, so its arrivals alone take ``requests / rate`` seconds; the runs follow each other (docs/evaluation.md).
+    A profile whose arrivals outlast ``evaluation.timeout_s`` is cut short every time: its verdict is invalid.
+    """
+    if not rates:
+        return None
+    per_request_s = sum(1 / rate for rate in rates)
+    needed_s = requests * per_request_s
+    if needed_s <= timeout_s:
+        return None
+    fits = math.floor(timeout_s / per_request_s)
+    shown = ", ".join(f"{rate:g}" for rate in rates)
+    return (
+        f"evaluation.load.open_loop_requests {requests:,} at evaluation.load.request_rates [{shown}] req/s take "
+        f"{needed_s:,.0f} s just to send, more than evaluation.timeout_s {timeout_s:g} s: the largest that fits is "
+        f"{fits:,}" + ("" if fits else " (none: raise the rates or the timeout)")
+        + "; lower it, raise the rates or raise evaluation.timeout_s"
+    )
 
 
 # --- S3 prefixes ---------------------------------------------------------------------------------------
@@ -90,14 +164,21 @@ def s3_prefix_problem(prefix: str) -> str | None:
 # --- instance types ------------------------------------------------------------------------------------
 
 
-def instance_type_problem(name: str, known: Iterable[str]) -> str | None:
-    """Why ``name`` is not an instance type the catalog knows, with the nearest spelling when there is one."""
+def catalog_id_problem(kind: str, name: str, known: Iterable[str], *, spelling: str = "") -> str | None:
+    """Why ``name`` is not a catalog id of ``kind`` (None when it is), with the nearest id when one is close
+    (difflib, case folded: ``KIMI-K3`` → ``kimi-k3``)."""
     names = sorted(known)
-    if name.removeprefix("ml.") in names:
+    if name in names:
         return None
-    near = difflib.get_close_matches(name.lower().removeprefix("ml."), names, n=1, cutoff=0.75)
+    near = difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.75)
     hint = f"did you mean {near[0]!r}? " if near else ""
-    return f"unknown instance type {name!r}: {hint}instance types are written as EC2 spells them ({', '.join(names)})"
+    return f"unknown {kind} {name!r}: {hint}{spelling}known: {', '.join(names)}"
+
+
+def instance_type_problem(name: str, known: Iterable[str]) -> str | None:
+    """Why ``name`` is not an instance type the catalog knows (an ``ml.`` prefix is SageMaker's spelling)."""
+    spelling = "instance types are written as EC2 spells them; "
+    return catalog_id_problem("instance type", name.removeprefix("ml."), known, spelling=spelling)
 
 
 # --- reservation windows -------------------------------------------------------------------------------

@@ -15,6 +15,9 @@ A spec buys capacity, so the loader refuses, each with one message naming the pl
   would be 48) and colons are base 60 (``1:00`` would be 60); YAML 1.2 dropped both (YAML 1.2.2 spec,
   "Changes in version 1.2": octal is ``0o``, sexagesimal numbers are gone), so the loader asks for an
   unambiguous spelling instead of guessing;
+- timestamps are kept as the text written: PyYAML would build them itself and fail on an impossible date
+  (``2027-02-29``, second 60, offset ``+25:00``) with a bare ``ValueError``, so every time is read by the one
+  strict reader of instants (``core/instants.py``), which names the field and what to write;
 - the ``!!set``, ``!!omap``, ``!!pairs`` and ``!!binary`` types: a set's order changes between runs (the
   home region is the first of ``capacity.regions``), and nothing in a spec is binary.
 
@@ -119,6 +122,9 @@ class _StrictLoader(yaml.SafeLoader):
         value: float = super().construct_yaml_float(node)
         return value
 
+    def construct_timestamp_text(self, node: ScalarNode) -> str:
+        return str(node.value)
+
     def construct_refused_type(self, node: Node) -> None:
         kind = node.tag.rsplit(":", 1)[-1]
         raise _Refused(
@@ -149,6 +155,7 @@ class _StrictLoader(yaml.SafeLoader):
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
 _StrictLoader.add_constructor("tag:yaml.org,2002:float", _StrictLoader.construct_yaml_float)
+_StrictLoader.add_constructor("tag:yaml.org,2002:timestamp", _StrictLoader.construct_timestamp_text)
 for _refused in ("set", "omap", "pairs", "binary"):
     _StrictLoader.add_constructor(f"tag:yaml.org,2002:{_refused}", _StrictLoader.construct_refused_type)
 

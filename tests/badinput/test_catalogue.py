@@ -20,6 +20,9 @@ from __future__ import annotations
 import copy
 import importlib
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -150,13 +153,24 @@ CASES = [
          changed("capacity.regions", ["mars north"])),
     Case("unknown-provider", UP, "capacity.provider: Input should be 'ec2-capacity-block'",
          changed("capacity.provider", "spot")),
-    Case("start-not-a-time", UP, "capacity.earliest_start: Input should be a valid datetime",
+    Case("start-not-a-time", UP, "capacity.earliest_start: 'tomorrow' is not a time",
          changed("capacity.earliest_start", "tomorrow")),
-    Case("start-date-only", UP, "capacity.earliest_start: Input should have timezone info",
+    Case("start-date-only", UP, "capacity.earliest_start: '2026-12-01' is a date without a time and offset",
          text_with("  earliest_start: now+1d ", "  earliest_start: 2026-12-01 ")),
-    Case("start-without-timezone", UP, "capacity.earliest_start: Input should have timezone info",
+    Case("start-without-timezone", UP, "capacity.earliest_start: '2026-12-01T11:30:00' has no UTC offset",
          changed("capacity.earliest_start", "2026-12-01T11:30:00")),
     Case("window-too-short", UP, "is shorter than duration_hours=24", changed("capacity.latest_end", "now+12h")),
+    # Impossible instants, unquoted (YAML would build them itself) and quoted: one strict reader (core/instants.py).
+    Case("february-29-in-2027", UP, "capacity.earliest_start: '2027-02-29T11:30:00Z': 2027-02 has no day 29",
+         text_with("  earliest_start: now+1d ", "  earliest_start: 2027-02-29T11:30:00Z ")),
+    Case("leap-second", UP, "capacity.earliest_start: '2027-01-10T11:29:60Z': second 60 (a leap second)",
+         text_with("  earliest_start: now+1d ", "  earliest_start: 2027-01-10T11:29:60Z ")),
+    Case("offset-25-hours", UP, "offset +25:00 is not a UTC offset",
+         text_with("  earliest_start: now+1d ", "  earliest_start: 2027-01-10T11:30:00+25:00 ")),
+    Case("quoted-offset-25-hours", UP, "offset +25:00 is not a UTC offset",
+         changed("capacity.earliest_start", "2027-01-10T11:30:00+25:00")),
+    Case("relative-beyond-9999", UP, "capacity.latest_end: 'now+99999999999d' is beyond the year 9999",
+         changed("capacity.latest_end", "now+99999999999d")),
     Case("approval-above-budget", UP, "approval_threshold_usd is above max_upfront_fee_usd",
          changed("capacity.approval_threshold_usd", 5000)),
     Case("training-plan-on-eks", UP, "set cluster.kind to 'hyperpod'",
@@ -258,6 +272,23 @@ CASES = [
          "--config /dev/zero: is not a regular file"),
     Case("plan-config-a-json-list", ["plan", "x", "--instance-type", "p6-b300.48xlarge", "--config", "{spec}"],
          "config", "[1, 2]"),
+    # --- values EKS, IAM, the registry or the endpoint would refuse only after the purchase ---------------------
+    Case("catalog-id-in-capitals", UP, "model.catalog: unknown catalog model 'KIMI-K3': did you mean 'kimi-k3'?",
+         changed("model.catalog", "KIMI-K3")),
+    Case("full-width-letter-in-an-arn", UP, "cluster.admin_principals: has the character U+FF41",
+         changed("cluster.admin_principals", ["arn:aws:iam::123456789012:role/\uff41dmin"])),
+    Case("kubernetes-version-eks-lacks", UP, "cluster.kubernetes_version: EKS has no Kubernetes version '1.39'",
+         changed("cluster.kubernetes_version", "1.39")),
+    Case("upper-case-registry-namespace", UP, "'Vllm' has upper-case letters, so it is read as a registry host",
+         changed("serving.image", "Vllm/vllm-openai:v0.32.0")),
+    Case("upper-case-registry-host", UP, "the registry host 'Registry.Example.COM' has upper-case letters",
+         changed("serving.image", "Registry.Example.COM/vllm/vllm-openai:v0.32.0")),
+    Case("bidi-override-in-served-name", UP, "serving.served_model_name: has the invisible character U+202E",
+         changed("serving.served_model_name", "kimi\u202ek3")),
+    Case("control-character-in-served-name", UP, "serving.served_model_name: has the invisible character U+0007",
+         changed("serving.served_model_name", "kimi\u0007k3")),
+    Case("open-loop-longer-than-the-timeout", UP, "the largest that fits is 7,200",
+         changed("evaluation.load", {**BASE["evaluation"]["load"], "open_loop_requests": 100_000})),
     # --- options of `capserve up` -------------------------------------------------------------------
     Case("evaluate-url-without-scheme", [*UP, "--evaluate-url", "127.0.0.1:8000"],
          "--evaluate-url: '127.0.0.1:8000' has no scheme", BASE_TEXT),
@@ -334,6 +365,12 @@ CASES = [
     Case("sandbox-env-file-a-folder", ["sandbox", "--env-file", "{tmp}"], "is a folder; give the path of a file"),
     Case("sandbox-env-file-under-proc", ["sandbox", "--env-file", "/proc/capserve/worker.env"],
          "--env-file: cannot write to /proc/capserve"),
+    Case("sandbox-empty-model", ["sandbox", "--model", ""], "argument --model: '' is empty"),
+    Case("sandbox-bad-region", ["sandbox", "--region", "mars north"], "is not an AWS region name"),
+    Case("eval-bidi-model", ["eval", "--url", "http://127.0.0.1:9", "--model", "m\u202e"],
+         "argument --model: 'm\\u202e' has the invisible character U+202E"),
+    Case("plan-catalog-id-in-capitals", ["plan", "KIMI-K3", "--instance-type", "p6-b300.48xlarge"],
+         "did you mean 'kimi-k3'?"),
     Case("no-command", [], "the following arguments are required: COMMAND"),
     Case("unknown-command", ["frobnicate"], "invalid choice: 'frobnicate'"),
 ]
@@ -431,3 +468,49 @@ def test_bad_input_is_one_clear_message_exit_2_and_nothing_is_created(
     assert "Traceback" not in out + err
     assert [w.name for w in guarded if w.calls] == []
     assert not (tmp_path / "out").exists()
+
+
+# Every command that talks to a far end, with that far end not answering, runs as a separate process (Prefect reads
+# its settings once per process, and the test session holds a harness of its own): an unreachable service or a
+# temporary server that starts too slowly is exit 4 with one line, a missing server is exit 2; never exit 5.
+NOWHERE = "http://127.0.0.1:9"
+SUBPROCESS_CASES = [
+    Case("forward-events-without-prefect-api-url", ["forward-events", "--region", "us-east-2", "--polls", "1"],
+         "PREFECT_API_URL is not set"),
+    Case("forward-events-prefect-unreachable", ["forward-events", "--region", "us-east-2", "--polls", "1"],
+         f"cannot reach the Prefect API at {NOWHERE}/api", env={"PREFECT_API_URL": f"{NOWHERE}/api"}),
+    Case("eval-temporary-server-too-slow", ["eval", "--url", NOWHERE, "--model", "m", "--profile", "smoke",
+                                            "--out-dir", "{tmp}/out"],
+         "Prefect's temporary server did not start within its timeout",
+         env={"PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "0"}),
+]
+SPEC_ARG = str(EXAMPLE)
+SUBPROCESS_CASES += [
+    # Every other command that talks to a far end, with that far end unreachable: exit 4 and one line.
+    Case("automations-prefect-unreachable", ["automations", "register"], "cannot reach http://127.0.0.1:9/api",
+         env={"PREFECT_API_URL": f"{NOWHERE}/api"}),
+    Case("deploy-prefect-unreachable", ["deploy"], "cannot reach http://127.0.0.1:9/api",
+         env={"PREFECT_API_URL": f"{NOWHERE}/api"}),
+    Case("status-aws-unreachable", ["status", "k3-demo", "--region", "us-east-2"], "Could not connect to the endpoint"),
+    Case("down-aws-unreachable", ["down", SPEC_ARG, "--dry-run"], "Could not connect to the endpoint"),
+    Case("up-aws-unreachable", ["up", SPEC_ARG, "--in-process", "--out", "{tmp}/out"],
+         "Could not connect to the endpoint"),
+    Case("rehearse-aws-unreachable", ["rehearse", SPEC_ARG, "--out", "{tmp}/out"], "Could not connect to the endpoint"),
+]
+EXPECTED_CODE = {"forward-events-without-prefect-api-url": 2}
+
+
+@pytest.mark.parametrize("case", SUBPROCESS_CASES, ids=[c.id for c in SUBPROCESS_CASES])
+def test_missing_or_unreachable_services_are_one_line_and_never_exit_5(case: Case, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "AWS_"))}
+    env.update({
+        "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "AWS_ENDPOINT_URL": NOWHERE, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_EC2_METADATA_DISABLED": "true", "AWS_MAX_ATTEMPTS": "1", "PYTHONPATH": os.pathsep.join(sys.path),
+        **case.env,
+    })
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in case.argv]
+    done = subprocess.run([sys.executable, "-m", "capserve.cli", *argv], env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == EXPECTED_CODE.get(case.id, 4), done.stderr
+    assert case.message in " ".join(done.stderr.split()) and "Traceback" not in done.stderr, done.stderr

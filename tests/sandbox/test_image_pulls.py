@@ -76,3 +76,11 @@ def test_go_durations_read_back_as_the_kubelet_writes_them() -> None:
     message = 'Successfully pulled image "x" in 796ms (1.594s including waiting). Image size: 543804759 bytes.'
     assert pulled_seconds(message) == ("x", 0.796, 1.594)
     assert pulled_seconds('Container image "x" already present on machine') is None
+
+
+def test_an_upper_case_first_component_is_pulled_from_a_host_no_dns_resolves() -> None:
+    from capserve_sandbox.kube.kubelet.image_pulls import PullError, pull_image
+
+    with pytest.raises(PullError, match="dial tcp: lookup Vllm: no such host"):
+        pull_image("Vllm/vllm-openai:v0.32.0", "node-0")
+    assert pull_image("vllm/vllm-openai:v0.32.0", "node-0").size_bytes == 0  # Docker Hub: not the sandbox's

@@ -172,7 +172,8 @@ def test_an_existing_reservation_is_judged_on_what_is_left_of_it(tmp_path: Path,
         reservation_id="cr-0123456789abcdef0", state="active",
         start=NOW - timedelta(days=1), end=NOW + timedelta(hours=2),
     )
-    [problem] = preflight_problems(spec, plan, good_facts(reservation=ending_soon), bring_up=BRING_UP)
+    [serving, problem] = preflight_problems(spec, plan, good_facts(reservation=ending_soon), bring_up=BRING_UP)
+    assert serving.startswith("cluster.min_serving_minutes 120: reservation cr-0123456789abcdef0")
     assert problem.startswith("reservation cr-0123456789abcdef0 (active, ends 2026-12-01T07:00:00+00:00) leaves 75 min")
     later = ending_soon.model_copy(update={"end": NOW + timedelta(days=2)})
     assert preflight_problems(spec, plan, good_facts(reservation=later), bring_up=BRING_UP) == []
@@ -180,6 +181,21 @@ def test_an_existing_reservation_is_judged_on_what_is_left_of_it(tmp_path: Path,
     assert preflight_problems(spec, plan, missing, bring_up=BRING_UP) == [
         "capacity.reservation_id: cr-0123456789abcdef0 does not exist in us-east-2: check the id"
     ]
+
+
+def test_min_serving_minutes_that_bring_up_would_refuse_on_the_block_is_refused_before_buying(
+    tmp_path: Path, plan: ServingPlan
+) -> None:
+    # A 24 h block leaves 1395 min before drain; bring-up may take 75 min, so 1320 min of serving remain. The
+    # spec's own check (1380 <= 1395) passes, and bring-up's rule (core/cluster/deadline.py) would stop on the block.
+    spec = spec_of(tmp_path, cluster__min_serving_minutes=1380, capacity__duration_hours=24)
+    assert preflight_problems(spec, plan, good_facts(), bring_up=BRING_UP) == [
+        "cluster.min_serving_minutes 1380: a 24 h reservation (capacity.duration_hours) leaves 1395 min before the "
+        "drain point and bring-up may take up to 75 min, so only 1320 min of serving would remain and bring-up would "
+        "refuse on the paid block: lower cluster.min_serving_minutes or ask for a longer reservation"
+    ]
+    fits = spec_of(tmp_path, cluster__min_serving_minutes=1320, capacity__duration_hours=24)
+    assert preflight_problems(fits, plan, good_facts(), bring_up=BRING_UP) == []
 
 
 def test_time_needed_is_the_waits_and_budgets_by_part(tmp_path: Path, plan: ServingPlan) -> None:

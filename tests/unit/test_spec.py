@@ -94,7 +94,7 @@ def test_absolute_times_with_timezone_are_kept() -> None:
         # 6. a time without a timezone is ambiguous for a reservation that ends at 11:30 UTC
         (
             with_change("capacity.earliest_start", "2026-12-01T11:30:00"),
-            "capacity.earliest_start: Input should have timezone info",
+            "capacity.earliest_start: '2026-12-01T11:30:00' has no UTC offset",
         ),
         # 7. a Capacity Block longer than 14 days must be whole weeks
         (with_change("capacity.duration_hours", 24 * 15), "Capacity Blocks last whole days up to 14 days"),

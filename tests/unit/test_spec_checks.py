@@ -9,8 +9,12 @@ import pytest
 from capserve.core.errors import SpecError
 from capserve.core.spec_checks import (
     capacity_block_window_problems,
+    catalog_id_problem,
     image_reference_problem,
+    name_problem,
     non_finite_paths,
+    open_loop_time_problem,
+    registry_host,
     s3_prefix_problem,
 )
 from capserve.core.strict_yaml import parse_document
@@ -86,3 +90,47 @@ def test_yaml_1_1_readings_a_person_did_not_mean_are_refused(text: str, message:
                                              ("a: 0.5", 0.5), ("a: 1_000", 1000)])
 def test_plain_numbers_read_as_written(text: str, value: object) -> None:
     assert parse_document(text.encode(), "spec.yaml").data == {"a": value}
+
+
+@pytest.mark.parametrize(("reference", "message"), [
+    ("Vllm/vllm-openai:v0.32.0", "'Vllm' has upper-case letters, so it is read as a registry host"),
+    ("Registry.Example.COM/vllm/x:y", "the registry host 'Registry.Example.COM' has upper-case letters"),
+])
+def test_an_upper_case_registry_part_is_refused(reference: str, message: str) -> None:
+    assert (image_reference_problem(reference) or "").startswith(message)
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("", "is empty"),
+    ("kimi\u202ek3", "U+202E (RIGHT-TO-LEFT OVERRIDE, Unicode category Cf)"),
+    ("kimi\u200bk3", "U+200B (ZERO WIDTH SPACE, Unicode category Cf)"),
+    ("kimi\x07k3", "U+0007"),
+    (" kimi", "starts or ends with white space"),
+])
+def test_names_with_invisible_characters_are_refused(name: str, message: str) -> None:
+    assert message in (name_problem(name) or "")
+
+
+def test_a_plain_name_passes() -> None:
+    assert name_problem("moonshotai/Kimi-K3 (réplica 2)") is None
+
+
+def test_open_loop_runs_that_outlast_the_timeout_say_the_largest_that_fits() -> None:
+    assert open_loop_time_problem(48, [8.0], 900.0) is None
+    problem = open_loop_time_problem(100_000, [8.0, 2.0], 900.0) or ""
+    # 1/8 + 1/2 = 0.625 s a request: 900 s hold 1,440.
+    assert "take 62,500 s just to send" in problem and "the largest that fits is 1,440" in problem
+
+
+def test_a_catalog_id_in_other_case_is_refused_with_the_nearest_id() -> None:
+    problem = catalog_id_problem("catalog model", "KIMI-K3", ["kimi-k2", "kimi-k3"]) or ""
+    assert problem.startswith("unknown catalog model 'KIMI-K3': did you mean 'kimi-k3'?")
+    assert catalog_id_problem("catalog model", "kimi-k3", ["kimi-k3"]) is None
+
+
+@pytest.mark.parametrize(("reference", "host"), [
+    ("vllm/vllm-openai:x", None), ("vllm-openai", None), ("Vllm/vllm-openai:x", "Vllm"),
+    ("localhost/x", "localhost"), ("nvcr.io/nvidia/x:1", "nvcr.io"), ("host:5000/x", "host:5000"),
+])
+def test_the_registry_host_is_split_as_distribution_reference_does(reference: str, host: str | None) -> None:
+    assert registry_host(reference) == host

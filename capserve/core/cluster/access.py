@@ -26,8 +26,10 @@ from capserve.core.cluster.naming import ClusterNames, campaign_tags
 
 # IAM users and roles (roles may have a path). Service-linked roles cannot have access entries (EKS user
 # guide, "Create access entries"), so role/aws-service-role/ is refused by the spec.
+# IAM names are ASCII letters, digits and _+=,.@- (IAM API reference, CreateRole "RoleName"): Python's \w would
+# also take full-width and accented letters, which IAM refuses only once the access entry is made.
 IAM_PRINCIPAL_ARN = r"^arn:aws(-cn|-us-gov|-iso|-iso-b)?:iam::\d{12}:(role|user)/([\w+=,.@-]+/)*[\w+=,.@-]{1,64}$"
-_IAM = re.compile(IAM_PRINCIPAL_ARN)
+_IAM = re.compile(IAM_PRINCIPAL_ARN, re.ASCII)
 _STS_ROLE = re.compile(r"^arn:(aws[a-z-]*):sts::(\d{12}):assumed-role/([\w+=,.@-]+)/[^/]+$")
 _STS_USER = re.compile(r"^arn:(aws[a-z-]*):sts::(\d{12}):user/([\w+=,.@-]+)$")  # moto's default identity
 ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"

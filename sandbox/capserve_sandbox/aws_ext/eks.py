@@ -44,6 +44,7 @@ from moto.eks.exceptions import InvalidParameterException
 from moto.eks.models import EKSBackend
 
 from capserve.core.cluster.efa import described_network_facts, layout_problems
+from capserve.core.cluster.eks_versions import kubernetes_version_problem
 from capserve_sandbox.aws_ext import capacity as capacity_ext
 from capserve_sandbox.aws_ext.iam_rules import iam_enforcing
 from capserve_sandbox.aws_ext.nodeadm import NodeConfigError, node_storage
@@ -480,6 +481,14 @@ def _patch_eks() -> None:
     update_nodegroup_config = EKSBackend.update_nodegroup_config
 
     def _create_cluster(self: EKSBackend, *args: Any, **kwargs: Any) -> Any:
+        # EKS creates clusters only on the versions it supports (the rule preflight applies to the spec).
+        version = kwargs.get("version", args[3] if len(args) > 3 else None)
+        problem = None if version is None else kubernetes_version_problem(str(version))
+        if problem is not None:
+            raise InvalidParameterException(
+                clusterName=kwargs.get("name", args[0] if args else None), nodegroupName=None,
+                fargateProfileName=None, addonName=None, message=problem,
+            )
         cluster: Any = create_cluster(self, *args, **kwargs)
         cluster.status, cluster._capserve_created, cluster._capserve_describes = _CREATING, CLOCK.now(), 0
         modelled = BEHAVIOUR.modelled

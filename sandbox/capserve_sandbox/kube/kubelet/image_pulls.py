@@ -9,6 +9,9 @@ decides whether a node can reach a registry hooks in there.
   "<ref>": <ref>: not found`` (the kubelet then reports ``ErrImagePull`` and ``ImagePullBackOff``). ECR
   references of other accounts (AWS's own EKS add-on registries, 602401143452) and other registries are not
   the sandbox's to know: they are taken as present, with no size.
+- **A registry host no DNS resolves**: a first component with an upper-case letter and no '.' or ':'
+  (``Vllm/vllm-openai``) is a registry host to containerd (distribution/reference ``normalize.go``), so the pull
+  fails with ``lookup Vllm: no such host``; the spec refuses such a reference before anything is bought.
 - **Time**: the image's size (ECR's ``imageSizeInBytes``: its compressed layers) ÷ ``PULL_BYTES_PER_S``, in
   cluster seconds. The figure is an assumption (AWS publishes no ECR pull rate; docs/sandbox-kubelet.md,
   "Images"); containerd fetches three layers at a time (CRI ``max_concurrent_downloads`` default 3), so one
@@ -23,6 +26,8 @@ from typing import Any
 
 from moto.core.models import DEFAULT_ACCOUNT_ID
 from moto.ecr.models import ecr_backends
+
+from capserve.core.spec_checks import registry_host
 
 PULL_BYTES_PER_S = 250e6  # 250 MB/s: a 20 GB vLLM image in 80 s of cluster time
 UNKNOWN_PULL_S = 0.12
@@ -45,6 +50,14 @@ class Pulled:
 def pull_image(image: str, node: str) -> Pulled:
     """Pull ``image`` onto ``node``: its size and how long it takes, or PullError as containerd words it."""
     del node  # every node reaches every registry here (for now)
+    host = registry_host(image)
+    if host is not None and not any(mark in host for mark in ".:") and host != "localhost":
+        # A dotless upper-case first component is a registry host to containerd (the rule the spec refuses it
+        # by, capserve.core.spec_checks.registry_host), and no DNS resolves it.
+        raise PullError(
+            f'failed to pull and unpack image "{image}": failed to resolve reference "{image}": failed to do '
+            f"request: Head \"https://{host}/v2/\": dial tcp: lookup {host}: no such host"
+        )
     found = _ECR.match(image)
     if found is None or found["account"] != DEFAULT_ACCOUNT_ID:
         return Pulled(size_bytes=0, seconds=UNKNOWN_PULL_S)
