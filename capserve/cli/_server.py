@@ -38,6 +38,7 @@ from capserve.runtime.prefect_server import (
     start_server,
     start_worker,
 )
+from capserve.runtime.watchdog import keep
 
 if TYPE_CHECKING:
     from capserve.cli.progress_view import ProgressFollower
@@ -68,6 +69,8 @@ def server_in_background(out_dir: Path, *, keep_server: bool, console: Console) 
             return Registered(url=url, env={}, started=False)
         server = start_server(logs / "home", tethered=not keep_server)
         started.append(server)
+        if keep_server:
+            keep(server.child.process.pid)
         # The runs' working directory is this command's, as for a run in this process: a spec's relative paths
         # (a golden set) resolve as they did here, from a checkout or not.
         register(Path.cwd(), {**os.environ, **server.env}, logs / "register.log")
@@ -117,6 +120,7 @@ def run_on_server(
             if not keep_server:
                 stack.callback(worker.stop)
             else:
+                keep(worker.process.pid)
                 kept.append(worker)
         stack.enter_context(temporary_settings({PREFECT_API_URL: registered.url}))
         since = datetime.now(UTC)  # the runs to follow are this campaign run's, not an earlier one's

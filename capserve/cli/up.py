@@ -158,6 +158,10 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[red]error:[/red] {escape(redact(str(exc)))}", highlight=False)
         return ExitCode.BAD_INPUT
 
+    from capserve.runtime.watchdog import watch
+
+    # Before any server, worker or stand-in starts: killed outright, this command leaves none of them running.
+    watch()
     if args.sandbox:
         # The sandbox is offline by design: Prefect's temporary server would only log failed telemetry.
         os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")

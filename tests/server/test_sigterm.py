@@ -96,3 +96,56 @@ def test_sigterm_during_bring_up_exits_130_and_leaves_no_child(
     for pid in left:  # leave nothing for the rest of the suite, whatever the verdict
         os.kill(pid, signal.SIGKILL)
     assert left == [], f"still running after exit: {left}\n{text[-2000:]}"
+
+
+GONE_WITHIN_S = 10  # the issue's bound: nothing the command started is alive 10 s after it was killed
+
+
+def _command(pid: int) -> str:
+    try:
+        return (PROC / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
+    except OSError:
+        return "(gone)"
+
+
+@pytest.mark.parametrize(
+    ("mode", "started"),
+    [([], "serve-k3-demo: Running"), (["--in-process"], "for flow 'bring-up'")],
+    ids=["embedded-server", "in-process"],
+)
+def test_sigkill_during_bring_up_leaves_no_process_it_started(mode: list[str], started: str, tmp_path: Path) -> None:
+    """SIGKILL cannot be handled: what stops the Prefect server (Prefect's temporary one with --in-process), the
+    worker, the flow runs and the sandbox's processes is the watchdog the command started first
+    (capserve/runtime/watchdog.py) and the tether each server and worker runs under."""
+    log = tmp_path / "up.log"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+    env.pop("PREFECT_API_URL", None)  # --in-process: Prefect starts its temporary server
+    with log.open("wb") as out:
+        up = subprocess.Popen(
+            [sys.executable, "-m", "capserve.cli", "up", str(EXAMPLE), "--sandbox", "--revisions", "none", *mode,
+             "--out", str(tmp_path / "out")],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    children: dict[int, int] = {}
+    left: dict[int, str] = {}
+    try:
+        deadline = time.monotonic() + STARTS_WITHIN_S
+        while started not in log.read_text(errors="replace"):
+            assert up.poll() is None, f"capserve up ended before bring-up (exit {up.returncode}):\n{log.read_text()}"
+            assert time.monotonic() < deadline, f"bring-up did not start:\n{log.read_text()[-3000:]}"
+            time.sleep(1)
+        time.sleep(3)  # inside the stage, not at its first line
+        children = _children(up.pid)
+        up.kill()
+        up.wait()
+        time.sleep(GONE_WITHIN_S)
+        left = {pid: _command(pid) for pid in children if _alive(pid)}
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+        for pid in children:  # leave nothing for the rest of the suite, whatever the verdict
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert children, "capserve up had started no process by bring-up"
+    assert left == {}, f"still running {GONE_WITHIN_S} s after SIGKILL: {left}"
