@@ -79,6 +79,23 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def descendants(root: int, skip: frozenset[int] = frozenset()) -> list[int]:
+    """Every live descendant of ``root`` now, but ``skip`` and theirs."""
+    found: list[int] = []
+    frontier = [root]
+    while frontier:
+        for child in children(frontier.pop()):
+            if child not in skip and _started(child) is not None:
+                found.append(child)
+                frontier.append(child)
+    return found
+
+
+def watchdog_pid() -> int | None:
+    """This process's watchdog, if ``watch()`` started one."""
+    return _watchdog.pid if _watchdog is not None else None
+
+
 class Record:
     """Every descendant seen so far: pid → (parent, start time)."""
 

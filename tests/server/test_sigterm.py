@@ -3,8 +3,9 @@ the command exits 130 soon after and leaves no process of its own behind (the se
 run it started included), on the embedded server and `--in-process` (where Prefect's flow engine handles the
 signal while the campaign runs: capserve/cli/signals.py says how it is never lost there).
 
-The bound on how long it may take is a hang detector, not a performance target: on a loaded 2-core machine the
-command exited 2–12 s after the signal (embedded server), 6–15 s (in process).
+The bound is the one asked of the command: it ends within 15 s of SIGTERM on a loaded 2-core machine (it once
+took 22 s, stopping the worker and then the server one after the other, 15 s of grace each; they now stop
+together, 4 s of grace per signal: capserve.runtime.prefect_server.stop_together).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ pytestmark = [pytest.mark.server, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "kimi-k3-sandbox.yaml"
 STARTS_WITHIN_S = 420  # the sandbox, a server and the campaign's first stages, on a loaded machine
-EXITS_WITHIN_S = 60
+EXITS_WITHIN_S = 15  # asked: the command ends within 15 s of SIGTERM, on a loaded machine too
 
 
 def _children(pid: int) -> dict[int, int]:
