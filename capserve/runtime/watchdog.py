@@ -42,10 +42,13 @@ def watch() -> None:
         return
     _watchdog = subprocess.Popen(  # noqa: S603  # our own interpreter and module
         [sys.executable, "-m", "capserve.runtime.watchdog", str(os.getpid())],
-        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     _pipe = _watchdog.stdin
     keep(_watchdog.pid)
+    assert _watchdog.stdout is not None
+    _watchdog.stdout.readline()  # its first snapshot is taken: what starts from now on is recorded
+    _watchdog.stdout.close()
 
 
 def keep(pid: int) -> None:
@@ -152,6 +155,9 @@ def stop(pids: list[int], grace_seconds: float = STOP_GRACE_SECONDS) -> list[int
 def run(parent: int, commands: IO[bytes]) -> int:
     record = Record(parent)
     buffered = b""
+    record.snapshot()
+    print("ready", flush=True)
+    sys.stdout.close()
     while True:
         record.snapshot()
         ready, _, _ = select.select([commands], [], [], SNAPSHOT_SECONDS)
