@@ -166,9 +166,10 @@ def run(args: argparse.Namespace) -> int:
         # The sandbox is offline by design: Prefect's temporary server would only log failed telemetry.
         os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     # Imported here: prefect takes a second to import, and `capserve up --help` should not wait.
-    from capserve.cli.signals import defer_prefect_handler_in_finalizers
+    from capserve.cli.signals import defer_prefect_handler_in_finalizers, skip_the_final_collection
 
     defer_prefect_handler_in_finalizers()  # a flow run in this process must not lose a SIGTERM either
+    skip_the_final_collection()
     on_your_server = not args.in_process and "PREFECT_API_URL" in os.environ
     if on_your_server:
         # Before the sandbox or anything else starts: a server without capserve's deployments can run nothing.
