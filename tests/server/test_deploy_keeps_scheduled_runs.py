@@ -50,12 +50,21 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
         started.child.stop()
 
 
+@pytest.fixture(scope="module")
+def deployed(server: LocalServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """capserve's deployments on the server, on pool capserve, the runs' working directory the one returned."""
+    work = tmp_path_factory.mktemp("work")
+    with pytest.MonkeyPatch.context() as patch, temporary_settings({PREFECT_API_URL: server.url}):
+        patch.setenv("PREFECT_API_URL", server.url)
+        assert main(["deploy", "--pool", "capserve", "--pull-step", _step(str(work))]) == ExitCode.OK
+    yield work
+
+
 def test_a_second_deploy_on_another_pool_leaves_a_bought_blocks_runs_where_they_were(
-    server: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    server: LocalServer, deployed: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("PREFECT_API_URL", server.url)
     with temporary_settings({PREFECT_API_URL: server.url}):
-        assert main(["deploy", "--pool", "capserve", "--pull-step", _step(str(tmp_path))]) == ExitCode.OK
         start = datetime.now(UTC).replace(microsecond=0) + timedelta(days=2)
         lease = Lease(provider="ec2-capacity-block", region="us-east-2", availability_zone="us-east-2a",
                       reservation_id="cr-0keep", start=start, end=start + timedelta(days=1),
@@ -74,7 +83,7 @@ def test_a_second_deploy_on_another_pool_leaves_a_bought_blocks_runs_where_they_
             for name in ("drain/drain", "scheduled-teardown/scheduled-teardown", "campaign/campaign"):
                 deployment = client.read_deployment_by_name(name)
                 assert deployment.work_pool_name == "capserve", name
-                assert deployment.pull_steps == [json.loads(_step(str(tmp_path)))], name
+                assert deployment.pull_steps == [json.loads(_step(str(deployed)))], name
             runs = client.read_flow_runs(flow_run_filter=FlowRunFilter(
                 id=FlowRunFilterId(any_=[run.flow_run_id for run in created])))
         assert sorted((run.name, run.state_type.value if run.state_type else "", run.work_queue_name)
@@ -82,15 +91,14 @@ def test_a_second_deploy_on_another_pool_leaves_a_bought_blocks_runs_where_they_
         with pytest.raises(ObjectNotFound), get_client(sync_client=True) as client:
             client.read_work_pool("other")  # nothing was created either
         # The same pool and pull step again: converges, the runs stay.
-        assert main(["deploy", "--pool", "capserve", "--pull-step", _step(str(tmp_path))]) == ExitCode.OK
+        assert main(["deploy", "--pool", "capserve", "--pull-step", _step(str(deployed))]) == ExitCode.OK
 
 
 def test_a_campaign_no_worker_picks_up_says_so_within_a_minute_naming_the_pool(
-    server: LocalServer, tmp_path: Path
+    server: LocalServer, deployed: Path, tmp_path: Path
 ) -> None:
-    """`capserve up --sandbox` on a server that has capserve's deployments (the test above registered them on
-    pool capserve) and no worker: the campaign run stays scheduled, and the command says why instead of waiting
-    without a word."""
+    """`capserve up --sandbox` on a server that has capserve's deployments (on pool capserve) and no worker: the
+    campaign run stays scheduled, and the command says why instead of waiting without a word."""
     log = tmp_path / "up.log"
     env = {**os.environ, "PREFECT_API_URL": server.url, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
     with log.open("wb") as out:
