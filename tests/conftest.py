@@ -25,6 +25,7 @@ os.environ.pop("AWS_PROFILE", None)
 os.environ.pop("AWS_SESSION_TOKEN", None)
 
 import pytest  # noqa: E402
+from no_leftovers import pytest_configure, pytest_sessionfinish  # noqa: E402, F401  # nothing left running
 from prefect.testing.utilities import prefect_test_harness  # noqa: E402
 
 

@@ -37,12 +37,17 @@ from capserve.runtime.prefect_server import (
     register,
     start_server,
     start_worker,
+    stop_together,
 )
+from capserve.runtime.watchdog import keep
 
 if TYPE_CHECKING:
     from capserve.cli.progress_view import ProgressFollower
 
 FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+# A worker asks for runs every 10 s by default (PREFECT_WORKER_QUERY_SECONDS, docs/prefect.md): a run still
+# scheduled after four of its polls has no worker, and the person hears so within a minute.
+NO_WORKER_AFTER_S = 45
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,8 @@ def server_in_background(out_dir: Path, *, keep_server: bool, console: Console) 
             return Registered(url=url, env={}, started=False)
         server = start_server(logs / "home", tethered=not keep_server)
         started.append(server)
+        if keep_server:
+            keep(server.child.process.pid)
         # The runs' working directory is this command's, as for a run in this process: a spec's relative paths
         # (a golden set) resolve as they did here, from a checkout or not.
         register(Path.cwd(), {**os.environ, **server.env}, logs / "register.log")
@@ -115,8 +122,10 @@ def run_on_server(
             worker = start_worker(Path.cwd(), {**os.environ, **worker_env, **registered.env}, logs / "worker.log",
                                   tethered=not keep_server)
             if not keep_server:
-                stack.callback(worker.stop)
+                # The worker and the server stop together (the server's own stop afterwards finds it gone).
+                stack.callback(stop_together, [worker, *([registered.server] if registered.server else [])])
             else:
+                keep(worker.process.pid)
                 kept.append(worker)
         stack.enter_context(temporary_settings({PREFECT_API_URL: registered.url}))
         since = datetime.now(UTC)  # the runs to follow are this campaign run's, not an earlier one's
@@ -187,6 +196,7 @@ def _run_and_follow(
     job_variables = {"env": run_env} if run_env else None
     started: Any = run_deployment("campaign/campaign", parameters=parameters, timeout=0, job_variables=job_variables)
     console.print(f"campaign run {started.id} created (as a UI click would)", highlight=False)
+    created: float | None = time.monotonic()
     last = ("", "")
     with get_client(sync_client=True) as client:
         while True:
@@ -197,6 +207,12 @@ def _run_and_follow(
                 last = now
             if now[0] in FINAL:
                 return now
+            if now[0] == "SCHEDULED" and created is not None and time.monotonic() - created > NO_WORKER_AFTER_S:
+                created = None  # said once
+                pool = run.work_pool_name or "(the campaign deployment's)"
+                console.print(f"  no worker has picked up {run.name} in {NO_WORKER_AFTER_S} s: is one running for "
+                              f"work pool {pool}? start one with `prefect worker start --pool {pool}` (still waiting; "
+                              "Ctrl-C stops waiting, the run stays scheduled)", highlight=False)
             progress.poll()
             time.sleep(2)
 

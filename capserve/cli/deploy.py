@@ -15,7 +15,10 @@ resolve as they did here; ``--pull-step`` gives others (a directory a remote wor
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
+import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +40,8 @@ def register(subparsers: Any) -> None:
             "the Prefect server PREFECT_API_URL names. Running it again changes nothing that is already right."
         ),
     )
-    parser.add_argument("--pool", default=DEFAULT_POOL, help="work pool the deployments run on (default: capserve; "
+    parser.add_argument("--pool", default=DEFAULT_POOL, type=pool_name_option,
+                        help="work pool the deployments run on (default: capserve; "
                         "created as a process pool when missing)")
     how = parser.add_mutually_exclusive_group()
     how.add_argument("--image", default=None, metavar="IMAGE",
@@ -50,21 +54,97 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
+def pool_name_option(value: str) -> str:
+    """A work pool name as Prefect's API takes it (``prefect.types.NonEmptyishName``: not blank, none of
+    ``BANNED_CHARACTERS``, which would break the ``/work_pools/{name}`` path) and printable."""
+    from prefect.types import BANNED_CHARACTERS
+
+    shown = ascii(value)  # an escape sequence in the name is shown, not played
+    if not value.strip("' \""):
+        raise argparse.ArgumentTypeError("the work pool name is empty: give one, e.g. --pool capserve")
+    banned = sorted({c for c in value if c in BANNED_CHARACTERS})
+    if banned:
+        raise argparse.ArgumentTypeError(f"{shown}: a work pool name may not hold {' '.join(banned)} (Prefect "
+                                         "refuses / % & < > in names): choose another, e.g. --pool capserve")
+    if any(unicodedata.category(c) in ("Cc", "Cf") for c in value) or value != value.strip():
+        raise argparse.ArgumentTypeError(f"{shown}: a work pool name may hold no control or invisible characters "
+                                         "and no surrounding spaces: type it again")
+    return value
+
+
 def pull_step_option(value: str) -> dict[str, Any]:
-    """One pull step: a JSON object with one key, the step's import path, mapping to its keyword arguments."""
+    """One pull step: a JSON object with one key, the step's import path, mapping to its keyword arguments,
+    which the step's function takes (checked here, before anything is registered). The value is never
+    echoed: a pull step may carry a credential."""
     try:
         step = json.loads(value)
     except ValueError as exc:
         example = json.dumps({WORKING_DIRECTORY_STEP: {"directory": "/srv/capserve"}})
-        raise argparse.ArgumentTypeError(f"{value!r} is not JSON ({exc}): write one object, e.g. '{example}'") from exc
+        where = f"line {exc.lineno} column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else "it"
+        raise argparse.ArgumentTypeError(f"the pull step is not JSON (at {where}): write one object, e.g. "
+                                         f"'{example}'") from None
     if not (isinstance(step, dict) and len(step) == 1):
-        raise argparse.ArgumentTypeError(f"{value!r}: a pull step is an object with exactly one key, the step's "
-                                         "import path (e.g. prefect.deployments.steps.git_clone)")
+        raise argparse.ArgumentTypeError("a pull step is an object with exactly one key, the step's import path "
+                                         "(e.g. prefect.deployments.steps.git_clone)")
     ((path, arguments),) = step.items()
     if "." not in path or not isinstance(arguments, dict):
-        raise argparse.ArgumentTypeError(f"{value!r}: the key is the step's dotted import path and its value an "
-                                         "object of the step's arguments")
+        raise argparse.ArgumentTypeError(f"pull step {ascii(path)}: the key is the step's dotted import path and "
+                                         "its value an object of the step's arguments")
+    problem = _step_problem(path, arguments)
+    if problem:
+        raise argparse.ArgumentTypeError(f"pull step {ascii(path)}: {problem}")
     return step
+
+
+def _step_problem(path: str, arguments: dict[str, Any]) -> str | None:
+    """What a worker would fail on when it runs the step: a function that cannot be imported (without
+    ``requires``, which Prefect installs on the worker first), or arguments the function does not take. Prefect
+    runs a step as ``import_object(path)(**arguments)`` minus its reserved keywords
+    (``prefect.deployments.steps.core.run_step``)."""
+    from prefect.deployments.steps.core import RESERVED_KEYWORDS
+    from prefect.utilities.importtools import import_object
+
+    try:
+        function = import_object(path)
+    except (ImportError, AttributeError, ValueError) as exc:
+        if arguments.get("requires"):
+            return None  # Prefect installs the package on the worker, then imports the step
+        return (f"cannot be imported ({type(exc).__name__}): correct the path (e.g. "
+                f"{WORKING_DIRECTORY_STEP}), or name its package with \"requires\"")
+    if not callable(function):
+        return "is not a function"
+    try:
+        signature = inspect.signature(function)
+    except ValueError:
+        return None  # a builtin without a signature: nothing to check
+    given = {k: v for k, v in arguments.items() if k not in RESERVED_KEYWORDS}
+    takes = f"(the step's arguments: {', '.join(signature.parameters)})"
+    unknown = sorted(set(given) - set(signature.parameters))
+    if unknown and not any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
+        return f"unexpected keyword argument {ascii(unknown[0])} {takes}"
+    try:
+        signature.bind(**given)
+    except TypeError as exc:
+        return f"{exc} {takes}"
+    return None
+
+
+_SECRET_KEY = re.compile(r"token|password|passwd|secret|credential|key|auth", re.IGNORECASE)
+_URL_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+
+
+def redacted_steps(steps: Any, key: str = "") -> Any:
+    """The pull steps with what may be a credential hidden: the value of any argument whose name says so (a
+    Prefect template such as ``{{ prefect.blocks.secret.x }}`` is a reference, kept), and user info in URLs."""
+    if isinstance(steps, dict):
+        return {k: redacted_steps(v, k) for k, v in steps.items()}
+    if isinstance(steps, list):
+        return [redacted_steps(v, key) for v in steps]
+    if isinstance(steps, str):
+        if _SECRET_KEY.search(key) and not steps.strip().startswith("{{"):
+            return "***"
+        return _URL_USERINFO.sub("***@", steps)
+    return steps
 
 
 @dataclass(frozen=True)
@@ -89,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
     for name in done.automations:
         print(f"  automation {name}")
     if done.pull_steps:
-        print(f"  the runs' pull steps: {json.dumps(done.pull_steps)}")
+        print(f"  the runs' pull steps: {json.dumps(redacted_steps(done.pull_steps))}")
     if args.image:
         print(f"  the runs' image: {args.image}")
     print(f"start a worker: prefect worker start --pool {done.pool}")
@@ -103,6 +183,7 @@ def deploy(*, pool: str, image: str | None, pull_steps: list[dict[str, Any]]) ->
     from prefect.exceptions import ObjectNotFound
 
     with get_client(sync_client=True) as client:
+        refuse_moving_scheduled_runs(client, pool=pool, image=image, pull_steps=pull_steps)
         try:
             pool_type = client.read_work_pool(pool).type
             created = False
@@ -127,6 +208,50 @@ def deploy(*, pool: str, image: str | None, pull_steps: list[dict[str, Any]]) ->
     automations = register_automations.fn()
     return Registered(pool=pool, pool_created=created, deployments=names, automations=automations,
                       pull_steps=pull_steps)
+
+
+def refuse_moving_scheduled_runs(
+    client: Any, *, pool: str, image: str | None, pull_steps: list[dict[str, Any]]
+) -> None:
+    """Refuse (nothing registered) to give another pool, pull step or image to a deployment that has runs waiting:
+    the drain and teardown a bought block scheduled, a serve at the block's start. A run keeps the work queue it
+    was created in, but its worker takes the deployment's pull steps and job variables as they are when the run
+    starts (``prefect.flows.load_flow_from_flow_run``), so such a run would start somewhere it was never tried,
+    or nowhere. Runs the deployment's own schedule made are left out: Prefect makes them again on every update."""
+    from prefect.client.schemas.filters import (
+        DeploymentFilter,
+        DeploymentFilterName,
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+
+    names = [definition.name for definition in definitions()]
+    existing = client.read_deployments(deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=names)))
+    moved = {
+        deployment.id: deployment for deployment in existing
+        if deployment.work_pool_name != pool or list(deployment.pull_steps or []) != pull_steps
+        or (deployment.job_variables or {}).get("image") != image
+    }
+    if not moved:
+        return
+    waiting = FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(
+        any_=[StateType.SCHEDULED, StateType.PENDING])))
+    runs = [run for run in client.read_flow_runs(flow_run_filter=waiting) if run.deployment_id in moved
+            and not run.auto_scheduled]
+    if not runs:
+        return
+    runs.sort(key=lambda run: run.expected_start_time or run.created)
+    named = [f"{run.name} at {(run.expected_start_time or run.created):%Y-%m-%d %H:%M} UTC" for run in runs[:5]]
+    more = f" and {len(runs) - 5} more" if len(runs) > 5 else ""
+    current = next(iter(moved.values()))
+    raise SpecError(
+        f"--pool/--pull-step/--image: {len(runs)} scheduled run(s) would move to where they were never scheduled "
+        f"({', '.join(named)}{more}); nothing was changed: deploy again with the pool {current.work_pool_name!r} and "
+        f"pull steps {json.dumps(redacted_steps(current.pull_steps or []))} they were scheduled with, or once they "
+        "have run"
+    )
 
 
 def _apply(client: Any, definition: Definition, *, pool: str, pool_type: str, image: str | None,

@@ -193,6 +193,9 @@ def run(args: argparse.Namespace) -> int:
     from capserve.flows.evaluate import evaluate_endpoint  # Prefect import is slow; only when running
 
     defer_prefect_handler_in_finalizers()  # a flow run in this process must not lose a SIGTERM either
+    from capserve.runtime.watchdog import watch
+
+    watch()  # killed outright, the command leaves no Prefect temporary server or load generator running
 
     result = evaluate_endpoint(
         url,

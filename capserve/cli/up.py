@@ -158,13 +158,18 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[red]error:[/red] {escape(redact(str(exc)))}", highlight=False)
         return ExitCode.BAD_INPUT
 
+    from capserve.runtime.watchdog import watch
+
+    # Before any server, worker or stand-in starts: killed outright, this command leaves none of them running.
+    watch()
     if args.sandbox:
         # The sandbox is offline by design: Prefect's temporary server would only log failed telemetry.
         os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     # Imported here: prefect takes a second to import, and `capserve up --help` should not wait.
-    from capserve.cli.signals import defer_prefect_handler_in_finalizers
+    from capserve.cli.signals import defer_prefect_handler_in_finalizers, skip_the_final_collection
 
     defer_prefect_handler_in_finalizers()  # a flow run in this process must not lose a SIGTERM either
+    skip_the_final_collection()
     on_your_server = not args.in_process and "PREFECT_API_URL" in os.environ
     if on_your_server:
         # Before the sandbox or anything else starts: a server without capserve's deployments can run nothing.

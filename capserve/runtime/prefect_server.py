@@ -49,6 +49,9 @@ WORKER_SETTINGS: dict[str, str] = {
 }
 
 
+STOP_GRACE_SECONDS = 4.0  # per signal: SIGINT, then SIGTERM, then SIGKILL
+
+
 class ServerError(RuntimeError):
     """The local Prefect server or worker could not be started; the message says where its log is."""
 
@@ -64,20 +67,32 @@ class Child:
     def alive(self) -> bool:
         return self.process.poll() is None
 
-    def stop(self, grace_seconds: float = 15.0) -> int | None:
+    def stop(self, grace_seconds: float = STOP_GRACE_SECONDS) -> int | None:
         """SIGINT, then SIGTERM, then SIGKILL to the child's process group; its exit code."""
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
-            if not self.alive():
-                break
+        stop_together([self], grace_seconds)
+        return self.process.poll()
+
+
+def stop_together(children: list[Child], grace_seconds: float = STOP_GRACE_SECONDS) -> None:
+    """Stop several children at once (the worker and the server): each signal goes to every group still alive,
+    then all are waited for together, so stopping two costs the time of the slower, not the sum. The grace is
+    short: a SIGTERMed command must be gone within 15 s on a loaded machine, and a server's or worker's own
+    shutdown is done in a few seconds, or not at all."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+        alive = [child for child in children if child.alive()]
+        for child in alive:
             try:
-                os.killpg(self.process.pid, sig)
+                os.killpg(child.process.pid, sig)
             except ProcessLookupError:
-                break
+                continue
+        deadline = time.monotonic() + grace_seconds
+        for child in alive:
             try:
-                self.process.wait(timeout=grace_seconds)
+                child.process.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 continue
-        return self.process.poll()
+        if all(not child.alive() for child in children):
+            return
 
 
 @dataclass

@@ -181,6 +181,65 @@ def test_capserve_eval_timeout_against_a_silent_endpoint_exits_fail(silent_endpo
     assert code == 1  # health did not answer: the endpoint's failure, judged
 
 
+TRICKLED = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+TRICKLE_EVERY_S = 0.25  # the whole answer takes ~20 s, far past the deadlines below
+
+
+@pytest.fixture()
+def trickling_endpoint() -> Iterator[str]:
+    """Answers every request with HTTP 200, one byte at a time (the endpoint that kept `capserve eval --timeout 60`
+    running past 300 s: each byte started httpx's read timeout again). Bounded: it stops at the test's end."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+
+    def trickle(conn: socket.socket) -> None:
+        with conn:
+            for byte in TRICKLED:
+                if stop.wait(TRICKLE_EVERY_S):
+                    return
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    return
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn = server.accept()[0]
+            except OSError:
+                continue
+            threads.append(threading.Thread(target=trickle, args=(conn,), daemon=True))
+            threads[-1].start()
+
+    acceptor = threading.Thread(target=accept, daemon=True)
+    acceptor.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    for thread in [acceptor, *threads]:
+        thread.join()
+    server.close()
+
+
+def test_a_trickling_endpoint_is_cut_at_the_deadline_not_answered_late(trickling_endpoint: str) -> None:
+    spec = EvaluationSpec()
+    with make_client(trickling_endpoint, spec, None) as client:
+        result = run_smoke_checks(client, "m", spec.smoke, Budget(2), spec.connect_timeout_s)
+    health = result.checks[0]
+    assert (health.name, health.status) == ("health", "failed"), health  # not "passed" once the bytes were all in
+    assert "no answer within 2.0 s" in health.detail
+    assert {c.status for c in result.checks[1:]} == {"not_run"}
+
+
+def test_capserve_eval_timeout_bounds_a_trickling_endpoint(trickling_endpoint: str, tmp_path: Path) -> None:
+    code = main(["eval", "--url", trickling_endpoint, "--model", "m", "--timeout", "3", "--json",
+                 "--out-dir", str(tmp_path)])
+    assert code == 1  # health did not answer by the deadline: the endpoint's failure, judged
+
+
 def test_a_run_cut_by_its_deadline_is_the_clients_doing() -> None:
     spec = LoadSpec(min_requests=6, **TINY)  # type: ignore[arg-type]
     with serve(SandboxConfig(ttft=Dist(mean_ms=3000.0))) as url:

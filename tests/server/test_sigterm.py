@@ -3,8 +3,9 @@ the command exits 130 soon after and leaves no process of its own behind (the se
 run it started included), on the embedded server and `--in-process` (where Prefect's flow engine handles the
 signal while the campaign runs: capserve/cli/signals.py says how it is never lost there).
 
-The bound on how long it may take is a hang detector, not a performance target: on a loaded 2-core machine the
-command exited 2–12 s after the signal (embedded server), 6–15 s (in process).
+The bound is the one asked of the command: it ends within 15 s of SIGTERM on a loaded 2-core machine (it once
+took 22 s, stopping the worker and then the server one after the other, 15 s of grace each; they now stop
+together, 4 s of grace per signal: capserve.runtime.prefect_server.stop_together).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ pytestmark = [pytest.mark.server, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "kimi-k3-sandbox.yaml"
 STARTS_WITHIN_S = 420  # the sandbox, a server and the campaign's first stages, on a loaded machine
-EXITS_WITHIN_S = 60
+WATCHDOG_SETTLES_S = 5
+EXITS_WITHIN_S = 15  # asked: the command ends within 15 s of SIGTERM, on a loaded machine too
 
 
 def _children(pid: int) -> dict[int, int]:
@@ -92,7 +94,63 @@ def test_sigterm_during_bring_up_exits_130_and_leaves_no_child(
             up.wait()
     text = log.read_text(errors="replace")
     assert code == 130, text[-3000:]
-    left = [pid for pid in children if _alive(pid)]
+    # The watchdog (capserve/runtime/watchdog.py) outlives the command by the moment it takes to see it gone.
+    settled = time.monotonic() + WATCHDOG_SETTLES_S
+    while (left := [pid for pid in children if _alive(pid)]) and time.monotonic() < settled:
+        time.sleep(0.2)
     for pid in left:  # leave nothing for the rest of the suite, whatever the verdict
         os.kill(pid, signal.SIGKILL)
     assert left == [], f"still running after exit: {left}\n{text[-2000:]}"
+
+
+GONE_WITHIN_S = 10  # the issue's bound: nothing the command started is alive 10 s after it was killed
+
+
+def _command(pid: int) -> str:
+    try:
+        return (PROC / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
+    except OSError:
+        return "(gone)"
+
+
+@pytest.mark.parametrize(
+    ("mode", "started"),
+    [([], "serve-k3-demo: Running"), (["--in-process"], "for flow 'bring-up'")],
+    ids=["embedded-server", "in-process"],
+)
+def test_sigkill_during_bring_up_leaves_no_process_it_started(mode: list[str], started: str, tmp_path: Path) -> None:
+    """SIGKILL cannot be handled: what stops the Prefect server (Prefect's temporary one with --in-process), the
+    worker, the flow runs and the sandbox's processes is the watchdog the command started first
+    (capserve/runtime/watchdog.py) and the tether each server and worker runs under."""
+    log = tmp_path / "up.log"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+    env.pop("PREFECT_API_URL", None)  # --in-process: Prefect starts its temporary server
+    with log.open("wb") as out:
+        up = subprocess.Popen(
+            [sys.executable, "-m", "capserve.cli", "up", str(EXAMPLE), "--sandbox", "--revisions", "none", *mode,
+             "--out", str(tmp_path / "out")],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    children: dict[int, int] = {}
+    left: dict[int, str] = {}
+    try:
+        deadline = time.monotonic() + STARTS_WITHIN_S
+        while started not in log.read_text(errors="replace"):
+            assert up.poll() is None, f"capserve up ended before bring-up (exit {up.returncode}):\n{log.read_text()}"
+            assert time.monotonic() < deadline, f"bring-up did not start:\n{log.read_text()[-3000:]}"
+            time.sleep(1)
+        time.sleep(3)  # inside the stage, not at its first line
+        children = _children(up.pid)
+        up.kill()
+        up.wait()
+        time.sleep(GONE_WITHIN_S)
+        left = {pid: _command(pid) for pid in children if _alive(pid)}
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+        for pid in children:  # leave nothing for the rest of the suite, whatever the verdict
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert children, "capserve up had started no process by bring-up"
+    assert left == {}, f"still running {GONE_WITHIN_S} s after SIGKILL: {left}"

@@ -37,6 +37,7 @@ from capserve.core.evaluation.smoke import SmokeCheck
 from capserve.core.evaluation.spec import EvaluationSpec, QualitySpec, SmokeSpec
 from capserve.core.evaluation.sse import REASONING_FIELDS, SseDecoder, StreamState, apply_event
 from capserve.core.redaction import Redactor
+from capserve.tasks.evaluation import deadline
 from capserve.tasks.evaluation.auth import EndpointAuth, read_auth
 from capserve.tasks.resilience import endpoint_task
 from capserve.tasks.secrets import redactor
@@ -50,10 +51,10 @@ class Budget:
 
     def __init__(self, seconds: float) -> None:
         self.seconds = max(0.0, seconds)
-        self._end = time.monotonic() + self.seconds
+        self.end = time.monotonic() + self.seconds
 
     def remaining(self) -> float:
-        return max(0.0, self._end - time.monotonic())
+        return max(0.0, self.end - time.monotonic())
 
     def expired(self) -> bool:
         return self.remaining() <= 0
@@ -76,11 +77,13 @@ class Unreachable(CheckFailed):
 
 def make_client(base_url: str, spec: EvaluationSpec, auth: EndpointAuth | None, connections: int = 8) -> httpx.Client:
     """An httpx client with explicit limits and timeouts (never the library defaults)."""
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
     return httpx.Client(
         base_url=base_url.rstrip("/"),
         headers=auth.headers() if auth is not None else {},
         timeout=httpx.Timeout(spec.smoke.check_timeout_s, connect=spec.connect_timeout_s),
-        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+        limits=limits,
+        transport=deadline.transport(limits),  # a call ends at its deadline, however slowly the bytes come
     )
 
 
@@ -143,7 +146,9 @@ class Call:
             raise Unreachable(f"{path}: no time left (the check's timeout or the evaluation's deadline)")
         body = bytearray()
         try:
-            with self.client.stream(method, path, json=payload, timeout=self.budget.timeout(self.connect_s)) as r:
+            with deadline.until(self.budget.end), self.client.stream(
+                method, path, json=payload, timeout=self.budget.timeout(self.connect_s)
+            ) as r:
                 for chunk in r.iter_bytes():
                     body += chunk
                     if len(body) > MAX_BODY_BYTES:
@@ -205,7 +210,7 @@ def check_chat_stream(call: Call, model: str, spec: SmokeSpec) -> str:
 
     send = time.perf_counter()
     try:
-        with call.client.stream(
+        with deadline.until(budget.end), call.client.stream(
             "POST", "/v1/chat/completions", json=payload, timeout=budget.timeout(call.connect_s)
         ) as response:
             if response.status_code != 200:
