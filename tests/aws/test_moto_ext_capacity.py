@@ -101,6 +101,15 @@ def test_auto_activate_moves_the_clock_to_the_start(ec2: Any) -> None:
     assert CLOCK.now() >= bought["StartDate"]
 
 
+def test_auto_activate_moves_the_clock_only_for_the_reservations_asked_about(ec2: Any) -> None:
+    ext.SETTINGS.auto_activate = True
+    before = CLOCK.now()
+    buy(ec2, offerings(ec2)[0], campaign="mine")
+    # Another campaign looks for its own tag and finds nothing: the first campaign's block has not started.
+    others = ec2.describe_capacity_reservations(Filters=[{"Name": "tag:capserve.io/campaign", "Values": ["yours"]}])
+    assert others["CapacityReservations"] == [] and CLOCK.now() - before < timedelta(hours=1)
+
+
 def test_a_bought_offering_cannot_be_bought_again_and_unknown_ids_are_not_found(ec2: Any) -> None:
     offering = offerings(ec2)[0]
     buy(ec2, offering)

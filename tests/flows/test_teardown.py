@@ -88,8 +88,9 @@ def test_eks_teardown_dry_run_then_real_then_a_no_op_rerun(kube: FakeKube) -> No
     spec, other = make_spec("down-eks"), make_spec("down-keep")
     bring_up(spec, make_lease(), UP)
     bring_up(other, make_lease(), UP)
+    kept_kube = eks_ext.cluster_kubes()["capserve-down-keep"]  # each cluster has its own Kubernetes
     serve_something(kube, "down-eks")
-    serve_something(kube, "down-keep")
+    serve_something(kept_kube, "down-keep")
 
     dry = teardown(spec, REGION, reason="manual", dry_run=True, settings=DOWN)
     assert dry.dry_run and "k8s-service/default/down-eks-vllm" in dry.deleted
@@ -112,7 +113,7 @@ def test_eks_teardown_dry_run_then_real_then_a_no_op_rerun(kube: FakeKube) -> No
     # ... and the other campaign's is all there.
     assert len(tagged_vpcs("down-keep")) == 1 and len(roles_of("down-keep")) == 2
     assert "capserve-down-keep" in boto3.client("eks").list_clusters()["clusters"]
-    assert "down-keep-vllm" in services(kube) and "down-eks-vllm" not in services(kube)
+    assert "down-keep-vllm" in services(kept_kube) and "down-eks-vllm" not in services(kube)
 
     eks_ext.clear_calls()
     again = teardown(spec, REGION, reason="campaign-finished", settings=DOWN)

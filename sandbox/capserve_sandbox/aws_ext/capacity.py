@@ -451,6 +451,10 @@ def describe_capacity_reservations(self: Any) -> Any:
                 "InvalidCapacityReservationId.NotFound", f"The capacity reservation ID '{missing[0]}' does not exist"
             )
         chosen = [table[i] for i in ids] if ids else list(table.values())
+        # Only the reservations this caller asked about may move the clock (auto_activate): a campaign looking for
+        # its own tag must not start another campaign's block by listing it on the way.
+        others = {k: v for k, v in filters.items() if k != "state"}
+        chosen = [r for r in chosen if _matches(_reservation_view(r, advance=False), others)]
         views = [_reservation_view(r, advance=True) for r in chosen]
     deliver_due_events()
     terminate_due()

@@ -6,9 +6,11 @@ node groups are born ACTIVE, the endpoint is a made-up https URL, no nodes ever 
 - clusters and node groups start ``CREATING`` and become ``ACTIVE`` after ``BEHAVIOUR.describes_until_active``
   describes, or once ``BEHAVIOUR.seconds_until_active`` have passed on the sandbox clock
   (``capserve_sandbox.clock.CLOCK``), whichever comes first;
-- ``describe_cluster`` answers with the fake Kubernetes API server's URL (and CA, when it has one), so
-  the production code connects to it exactly as it would to EKS;
-- when a cluster becomes ACTIVE, every hook in ``CLUSTER_HOOKS`` is called (the fake Kubernetes server
+- every cluster has its own fake Kubernetes, as every EKS cluster has its own API server
+  (``capserve_sandbox.kube.clusters``): ``describe_cluster`` answers with that server's URL (and CA, when it
+  has one; ``ENDPOINT_HOOKS``), so the production code connects to it exactly as it would to EKS, and
+  ``delete_cluster`` deletes it (``CLUSTER_GONE_HOOKS``);
+- when a cluster becomes ACTIVE, every hook in ``CLUSTER_HOOKS`` is called (the cluster's fake Kubernetes
   then creates what EKS runs by itself: CoreDNS, kube-proxy, aws-node);
 - every cluster gets a cluster security group, as EKS creates one (``resourcesVpcConfig.clusterSecurityGroupId``:
   a real moto group in the cluster's VPC that admits all traffic from itself; EKS user guide, "View Amazon
@@ -19,7 +21,7 @@ node groups are born ACTIVE, the endpoint is a made-up https URL, no nodes ever 
   root volume). A template whose network interfaces EC2 would refuse on the type (``interface_refusal``)
   fails the node group (``CREATE_FAILED``, ``AsgInstanceLaunchFailures``); so does user data nodeadm
   cannot read (``NodeCreationFailure``); no node joins, as on EKS. ``attach_fake_kube`` registers the
-  hooks that make the fake Kubernetes server provision those nodes on the VPC as moto has it
+  hooks that make the node group's own cluster's fake Kubernetes provision those nodes on the VPC as moto has it
   (``reachability.py``: routes, public IPv4, security groups decide what they and their pods reach), and
   remove them when their node group is deleted (``NODE_GONE_HOOKS``: EKS terminates the instances);
 - ``CALLS`` records every AWS request the moto server handles (service, action), so tests can assert
@@ -72,6 +74,7 @@ class NodePoolActivated:
     instance_role_arn: str | None = None  # the role the instance's credentials (IMDS) are for; None: unchecked
     hugepages_2mi: int = 0  # 2 MiB huge pages the launch template's user data allocates at boot
     network: PoolAttachment | None = None  # where its instances sit in the VPC (reachability.py)
+    reservation_id: str | None = None  # the capacity reservation its launch template targets (None: not known)
 
 
 @dataclass(frozen=True)
@@ -93,8 +96,6 @@ class Behaviour:
     # On a simulated block: clusters and node groups take these durations on the block's clock, which skips
     # through them (``SandboxClock.skip_to``), instead of turning ACTIVE after a few describes.
     modelled: ModelledDurations | None = None
-    kube_endpoint: str | None = None
-    kube_ca_data: str | None = None
 
 
 @dataclass(frozen=True)
@@ -116,9 +117,14 @@ NODE_HOOKS: list[Callable[[NodePoolActivated], None]] = []
 # Called with (cluster name, node group name) once a node group is deleted: its instances are gone.
 NODE_GONE_HOOKS: list[Callable[[str, str], None]] = []
 CLUSTER_HOOKS: list[Callable[[str], None]] = []
+# Called with an EKS cluster's name: the endpoint URL and CA data (or None) of that cluster's own Kubernetes API.
+ENDPOINT_HOOKS: list[Callable[[str], tuple[str, str | None]]] = []
+# Called with an EKS cluster's name once it is deleted: its Kubernetes API goes with it.
+CLUSTER_GONE_HOOKS: list[Callable[[str], None]] = []
 # Called with (EKS cluster name, (group, plural, namespace, name)): whether that Kubernetes object exists
 # in the cluster (the fake Kubernetes server's store). HyperPod's CreateCluster checks its dependencies so.
 KUBE_OBJECT_HOOKS: list[Callable[[str, tuple[str, str, str | None, str]], bool]] = []
+_ATTACHED: list[Any] = []  # the ClusterKubes of each attach_fake_kube since the last reset()
 _LOG = _CallLog()
 _INSTALLED = False
 _ACTIVE = "ACTIVE"
@@ -147,9 +153,17 @@ def reset() -> None:
     NODE_HOOKS.clear()
     NODE_GONE_HOOKS.clear()
     CLUSTER_HOOKS.clear()
+    ENDPOINT_HOOKS.clear()
+    CLUSTER_GONE_HOOKS.clear()
     KUBE_OBJECT_HOOKS.clear()
     capacity_ext.TERMINATION_HOOKS.clear()
+    _ATTACHED.clear()
     clear_calls()
+
+
+def cluster_kubes() -> dict[str, Any]:
+    """Each live EKS cluster's fake Kubernetes by cluster name (tests; empty when none is attached)."""
+    return {name: kube for kubes in _ATTACHED for name, kube in kubes.live().items()}
 
 
 def activation_due(created: datetime, describes: int, modelled_s: float | None = None) -> bool:
@@ -181,26 +195,37 @@ def fire_node_hooks(event: NodePoolActivated) -> None:
 
 
 def attach_fake_kube(kube: Any, *, failure: str | None = None) -> Callable[[NodePoolActivated], None]:
-    """Point EKS endpoints at ``kube`` (a ``fake_kube()`` server) and make nodes join it on activation.
+    """Give every EKS cluster its own fake Kubernetes (the first one ``kube``, a ``fake_kube()`` server, the next
+    ones its siblings: ``capserve_sandbox.kube.clusters``), and make nodes join their own cluster's on activation.
 
     Capacity, devices and ephemeral storage per node come from the instance type and the launch
     template (``capserve_sandbox.kube.instances``); GPUs and EFA devices are advertised once their
     device plugins run there. ``failure`` is passed through to ``provision_nodes`` ("never-ready",
     "no-gpus", "health-check-failed"); it applies to GPU pools only. Returns the node hook.
     """
-    BEHAVIOUR.kube_endpoint = kube.url
-    BEHAVIOUR.kube_ca_data = getattr(kube, "ca_data", None)
-    network = MotoNetwork()
-    kube.network = network
+    from capserve_sandbox.kube.clusters import ClusterKubes
+
+    networks: dict[str, MotoNetwork] = {}  # cluster name -> its VPC model, as its own nodes sit in it
+    reservations: dict[tuple[str, str], str] = {}  # (cluster, pool) -> the capacity reservation it launched into
+
+    def prepare(cluster_name: str, cluster_kube: Any) -> None:
+        networks[cluster_name] = cluster_kube.network = MotoNetwork()
+
+    kubes = ClusterKubes(kube, prepare)
+    _ATTACHED.append(kubes)
 
     def provision(event: NodePoolActivated) -> None:
-        where = {"zone": event.zone} if event.zone else {}
+        where: dict[str, Any] = {"zone": event.zone} if event.zone else {}
         gpu_pool = known_instance_type(event.instance_type) and event.instance_type not in CPU_TYPES
+        target = kubes.of(event.cluster_name)
+        network = networks[event.cluster_name]
         cni_failure = None
         if event.network is not None:
             network.attach(event.pool, event.network)
             cni_failure = network.cni_failure(event.pool)
-        kube.provision_nodes(
+        if event.reservation_id:
+            reservations[(event.cluster_name, event.pool)] = event.reservation_id
+        target.provision_nodes(
             event.pool,
             event.count,
             instance_type=event.instance_type,
@@ -217,24 +242,49 @@ def attach_fake_kube(kube: Any, *, failure: str | None = None) -> Callable[[Node
             **where,
         )
 
+    def endpoint(cluster_name: str) -> tuple[str, str | None]:
+        target = kubes.of(cluster_name)
+        return target.url, getattr(target, "ca_data", None)
+
     def bootstrap(cluster_name: str) -> None:
-        kube.bootstrap_eks()
+        kubes.of(cluster_name).bootstrap_eks()
 
     def terminate(reservation: dict[str, Any]) -> list[str]:
-        return list(kube.terminate_instances(reservation["InstanceType"]))
+        """EC2 terminates the block's instances: the nodes of the pools launched into it, in whatever cluster;
+        pools whose reservation is not known (HyperPod's, tests' own) by the block's instance type."""
+        launched = [key for key, rid in reservations.items() if rid == reservation.get("CapacityReservationId")]
+        gone: list[str] = []
+        for cluster_name, pool in launched:
+            target = kubes.get(cluster_name)
+            gone += target.remove_nodes(pool) if target is not None else []
+        if not launched:
+            for target in kubes.live().values() or [kube]:
+                gone += target.terminate_instances(reservation["InstanceType"])
+        return gone
 
     capacity_ext.TERMINATION_HOOKS.append(terminate)
 
     def remove(cluster_name: str, nodegroup_name: str) -> None:
-        kube.remove_nodes(nodegroup_name)  # their pods are then garbage-collected and stopped
-        network.detach(nodegroup_name)
+        target = kubes.get(cluster_name)
+        if target is not None:
+            target.remove_nodes(nodegroup_name)  # their pods are then garbage-collected and stopped
+        if cluster_name in networks:
+            networks[cluster_name].detach(nodegroup_name)
+        reservations.pop((cluster_name, nodegroup_name), None)
 
     def has_object(cluster_name: str, key: tuple[str, str, str | None, str]) -> bool:
-        return key in kube.store.objects
+        target = kubes.get(cluster_name)
+        return target is not None and key in target.store.objects
+
+    def gone(cluster_name: str) -> None:
+        kubes.delete(cluster_name)
+        networks.pop(cluster_name, None)
 
     NODE_HOOKS.append(provision)
     NODE_GONE_HOOKS.append(remove)
     CLUSTER_HOOKS.append(bootstrap)
+    ENDPOINT_HOOKS.append(endpoint)
+    CLUSTER_GONE_HOOKS.append(gone)
     KUBE_OBJECT_HOOKS.append(has_object)
     return provision
 
@@ -385,6 +435,13 @@ def capacity_type_problem(capacity_type: str | None, template: dict[str, Any]) -
     return None
 
 
+def _reservation_target(template: dict[str, Any]) -> str | None:
+    """The capacity reservation a launch template launches into (EC2 ``CapacityReservationTarget``), if any."""
+    target = (template.get("CapacityReservationSpecification") or {}).get("CapacityReservationTarget") or {}
+    found = target.get("CapacityReservationId")
+    return str(found) if found else None
+
+
 def _join_failure(nodegroup: Any, message: str, *, code: str = "NodeCreationFailure", status: str = "CREATE_FAILED"
                   ) -> None:
     """The node group's instances never join (or never launch): EKS reports it as the node group's health (EKS API,
@@ -446,6 +503,7 @@ def _launch(backend: EKSBackend, cluster_name: str, nodegroup: Any, count: int) 
             ],
             zone=subnet_zone(backend.account_id, backend.region_name, nodegroup.subnets[0]),
             network=_attachment(backend, backend.clusters[cluster_name], nodegroup),
+            reservation_id=_reservation_target(_template_data(backend, nodegroup)),
             # Under IAM enforcement the instances act as the node role (IMDS), their pods' S3 calls too. Otherwise
             # unchecked: the sandbox's tests make node groups with roles that do not exist, which the aws shim's own
             # check of a role (HyperPod's) would refuse.
@@ -500,6 +558,8 @@ def _patch_eks() -> None:
         CLOCK.skipped(_cluster_token(name))
         cluster: Any = delete_cluster(self, name)
         _delete_cluster_security_group(self, cluster)
+        for hook in list(CLUSTER_GONE_HOOKS):  # its control plane, API endpoint included, goes with it
+            hook(name)
         return cluster
 
     def _describe_cluster(self: EKSBackend, name: str) -> Any:
@@ -511,10 +571,10 @@ def _patch_eks() -> None:
                 CLOCK.skipped(_cluster_token(name))
                 for hook in list(CLUSTER_HOOKS):
                     hook(name)
-        if BEHAVIOUR.kube_endpoint:
-            cluster.endpoint = BEHAVIOUR.kube_endpoint
-            if BEHAVIOUR.kube_ca_data is not None:
-                cluster.certificate_authority = {"data": BEHAVIOUR.kube_ca_data}
+        for endpoint in list(ENDPOINT_HOOKS):  # the cluster's own Kubernetes API
+            cluster.endpoint, ca_data = endpoint(name)
+            if ca_data is not None:
+                cluster.certificate_authority = {"data": ca_data}
         return cluster
 
     def _create_nodegroup(self: EKSBackend, *args: Any, **kwargs: Any) -> Any:

@@ -69,11 +69,19 @@ class FakeKube:
         state_dir: Path | None = None,
         serving: Literal["sandbox", "vllm"] = "sandbox",
         vllm_venv: Path | None = None,
+        faults: Faults | None = None,
+        host: ServerThread | None = None,
     ) -> None:
+        # What another cluster's Kubernetes is made with (``sibling``).
+        self._options: dict[str, Any] = {
+            "k8s_version": k8s_version, "controller_delay_s": controller_delay_s,
+            "bookmark_interval_s": bookmark_interval_s, "validate": validate, "time_scale": time_scale,
+            "serving": serving, "vllm_venv": vllm_venv,
+        }
         self.store = Store(k8s_version=k8s_version, validate=validate)
         self.recorder = Recorder(self.store)
         self.timing = Timing(time_scale)
-        self.faults = Faults()
+        self.faults = faults if faults is not None else Faults()
         self.node_devices: dict[str, NodeDevices] = {}
         # What nodes and pods reach (network.py); attach_fake_kube puts moto's VPC here.
         self.network: Network = OpenNetwork()
@@ -94,7 +102,11 @@ class FakeKube:
         self.ca_data: str | None = None  # plain HTTP on loopback: there is no CA
         self._api = ApiServer(self.store, self.token, k8s_version, bookmark_interval_s, kubelet=self.kubelet)
         self._api.shutdown_hooks.append(self.kubelet.shutdown)
-        self._thread = ServerThread(self._api)
+        self._hosted = host is not None  # served on another cluster's thread and loop (``sibling``)
+        self._thread = host if host is not None else ServerThread(self._api)
+        self._siblings: list[FakeKube] = []
+        self.deleted = False  # its EKS cluster was deleted: the API no longer answers, nothing reconciles
+        self._stopped = False
         self._nodes_made = 0
         self._pools: dict[str, list[str]] = {}
         self._pass_handle: asyncio.Handle | None = None
@@ -105,15 +117,54 @@ class FakeKube:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> FakeKube:
-        self.url = self._thread.start()
+        self.url = self._thread.add(self._api) if self._hosted else self._thread.start()
         return self
 
     def stop(self) -> None:
-        """Stop every pod's processes, then the server; remove the state directory if it was ours."""
-        self._thread.stop()
+        """Stop every pod's processes, then the server (and the other clusters' it serves); remove the state
+        directory if it was ours. Stopping twice is stopping once."""
+        if self._stopped:
+            return
+        self._stopped = True
+        for other in self._siblings:
+            other.stop()
+        if self._hosted:
+            with contextlib.suppress(RuntimeError):  # the host's loop has gone already
+                self._thread.remove(self._api)
+        else:
+            self._thread.stop()
         self.kubelet.kill_all_now()  # in case the loop could not stop them
         if self._own_state_dir:
             shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    # ------------------------------------------------------------------ one Kubernetes per EKS cluster
+
+    def sibling(self) -> FakeKube:
+        """Another cluster's Kubernetes, as each EKS cluster has its own (``clusters.py``): its own store, nodes,
+        controllers, kubelet and port, with this one's options and faults, served on this one's thread and
+        stopped with it."""
+        other = FakeKube(**self._options, faults=self.faults, host=self._thread)
+        other.kubelet.stands_for = self.kubelet.stands_for
+        self._siblings.append(other)
+        return other.start()
+
+    def delete(self) -> None:
+        """Its EKS cluster is deleted: the API stops answering (its port closes, as the cluster's endpoint goes with
+        it), every pod's processes stop, and no controller runs again. What was stored stays for inspection."""
+        if self.deleted or self._stopped:
+            return
+        self.deleted = True
+        self._thread.remove(self._api)  # runs the kubelet's shutdown: the pods' processes stop
+        self.kubelet.kill_all_now()
+
+    def renew(self) -> FakeKube:
+        """A deleted cluster's Kubernetes made new for another cluster: empty (faults kept), on a new port."""
+        if not self.deleted:
+            return self
+        self._on_loop(self._forget_now)
+        self.deleted = False
+        self.url = self._thread.add(self._api)
+        return self
 
     def reset(self) -> None:
         """Back to an empty cluster (built-in kinds and namespaces only), no faults, no nodes."""
@@ -121,14 +172,18 @@ class FakeKube:
 
     def _reset_now(self) -> None:
         with self.store.lock:
+            self._forget_now()
+            self.faults.clear()
+            self._api.requests.clear()
+
+    def _forget_now(self) -> None:
+        with self.store.lock:
             self.kubelet.reset()
             self.store.reset()
             self.cluster.reset()
             self.recorder.reset()
-            self.faults.clear()
             self.node_devices.clear()
             self._pools.clear()
-            self._api.requests.clear()
 
     @property
     def requests(self) -> list[RecordedRequest]:
@@ -339,11 +394,13 @@ class FakeKube:
                 loop.call_soon_threadsafe(self._request_pass)
 
     def _request_pass(self) -> None:
-        if self._pass_handle is None and self._api.loop is not None:
+        if self._pass_handle is None and self._api.loop is not None and not self.deleted:
             self._pass_handle = self._api.loop.call_later(self.controller_delay_s, self._run_pass)
 
     def _run_pass(self) -> None:
         self._pass_handle = None
+        if self.deleted:
+            return
         wake_at = self._guarded(self.cluster.sync)
         if wake_at is not None and self._api.loop is not None:
             if self._timed_handle is not None:

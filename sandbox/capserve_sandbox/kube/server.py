@@ -374,7 +374,9 @@ def _json(raw: bytes) -> dict[str, Any]:
 
 
 class ServerThread:
-    """Runs an ``ApiServer`` on 127.0.0.1 (a free port) in a thread with its own event loop."""
+    """Runs ``ApiServer``s on 127.0.0.1 in a thread with its own event loop: ``api`` from ``start()``, and more
+    (one per sandbox EKS cluster, ``add``) on the same loop, each on its own free port, as each EKS cluster has
+    its own API endpoint. A thread and a loop for all of them: an idle cluster costs a listening socket."""
 
     def __init__(self, api: ApiServer) -> None:
         self.api = api
@@ -382,6 +384,9 @@ class ServerThread:
         self._started = threading.Event()
         self._stop: asyncio.Event | None = None
         self._error: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runners: dict[int, web.AppRunner] = {}  # id(api) -> its site's runner, while it serves
+        self._served: list[ApiServer] = []
         self._thread = threading.Thread(target=self._run, name="fake-kube-apiserver", daemon=True)
 
     def start(self) -> str:
@@ -390,12 +395,28 @@ class ServerThread:
             raise RuntimeError(f"fake Kubernetes API server did not start: {self._error}")
         return f"http://127.0.0.1:{self.port}"
 
+    def add(self, api: ApiServer) -> str:
+        """Serve another API server on this thread's loop, on a free port of its own; its URL."""
+        port = self._call(self._serve_api(api))
+        return f"http://127.0.0.1:{port}"
+
+    def remove(self, api: ApiServer) -> None:
+        """Stop serving ``api`` (its port closes, its shutdown hooks run); the thread and the others go on."""
+        if self._loop is not None and self._loop.is_running():
+            self._call(self._close_api(api))
+
     def stop(self) -> None:
-        loop = self.api.loop
-        if loop is not None and self._stop is not None:
-            loop.call_soon_threadsafe(self.api.close)
+        loop = self._loop
+        if loop is not None and self._stop is not None and loop.is_running():
             loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(timeout=10)
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def _call(self, work: Any) -> Any:
+        if self._loop is None or not self._loop.is_running():
+            work.close()
+            raise RuntimeError("the fake Kubernetes API server thread is not running")
+        return asyncio.run_coroutine_threadsafe(work, self._loop).result(timeout=60)
 
     def _run(self) -> None:
         try:
@@ -405,19 +426,35 @@ class ServerThread:
             self._started.set()
 
     async def _serve(self) -> None:
-        self.api.loop = asyncio.get_running_loop()
-        self.api.wake()
+        self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        self.port = await self._serve_api(self.api)
+        self._started.set()
+        await self._stop.wait()
+        for api in [*[a for a in self._served if a is not self.api], self.api]:  # the first one's last
+            await self._close_api(api)
+
+    async def _serve_api(self, api: ApiServer) -> int:
+        api.loop = asyncio.get_running_loop()
+        api._closing = False
+        api.wake()
         app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_route("*", "/{tail:.*}", self.api.handle)
+        app.router.add_route("*", "/{tail:.*}", api.handle)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
-        self.port = int(runner.addresses[0][1])
-        self._started.set()
-        await self._stop.wait()
-        for hook in self.api.shutdown_hooks:  # the kubelet stops its containers while the loop still runs
+        self._runners[id(api)] = runner
+        self._served.append(api)
+        return int(runner.addresses[0][1])
+
+    async def _close_api(self, api: ApiServer) -> None:
+        runner = self._runners.pop(id(api), None)
+        if runner is None:
+            return
+        self._served.remove(api)
+        api.close()
+        for hook in api.shutdown_hooks:  # the kubelet stops its containers while the loop still runs
             try:
                 await asyncio.wait_for(hook(), timeout=30)
             except Exception:  # noqa: BLE001 - shutting down: log and go on, the processes are killed at exit anyway
