@@ -126,7 +126,9 @@ def test_three_campaigns_at_once_each_buy_one_block_serve_and_tear_down(three: d
 def test_each_campaign_had_its_own_kubernetes_and_its_deletion_took_it(
     far_ends: SandboxEndpoints, three: dict[str, dict[str, Any]]
 ) -> None:
-    # The sandbox's first Kubernetes served one campaign's cluster and saw nothing of the other two.
+    # The sandbox's first Kubernetes served one campaign's cluster and saw nothing of the other two (on a busy
+    # machine a campaign may end before another creates its cluster: the first Kubernetes is then made new for it,
+    # its record begun anew, so what it saw is its last cluster's).
     paths = " ".join(r.path for r in far_ends.kube_server.requests)
     assert len(set(re.findall(r"/namespaces/(capserve-side-\d)/", paths))) == 1
     # All three clusters are gone now, and their Kubernetes with them.

@@ -158,10 +158,12 @@ class FakeKube:
         self.kubelet.kill_all_now()
 
     def renew(self) -> FakeKube:
-        """A deleted cluster's Kubernetes made new for another cluster: empty (faults kept), on a new port."""
+        """A deleted cluster's Kubernetes made new for another cluster: empty (faults kept), on a new port, its
+        request record begun anew (what it saw belongs to the cluster it served)."""
         if not self.deleted:
             return self
         self._on_loop(self._forget_now)
+        self._on_loop(self._api.requests.clear)
         self.deleted = False
         self.url = self._thread.add(self._api)
         return self
