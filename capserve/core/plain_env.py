@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from capserve.core.vllm import long_flag
+from capserve.core.vllm import is_option, long_flag
 
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # what a POSIX shell and the kubelet's $(VAR) accept
 
@@ -114,9 +114,9 @@ def argument_problems(args: Sequence[str], field: str) -> list[str]:
     for index, token in enumerate(args):
         if index == skip:
             continue  # the value of a flag refused just above
-        if _is_flag(token) and credential_shape(token.partition("=")[0]) is None:
+        if is_option(token) and credential_shape(token.partition("=")[0]) is None:
             following = args[index + 1] if index + 1 < len(args) else None
-            separate = "=" not in token and following is not None and not _is_flag(following)
+            separate = "=" not in token and following is not None and not is_option(following)
             name = flag_name(token)
             words = credential_words(name)
             if words and ("=" in token or separate):
@@ -140,13 +140,3 @@ def _plain(token: str) -> str:
     return token.lstrip("-").partition("=")[0].replace("_", "-").lower()
 
 
-def _is_flag(token: str) -> bool:
-    return token.startswith("-") and not _is_number(token)
-
-
-def _is_number(token: str) -> bool:
-    try:
-        float(token)
-    except ValueError:
-        return False
-    return True

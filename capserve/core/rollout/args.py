@@ -36,7 +36,7 @@ from capserve.core.errors import SpecError
 from capserve.core.planner import ParallelLayout
 from capserve.core.rollout.layout import launch_mode
 from capserve.core.rollout.settings import RolloutSettings
-from capserve.core.vllm import long_flag
+from capserve.core.vllm import is_option, long_flag
 
 API_KEY_ENV = "VLLM_API_KEY"
 LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"  # <lws>-<group>.<lws>.<namespace>: the leader pod's DNS name
@@ -211,7 +211,7 @@ def vllm_args(
 
 def _flag(token: str) -> tuple[str, str | None] | None:
     """``--flag`` / ``-f`` / ``--flag=value`` → (canonical long name, inline value); None for a value token."""
-    if not token.startswith("-") or _is_number(token):
+    if not is_option(token):
         return None
     name, _, inline = token.lstrip("-").partition("=")
     name = ALIASES.get(name, name)
@@ -229,14 +229,6 @@ def canonical_flag(token: str) -> str | None:
     ``max-model-len``, ``--no-x`` → ``x``); None for a value."""
     flag = _flag(token)
     return flag[0].removeprefix("no-") if flag is not None else None
-
-
-def _is_number(token: str) -> bool:
-    try:
-        float(token)
-    except ValueError:
-        return False
-    return True
 
 
 def _parse(args: Sequence[str], what: str) -> list[tuple[str, str, str]]:

@@ -267,6 +267,19 @@ def _option_strings(version: str) -> frozenset[str]:
     return frozenset(flag for option in snapshot(version)["options"] for flag in option["flags"])
 
 
+def is_option(token: str) -> bool:
+    """Whether argparse reads ``token`` as an option string rather than a value: it starts with ``-`` and is not a
+    number (argparse's ``_negative_number_matcher``: vLLM declares no option that looks like a negative number, so
+    ``-1`` is a value)."""
+    if not token.startswith("-"):
+        return False
+    try:
+        float(token)
+    except ValueError:
+        return True
+    return False
+
+
 def long_flag(token: str, version: str | None = None) -> str | None:
     """The flag of vLLM's parser a ``--word`` stands for: itself, with ``_`` read as ``-`` in its name (dotted keys
     aside), or the one flag it abbreviates (argparse: an option string that starts with the word before ``=``).
