@@ -36,12 +36,13 @@ class Store:
         self.lock = threading.Lock()
         self.rng = random.Random(3)
 
-    def __call__(self, key: str, first: int, last: int) -> tuple[bytes, int]:
+    def __call__(self, key: str, first: int, last: int) -> tuple[list[bytes], int]:
         with self.lock:
             self.asked.append((key, first, last))
             delay = self.rng.random() / 500
         time.sleep(delay)
-        return self.answer(key, first, last)
+        data, total = self.answer(key, first, last)
+        return [data[i : i + 300] for i in range(0, len(data), 300)], total  # as a connection delivers it
 
     def answer(self, key: str, first: int, last: int) -> tuple[bytes, int]:
         body = self.found[key]

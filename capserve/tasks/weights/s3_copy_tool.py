@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,8 +49,9 @@ class FileSpec:
     dest: str  # relative to the target folder
 
 
-# (key, first byte, last byte) -> (the bytes, the object's total size from Content-Range)
-GetRange = Callable[[str, int, int], tuple[bytes, int]]
+# (key, first byte, last byte) -> (the bytes as they arrive, the object's total size from Content-Range)
+GetRange = Callable[[str, int, int], tuple[Iterable[bytes], int]]
+CHUNK = 1 << 20  # read from the connection and written this much at a time
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ class _File:
     parts: int = 0
     handed_out: int = 0
     hashed: int = 0
-    early: dict[int, bytes] = field(default_factory=dict)  # the reorder buffer
+    early: dict[int, list[bytes]] = field(default_factory=dict)  # the reorder buffer
     draining: bool = False
     done: bool = False
     digest: Any = field(default_factory=hashlib.sha256)
@@ -140,43 +141,46 @@ class _Copy:
             if current.handed_out < current.parts:
                 active.append(current)
 
-    def fetch(self, file: _File, index: int) -> bytes:
+    def fetch(self, file: _File, index: int) -> list[bytes]:
+        """Part ``index`` of ``file``, written at its offset as it arrives; its chunks, for the hash."""
         first, last = file.span(index)
         error: Exception | None = None
         for attempt in range(self.tuning.attempts):
             if self.failed.is_set():
                 raise Permanent("stopped")
             try:
-                data, total = self.get_range(file.spec.key, first, last)
-            except Permanent:
-                raise
-            except Exception as exc:  # noqa: BLE001 - a 5xx or a dropped connection: fetched again
-                error = exc
-            else:
+                chunks, total = self.get_range(file.spec.key, first, last)
                 if total != file.spec.size:
                     raise Permanent(
                         f"sha256 mismatch for {file.spec.dest} ({file.source}): S3 holds {total:,} bytes, "
                         f"the manifest {file.spec.size:,}"
                     )
-                if len(data) == last - first + 1:
-                    return data
-                error = OSError(f"short read: {len(data):,} of {last - first + 1:,} bytes")
+                kept, offset = [], first
+                for chunk in chunks:
+                    view = memoryview(chunk)
+                    while view:  # pwrite may write less than asked
+                        written = os.pwrite(file.fd, view, offset)
+                        view, offset = view[written:], offset + written
+                    kept.append(chunk)
+            except Permanent:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a 5xx or a dropped connection: fetched again
+                error = exc
+            else:
+                if offset == last + 1:
+                    return kept
+                error = OSError(f"short read: {offset - first:,} of {last - first + 1:,} bytes")
             time.sleep(self.tuning.backoff_s * 2**attempt)
         raise Permanent(f"could not read bytes {first}-{last} of {file.source} for {file.spec.dest}: {error}")
 
     def part(self, file: _File, index: int) -> None:
         try:
-            data = self.fetch(file, index)
-            view, offset = memoryview(data), file.span(index)[0]
-            while view:  # pwrite may write less than asked
-                written = os.pwrite(file.fd, view, offset)
-                view, offset = view[written:], offset + written
-            self.hash_in_order(file, index, data)
+            self.hash_in_order(file, index, self.fetch(file, index))
         except Exception as exc:  # noqa: BLE001 - the first failure stops the copy and is reported
             self.slots.release()
             self.fail(str(exc) if isinstance(exc, Permanent) else f"{file.spec.dest} ({file.source}): {exc!r}")
 
-    def hash_in_order(self, file: _File, index: int, data: bytes) -> None:
+    def hash_in_order(self, file: _File, index: int, data: list[bytes]) -> None:
         """Deposit part ``index``; whoever finds the next part in order hashes it (one thread per file at a time)."""
         with file.lock:
             file.early[index] = data
@@ -191,7 +195,8 @@ class _Copy:
                     return
                 file.hashed += 1
                 done = file.hashed == file.parts
-            file.digest.update(block)  # releases the GIL for large blocks
+            for chunk in block:
+                file.digest.update(chunk)  # releases the GIL for large blocks
             self.slots.release()
             if done:
                 self.finish(file)
@@ -267,7 +272,7 @@ def s3_get_range(bucket: str, base: str, requests: int) -> GetRange:
                 raise Permanent(f"s3://{bucket}/{base}/{key}: {exc}") from exc
             raise
         total = int(str(answer.get("ContentRange") or f"/{answer['ContentLength']}").rsplit("/", 1)[1])
-        return answer["Body"].read(), total
+        return answer["Body"].iter_chunks(CHUNK), total
 
     return get
 
