@@ -263,7 +263,7 @@ def s3_get_range(bucket: str, base: str, requests: int) -> GetRange:
     config = Config(max_pool_connections=requests, retries={"mode": "standard", "max_attempts": 5})
     client = boto3.session.Session().client("s3", config=config)
 
-    def get(key: str, first: int, last: int) -> tuple[bytes, int]:
+    def get(key: str, first: int, last: int) -> tuple[Iterable[bytes], int]:
         try:
             answer = client.get_object(Bucket=bucket, Key=f"{base}/{key}", Range=f"bytes={first}-{last}")
         except ClientError as exc:
