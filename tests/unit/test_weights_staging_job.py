@@ -163,3 +163,13 @@ def test_node_storage_is_read_from_capacity() -> None:
     assert ephemeral_storage_bytes({"status": {"capacity": {"ephemeral-storage": "lots"}}}) == 0
     with pytest.raises(ValueError, match="lots"):
         parse_quantity("lots")
+
+
+def test_the_copy_rate_is_the_least_of_its_requests_and_its_hashing() -> None:
+    from capserve.core.weights.settings import WeightsSettings
+    from capserve.core.weights.staging_job import staging_copy_bytes_per_s
+
+    # 128 requests × 88 MB/s = 11.3 GB/s; 16 files hashed at 0.92 GB/s each = 14.7 GB/s.
+    assert staging_copy_bytes_per_s(WeightsSettings(), 0.92e9) == 128 * 88e6
+    # Fewer files at once than the array needs: the in-order hashes hold the copy back.
+    assert staging_copy_bytes_per_s(WeightsSettings(staging_parallelism=8), 0.92e9) == 8 * 0.92e9
