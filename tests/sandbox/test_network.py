@@ -21,12 +21,14 @@ from pydantic import SecretStr
 
 from capserve.core.cluster.readiness import KubeSettings
 from capserve.core.errors import PermanentError
+from capserve.core.weights.settings import WeightsSettings
 from capserve.tasks import kube as tasks_kube
 from capserve.tasks.netcheck import prove_gpu_network
 from tests.sandbox.conftest import GPU_TAINT, condition, container_status, get, pod, until
 
 REGION = "us-east-2"
 AWS_CLI = "public.ecr.aws/aws-cli/aws-cli:2.27.50"
+STAGING_IMAGE = WeightsSettings().staging_tool_image
 QUICK = KubeSettings(request_timeout_s=10, watch_window_s=5)
 
 
@@ -239,8 +241,8 @@ def nodes_subnet(kube: FakeKube) -> str:
     return str(kube.network.pools["gpu"].subnet_id)  # type: ignore[attr-defined]
 
 
-def run_tool(kube: FakeKube, name: str, command: str) -> tuple[str, str]:
-    kube.store.create(kube.store.resource("", "v1", "pods"), "default", gpu_pod(name, AWS_CLI, command), "test")
+def run_tool(kube: FakeKube, name: str, command: str, image: str = AWS_CLI) -> tuple[str, str]:
+    kube.store.create(kube.store.resource("", "v1", "pods"), "default", gpu_pod(name, image, command), "test")
     phase = until(kube, lambda: get(kube, "pods", name)["status"].get("phase") in ("Succeeded", "Failed")
                   and get(kube, "pods", name)["status"]["phase"], timeout_s=30, what=f"{name} finished")
     return str(phase), kube.kubelet.logs("default", name, None, previous=False, tail=None, timestamps=False)
@@ -258,6 +260,24 @@ def test_a_pods_s3_call_without_a_route_fails_could_not_connect(kube: FakeKube) 
     phase, log = run_tool(kube, "s3-cut", "aws s3 ls s3://net-s3-weights/")
     assert phase == "Failed"
     assert f'Could not connect to the endpoint URL: "https://net-s3-weights.s3.{REGION}.amazonaws.com/' in log
+
+
+def test_a_pods_python_sdk_call_without_a_route_fails_could_not_connect(kube: FakeKube) -> None:
+    # The staging Job's image: its python3's botocore goes where the pod's S3 calls would (aws_shim.SDK_HOOK).
+    net, _ = full_cluster(kube, "net-sdk")
+    s3 = boto3.client("s3", region_name=REGION)
+    s3.create_bucket(Bucket="net-sdk-weights", CreateBucketConfiguration={"LocationConstraint": REGION})
+    s3.put_object(Bucket="net-sdk-weights", Key="shard", Body=b"12345")
+    get = ("python3 -c \"import boto3; s3 = boto3.client('s3'); "
+           "print('got', len(s3.get_object(Bucket='net-sdk-weights', Key='shard')['Body'].read()))\"")
+    phase, log = run_tool(kube, "sdk-ok", get, image=STAGING_IMAGE)
+    assert phase == "Succeeded" and "got 5" in log, log
+    ec2 = boto3.client("ec2", region_name=REGION)
+    ec2.delete_vpc_endpoints(VpcEndpointIds=[net.s3_endpoint])
+    ec2.delete_route(RouteTableId=net.private_table, DestinationCidrBlock="0.0.0.0/0")
+    phase, log = run_tool(kube, "sdk-cut", get, image=STAGING_IMAGE)
+    assert phase == "Failed" and "got" not in log
+    assert f'Could not connect to the endpoint URL: "https://net-sdk-weights.s3.{REGION}.amazonaws.com/shard"' in log
 
 
 def test_with_only_the_campaign_group_a_gpu_pod_has_no_dns(kube: FakeKube) -> None:

@@ -22,6 +22,7 @@ from capserve.core.weights.manifest import StagedFile, WeightsManifest, s3_base
 from capserve.core.weights.settings import WeightsSettings
 from capserve.core.weights.staging_job import render_staging_job
 from capserve.tasks import kube as tasks_kube
+from capserve.tasks.weights.node_staging import copy_tool_source
 from tests.sandbox.conftest import GPU_TAINT, condition, get, until
 
 BUCKET = "capserve-staging-test"
@@ -74,6 +75,7 @@ def stage(
         node_target="nvme",
         node_name=node_name,
         settings=settings,
+        tool_source=copy_tool_source(),
     )
     job["spec"]["backoffLimit"] = 1
     tasks_kube.apply_job(api, job)  # a second stage on one cluster makes the Job again
@@ -170,12 +172,13 @@ def test_a_hyperpod_nodes_pods_read_s3_only_as_its_execution_role_allows(
     role = hyperpod_execution_role("staging-hp-role")
     on_hyperpod = WeightsSettings().for_cluster("hyperpod")
     hyperpod_node = {"instance_role_arn": role, "host_directories": ("opt/dlami/nvme", "opt/sagemaker")}
-    # The managed policy reads sagemaker-* buckets only: the weights bucket is refused as S3 refuses a HEAD.
+    # The managed policy reads sagemaker-* buckets only: the weights bucket is refused as S3 refuses a GET.
     job, _ = stage(kube, api, publish("org/denied"), on_hyperpod, **hyperpod_node)
     assert condition(job, "Failed") is not None
     pods = [p for p in kube.objects("pods") if p["metadata"]["name"].startswith(job["metadata"]["name"])]
     log = k8s.CoreV1Api(api).read_namespaced_pod_log(pods[0]["metadata"]["name"], "default")
-    assert "An error occurred (403) when calling the HeadObject operation: Forbidden" in log
+    assert "An error occurred (AccessDenied) when calling the GetObject operation" in log
+    assert "is not authorized to perform: s3:GetObject" in log
     # With capserve's inline policy on the weights prefix the same copy goes through, onto /opt/dlami/nvme.
     boto3.client("iam").put_role_policy(
         RoleName="staging-hp-role", PolicyName=WEIGHTS_READ_POLICY,
@@ -212,7 +215,7 @@ def test_under_iam_enforcement_a_nodes_pods_call_s3_with_its_role_credentials(
     assert condition(denied, "Failed") is not None
     pods = [p for p in kube.objects("pods") if p["metadata"]["name"].startswith(denied["metadata"]["name"])]
     log = k8s.CoreV1Api(api).read_namespaced_pod_log(pods[0]["metadata"]["name"], "default")
-    assert "An error occurred (403) when calling the HeadObject operation: Forbidden" in log
+    assert "An error occurred (AccessDenied) when calling the GetObject operation" in log
 
 
 K3_BYTES = 1_555_806_383_232  # the catalog's Kimi K3, as stored

@@ -74,9 +74,11 @@ def staging_workloads(
     settings: WeightsSettings | None = None,
     node_storage: Mapping[str, int] | None = None,
     cluster_kind: str = "eks",
+    tool_source: str,
 ) -> tuple[list[dict[str, Any]], NodeStagingResult]:
     """The namespace and one Job per (replica, node), pinned to its Kubernetes node, and what they will do.
 
+    ``tool_source``: the copy tool each Job's container runs (``render_staging_job``).
     ``node_storage`` (each Kubernetes node's ephemeral-storage capacity, from readiness): when given,
     every node must hold its share of the weights plus ``settings.node_storage_margin_bytes``, or
     the stage stops here, before anything is copied (``check_node_room``).
@@ -113,6 +115,7 @@ def staging_workloads(
             node_target=node_target,
             node_name=kube_node,
             settings=settings,
+            tool_source=tool_source,
         )
         objects.append(job)
         files = manifest.for_node(node)

@@ -46,7 +46,33 @@ class WeightsSettings(BaseModel):
         max_length=255,
         description="Image of the per-node staging Job: needs the aws CLI, sh, xargs and sha256sum.",
     )
-    staging_parallelism: int = Field(8, ge=1, le=128, description="Files one staging Job copies at once.")
+    staging_tool_image: str = Field(
+        "public.ecr.aws/lambda/python:3.12",
+        min_length=1,
+        max_length=255,
+        description="Image of the per-node staging Job: needs python3 and boto3 (AWS's Lambda Python base image "
+        "carries both, docs/weights.md §7).",
+    )
+    staging_parallelism: int = Field(
+        16,
+        ge=1,
+        le=128,
+        description="Files one staging Job copies at once: each file's sha256 runs in order on one core "
+        "(~0.9 GB/s, docs/weights.md §6), so 16 files keep up with a 10 GB/s NVMe array.",
+    )
+    staging_requests: int = Field(
+        128,
+        ge=1,
+        le=1024,
+        description="Ranged GETs one staging Job keeps in flight: one per ~88 MB/s wanted (AWS S3 performance "
+        "guidance, docs/weights.md §7); 128 cover a 10 GB/s array.",
+    )
+    staging_part_bytes: int = Field(
+        16 << 20, ge=1 << 20, le=256 << 20, description="Bytes of one ranged GET (AWS advises 8–16 MB)."
+    )
+    staging_processes: int = Field(
+        8, ge=1, le=64, description="Processes of the staging copy: one Python process's lock bounds its rate."
+    )
     staging_deadline_seconds: int = Field(
         4 * 3600, ge=60, le=48 * 3600, description="activeDeadlineSeconds of a staging Job."
     )

@@ -1,9 +1,11 @@
 """The per-node staging Job: copy only this node's files from S3 to its weight directory, verifying each.
 
 Rendered here (pure); applied by the cluster stage. One Job per node, pinned to the node by hostname,
-named deterministically so a re-apply converges. The container copies each file to ``<dest>.partial``,
-checks its sha256 against the manifest and renames it into place, so a killed pod never leaves a file
-that a later run trusts; files already present with the right sha256 are skipped. Last, it writes
+named deterministically so a re-apply converges. The container runs the copy tool
+(``capserve/tasks/weights/s3_copy_tool.py``, as ``python3 -c``): parallel ranged GETs written at their offsets
+into ``<dest>.partial``, hashed in order while written, compared with the manifest's sha256 and renamed into
+place, so a killed pod never leaves a file that a later run trusts; files already present with the right
+sha256 are skipped. Last, it writes
 ``.capserve-node`` (the layout node index whose files the folder holds), which the serving pod checks
 before it starts.
 
@@ -16,6 +18,7 @@ on HyperPod).
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from capserve.core.tags import CAMPAIGN_TAG
@@ -28,27 +31,20 @@ NODE_LABEL = "capserve.io/weights-node"
 CONTAINER_DIR = "/weights"
 NODE_MARKER = ".capserve-node"
 
-# Reads "sha256 key dest" lines from $FILES; each line is copied by one `sh -c` under xargs -P.
-# `aws s3 cp` retries transient S3 errors itself (AWS CLI retry modes, "standard" by default).
-_COPY_ONE = r"""set -eu
-sha="$1"; key="$2"; dest="$3"
-mkdir -p "$(dirname "$dest")"
-if [ -f "$dest" ] && printf '%s  %s\n' "$sha" "$dest" | sha256sum -c --status; then exit 0; fi
-rm -f "$dest.partial"
-aws s3 cp --only-show-errors "s3://$BUCKET/$BASE/$key" "$dest.partial"
-if ! printf '%s  %s\n' "$sha" "$dest.partial" | sha256sum -c --status; then
-  echo "sha256 mismatch for $dest (s3://$BUCKET/$BASE/$key)" >&2; rm -f "$dest.partial"; exit 1
-fi
-mv "$dest.partial" "$dest"
-"""
+# What one ranged GET carries: AWS measures 85–90 MB/s per request and advises one request per that much of the
+# throughput wanted (S3 user guide, "Performance design patterns"; docs/weights.md §7).
+S3_REQUEST_BYTES_PER_S = 88e6
 
-_SCRIPT = r"""set -eu
-mkdir -p "$TARGET" && cd "$TARGET"
-rm -f "$TARGET/$NODE_MARKER"
-printf '%s\n' "$FILES" | xargs -P "$PARALLEL" -L 1 sh -c "$COPY_ONE" copy
-printf '%s\n' "$NODE_INDEX" > "$TARGET/$NODE_MARKER"
-echo "staged $(printf '%s\n' "$FILES" | wc -l) files into $TARGET (node $NODE_INDEX)"
-"""
+
+def staging_copy_bytes_per_s(settings: WeightsSettings, hash_bytes_per_s: float) -> float:
+    """The staging copy's own ceiling on one node, before the node's network and disk bound it.
+
+    Its ranged GETs carry ``staging_requests`` × 88 MB/s; each file's sha256 runs on one core, in order, so the
+    ``staging_parallelism`` files copied at once hash at that many × ``hash_bytes_per_s``. The time model takes
+    the least of this, the instance's network and its NVMe array's writes (docs/weights.md §7, with the rate
+    ``make bench`` measures).
+    """
+    return min(settings.staging_requests * S3_REQUEST_BYTES_PER_S, settings.staging_parallelism * hash_bytes_per_s)
 
 
 def staging_job_name(campaign_id: str, node: int, replica: int = 0) -> str:
@@ -70,15 +66,17 @@ def render_staging_job(
     service_account: str | None = None,
     settings: WeightsSettings | None = None,
     replica: int = 0,
+    tool_source: str,
 ) -> dict[str, Any]:
     """A batch/v1 Job that stages ``manifest``'s files for ``node`` into ``<root>/<repo>/<sha>/``.
 
+    ``tool_source`` is the copy tool the container runs (``capserve/tasks/weights/s3_copy_tool.py``'s text).
     ``node_name`` pins the pod to that Kubernetes node (needed for local NVMe); ``service_account``
     carries the S3 read permission (IRSA / EKS Pod Identity).
     """
     settings = settings or WeightsSettings()
     files = manifest.for_node(node)
-    lines = "\n".join(f"{f.sha256} {f.key} {f.dest}" for f in files)
+    listing = json.dumps([[f.sha256, f.size, f.key, f.dest] for f in files], separators=(",", ":"))
     labels = {CAMPAIGN_LABEL: campaign_id, COMPONENT_LABEL: "weights-staging", NODE_LABEL: str(node)}
     target = node_model_path(manifest.repo, manifest.revision_sha)
     volume = weights_volume(node_target, settings, create=True)
@@ -90,20 +88,25 @@ def render_staging_job(
         "containers": [
             {
                 "name": "stage",
-                "image": settings.staging_image,
-                "command": ["/bin/sh", "-c", _SCRIPT],
+                "image": settings.staging_tool_image,
+                "command": ["python3", "-c", tool_source],
                 "env": [
                     {"name": "BUCKET", "value": bucket},
                     {"name": "BASE", "value": s3_base(prefix, manifest.repo, manifest.revision_sha)},
                     {"name": "TARGET", "value": target},
-                    {"name": "PARALLEL", "value": str(settings.staging_parallelism)},
-                    {"name": "FILES", "value": lines},
-                    {"name": "COPY_ONE", "value": _COPY_ONE},
+                    {"name": "FILES", "value": listing},
+                    {"name": "PART_BYTES", "value": str(settings.staging_part_bytes)},
+                    {"name": "REQUESTS", "value": str(settings.staging_requests)},
+                    {"name": "FILES_AT_ONCE", "value": str(settings.staging_parallelism)},
+                    {"name": "PROCESSES", "value": str(settings.staging_processes)},
                     {"name": "NODE_INDEX", "value": str(node)},
                     {"name": "NODE_MARKER", "value": NODE_MARKER},
                 ],
                 "volumeMounts": [{"name": "weights", "mountPath": CONTAINER_DIR}],
-                "resources": {"requests": {"cpu": "2", "memory": "2Gi"}, "limits": {"memory": "8Gi"}},
+                # Each file copied at once hashes on a core: no CPU limit, so it takes the node's idle cores (a
+                # serving pod of the old revision keeps what it requested). Parts fetched but not yet hashed are
+                # held in memory: at most 2 × requests × part bytes (4 GiB at the defaults).
+                "resources": {"requests": {"cpu": "4", "memory": "6Gi"}, "limits": {"memory": "12Gi"}},
             }
         ],
         "volumes": [volume],

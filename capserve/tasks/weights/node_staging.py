@@ -1,7 +1,9 @@
 """Per-node staging on the cluster: a Job on each GPU node copies that node's files from S3 and
-verifies each sha256 (the Job's script), then the stage waits for every Job to succeed."""
+verifies each sha256 (the copy tool, ``s3_copy_tool.py``), then the stage waits for every Job to succeed."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from prefect.cache_policies import NO_CACHE
 
@@ -13,6 +15,12 @@ from capserve.core.weights.node_staging import NodeStagingResult, staging_worklo
 from capserve.core.weights.settings import WeightsSettings
 from capserve.tasks.kube import api_client_for_eks, apply, apply_job, wait_workloads_ready
 from capserve.tasks.resilience import kube_task
+from capserve.tasks.weights import s3_copy_tool
+
+
+def copy_tool_source() -> str:
+    """The copy tool's text, which the staging Job's container runs as ``python3 -c``."""
+    return Path(s3_copy_tool.__file__).read_text(encoding="utf-8")
 
 
 @kube_task(name="stage-weights-on-nodes", cache_policy=NO_CACHE)
@@ -37,6 +45,7 @@ def stage_on_nodes(
         # Refuses a node too small for its share (plus caches) before any Job is applied.
         node_storage=cluster.node_storage_bytes,
         cluster_kind=cluster.kind,
+        tool_source=copy_tool_source(),
     )
     api = api_client_for_eks(cluster.endpoint, cluster.ca_data, cluster.name, cluster.region)
     for obj in objects:

@@ -25,6 +25,11 @@ the sandbox's state directory) and the ``aws`` on the container's PATH is a tiny
 (``CLIENT``) that forwards argv, environment and working directory and replays the answer. The same
 client stands in for ``getent`` and ``curl`` (``net_tools.py``).
 
+A tool container's own Python (the staging copy, ``python3`` with boto3: ``capserve/tasks/weights/s3_copy_tool.py``)
+talks to the sandbox's S3 itself, through botocore; the ``python3`` on its PATH loads ``SDK_HOOK`` first, which
+asks this service before each S3 call (``sdk_call``: the same reachability and instance-role checks as the
+commands below) and after each ``GetObject`` (``sdk_read``: the played time of the bytes it brought).
+
 Each S3 call first goes where the pod's would: the bucket's regional name resolved through the
 pod's DNS and a connection to it through the node's routes (``network.py``). Without that path the
 command fails as the AWS CLI does when botocore cannot connect (``EndpointConnectionError``):
@@ -280,6 +285,34 @@ def ls(uri: str, recursive: bool, io_: _Io) -> int:
     return 0 if items else 1
 
 
+# botocore's S3 operations the SDK hook checks, and the IAM action each needs (S3 API reference, "Actions").
+SDK_ACTIONS = {"GetObject": "s3:GetObject", "HeadObject": "s3:GetObject", "ListObjectsV2": "s3:ListBucket"}
+
+
+def sdk_call(argv: list[str], io_: _Io) -> int:
+    """``<operation> <bucket> [<key>]``: may the pod make this S3 call? Prints the refusal as JSON for the hook."""
+    operation, bucket, key = argv[0], argv[1], (argv[2] if len(argv) > 2 else None)
+    if io_.unreachable(bucket, key or ""):
+        region = io_.env.get("AWS_REGION") or io_.env.get("AWS_DEFAULT_REGION") or "us-east-1"
+        print(json.dumps({"connect": f"https://{bucket}.s3.{region}.amazonaws.com/{key or ''}"}), file=io_.out)
+        return 1
+    from botocore.exceptions import ClientError
+
+    try:
+        io_.authorize(SDK_ACTIONS.get(operation, f"s3:{operation}"), bucket, key, operation)
+    except ClientError as exc:
+        print(json.dumps({"client": exc.response["Error"]}), file=io_.out)
+        return 1
+    return 0
+
+
+def sdk_read(argv: list[str], io_: _Io) -> int:
+    """``<bucket> <key> <bytes>``: a GetObject brought these bytes onto the pod's node (its played time)."""
+    bucket, key, size = argv[0], argv[1], int(argv[2])
+    io_.copied_from_s3(_client(io_.env), bucket, key, size)
+    return 0
+
+
 def run(argv: list[str], io_: _Io) -> int:
     """One ``aws`` command line; returns the CLI's exit code."""
     if len(argv) < 2 or argv[0] != "s3" or argv[1] not in ACCEPTED_FLAGS:
@@ -326,6 +359,10 @@ class _Handler(socketserver.StreamRequestHandler):
             code = getent(argv, net, uid, out, err)
         elif command == "curl" and net is not None:
             code = curl(argv, net, uid, out, err, cwd)
+        elif command == "sdk-call":
+            code = sdk_call(argv, _Io(out, err, cwd, env, net))
+        elif command == "sdk-read":
+            code = sdk_read(argv, _Io(out, err, cwd, env, net))
         else:
             code = run(argv, _Io(out, err, cwd, env, net))
         self.wfile.write(json.dumps({"code": code, "out": out.getvalue(), "err": err.getvalue()}).encode() + b"\n")
@@ -362,6 +399,53 @@ answer = json.loads(sock.makefile("rb").readline())
 sys.stdout.write(answer["out"])
 sys.stderr.write(answer["err"])
 sys.exit(answer["code"])
+"""
+
+
+# Loaded first by a tool container's ``python3`` (its ``sitecustomize``): botocore asks the service above before
+# each S3 call of the container and tells it after each GetObject. Registered as botocore built-in handlers, so
+# every session and client the container makes carries them.
+SDK_HOOK = """import json, os, socket
+
+
+def _ask(argv):
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(SOCKET)
+    env = {k: v for k, v in os.environ.items() if k.startswith(("AWS_", "CAPSERVE_SANDBOX_POD"))}
+    sock.sendall(json.dumps({"argv": argv, "cwd": os.getcwd(), "env": env}).encode() + b"\\n")
+    with sock, sock.makefile("rb") as answer:
+        return json.loads(answer.readline())
+
+
+def _before(params, model, context, **_):
+    bucket, key = params.get("Bucket"), params.get("Key")
+    context["capserve_sandbox_object"] = (bucket, key)
+    answer = _ask(["sdk-call", model.name, bucket] + ([key] if key else []))
+    if answer["code"] == 0:
+        return
+    from botocore.exceptions import ClientError, EndpointConnectionError
+
+    refusal = json.loads(answer["out"])
+    if "connect" in refusal:
+        raise EndpointConnectionError(endpoint_url=refusal["connect"])
+    status = 403 if refusal["client"].get("Code") in ("403", "AccessDenied") else 400
+    raise ClientError({"Error": refusal["client"], "ResponseMetadata": {"HTTPStatusCode": status}}, model.name)
+
+
+def _after(http_response, parsed, context, **_):
+    bucket, key = context.get("capserve_sandbox_object") or (None, None)
+    if bucket and key and http_response.status_code < 300:
+        _ask(["sdk-read", bucket, key, str(parsed.get("ContentLength") or 0)])
+
+
+try:
+    from botocore import handlers
+except ImportError:
+    pass
+else:
+    for _operation in ("GetObject", "HeadObject", "ListObjectsV2"):
+        handlers.BUILTIN_HANDLERS.append(("before-parameter-build.s3." + _operation, _before))
+    handlers.BUILTIN_HANDLERS.append(("after-call.s3.GetObject", _after))
 """
 
 

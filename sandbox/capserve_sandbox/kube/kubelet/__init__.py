@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from capserve_sandbox.kube.aws_shim import CLIENT, SHIM_COMMANDS, ShimServer
+from capserve_sandbox.kube.aws_shim import CLIENT, SDK_HOOK, SHIM_COMMANDS, ShimServer
 from capserve_sandbox.kube.errors import ApiError
 from capserve_sandbox.kube.events import Recorder
 from capserve_sandbox.kube.kubelet.faults import FaultKind, Faults
@@ -310,6 +310,19 @@ class Kubelet:
                     encoding="utf-8",
                 )
                 tool.chmod(0o755)
+            # The python3 of a Python tool image (the staging copy): this Python, with boto3, whose S3 calls ask
+            # the shim first (aws_shim.SDK_HOOK, loaded as sitecustomize).
+            hook = directory / "python-hook"
+            hook.mkdir(exist_ok=True)
+            (hook / "sitecustomize.py").write_text(
+                f"SOCKET = {str(self._shim.socket_path)!r}\n{SDK_HOOK}", encoding="utf-8"
+            )
+            python = directory / "python3"
+            python.write_text(
+                f"#!/bin/sh\nPYTHONPATH={shlex.quote(str(hook))} exec {shlex.quote(sys.executable)} \"$@\"\n",
+                encoding="utf-8",
+            )
+            python.chmod(0o755)
         return directory
 
     # ------------------------------------------------------------------ distributed vLLM

@@ -10,8 +10,9 @@
   leader of a multi-node server (``--nnodes`` > 1, or DP with remote ranks) listens only once every
   remote rank has joined, as vLLM does; a ``--headless`` rank checks its arguments against its
   leader's (same sizes, rank in range) and then idles.
-- **tool** (the aws-cli image, and ``sh -c`` containers of it): the real shell command runs locally
-  with an ``aws`` shim first on PATH (``aws_shim.py``: ``aws s3 cp|sync|ls`` against the sandbox's
+- **tool** (the aws-cli image, and ``sh -c`` containers of it; the Lambda Python image's ``python3``): the real
+  command runs locally with an ``aws`` shim first on PATH, and a ``python3`` whose botocore asks the shim before
+  each S3 call (``aws_shim.py``: ``aws s3 cp|sync|ls`` against the sandbox's
   S3), and ``getent hosts`` / ``curl`` answered from the pod's network (``net_tools.py``), env values
   and arguments under a mount rewritten to the node's directory.
 - **placeholder** (everything else: device plugins, controllers, CoreDNS): runs until stopped (in a
@@ -61,7 +62,8 @@ from capserve_sandbox.registry import image_files
 if TYPE_CHECKING:
     from capserve_sandbox.kube.kubelet import Kubelet
 
-TOOL_IMAGES = ("public.ecr.aws/aws-cli/aws-cli", "amazon/aws-cli")
+# The aws CLI's images, and AWS's Lambda Python base image (python3 with boto3: the staging copy's).
+TOOL_IMAGES = ("public.ecr.aws/aws-cli/aws-cli", "amazon/aws-cli", "public.ecr.aws/lambda/python")
 VLLM_IMAGES = ("vllm/vllm-openai", "docker.io/vllm/vllm-openai", "public.ecr.aws/q9t5s3a7/vllm")
 # Passed through to tool containers: how the pod's AWS SDK reaches the sandbox's AWS (IRSA stands in).
 AWS_ENV = (
