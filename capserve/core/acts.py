@@ -97,4 +97,6 @@ def _usd(value: JsonValue) -> str:
 
 
 def _gib(value: JsonValue) -> str:
-    return f"{value / 2**30:,.1f} GiB" if isinstance(value, int | float) else "? bytes"
+    if not isinstance(value, int | float):
+        return "? bytes"
+    return f"{value / 2**30:,.1f} GiB" if value >= 2**30 else f"{value / 2**20:,.1f} MiB"

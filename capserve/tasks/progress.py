@@ -45,13 +45,14 @@ class ProgressReporter:
         self.clock = clock
         self.lines: list[str] = []  # what was logged, in order (the tests read it)
 
-    def report(self, progress: Progress) -> bool:
-        """Log ``progress`` if it is worth a line now; whether it was."""
+    def report(self, progress: Progress, *, at: datetime | None = None) -> bool:
+        """Log ``progress`` if it is worth a line now; whether it was. ``at``: the block time it was true at (default:
+        now)."""
         if not self.throttle.worth(progress, self.clock()):
             return False
         line = progress.line()
         self.lines.append(line)
-        tell(line)
+        tell(line, at)
         return True
 
 

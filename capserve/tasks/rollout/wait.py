@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import urllib3
@@ -281,7 +281,7 @@ class _StartProgress:
         for entered in startup_milestones(log, expected_s=self.expected_s):
             if entered.detail not in self._phases_told:
                 self._phases_told.add(entered.detail)
-                self.engine.report(entered)
+                self.engine.report(entered, at=started + timedelta(seconds=entered.elapsed_s or 0.0))
         running_s = (campaign_now() - started).total_seconds()
         self.engine.report(startup_progress(log, running_s=running_s, expected_s=self.expected_s))
 
