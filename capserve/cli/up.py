@@ -140,6 +140,17 @@ def confirm_teardown_when_done(args: argparse.Namespace, console: Console) -> No
                         "y (or add --yes)")
 
 
+def interrupted_in_process(args: argparse.Namespace) -> str:
+    """What an interrupted ``--in-process`` campaign leaves: it ran in this command, and the runner tears nothing
+    down on an interruption (``capserve.campaign.runner``); Prefect's temporary server fires no scheduled run."""
+    if args.sandbox:
+        return ("stopped: the campaign ran in this command against the sandbox's stand-ins, which stop with it: "
+                "the campaign cannot go on, nothing real was bought or built, nothing is left to clean up")
+    return (f"stopped: the campaign ran in this command and stops with it; no scheduled run fires on Prefect's "
+            f"temporary server, so what it made in AWS stays until `capserve down {args.spec}` (a bought Capacity "
+            "Block is not refunded: `capserve up` again adopts it)")
+
+
 def run(args: argparse.Namespace) -> int:
     console = plain_console(stderr=True)
     # Every input is checked before anything runs, so a bad one never costs a purchase.
@@ -286,6 +297,10 @@ def run(args: argparse.Namespace) -> int:
             console.print(f"[red]campaign {spec.campaign_id} stopped:[/red] {stopped}", highlight=False)
             print_summary(out_dir)
             return ExitCode.FAILED
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (capserve.cli.signals): what is true in this mode, the summary
+            console.print(interrupted_in_process(args), highlight=False)
+            print_summary(out_dir)
+            return ExitCode.INTERRUPTED
         finally:
             TERMINAL_APPROVAL.reset(asking)
     # Run in this process (not as a deployment run), the campaign returns its report, never a state; the summary

@@ -216,3 +216,18 @@ def test_ctrl_c_with_the_sandbox_says_the_runs_cannot_go_on_and_cancels_the_pend
     assert cancelled == ["1", "2"]
     assert "cannot go on" in said[0] and "go on on the server" not in " ".join(said)
     assert said[1].startswith("cancelled the campaign's 2 pending scheduled run(s)")
+
+
+def test_ctrl_c_in_process_with_the_sandbox_says_what_is_left_and_ends_with_the_summary(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def campaign(spec: Any, *, out_dir: Path, **_: Any) -> CampaignReport:
+        (out_dir / "report.json").write_text(json.dumps(report(serving_minutes=60, verdict=None)))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(campaign_module, "campaign", campaign)
+    code = main(["up", EXAMPLE, "--sandbox", "--in-process", "--yes", "--out", str(tmp_path)])
+    said = capsys.readouterr()
+    assert code == 130
+    assert "the campaign cannot go on, nothing real was bought or built" in said.err
+    assert said.out.splitlines()[-1] == f"report: {tmp_path / 'report.md'}"
