@@ -234,8 +234,9 @@ def wait_rollout_ready(
             )
             judge.judge(list(seen.values()))  # once more: a grace may have run out without a change
             if judge.ready:
+                ready = ReadyWait((campaign_now() - began).total_seconds(), calls[0], judge.pods)
                 told(judge.pods)  # the start's last phases, read from its log: a played start ends between looks
-                return ReadyWait((campaign_now() - began).total_seconds(), calls[0], judge.pods)
+                return ready
             fatal = [d for d in judge.found if d.fatal]
             if not fatal and transport is not None:
                 fatal = transport(judge.pods)
