@@ -11,11 +11,11 @@ there (``capserve deploy``; it refuses, saying so, when they are not) and a work
 
 Ctrl-C or SIGTERM stops following, and says what is true for the mode. With ``--sandbox`` the stand-ins (the
 sandbox's AWS, Kubernetes and Hub) live in this command and die with it: the runs cannot go on, so the campaign's
-pending scheduled runs (drain, teardown, Hub watches) are cancelled rather than left to fail, and nothing real
-was ever bought. Otherwise, on a server of yours the runs go on; on the server this command started they stop with
-it (the server and worker are stopped as it exits): the scheduled runs fire only once a server with a worker runs
-again, so the cluster is left to ``capserve down`` and the reaper. Every path ends with the closing summary
-(``capserve.core.summary``) read from report.json.
+unfinished runs (the campaign run, drain, teardown, Hub watches) are cancelled rather than left to fail, and
+nothing real was ever bought. Otherwise, on a server of yours the runs go on; on the server this command started
+they stop with it (the server and worker are stopped as it exits): the scheduled runs fire only once a server
+with a worker runs again, so the cluster is left to ``capserve down`` and the reaper. Every path ends with the
+closing summary (``capserve.core.summary``) read from report.json.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -138,10 +138,11 @@ def run_on_server(
         stack.enter_context(temporary_settings({PREFECT_API_URL: registered.url}))
         since = datetime.now(UTC)  # the runs to follow are this campaign run's, not an earlier one's
         view = ProgressView(console, block_now=campaign_now, block_start=_BlockStart(out_dir))
+        campaign_run: list[str] = []  # the campaign run's id, once created
         stack.callback(view.close)
         progress = ProgressFollower(campaign_id, since, view)
         try:
-            state = _run_and_follow(parameters, view, run_env or {}, progress)
+            state = _run_and_follow(parameters, view, run_env or {}, progress, started=campaign_run)
             if follow_window and state[0] == "COMPLETED":
                 if watches is not None:
                     _ask_for_watches(campaign_id, watches, out_dir, console)
@@ -150,7 +151,7 @@ def run_on_server(
         except KeyboardInterrupt:
             view.close()
             for line in _interrupted(campaign_id, since, sandbox=sandbox,
-                                     ours=registered.started and not keep_server):
+                                     ours=registered.started and not keep_server, campaign_runs=campaign_run):
                 console.print(line, highlight=False)
             state = ("INTERRUPTED", "")
         finally:
@@ -178,15 +179,19 @@ class _BlockStart:
         return self.found
 
 
-def _interrupted(campaign_id: str, since: datetime, *, sandbox: bool, ours: bool) -> list[str]:
-    """What Ctrl-C leaves, true for the mode; with the sandbox, the pending runs are cancelled (they would fail)."""
+def _interrupted(
+    campaign_id: str, since: datetime, *, sandbox: bool, ours: bool, campaign_runs: Sequence[str] = ()
+) -> list[str]:
+    """What Ctrl-C leaves, true for the mode; with the sandbox, the runs not yet over (the campaign run, the pending
+    scheduled ones) are cancelled: against stand-ins that are gone they could only fail."""
     if sandbox:
-        cancelled = _cancel_pending(campaign_id, since)
+        cancelled = _cancel_unfinished(campaign_id, since, campaign_runs)
         return [
             "stopped: the sandbox's stand-ins (its AWS, Kubernetes and Hub) ran in this command and stop with it, so "
             "the campaign's runs cannot go on; nothing real was bought or built",
-            f"cancelled the campaign's {cancelled} pending scheduled run(s) (drain, teardown, Hub watches): against "
-            "a sandbox that is gone they could only fail; `capserve up --sandbox` again starts a new block",
+            f"cancelled the campaign's {cancelled} unfinished run(s) (the campaign run, drain, teardown, Hub "
+            "watches): against a sandbox that is gone they could only fail; `capserve up --sandbox` again starts "
+            "a new block",
         ]
     if ours:
         return ["stopped: the Prefect server and worker this command started stop with it, so the campaign's runs "
@@ -196,16 +201,17 @@ def _interrupted(campaign_id: str, since: datetime, *, sandbox: bool, ours: bool
             "to the scheduled teardown and the reaper)"]
 
 
-def _cancel_pending(campaign_id: str, since: datetime) -> int:
-    from capserve.tasks.scheduling import cancel_run, read_runs_about
+def _cancel_unfinished(campaign_id: str, since: datetime, campaign_runs: Sequence[str]) -> int:
+    from capserve.tasks.scheduling import cancel_run, read_run_state, read_runs_about
 
     try:
-        pending = [run for run in read_runs_about(campaign_id, since=since) if run.pending]
-        for run in pending:
-            cancel_run(run.flow_run_id, "cancelled by capserve up: the sandbox it ran against stopped with it")
+        unfinished = [run.flow_run_id for run in read_runs_about(campaign_id, since=since) if run.pending]
+        unfinished += [run for run in campaign_runs if read_run_state(run) not in FINAL]
+        for run_id in unfinished:
+            cancel_run(run_id, "cancelled by capserve up: the sandbox it ran against stopped with it")
     except Exception:  # the server may be going down too; the summary and `capserve status` say what is left
         return 0
-    return len(pending)
+    return len(unfinished)
 
 
 def _print_kept(registered: Registered, kept: list[Child], console: Console) -> None:
@@ -242,19 +248,22 @@ def require_deployments(console: Console) -> None:
 
 
 def _run_and_follow(
-    parameters: dict[str, Any], view: ProgressView, run_env: dict[str, str], progress: ProgressFollower
+    parameters: dict[str, Any], view: ProgressView, run_env: dict[str, str], progress: ProgressFollower,
+    started: list[str],
 ) -> tuple[str, str]:
     from prefect import get_client
     from prefect.deployments import run_deployment
 
     job_variables = {"env": run_env} if run_env else None
-    started: Any = run_deployment("campaign/campaign", parameters=parameters, timeout=0, job_variables=job_variables)
-    view.say(f"campaign run {started.id} created (as a UI click would)")
+    created_run: Any = run_deployment("campaign/campaign", parameters=parameters, timeout=0,
+                                      job_variables=job_variables)
+    started.append(str(created_run.id))
+    view.say(f"campaign run {created_run.id} created (as a UI click would)")
     created: float | None = time.monotonic()
     last = ("", "")
     with get_client(sync_client=True) as client:
         while True:
-            run = client.read_flow_run(started.id)
+            run = client.read_flow_run(created_run.id)
             now = (run.state_type.value if run.state_type else "", run.state_name or "")
             if now != last:
                 progress.poll(now=True)  # what the run told before this change comes before it

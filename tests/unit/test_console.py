@@ -212,10 +212,11 @@ def test_ctrl_c_with_the_sandbox_says_the_runs_cannot_go_on_and_cancels_the_pend
     cancelled: list[str] = []
     monkeypatch.setattr(scheduling_module, "read_runs_about", lambda campaign_id, since: runs)
     monkeypatch.setattr(scheduling_module, "cancel_run", lambda run_id, why: cancelled.append(run_id))
-    said = server_module._interrupted("k3-demo", START, sandbox=True, ours=False)
-    assert cancelled == ["1", "2"]
+    monkeypatch.setattr(scheduling_module, "read_run_state", lambda run_id: "RUNNING")
+    said = server_module._interrupted("k3-demo", START, sandbox=True, ours=False, campaign_runs=["c"])
+    assert cancelled == ["1", "2", "c"]  # the finished serve run is left as it is
     assert "cannot go on" in said[0] and "go on on the server" not in " ".join(said)
-    assert said[1].startswith("cancelled the campaign's 2 pending scheduled run(s)")
+    assert said[1].startswith("cancelled the campaign's 3 unfinished run(s)")
 
 
 def test_ctrl_c_in_process_with_the_sandbox_says_what_is_left_and_ends_with_the_summary(
