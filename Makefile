@@ -29,7 +29,7 @@ demo: install
 
 # The same stages in one process, without a server (nothing scheduled fires; the sandbox jumps to the block).
 demo-in-process: install
-	$(VENV)/bin/capserve up examples/kimi-k3-sandbox.yaml --sandbox --in-process --teardown-when-done \
+	$(VENV)/bin/capserve up examples/kimi-k3-sandbox.yaml --sandbox --in-process --teardown-when-done --yes \
 		--out out/demo-in-process
 
 # The IAM policies in docs/iam, from the permissions registry (tests/unit/test_permissions.py fails when stale).

@@ -9,9 +9,13 @@ the teardown has run. It stops what it started (``--keep-server`` leaves the ser
 prints the UI's address). With ``PREFECT_API_URL`` set it starts and registers nothing: the deployments are already
 there (``capserve deploy``; it refuses, saying so, when they are not) and a worker of yours runs the campaign.
 
-Ctrl-C or SIGTERM stops following. On a server of yours the runs go on; on the server this command started they
-stop with it (the server and worker are stopped as it exits), and it says so: the scheduled runs fire only once a
-server with a worker runs again, so the cluster is left to ``capserve down`` and the reaper.
+Ctrl-C or SIGTERM stops following, and says what is true for the mode. With ``--sandbox`` the stand-ins (the
+sandbox's AWS, Kubernetes and Hub) live in this command and die with it: the runs cannot go on, so the campaign's
+unfinished runs (the campaign run, drain, teardown, Hub watches) are cancelled rather than left to fail, and
+nothing real was ever bought. Otherwise, on a server of yours the runs go on; on the server this command started
+they stop with it (the server and worker are stopped as it exits): the scheduled runs fire only once a server
+with a worker runs again, so the cluster is left to ``capserve down`` and the reaper. Every path ends with the
+closing summary (``capserve.core.summary``) read from report.json.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -29,8 +33,11 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from capserve.cli.console import print_summary, read_report
 from capserve.cli.exit_codes import ExitCode
 from capserve.core.errors import SpecError
+from capserve.core.progress import state_text
+from capserve.core.summary import block_unused
 from capserve.runtime.prefect_server import (
     Child,
     LocalServer,
@@ -42,7 +49,7 @@ from capserve.runtime.prefect_server import (
 from capserve.runtime.watchdog import keep
 
 if TYPE_CHECKING:
-    from capserve.cli.progress_view import ProgressFollower
+    from capserve.cli.progress_view import ProgressFollower, ProgressView
 
 FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 # A worker asks for runs every 10 s by default (PREFECT_WORKER_QUERY_SECONDS, docs/prefect.md): a run still
@@ -104,13 +111,14 @@ class HubWatches:
 def run_on_server(
     parameters: dict[str, Any], *, campaign_id: str, out_dir: Path, worker_env: dict[str, str], keep_server: bool,
     console: Console, server: Future[Registered], follow_window: bool = False, watches: HubWatches | None = None,
-    run_env: dict[str, str] | None = None,
+    run_env: dict[str, str] | None = None, sandbox: bool = False, teardown_when_done: bool = False,
 ) -> int:
-    """Start a worker (with a server this command started), run the campaign deployment, follow it; the exit
-    code."""
+    """Start a worker (with a server this command started), run the campaign deployment, follow it, print the
+    closing summary; the exit code."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from capserve.cli.progress_view import ProgressFollower, ProgressView
+    from capserve.tasks.clock import campaign_now
 
     logs = out_dir.resolve() / "prefect"
     kept: list[Child] = []  # the worker left running with --keep-server (the server is server_in_background's)
@@ -129,29 +137,81 @@ def run_on_server(
                 kept.append(worker)
         stack.enter_context(temporary_settings({PREFECT_API_URL: registered.url}))
         since = datetime.now(UTC)  # the runs to follow are this campaign run's, not an earlier one's
-        view = ProgressView(console)
+        view = ProgressView(console, block_now=campaign_now, block_start=_BlockStart(out_dir))
+        campaign_run: list[str] = []  # the campaign run's id, once created
         stack.callback(view.close)
         progress = ProgressFollower(campaign_id, since, view)
         try:
-            state = _run_and_follow(parameters, console, run_env or {}, progress)
+            state = _run_and_follow(parameters, view, run_env or {}, progress, started=campaign_run)
             if follow_window and state[0] == "COMPLETED":
                 if watches is not None:
                     _ask_for_watches(campaign_id, watches, out_dir, console)
-                _follow_scheduled(campaign_id, since, console, progress)
+                _follow_scheduled(campaign_id, since, view, progress)
+            progress.poll(now=True)  # the last acts (the teardown's end) before the summary
         except KeyboardInterrupt:
-            if registered.started and not keep_server:
-                console.print("stopped: the Prefect server and worker this command started stop with it, so the "
-                              "campaign's runs stop too and the scheduled ones fire only once a server with a worker "
-                              "runs again; run `capserve down SPEC` to delete what the campaign made")
-            else:
-                console.print("stopped following; the campaign's runs go on on the server without this terminal "
-                              "(its cluster is left to the scheduled teardown and the reaper)")
-            return int(ExitCode.INTERRUPTED)
+            view.close()
+            for line in _interrupted(campaign_id, since, sandbox=sandbox,
+                                     ours=registered.started and not keep_server, campaign_runs=campaign_run):
+                console.print(line, highlight=False)
+            state = ("INTERRUPTED", "")
         finally:
+            view.close()
             _print_schedule(campaign_id, since, console)
             if keep_server:
                 _print_kept(registered, kept, console)
-    return _exit_code(state, out_dir)
+    print_summary(out_dir)  # on every path, last
+    if state[0] == "INTERRUPTED":
+        return int(ExitCode.INTERRUPTED)
+    return _exit_code(state, out_dir, teardown_when_done=teardown_when_done)
+
+
+class _BlockStart:
+    """The block's start, once the campaign run has written its lease to report.json (read until found)."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.out_dir = out_dir
+        self.found: datetime | None = None
+
+    def __call__(self) -> datetime | None:
+        if self.found is None:
+            start = _lease_in_report(self.out_dir).get("start")
+            self.found = datetime.fromisoformat(str(start)) if start else None
+        return self.found
+
+
+def _interrupted(
+    campaign_id: str, since: datetime, *, sandbox: bool, ours: bool, campaign_runs: Sequence[str] = ()
+) -> list[str]:
+    """What Ctrl-C leaves, true for the mode; with the sandbox, the runs not yet over (the campaign run, the pending
+    scheduled ones) are cancelled: against stand-ins that are gone they could only fail."""
+    if sandbox:
+        cancelled = _cancel_unfinished(campaign_id, since, campaign_runs)
+        return [
+            "stopped: the sandbox's stand-ins (its AWS, Kubernetes and Hub) ran in this command and stop with it, so "
+            "the campaign's runs cannot go on; nothing real was bought or built",
+            f"cancelled the campaign's {cancelled} unfinished run(s) (the campaign run, drain, teardown, Hub "
+            "watches): against a sandbox that is gone they could only fail; `capserve up --sandbox` again starts "
+            "a new block",
+        ]
+    if ours:
+        return ["stopped: the Prefect server and worker this command started stop with it, so the campaign's runs "
+                "stop too and the scheduled ones fire only once a server with a worker runs again; run `capserve "
+                "down SPEC` to delete what the campaign made"]
+    return ["stopped following; the campaign's runs go on on the server without this terminal (its cluster is left "
+            "to the scheduled teardown and the reaper)"]
+
+
+def _cancel_unfinished(campaign_id: str, since: datetime, campaign_runs: Sequence[str]) -> int:
+    from capserve.tasks.scheduling import cancel_run, read_run_state, read_runs_about
+
+    try:
+        unfinished = [run.flow_run_id for run in read_runs_about(campaign_id, since=since) if run.pending]
+        unfinished += [run for run in campaign_runs if read_run_state(run) not in FINAL]
+        for run_id in unfinished:
+            cancel_run(run_id, "cancelled by capserve up: the sandbox it ran against stopped with it")
+    except Exception:  # the server may be going down too; the summary and `capserve status` say what is left
+        return 0
+    return len(unfinished)
 
 
 def _print_kept(registered: Registered, kept: list[Child], console: Console) -> None:
@@ -188,31 +248,35 @@ def require_deployments(console: Console) -> None:
 
 
 def _run_and_follow(
-    parameters: dict[str, Any], console: Console, run_env: dict[str, str], progress: ProgressFollower
+    parameters: dict[str, Any], view: ProgressView, run_env: dict[str, str], progress: ProgressFollower,
+    started: list[str],
 ) -> tuple[str, str]:
     from prefect import get_client
     from prefect.deployments import run_deployment
 
     job_variables = {"env": run_env} if run_env else None
-    started: Any = run_deployment("campaign/campaign", parameters=parameters, timeout=0, job_variables=job_variables)
-    console.print(f"campaign run {started.id} created (as a UI click would)", highlight=False)
+    created_run: Any = run_deployment("campaign/campaign", parameters=parameters, timeout=0,
+                                      job_variables=job_variables)
+    started.append(str(created_run.id))
+    view.say(f"campaign run {created_run.id} created (as a UI click would)")
     created: float | None = time.monotonic()
     last = ("", "")
     with get_client(sync_client=True) as client:
         while True:
-            run = client.read_flow_run(started.id)
+            run = client.read_flow_run(created_run.id)
             now = (run.state_type.value if run.state_type else "", run.state_name or "")
             if now != last:
-                console.print(f"  {run.name}: {now[1]} ({now[0]})", highlight=False)
+                progress.poll(now=True)  # what the run told before this change comes before it
+                view.state(run.name, now[0], state_text(*now))
                 last = now
             if now[0] in FINAL:
                 return now
             if now[0] == "SCHEDULED" and created is not None and time.monotonic() - created > NO_WORKER_AFTER_S:
                 created = None  # said once
                 pool = run.work_pool_name or "(the campaign deployment's)"
-                console.print(f"  no worker has picked up {run.name} in {NO_WORKER_AFTER_S} s: is one running for "
-                              f"work pool {pool}? start one with `prefect worker start --pool {pool}` (still waiting; "
-                              "Ctrl-C stops waiting, the run stays scheduled)", highlight=False)
+                view.say(f"no worker has picked up {run.name} in {NO_WORKER_AFTER_S} s: is one running for work pool "
+                         f"{pool}? start one with `prefect worker start --pool {pool}` (still waiting; Ctrl-C stops "
+                         "waiting, the run stays scheduled)")
             progress.poll()
             time.sleep(2)
 
@@ -235,28 +299,34 @@ def _ask_for_watches(campaign_id: str, watches: HubWatches, out_dir: Path, conso
 
 def _reservation_in_report(out_dir: Path) -> str | None:
     """The reservation the campaign run holds, as its report says (the run wrote it to ``out_dir``)."""
-    try:
-        lease = json.loads((out_dir / "report.json").read_text()).get("lease") or {}
-    except (OSError, ValueError):
-        return None
-    found = lease.get("reservation_id") if isinstance(lease, dict) else None
+    found = _lease_in_report(out_dir).get("reservation_id")
     return str(found) if found else None
 
 
-def _follow_scheduled(campaign_id: str, since: datetime, console: Console, progress: ProgressFollower) -> None:
+def _lease_in_report(out_dir: Path) -> dict[str, Any]:
+    try:
+        lease = json.loads((out_dir / "report.json").read_text()).get("lease") or {}
+    except (OSError, ValueError):
+        return {}
+    return lease if isinstance(lease, dict) else {}
+
+
+def _follow_scheduled(campaign_id: str, since: datetime, view: ProgressView, progress: ProgressFollower) -> None:
     """Follow the runs the lease scheduled (serve at the start, drain, teardown), and the Hub watches and
     redeploys of the campaign, until none is left to run."""
     from capserve.tasks.scheduling import read_runs_about
 
-    console.print("following the scheduled runs until the teardown (Ctrl-C stops following)")
+    view.say("following the scheduled runs until the teardown (Ctrl-C stops following)")
     last: dict[str, str] = {}
     while True:
         runs = read_runs_about(campaign_id, since=since)
-        for run in runs:
+        changed = [run for run in runs if last.get(run.flow_run_id) != (run.state_name or run.state_type)]
+        if changed:
+            progress.poll(now=True)  # what the runs told before these changes comes before them
+        for run in changed:
             now = run.state_name or run.state_type
-            if last.get(run.flow_run_id) != now:
-                console.print(f"  {run.name}: {now} ({run.state_type})", highlight=False)
-                last[run.flow_run_id] = now
+            view.state(run.name, run.state_type, state_text(run.state_type, run.state_name))
+            last[run.flow_run_id] = now
         if runs and all(run.state_type in FINAL for run in runs):
             return
         progress.poll()
@@ -272,20 +342,20 @@ def _print_schedule(campaign_id: str, since: datetime, console: Console) -> None
         console.print(f"could not list the scheduled runs: {type(exc).__name__}")
         return
     for run in runs:
-        when = run.scheduled_at.isoformat() if run.scheduled_at else "—"
+        when = f"{run.scheduled_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" if run.scheduled_at else "—"
         console.print(
-            f"  scheduled: {run.name} at {when} (wall time) — {run.state_name or run.state_type}", highlight=False
+            f"  scheduled: {run.name} at {when} (wall time) — {state_text(run.state_type, run.state_name)}",
+            highlight=False,
         )
     console.print("  the report gives each run's time and when it fired on the campaign's (block's) clock",
                   highlight=False)
 
 
-def _exit_code(state: tuple[str, str], out_dir: Path) -> int:
-    report_path = out_dir / "report.json"
-    verdict = None
-    if report_path.exists():
-        evaluation = json.loads(report_path.read_text()).get("evaluation") or {}
-        verdict = evaluation.get("verdict")
+def _exit_code(state: tuple[str, str], out_dir: Path, *, teardown_when_done: bool = False) -> int:
+    report = read_report(out_dir) or {}
+    verdict = (report.get("evaluation") or {}).get("verdict")
+    if teardown_when_done and block_unused(report):
+        return int(ExitCode.FAILED)  # the block was torn down unserved: never a success (the summary says so)
     if state[0] == "COMPLETED":
         return int(ExitCode.INVALID if verdict == "invalid" else ExitCode.OK)
     return int(ExitCode.FAILED)

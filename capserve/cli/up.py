@@ -10,18 +10,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.console import Console
 from rich.markup import escape
 
+from capserve.cli.console import plain_console, print_summary, read_report
 from capserve.cli.exit_codes import ExitCode
 from capserve.cli.inputs import api_key_option, endpoint_option, load_option, writable_dir
 from capserve.cli.stand_ins import stand_in
 from capserve.core.errors import CapserveError, SpecError
 from capserve.core.spec import load_spec, new_campaign_problems
+from capserve.core.summary import block_unused
 from capserve.tasks.secrets import redact
 
 if TYPE_CHECKING:
-    from capserve.core.report import CampaignReport
+    from rich.console import Console
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -40,14 +41,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--teardown-when-done",
         action="store_true",
-        help="tear down as soon as the stages finish, instead of at the lease's hard-teardown time",
+        help="tear down as soon as the stages finish, instead of at the lease's hard-teardown time: a block that "
+        "starts later is then lost unserved, its fee paid (asks to confirm; --yes confirms; exit 1 when the block "
+        "ends up unused)",
     )
     parser.add_argument(
         "--yes",
         dest="interactive",
         action="store_false",
-        help="with --in-process: never prompt; a purchase above the approval threshold waits for approval in the "
-        "Prefect UI (a deployment run always does)",
+        help="never prompt: confirms --teardown-when-done; with --in-process a purchase above the approval threshold "
+        "waits for approval in the Prefect UI (a deployment run always does)",
     )
     parser.add_argument(
         "--evaluate-url",
@@ -120,8 +123,36 @@ def refuse_unhonoured_options(args: argparse.Namespace) -> None:
         )
 
 
+def confirm_teardown_when_done(args: argparse.Namespace, console: Console) -> None:
+    """``--teardown-when-done`` tears the cluster down once the stages finish: on a block that has not started, or
+    has not been served yet, that loses the block (its fee is paid up front and never refunded, docs/cli.md). Asked
+    on a terminal, refused elsewhere without ``--yes``: money is not lost on a default."""
+    if not args.teardown_when_done or not args.interactive:
+        return
+    risk = ("--teardown-when-done tears the cluster down as soon as the stages finish: a block that has not started "
+            "or not been served by then is lost unserved, its fee paid")
+    if not sys.stdin.isatty():
+        raise SpecError(f"{risk}; add --yes to confirm, or drop --teardown-when-done to serve until the scheduled "
+                        "drain")
+    answer = console.input(f"{escape(risk)}. Tear down when done? [y/N] ")
+    if answer.strip().lower() not in ("y", "yes"):
+        raise SpecError("--teardown-when-done not confirmed: drop it to serve until the scheduled drain, or answer "
+                        "y (or add --yes)")
+
+
+def interrupted_in_process(args: argparse.Namespace) -> str:
+    """What an interrupted ``--in-process`` campaign leaves: it ran in this command, and the runner tears nothing
+    down on an interruption (``capserve.campaign.runner``); Prefect's temporary server fires no scheduled run."""
+    if args.sandbox:
+        return ("stopped: the campaign ran in this command against the sandbox's stand-ins, which stop with it: "
+                "the campaign cannot go on, nothing real was bought or built, nothing is left to clean up")
+    return (f"stopped: the campaign ran in this command and stops with it; no scheduled run fires on Prefect's "
+            f"temporary server, so what it made in AWS stays until `capserve down {args.spec}` (a bought Capacity "
+            "Block is not refunded: `capserve up` again adopts it)")
+
+
 def run(args: argparse.Namespace) -> int:
-    console = Console(stderr=True)
+    console = plain_console(stderr=True)
     # Every input is checked before anything runs, so a bad one never costs a purchase.
     try:
         spec = load_spec(args.spec)
@@ -130,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
             lines = "\n".join(f"  {p}" for p in refused)
             raise SpecError(f"{args.spec}: nothing can be bought for this spec now\n{lines}")
         refuse_unhonoured_options(args)
+        confirm_teardown_when_done(args, console)
         endpoint_url, basic_auth_env = (None, None)
         if args.evaluate_url is not None:
             endpoint_url, basic_auth_env = endpoint_option(args.evaluate_url, "--evaluate-url")
@@ -239,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
                 keep_server=args.keep_server, console=console, server=server,
                 # On a server the campaign run prepares and buys; serving and the teardown are the scheduled
                 # runs, so the command follows them whether or not --teardown-when-done was given.
-                follow_window=True, watches=watches,
+                follow_window=True, watches=watches, sandbox=args.sandbox, teardown_when_done=args.teardown_when_done,
             )
         from capserve.campaign.context import TERMINAL_APPROVAL
         from capserve.flows.campaign import campaign
@@ -258,42 +290,29 @@ def run(args: argparse.Namespace) -> int:
             )
         except SpecError as exc:  # preflight: a problem found before anything was bought or created
             console.print(f"[red]error:[/red] {escape(redact(str(exc)))}", highlight=False)
-            console.print(f"report: {escape(str(out_dir / 'report.md'))}", highlight=False)
+            print_summary(out_dir)
             return ExitCode.BAD_INPUT
         except CapserveError as exc:
             stopped = escape(redact(str(exc)))
             console.print(f"[red]campaign {spec.campaign_id} stopped:[/red] {stopped}", highlight=False)
-            console.print(f"report: {escape(str(out_dir / 'report.md'))}", highlight=False)
+            print_summary(out_dir)
             return ExitCode.FAILED
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (capserve.cli.signals): what is true in this mode, the summary
+            console.print(interrupted_in_process(args), highlight=False)
+            print_summary(out_dir)
+            return ExitCode.INTERRUPTED
         finally:
             TERMINAL_APPROVAL.reset(asking)
-    # Run in this process (not as a deployment run), the campaign returns its report, never a state.
+    # Run in this process (not as a deployment run), the campaign returns its report, never a state; the summary
+    # reads the report.json it wrote, as the server path does.
     from capserve.core.report import CampaignReport
 
     assert isinstance(report, CampaignReport)
-    print_summary(report, out_dir)
+    print_summary(out_dir)
     # A campaign whose endpoint failed its gates did its job, but what it serves is not acceptable
-    # (1); one whose evaluation could not judge everything says so (3): scripts must be able to tell.
+    # (1); one whose evaluation could not judge everything says so (3): scripts must be able to tell. A block torn
+    # down unserved by --teardown-when-done is a failure whatever the verdict (1).
+    if args.teardown_when_done and block_unused(read_report(out_dir) or {}):
+        return ExitCode.FAILED
     verdict = report.evaluation.verdict if report.evaluation is not None else None
     return {"fail": ExitCode.FAILED, "invalid": ExitCode.INVALID}.get(str(verdict), ExitCode.OK)
-
-
-def print_summary(report: CampaignReport, out_dir: Path) -> None:
-    out = Console()
-    plan = report.plan
-    if plan is not None:
-        out.print(
-            f"[bold]{plan.model}[/bold] on {plan.nodes} × {plan.instance_type}: "
-            f"TP {plan.tensor_parallel}, PP {plan.pipeline_parallel}, DP {plan.data_parallel}, "
-            f"EP {plan.expert_parallel} — {plan.weight_bytes_per_gpu / 1024**3:,.1f} GiB of weights per GPU",
-            highlight=False,
-        )
-    evaluation = report.evaluation
-    if evaluation is not None:
-        failed = [g.name for g in evaluation.gates if g.passed is False]
-        out.print(
-            f"evaluation: [bold]{evaluation.verdict.upper()}[/bold] "
-            f"({len(evaluation.gates)} gates{', failed: ' + ', '.join(failed) if failed else ''})",
-            highlight=False,
-        )
-    out.print(f"report: {out_dir / 'report.md'}\n        {out_dir / 'report.json'}", highlight=False)

@@ -168,6 +168,7 @@ def capacity_obtained(refs: CampaignRefs, acquired: AcquireResult, *, occurred: 
         payload={
             "reservation_id": lease.reservation_id,
             "region": lease.region,
+            "availability_zone": lease.availability_zone,
             "instance_type": lease.instance_type,
             "instance_count": lease.instance_count,
             "start": lease.start.isoformat(),

@@ -9,7 +9,9 @@ poll.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Literal
 
 Unit = Literal["count", "bytes"]
@@ -103,3 +105,47 @@ class Throttle:
             self._last_at, self._last_fraction, self._last_detail = now, fraction, progress.detail
             self._last_line, self._finished = line, progress.finished
         return due
+
+
+# --------------------------------------------------------------------------- a line's time on the block's clock
+
+# A run logs each line with the block time it was true at, so that a follower reading the log seconds of wall
+# time later (hours of a simulated block) still shows it at its own time: ``progress: [block 2026-12-06 13:44:10
+# UTC] vLLM startup: …``. The UI shows the same text.
+_BLOCK_STAMP = re.compile(r"^\[block (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC\] ")
+
+
+def stamped(line: str, block_at: datetime | None) -> str:
+    """``line`` with its block time in front (``line`` alone when the time is unknown)."""
+    if block_at is None:
+        return line
+    return f"[block {block_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC] {line}"
+
+
+def unstamped(text: str) -> tuple[datetime | None, str]:
+    """The block time and the line of what ``stamped`` made (None and the text when it carries no time)."""
+    found = _BLOCK_STAMP.match(text)
+    if found is None:
+        return None, text
+    at = datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
+    return at, text[found.end():]
+
+
+def block_clock(at: datetime, start: datetime | None) -> str:
+    """``block +02:14`` (hours and minutes since the block's start, ``-`` before it), or ``block 12-06 09:12`` (the
+    block's date and time) while the start is not known yet."""
+    if start is None:
+        return f"block {at.astimezone(UTC):%m-%d %H:%M}"
+    minutes = int((at - start).total_seconds() // 60)
+    sign = "-" if minutes < 0 else "+"
+    hours, minute = divmod(abs(minutes), 60)
+    return f"block {sign}{hours:02d}:{minute:02d}"
+
+
+def state_text(state_type: str, state_name: str) -> str:
+    """A run's state once: ``Pending``, not ``Pending (PENDING)``; ``Suspended (PAUSED)`` where the name says
+    more than the type."""
+    name = state_name or state_type.title()
+    if not state_type or name.replace(" ", "").upper() == state_type.replace("_", "").upper():
+        return name
+    return f"{name} ({state_type})"

@@ -38,6 +38,7 @@ from capserve.campaign.run_names import campaign_runs
 from capserve.campaign.runner import run_campaign
 from capserve.campaign.stages import teardown_stage
 from capserve.campaign.states import verdict_state
+from capserve.core.acts import drain_line, prepared_line
 from capserve.core.capacity.lease_check import lease_problems
 from capserve.core.cluster.result import PreparedCluster
 from capserve.core.drain import DrainResult
@@ -61,6 +62,7 @@ from capserve.tasks.clock import begin_at_waypoint, campaign_now, working_on_the
 from capserve.tasks.drain import remove_services, scale_serving_to_zero
 from capserve.tasks.locations import locate_records, record_ref
 from capserve.tasks.orphans import read_crashed_run, runs_in_flight
+from capserve.tasks.progress import tell
 from capserve.tasks.record_store import change_record, load_record
 from capserve.tasks.reporting import amend_report_files
 from capserve.tasks.scheduling import cancelled_before_start, schedule_lease_runs
@@ -107,6 +109,7 @@ def prepare_cluster_before_block(campaign_id: str, region: str, reservation_id: 
         )
         change_record(ref, [lambda rec: rec.with_prepared(prepared)])
     get_run_logger().info("campaign %s: %s", campaign_id, prepared.markdown().strip())
+    tell(prepared_line(prepared))
     return prepared
 
 
@@ -222,6 +225,7 @@ def _drain(
                        outputs=result.report_section(), detail=f"{reason}: {result.markdown()}"[:4000])
     change_record(ref, [lambda rec: rec.with_stage(Stage.DRAIN, entry)])
     get_run_logger().info("drain of %s: %s", campaign_id, result.markdown())
+    tell(drain_line(result))
     return result
 
 

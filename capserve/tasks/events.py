@@ -19,8 +19,10 @@ from typing import Any
 
 from prefect.events import emit_event
 
+from capserve.core.acts import act_line
 from capserve.core.events import CapserveEvent
 from capserve.tasks.clock import wall_time_of
+from capserve.tasks.progress import tell
 from capserve.tasks.secrets import redactor
 
 _log = logging.getLogger(__name__)
@@ -41,6 +43,9 @@ def emit(event: CapserveEvent) -> CapserveEvent:
         )
     except Exception:  # events are a notification: a failure to send never fails a stage
         _log.exception("could not send the event %s about %s", sent.event, sent.resource.get("prefect.resource.id"))
+    line = act_line(sent)
+    if line is not None:  # the act, as the console and the run's log tell it (docs/cli.md, "What up shows")
+        tell(line, sent.occurred)
     return sent
 
 

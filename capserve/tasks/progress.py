@@ -25,8 +25,10 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.objects import Log
 from prefect.client.schemas.sorting import FlowRunSort, LogSort
 
-from capserve.core.progress import PREFIX, Progress, Throttle
+from capserve.core.errors import RetryableError
+from capserve.core.progress import PREFIX, Progress, Throttle, stamped, unstamped
 from capserve.core.schedule import campaign_tag
+from capserve.tasks.clock import campaign_now
 from capserve.tasks.run_log import run_logger
 
 # A wait reports at most this often on its own: the throttle still needs a reason to print (a change of ≥ 10 %,
@@ -43,23 +45,36 @@ class ProgressReporter:
         self.clock = clock
         self.lines: list[str] = []  # what was logged, in order (the tests read it)
 
-    def report(self, progress: Progress) -> bool:
-        """Log ``progress`` if it is worth a line now; whether it was."""
+    def report(self, progress: Progress, *, at: datetime | None = None) -> bool:
+        """Log ``progress`` if it is worth a line now; whether it was. ``at``: the block time it was true at (default:
+        now)."""
         if not self.throttle.worth(progress, self.clock()):
             return False
         line = progress.line()
         self.lines.append(line)
-        run_logger(__name__).info("%s%s", PREFIX, line, extra={"progress": line})
+        tell(line, at)
         return True
+
+
+def tell(line: str, block_at: datetime | None = None) -> None:
+    """Log ``line`` as a progress line of the current run, stamped with the block time it is true at (default:
+    now): a follower reads it seconds of wall time later, on a simulated block hours of the block."""
+    if block_at is None:
+        try:
+            block_at = campaign_now()
+        except RetryableError:  # a clock that does not answer costs the line its time, never the run
+            block_at = None
+    run_logger(__name__).info("%s%s", PREFIX, stamped(line, block_at), extra={"progress": line})
 
 
 @dataclass(frozen=True)
 class ProgressLine:
     """A progress line a run of the campaign logged on the server."""
 
-    at: datetime
+    at: datetime  # when it was logged, wall time
     run: str  # the flow run's name
-    line: str  # without the prefix
+    line: str  # without the prefix and the block time
+    block_at: datetime | None = None  # when it was true on the block's clock
 
 
 def read_progress(campaign_id: str, *, after: datetime) -> tuple[list[ProgressLine], datetime]:
@@ -83,8 +98,9 @@ def read_progress(campaign_id: str, *, after: datetime) -> tuple[list[ProgressLi
                 break
     lines = [
         ProgressLine(at=log.timestamp, run=names.get(log.flow_run_id, "?") if log.flow_run_id else "?",
-                     line=log.message.removeprefix(PREFIX))
+                     line=text, block_at=block_at)
         for log in logs
         if log.message.startswith(PREFIX) and log.timestamp > after
+        for block_at, text in [unstamped(log.message.removeprefix(PREFIX))]
     ]
     return lines, max((log.timestamp for log in logs), default=after)

@@ -187,6 +187,13 @@ def cancelled_before_start(flow_run_id: str | None) -> str:
     return ""
 
 
+def read_run_state(flow_run_id: str) -> str:
+    """The run's state type now (``COMPLETED``, ``SCHEDULED``, …)."""
+    with get_client(sync_client=True) as client:
+        run = client.read_flow_run(UUID(flow_run_id))
+    return run.state_type.value if run.state_type else "UNKNOWN"
+
+
 def cancel_run(flow_run_id: str, why: str) -> None:
     with get_client(sync_client=True) as client:
         client.set_flow_run_state(flow_run_id, Cancelled(message=why[:500]), force=True)

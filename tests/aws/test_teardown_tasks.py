@@ -6,6 +6,7 @@ request validation. Campaign ids differ per test: moto's backends live for the w
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -16,6 +17,7 @@ from capserve_sandbox.aws_ext import eks as eks_ext
 
 from capserve.core.errors import PermanentError
 from capserve.core.lease import Lease
+from capserve.core.progress import PREFIX, unstamped
 from capserve.core.tags import CAMPAIGN_TAG
 from capserve.core.teardown import TeardownSettings, plan_teardown
 from capserve.core.teardown.plan import Phase
@@ -209,3 +211,18 @@ def test_the_hyperpod_lifecycle_bucket_is_emptied_and_deleted_and_a_foreign_one_
     boto3.client("s3").put_object(Bucket=foreign, Key="lifecycle/on_create.sh", Body=b"#!/bin/sh\n")
     again = inventory_campaign.fn("td-lcs-foreign", REGION, kind="hyperpod", settings=FAST)
     assert again.lifecycle_bucket is None and [k.resource for k in again.kept] == [f"s3-bucket/{foreign}"]
+
+
+def test_each_phase_of_a_teardown_is_a_line_a_person_sees(sandbox: None, caplog: pytest.LogCaptureFixture) -> None:
+    # A teardown is minutes of deletes and waits: `capserve up` shows each phase as it ends, never silence.
+    bring_up_eks("td-told")
+    plan = plan_teardown(inventory_campaign.fn("td-told", REGION, kind="eks", settings=FAST), FAST)
+    with caplog.at_level(logging.INFO):
+        execute_plan.fn(plan, FAST)
+    told = [unstamped(r.getMessage().removeprefix(PREFIX))[1] for r in caplog.records
+            if r.getMessage().startswith(PREFIX)]
+    assert [line.split(":")[0] for line in told] == [
+        "teardown 1/6 nodes", "teardown 2/6 launch-templates", "teardown 3/6 cluster", "teardown 4/6 iam",
+        "teardown 5/6 gateways", "teardown 6/6 network",
+    ]
+    assert "deleted eks-cluster/capserve-td-told" in told[2]

@@ -23,7 +23,7 @@ from pydantic import SecretStr
 from capserve.core.cluster.addons import AddonOptions, render_addons
 from capserve.core.cluster.readiness import KubeSettings, NodeExpectation, Readiness
 from capserve.core.errors import ClusterGoneError, PermanentError, WaitTimeoutError
-from capserve.core.progress import PREFIX
+from capserve.core.progress import PREFIX, unstamped
 from capserve.tasks import kube as tasks_kube
 
 AWS_ENV = {
@@ -221,8 +221,9 @@ def test_the_node_wait_logs_a_line_per_node_turning_ready_and_none_for_the_same_
             kube.set_node_ready(name)
         waiter.join(timeout=120)
     assert done.is_set()
-    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(PREFIX)]
-    assert lines == [f"{PREFIX}GPU nodes joined 2/2 ({ready} ready with 8 GPUs each)" for ready in (0, 1, 2)]
+    lines = [unstamped(r.getMessage().removeprefix(PREFIX))[1] for r in caplog.records
+             if r.getMessage().startswith(PREFIX)]
+    assert lines == [f"GPU nodes joined 2/2 ({ready} ready with 8 GPUs each)" for ready in (0, 1, 2)]
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from kubernetes import client as k8s
 from pydantic import SecretStr
 
 from capserve.core.cluster.readiness import KubeSettings
-from capserve.core.progress import PREFIX
+from capserve.core.progress import PREFIX, unstamped
 from capserve.core.rollout.diagnosis import RolloutWaitSettings, Trouble
 from capserve.core.rollout.result import RolloutFailedError
 from capserve.tasks import kube as tasks_kube
@@ -193,7 +193,8 @@ def test_the_wait_tells_the_image_pull_and_vllms_phase_against_the_expected_star
             api, "default", "vllm-blue", 1, budget_s=30.0, wait=FAST, kube=KubeSettings(watch_window_s=5),
             expected_s=1200.0,
         )
-    lines = [r.getMessage().removeprefix(PREFIX) for r in caplog.records if r.getMessage().startswith(PREFIX)]
+    lines = [unstamped(r.getMessage().removeprefix(PREFIX))[1] for r in caplog.records
+             if r.getMessage().startswith(PREFIX)]
     assert any(line.startswith("image pull: ") and line.endswith(" pulled") for line in lines), lines
     assert any(line.startswith("vLLM startup: ") and "of ~20 min expected" in line for line in lines), lines
     assert len(lines) == len(set(lines))  # one line per change, not one per look

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -40,7 +42,9 @@ def prefect_children() -> list[str]:
     return found
 
 
-def test_up_plays_the_whole_block_through_a_local_server_and_leaves_no_child_behind(tmp_path: Path) -> None:
+def test_up_plays_the_whole_block_through_a_local_server_and_leaves_no_child_behind(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     """What `make demo` does: purchase, the serve run fired at the block's start, drain, teardown, AWS's end."""
     data = yaml.safe_load(EXAMPLE.read_text())
     # The client's lag does not invalidate the run on a machine shared by other test processes: the test's own
@@ -58,6 +62,8 @@ def test_up_plays_the_whole_block_through_a_local_server_and_leaves_no_child_beh
 
     report = json.loads((out / "report.json").read_text())
     assert code == 0, report["stages"]
+    console = capfd.readouterr()
+    assert_the_console_tells_the_blocks_story(console.err, console.out, report, out)
     window = report["window"]
     assert window["simulated"] and window["rate"] > 1
     start, end = (datetime.fromisoformat(window[k]) for k in ("block_start", "block_end"))
@@ -135,3 +141,33 @@ def test_up_plays_the_whole_block_through_a_local_server_and_leaves_no_child_beh
     assert any(path.suffix == ".yaml" for path in (out / "manifests").iterdir())
     assert (out / "prefect" / "home" / "prefect.db").exists()  # the server's database is under --out
     assert set(prefect_children()) - before == set()
+
+
+def assert_the_console_tells_the_blocks_story(err: str, out: str, report: dict[str, Any], folder: Path) -> None:
+    """What `make demo` prints (off a terminal, as CI reads it): one line per act on the block's clock beside wall
+    time, every vLLM phase, the image pull, each teardown phase, then the closing summary."""
+    lines = err.splitlines()
+    lease = report["lease"]
+    # The purchase, whole on one line though far longer than 80 columns: plain output is never wrapped.
+    (bought,) = [line for line in lines if f"campaign-k3-demo: bought {lease['reservation_id']} in " in line]
+    assert len(bought) > 80 and f"for ${lease['upfront_fee']:,.0f}: 1 × p6-b300.48xlarge, block " in bought, bought
+    assert re.search(r"block \d\d-\d\d 11:30 → \d\d-\d\d 11:30 UTC$", bought), bought
+    assert re.match(r"^\d\d:\d\d:\d\d  block ", bought), bought  # wall time to the second, the block's clock
+    assert not any(re.search(r"\d\d:\d\d:\d\d\.\d", line) for line in lines)  # no microseconds anywhere
+    assert not any("(PENDING)" in line and ": Pending" in line for line in lines)  # a state said once
+    told = [line.split("  ", 2)[2] for line in lines if re.match(r"^\d\d:\d\d:\d\d  block [-+]\d\d:\d\d  ", line)]
+    phases = [line.split("vLLM startup: ", 1)[1].split(",")[0] for line in told if "vLLM startup: " in line]
+    for phase in ("loading weights", "compiling (torch.compile)", "capturing CUDA graphs", "listening"):
+        assert phase in phases, phases
+    assert any(": image pull: " in line and line.endswith(" pulled") for line in told), told
+    assert any(": evaluation of " in line for line in told), told
+    assert any(line.startswith("drain-k3-demo: drained: ") for line in told), told
+    teardown = [line.split(": ", 1)[1] for line in told if re.match(r"^teardown-k3-demo: teardown \d+/\d+ ", line)]
+    assert len(teardown) >= 5 and teardown[-1].startswith(f"teardown {len(teardown)}/{len(teardown)} "), teardown
+    assert any("deleted eks-cluster/capserve-k3-demo" in line for line in teardown), teardown
+    # The closing summary, last on stdout.
+    summary = out.splitlines()
+    assert f"report: {folder / 'report.md'}" in summary, summary
+    assert any(line.startswith("utilisation: ") and "(target 80%" in line for line in summary), summary
+    assert any(line.startswith("cost: fee $") and "per million output tokens" in line for line in summary), summary
+    assert any(line.startswith("evaluation: ") for line in summary), summary

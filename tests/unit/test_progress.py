@@ -14,7 +14,7 @@ from rich.console import Console
 
 from capserve.cli.progress_view import ProgressFollower, ProgressView
 from capserve.core.cluster.readiness import KubeSettings, NodeExpectation, assess_nodes
-from capserve.core.progress import PREFIX, Progress, Throttle
+from capserve.core.progress import PREFIX, Progress, Throttle, unstamped
 from capserve.core.rollout.image import pull_status
 from capserve.core.rollout.startup_log import startup_phase, startup_progress
 from capserve.tasks.progress import ProgressLine, ProgressReporter
@@ -153,25 +153,28 @@ def test_a_wait_of_a_hundred_readings_logs_eleven_prefixed_lines(caplog: pytest.
         for done in range(101):  # one reading per poll: 0 %, 1 %, … 100 %
             reporter.report(Progress("staged", done=done * GIB, total=100 * GIB, unit="bytes"))
     logged = [record.getMessage() for record in caplog.records if record.getMessage().startswith(PREFIX)]
-    assert logged == [PREFIX + line for line in reporter.lines]
+    assert [unstamped(message.removeprefix(PREFIX))[1] for message in logged] == reporter.lines
     assert [line.split("] ")[1] for line in reporter.lines] == [f"{p} %" for p in range(0, 101, 10)]
 
 
 # --------------------------------------------------------------------------- `capserve up` off a terminal
 
 
-def test_off_a_terminal_each_line_is_printed_once_plain() -> None:
+def test_off_a_terminal_each_line_is_printed_once_plain_with_wall_time_and_the_blocks_clock() -> None:
     out = io.StringIO()
-    view = ProgressView(Console(file=out, force_terminal=False, width=200))
-    at = datetime(2026, 12, 5, 11, 30, tzinfo=UTC)
+    start = datetime(2026, 12, 5, 11, 30, tzinfo=UTC)
+    view = ProgressView(Console(file=out, force_terminal=False, width=200), block_start=lambda: start)
+    wall = datetime(2026, 12, 4, 23, 58, 1, 123456, tzinfo=UTC)
     view.show([
-        ProgressLine(at, "serve-k3-demo", "GPU nodes joined 1/1 (1 ready with 8 GPUs each)"),
-        ProgressLine(at, "serve-k3-demo", "vLLM startup: loading weights, 23 of ~75 min expected"),
+        ProgressLine(wall, "serve-k3-demo", "GPU nodes joined 1/1 (1 ready with 8 GPUs each)",
+                     block_at=start + timedelta(minutes=31)),
+        ProgressLine(wall, "serve-k3-demo", "vLLM startup: loading weights, 23 of ~75 min expected",
+                     block_at=start + timedelta(hours=2, minutes=14)),
     ])
     view.close()
     assert out.getvalue() == (
-        "  serve-k3-demo: GPU nodes joined 1/1 (1 ready with 8 GPUs each)\n"
-        "  serve-k3-demo: vLLM startup: loading weights, 23 of ~75 min expected\n"
+        "23:58:01  block +00:31  serve-k3-demo: GPU nodes joined 1/1 (1 ready with 8 GPUs each)\n"
+        "23:58:01  block +02:14  serve-k3-demo: vLLM startup: loading weights, 23 of ~75 min expected\n"
     )
     assert "\x1b" not in out.getvalue()
 

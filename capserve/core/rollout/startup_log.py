@@ -120,3 +120,33 @@ def startup_progress(log: str, *, running_s: float, expected_s: float | None) ->
     """``vLLM startup: loading weights, 23 of ~75 min expected``: the phase the log says, for how long the server
     has run (the block's seconds since its container started) against the time model's expectation."""
     return Progress("vLLM startup", detail=startup_phase(log), elapsed_s=max(running_s, 0.0), expected_s=expected_s)
+
+
+def startup_milestones(log: str, *, expected_s: float | None) -> list[Progress]:
+    """Each phase the log shows the start entering, at the block's seconds it entered it (from the first stamped
+    line), in order: every phase of a start is told, however seldom the log is read (a start the sandbox plays on
+    a simulated block passes through a phase in a fraction of a wall second)."""
+    plain = _ANSI.sub("", log)
+    first: datetime | None = None
+    at: datetime | None = None
+    seen: dict[str, float] = {}
+    for line in plain.splitlines():
+        stamp = _STAMP.search(line)
+        if stamp is not None:
+            month, day, hour, minute, second = (int(part) for part in stamp.groups())
+            try:
+                at = datetime(2000, month, day, hour, minute, second)
+            except ValueError:
+                continue
+            if first is None:
+                first = at
+                seen["loading weights"] = 0.0  # what a start does first, until its first milestone
+        if first is None or at is None:
+            continue
+        for phase, pattern in _MILESTONES:
+            if phase not in seen and pattern.search(line):
+                elapsed = at - first
+                if elapsed < timedelta(0):  # across a new year: 2000 has 366 days
+                    elapsed += timedelta(days=366)
+                seen[phase] = elapsed.total_seconds()
+    return [Progress("vLLM startup", detail=phase, elapsed_s=s, expected_s=expected_s) for phase, s in seen.items()]

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import urllib3
@@ -42,7 +42,7 @@ from capserve.core.rollout.image import ImagePull, pull_status, slowest_pull
 from capserve.core.rollout.names import ROLE_LABEL, ROLLOUT_LABEL
 from capserve.core.rollout.prepull import PREPULL_ROLE
 from capserve.core.rollout.result import RolloutFailedError
-from capserve.core.rollout.startup_log import startup_progress
+from capserve.core.rollout.startup_log import startup_milestones, startup_progress
 from capserve.tasks.clock import campaign_now
 from capserve.tasks.kube import _resource, _watch_until, dynamic_client
 from capserve.tasks.progress import REPORT_EVERY_S, ProgressReporter
@@ -234,7 +234,9 @@ def wait_rollout_ready(
             )
             judge.judge(list(seen.values()))  # once more: a grace may have run out without a change
             if judge.ready:
-                return ReadyWait((campaign_now() - began).total_seconds(), calls[0], judge.pods)
+                ready = ReadyWait((campaign_now() - began).total_seconds(), calls[0], judge.pods)
+                told(judge.pods)  # the start's last phases, read from its log: a played start ends between looks
+                return ready
             fatal = [d for d in judge.found if d.fatal]
             if not fatal and transport is not None:
                 fatal = transport(judge.pods)
@@ -256,6 +258,7 @@ class _StartProgress:
     ) -> None:
         self.api, self.namespace, self.leader, self.expected_s, self.kube = api, namespace, leader, expected_s, kube
         self.pulls, self.engine = ProgressReporter(), ProgressReporter()
+        self._phases_told: set[str] = set()
 
     def __call__(self, pods: list[dict[str, Any]]) -> None:
         try:
@@ -274,6 +277,12 @@ class _StartProgress:
             self.leader, self.namespace, container="vllm", tail_lines=_LOG_LINES,
             _request_timeout=self.kube.request_timeout_s,
         )
+        # Every phase the log shows entered, at its own block time (not only the one under way at this look), then
+        # how long the phase under way has run.
+        for entered in startup_milestones(log, expected_s=self.expected_s):
+            if entered.detail not in self._phases_told:
+                self._phases_told.add(entered.detail)
+                self.engine.report(entered, at=started + timedelta(seconds=entered.elapsed_s or 0.0))
         running_s = (campaign_now() - started).total_seconds()
         self.engine.report(startup_progress(log, running_s=running_s, expected_s=self.expected_s))
 

@@ -10,6 +10,7 @@ from botocore.exceptions import BotoCoreError, ClientError, WaiterError
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, ConfigDict, Field
 
+from capserve.core.acts import teardown_step_line
 from capserve.core.deadline import Deadline
 from capserve.core.errors import WaitTimeoutError
 from capserve.core.teardown.inventory import ClusterFound
@@ -18,6 +19,7 @@ from capserve.core.teardown.settings import TeardownSettings
 from capserve.tasks import aws
 from capserve.tasks.cluster.common import waiter_config
 from capserve.tasks.kube import convert as kube_convert
+from capserve.tasks.progress import tell
 from capserve.tasks.resilience import aws_task
 from capserve.tasks.run_log import run_logger
 from capserve.tasks.teardown import workloads as kube
@@ -63,8 +65,10 @@ def execute_plan(
     clients = _Clients(plan.region, workload_cluster)
     deleted: list[str] = []
     gone: list[str] = []
-    for phase, steps in plan.phases():
+    phases = plan.phases()
+    for number, (phase, steps) in enumerate(phases, start=1):
         waiting: list[Step] = []
+        deleted_here, gone_here = len(deleted), len(gone)
         for step in steps:
             already = _call(step, clients, settings, plan.region)
             if step.report:
@@ -73,6 +77,9 @@ def execute_plan(
                 waiting.append(step)
         remaining = _wait_all(waiting, clients, settings)
         logger.info("teardown %s: phase %s done, %d still there", plan.campaign_id, phase.value, len(remaining))
+        # Each phase is a line a person sees: a teardown is minutes of deletes and waits, never silent ones.
+        tell(teardown_step_line(phase.value, number, len(phases), deleted[deleted_here:], len(gone) - gone_here,
+                                len(remaining)))
         if remaining:
             return Outcome(deleted=tuple(deleted), already_gone=tuple(gone), remaining=tuple(remaining))
     return Outcome(deleted=tuple(deleted), already_gone=tuple(gone))
