@@ -38,7 +38,7 @@ from capserve.campaign.run_names import campaign_runs
 from capserve.campaign.runner import run_campaign
 from capserve.campaign.stages import teardown_stage
 from capserve.campaign.states import verdict_state
-from capserve.core.acts import drain_line, prepared_line
+from capserve.core.act_lines import drain_line, prepared_line
 from capserve.core.capacity.lease_check import lease_problems
 from capserve.core.cluster.result import PreparedCluster
 from capserve.core.drain import DrainResult

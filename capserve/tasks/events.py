@@ -19,7 +19,7 @@ from typing import Any
 
 from prefect.events import emit_event
 
-from capserve.core.acts import act_line
+from capserve.core.act_lines import act_line
 from capserve.core.events import CapserveEvent
 from capserve.tasks.clock import wall_time_of
 from capserve.tasks.progress import tell

@@ -19,7 +19,7 @@ import capserve.tasks.scheduling as scheduling_module
 from capserve.cli import main
 from capserve.cli.console import plain_console
 from capserve.cli.progress_view import ProgressView
-from capserve.core.acts import act_line, teardown_step_line
+from capserve.core.act_lines import act_line, teardown_step_line
 from capserve.core.capacity.result import AcquireResult
 from capserve.core.events import CampaignRefs, capacity_obtained
 from capserve.core.lease import Lease

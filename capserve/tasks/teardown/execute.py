@@ -10,7 +10,7 @@ from botocore.exceptions import BotoCoreError, ClientError, WaiterError
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, ConfigDict, Field
 
-from capserve.core.acts import teardown_step_line
+from capserve.core.act_lines import teardown_step_line
 from capserve.core.deadline import Deadline
 from capserve.core.errors import WaitTimeoutError
 from capserve.core.teardown.inventory import ClusterFound
