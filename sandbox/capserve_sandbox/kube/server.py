@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from capserve_sandbox.failures import FAILURES
 from capserve_sandbox.gates import GATES
 from capserve_sandbox.kube import streams
 from capserve_sandbox.kube.auth import check_bearer
@@ -100,8 +101,8 @@ class ApiServer:
             return await self.dispatch(request, target)
         except ApiError as error:
             return web.json_response(error.status(), status=error.code)
-        except Exception as exc:  # a bug in the fake: answer like an API server would, and log it
-            log.exception("fake Kubernetes API server failed on %s %s", request.method, request.path)
+        except Exception as exc:  # a bug in the fake: answer like an API server would, and report it
+            FAILURES.report("fake Kubernetes API server", exc, doing=f"{request.method} {request.path}")
             failure = ApiError(500, "InternalError", f"fake API server error: {type(exc).__name__}: {exc}")
             return web.json_response(failure.status(), status=500)
 
