@@ -104,10 +104,11 @@ class HubWatches:
 def run_on_server(
     parameters: dict[str, Any], *, campaign_id: str, out_dir: Path, worker_env: dict[str, str], keep_server: bool,
     console: Console, server: Future[Registered], follow_window: bool = False, watches: HubWatches | None = None,
-    run_env: dict[str, str] | None = None,
+    run_env: dict[str, str] | None = None, health: Callable[[], None] | None = None,
 ) -> int:
     """Start a worker (with a server this command started), run the campaign deployment, follow it; the exit
-    code."""
+    code. ``health`` is called at every look while following; what it raises stops following (with the sandbox,
+    a stand-in that failed: ``capserve.cli.sandbox_checks``)."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from capserve.cli.progress_view import ProgressFollower, ProgressView
@@ -133,11 +134,11 @@ def run_on_server(
         stack.callback(view.close)
         progress = ProgressFollower(campaign_id, since, view)
         try:
-            state = _run_and_follow(parameters, console, run_env or {}, progress)
+            state = _run_and_follow(parameters, console, run_env or {}, progress, health or _healthy)
             if follow_window and state[0] == "COMPLETED":
                 if watches is not None:
                     _ask_for_watches(campaign_id, watches, out_dir, console)
-                _follow_scheduled(campaign_id, since, console, progress)
+                _follow_scheduled(campaign_id, since, console, progress, health or _healthy)
         except KeyboardInterrupt:
             if registered.started and not keep_server:
                 console.print("stopped: the Prefect server and worker this command started stop with it, so the "
@@ -187,8 +188,13 @@ def require_deployments(console: Console) -> None:
     console.print(f"capserve's deployments are on {api}", highlight=False)
 
 
+def _healthy() -> None:
+    """Nothing to check while following (no sandbox)."""
+
+
 def _run_and_follow(
-    parameters: dict[str, Any], console: Console, run_env: dict[str, str], progress: ProgressFollower
+    parameters: dict[str, Any], console: Console, run_env: dict[str, str], progress: ProgressFollower,
+    health: Callable[[], None],
 ) -> tuple[str, str]:
     from prefect import get_client
     from prefect.deployments import run_deployment
@@ -214,6 +220,7 @@ def _run_and_follow(
                               f"work pool {pool}? start one with `prefect worker start --pool {pool}` (still waiting; "
                               "Ctrl-C stops waiting, the run stays scheduled)", highlight=False)
             progress.poll()
+            health()
             time.sleep(2)
 
 
@@ -243,7 +250,9 @@ def _reservation_in_report(out_dir: Path) -> str | None:
     return str(found) if found else None
 
 
-def _follow_scheduled(campaign_id: str, since: datetime, console: Console, progress: ProgressFollower) -> None:
+def _follow_scheduled(
+    campaign_id: str, since: datetime, console: Console, progress: ProgressFollower, health: Callable[[], None]
+) -> None:
     """Follow the runs the lease scheduled (serve at the start, drain, teardown), and the Hub watches and
     redeploys of the campaign, until none is left to run."""
     from capserve.tasks.scheduling import read_runs_about
@@ -260,6 +269,7 @@ def _follow_scheduled(campaign_id: str, since: datetime, console: Console, progr
         if runs and all(run.state_type in FINAL for run in runs):
             return
         progress.poll()
+        health()
         time.sleep(1)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -17,7 +18,13 @@ from capserve_sandbox.failures import FAILURES, Failure
 from capserve_sandbox.kube import FakeKube
 from kubernetes import client as k8s
 
+import capserve.flows.campaign as campaign_module
+from capserve.cli import main
+from capserve.cli.exit_codes import ExitCode
+
 from .conftest import pod
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml"
 
 
 def _wait_for(found: Any, what: str, timeout_s: float = 60.0) -> Any:
@@ -105,3 +112,51 @@ def test_now_never_reads_a_wall_time_before_an_anchor_set_meanwhile(monkeypatch:
     clock.simulate(fast_rate=5760, near_rate=60, near=timedelta(minutes=3))
     monkeypatch.setattr(clock, "_lock", _AnchorMovesWhileWaiting(clock))
     assert clock.now() == clock.window().to_sim(_FakeDatetime.wall)  # no "before this window's anchor"
+
+
+def _campaign_writing(report: dict[str, Any], *, fail: str | None = None) -> Any:
+    """A campaign run in this process that writes ``report`` as its report.json (and makes stand-in ``fail``
+    fail meanwhile): what ``capserve up --sandbox --in-process`` then concludes is the CLI's alone."""
+    from capserve.core.report import CampaignReport
+
+    def run(spec: Any, *, out_dir: Path, **_: Any) -> CampaignReport:
+        if fail is not None:
+            FAILURES.report(fail, KeyError("status"))
+        (out_dir / "report.json").write_text(json.dumps(report))
+        return CampaignReport(campaign="k3-demo")
+
+    return run
+
+
+STORY_IN_ONE_PROCESS: dict[str, Any] = {
+    "stages": [{"name": name, "status": "completed"} for name in ("acquire", "bring_up", "rollout", "evaluate")],
+    "lease": {"reservation_id": "cr-f4ab252eca574d82a"},
+    "teardown": {"deleted": ["eks-cluster/capserve-k3-demo"], "remaining": [], "finished_at": "2026-12-05T12:00:00Z"},
+    "cost": {"paid_gpu_minutes": 11520},
+}
+UP = ["up", str(EXAMPLE), "--sandbox", "--in-process", "--teardown-when-done", "--yes"]
+
+
+@pytest.mark.parametrize(
+    ("report", "fail", "line"),
+    [
+        (STORY_IN_ONE_PROCESS, None, None),
+        ({**STORY_IN_ONE_PROCESS, "teardown": None}, None,
+         "error: act missing: teardown: the report holds no teardown"),
+        (STORY_IN_ONE_PROCESS, "sandbox kubelet",
+         "error: the sandbox's sandbox kubelet failed: KeyError: 'status'; traceback in"),
+    ],
+    ids=["every-act", "no-teardown", "a-stand-in-failed"],
+)
+def test_up_in_one_process_ends_unproven_when_an_act_is_missing_or_a_stand_in_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str],
+    report: dict[str, Any], fail: str | None, line: str | None,
+) -> None:
+    monkeypatch.setattr(campaign_module, "campaign", _campaign_writing(report, fail=fail))
+    out = tmp_path / "out"
+    code = main([*UP, "--out", str(out)])
+    said = " ".join(capfd.readouterr().err.split())
+    if line is None:
+        assert code == ExitCode.OK and "error:" not in said, said
+    else:
+        assert code == ExitCode.UNPROVEN and line in said, said
