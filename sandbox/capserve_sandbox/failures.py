@@ -61,12 +61,13 @@ class Failures:
         with self._lock:
             return self._log_path
 
-    def report(self, stand_in: str, error: BaseException, doing: str = "") -> None:
+    def report(self, stand_in: str, error: BaseException, doing: str = "", traceback_text: str | None = None) -> None:
         """``stand_in`` failed on ``error`` (while ``doing``, for the failure log): one log line the first time (a
-        loop failing on every turn must not flood the output), its traceback appended to the failure log every
-        time, and counted."""
+        loop failing on every turn must not flood the output), its traceback (``traceback_text`` when the error
+        was only logged, not raised here) appended to the failure log every time, and counted."""
         summary = f"{type(error).__name__}: {error}".splitlines()[0][:300] if str(error) else type(error).__name__
         stamp = datetime.now(UTC).isoformat(timespec="milliseconds")
+        details = traceback_text if traceback_text is not None else "".join(traceback.format_exception(error))
         with self._lock:
             log = self._log_path
             seen = self._seen.get(stand_in)
@@ -76,7 +77,7 @@ class Failures:
                 log.parent.mkdir(parents=True, exist_ok=True)
                 with log.open("a", encoding="utf-8") as out:
                     out.write(f"--- {stamp} {stand_in} failed{' on ' + doing if doing else ''}\n")
-                    out.writelines(traceback.format_exception(error))
+                    out.write(details)
             except OSError as exc:  # the failure still counts, and the line below still says what it was
                 _log.warning("sandbox: could not write %s's traceback to %s: %s", stand_in, log, exc)
         if seen is None:
@@ -109,3 +110,20 @@ class Failures:
 
 
 FAILURES = Failures()
+
+
+class ReportServerErrors(logging.Filter):
+    """On werkzeug's logger (moto's server): a request that raised is reported as ``stand_in``'s failure instead of
+    printed to stderr (werkzeug logs "Error on request:" and the traceback as text, and answers 500)."""
+
+    def __init__(self, stand_in: str) -> None:
+        super().__init__()
+        self.stand_in = stand_in
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if record.levelno < logging.ERROR or "Error on request:" not in message:
+            return True
+        last = next((line.strip() for line in reversed(message.splitlines()) if line.strip()), "an error")
+        FAILURES.report(self.stand_in, RuntimeError(last), traceback_text=message + "\n")
+        return False
