@@ -186,3 +186,14 @@ def test_a_request_that_raises_in_moto_is_reported_not_printed(
     (failure,) = FAILURES.failures()
     assert (failure.stand_in, failure.error) == ("moto (AWS)", "RuntimeError: KeyError: 'offering'")
     assert "Traceback" not in capfd.readouterr().err and "KeyError: 'offering'" in (tmp_path / "f.log").read_text()
+
+
+def test_an_error_nobody_retrieves_on_the_fake_kubernetes_loop_is_reported(kube: FakeKube, tmp_path: Path) -> None:
+    FAILURES.reset(tmp_path / "f.log")
+
+    loop = kube._api.loop
+    assert loop is not None
+    loop.call_soon_threadsafe(loop.call_exception_handler,
+                              {"message": "Task exception was never retrieved", "exception": ValueError("lost")})
+    failure = _wait_for(lambda: next(iter(FAILURES.failures()), None), "the loop's error reported")
+    assert (failure.stand_in, failure.error) == ("fake Kubernetes event loop", "ValueError: lost")
