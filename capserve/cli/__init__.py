@@ -17,6 +17,9 @@ code  name         meaning
                    that may pass; running the same command again converges
 5     INTERNAL     an unexpected error (a bug): one line is printed; ``--debug`` shows the
                    traceback
+6     UNPROVEN     ``up --sandbox`` only: a stand-in of the sandbox failed, or an act the run
+                   promises (purchase, serve, a rollback, …) is missing from its report; one line
+                   names each
 130   INTERRUPTED  stopped by Ctrl-C or SIGTERM (what was started is stopped; a campaign run on a
                    Prefect server goes on without this command)
 ====  ===========  ==========================================================================
@@ -68,7 +71,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="capserve",
         description="GPU reservation → evaluated vLLM endpoint → nothing left running.",
         epilog="Exit codes: 0 ok, 1 failed, 2 bad input, 3 evaluation invalid, 4 unavailable (retry), "
-        "5 internal error, 130 interrupted (docs/cli.md).",
+        "5 internal error, 6 sandbox run unproven, 130 interrupted (docs/cli.md).",
     )
     parser.add_argument(
         "--debug", action="store_true", help="print tracebacks (anywhere on the command line; also CAPSERVE_DEBUG=1)"

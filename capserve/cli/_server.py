@@ -112,9 +112,11 @@ def run_on_server(
     parameters: dict[str, Any], *, campaign_id: str, out_dir: Path, worker_env: dict[str, str], keep_server: bool,
     console: Console, server: Future[Registered], follow_window: bool = False, watches: HubWatches | None = None,
     run_env: dict[str, str] | None = None, sandbox: bool = False, teardown_when_done: bool = False,
+    health: Callable[[], None] | None = None,
 ) -> int:
     """Start a worker (with a server this command started), run the campaign deployment, follow it, print the
-    closing summary; the exit code."""
+    closing summary; the exit code. ``health`` is called at every look while following; what it raises stops
+    following (with the sandbox, a stand-in that failed: ``capserve.cli.sandbox_checks``)."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from capserve.cli.progress_view import ProgressFollower, ProgressView
@@ -142,11 +144,12 @@ def run_on_server(
         stack.callback(view.close)
         progress = ProgressFollower(campaign_id, since, view)
         try:
-            state = _run_and_follow(parameters, view, run_env or {}, progress, started=campaign_run)
+            state = _run_and_follow(parameters, view, run_env or {}, progress, health or _healthy,
+                                    started=campaign_run)
             if follow_window and state[0] == "COMPLETED":
                 if watches is not None:
                     _ask_for_watches(campaign_id, watches, out_dir, console)
-                _follow_scheduled(campaign_id, since, view, progress)
+                _follow_scheduled(campaign_id, since, view, progress, health or _healthy)
             progress.poll(now=True)  # the last acts (the teardown's end) before the summary
         except KeyboardInterrupt:
             view.close()
@@ -247,9 +250,13 @@ def require_deployments(console: Console) -> None:
     console.print(f"capserve's deployments are on {api}", highlight=False)
 
 
+def _healthy() -> None:
+    """Nothing to check while following (no sandbox)."""
+
+
 def _run_and_follow(
     parameters: dict[str, Any], view: ProgressView, run_env: dict[str, str], progress: ProgressFollower,
-    started: list[str],
+    health: Callable[[], None], started: list[str],
 ) -> tuple[str, str]:
     from prefect import get_client
     from prefect.deployments import run_deployment
@@ -278,6 +285,7 @@ def _run_and_follow(
                          f"{pool}? start one with `prefect worker start --pool {pool}` (still waiting; Ctrl-C stops "
                          "waiting, the run stays scheduled)")
             progress.poll()
+            health()
             time.sleep(2)
 
 
@@ -311,7 +319,9 @@ def _lease_in_report(out_dir: Path) -> dict[str, Any]:
     return lease if isinstance(lease, dict) else {}
 
 
-def _follow_scheduled(campaign_id: str, since: datetime, view: ProgressView, progress: ProgressFollower) -> None:
+def _follow_scheduled(
+    campaign_id: str, since: datetime, view: ProgressView, progress: ProgressFollower, health: Callable[[], None]
+) -> None:
     """Follow the runs the lease scheduled (serve at the start, drain, teardown), and the Hub watches and
     redeploys of the campaign, until none is left to run."""
     from capserve.tasks.scheduling import read_runs_about
@@ -330,6 +340,7 @@ def _follow_scheduled(campaign_id: str, since: datetime, view: ProgressView, pro
         if runs and all(run.state_type in FINAL for run in runs):
             return
         progress.poll()
+        health()
         time.sleep(1)
 
 

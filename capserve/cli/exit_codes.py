@@ -12,4 +12,5 @@ class ExitCode(IntEnum):
     INVALID = 3
     UNAVAILABLE = 4
     INTERNAL = 5
+    UNPROVEN = 6  # a sandbox run: a stand-in failed, or an act it promises is missing from the report
     INTERRUPTED = 130

@@ -15,7 +15,9 @@ from rich.markup import escape
 from capserve.cli.console import plain_console, print_summary, read_report
 from capserve.cli.exit_codes import ExitCode
 from capserve.cli.inputs import api_key_option, endpoint_option, load_option, writable_dir
+from capserve.cli.sandbox_checks import Promise, StandInFailed, kept, stop_on_failure
 from capserve.cli.stand_ins import stand_in
+from capserve.core.acts import promised_acts
 from capserve.core.errors import CapserveError, SpecError
 from capserve.core.spec import load_spec, new_campaign_problems
 from capserve.core.summary import block_unused
@@ -211,6 +213,7 @@ def run(args: argparse.Namespace) -> int:
 
     endpoint_note: str | None = None
     hub_endpoint: str | None = None
+    promise: Promise | None = None  # on the sandbox: what the run must show before it says 0
     with ExitStack() as stack:
         server = None
         if not args.in_process:
@@ -225,7 +228,8 @@ def run(args: argparse.Namespace) -> int:
                     revisions=args.revisions, stands_for=stand_ins.stands_for(spec.model.catalog, spec.model.repo)
                 )
             endpoints = stack.enter_context(
-                stand_ins.sandbox(served_model_name=spec.served_model_name, simulate=simulate)
+                stand_ins.sandbox(served_model_name=spec.served_model_name, simulate=simulate,
+                                  failure_log=out_dir / "sandbox-failures.log")
             )
             if simulate is not None:
                 console.print(
@@ -239,6 +243,10 @@ def run(args: argparse.Namespace) -> int:
                 highlight=False,
             )
             hub_endpoint = endpoints.hub
+            revisions = args.revisions if endpoints.revisions is not None else ()
+            promise = Promise(endpoints.failures, promised_acts(
+                on_a_server=server is not None, teardown_when_done=args.teardown_when_done, revisions=revisions,
+            ), revisions)
             # The rollout stage serves the model in the sandbox's Kubernetes (a local process per pod) and
             # the evaluation reaches it through a port-forward; --evaluate-url evaluates another endpoint.
         if server is not None:
@@ -266,13 +274,19 @@ def run(args: argparse.Namespace) -> int:
                 schedule = endpoints.revisions
                 watches = HubWatches(regions=list(spec.capacity.regions),
                                      times=lambda: [p.watch_at for p in schedule.publications])
-            return run_on_server(
-                parameters, campaign_id=spec.campaign_id, out_dir=out_dir, worker_env=worker_env, run_env=run_env,
-                keep_server=args.keep_server, console=console, server=server,
-                # On a server the campaign run prepares and buys; serving and the teardown are the scheduled
-                # runs, so the command follows them whether or not --teardown-when-done was given.
-                follow_window=True, watches=watches, sandbox=args.sandbox, teardown_when_done=args.teardown_when_done,
-            )
+            try:
+                code = run_on_server(
+                    parameters, campaign_id=spec.campaign_id, out_dir=out_dir, worker_env=worker_env,
+                    run_env=run_env, keep_server=args.keep_server, console=console, server=server,
+                    # On a server the campaign run prepares and buys; serving and the teardown are the scheduled
+                    # runs, so the command follows them whether or not --teardown-when-done was given.
+                    follow_window=True, watches=watches, sandbox=args.sandbox,
+                    teardown_when_done=args.teardown_when_done,
+                    health=stop_on_failure(promise.failures) if promise is not None else None,
+                )
+            except StandInFailed:
+                code = ExitCode.FAILED  # kept() names the stand-in
+            return kept(code, promise, out_dir=out_dir, console=console)
         from capserve.campaign.context import TERMINAL_APPROVAL
         from capserve.flows.campaign import campaign
 
@@ -291,12 +305,12 @@ def run(args: argparse.Namespace) -> int:
         except SpecError as exc:  # preflight: a problem found before anything was bought or created
             console.print(f"[red]error:[/red] {escape(redact(str(exc)))}", highlight=False)
             print_summary(out_dir)
-            return ExitCode.BAD_INPUT
+            return kept(ExitCode.BAD_INPUT, promise, out_dir=out_dir, console=console)
         except CapserveError as exc:
             stopped = escape(redact(str(exc)))
             console.print(f"[red]campaign {spec.campaign_id} stopped:[/red] {stopped}", highlight=False)
             print_summary(out_dir)
-            return ExitCode.FAILED
+            return kept(ExitCode.FAILED, promise, out_dir=out_dir, console=console)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM (capserve.cli.signals): what is true in this mode, the summary
             console.print(interrupted_in_process(args), highlight=False)
             print_summary(out_dir)
@@ -315,4 +329,5 @@ def run(args: argparse.Namespace) -> int:
     if args.teardown_when_done and block_unused(read_report(out_dir) or {}):
         return ExitCode.FAILED
     verdict = report.evaluation.verdict if report.evaluation is not None else None
-    return {"fail": ExitCode.FAILED, "invalid": ExitCode.INVALID}.get(str(verdict), ExitCode.OK)
+    code = {"fail": ExitCode.FAILED, "invalid": ExitCode.INVALID}.get(str(verdict), ExitCode.OK)
+    return kept(code, promise, out_dir=out_dir, console=console)

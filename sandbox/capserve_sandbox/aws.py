@@ -19,6 +19,7 @@ from moto.server import ThreadedMotoServer
 
 from capserve_sandbox.aws_ext import INSTALLERS
 from capserve_sandbox.aws_ext.iam_rules import ISSUED
+from capserve_sandbox.failures import ReportServerErrors
 
 # Functions that patch moto before its server starts (operations moto lacks): sandbox/capserve_sandbox/aws_ext/.
 MOTO_EXTENSIONS: tuple[Callable[[], None], ...] = INSTALLERS
@@ -60,8 +61,12 @@ def moto_sandbox(region: str = "us-east-2") -> Iterator[AwsSandbox]:
     """Start moto on 127.0.0.1 (a free port), point boto3 at it, stop it and restore the env on exit."""
     for extend in MOTO_EXTENSIONS:
         extend()
-    # moto's werkzeug server logs every request to stderr; the demo's output is for people.
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    # moto's werkzeug server logs every request to stderr; the demo's output is for people. A request that
+    # raised (a bug of moto's or of aws_ext's) is a failure of the stand-in: reported, not printed.
+    werkzeug = logging.getLogger("werkzeug")
+    werkzeug.setLevel(logging.WARNING)
+    reporting = ReportServerErrors("moto (AWS)")
+    werkzeug.addFilter(reporting)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
@@ -75,6 +80,7 @@ def moto_sandbox(region: str = "us-east-2") -> Iterator[AwsSandbox]:
             yield AwsSandbox(endpoint_url=endpoint, region=region)
     finally:
         server.stop()
+        werkzeug.removeFilter(reporting)
 
 
 def _reset_moto(endpoint: str) -> None:

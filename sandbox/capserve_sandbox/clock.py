@@ -44,8 +44,10 @@ class SandboxClock:
         self._skips: dict[str, datetime] = {}  # modelled durations under way: who, and the instant each ends
 
     def now(self) -> datetime:
-        wall = datetime.now(UTC)
         with self._lock:
+            # Wall time is read under the lock, here and below: read before it, it could precede the anchor another
+            # thread set meanwhile, and the window refuses a wall time before its anchor (the tick thread died so).
+            wall = datetime.now(UTC)
             if self._warp is None:
                 return wall + self._offset
             self._next_skip(wall)
@@ -54,16 +56,16 @@ class SandboxClock:
     def skip_to(self, token: str, until: datetime) -> None:
         """A modelled duration (``token``'s) ends at ``until`` on this clock: while nothing else is modelled to end
         sooner, the clock runs fast until then. Only a simulated window skips; elsewhere nothing changes."""
-        wall = datetime.now(UTC)
         with self._lock:
+            wall = datetime.now(UTC)
             self._skips[token] = until
             if self._warp is not None:
                 self._next_skip(wall)
 
     def skipped(self, token: str) -> None:
         """``token``'s modelled duration is over (or abandoned): the clock no longer skips for it."""
-        wall = datetime.now(UTC)
         with self._lock:
+            wall = datetime.now(UTC)
             self._skips.pop(token, None)
             if self._warp is not None:
                 self._next_skip(wall)
@@ -90,8 +92,8 @@ class SandboxClock:
 
     def window(self) -> WarpedWindow:
         """The mapping between wall time and this clock (rate 1 with the offset when not simulating)."""
-        wall = datetime.now(UTC)
         with self._lock:
+            wall = datetime.now(UTC)
             if self._warp is not None:
                 self._next_skip(wall)
                 return self._warp
@@ -101,8 +103,8 @@ class SandboxClock:
         """Move the sandbox's "now" forward (never backward: AWS states only move forward)."""
         if delta < timedelta(0):
             raise ValueError("the sandbox clock only moves forward")
-        wall = datetime.now(UTC)
         with self._lock:
+            wall = datetime.now(UTC)
             if self._warp is not None:
                 # A jump moves every later waypoint with it: only tests do this, before anything is scheduled.
                 sim = self._warp.to_sim(wall) + delta
@@ -122,8 +124,8 @@ class SandboxClock:
         ``busy_rate`` (None: ``near_rate``) while real work runs on the block.
         ``extend`` sees the first registration and adds waypoints and spans of the sandbox's own
         (``capserve_sandbox.revisions``): the mapping cannot change once runs are scheduled on it."""
-        wall = datetime.now(UTC)
         with self._lock:
+            wall = datetime.now(UTC)
             start = self._warp.to_sim(wall) if self._warp is not None else wall + self._offset
             self._warp = WarpedWindow.real_time(wall, shows=start)
             self._rates = (fast_rate, near_rate, near, hold, busy_rate)
@@ -137,8 +139,8 @@ class SandboxClock:
 
         Without simulation there is nothing to slow down: the mapping (rate 1) is returned unchanged.
         """
-        wall = datetime.now(UTC)
         with self._lock:
+            wall = datetime.now(UTC)
             if self._warp is None:
                 return WarpedWindow.real_time(wall, shows=wall + self._offset)
             if self._rates is not None:  # the first waypoints: from now on the window plays fast
@@ -159,8 +161,8 @@ class SandboxClock:
         """The run scheduled for ``waypoint`` has started: let the clock go on from there. (False, now, mapping)
         while the clock has not reached the waypoint yet (the run is early: it waits), else (True, the time it
         started at on this clock, the mapping from now on)."""
-        wall = datetime.now(UTC)
         with self._lock:
+            wall = datetime.now(UTC)
             if self._warp is None:
                 return True, wall + self._offset, WarpedWindow.real_time(wall, shows=wall + self._offset)
             if self._warp.to_sim(wall) < waypoint:
@@ -171,8 +173,8 @@ class SandboxClock:
     def working(self, token: str, *, busy: bool) -> WarpedWindow:
         """Real work (``token``: a run's) began on the block, or ended: while any runs, the clock runs no faster
         than near wall time, so work a busy machine slows down does not cost hours of the block."""
-        wall = datetime.now(UTC)
         with self._lock:
+            wall = datetime.now(UTC)
             if busy:
                 self._work.add(token)
             else:

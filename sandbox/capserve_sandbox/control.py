@@ -5,7 +5,8 @@ set knobs on the running sandbox and to learn when a request is being held, so a
 (rather than a knob file the service would poll and answer through) is the simplest two-way channel:
 
 - ``GET /state``: the holds (``capserve_sandbox.gates``), every Capacity Block bought (with its tags),
-  every AWS ``Delete*`` call (with its path and time), and the service's pid;
+  every AWS ``Delete*`` call (with its path and time), the stand-ins that failed (``capserve_sandbox.failures``,
+  one line each), and the service's pid;
 - ``POST /hold`` ``{"point": "purchase", "match": "*"}``: hold the next matching request at a point;
 - ``POST /release`` ``{"point": "purchase"}`` (or ``{}`` for every point): let it go on.
 
@@ -23,6 +24,7 @@ from typing import Any
 
 from capserve_sandbox.aws_ext import capacity as capacity_ext
 from capserve_sandbox.aws_ext import eks as eks_ext
+from capserve_sandbox.failures import FAILURES
 from capserve_sandbox.gates import GATES
 from capserve_sandbox.loopback import serve_on_loopback
 
@@ -33,7 +35,7 @@ def state() -> dict[str, Any]:
         for c in eks_ext.calls() if c.action.startswith("Delete")
     ]
     return {"pid": os.getpid(), "holds": GATES.status(), "reservations": capacity_ext.reservations(),
-            "deletes": deletes}
+            "deletes": deletes, "failures": [failure.line() for failure in FAILURES.failures()]}
 
 
 class _Handler(BaseHTTPRequestHandler):

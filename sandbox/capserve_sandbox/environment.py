@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Literal
 
 from capserve.core.environ import CLOCK_URL_ENV, REGISTRY_TOOL_ENV
@@ -24,6 +25,7 @@ from capserve_sandbox.aws_ext import capacity as capacity_ext
 from capserve_sandbox.aws_ext import eks as eks_ext
 from capserve_sandbox.clock import CLOCK
 from capserve_sandbox.clock_server import clock_server
+from capserve_sandbox.failures import FAILURES, Failure
 from capserve_sandbox.hub import HubState, local_hub, publish_revision
 from capserve_sandbox.kube import FakeKube, fake_kube
 from capserve_sandbox.kube.kubelet.played_start import StandsFor
@@ -75,6 +77,11 @@ class SandboxEndpoints:
         ``good=False``: a revision whose served quality fails the quality gate (``capserve_sandbox.hub.revisions``)."""
         return publish_revision(self.hub_state, good=good)
 
+    def failures(self) -> list[Failure]:
+        """The stand-ins that failed since this sandbox started (``capserve_sandbox.failures``): a campaign that
+        ran beside one proved less than it says."""
+        return FAILURES.failures()
+
 
 @contextmanager
 def sandbox(
@@ -84,6 +91,7 @@ def sandbox(
     kube_time_scale: float = 60.0,
     kube_serving: Literal["sandbox", "vllm"] = "sandbox",
     simulate: Simulation | None = None,
+    failure_log: Path | None = None,
 ) -> Iterator[SandboxEndpoints]:
     """Start every stand-in; stop them all (and every pod's local process) on exit.
 
@@ -92,8 +100,10 @@ def sandbox(
     (the sandbox OpenAI server, or the real vLLM from ``.venv-vllm``; give it a small scale: the real
     server needs a minute or two to start on a CPU). ``simulate`` plays the block on a simulated clock
     instead of jumping to its start: reservations turn active, AWS warns at end − 40 and terminates at
-    end − 30 on that clock, and campaigns read it at ``CAPSERVE_CLOCK_URL``.
+    end − 30 on that clock, and campaigns read it at ``CAPSERVE_CLOCK_URL``. A stand-in that fails is reported
+    (``failures()``), its traceback appended to ``failure_log`` (default: one in the temporary folder).
     """
+    FAILURES.reset(failure_log)
     with ExitStack() as stack:
         # A bought block starts at the next 11:30 UTC or later; the sandbox's AWS jumps its own clock to
         # the start on the first look instead of making the demo wait. Production code never reads this
@@ -160,22 +170,33 @@ def sandbox(
         )
 
 
+TICK = "sandbox-clock-tick"
+
+
 @contextmanager
 def _ticking(every_s: float, revisions: RevisionSchedule | None, hub: HubState) -> Iterator[None]:
     """Time passes on its own in a simulated window: AWS's events and end − 30 terminations happen when due,
     not only when somebody describes a reservation, and the Hub publishes its revisions on time."""
     stop = threading.Event()
 
-    def tick() -> None:
-        while not stop.wait(every_s):
-            capacity_ext.deliver_due_events()
-            for done in capacity_ext.terminate_due():
-                found = ", ".join(done.terminated) or "nothing running"
-                _log.info("sandbox EC2: block %s at end − 30 min terminated %s", done.reservation_id, found)
-            if revisions is not None:
-                revisions.publish_due(CLOCK.now(), hub)
+    def terminate_due() -> None:
+        for done in capacity_ext.terminate_due():
+            found = ", ".join(done.terminated) or "nothing running"
+            _log.info("sandbox EC2: block %s at end − 30 min terminated %s", done.reservation_id, found)
 
-    thread = threading.Thread(target=tick, name="sandbox-clock-tick", daemon=True)
+    def tick() -> None:
+        # Each step on its own: one that fails is reported (capserve_sandbox.failures) and the others, and the next
+        # turn, still run; every turn stands alone.
+        while not stop.wait(every_s):
+            with FAILURES.guard(f"{TICK} thread (EventBridge's Capacity Block events)"):
+                capacity_ext.deliver_due_events()
+            with FAILURES.guard(f"{TICK} thread (EC2's end − 30 min terminations)"):
+                terminate_due()
+            if revisions is not None:
+                with FAILURES.guard(f"{TICK} thread (the Hub's revisions)"):
+                    revisions.publish_due(CLOCK.now(), hub)
+
+    thread = threading.Thread(target=tick, name=TICK, daemon=True)
     thread.start()
     try:
         yield

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import threading
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
 from capserve_sandbox.control import control_endpoint
+from capserve_sandbox.failures import FAILURES
 from capserve_sandbox.gates import GATES, Gates
 
 
@@ -44,7 +46,9 @@ def test_an_unknown_point_is_refused_by_name() -> None:
         Gates().arm("purchse")
 
 
-def test_the_control_endpoint_arms_reports_and_releases() -> None:
+def test_the_control_endpoint_arms_reports_and_releases(tmp_path: Path) -> None:
+    FAILURES.reset(tmp_path / "failures.log")
+    FAILURES.report("local Hub", KeyError("main"))
     with control_endpoint() as url:
         assert _post(f"{url}/hold", {"point": "apply", "match": "LeaderWorkerSet/*"})["holds"] == {
             "apply": {"match": "LeaderWorkerSet/*", "held": None}
@@ -53,6 +57,8 @@ def test_the_control_endpoint_arms_reports_and_releases() -> None:
             state = json.load(answer)
         assert state["holds"]["apply"]["match"] == "LeaderWorkerSet/*"
         assert {"reservations", "deletes", "pid"} <= set(state)
+        failed = [line.split(";")[0] for line in state["failures"]]
+        assert failed == ["the sandbox's local Hub failed: KeyError: 'main'"]
         assert _post(f"{url}/release", {})["holds"] == {}
         with pytest.raises(urllib.error.HTTPError) as refused:
             _post(f"{url}/hold", {"point": "nowhere"})

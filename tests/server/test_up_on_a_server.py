@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from capserve.cli import main
+from capserve.cli.exit_codes import ExitCode
 
 pytestmark = pytest.mark.server
 
@@ -171,3 +172,27 @@ def assert_the_console_tells_the_blocks_story(err: str, out: str, report: dict[s
     assert any(line.startswith("utilisation: ") and "(target 80%" in line for line in summary), summary
     assert any(line.startswith("cost: fee $") and "per million output tokens" in line for line in summary), summary
     assert any(line.startswith("evaluation: ") for line in summary), summary
+
+
+def test_a_failing_tick_loop_makes_up_stop_with_one_line_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The sandbox's tick thread delivers AWS's events, plays the end − 30 terminations and publishes the Hub's
+    revisions: a campaign played without it proves nothing, so the command says so and stops, not exit 0."""
+    from capserve_sandbox.aws_ext import capacity
+
+    def broken() -> None:
+        raise RuntimeError("the stand-in's tick broke")
+
+    monkeypatch.setattr(capacity, "deliver_due_events", broken)
+    out = tmp_path / "out"
+    before = set(prefect_children())
+
+    code = main(["up", str(EXAMPLE), "--sandbox", "--yes", "--out", str(out), "--revisions", "none"])
+
+    said = " ".join(capfd.readouterr().err.split())
+    assert code == ExitCode.UNPROVEN, said
+    named = "error: the sandbox's sandbox-clock-tick thread (EventBridge's Capacity Block events) failed"
+    assert named in said and "RuntimeError: the stand-in's tick broke" in said, said
+    assert "RuntimeError: the stand-in's tick broke" in (out / "sandbox-failures.log").read_text()
+    assert set(prefect_children()) == before  # the server and worker it started are stopped

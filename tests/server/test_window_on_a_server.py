@@ -6,8 +6,9 @@ the local Hub, the OpenAI stand-in): the worker's flow processes reach them thro
 
 Checked: a campaign deployment run schedules serve/drain/teardown runs once, with their names, tags and
 times; scheduling again (as every re-run does) makes no duplicates; a failing verdict makes the run Failed;
-the reaper never runs twice at once; killing the worker mid-run leaves the cluster standing and the run
-Crashed. About 3–5 minutes on a quiet 2-core machine (server start, registration, one campaign).
+the reaper and the Hub watcher never run twice at once, and a late run waits instead of being cancelled;
+killing the worker mid-run leaves the cluster standing and the run Crashed. About 3–5 minutes on a quiet
+2-core machine (server start, registration, one campaign).
 """
 
 from __future__ import annotations
@@ -33,12 +34,8 @@ from capserve_sandbox.environment import SandboxEndpoints, sandbox
 from prefect import get_client
 from prefect.automations import RunDeployment
 from prefect.client.schemas.filters import (
-    DeploymentFilter,
-    DeploymentFilterName,
     FlowRunFilter,
     FlowRunFilterName,
-    FlowRunFilterState,
-    FlowRunFilterStateType,
     FlowRunFilterTags,
 )
 from prefect.client.schemas.objects import FlowRun, StateType
@@ -255,27 +252,24 @@ def test_a_hub_watch_is_asked_for_once_per_block_and_time(world: World) -> None:
             client.delete_flow_run(uuid.UUID(run.flow_run_id))  # never to fire in another test
 
 
-def test_the_reaper_never_runs_twice_at_once(world: World) -> None:
-    params = {"regions": [world.far_ends.region], "dry_run": True}
-    _wait_no_reaper_running()  # the reaper's own schedule may hold the slot: then both of ours would be cancelled
-    first = run_deployment("reaper/reaper", parameters=params, timeout=0)
-    second = run_deployment("reaper/reaper", parameters=params, timeout=0)
-    ends = sorted([wait_final(first.id), wait_final(second.id)], key=lambda r: r.state_type.value)  # type: ignore[union-attr]
-    states = sorted(run.state_type.value for run in ends)  # type: ignore[union-attr]
-    assert states == ["CANCELLED", "COMPLETED"], [run.state for run in ends]
-
-
-def _wait_no_reaper_running(timeout_s: float = 300) -> None:
-    """Until no run of the reaper deployment is pending or running (its every-15-minutes schedule fires one on a
-    new server): the test's two runs must be the only contenders for its one slot."""
-    busy = FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(
-        any_=[StateType.PENDING, StateType.RUNNING])))
-    reaper = DeploymentFilter(name=DeploymentFilterName(any_=["reaper"]))
-    deadline = time.monotonic() + timeout_s
-    with get_client(sync_client=True) as client:
-        while client.read_flow_runs(flow_run_filter=busy, deployment_filter=reaper):
-            assert time.monotonic() < deadline, "a reaper run is still running"
-            time.sleep(1)
+@pytest.mark.parametrize(
+    ("deployment", "parameters"),
+    [("reaper/reaper", {"dry_run": True}), ("hub-watcher/hub-watcher", {})],
+    ids=["reaper", "hub-watcher"],
+)
+def test_two_overlapping_watches_both_run_one_after_the_other(
+    world: World, deployment: str, parameters: dict[str, Any]
+) -> None:
+    """A periodic watch that comes while another runs waits for it (ENQUEUE), never cancelled: a cancelled Hub
+    watch is a revision never rolled back."""
+    params = {"regions": [world.far_ends.region], **parameters}
+    first = run_deployment(deployment, parameters=params, timeout=0)
+    second = run_deployment(deployment, parameters=params, timeout=0)
+    ends = [wait_final(first.id), wait_final(second.id)]  # type: ignore[union-attr]
+    assert [run.state_type for run in ends] == [StateType.COMPLETED] * 2, [run.state for run in ends]
+    earlier, later = sorted(ends, key=lambda run: run.start_time)  # type: ignore[arg-type, return-value]
+    assert earlier.end_time is not None and later.start_time is not None
+    assert earlier.end_time <= later.start_time, (earlier.end_time, later.start_time)  # never two at once
 
 
 def test_killing_the_worker_mid_run_leaves_the_cluster_standing_then_drain_and_teardown_end_the_window(

@@ -62,13 +62,14 @@ def test_the_loader_reads_every_deployment_with_a_module_path_entrypoint() -> No
     assert [d.name for d in loaded] == [d["name"] for d in DEPLOYMENTS]
     reaper = next(d for d in loaded if d.name == "reaper")
     assert (reaper.module, reaper.function) == ("capserve.flows.reaper", "reaper")
-    assert reaper.concurrency_limit == {"limit": 1, "collision_strategy": "CANCEL_NEW"}
+    assert reaper.concurrency_limit == {"limit": 1, "collision_strategy": "ENQUEUE"}
     assert reaper.job_variables == {"stream_output": False}
 
 
-def test_the_reaper_never_overlaps_itself_and_campaigns_are_not_serialized() -> None:
+def test_periodic_watches_never_overlap_nor_cancel_each_other_and_campaigns_are_not_serialized() -> None:
     by_name = {d["name"]: d for d in DEPLOYMENTS}
-    assert by_name["reaper"]["concurrency_limit"] == {"limit": 1, "collision_strategy": "CANCEL_NEW"}
+    for watch in ("reaper", "hub-watcher"):  # a late watch waits for the one running: it is never cancelled
+        assert by_name[watch]["concurrency_limit"] == {"limit": 1, "collision_strategy": "ENQUEUE"}
     assert all("concurrency_limit" not in by_name[name] for name in ("campaign", "serve", "drain"))
 
 
@@ -87,4 +88,4 @@ def test_the_hub_watcher_runs_on_a_schedule_over_regions_and_never_overlaps_itse
     watcher = next(d for d in DEPLOYMENTS if d["name"] == "hub-watcher")
     load_flow(watcher["entrypoint"]).validate_parameters(watcher["parameters"])
     assert watcher["schedules"][0]["cron"] == "*/10 * * * *"
-    assert watcher["concurrency_limit"] == {"limit": 1, "collision_strategy": "CANCEL_NEW"}
+    assert watcher["concurrency_limit"] == {"limit": 1, "collision_strategy": "ENQUEUE"}

@@ -19,13 +19,14 @@ import threading
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from capserve_sandbox.gates import GATES
+from capserve_sandbox.loopback import ReportingHTTPServer
 
 LFS_MIN_BYTES = 10 * 1024  # the Hub stores big files (and every *.safetensors) in LFS
 
@@ -140,8 +141,8 @@ class HubState:
         return self.older.get(repo_id, {}).get(revision)
 
 
-class HubServer(ThreadingHTTPServer):
-    daemon_threads = True
+class HubServer(ReportingHTTPServer):
+    stand_in = "local Hub"
 
     def __init__(self, state: HubState) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)

@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
+from capserve_sandbox.failures import FAILURES
 from capserve_sandbox.kube.cluster import Cluster
 from capserve_sandbox.kube.eks_bootstrap import eks_default_addons
 from capserve_sandbox.kube.events import Recorder
@@ -412,11 +413,9 @@ class FakeKube:
 
     @staticmethod
     def _guarded(action: Any) -> Any:
-        try:
-            return action()
-        except Exception:  # a controller bug must not kill the server's event loop; it shows in the log
-            log.exception("fake Kubernetes controller failed")
-            return None
+        # A controller bug must not kill the server's event loop: reported (capserve_sandbox.failures), and the
+        # next pass runs as usual.
+        return FAILURES.guarded("fake Kubernetes controllers", action)()
 
 
 @contextmanager

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from capserve_sandbox.failures import FAILURES
 from capserve_sandbox.gates import GATES
 from capserve_sandbox.kube import streams
 from capserve_sandbox.kube.auth import check_bearer
@@ -100,8 +101,8 @@ class ApiServer:
             return await self.dispatch(request, target)
         except ApiError as error:
             return web.json_response(error.status(), status=error.code)
-        except Exception as exc:  # a bug in the fake: answer like an API server would, and log it
-            log.exception("fake Kubernetes API server failed on %s %s", request.method, request.path)
+        except Exception as exc:  # a bug in the fake: answer like an API server would, and report it
+            FAILURES.report("fake Kubernetes API server", exc, doing=f"{request.method} {request.path}")
             failure = ApiError(500, "InternalError", f"fake API server error: {type(exc).__name__}: {exc}")
             return web.json_response(failure.status(), status=500)
 
@@ -373,6 +374,16 @@ def _json(raw: bytes) -> dict[str, Any]:
     return body
 
 
+def _report_loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """What asyncio would print to stderr (a task's exception nobody retrieved, a callback that raised) is a failure
+    of the fake Kubernetes: reported (capserve_sandbox.failures), unless it is a connection the client dropped."""
+    error = context.get("exception")
+    if not isinstance(error, Exception) or isinstance(error, ConnectionError):
+        loop.default_exception_handler(context)  # a warning without an error (an unclosed session): logged as ever
+        return
+    FAILURES.report("fake Kubernetes event loop", error, doing=str(context.get("message") or ""))
+
+
 class ServerThread:
     """Runs ``ApiServer``s on 127.0.0.1 in a thread with its own event loop: ``api`` from ``start()``, and more
     (one per sandbox EKS cluster, ``add``) on the same loop, each on its own free port, as each EKS cluster has
@@ -427,6 +438,7 @@ class ServerThread:
 
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._loop.set_exception_handler(_report_loop_error)
         self._stop = asyncio.Event()
         self.port = await self._serve_api(self.api)
         self._started.set()

@@ -21,11 +21,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import logging
 import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from capserve_sandbox.failures import FAILURES
 from capserve_sandbox.kube.kubelet.faults import FaultKind
 from capserve_sandbox.kube.kubelet.image_pulls import UNKNOWN_PULL_S, PullError, go_duration, pull_image
 from capserve_sandbox.kube.kubelet.logs import ContainerLogs
@@ -53,7 +53,6 @@ if TYPE_CHECKING:
 
     from capserve_sandbox.kube.kubelet import Kubelet
 
-log = logging.getLogger(__name__)
 BACKOFF_START_S, BACKOFF_MAX_S, BACKOFF_RESET_S = 10.0, 300.0, 600.0
 # A container the fake lost track of: no process gave this code; 255 is what cri-containerd reported for an
 # exit it could not know (its early helpers.go, unknownExitCode).
@@ -300,7 +299,7 @@ class ContainerRunner:
     async def _lost(self, runtime: Runtime, exc: Exception) -> Exit:
         """The fake lost track of a running container (its wait or its probes failed): stop what is left of it
         and report it ended, so that its status never says "running" with nothing behind it."""
-        log.error("sandbox kubelet: lost container %s of pod %s", self.name, self.worker.pod_ref, exc_info=exc)
+        FAILURES.report("sandbox kubelet", exc, doing=f"container {self.name} of pod {self.worker.pod_ref}")
         message = f"the sandbox kubelet lost the container: {exc!r}"
         self._event("Failed", f"Error: {message}", warning=True)
         with contextlib.suppress(Exception):
@@ -456,8 +455,9 @@ class PodWorker:
         if task.cancelled() or task.exception() is None:
             return
         error = task.exception()
+        assert error is not None
         # A bug in the fake, not the pod's fault: say so loudly instead of leaving it Pending in silence.
-        log.error("sandbox kubelet: pod %s/%s failed inside the fake", self.namespace, self.name, exc_info=error)
+        FAILURES.report("sandbox kubelet", error, doing=f"pod {self.namespace}/{self.name}")
         message = f"the sandbox kubelet failed: {error!r}"
         self.event("FailedSandboxKubelet", message, warning=True)
         # Nothing runs this pod's containers any more: none may stay "running" (or wait for a start that will
