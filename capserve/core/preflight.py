@@ -290,7 +290,7 @@ def _window_problems(
         f"{what} leaves {_minutes(max(usable, timedelta(0)))} before the drain point "
         f"(teardown.drain_before_end_minutes {spec.teardown.drain_before_end_minutes}), but the campaign needs up to "
         f"{_minutes(needed)} ({breakdown}): ask for a longer reservation, or lower serving.startup_budget_minutes "
-        "or evaluation.timeout_s"
+        "or evaluation.gate_budget_minutes"
     ]
 
 

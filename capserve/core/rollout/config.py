@@ -111,7 +111,8 @@ class RolloutConfig(BaseModel):
     @property
     def revision(self) -> str:
         """10 hex characters naming this configuration (label ``capserve.io/revision``)."""
-        config = self.model_dump(mode="json", exclude={"replicas"})
+        # The compile shape is the time model's reading of this configuration, not a part of it.
+        config = self.model_dump(mode="json", exclude={"replicas", "compile_shape"})
         config["engine"] = _engine_digested(config["engine"])
         return _digest({**config, "layout": {**self._layout_digested(), "replicas": self.replicas}})[:10]
 
