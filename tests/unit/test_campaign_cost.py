@@ -110,7 +110,7 @@ def test_a_served_day_serves_from_the_evaluated_endpoint_until_the_drain_point()
     assert ledger.serving_started_by.startswith("evaluate began on the ready endpoint")
     assert ledger.serving_started_by.endswith("→ the drain point")
     section = ledger.report_section()
-    assert section["serving_gpu_hours"] == round(1315 * GPUS / 60, 4)
+    assert section["serving_gpu_hours"] == round(1326 * GPUS / 60, 4)
     assert section["utilisation"] == round(1326 / 1440, 4)
     # The report was written at minute 90: the rest of the serving interval is a projection, and says so.
     assert any("projected" in note for note in ledger.notes)
