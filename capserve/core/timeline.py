@@ -1,23 +1,24 @@
 """One time model of a Capacity Block, phase by phase (docs/timeline.md).
 
 A block is paid from its start to its end; AWS terminates its instances 30 minutes before the end, and
-the campaign drains earlier still (``teardown.drain_before_end_minutes``). What the block buys is the
-serving time between the endpoint being ready and the drain point; every phase before that is paid and
-lost. This module says how long each phase is expected to take for a plan (instance type, nodes, bytes
-per node, where the weights are read from), cold (empty compile caches) and warm (caches restored), and
-what utilisation (serving ÷ paid) that leaves on a block of N hours.
+the campaign drains a little earlier (``teardown.drain_before_end_minutes``, ``capserve.core.drain``). What the
+block buys is the serving time between the endpoint passing its gate and the drain point; every phase before
+that is paid and lost. This module says how long each phase is expected to take for a plan (instance type,
+nodes, bytes per node, the compile shape, where the weights are read from), cold (empty compile caches) and warm
+(caches restored), at the central figures and at the fast and slow end of their ranges, and what utilisation
+(serving ÷ paid) that leaves on a block of N hours.
 
-The phases and the figure each rests on (every figure is a bounded field of ``TimeFigures`` with its
-public source in docs/timeline.md):
+The phases and the figure each rests on (every figure is a bounded field of ``TimeFigures``, its range in
+``FIGURE_RANGES``, its public source in docs/timeline.md):
 
 - before the block (bought time is not spent on them): the EKS control plane, the system node group,
   the cluster add-ons, and the Hub → S3 staging of the checkpoint;
-- in the block: EC2 launch and node join; the vLLM image pull (image bytes ÷ registry rate, none when the
-  node already holds the image); S3 → node staging (node bytes ÷ the slowest of the instance's network,
-  its NVMe array's write rate and the staging job's streams; none when the weights are read from FSx or
-  streamed from S3); vLLM's start: process start, weight load (node bytes ÷ the read rate of where the
-  weights are), compile/JIT/autotune (per GB of the whole model, cold or warm), CUDA-graph capture; the
-  evaluation.
+- in the block: the scale-up of the node group made at size 0 before it (boot and join); the S3 → node copy
+  (node bytes ÷ the slowest of S3's per-instance rate, the network and the NVMe array's writes; none from FSx
+  or S3) with the image pull beside it (only what the pull takes beyond the copy counts); vLLM's start:
+  process start, weight load (node bytes ÷ the read rate of where the weights are), compile/JIT/autotune and
+  CUDA-graph capture (functions of the compile shape: the architecture and the layout, not the bytes), the
+  engine's profiling run; and the gate before traffic (smoke and quality within their budget).
 
 The measured fact behind the load phase: on one H200 host safetensors, fastsafetensors (no GDS) and
 instanttensor all loaded at the disk's own rate while host → GPU copies ran at 55 GB/s, so the storage
