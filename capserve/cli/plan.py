@@ -27,7 +27,14 @@ from capserve.core.errors import CapserveError, DoesNotFitError, RetryableError,
 from capserve.core.evaluation.spec import EvaluationSpec
 from capserve.core.planner import PlannerSettings, ServingPlan, plan_serving
 from capserve.core.planner.settings import GIB
-from capserve.core.timeline import STORAGES, BlockPlan, BlockTimeline, predict_block, predict_range
+from capserve.core.timeline import (
+    STORAGES,
+    BlockPlan,
+    BlockTimeline,
+    MeasuredStart,
+    predict_block,
+    predict_range,
+)
 from capserve.core.urls import parse_hub_endpoint
 
 _KV_DTYPES: dict[str, Literal[1, 2]] = {"fp8": 1, "bf16": 2}
@@ -149,6 +156,13 @@ def register(subparsers: Any) -> None:
         "end − 30, plus the time to stop serving and tear down what needs the nodes).",
     )
     time.add_argument(
+        "--start-history",
+        type=Path,
+        default=None,
+        help="A start-history JSON of this shape (s3://<weights bucket>/<prefix>/start-history/<shape>.json, kept by "
+        "the rollout): its measured cold and warm starts replace the model's vLLM phases (docs/timeline.md §7.3).",
+    )
+    time.add_argument(
         "--gate-minutes",
         type=arg_types.positive_integer,
         default=EvaluationSpec().gate_budget_minutes,
@@ -227,6 +241,7 @@ def _timelines(args: argparse.Namespace, plan: ServingPlan) -> dict[str, BlockTi
         image_cached=args.image_cached,
         deep_health_checks=args.cluster_kind == "hyperpod" and plan.nodes > 1,
     )
+    measured = _measured_starts(args.start_history)
     timelines: dict[str, BlockTimeline] = {}
     for kind in ("cold", "warm"):
         common = {
@@ -234,11 +249,30 @@ def _timelines(args: argparse.Namespace, plan: ServingPlan) -> dict[str, BlockTi
             "warm": kind == "warm",
             "drain_before_end_minutes": args.drain_before_end_minutes,
             "gate_s": args.gate_minutes * 60.0,
+            "measured_start": measured.get(kind),
         }
         timelines[kind] = predict_block(block, **common)
         for end, timeline in predict_range(block, **common).items():
             timelines[f"{kind} {end}"] = timeline
     return timelines
+
+
+def _measured_starts(path: Path | None) -> dict[str, MeasuredStart]:
+    """The cold and warm starts a start-history file holds (none without a file)."""
+    if path is None:
+        return {}
+    from capserve.core.rollout.start_history import StartHistory
+
+    try:
+        history = StartHistory.model_validate_json(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"--start-history {path}: not a readable start history ({exc.__class__.__name__})") from None
+    found = {}
+    for kind in ("cold", "warm"):
+        start = history.for_start(warm=kind == "warm")
+        if start is not None:
+            found[kind] = MeasuredStart(seconds=start.to_listening_s, basis=start.basis(warm=kind == "warm"))
+    return found
 
 
 def held_back(timeline: BlockTimeline, target: float) -> str | None:
@@ -300,20 +334,28 @@ def _print_timelines(timelines: dict[str, BlockTimeline]) -> None:
         title=f"predicted timeline of a {cold.block_hours:g} h block, weights read from {cold.plan.storage} "
         "(docs/timeline.md): central [fast – slow]"
     )
-    for column in ("phase", "when", "cold", "warm", "share (cold)", "source", "basis (cold)"):
+    for column in ("phase", "when", "cold", "warm", "share", "source", "basis"):
         table.add_column(column)
 
-    def spread(kind: str, index: int) -> str:
-        central, fast, slow = (timelines[k].phases[index].seconds for k in (kind, f"{kind} fast", f"{kind} slow"))
+    def seconds(key: str, name: str) -> float | None:
+        return next((p.seconds for p in timelines[key].phases if p.name == name), None)
+
+    def spread(kind: str, name: str) -> str:
+        central, fast, slow = (seconds(k, name) for k in (kind, f"{kind} fast", f"{kind} slow"))
+        if central is None or fast is None or slow is None:
+            return "-"  # a measured start stands for this phase on the other kind
         if fast == slow:
             return _duration(central)
         return f"{_duration(central)} [{fast / 60:,.1f} – {slow / 60:,.1f}]"
 
-    for index, (c, _w) in enumerate(zip(cold.phases, warm.phases, strict=True)):
-        when = "before the block" if c.before_block else "in the block"
-        share = "" if c.before_block else f"{c.seconds / cold.paid_s:.1%}"
+    # Cold's phases, then any only the warm block has (a measured cold start replaces the model's vLLM phases).
+    phases = [*cold.phases, *(w for w in warm.phases if seconds("cold", w.name) is None)]
+    for phase in phases:
+        when = "before the block" if phase.before_block else "in the block"
+        share = "" if phase.before_block else f"{phase.seconds / cold.paid_s:.1%}"
         table.add_row(
-            c.name, when, spread("cold", index), spread("warm", index), share, escape(c.source), escape(c.basis)
+            phase.name, when, spread("cold", phase.name), spread("warm", phase.name), share, escape(phase.source),
+            escape(phase.basis),
         )
 
     def total(kind: str, value: str) -> str:

@@ -175,6 +175,8 @@ FIGURE_RANGES: dict[str, tuple[float, float]] = {
     "graph_capture_s_per_layer_size": (0.005, 0.012),
 }
 
+MEASURED_START = "vLLM start (measured)"
+
 # The evidence tag of each phase's figures (docs/timeline.md §1 has the links).
 PHASE_SOURCES: dict[str, str] = {
     "EKS control plane": "[doc] containers-roadmap#1227",
@@ -191,6 +193,7 @@ PHASE_SOURCES: dict[str, str] = {
     "engine profile": "[3p] vllm#20264 #44881",
     "CUDA-graph capture": "[src] vLLM sizes + [3p] vllm#19824",
     "gate (smoke + quality)": "[spec] evaluation.gate_budget_minutes",
+    MEASURED_START: "[measured] start history",
 }
 
 
@@ -233,6 +236,15 @@ def compile_shape(
         capture_sizes=cudagraph_capture_sizes(max_num_seqs),
         flashinfer_moe_autotune=bool(moe) and gpu_family == "blackwell" and not autotune_off,
     )
+
+
+class MeasuredStart(BaseModel):
+    """vLLM's process start → listening as a rollout of the same shape measured it (docs/timeline.md §7.3)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    seconds: float = Field(ge=0, le=7 * 24 * _HOUR_S, description="The measured start.")
+    basis: str = Field(min_length=1, max_length=300, description="Which start it was (campaign, when).")
 
 
 class BlockPlan(BaseModel):
@@ -475,10 +487,12 @@ def predict_block(
     warm: bool,
     drain_before_end_minutes: int = DRAIN_BEFORE_END_MINUTES,
     gate_s: float | None = None,
+    measured_start: MeasuredStart | None = None,
     figures: TimeFigures | None = None,
 ) -> BlockTimeline:
     """The predicted timeline of a block of ``block_hours`` for ``plan``, phase by phase. ``gate_s``: the spec's
-    gate budget (``evaluation.gate_budget_minutes``), else the figures' default."""
+    gate budget (``evaluation.gate_budget_minutes``), else the figures' default; ``measured_start``: a start of
+    the same shape, cold or warm as this block, measured by an earlier rollout: it wins over the model's phases."""
     f = figures or TimeFigures()
     if drain_before_end_minutes * 60 < AWS_TERMINATION_BEFORE_END_S:
         raise ValueError("the drain point must come at or before AWS's termination, 30 minutes before the end")
@@ -506,7 +520,12 @@ def predict_block(
             else []
         ),
         *_copy_and_pull(plan, f),
-        *vllm_start_phases(plan.shape, plan.node_bytes, warm=warm, read_bytes_per_s=read, figures=f),
+        *(
+            vllm_start_phases(plan.shape, plan.node_bytes, warm=warm, read_bytes_per_s=read, figures=f)
+            if measured_start is None
+            else [Phase(name=MEASURED_START, seconds=measured_start.seconds, before_block=False,
+                        basis=measured_start.basis)]
+        ),
         Phase(
             name="gate (smoke + quality)",
             seconds=f.gate_s if gate_s is None else gate_s,

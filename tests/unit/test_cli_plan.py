@@ -7,6 +7,7 @@ import math
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -169,7 +170,7 @@ def test_block_hours_prints_the_timeline_per_phase_cold_and_warm(capsys: pytest.
     out = capsys.readouterr().out
     assert "predicted timeline of a 24 h block, weights read from nvme" in out
     assert "S3 → node staging" in out and "utilisation (serving ÷ paid)" in out
-    assert "[3p] vllm#26511" in out and "share (cold)" in out
+    assert "[3p] vllm#26511" in out and "share" in out
 
 
 def test_k3_on_one_p6_b300_meets_the_targets_or_names_what_holds_it_back(capsys: pytest.CaptureFixture[str]) -> None:
@@ -230,3 +231,24 @@ def test_on_hyperpod_a_layout_across_nodes_books_the_deep_health_checks(capsys: 
     phases = {p["name"]: p["seconds"] for p in hyperpod["timeline"]["cold"]["phases"]}
     assert phases["HyperPod deep health checks"] == 3600.0
     assert hyperpod["timeline"]["cold"]["to_ready_s"] == pytest.approx(eks["timeline"]["cold"]["to_ready_s"] + 3600)
+
+
+def test_a_measured_start_of_the_shape_wins_over_the_models_phases(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    history = tmp_path / "start-history.json"
+    history.write_text(json.dumps({"cold": {"to_listening_s": 1500.0, "measured_at": "2026-12-06T12:00:00Z",
+                                            "campaign_id": "k3-real", "revision_sha": "a" * 40}}))  # fmt: skip
+    args = ["plan", "kimi-k3", "--instance-type", "p6-b300.48xlarge", "--start-history", str(history), "--json"]
+    assert main(args) == 0
+    timeline = json.loads(capsys.readouterr().out)["timeline"]
+    cold = {p["name"]: p for p in timeline["cold"]["phases"]}
+    assert cold["vLLM start (measured)"]["seconds"] == 1500.0 and "compile/autotune" not in cold
+    assert cold["vLLM start (measured)"]["source"].startswith("[measured]")
+    assert "k3-real" in cold["vLLM start (measured)"]["basis"]
+    # No warm start was measured: the warm block keeps the model's phases.
+    assert "compile/autotune" in {p["name"] for p in timeline["warm"]["phases"]}
+    history.write_text("{not json")
+    assert main(args) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "--start-history" in err
