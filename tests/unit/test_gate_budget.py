@@ -36,3 +36,37 @@ def test_a_budget_the_gate_cannot_keep_is_refused_naming_the_field(tmp_path: Pat
     data["evaluation"]["quality"] = {"request_timeout_s": 120.0}
     path.write_text(yaml.safe_dump(data))
     assert load_spec(path).evaluation.gate_budget_minutes == 5
+
+
+def test_smoke_and_quality_run_within_the_gate_budget_and_load_within_the_deadline(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from types import SimpleNamespace
+
+    import capserve.flows.evaluate as evaluate
+
+    given: dict[str, float] = {}
+
+    def smoke(url: str, model: str, spec: EvaluationSpec, key: object, auth: object, left: float) -> object:
+        given["smoke"] = left
+        return SimpleNamespace(unreachable=False, saw_thinking=False)
+
+    def quality(url: str, model: str, spec: EvaluationSpec, key: object, auth: object, left: float,
+                thinks: bool, thinking: object) -> object:  # fmt: skip
+        given["quality"] = left
+        return SimpleNamespace()
+
+    def load(url: str, model: str, load: object, gates: object, out: Path, key: object, auth: object,
+             left: float) -> object:  # fmt: skip
+        given["load"] = left
+        return SimpleNamespace()
+
+    monkeypatch.setattr(evaluate, "run_smoke", smoke)
+    monkeypatch.setattr(evaluate, "run_quality", quality)
+    monkeypatch.setattr(evaluate, "run_load", load)
+    spec = EvaluationSpec(timeout_s=3600.0, gate_budget_minutes=10)
+    *_, not_run = evaluate._run_profiles("http://e", "m", spec, evaluate.PROFILES, None, None, tmp_path)
+    assert not_run == []
+    # The gate (smoke, quality) gets its 10 minutes; the load profile what is left of the hour.
+    assert given["smoke"] <= 600 and given["quality"] <= 600
+    assert 600 < given["load"] <= 3600
