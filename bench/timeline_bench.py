@@ -28,6 +28,7 @@ def k3_block(storage: Storage) -> BlockPlan:
         nodes=plan.nodes,
         model_bytes=plan.weight_bytes,
         node_bytes=plan.weight_bytes_per_gpu * plan.gpus_per_node,
+        shape=plan.compile_shape,
         storage=storage,
     )
 

@@ -22,10 +22,19 @@ from capserve.cli.exit_codes import ExitCode
 from capserve.core.catalog import ModelEntry, get_instance_type, get_model
 from capserve.core.cost import CostForecast, ExpectedTimeline, ThroughputEstimate, load_price_table
 from capserve.core.cost.planning import forecast_layout
+from capserve.core.drain import DRAIN_BEFORE_END_MINUTES
 from capserve.core.errors import CapserveError, DoesNotFitError, RetryableError, SpecError
+from capserve.core.evaluation.spec import EvaluationSpec
 from capserve.core.planner import PlannerSettings, ServingPlan, plan_serving
 from capserve.core.planner.settings import GIB
-from capserve.core.timeline import STORAGES, BlockPlan, BlockTimeline, predict_block
+from capserve.core.timeline import (
+    STORAGES,
+    BlockPlan,
+    BlockTimeline,
+    MeasuredStart,
+    predict_block,
+    predict_range,
+)
 from capserve.core.urls import parse_hub_endpoint
 
 _KV_DTYPES: dict[str, Literal[1, 2]] = {"fp8": 1, "bf16": 2}
@@ -142,8 +151,23 @@ def register(subparsers: Any) -> None:
     time.add_argument(
         "--drain-before-end-minutes",
         type=arg_types.positive_integer,
-        default=45,
-        help="The spec's teardown.drain_before_end_minutes (default 45; at least 30, AWS's termination).",
+        default=DRAIN_BEFORE_END_MINUTES,
+        help=f"The spec's teardown.drain_before_end_minutes (default {DRAIN_BEFORE_END_MINUTES}: AWS terminates at "
+        "end − 30, plus the time to stop serving and tear down what needs the nodes).",
+    )
+    time.add_argument(
+        "--start-history",
+        type=Path,
+        default=None,
+        help="A start-history JSON of this shape (s3://<weights bucket>/<prefix>/start-history/<shape>.json, kept by "
+        "the rollout): its measured cold and warm starts replace the model's vLLM phases (docs/timeline.md §7.3).",
+    )
+    time.add_argument(
+        "--gate-minutes",
+        type=arg_types.positive_integer,
+        default=EvaluationSpec().gate_budget_minutes,
+        help="The spec's evaluation.gate_budget_minutes: smoke and quality before traffic "
+        f"(default {EvaluationSpec().gate_budget_minutes}).",
     )
     parser.add_argument("--json", action="store_true", help="Print the plan as one JSON object.")
     parser.set_defaults(func=run)
@@ -172,7 +196,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"capserve plan: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        timeline_json = {k: t.to_json() for k, t in timelines.items()} if timelines else None
+        timeline_json: dict[str, Any] | None = None
+        if timelines:
+            timeline_json = {k: t.to_json() for k, t in timelines.items()}
+            timeline_json["held_back"] = {k: held_back(timelines[k], TARGETS[k]) for k in TARGETS}
         cost = forecast.to_json() if forecast else None
         document = {**plan.to_json(), "timeline": timeline_json, "cost_forecast": cost}
         print(json.dumps(document, indent=2))
@@ -190,8 +217,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+# What a block should serve of what it costs (docs/timeline.md §6): the plan says which phase holds it back.
+TARGETS = {"cold": 0.92, "warm": 0.95}
+
+
 def _timelines(args: argparse.Namespace, plan: ServingPlan) -> dict[str, BlockTimeline]:
-    """The chosen layout's block, cold and warm (none when the plan does not fit)."""
+    """The chosen layout's block, cold and warm, at the central figures and at both ends of their ranges
+    ("cold fast", "warm slow", ...); none when the plan does not fit."""
     if args.drain_before_end_minutes < 31:
         raise SpecError(
             f"--drain-before-end-minutes {args.drain_before_end_minutes}: the drain must come more than 30 minutes "
@@ -204,19 +236,55 @@ def _timelines(args: argparse.Namespace, plan: ServingPlan) -> dict[str, BlockTi
         nodes=plan.nodes,
         model_bytes=plan.weight_bytes,
         node_bytes=plan.weight_bytes_per_gpu * plan.gpus_per_node,
+        shape=plan.compile_shape,
         storage=args.storage,
         image_cached=args.image_cached,
         deep_health_checks=args.cluster_kind == "hyperpod" and plan.nodes > 1,
     )
-    return {
-        kind: predict_block(
-            block,
-            block_hours=args.block_hours,
-            warm=kind == "warm",
-            drain_before_end_minutes=args.drain_before_end_minutes,
-        )
-        for kind in ("cold", "warm")
-    }
+    measured = _measured_starts(args.start_history)
+    timelines: dict[str, BlockTimeline] = {}
+    for kind in ("cold", "warm"):
+        common = {
+            "block_hours": args.block_hours,
+            "warm": kind == "warm",
+            "drain_before_end_minutes": args.drain_before_end_minutes,
+            "gate_s": args.gate_minutes * 60.0,
+            "measured_start": measured.get(kind),
+        }
+        timelines[kind] = predict_block(block, **common)
+        for end, timeline in predict_range(block, **common).items():
+            timelines[f"{kind} {end}"] = timeline
+    return timelines
+
+
+def _measured_starts(path: Path | None) -> dict[str, MeasuredStart]:
+    """The cold and warm starts a start-history file holds (none without a file)."""
+    if path is None:
+        return {}
+    from capserve.core.rollout.start_history import StartHistory
+
+    try:
+        history = StartHistory.model_validate_json(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"--start-history {path}: not a readable start history ({exc.__class__.__name__})") from None
+    found = {}
+    for kind in ("cold", "warm"):
+        start = history.for_start(warm=kind == "warm")
+        if start is not None:
+            found[kind] = MeasuredStart(seconds=start.to_listening_s, basis=start.basis(warm=kind == "warm"))
+    return found
+
+
+def held_back(timeline: BlockTimeline, target: float) -> str | None:
+    """Why ``timeline`` misses ``target``: by how many minutes, and its longest in-block phase (None: it meets it)."""
+    short = timeline.seconds_short_of(target)
+    if short <= 0:
+        return None
+    phase = timeline.largest_in_block()
+    return (
+        f"{timeline.utilisation:.1%} is {short / 60:,.1f} min short of {target:.0%}; the longest phase in the block "
+        f"is {phase.name} ({phase.seconds / 60:,.1f} min, {phase.source})"
+    )
 
 
 def _forecast(
@@ -257,26 +325,59 @@ def _duration(seconds: float) -> str:
 
 def _print_timelines(timelines: dict[str, BlockTimeline]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     cold, warm = timelines["cold"], timelines["warm"]
-    console = Console(file=sys.stdout, width=160)
+    console = Console(file=sys.stdout, width=200)
     table = Table(
         title=f"predicted timeline of a {cold.block_hours:g} h block, weights read from {cold.plan.storage} "
-        "(docs/timeline.md)"
+        "(docs/timeline.md): central [fast – slow]"
     )
-    for column in ("phase", "when", "cold", "warm", "basis (cold)"):
+    for column in ("phase", "when", "cold", "warm", "share", "source", "basis"):
         table.add_column(column)
-    for c, w in zip(cold.phases, warm.phases, strict=True):
-        when = "before the block" if c.before_block else "in the block"
-        table.add_row(c.name, when, _duration(c.seconds), _duration(w.seconds), c.basis)
-    table.add_row("[bold]block start → serving[/bold]", "", _duration(cold.to_ready_s), _duration(warm.to_ready_s), "")
+
+    def seconds(key: str, name: str) -> float | None:
+        return next((p.seconds for p in timelines[key].phases if p.name == name), None)
+
+    def spread(kind: str, name: str) -> str:
+        central, fast, slow = (seconds(k, name) for k in (kind, f"{kind} fast", f"{kind} slow"))
+        if central is None or fast is None or slow is None:
+            return "-"  # a measured start stands for this phase on the other kind
+        if fast == slow:
+            return _duration(central)
+        return f"{_duration(central)} [{fast / 60:,.1f} – {slow / 60:,.1f}]"
+
+    # Cold's phases, then any only the warm block has (a measured cold start replaces the model's vLLM phases).
+    phases = [*cold.phases, *(w for w in warm.phases if seconds("cold", w.name) is None)]
+    for phase in phases:
+        when = "before the block" if phase.before_block else "in the block"
+        share = "" if phase.before_block else f"{phase.seconds / cold.paid_s:.1%}"
+        table.add_row(
+            phase.name, when, spread("cold", phase.name), spread("warm", phase.name), share, escape(phase.source),
+            escape(phase.basis),
+        )
+
+    def total(kind: str, value: str) -> str:
+        central, fast, slow = (timelines[k] for k in (kind, f"{kind} fast", f"{kind} slow"))
+        if value == "ready":
+            return f"{_duration(central.to_ready_s)} [{fast.to_ready_s / 60:,.1f} – {slow.to_ready_s / 60:,.1f}]"
+        return f"{central.utilisation:.1%} [{fast.utilisation:.1%} – {slow.utilisation:.1%}]"
+
+    table.add_row("[bold]block start → serving[/bold]", "", total("cold", "ready"), total("warm", "ready"), "")
     drain = f"drain at end − {cold.drain_before_end_s / 60:g} min (AWS terminates at end − 30 min)"
-    table.add_row("[bold]serving[/bold]", "", _duration(cold.serving_s), _duration(warm.serving_s), drain)
+    table.add_row("[bold]serving[/bold]", "", _duration(cold.serving_s), _duration(warm.serving_s), "", "", drain)
     table.add_row(
-        "[bold]utilisation (serving ÷ paid)[/bold]", "", f"{cold.utilisation:.1%}", f"{warm.utilisation:.1%}", ""
+        "[bold]utilisation (serving ÷ paid)[/bold]", "", total("cold", "share"), total("warm", "share"), "", "",
+        f"targets: cold {TARGETS['cold']:.0%}, warm {TARGETS['warm']:.0%}",
     )
     console.print(table)
+    for kind, target in TARGETS.items():
+        for which in (kind, f"{kind} slow"):
+            why = held_back(timelines[which], target)
+            if why is not None:
+                label = "at the central figures" if which == kind else "at the slow end of the ranges"
+                console.print(escape(f"{kind} {label}: {why}"))
 
 
 def _print_forecast(forecast: CostForecast) -> None:

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from capserve.core.capacity.offers import Offer
-from capserve.core.catalog import get_instance_type
+from capserve.core.catalog import get_instance_type, get_model
 from capserve.core.cluster.result import ClusterResult
 from capserve.core.cost import (
     BlockWindow,
@@ -46,10 +46,13 @@ from capserve.core.cost.planning import (
     forecast_offer,
 )
 from capserve.core.cost.prices import PriceTable
+from capserve.core.errors import CapserveError
 from capserve.core.lease import Lease
+from capserve.core.planner import plan_serving
 from capserve.core.report import CampaignReport, StageRecord
 from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage, StageStatus
+from capserve.core.timeline import BlockPlan, predict_block
 
 _MAX_RESOURCE_HOURS = 24 * 366  # the bound of every usage's hours (capserve/core/cost/resources.py)
 # AWS's Date header has a resolution of one second: an offset this small is the header's rounding and
@@ -197,14 +200,49 @@ def throughput_estimate(spec: CampaignSpec) -> ThroughputEstimate | None:
     )
 
 
+def expected_timeline(spec: CampaignSpec, instance_type: str, *, block_hours: float) -> ExpectedTimeline:
+    """The time model's cold block for the spec's catalog model planned on ``instance_type``; docs/cost.md §5's
+    fixed stages (with the spec's drain point) for a model outside the catalog or a plan that does not fit."""
+    fixed = ExpectedTimeline(drain_before_end_minutes=spec.teardown.drain_before_end_minutes)
+    if spec.model.catalog is None:
+        return fixed
+    try:
+        plan = plan_serving(
+            get_model(spec.model.catalog),
+            get_instance_type(instance_type),
+            context_length=spec.serving.max_model_len,
+            concurrency=spec.serving.max_num_seqs,
+        )
+    except CapserveError:
+        return fixed
+    if not plan.fits:
+        return fixed
+    block = BlockPlan(
+        instance_type=plan.instance_type,
+        nodes=plan.nodes,
+        model_bytes=plan.weight_bytes,
+        node_bytes=plan.weight_bytes_per_gpu * plan.gpus_per_node,
+        shape=plan.compile_shape,
+        storage=spec.weights.node_target,
+    )
+    cold = predict_block(
+        block,
+        block_hours=block_hours,
+        warm=False,
+        drain_before_end_minutes=spec.teardown.drain_before_end_minutes,
+        gate_s=spec.evaluation.gate_budget_minutes * 60.0,
+    )
+    return ExpectedTimeline.from_block(cold)
+
+
 def offer_forecasts(spec: CampaignSpec, offers: Sequence[Offer], prices: PriceTable) -> list[CostForecast]:
     """Expected utilisation and cost per million output tokens of each offer, before anything is bought.
 
-    The expected timeline is docs/cost.md §5's, with the spec's drain point; the other resources are the
-    control plane and the system node group for the block (plus an hour's lead). Without a throughput
+    The expected timeline is the time model's cold block for the spec's plan on the offer's instance type
+    (docs/timeline.md, as ``capserve plan`` prints it), with the spec's drain point and gate; the other resources
+    are the control plane and the system node group for the block (plus an hour's lead). Without a throughput
     estimate in the spec the cost per token is left out (the utilisation still shows).
     """
-    timeline = ExpectedTimeline(drain_before_end_minutes=spec.teardown.drain_before_end_minutes)
     throughput = throughput_estimate(spec)
     forecasts = []
     for offer in offers[:MAX_FORECASTS]:
@@ -213,7 +251,7 @@ def offer_forecasts(spec: CampaignSpec, offers: Sequence[Offer], prices: PriceTa
                 offer,
                 gpus_per_instance=get_instance_type(offer.instance_type).gpus_per_node,
                 prices=prices,
-                timeline=timeline,
+                timeline=expected_timeline(spec, offer.instance_type, block_hours=offer.duration_hours),
                 throughput=throughput,
                 resources=expected_resources(block_hours=offer.duration_hours),
                 utilisation_target=spec.cost.utilisation_target,

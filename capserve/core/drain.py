@@ -1,16 +1,40 @@
-"""Draining: the serving workload stops taking traffic before the block ends (end − 45 min by default).
+"""Draining: the serving workload stops taking traffic before the block ends, then the hard teardown, both before
+AWS's cut.
 
-AWS warns at end − 40 min and terminates the instances at end − 30 min (docs/aws-capacity.md): clients
-should find the endpoint gone, not half-answering, well before that. Draining deletes the campaign's
-Services (no new connections reach the pods) and scales its serving workloads to zero replicas; the
-cluster itself stays until the hard teardown at end − 35 min.
+AWS terminates a Capacity Block's instances 30 minutes before its end (docs/aws-capacity.md). The two scheduled
+runs count back from there by what each needs of the nodes (docs/timeline.md §5):
+
+- the hard teardown must have deleted the serving workloads while the nodes still run (its pods get their
+  termination grace), so it starts that grace plus a scheduled run's start before the cut;
+- the drain deletes the campaign's Services (no new connections reach the pods) and scales its serving workloads
+  to zero replicas, whose pods get the same grace to finish; it starts that long, plus a run's start, before the
+  hard teardown.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+AWS_TERMINATION_BEFORE_END_MINUTES = 30
+"""AWS begins terminating a Capacity Block's instances this long before its end (EC2 user guide, "Work with
+Capacity Blocks")."""
+
+POD_TERMINATION_GRACE_S = 60
+"""terminationGracePeriodSeconds of the serving pods (``RolloutSettings.termination_grace_s``'s default): the
+longest a pod being deleted keeps running before it is killed."""
+
+RUN_START_S = 60
+"""How late a scheduled run may start after its time [inf]: a Prefect worker polls for due runs every 10 s by
+default (PREFECT_WORKER_QUERY_SECONDS), then starts a process and imports the flow."""
+
+_STEP_MINUTES = math.ceil((POD_TERMINATION_GRACE_S + RUN_START_S) / 60)
+HARD_TEARDOWN_BEFORE_END_MINUTES = AWS_TERMINATION_BEFORE_END_MINUTES + _STEP_MINUTES
+"""The hard teardown's default: its workload deletions (a pod's grace) done before AWS's cut."""
+DRAIN_BEFORE_END_MINUTES = HARD_TEARDOWN_BEFORE_END_MINUTES + _STEP_MINUTES
+"""The drain's default: the serving pods stopped (a pod's grace) before the hard teardown starts."""
 
 SERVING_KINDS: tuple[tuple[str, str], ...] = (
     ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"),

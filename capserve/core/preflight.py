@@ -146,8 +146,8 @@ def time_needed(
     Bring-up: the waits bring-up allows (control plane and node group, or HyperPod in service); Hub → S3
     staging, only when the window is already open (otherwise it runs before the block starts); S3 → node
     staging: the time model's copy onto each node's NVMe (docs/timeline.md), times the startup budget's safety
-    factor; startup: the startup probe's budget for the plan's bytes on its instance type (cold: a first start
-    compiles); evaluation: its deadline.
+    factor; startup: the startup probe's budget for the plan's shape and bytes on its instance type (cold: a first
+    start compiles); the gate before traffic: its budget (the load profile runs after the switch, while serving).
     """
     if spec.cluster.kind == "hyperpod":
         bring_up_s = bring_up.cluster_active_timeout_s + bring_up.hyperpod_in_service_timeout_s
@@ -158,7 +158,7 @@ def time_needed(
     node_bytes = plan.weight_bytes_per_gpu * plan.gpus_per_node
     margin = StartupModel().safety_factor
     startup_s = startup_budget_s(
-        plan.weight_bytes,
+        plan.compile_shape,
         node_bytes,
         warm=False,
         override_minutes=spec.serving.startup_budget_minutes,
@@ -171,7 +171,7 @@ def time_needed(
         parts["Hub → S3 staging"] = timedelta(seconds=math.ceil(hub_to_s3_s(plan.weight_bytes) * margin))
     parts["S3 → node staging"] = timedelta(seconds=math.ceil(s3_to_node_s(node_bytes, plan.instance_type) * margin))
     parts["vLLM startup"] = timedelta(seconds=startup_s)
-    parts["evaluation"] = timedelta(seconds=spec.evaluation.timeout_s)
+    parts["gate (smoke + quality)"] = timedelta(minutes=spec.evaluation.gate_budget_minutes)
     return parts
 
 
@@ -290,7 +290,7 @@ def _window_problems(
         f"{what} leaves {_minutes(max(usable, timedelta(0)))} before the drain point "
         f"(teardown.drain_before_end_minutes {spec.teardown.drain_before_end_minutes}), but the campaign needs up to "
         f"{_minutes(needed)} ({breakdown}): ask for a longer reservation, or lower serving.startup_budget_minutes "
-        "or evaluation.timeout_s"
+        "or evaluation.gate_budget_minutes"
     ]
 
 

@@ -147,10 +147,11 @@ def swap_time(
         if measured is not None:
             return measured.to_listening_s
         return expected_start_s(
-            config.model_bytes, config.node_bytes, warm=warm, instance_type=config.instance_type, nodes=nodes, figures=f
+            config.compile_shape, config.node_bytes, warm=warm, instance_type=config.instance_type, nodes=nodes,
+            figures=f,
         )
 
-    return SwapTime(start_s=start(False), evaluation_s=f.evaluation_s, rollback_s=start(config.compile_cache))
+    return SwapTime(start_s=start(False), evaluation_s=f.gate_s, rollback_s=start(config.compile_cache))
 
 
 def refusal(

@@ -36,6 +36,7 @@ from capserve.core.catalog import MODELS
 from capserve.core.cluster.access import IAM_PRINCIPAL_ARN
 from capserve.core.cluster.eks_versions import kubernetes_version_problem
 from capserve.core.cost.spec import CostSpec
+from capserve.core.drain import DRAIN_BEFORE_END_MINUTES, HARD_TEARDOWN_BEFORE_END_MINUTES
 from capserve.core.errors import SpecError
 from capserve.core.evaluation.spec import EvaluationSpec
 from capserve.core.instants import FORMAT as INSTANT_FORMAT
@@ -442,13 +443,14 @@ class TeardownSpec(StrictModel):
         description="Start the scheduled serve run this long before the block starts (it waits for it to turn active).",
     )
     drain_before_end_minutes: StrictInt = Field(
-        45,
+        DRAIN_BEFORE_END_MINUTES,
         ge=31,
         le=24 * 60,
-        description="Stop taking traffic this long before the reservation ends (AWS warns at end − 40 min).",
+        description="Stop taking traffic this long before the reservation ends: by default AWS's 30 minutes plus "
+        "the time to stop serving and to tear down what needs the nodes (docs/timeline.md §5).",
     )
     hard_teardown_before_end_minutes: StrictInt = Field(
-        35,
+        HARD_TEARDOWN_BEFORE_END_MINUTES,
         ge=31,
         le=24 * 60,
         description="Delete everything this long before the end; AWS starts terminating at end − 30 min.",

@@ -116,18 +116,24 @@ def _run_profiles(
     out_dir: Path,
     thinking: Thinking | None = None,
 ) -> tuple[SmokeResult | None, QualityResult | None, LoadResult | None, list[str]]:
-    """Each chosen profile within what is left of ``spec.timeout_s``; and what was not run, and why."""
-    deadline = time.monotonic() + spec.timeout_s
+    """Each chosen profile within what is left of ``spec.timeout_s``, smoke and quality (the gate before traffic)
+    also within ``spec.gate_budget_minutes``; and what was not run, and why."""
+    started = time.monotonic()
+    deadline = started + spec.timeout_s
+    gate_deadline = min(deadline, started + spec.gate_budget_minutes * 60)
 
     def left() -> float:
         return max(0.0, deadline - time.monotonic())
+
+    def gate_left() -> float:
+        return max(0.0, gate_deadline - time.monotonic())
 
     smoke: SmokeResult | None = None
     quality: QualityResult | None = None
     load: LoadResult | None = None
     not_run: list[str] = []
     if "smoke" in profiles:
-        smoke = run_smoke(url, model, spec, api_key_env, basic_auth_env, left())
+        smoke = run_smoke(url, model, spec, api_key_env, basic_auth_env, gate_left())
     for name in ("quality", "load"):
         if name not in profiles:
             continue
@@ -135,9 +141,11 @@ def _run_profiles(
             not_run.append(f"{name}: not run, the endpoint did not answer the smoke checks")
         elif left() <= 0:
             not_run.append(f"{name}: not run, the evaluation's deadline ({spec.timeout_s:g} s) had passed")
+        elif name == "quality" and gate_left() <= 0:
+            not_run.append(f"quality: not run, the gate's budget ({spec.gate_budget_minutes} min) had passed")
         elif name == "quality":
             thinks = smoke is not None and smoke.saw_thinking
-            quality = run_quality(url, model, spec, api_key_env, basic_auth_env, left(), thinks, thinking)
+            quality = run_quality(url, model, spec, api_key_env, basic_auth_env, gate_left(), thinks, thinking)
         else:
             load = run_load(url, model, spec.load, spec.gates, out_dir, api_key_env, basic_auth_env, left())
     return smoke, quality, load, not_run

@@ -212,5 +212,9 @@ def stands_for(model_catalog: str | None, model_repo: str | None) -> StandsFor |
         return None
     from capserve.core.catalog import get_model
     from capserve.core.planner.weights import weight_bytes_by_class
+    from capserve.core.timeline import compile_shape
 
-    return StandsFor(model_bytes=sum(weight_bytes_by_class(get_model(model_catalog)).values()))
+    model = get_model(model_catalog)
+    # The architecture's part of the shape; the engine's arguments give the rest when the pod starts (served_shape).
+    shape = compile_shape(model, max_num_seqs=256, gpu_family="blackwell", autotune_off=False)
+    return StandsFor(model_bytes=sum(weight_bytes_by_class(model).values()), shape=shape)

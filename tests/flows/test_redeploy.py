@@ -125,7 +125,7 @@ def test_a_bad_revision_fails_its_evaluation_and_is_rolled_back_to_the_good_one(
 def test_a_campaign_inside_its_drain_window_or_without_a_cluster_is_refused(running: Running) -> None:
     record = running.record()
     assert record.lease is not None
-    inside = record.lease.end - timedelta(minutes=44)  # drain_before_end_minutes is 45
+    inside = record.lease.end - timedelta(minutes=33)  # drain_before_end_minutes is 34
     with pytest.raises(PermanentError, match="inside its drain window.*drain_before_end_minutes"):
         redeploy(running.campaign_id, "0" * 40, region=REGION, hub_endpoint=running.far_ends.hub, now=inside)
 

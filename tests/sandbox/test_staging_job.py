@@ -250,6 +250,6 @@ def test_on_a_simulated_block_the_staging_job_takes_the_modelled_time_of_the_mod
     finally:
         kube.kubelet.stands_for = None
     assert condition(job, "Complete")["status"] == "True"
-    modelled = s3_to_node_s(K3_BYTES, "p6-b300.48xlarge")  # ~17 minutes
+    modelled = s3_to_node_s(K3_BYTES, "p6-b300.48xlarge")  # ~3.4 minutes
     # The copies wait out the model's time; what the sandbox really does adds its seconds at 10×.
     assert modelled <= took <= modelled * 1.25, (took, modelled)

@@ -236,9 +236,9 @@ def test_subnet_cidr_cuts_the_vpc_in_sixteen() -> None:
 
 def test_deadline_refuses_when_serving_time_would_be_too_short() -> None:
     the_spec = spec(min_serving=120)
-    # drain = end - 45 min; 120 min of serving must remain after bring-up.
-    assert bring_up_budget(the_spec, lease(), NOW) == timedelta(days=1) - timedelta(minutes=165)  # type: ignore[arg-type]
-    late = NOW + timedelta(days=1) - timedelta(minutes=160)
+    # drain = end - 34 min; 120 min of serving must remain after bring-up.
+    assert bring_up_budget(the_spec, lease(), NOW) == timedelta(days=1) - timedelta(minutes=154)  # type: ignore[arg-type]
+    late = NOW + timedelta(days=1) - timedelta(minutes=149)
     with pytest.raises(DeadlineError, match="min_serving_minutes is 120"):
         bring_up_budget(the_spec, lease(), late)  # type: ignore[arg-type]
 

@@ -12,6 +12,7 @@ from typing import Any
 from rollout_fixtures import SHA, config_for, k3_ep16_on_two_b200, spec
 
 from capserve.core.record import CampaignRecord
+from capserve.core.timeline import CompileShape
 
 # A record's rollout config as written before the rollout took the planner's ParallelLayout: the layout
 # had its own model, with the replica count inside it.
@@ -48,8 +49,10 @@ def test_an_old_record_loads_with_the_planner_layout_and_keeps_its_names() -> No
     assert loaded.replicas == 2 and loaded.layout.layout == "DP16+EP16"
     # The same configuration as this version derives from the plan, under the names already on the cluster and in S3.
     derived = config_for(k3_ep16_on_two_b200(), spec(replicas=2))
-    # Written when the engine's max_num_seqs held one DP rank's share: the record keeps its own engine options.
-    assert loaded.model_copy(update={"engine": derived.engine}) == derived
+    # Written when the engine's max_num_seqs held one DP rank's share: the record keeps its own engine options; and
+    # before the compile shape was kept: it has the time model's shape of an unknown architecture.
+    assert loaded.compile_shape == CompileShape()
+    assert loaded.model_copy(update={"engine": derived.engine, "compile_shape": derived.compile_shape}) == derived
     assert (loaded.revision, loaded.cache_key) == (OLD_REVISION, OLD_CACHE_KEY)
 
 

@@ -47,22 +47,22 @@ def test_a_running_campaign_may_be_redeployed_while_the_swap_ends_before_its_dra
     record = running()
     assert refusal(record, now=NOW) is None
     assert record.lease is not None and record.last_good_rollout is not None
-    drain = record.lease.end - timedelta(minutes=45)
+    drain = record.lease.end - timedelta(minutes=34)
     swap = swap_time(record.last_good_rollout.config)
     last_chance = drain - timedelta(seconds=swap.total_s)
     assert refusal(record, now=last_chance) is None
     why = refusal(record, now=last_chance + timedelta(minutes=1))
     assert why is not None and "it would not finish before the drain" in why, why
     why = refusal(record, now=drain)
-    assert why is not None and "drain window" in why and "teardown.drain_before_end_minutes = 45" in why
+    assert why is not None and "drain window" in why and "teardown.drain_before_end_minutes = 34" in why
 
 
 def test_a_k3_redeploy_is_judged_by_its_cold_start_its_gate_and_a_warm_rollback() -> None:
     record = running()
     assert record.last_good_rollout is not None
     swap = swap_time(record.last_good_rollout.config)
-    # K3 on one p6-b300 (docs/timeline.md §5): about 75 minutes cold, 11 warm, and the 30-minute gate.
-    assert (round(swap.start_s / 60), round(swap.evaluation_s / 60), round(swap.rollback_s / 60)) == (75, 30, 11)
+    # K3 on one p6-b300 (docs/timeline.md §4): about 9 minutes cold, 5 warm, and the 10-minute gate.
+    assert (round(swap.start_s / 60), round(swap.evaluation_s / 60), round(swap.rollback_s / 60)) == (9, 10, 5)
 
 
 def test_a_campaign_without_a_cluster_or_a_good_rollout_is_refused_naming_why() -> None:
@@ -108,7 +108,7 @@ def test_measured_starts_of_what_serves_predict_the_swap_in_place_of_the_model()
     swap = swap_time(config, past=past)
     assert (swap.start_s, swap.rollback_s) == (95 * 60, 14 * 60)
     # Twenty minutes longer than the model's cold start: a redeploy the model would allow is refused.
-    drain = NOW + timedelta(hours=23) - timedelta(minutes=45)
+    drain = NOW + timedelta(hours=23) - timedelta(minutes=34)
     modelled = swap_time(config)
     just_enough = drain - timedelta(seconds=modelled.total_s)
     assert refusal(record, now=just_enough) is None

@@ -248,13 +248,14 @@ def test_layouts_one_leaderworkerset_cannot_start_are_refused() -> None:
 # ------------------------------------------------------------------ probes
 
 
-def test_probes_leader_only_liveness_after_startup_and_k3_cold_budget_over_90_minutes() -> None:
+def test_probes_leader_only_liveness_after_startup_and_a_k3_cold_budget_of_at_least_ten_minutes() -> None:
     for plan in (k3_plan(), k3_ep16_on_two_b200(), k3_plan("p6-b200.48xlarge")):
         config = config_for(plan)
         rendered = render_rollout(config, target_for(config))
         container = vllm_container(leader(rendered))
         startup = container["startupProbe"]
-        assert probe_budget_s(startup) >= rendered.startup_budget_s >= 90 * 60
+        # 1.5 × the time model's cold start, at least the 10-minute floor (docs/timeline.md §4).
+        assert probe_budget_s(startup) >= rendered.startup_budget_s >= 10 * 60
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             assert container[probe]["httpGet"] == {"path": "/health", "port": "http"}  # needs no API key
         # Kubernetes starts liveness only after the startup probe succeeded: it cannot kill a loading pod.

@@ -30,14 +30,14 @@ def existing(run_key: str, state: str = "SCHEDULED", run_id: str = "r1") -> Exis
     return ExistingRun(flow_run_id=run_id, name="x", idempotency_key=run_key, state_type=state)
 
 
-def test_a_lease_schedules_bring_up_at_start_drain_at_end_minus_45_and_teardown_at_end_minus_35() -> None:
+def test_a_lease_schedules_bring_up_at_start_drain_at_end_minus_34_and_teardown_at_end_minus_32() -> None:
     runs = planned_runs("k3-demo", lease(), TeardownSpec(), bring_up_lead=timedelta(minutes=10))
     end = START + timedelta(days=1)
     assert [(r.stage, r.name, r.deployment, r.scheduled_at) for r in runs] == [
         (ScheduledStage.BRING_UP, "serve-k3-demo", "serve/serve", START - timedelta(minutes=10)),
-        (ScheduledStage.DRAIN, "drain-k3-demo", "drain/drain", end - timedelta(minutes=45)),
+        (ScheduledStage.DRAIN, "drain-k3-demo", "drain/drain", end - timedelta(minutes=34)),
         (ScheduledStage.TEARDOWN, "teardown-k3-demo", "scheduled-teardown/scheduled-teardown",
-         end - timedelta(minutes=35)),
+         end - timedelta(minutes=32)),
     ]
     for run in runs:
         assert run.parameters == {"campaign_id": "k3-demo", "region": "us-east-2", "reservation_id": "cr-0abc"}

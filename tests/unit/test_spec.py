@@ -56,10 +56,10 @@ def test_good_spec_resolves_relative_times_and_defaults() -> None:
     assert spec.campaign_id == "k3-demo"
     assert spec.capacity.earliest_start == NOW
     assert spec.capacity.latest_end == NOW + timedelta(days=14)
-    assert spec.teardown.drain_before_end_minutes == 45
-    assert spec.teardown.hard_teardown_before_end_minutes == 35
+    assert spec.teardown.drain_before_end_minutes == 34
+    assert spec.teardown.hard_teardown_before_end_minutes == 32
     end = NOW + timedelta(days=2)
-    assert spec.teardown.teardown_at(end) == end - timedelta(minutes=35)
+    assert spec.teardown.teardown_at(end) == end - timedelta(minutes=32)
     assert spec.cluster.kind == "eks"
 
 

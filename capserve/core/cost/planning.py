@@ -70,15 +70,17 @@ class ExpectedTimeline(BaseModel):
     def from_block(cls, timeline: BlockTimeline) -> ExpectedTimeline:
         """The stages of the time model's predicted block (docs/timeline.md), each rounded up to a minute.
 
-        EC2 launch and node join is the bring-up, the image pull the node readiness, the S3 → node copy the
-        weights to nodes, vLLM's start (process, load, compile, capture) the start; the phases done before the
-        block are not in it.
+        EC2 launch and node join is the bring-up, the image pull (what it takes beyond the copy) the node
+        readiness, the S3 → node copy the weights to nodes, vLLM's start (process, load, compile, profile, capture)
+        the start, the gate the evaluation; the phases done before the block are not in it.
         """
 
         def minutes(*names: str) -> int:
             return math.ceil(sum(p.seconds for p in timeline.phases if p.name in names) / 60)
 
-        start = [p.name for p in timeline.phases if p.name.startswith(("vLLM", "weight load", "compile", "CUDA"))]
+        start = [
+            p.name for p in timeline.phases if p.name.startswith(("vLLM", "weight load", "compile", "engine", "CUDA"))
+        ]
         vllm_start = minutes(*start)
         return cls(
             bring_up_minutes=minutes("EC2 launch and node join"),
@@ -87,7 +89,7 @@ class ExpectedTimeline(BaseModel):
             vllm_cold_start_minutes=vllm_start,
             vllm_warm_start_minutes=vllm_start,
             compile_cache_warm=timeline.warm,
-            evaluation_minutes=minutes("evaluation"),
+            evaluation_minutes=minutes("gate (smoke + quality)"),
             drain_before_end_minutes=math.ceil(timeline.drain_before_end_s / 60),
         )
 

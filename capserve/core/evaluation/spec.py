@@ -8,6 +8,7 @@ against a fast server; the load levels stay within what one generator process dr
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, model_validator
@@ -253,3 +254,32 @@ class EvaluationSpec(BaseModel):
         description="Overall deadline of the evaluation: what is still pending then is stopped and reported as not "
         "judged (verdict invalid, never fail); `capserve eval --timeout` sets it.",
     )
+    gate_budget_minutes: StrictInt = Field(
+        default=10,
+        ge=1,
+        le=24 * 60,
+        description="The gate before traffic: smoke and quality must fit in this many minutes of the block "
+        "(docs/evaluation.md); the time model books it, and the load profile runs after the switch.",
+    )
+
+    @model_validator(mode="after")
+    def _gate_fits(self) -> EvaluationSpec:
+        worst = gate_floor_s(self)
+        if worst > self.gate_budget_minutes * 60:
+            raise ValueError(
+                f"evaluation.gate_budget_minutes {self.gate_budget_minutes}: the smoke checks and one golden item "
+                f"may take {math.ceil(worst / 60)} min at worst ({len(SMOKE_CHECKS)} × smoke.check_timeout_s "
+                f"{self.smoke.check_timeout_s:g} s + quality.request_timeout_s {self.quality.request_timeout_s:g} s); "
+                "raise the budget or lower those timeouts"
+            )
+        return self
+
+
+SMOKE_CHECKS = ("health", "models", "chat_stream", "image", "tool_call")
+"""The smoke profile's calls, each bounded by ``smoke.check_timeout_s`` (docs/evaluation.md §1)."""
+
+
+def gate_floor_s(spec: EvaluationSpec) -> float:
+    """The longest the gate's least work may take: every smoke check and one round of golden items at their
+    timeouts. A budget below this cannot be kept even by an endpoint that answers at the last moment allowed."""
+    return len(SMOKE_CHECKS) * spec.smoke.check_timeout_s + spec.quality.request_timeout_s

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from capserve.core.catalog import INSTANCE_TYPES
 from capserve.core.catalog.hardware import InstanceType
 from capserve.core.catalog.models import ModelEntry
+from capserve.core.catalog.recipes import recipe_for
 from capserve.core.errors import DoesNotFitError, SpecError
 from capserve.core.planner.cache import kv_bytes_per_token, state_bytes_per_sequence
 from capserve.core.planner.evaluate import Candidate, Evaluator, gib
@@ -30,6 +31,7 @@ from capserve.core.planner.reserve import ReserveParts, reserve_parts
 from capserve.core.planner.settings import Objective, PlannerSettings
 from capserve.core.planner.shapes import layout_shapes
 from capserve.core.planner.weights import gpu_weights, weight_bytes_by_class
+from capserve.core.timeline import CompileShape, compile_shape
 
 if TYPE_CHECKING:
     from capserve.core.weights.placement import Layout as ExpertPlacement
@@ -144,6 +146,11 @@ class ServingPlan(_Frozen):
     alternatives: tuple[Alternative, ...] = Field(description="Every other layout weighed, ranked, with why.")
     would_fit_instead: tuple[str, ...] = Field(description="What would fit instead (only when fits is False).")
     candidates: tuple[Candidate, ...] = Field(description="Every layout evaluated, in full detail.")
+    compile_shape: CompileShape = Field(
+        default_factory=CompileShape,
+        description="What vLLM's compile and CUDA-graph capture depend on: the chosen layout of this architecture, "
+        "served with the catalog's recipe (docs/timeline.md §4).",
+    )
 
     def to_json(self) -> dict[str, Any]:
         """The plan as plain JSON types (the ``capserve plan --json`` object)."""
@@ -308,6 +315,21 @@ def _parallel(chosen: Candidate, instance: InstanceType) -> ParallelLayout:
     )
 
 
+def _compile_shape(model: ModelEntry, instance: InstanceType, chosen: Candidate) -> CompileShape:
+    """The chosen layout's compile shape, served as a campaign serves it: with the catalog's recipe, whose
+    arguments for this GPU family may turn FlashInfer's MoE autotune off."""
+    recipe = recipe_for(model.name)
+    family = instance.gpu.family
+    override = recipe.families.get(family) if recipe is not None else None
+    args = (*(recipe.args if recipe is not None else ()), *(override.args if override is not None else ()))
+    return compile_shape(
+        model,
+        max_num_seqs=chosen.sequences_per_dp_rank,
+        gpu_family=family,
+        autotune_off="--no-enable-flashinfer-autotune" in args,
+    )
+
+
 def _spare_gpus(chosen: Candidate, smallest: Candidate | None, instance: InstanceType, objective: Objective) -> str:
     total = chosen.nodes * instance.gpus_per_node
     spare = total - chosen.gpus_per_replica
@@ -387,6 +409,7 @@ def _plan(
         max_sequences_at_context=chosen.max_sequences_at_context,
         alternatives=tuple(alternatives(ranked, chosen, settings.objective)),
         would_fit_instead=would_fit,
+        compile_shape=_compile_shape(model, instance, chosen),
         candidates=tuple(ranked),
     )
 

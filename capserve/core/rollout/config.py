@@ -23,6 +23,7 @@ from capserve.core.catalog.recipes import recipe_for
 from capserve.core.planner import ParallelLayout, ServingPlan, Shape
 from capserve.core.rollout.args import EngineOptions, compose_env, compose_extra_args, recipe_arguments
 from capserve.core.spec import CampaignSpec
+from capserve.core.timeline import CompileShape
 from capserve.core.weights.listing import SHA1_HEX
 
 # Only the port-forward: an internal NLB needs the AWS Load Balancer Controller, which is not installed
@@ -56,7 +57,12 @@ class RolloutConfig(BaseModel):
     engine: EngineOptions = Field(description="Lengths, KV dtype, memory ceiling, served name, extra args.")
     endpoint_access: EndpointAccess = Field("port-forward", description="How the endpoint is reached.")
     compile_cache: bool = Field(True, description="Restore/save compile caches through S3.")
-    model_bytes: int = Field(ge=0, description="Bytes of the whole checkpoint (the compile part of the budget).")
+    model_bytes: int = Field(ge=0, description="Bytes of the whole checkpoint.")
+    compile_shape: CompileShape = Field(
+        default_factory=CompileShape,
+        description="What compile and graph capture depend on (the compile part of the startup budget); a record "
+        "written before it has the time model's shape of an unknown architecture.",
+    )
     node_bytes: int = Field(ge=0, description="Bytes the fullest node loads (the load part of the budget).")
     splits_experts: bool = Field(description="Nodes hold different experts: each pod must run on its own node.")
     startup_budget_minutes: int | None = Field(None, ge=5, le=24 * 60, description="The spec's override, if any.")
@@ -105,7 +111,8 @@ class RolloutConfig(BaseModel):
     @property
     def revision(self) -> str:
         """10 hex characters naming this configuration (label ``capserve.io/revision``)."""
-        config = self.model_dump(mode="json", exclude={"replicas"})
+        # The compile shape is the time model's reading of this configuration, not a part of it.
+        config = self.model_dump(mode="json", exclude={"replicas", "compile_shape"})
         config["engine"] = _engine_digested(config["engine"])
         return _digest({**config, "layout": {**self._layout_digested(), "replicas": self.replicas}})[:10]
 
@@ -194,6 +201,7 @@ def rollout_config(
         endpoint_access=spec.serving.endpoint_access,
         compile_cache=spec.serving.compile_cache,
         model_bytes=plan.weight_bytes,
+        compile_shape=plan.compile_shape,
         node_bytes=node_bytes,
         splits_experts=splits_experts,
         startup_budget_minutes=spec.serving.startup_budget_minutes,

@@ -14,11 +14,11 @@ import math
 from typing import Any
 
 from capserve.core.rollout.settings import RolloutSettings, StartupModel
-from capserve.core.timeline import Storage, TimeFigures, vllm_start_s, weight_read_bytes_per_s
+from capserve.core.timeline import CompileShape, Storage, TimeFigures, vllm_start_s, weight_read_bytes_per_s
 
 
 def expected_start_s(
-    model_bytes: int,
+    shape: CompileShape,
     node_bytes: int,
     *,
     warm: bool,
@@ -33,11 +33,11 @@ def expected_start_s(
     catalog; one measured disk's rate when the instance type is not given or its rate unknown).
     """
     read = weight_read_bytes_per_s(instance_type, storage, nodes=nodes, figures=figures)
-    return vllm_start_s(model_bytes, node_bytes, warm=warm, read_bytes_per_s=read, figures=figures)
+    return vllm_start_s(shape, node_bytes, warm=warm, read_bytes_per_s=read, figures=figures)
 
 
 def startup_budget_s(
-    model_bytes: int,
+    shape: CompileShape,
     node_bytes: int,
     *,
     warm: bool,
@@ -50,14 +50,14 @@ def startup_budget_s(
 ) -> int:
     """Seconds the startup probe allows: the spec's override, else safety factor × expected, bounded.
 
-    ``model_bytes``: the whole checkpoint; ``node_bytes``: what the fullest node loads. Kimi K3
-    (1.56 TB) on one p6-b300 from its NVMe comes out at about 113 min cold and 17 min warm (docs/timeline.md
-    §4); a 1 GB model gets the 10-minute floor.
+    ``shape``: what compile and graph capture depend on; ``node_bytes``: what the fullest node loads. Kimi K3
+    on one p6-b300 from its NVMe comes out at about 14 min cold and the 10-minute floor warm (docs/timeline.md
+    §4); a small model gets the floor.
     """
     if override_minutes is not None:
         return override_minutes * 60
     expected = expected_start_s(
-        model_bytes, node_bytes, warm=warm, instance_type=instance_type, storage=storage, nodes=nodes, figures=figures
+        shape, node_bytes, warm=warm, instance_type=instance_type, storage=storage, nodes=nodes, figures=figures
     )
     return budget_for_s(expected, model)
 
@@ -69,7 +69,7 @@ def budget_for_s(expected_s: float, model: StartupModel | None = None) -> int:
 
 
 def engine_ready_timeout_s(
-    model_bytes: int,
+    shape: CompileShape,
     node_bytes: int,
     model: StartupModel | None = None,
     *,
@@ -82,7 +82,7 @@ def engine_ready_timeout_s(
     a warm start of the same configuration, or the warm start would miss its own cache (§4).
     """
     return startup_budget_s(
-        model_bytes, node_bytes, warm=False, model=model, instance_type=instance_type, storage=storage
+        shape, node_bytes, warm=False, model=model, instance_type=instance_type, storage=storage
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from capserve.core.cluster.efa import EFA_HUGEPAGES_2MI_PAGES, EFA_POD_HUGEPAGES_MIB, HUGEPAGE_2MI_MIB
+from capserve.core.drain import POD_TERMINATION_GRACE_S
 
 
 class StartupModel(BaseModel):
@@ -42,7 +43,9 @@ class RolloutSettings(BaseModel):
     liveness_failure_threshold: int = Field(
         5, ge=1, le=100, description="Failed liveness probes before a restart (which rebuilds the whole LWS group)."
     )
-    termination_grace_s: int = Field(60, ge=0, le=3600, description="Time vLLM gets to drain on delete.")
+    termination_grace_s: int = Field(
+        POD_TERMINATION_GRACE_S, ge=0, le=3600, description="Time vLLM gets to drain on delete."
+    )
     cpu_fraction: float = Field(
         0.8, gt=0, le=1, description="Share of the instance's vCPUs the vLLM pod requests (the rest: kubelet, agents)."
     )

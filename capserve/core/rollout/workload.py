@@ -156,7 +156,7 @@ def render_rollout(
     # The time model reads the weights at the rate of where they live on this instance type (docs/timeline.md).
     on_nodes = layout.nodes_per_replica * config.replicas
     expected = expected_start_s(
-        config.model_bytes, config.node_bytes, warm=warm, instance_type=config.instance_type,
+        config.compile_shape, config.node_bytes, warm=warm, instance_type=config.instance_type,
         storage=target.node_target, nodes=on_nodes,
     )
     basis = "time model"
@@ -167,7 +167,7 @@ def render_rollout(
     # vLLM hashes VLLM_ENGINE_READY_TIMEOUT_S into its compile-cache key: the model's cold budget, never a
     # measurement, so that it stays the same from one start of the shape to the next (docs/serving.md §4).
     ready_timeout = startup_budget_s(
-        config.model_bytes, config.node_bytes, warm=False, override_minutes=override,
+        config.compile_shape, config.node_bytes, warm=False, override_minutes=override,
         instance_type=config.instance_type, storage=target.node_target, nodes=on_nodes,
     )
     uri = cache_uri(target.bucket, target.prefix, config.cache_key)

@@ -31,7 +31,17 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from uuid import uuid4
 
-from capserve.core.timeline import Phase, Storage, TimeFigures, vllm_start_phases, weight_read_bytes_per_s
+from capserve.core.catalog import get_instance_type
+from capserve.core.errors import UnknownCatalogEntryError
+from capserve.core.timeline import (
+    CompileShape,
+    Phase,
+    Storage,
+    TimeFigures,
+    cudagraph_capture_sizes,
+    vllm_start_phases,
+    weight_read_bytes_per_s,
+)
 from capserve_sandbox.clock import CLOCK
 
 INDEX = "model.safetensors.index.json"
@@ -41,10 +51,26 @@ _POLL_S = 0.02
 
 @dataclass(frozen=True)
 class StandsFor:
-    """The model the sandbox's small checkpoint stands for: its whole bytes, and the figures of the time model."""
+    """The model the sandbox's small checkpoint stands for: its whole bytes, its compile shape (the layout's part is
+    the served engine's: ``served_shape``), and the figures of the time model."""
 
     model_bytes: int
+    shape: CompileShape = field(default_factory=CompileShape)
     figures: TimeFigures = field(default_factory=TimeFigures)
+
+
+def served_shape(
+    shape: CompileShape, *, instance_type: str | None, max_num_seqs: int | None, autotune: bool
+) -> CompileShape:
+    """The shape as the pod's engine serves it: its --max-num-seqs sets the captured sizes, and FlashInfer's MoE
+    autotune runs only on Blackwell and when the arguments leave it on (vLLM's default)."""
+    try:
+        family = get_instance_type(instance_type).gpu.family if instance_type else None
+    except UnknownCatalogEntryError:
+        family = None
+    sizes = cudagraph_capture_sizes(max_num_seqs) if max_num_seqs else shape.capture_sizes
+    on = shape.flashinfer_moe_autotune and autotune and family == "blackwell"
+    return shape.model_copy(update={"capture_sizes": sizes, "flashinfer_moe_autotune": on})
 
 
 def node_bytes(host_model: Path, stands_for: StandsFor) -> int:
@@ -173,13 +199,17 @@ def played_start(
     storage: Storage,
     nodes: int,
     write: Callable[[str], None],
+    max_num_seqs: int | None = None,
+    autotune: bool = True,
 ) -> PlayedStart:
-    """The start a vLLM container of this node plays (cold or warm by its compile cache)."""
+    """The start a vLLM container of this node plays (cold or warm by its compile cache); ``max_num_seqs`` and
+    ``autotune``: what the pod's arguments say (``served_shape``)."""
     figures = stands_for.figures
     loaded = node_bytes(host_model, stands_for)
     warm = is_warm(cache_root, server_key)
     read = weight_read_bytes_per_s(instance_type, storage, nodes=nodes, figures=figures)
-    phases = vllm_start_phases(stands_for.model_bytes, loaded, warm=warm, read_bytes_per_s=read, figures=figures)
+    shape = served_shape(stands_for.shape, instance_type=instance_type, max_num_seqs=max_num_seqs, autotune=autotune)
+    phases = vllm_start_phases(shape, loaded, warm=warm, read_bytes_per_s=read, figures=figures)
     memory_gib = loaded / 2**30
     return PlayedStart(phases=phases, warm=warm, memory_gib=memory_gib, write=write)
 

@@ -447,6 +447,8 @@ class VllmRuntime(ProcessRuntime):
             storage=weights_storage(ctx.pod, self.args.model),
             nodes=nodes,
             write=ctx.log.write,
+            max_num_seqs=self.args.get("max_num_seqs"),
+            autotune=self.args.get("enable_flashinfer_autotune") is not False,
         )
 
     def _cache_root(self) -> Path | None:
