@@ -36,6 +36,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from capserve.core.catalog import InstanceType, ModelEntry, get_instance_type
 from capserve.core.drain import AWS_TERMINATION_BEFORE_END_MINUTES, DRAIN_BEFORE_END_MINUTES
 from capserve.core.errors import UnknownCatalogEntryError
+from capserve.core.weights.settings import WeightsSettings
+from capserve.core.weights.staging_job import staging_copy_bytes_per_s
 
 Storage = Literal["nvme", "fsx", "s3"]
 STORAGES: tuple[Storage, ...] = ("nvme", "fsx", "s3")
@@ -431,9 +433,10 @@ def vllm_start_s(
 
 def s3_to_node_bytes_per_s(instance_type: str | None, figures: TimeFigures | None = None) -> float:
     """The S3 → node copy's rate onto one node: the slowest of what the instance reads from S3 with parallel
-    ranged GETs, its network and its NVMe array's writes."""
+    ranged GETs, what the staging Job's copy tool carries at its default tuning, the instance's network and its
+    NVMe array's writes."""
     f = figures or TimeFigures()
-    rate = f.s3_get_bytes_per_s
+    rate = min(f.s3_get_bytes_per_s, staging_copy_bytes_per_s(WeightsSettings()))
     instance = _instance(instance_type)
     if instance is not None:
         rate = min(rate, instance.network_bandwidth_gbps * 1e9 / 8)

@@ -34,9 +34,11 @@ NODE_MARKER = ".capserve-node"
 # What one ranged GET carries: AWS measures 85–90 MB/s per request and advises one request per that much of the
 # throughput wanted (S3 user guide, "Performance design patterns"; docs/weights.md §7).
 S3_REQUEST_BYTES_PER_S = 88e6
+# sha256 on one core over bytes in the page cache, measured (docs/weights.md §6's table) [measured].
+SHA256_CORE_BYTES_PER_S = 0.92e9
 
 
-def staging_copy_bytes_per_s(settings: WeightsSettings, hash_bytes_per_s: float) -> float:
+def staging_copy_bytes_per_s(settings: WeightsSettings, hash_bytes_per_s: float = SHA256_CORE_BYTES_PER_S) -> float:
     """The staging copy's own ceiling on one node, before the node's network and disk bound it.
 
     Its ranged GETs carry ``staging_requests`` × 88 MB/s; each file's sha256 runs on one core, in order, so the
