@@ -27,8 +27,10 @@ OLD_CONFIG: dict[str, Any] = {
     "endpoint_access": "port-forward", "compile_cache": True, "model_bytes": 1555806383232,
     "node_bytes": 777903191616, "splits_experts": True, "startup_budget_minutes": None,
 }  # fmt: skip
-# What that version named it: the workload's revision label and its compile caches' key.
-OLD_REVISION, OLD_CACHE_KEY = "6c5f9c0bb7", "1524c45dddeb94f6"
+# What that version named it: the workload's revision label and its compile caches' key. The key held the
+# revision then; now it holds what changes the compiled graphs instead (RolloutConfig.cache_key), so a record of that
+# version compiles once more under its new key, and every later revision of the same architecture shares it.
+OLD_REVISION, OLD_CACHE_KEY, CACHE_KEY = "6c5f9c0bb7", "1524c45dddeb94f6", "69a0fcda4819484a"
 
 
 def old_record(config: dict[str, Any]) -> dict[str, Any]:
@@ -50,7 +52,7 @@ def test_an_old_record_loads_with_the_planner_layout_and_keeps_its_names() -> No
     derived = config_for(k3_ep16_on_two_b200(), spec(replicas=2))
     # Written when the engine's max_num_seqs held one DP rank's share: the record keeps its own engine options.
     assert loaded.model_copy(update={"engine": derived.engine}) == derived
-    assert (loaded.revision, loaded.cache_key) == (OLD_REVISION, OLD_CACHE_KEY)
+    assert (loaded.revision, loaded.cache_key) == (OLD_REVISION, CACHE_KEY) and CACHE_KEY != OLD_CACHE_KEY
 
 
 def test_a_record_round_trips_and_states_what_it_serves_once() -> None:
