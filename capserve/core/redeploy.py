@@ -75,14 +75,15 @@ def down_phases(
     rollback_began: datetime | None = None,
 ) -> tuple[DownPhase, ...]:
     """A redeploy's downtime split where the rollout says: until the new vLLM process starts (stop), its start to
-    the pods' readiness (start: the measured ``start_s``, warm or cold by ``cache``), then the gate until the
-    redeploy ends, or until a rollback after a failed gate began (and the rollback after it).
+    the pods' readiness (start: the measured ``start_s``, warm or cold by ``cache``; None: from the stop on), then
+    the gate until the redeploy ends, or until a rollback after a failed gate began (and the rollback after it).
 
     None without a downtime or a ready instant inside it (a rollout that never became ready: one interval).
     """
     if down_from is None or ready_at is None or not down_from <= ready_at <= ended_at:
         return ()
-    began = min(max(ready_at - timedelta(seconds=start_s or 0.0), down_from), ready_at)
+    # A log that did not tell the start leaves it undivided from the stop before it.
+    began = down_from if start_s is None else min(max(ready_at - timedelta(seconds=start_s), down_from), ready_at)
     warmth = {"hit": "warm compile cache", "miss": "cold compile cache"}.get(cache or "", "compile cache unknown")
     gate_end = rollback_began if rollback_began is not None and ready_at <= rollback_began <= ended_at else ended_at
     phases = [
@@ -91,7 +92,7 @@ def down_phases(
         DownPhase(name="gate", start=ready_at, end=gate_end, note=_PHASE_WHAT["gate"]),
         DownPhase(name="rollback", start=gate_end, end=ended_at, note=_PHASE_WHAT["rollback"]),
     ]
-    return tuple(p for p in phases if p.end > p.start)
+    return tuple(p for p in phases if p.end > p.start or p.name == "start")
 
 
 class RedeployEntry(BaseModel):

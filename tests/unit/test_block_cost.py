@@ -75,3 +75,5 @@ def test_a_rollback_after_a_failed_gate_is_its_own_phase() -> None:
     assert [(p.name, p.seconds / 60) for p in phases] == [("start", 10.0), ("gate", 15.0), ("rollback", 15.0)]
     assert phases[0].note == "cold compile cache"
     assert down_phases(at("18:20"), at("19:00"), ready_at=None, start_s=None, cache=None) == ()
+    unmeasured = down_phases(at("18:20"), at("19:00"), ready_at=at("18:30"), start_s=None, cache="hit")
+    assert [(p.name, p.seconds / 60) for p in unmeasured] == [("start", 10.0), ("gate", 30.0)]
