@@ -11,7 +11,9 @@ from typing import Any
 
 from rollout_fixtures import SHA, config_for, k3_ep16_on_two_b200, spec
 
-from capserve.core.record import CampaignRecord
+from capserve.core.record import CampaignRecord, stage_outputs
+from capserve.core.stages import Stage
+from capserve.core.weights.result import WeightsResult
 
 # A record's rollout config as written before the rollout took the planner's ParallelLayout: the layout
 # had its own model, with the replica count inside it.
@@ -65,3 +67,16 @@ def test_a_record_round_trips_and_states_what_it_serves_once() -> None:
         "vllm-blue", SHA, "kimi-k3"
     )
     assert CampaignRecord.model_validate_json(record.model_dump_json()) == record
+
+
+def test_the_record_keeps_the_config_digest_a_reused_weights_result_keys_its_compile_caches_by() -> None:
+    """The serve run rebuilds the weights result from the record; without the digest its rollout keyed the compile
+    cache by the revision, and the first redeploy (which staged its weights) found no cache under its own key."""
+    result = WeightsResult(
+        repo="org/model", revision_sha=SHA, files=3, bytes_total=10, bytes_per_node=[10], bytes_naive_per_node=10,
+        verified=True, layout_id="full", resharded=False, s3_uri="s3://b/p/", manifest_uri="s3://b/p/m.json",
+        downloaded_bytes=10, uploaded_bytes=10, config_digest="c" * 64,
+    )
+    kept = stage_outputs(Stage.STAGE_WEIGHTS, result)
+    rebuilt = WeightsResult.model_validate({**kept, "downloaded_bytes": 0, "uploaded_bytes": 0})
+    assert rebuilt.config_digest == "c" * 64
