@@ -20,10 +20,10 @@ from capserve.core.redeploy import RedeployEntry
 
 
 def with_redeploys(inputs: CostInputs, redeploys: Iterable[RedeployEntry]) -> CostInputs:
-    """``inputs`` with one ``redeploys`` interval per redeploy that took the endpoint down (those already there are
-    replaced: the record's redeploys are the whole list)."""
+    """``inputs`` with the ``redeploys`` intervals of each redeploy that took the endpoint down, one per phase
+    (those already there are replaced: the record's redeploys are the whole list)."""
     kept = [interval for interval in inputs.intervals if interval.cause is not Cause.REDEPLOYS]
-    down = [interval for entry in redeploys if (interval := entry.downtime()) is not None]
+    down = [interval for entry in redeploys for interval in entry.downtime()]
     return inputs.model_copy(update={"intervals": [*kept, *down]})
 
 

@@ -90,7 +90,7 @@ def campaign_cost_inputs(
     )
     intervals = [_shifted(interval, offset) for interval in intervals_from_report_stages(document["stages"])]
     # Redeploys ran in runs of their own: the record carries them into this report, and their downtime here.
-    intervals += [_shifted(down, offset) for entry in report.redeploys if (down := entry.downtime()) is not None]
+    intervals += [_shifted(down, offset) for entry in report.redeploys for down in entry.downtime()]
     serving, serving_why = serving_interval(report, window, offset=offset)
     notes = []
     if offset:

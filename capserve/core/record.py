@@ -78,6 +78,8 @@ STAGE_OUTPUTS: dict[Stage, tuple[str, ...]] = {
     Stage.STAGE_WEIGHTS: (
         "repo", "revision_sha", "layout_id", "s3_uri", "manifest_uri", "verified", "files", "bytes_total",
         "bytes_per_node", "bytes_naive_per_node", "resharded",
+        # The compile-cache key's architecture: a serve run that reuses the weights keys its caches as a redeploy will.
+        "config_digest",
     ),
     # The digest the pods pull: a later run (the scheduled serve run) pulls the same bytes.
     Stage.STAGE_IMAGE: ("source", "digest", "region", "repository", "image"),

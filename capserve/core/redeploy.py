@@ -38,6 +38,63 @@ Verdict = Literal["pass", "fail", "invalid", "not-evaluated"]
 Outcome = Literal["promoted", "rolled-back", "failed"]
 
 
+DownPhaseName = Literal["stop", "start", "gate", "rollback"]
+_PHASE_WHAT = {
+    "stop": "old pods stopped, new pods scheduled, compile cache restored",
+    "start": "vLLM start",
+    "gate": "check, switch and evaluation before traffic",
+    "rollback": "the last good revision started again",
+}
+
+
+class DownPhase(BaseModel):
+    """One part of a redeploy's downtime, on the block's clock."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: DownPhaseName = Field(description="stop | start | gate | rollback.")
+    start: AwareDatetime = Field(description="When it began.")
+    end: AwareDatetime = Field(description="When it ended.")
+    note: str = Field("", max_length=200, description="What it holds (for a start: warm or cold compile cache).")
+
+    @property
+    def seconds(self) -> float:
+        return (self.end - self.start).total_seconds()
+
+    def describe(self) -> str:
+        return f"{self.name} {self.seconds / 60:.1f} min" + (f" ({self.note})" if self.note else "")
+
+
+def down_phases(
+    down_from: datetime | None,
+    ended_at: datetime,
+    *,
+    ready_at: datetime | None,
+    start_s: float | None,
+    cache: str | None,
+    rollback_began: datetime | None = None,
+) -> tuple[DownPhase, ...]:
+    """A redeploy's downtime split where the rollout says: until the new vLLM process starts (stop), its start to
+    the pods' readiness (start: the measured ``start_s``, warm or cold by ``cache``; None: from the stop on), then
+    the gate until the redeploy ends, or until a rollback after a failed gate began (and the rollback after it).
+
+    None without a downtime or a ready instant inside it (a rollout that never became ready: one interval).
+    """
+    if down_from is None or ready_at is None or not down_from <= ready_at <= ended_at:
+        return ()
+    # A log that did not tell the start leaves it undivided from the stop before it.
+    began = down_from if start_s is None else min(max(ready_at - timedelta(seconds=start_s), down_from), ready_at)
+    warmth = {"hit": "warm compile cache", "miss": "cold compile cache"}.get(cache or "", "compile cache unknown")
+    gate_end = rollback_began if rollback_began is not None and ready_at <= rollback_began <= ended_at else ended_at
+    phases = [
+        DownPhase(name="stop", start=down_from, end=began, note=_PHASE_WHAT["stop"]),
+        DownPhase(name="start", start=began, end=ready_at, note=warmth),
+        DownPhase(name="gate", start=ready_at, end=gate_end, note=_PHASE_WHAT["gate"]),
+        DownPhase(name="rollback", start=gate_end, end=ended_at, note=_PHASE_WHAT["rollback"]),
+    ]
+    return tuple(p for p in phases if p.end > p.start or p.name == "start")
+
+
 class RedeployEntry(BaseModel):
     """One redeploy of a campaign: from which revision to which, why, how, and how it ended."""
 
@@ -58,6 +115,9 @@ class RedeployEntry(BaseModel):
         "ended_at. None: the old revision served throughout (a strategy that keeps it, or no rollout began).",
     )
     detail: str = Field("", max_length=2000, description="Why it rolled back or failed.")
+    phases: tuple[DownPhase, ...] = Field(
+        (), max_length=4, description="The downtime's parts (stop, start, gate, rollback); empty: not split."
+    )
     events: tuple[CapserveEvent, ...] = Field(
         (), max_length=50, description="The lifecycle events it sent (the campaign's report lists them)."
     )
@@ -77,6 +137,9 @@ class RedeployEntry(BaseModel):
             "down_from": self.down_from.isoformat() if self.down_from else None,
             "down_until": self.ended_at.isoformat() if self.down_from else None,
             "downtime_minutes": round(self.downtime_s / 60, 1),
+            "downtime_phases": [
+                {"phase": p.name, "minutes": round(p.seconds / 60, 1), "note": p.note} for p in self.phases
+            ],
             **({"detail": self.detail} if self.detail else {}),
         }
 
@@ -85,12 +148,17 @@ class RedeployEntry(BaseModel):
         """Seconds the endpoint served nothing evaluated because of this redeploy."""
         return (self.ended_at - self.down_from).total_seconds() if self.down_from else 0.0
 
-    def downtime(self) -> Interval | None:
-        """The ledger's interval for that downtime (``Cause.REDEPLOYS``), or None."""
+    def downtime(self) -> list[Interval]:
+        """The ledger's intervals for that downtime (``Cause.REDEPLOYS``), one per phase when it was split."""
         if self.down_from is None:
-            return None
+            return []
         label = f"redeploy to {self.to_sha[:8]} ({self.outcome})"
-        return Interval(cause=Cause.REDEPLOYS, start=self.down_from, end=self.ended_at, label=label)
+        if not self.phases:
+            return [Interval(cause=Cause.REDEPLOYS, start=self.down_from, end=self.ended_at, label=label)]
+        return [
+            Interval(cause=Cause.REDEPLOYS, start=p.start, end=p.end, label=f"{label}: {p.describe()}"[:200])
+            for p in self.phases
+        ]
 
 
 def redeploys_markdown(entries: list[RedeployEntry] | tuple[RedeployEntry, ...]) -> str:
@@ -104,6 +172,7 @@ def redeploys_markdown(entries: list[RedeployEntry] | tuple[RedeployEntry, ...])
             "verdict": e.verdict,
             "outcome": f"**{e.outcome}**",
             "down (min)": f"{e.downtime_s / 60:.0f}" if e.down_from else "0",
+            "down: phases": " · ".join(p.describe() for p in e.phases) or "—",
             "why": e.detail[:200].replace("|", "/"),  # a cell must not end the row
         }
         for e in entries
@@ -113,8 +182,9 @@ def redeploys_markdown(entries: list[RedeployEntry] | tuple[RedeployEntry, ...])
 
 class SwapTime(BaseModel):
     """How long a redeploy holds the block at worst, from the time model (``capserve.core.timeline``): the new
-    revision's cold start (its compile cache is keyed by what it serves), the evaluation gate, and, if it fails,
-    the last good revision's start again (warm when compile caches are kept)."""
+    revision's cold start (a new revision of the same architecture starts warm, but one whose config.json changed
+    compiles anew, and which it is is known only once it is staged), the evaluation gate, and, if it fails, the
+    last good revision's start again (warm when compile caches are kept)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

@@ -58,6 +58,7 @@ from capserve.core.redeploy import (
     RedeployEntry,
     Verdict,
     already_handled,
+    down_phases,
     outcome_for,
     redeploys_markdown,
     refusal,
@@ -206,6 +207,8 @@ def _redeploy(ctx: CampaignContext, ref: RecordRef, sha: str, trigger: str) -> R
                        good=ctx.record.last_good_rollout)
     new = need(ctx.record.last_good_rollout, Stage.ROLLOUT)  # what the rollout recorded (locally, not yet in S3)
     entry.serving = sha
+    entry.ready_at, entry.cache = rolled.ready_at, str(rolled.compile_cache.get("result") or "")
+    entry.start_s = rolled.startup.measured.to_listening_s if rolled.startup is not None else None
     entry.verdict, why = _evaluate(ctx)
     if outcome_for(entry.verdict) == "promoted":
         return _finish(ctx, ref, entry.ended("promoted", ""), good=new)
@@ -237,12 +240,18 @@ class _Entry:
     started_at: datetime = field(default_factory=lambda: campaign_now())
     rollout_began: datetime | None = None
     rollback_began: datetime | None = None
+    ready_at: datetime | None = None  # the new revision's pods all ready
+    start_s: float | None = None  # its vLLM start, as its log measured it
+    cache: str = ""  # what its compile cache did: hit (a warm start), miss, off, unknown
 
     def ended(self, outcome: Outcome, detail: str) -> RedeployEntry:
+        ended_at, down_from = campaign_now(), self._down_from()
+        phases = down_phases(down_from, ended_at, ready_at=self.ready_at, start_s=self.start_s, cache=self.cache,
+                             rollback_began=self.rollback_began)
         return RedeployEntry(
             from_sha=self.from_sha, to_sha=self.to_sha, trigger=self.trigger[:100], strategy=self.strategy,
             verdict=self.verdict, outcome=outcome, serving_sha=self.serving, started_at=self.started_at,
-            ended_at=campaign_now(), down_from=self._down_from(), detail=detail[:2000],
+            ended_at=ended_at, down_from=down_from, detail=detail[:2000], phases=phases,
         )
 
     def _down_from(self) -> datetime | None:

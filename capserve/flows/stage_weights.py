@@ -42,6 +42,7 @@ from capserve.core.weights.reshard import plan_reshard
 from capserve.core.weights.result import WeightsResult
 from capserve.core.weights.safetensors import SafetensorsHeader, TensorEntry
 from capserve.core.weights.settings import WeightsSettings
+from capserve.tasks.model_config import config_digest_of
 from capserve.tasks.parallel import map_bounded
 from capserve.tasks.settings import settings_from_environment
 from capserve.tasks.weights.artifacts import publish_plan
@@ -92,6 +93,7 @@ def stage_weights(
         plan, manifest, fetched,
         downloaded_bytes=sum(f.downloaded_bytes for f in fetched.values()), uploaded_bytes=uploaded,
         resharded=reshard, bucket=where.bucket, prefix=spec.weights.s3_prefix,
+        config_digest=config_digest_of(dirs.source / "config.json") if "config.json" in fetched else None,
     )
 
 

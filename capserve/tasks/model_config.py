@@ -12,6 +12,7 @@ from pathlib import Path
 from capserve.core.bounded_read import read_bounded
 from capserve.core.catalog import ModelEntry, model_from_hf_config
 from capserve.core.errors import PermanentError, RetryableError, SpecError
+from capserve.core.rollout.cache import compile_config_digest
 
 
 def model_from_hub(repo: str, revision: str = "main", *, endpoint: str | None = None) -> ModelEntry:
@@ -51,3 +52,15 @@ def model_from_config_file(
         raise SpecError(f"{path}: a config.json is a mapping of fields (model_type, hidden_size, …), not a list "
                         "or a single value")
     return model_from_hf_config(config, name=name, hf_repo=hf_repo, source=source or str(path))
+
+
+def config_digest_of(path: Path) -> str:
+    """The staged config.json's digest as vLLM's compile cache sees it (``compile_config_digest``)."""
+    raw = read_bounded(path, 4 * 2**20, "config.json")
+    try:
+        config = json.loads(raw.decode("utf-8"))
+    except ValueError as exc:
+        raise PermanentError(f"{path}: the checkpoint's config.json is not JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise PermanentError(f"{path}: the checkpoint's config.json is not a mapping of fields")
+    return compile_config_digest(config)

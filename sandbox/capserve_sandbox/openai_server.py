@@ -125,20 +125,20 @@ class SandboxConfig(BaseModel):
     )
 
 
-# A sandbox-only key of a checkpoint's config.json: {"capserve_sandbox": {"quality_accuracy": 0.0, ...}} makes
-# the stand-in serving that checkpoint answer golden-set questions right with that probability, so a "bad"
-# revision (capserve_sandbox.hub.publish_revision) fails the quality gate on what it really answers. vLLM
-# ignores keys a model's config does not use.
-MODEL_CONFIG_KEY = "capserve_sandbox"
+# A sandbox-only file beside a checkpoint's config.json: {"quality_accuracy": 0.0, ...} makes the stand-in serving
+# that checkpoint answer golden-set questions right with that probability, so a "bad" revision
+# (capserve_sandbox.hub.publish_revision) fails the quality gate on what it really answers. A file of its own, not
+# a key of config.json: vLLM's compile cache hashes config.json (docs/serving.md §4), and a new revision that
+# changes only its weights keeps config.json as it was.
+MODEL_MARKER_FILE = "capserve_sandbox.json"
 
 
 def quality_of_checkpoint(model_dir: Path) -> float | None:
-    """The served quality a checkpoint's config.json asks of the stand-in (None: the server's default)."""
+    """The served quality a checkpoint's marker file asks of the stand-in (None: the server's default)."""
     try:
-        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+        marker = json.loads((model_dir / MODEL_MARKER_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    marker = config.get(MODEL_CONFIG_KEY) if isinstance(config, dict) else None
     value = marker.get("quality_accuracy") if isinstance(marker, dict) else None
     return float(value) if isinstance(value, int | float) and 0 <= value <= 1 else None
 

@@ -77,6 +77,12 @@ def test_a_good_revision_is_promoted_and_a_second_event_for_it_does_nothing(runn
     written = json.loads((running.out / "good" / "report.json").read_text())
     assert written["rollout"]["revision"] == record.last_good_rollout.config.revision  # type: ignore[union-attr]
     assert written["evaluation"]["verdict"] == "pass"
+    # A new revision of the same architecture: the compiled graphs of the first rollout serve it (a warm start).
+    assert running.first.rollout is not None
+    assert written["rollout"]["compile_cache"]["key"] == running.first.rollout.compile_cache["key"]
+    assert written["rollout"]["compile_cache"]["result"] == "hit"
+    phases = {p.name: p for p in entry.phases}
+    assert phases["start"].note == "warm compile cache" and "gate" in phases
 
     again = redeploy(running.campaign_id, good, region=REGION, hub_endpoint=running.far_ends.hub,
                      out_dir=running.out / "again", return_state=True)

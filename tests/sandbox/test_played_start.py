@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,6 +18,7 @@ from capserve_sandbox.kube.kubelet.played_start import (
     leave_compiled,
     node_bytes,
     played_start,
+    server_key,
     weights_storage,
 )
 
@@ -92,6 +94,37 @@ def test_the_compile_a_cold_start_leaves_makes_the_next_start_of_that_server_war
     assert start("k3/tp8") is False
     leave_compiled(cache, "k3/tp8")
     assert (start("k3/tp8"), start("k3/tp4-pp2")) == (True, False)  # another layout compiles anew
+
+
+def test_a_new_revision_served_from_the_same_path_with_the_same_config_starts_warm(
+    checkpoint: Path, tmp_path: Path
+) -> None:
+    """vLLM's compile hash covers its version, the model path and config.json, not the weights: the graphs the
+    last revision compiled serve the next one of the same architecture; another config, path or vLLM does not."""
+    cache = tmp_path / "cache" / "vllm"
+    revision = tmp_path / "revision-2"
+    shutil.copytree(checkpoint, revision)
+    shard = next(revision.glob("*.safetensors"))
+    shard.write_bytes(shard.read_bytes()[::-1])  # new weights
+    deeper = tmp_path / "deeper"
+    shutil.copytree(checkpoint, deeper)
+    config = json.loads((deeper / "config.json").read_text())
+    (deeper / "config.json").write_text(json.dumps({**config, "capserve_layers": 2}))
+
+    def key(host: Path, model: str = "/model/moonshotai/Kimi-K3", version: str = "0.32.0") -> str:
+        return server_key(model=model, sizes={"tp": 8}, vllm_version=version, host_model=host)
+
+    def warm(server: str) -> bool:
+        return played_start(
+            StandsFor(model_bytes=K3_BYTES), host_model=checkpoint, cache_root=cache, server_key=server,
+            instance_type="p6-b300.48xlarge", storage="nvme", nodes=1, write=lambda line: None,
+        ).warm
+
+    leave_compiled(cache, key(checkpoint))
+    assert warm(key(revision)) is True
+    assert warm(key(deeper)) is False  # another config.json: another graph
+    assert warm(key(revision, model="/weights/moonshotai/Kimi-K3/" + "b" * 40)) is False  # a path naming the sha
+    assert warm(key(revision, version="0.33.0")) is False
 
 
 def test_weights_on_a_persistent_volume_claim_are_read_from_fsx() -> None:

@@ -11,7 +11,7 @@ import pytest
 from capserve_sandbox.clock import CLOCK
 from capserve_sandbox.hub import HubState, local_hub
 from capserve_sandbox.hub.checkpoint import TINY_K3
-from capserve_sandbox.openai_server import MODEL_CONFIG_KEY
+from capserve_sandbox.openai_server import MODEL_MARKER_FILE
 from capserve_sandbox.revisions import PUBLISH_BEFORE_WATCH, REDEPLOY_SPAN, RevisionSchedule
 
 from capserve.core.schedule import planned_runs, slow_spans
@@ -100,5 +100,7 @@ def publish_in_turn(hub: HubState) -> None:
     assert schedule.publish_due(good.publish_at + timedelta(minutes=5), hub) == []  # once
     assert good.sha == hub.repos[TINY_K3.repo].sha != first
     assert schedule.publish_due(bad.publish_at, hub) == [bad]
-    config = json.loads((hub.repos[TINY_K3.repo].root / "config.json").read_text())
-    assert config[MODEL_CONFIG_KEY]["quality_accuracy"] == 0.0  # the bad one fails the quality gate
+    marker = json.loads((hub.repos[TINY_K3.repo].root / MODEL_MARKER_FILE).read_text())
+    assert marker["quality_accuracy"] == 0.0  # the bad one fails the quality gate
+    # New weights, the same architecture: config.json (which vLLM's compile cache hashes) is as it was.
+    assert (hub.repos[TINY_K3.repo].root / "config.json").read_text() == "{}"

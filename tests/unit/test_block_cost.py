@@ -6,7 +6,7 @@ from datetime import datetime
 
 from capserve.core.block_cost import after_the_drain, with_redeploys
 from capserve.core.cost import Cause, build_ledger
-from capserve.core.redeploy import RedeployEntry
+from capserve.core.redeploy import RedeployEntry, down_phases
 from tests.unit.test_cost_ledger import PRICES, at, inputs, known_day
 
 
@@ -46,3 +46,34 @@ def test_after_the_drain_the_projection_note_gives_way_to_the_drain_run() -> Non
     assert settled.notes[0] == "Simulated window." and not any("projected" in note for note in settled.notes)
     assert settled.notes[-1].endswith("the drain run ended at 2026-12-04 10:46 UTC (the campaign record).")
     assert settled.intervals == served.intervals  # the figures stay
+
+
+def test_a_redeploys_downtime_shows_its_phases_in_the_ledger_and_still_adds_up() -> None:
+    """A warm redeploy: the old pods go at 18:20, vLLM starts at 18:22 and is ready at 18:25 (found its compile
+    cache), the gate ends at 18:40. The ledger counts the same 20 minutes, split stop / start / gate."""
+    phases = down_phases(at("18:20"), at("18:40"), ready_at=at("18:25"), start_s=180.0, cache="hit")
+    promoted = redeploy("promoted", at("18:20"), at("18:40")).model_copy(update={"phases": phases})
+    assert [(p.name, p.seconds / 60) for p in phases] == [("stop", 2.0), ("start", 3.0), ("gate", 15.0)]
+    assert phases[1].note == "warm compile cache"
+
+    ledger = build_ledger(with_redeploys(inputs(known_day()), [promoted]), PRICES)
+
+    assert ledger.lost_gpu_minutes[Cause.REDEPLOYS] == 20 * 8
+    ledger.check()
+    shown = ledger.markdown()
+    assert "### Redeploys' downtime, by phase" in shown
+    assert "| 3.0 | redeploy to bbbbbbbb (promoted): start 3.0 min (warm compile cache) |" in shown
+    assert "| 15.0 | redeploy to bbbbbbbb (promoted): gate 15.0 min" in shown
+    assert promoted.report_entry()["downtime_phases"][1] == {"phase": "start", "minutes": 3.0,
+                                                             "note": "warm compile cache"}
+
+
+def test_a_rollback_after_a_failed_gate_is_its_own_phase() -> None:
+    phases = down_phases(at("18:20"), at("19:00"), ready_at=at("18:30"), start_s=3600.0, cache="miss",
+                         rollback_began=at("18:45"))
+    # A start measured longer than the downtime before readiness is clipped to it: nothing counted twice.
+    assert [(p.name, p.seconds / 60) for p in phases] == [("start", 10.0), ("gate", 15.0), ("rollback", 15.0)]
+    assert phases[0].note == "cold compile cache"
+    assert down_phases(at("18:20"), at("19:00"), ready_at=None, start_s=None, cache=None) == ()
+    unmeasured = down_phases(at("18:20"), at("19:00"), ready_at=at("18:30"), start_s=None, cache="hit")
+    assert [(p.name, p.seconds / 60) for p in unmeasured] == [("start", 10.0), ("gate", 30.0)]

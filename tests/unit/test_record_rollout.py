@@ -11,8 +11,10 @@ from typing import Any
 
 from rollout_fixtures import SHA, config_for, k3_ep16_on_two_b200, spec
 
-from capserve.core.record import CampaignRecord
+from capserve.core.record import CampaignRecord, stage_outputs
+from capserve.core.stages import Stage
 from capserve.core.timeline import CompileShape
+from capserve.core.weights.result import WeightsResult
 
 # A record's rollout config as written before the rollout took the planner's ParallelLayout: the layout
 # had its own model, with the replica count inside it.
@@ -28,8 +30,10 @@ OLD_CONFIG: dict[str, Any] = {
     "endpoint_access": "port-forward", "compile_cache": True, "model_bytes": 1555806383232,
     "node_bytes": 777903191616, "splits_experts": True, "startup_budget_minutes": None,
 }  # fmt: skip
-# What that version named it: the workload's revision label and its compile caches' key.
-OLD_REVISION, OLD_CACHE_KEY = "6c5f9c0bb7", "1524c45dddeb94f6"
+# What that version named it: the workload's revision label and its compile caches' key. The key held the
+# revision then; now it holds what changes the compiled graphs instead (RolloutConfig.cache_key), so a record of that
+# version compiles once more under its new key, and every later revision of the same architecture shares it.
+OLD_REVISION, OLD_CACHE_KEY, CACHE_KEY = "6c5f9c0bb7", "1524c45dddeb94f6", "69a0fcda4819484a"
 
 
 def old_record(config: dict[str, Any]) -> dict[str, Any]:
@@ -53,7 +57,7 @@ def test_an_old_record_loads_with_the_planner_layout_and_keeps_its_names() -> No
     # before the compile shape was kept: it has the time model's shape of an unknown architecture.
     assert loaded.compile_shape == CompileShape()
     assert loaded.model_copy(update={"engine": derived.engine, "compile_shape": derived.compile_shape}) == derived
-    assert (loaded.revision, loaded.cache_key) == (OLD_REVISION, OLD_CACHE_KEY)
+    assert (loaded.revision, loaded.cache_key) == (OLD_REVISION, CACHE_KEY) and CACHE_KEY != OLD_CACHE_KEY
 
 
 def test_a_record_round_trips_and_states_what_it_serves_once() -> None:
@@ -66,3 +70,16 @@ def test_a_record_round_trips_and_states_what_it_serves_once() -> None:
         "vllm-blue", SHA, "kimi-k3"
     )
     assert CampaignRecord.model_validate_json(record.model_dump_json()) == record
+
+
+def test_the_record_keeps_the_config_digest_a_reused_weights_result_keys_its_compile_caches_by() -> None:
+    """The serve run rebuilds the weights result from the record; without the digest its rollout keyed the compile
+    cache by the revision, and the first redeploy (which staged its weights) found no cache under its own key."""
+    result = WeightsResult(
+        repo="org/model", revision_sha=SHA, files=3, bytes_total=10, bytes_per_node=[10], bytes_naive_per_node=10,
+        verified=True, layout_id="full", resharded=False, s3_uri="s3://b/p/", manifest_uri="s3://b/p/m.json",
+        downloaded_bytes=10, uploaded_bytes=10, config_digest="c" * 64,
+    )
+    kept = stage_outputs(Stage.STAGE_WEIGHTS, result)
+    rebuilt = WeightsResult.model_validate({**kept, "downloaded_bytes": 0, "uploaded_bytes": 0})
+    assert rebuilt.config_digest == "c" * 64

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 from rollout_fixtures import (
+    K3_RECIPE_ARGS,
     SHA,
     config_for,
     k3_ep16_on_two_b200,
@@ -32,6 +33,7 @@ from capserve.core.rollout import (
     render_cache_save_job,
     render_rollout,
 )
+from capserve.core.rollout.cache import compile_config_digest
 from capserve.core.rollout.image import ImageMirrorResult
 from capserve.core.rollout.probes import probe_budget_s
 from capserve.core.rollout.start_history import MeasuredStart, shape_key
@@ -106,7 +108,7 @@ def test_k3_on_one_b300_is_a_leaderworkerset_of_one_with_all_gpus_and_no_efa() -
     assert container["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
     assert container["command"] == ["vllm", "serve"]
     args = container["args"]
-    assert args[:8] == ["--model", f"/weights/moonshotai/Kimi-K3/{SHA}", "--served-model-name", "kimi-k3",
+    assert args[:8] == ["--model", "/model/moonshotai/Kimi-K3", "--served-model-name", "kimi-k3",
                         "--port", "8000", "--tensor-parallel-size", "8"]
     for absent in ("--headless", "--nnodes", "--data-parallel-size", "--enable-expert-parallel"):
         assert absent not in args
@@ -125,6 +127,20 @@ def test_shm_is_a_memory_emptydir_inside_the_memory_limit() -> None:
     assert int(memory.removesuffix("Gi")) > 64  # memory-backed emptyDir counts against the limit
     mounts = {m["name"]: m for m in vllm_container(template)["volumeMounts"]}
     assert mounts["dshm"]["mountPath"] == "/dev/shm" and mounts["weights"]["readOnly"] is True
+
+
+def test_vllm_reads_the_revisions_folder_at_a_path_no_revision_changes() -> None:
+    """vLLM hashes the model path into its compile cache (docs/serving.md §4): a path holding the sha made every
+    new revision a cold start. Each revision keeps its own staged folder; the pod mounts it at one path."""
+    one, other = config_for(k3_plan()), config_for(k3_plan()).model_copy(update={"revision_sha": "b" * 40})
+    mounts = [
+        {m["name"]: m for m in vllm_container(leader(render_rollout(c, target_for(c))))["volumeMounts"]}["weights"]
+        for c in (one, other)
+    ]
+    assert [m["mountPath"] for m in mounts] == ["/model/moonshotai/Kimi-K3"] * 2
+    assert [m["subPath"] for m in mounts] == [f"moonshotai/Kimi-K3/{SHA}", f"moonshotai/Kimi-K3/{'b' * 40}"]
+    args = [render_rollout(c, target_for(c)).leader_args for c in (one, other)]
+    assert args[0][:2] == args[1][:2] == ("--model", "/model/moonshotai/Kimi-K3")
 
 
 def test_weights_and_caches_are_the_staging_jobs_host_paths_on_the_raid0_array() -> None:
@@ -368,6 +384,35 @@ def test_cache_off_and_outcomes() -> None:
     assert rendered.startup_budget_s == cold.startup_budget_s  # caching off: a warm flag cannot shorten the budget
     assert cache_outcome("restoring…\nCAPSERVE_COMPILE_CACHE=hit source=s3\n") == "hit"
     assert cache_outcome("CAPSERVE_COMPILE_CACHE=miss") == "miss" and cache_outcome("nothing") is None
+
+
+def test_two_revisions_with_the_same_config_share_the_compile_cache_key() -> None:
+    """The graphs of a new revision of the same architecture are the same; only the weights change. The old key
+    held the revision, so every new revision found no cache."""
+    config = {"architectures": ["KimiK3ForConditionalGeneration"], "num_hidden_layers": 93, "torch_dtype": "bfloat16"}
+    digest = compile_config_digest(config)
+    first = config_for(k3_plan(), model_config_digest=digest)
+    second = config_for(k3_plan(), model_config_digest=digest).model_copy(update={"revision_sha": "b" * 40})
+    assert first.cache_key == second.cache_key
+    assert first.revision != second.revision  # still two configurations (labels, rollback)
+    # What transformers drops before vLLM hashes the config changes nothing.
+    assert compile_config_digest({**config, "_name_or_path": "/x", "transformers_version": "9.9"}) == digest
+
+
+def test_what_changes_the_compiled_graphs_changes_the_compile_cache_key() -> None:
+    config = {"architectures": ["KimiK3ForConditionalGeneration"], "num_hidden_layers": 93, "torch_dtype": "bfloat16"}
+    base = config_for(k3_plan(), model_config_digest=compile_config_digest(config))
+    layers = config_for(k3_plan(), model_config_digest=compile_config_digest({**config, "num_hidden_layers": 61}))
+    quantized = config_for(k3_plan(), model_config_digest=compile_config_digest(
+        {**config, "quantization_config": {"quant_method": "mxfp4"}}))
+    vllm = config_for(k3_plan(), spec(image="vllm/vllm-openai:v0.33.0"), model_config_digest=base.model_config_digest)
+    flag = config_for(k3_plan(), spec(extra_args=[*K3_RECIPE_ARGS, "--enforce-eager"]),
+                      model_config_digest=base.model_config_digest)
+    keys = {c.cache_key for c in (base, layers, quantized, vllm, flag)}
+    assert len(keys) == 5
+    # Without a config.json digest, nothing says two revisions share an architecture: the revision stands in.
+    unread = config_for(k3_plan())
+    assert unread.cache_key != unread.model_copy(update={"revision_sha": "b" * 40}).cache_key
 
 
 def test_cache_key_follows_image_model_and_layout_but_not_replicas() -> None:

@@ -296,6 +296,15 @@ class CostLedger(BaseModel):
         if self.other_resources:
             lines += ["", "### Other resources", "", *self._other_resources_table()]
         lines += ["", "### Timeline (block time, UTC)", "", *self.timeline_table()]
+        redeploys = [i for i in self.intervals if i.cause is Cause.REDEPLOYS]
+        if redeploys:
+            lines += ["", "### Redeploys' downtime, by phase", "", "| from | to | minutes | what |",
+                      "|---|---|---:|---|"]
+            lines += [
+                f"| {i.start:%Y-%m-%d %H:%M:%S} | {i.end:%Y-%m-%d %H:%M:%S} | "
+                f"{(i.end - i.start).total_seconds() / 60:,.1f} | {i.label.replace('|', '/')} |"
+                for i in sorted(redeploys, key=lambda i: i.start)
+            ]
         return "\n".join(lines) + "\n"
 
     def _per_token_text(self) -> str:

@@ -18,11 +18,19 @@ Layout on a node: ``<compile_cache_path>/<cache key>/node-<i>/`` for the pod of 
   it uploads the node's cache unless S3 already has a complete one.
 
 Both run the staging image (aws CLI, sh) with plain ``sh`` scripts whose paths come from env vars.
+
+``compile_config_digest`` is vLLM's rule for which part of a checkpoint its compile cache depends on: the
+model's ``config.json`` as transformers serialises it, not the weights (docs/serving.md §4). The weights
+stage digests the staged ``config.json`` with it (so the compile-cache key follows the architecture, not the
+revision), and the sandbox's vLLM decides a played start's warmth with it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from capserve.core.rollout.names import Color, base_labels, cache_save_job_name
@@ -65,6 +73,31 @@ date -u +%Y-%m-%dT%H:%M:%SZ > "$CACHE_DIR/$CACHE_MARKER"
 aws s3 cp --only-show-errors "$CACHE_DIR/$CACHE_MARKER" "$CACHE_URI$CACHE_MARKER"
 echo "compile cache saved to $CACHE_URI"
 """
+
+
+# What transformers leaves out of, or overwrites in, the config it serialises (``PretrainedConfig.to_diff_dict``
+# drops ``_name_or_path``; ``_remove_keys_not_serialized`` drops ``_commit_hash``; ``to_dict`` writes its own
+# ``transformers_version``), so vLLM's ``ModelConfig.compute_hash`` never sees them (docs/serving.md §4).
+_NOT_HASHED_BY_VLLM = frozenset({"_name_or_path", "_commit_hash", "transformers_version"})
+
+
+def compile_config_digest(config: Mapping[str, Any]) -> str:
+    """SHA-256 of a ``config.json`` as vLLM's compile-cache hash sees it: every field (architecture, layer
+    count, dtype, quantization, ...) except the ones transformers drops or overwrites, at any depth.
+
+    Two revisions whose ``config.json`` agree get the same digest whatever their weights; a changed layer
+    count, dtype or quantization config gets another. Stricter than vLLM where a file spells out a default
+    value (vLLM hashes only the differences from the defaults): that costs a cold start, never a wrong hit.
+    """
+    return hashlib.sha256(json.dumps(_hashed(config), sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _hashed(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _hashed(v) for k, v in value.items() if k not in _NOT_HASHED_BY_VLLM}
+    if isinstance(value, list):
+        return [_hashed(v) for v in value]
+    return value
 
 
 def cache_uri(bucket: str, prefix: str, key: str) -> str:

@@ -51,6 +51,12 @@ class RolloutConfig(BaseModel):
     )
     model_repo: str = Field(min_length=3, max_length=200, description="Hub repo 'owner/name' of the weights.")
     revision_sha: str = Field(pattern=SHA1_HEX, description="Pinned commit the staged weights come from.")
+    model_config_digest: str | None = Field(
+        None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="The staged config.json as vLLM's compile cache sees it (``compile_config_digest``); None: "
+        "not read, and the compile-cache key falls back to the revision.",
+    )
     instance_type: str = Field(min_length=1, max_length=64, description="EC2 instance type of the GPU nodes.")
     layout: ParallelLayout = Field(description="The plan's layout of one copy: nodes, TP/PP/DP/EP.")
     replicas: int = Field(1, ge=1, le=64, description="Independent model copies (LWS groups): serving.replicas.")
@@ -113,22 +119,29 @@ class RolloutConfig(BaseModel):
         """10 hex characters naming this configuration (label ``capserve.io/revision``)."""
         # The compile shape is the time model's reading of this configuration, not a part of it.
         config = self.model_dump(mode="json", exclude={"replicas", "compile_shape"})
+        if config["model_config_digest"] is None:  # configs from before the digest keep their revision
+            del config["model_config_digest"]
         config["engine"] = _engine_digested(config["engine"])
         return _digest({**config, "layout": {**self._layout_digested(), "replicas": self.replicas}})[:10]
 
     @property
     def cache_key(self) -> str:
-        """Which compile caches this configuration can reuse: image (digest when known), model revision, layout.
+        """Which compile caches this configuration can reuse: what changes the compiled graphs, and nothing else.
 
-        vLLM's own cache hash also covers the model path, ``--max-model-len`` and every setting that
-        changes compiled code (docs/serving.md §4); keying by the same inputs means a restored cache is
-        one vLLM will find, and a configuration that would miss anyway gets its own key. Endpoint
-        access, budgets and replica count do not change compiled code and are left out.
+        vLLM's own compile hash covers its version, the model path, the model's config.json, the layout's
+        sizes, ``--max-model-len`` and the other engine settings and environment variables that change compiled
+        code, and not the weights (docs/serving.md §4). The pods name the weights by a path that does not
+        change with the revision (``served_model_path``), so a new revision of the same architecture finds the
+        compiled graphs of the last one: the key holds the image (vLLM's version; its digest when known), the
+        repo (the path), the config.json digest, the instance type, the layout and the engine options, and
+        never the revision or the weights' hashes. Without a config.json digest the revision stands in for it.
+        Endpoint access, budgets and replica count do not change compiled code and are left out.
         """
         engine = _engine_digested(self.engine.model_dump(mode="json", exclude={"served_model_name"}))
         parts = {
             "image": self.pinned_digest or self.image,
-            "model": f"{self.model_repo}@{self.revision_sha}",
+            "model": self.model_repo,
+            "config": self.model_config_digest or f"revision {self.revision_sha}",
             "instance_type": self.instance_type,
             "layout": self._layout_digested(),
             "engine": engine,
@@ -182,18 +195,21 @@ def rollout_config(
     splits_experts: bool,
     image_digest: str | None = None,
     image: str | None = None,
+    model_config_digest: str | None = None,
 ) -> RolloutConfig:
     """The configuration a campaign rolls out, from its plan, its spec and the staged weights.
 
     ``node_bytes`` and ``splits_experts`` come from the weights stage (the manifest's fullest node,
     and whether nodes hold different experts: ``placement.Layout.splits_experts``). ``image`` is what the
     pods pull instead of ``serving.image``: its ECR copy by digest (``capserve.core.rollout.image``).
+    ``model_config_digest``: the staged config.json's (``WeightsResult.config_digest``).
     """
     return RolloutConfig(
         image=image or spec.serving.image,
         image_digest=image_digest,
         model_repo=model_repo,
         revision_sha=revision_sha,
+        model_config_digest=model_config_digest,
         instance_type=plan.instance_type,
         layout=plan.parallel,
         replicas=spec.serving.replicas,

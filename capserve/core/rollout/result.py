@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from capserve.core.errors import PermanentError
 from capserve.core.markdown import markdown_table
@@ -109,6 +109,9 @@ class RolloutResult(BaseModel):
     image: str = Field(min_length=1, max_length=400, description="Image serving now.")
     args: tuple[str, ...] = Field(description="The leader's `vllm serve` arguments (the key only as a reference).")
     ready_after_s: float | None = Field(None, ge=0, description="Apply to ready of what serves now (None: unchanged).")
+    ready_at: AwareDatetime | None = Field(
+        None, description="When its pods were all ready, on the block's clock (a redeploy splits its downtime there)."
+    )
     startup_budget_s: int = Field(ge=1, description="Its startup probe's budget.")
     endpoint_access: str = Field(min_length=1, max_length=32, description="How the endpoint is reached: port-forward.")
     endpoint_note: str = Field(min_length=1, max_length=1000, description="How the flow reaches the endpoint.")

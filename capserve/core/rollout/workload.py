@@ -17,6 +17,12 @@ node's CPU and memory, ``/dev/shm`` as a memory emptyDir,
 two vLLM pods of the campaign share a node. It runs only on nodes whose NVMe holds its weights: the
 staging result says which; when nodes hold different experts, the leader is pinned to layout node
 0's nodes and the worker to node 1's (and the prepare container checks the marker).
+
+vLLM names the weights by a path that does not change with the revision (``served_model_path``): each
+revision is staged into its own folder (``node_model_path``), and the vLLM container mounts its revision's
+folder there (a ``subPath`` of the weights volume). vLLM hashes the model path into its compile cache, so
+a new revision of the same architecture finds the graphs the last one compiled: a warm start (docs/serving.md
+§4). The old revision's folder stays untouched while it serves, so the new one is staged beside it first.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ from capserve.core.weights.settings import WeightsSettings
 from capserve.core.weights.staging_job import CONTAINER_DIR, node_model_path, weights_volume
 
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
+SERVED_DIR = "/model"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 CACHE_KEY_ANNOTATION = "capserve.io/compile-cache-key"
 GIB = 1024**3
@@ -78,6 +85,17 @@ class RolloutTarget(BaseModel):
     measured_start: MeasuredStart | None = Field(
         None, description="The latest measured start of this server shape, cold or warm as this one will be."
     )
+
+
+def served_model_path(repo: str) -> str:
+    """The weights as vLLM's ``--model`` names them: the same for every revision of ``repo`` (its compile cache
+    hashes this string, docs/serving.md §4)."""
+    return f"{SERVED_DIR}/{repo}"
+
+
+def staged_subpath(repo: str, sha: str) -> str:
+    """The revision's folder inside the weights volume (where ``node_model_path`` has the staging Job write it)."""
+    return node_model_path(repo, sha).removeprefix(CONTAINER_DIR).strip("/")
 
 
 def placement_from_staging(staged: NodeStagingResult) -> dict[int, tuple[str, ...]]:
@@ -232,7 +250,7 @@ def pod_arguments(config: RolloutConfig, settings: RolloutSettings) -> tuple[lis
     Raises SpecError for extra arguments that repeat or contradict the plan.
     """
     layout = config.layout
-    model_path = node_model_path(config.model_repo, config.revision_sha)
+    model_path = served_model_path(config.model_repo)
     leader = vllm_args(layout, config.engine, role="leader", model_path=model_path, settings=settings)
     if layout.nodes_per_replica == 1:
         return leader, []
@@ -340,7 +358,13 @@ class _PodParts:
             # Pinned memory for RDMA (vLLM parallelism docs; EKS EFA guide).
             "securityContext": {"capabilities": {"add": ["IPC_LOCK"]}},
             "volumeMounts": [
-                {"name": "weights", "mountPath": CONTAINER_DIR, "readOnly": True},
+                # This revision's folder at the path every revision is served from (served_model_path).
+                {
+                    "name": "weights",
+                    "mountPath": served_model_path(config.model_repo),
+                    "subPath": staged_subpath(config.model_repo, config.revision_sha),
+                    "readOnly": True,
+                },
                 {"name": "compile-cache", "mountPath": "/cache"},
                 {"name": "dshm", "mountPath": "/dev/shm"},
             ],

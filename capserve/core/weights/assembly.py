@@ -133,6 +133,7 @@ def weights_result(
     resharded: bool,
     bucket: str,
     prefix: str,
+    config_digest: str | None = None,
 ) -> WeightsResult:
     base = s3_base(prefix, manifest.repo, manifest.revision_sha)
     return WeightsResult(
@@ -149,4 +150,5 @@ def weights_result(
         manifest_uri=f"s3://{bucket}/{base}/{manifest_key(manifest.layout_id)}",
         downloaded_bytes=downloaded_bytes,
         uploaded_bytes=uploaded_bytes,
+        config_digest=config_digest,
     )

@@ -28,6 +28,12 @@ class WeightsResult(BaseModel):
     manifest_uri: str = Field(min_length=5, max_length=2000, description="The published manifest's s3:// URI.")
     downloaded_bytes: int = Field(ge=0, description="Bytes this run downloaded (0 on a re-run with the same sha).")
     uploaded_bytes: int = Field(ge=0, description="Bytes this run uploaded to S3 (0 when everything was there).")
+    config_digest: str | None = Field(
+        None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="The checkpoint's config.json as vLLM's compile cache sees it (capserve.core.rollout.cache."
+        "compile_config_digest); None: the checkpoint has none. Names the compile caches a revision can reuse.",
+    )
 
     def report_section(self) -> dict[str, Any]:
         return {

@@ -9,11 +9,11 @@ sha256 are skipped. Last, it writes
 ``.capserve-node`` (the layout node index whose files the folder holds), which the serving pod checks
 before it starts.
 
-The staging Job and the vLLM pods mount the same volume (``weights_volume``) at the same path
-(``CONTAINER_DIR``): the folder vLLM's ``--model`` names (``node_model_path``) is exactly the one the
-Job filled. On NVMe that is a hostPath on the node's NVMe mount (``WeightsSettings.nvme_path``, moved to
-the cluster kind's mount by ``WeightsSettings.for_cluster``: nodeadm's RAID0 array on EKS, /opt/dlami/nvme
-on HyperPod).
+The staging Job and the vLLM pods mount the same volume (``weights_volume``): the Job fills
+``node_model_path`` (one folder per revision), and the vLLM container mounts exactly that folder at the
+path its ``--model`` names (``served_model_path``, the same for every revision). On NVMe that is a
+hostPath on the node's NVMe mount (``WeightsSettings.nvme_path``, moved to the cluster kind's mount by
+``WeightsSettings.for_cluster``: nodeadm's RAID0 array on EKS, /opt/dlami/nvme on HyperPod).
 """
 
 from __future__ import annotations
@@ -136,10 +136,11 @@ def node_weight_path(root: str, repo: str, sha: str) -> str:
 
 
 def node_model_path(repo: str, sha: str) -> str:
-    """The node's weight folder as the containers see it: what vLLM's ``--model`` names.
+    """The revision's weight folder as the staging Job (and the serving pod's init container) sees it.
 
-    The same string on every node and every run of one (repo, sha): vLLM hashes the model path into
-    its compile-cache key, so a stable path keeps a saved cache valid (docs/serving.md §4).
+    One folder per revision, so a new one is staged beside the one serving. vLLM reads it at a path no
+    revision changes (``capserve.core.rollout.workload.served_model_path``): it hashes that path into its
+    compile cache (docs/serving.md §4).
     """
     return node_weight_path(CONTAINER_DIR, repo, sha)
 

@@ -10,6 +10,7 @@ attempt to make and what to roll back to.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from prefect import get_run_logger
@@ -84,6 +85,7 @@ class RolloutInputs:
             node_bytes=max(self.weights.bytes_per_node),
             splits_experts=plan.nodes > 1 and plan.expert_parallel > 1,
             image=self.image.image if self.image else None,
+            model_config_digest=self.weights.config_digest,
         )
 
 
@@ -103,6 +105,7 @@ class Outcome:
     cache_save_detail: str | None = None
     image_pull: ImagePull | None = None
     startup: StartupComparison | None = None
+    ready_at: datetime | None = None
 
 
 @dataclass
@@ -223,6 +226,7 @@ class RolloutRun:
             across_nodes=bool(rendered.worker_args),
         )
         outcome.ready_after_s, outcome.api_calls = round(ready.ready_after_s, 3), ready.api_calls
+        outcome.ready_at = campaign_now()
         outcome.pods = ready.pods
         outcome.image_pull = image_pull_of(self.api, self.namespace, ready.pods, rendered.image, self.inputs.kube)
         leader = f"{rendered.name}-0"
@@ -304,6 +308,7 @@ class RolloutRun:
             image=rendered.image,
             args=rendered.leader_args,
             ready_after_s=outcome.ready_after_s,
+            ready_at=outcome.ready_at,
             startup_budget_s=rendered.startup_budget_s,
             endpoint_access=rendered.endpoint_access,
             endpoint_note=PORT_FORWARD_NOTE,

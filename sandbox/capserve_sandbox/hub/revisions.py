@@ -1,8 +1,9 @@
 """New revisions of a model on the local Hub, good or deliberately bad, for redeploy tests and the demo.
 
-A revision is a copy of the repo's current files whose ``config.json`` carries a sandbox-only marker
-(``capserve_sandbox.openai_server.MODEL_CONFIG_KEY``): a release number, and for a bad revision the
-quality the stand-in serving it answers with (0: every golden-set answer wrong). Nothing decides a
+A revision is a copy of the repo's current files with a sandbox-only marker file
+(``capserve_sandbox.openai_server.MODEL_MARKER_FILE``): a release number, and for a bad revision the
+quality the stand-in serving it answers with (0: every golden-set answer wrong). Its ``config.json`` stays as
+it was, as a new revision of the same architecture's does: only what the weights answer changes. Nothing decides a
 verdict here: the evaluation fails the quality gate on what the stand-in answers.
 """
 
@@ -13,7 +14,7 @@ import shutil
 
 from capserve_sandbox.hub.checkpoint import TINY_K3
 from capserve_sandbox.hub.server import HubState
-from capserve_sandbox.openai_server import MODEL_CONFIG_KEY
+from capserve_sandbox.openai_server import MODEL_MARKER_FILE
 
 
 def publish_revision(state: HubState, repo_id: str = TINY_K3.repo, *, good: bool = True) -> str:
@@ -26,11 +27,8 @@ def publish_revision(state: HubState, repo_id: str = TINY_K3.repo, *, good: bool
     release = len(state.older.get(repo_id, {})) + 1
     root = current.root.with_name(f"{current.root.name}@release-{release}")
     shutil.copytree(current.root, root)
-    config_path = root / "config.json"
-    config = json.loads(config_path.read_text(encoding="utf-8"))
     marker: dict[str, float | int] = {"release": release}
     if not good:
         marker["quality_accuracy"] = 0.0
-    config[MODEL_CONFIG_KEY] = marker
-    config_path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    (root / MODEL_MARKER_FILE).write_text(json.dumps(marker, indent=2), encoding="utf-8")
     return state.publish(repo_id, root)

@@ -12,7 +12,9 @@ stands for (``StandsFor``), a vLLM container instead spends the time model's pha
   weights come from a persistent volume claim);
 - compile is warm when vLLM's compile cache already holds a compile of this server, as vLLM keeps it:
   ``$VLLM_CACHE_ROOT/torch_compile_cache/<hash>/rank_0_0/`` (``vllm/compilation/backends.py``); a cold start
-  leaves one there, which the rollout's cache Job saves and a later pod's init container restores;
+  leaves one there, which the rollout's cache Job saves and a later pod's init container restores. The hash
+  covers what vLLM's covers (``server_key``): its version, the model path, the model's config.json, the
+  parallel sizes; not the weights, so a new revision at the same path with the same config is warm;
 - each phase ends with the line vLLM 0.32 logs for it, stamped with the block's clock in vLLM's own format,
   so the rollout reads the measured start from the log as it does on a GPU.
 
@@ -33,6 +35,7 @@ from uuid import uuid4
 
 from capserve.core.catalog import get_instance_type
 from capserve.core.errors import UnknownCatalogEntryError
+from capserve.core.rollout.cache import compile_config_digest
 from capserve.core.timeline import (
     CompileShape,
     Phase,
@@ -84,6 +87,21 @@ def node_bytes(host_model: Path, stands_for: StandsFor) -> int:
     here = sum((host_model / name).stat().st_size for name in files if (host_model / name).is_file())
     share = min(here / whole, 1.0) if whole > 0 else 1.0
     return round(stands_for.model_bytes * share)
+
+
+def server_key(*, model: str, sizes: object, vllm_version: str, host_model: Path) -> str:
+    """What vLLM's compile-cache hash covers, as far as the stand-in tells servers apart: the vLLM version, the
+    ``--model`` path string, the model's config.json as vLLM hashes it (``ModelConfig.compute_hash`` hashes the
+    loaded config: ``compile_config_digest``) and the parallel sizes (``ParallelConfig.compute_hash``); never the
+    weight files (vllm/config/vllm.py ``VllmConfig.compute_hash``, vllm/compilation/backends.py; docs/serving.md §4)."""
+    try:
+        config = json.loads((host_model / "config.json").read_text(encoding="utf-8"))
+        digest = compile_config_digest(config) if isinstance(config, dict) else "not a mapping"
+    except (OSError, ValueError):
+        digest = "no config.json"
+    return json.dumps(
+        {"vllm": vllm_version, "model": model, "config": digest, "sizes": sizes}, sort_keys=True, default=str
+    )
 
 
 def compile_cache_dir(cache_root: Path, server_key: str) -> Path:

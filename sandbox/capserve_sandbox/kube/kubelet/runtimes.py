@@ -50,6 +50,7 @@ from capserve_sandbox.kube.kubelet.played_start import (
     leave_compiled,
     listening_line,
     played_start,
+    server_key,
     vllm_line,
     weights_storage,
 )
@@ -419,7 +420,7 @@ class VllmRuntime(ProcessRuntime):
         played = self._played_start(host_model, nodes=expected + 1)
         if played is not None:
             await played.play(self.args.model)
-            leave_compiled(self._cache_root(), self._server_key())
+            leave_compiled(self._cache_root(), self._server_key(host_model))
         else:  # vLLM logs where its engine starts and when it listens, whatever it loads
             ctx.log.write(vllm_line(*engine_line(self.args.model), CLOCK.now()))
         slow = ctx.kubelet.faults.take(FaultKind.SLOW_START, ctx.pod_name, str(ctx.container.get("name")), ctx.image)
@@ -442,7 +443,7 @@ class VllmRuntime(ProcessRuntime):
             stands_for,
             host_model=host_model,
             cache_root=self._cache_root(),
-            server_key=self._server_key(),
+            server_key=self._server_key(host_model),
             instance_type=ctx.kubelet.instance_type(ctx.node),
             storage=weights_storage(ctx.pod, self.args.model),
             nodes=nodes,
@@ -456,10 +457,13 @@ class VllmRuntime(ProcessRuntime):
         root = self.ctx.env.get("VLLM_CACHE_ROOT")
         return Path(rewrite_paths(root, self.ctx.mounts)) if root else None
 
-    def _server_key(self) -> str:
-        """What vLLM's compile cache is keyed by, as far as the stand-in tells servers apart: model and layout."""
+    def _server_key(self, host_model: Path) -> str:
+        """What vLLM's compile cache is keyed by, as far as the stand-in tells servers apart (``server_key``)."""
         assert self.args is not None
-        return json.dumps({"model": self.args.model, "sizes": self.args.sizes()}, sort_keys=True)
+        return server_key(
+            model=self.args.model, sizes=self.args.sizes(), vllm_version=image_version(self.ctx.image).version,
+            host_model=host_model,
+        )
 
     async def wait(self) -> Exit:
         if self._serving is not None:
