@@ -8,7 +8,8 @@ file's name):
   their worker (setup, call and teardown; module fixtures and, for a worker's first file, the start of
   Prefect's test server included), the run's elapsed time and how many files are done; a passing test prints
   no dot of its own;
-- after a minute with no such line, the files still running are named, with how long each has run;
+- after a minute with no such line, the files still running are named, with how long each has run (or, before
+  the first test, that the workers are still starting);
 - at the end, the slowest files, which is where the run's minutes went (README.md, "How long things take").
 """
 
@@ -48,14 +49,17 @@ class FileProgress:
 
     # -- xdist's controller ---------------------------------------------------------------------------------
 
+    def pytest_xdist_setupnodes(self) -> None:
+        # From the start: workers take a minute or more to import and collect on a busy machine.
+        self.watch = threading.Thread(target=self._watch, name="file-progress", daemon=True)
+        self.watch.start()
+
     def pytest_xdist_node_collection_finished(self, node: Any, ids: Sequence[str]) -> None:
         with self.lock:
             if self.files:  # every worker collects the same items
                 return
             for name, count in Counter(nodeid.split("::")[0] for nodeid in ids).items():
                 self.files[name] = _File(tests=count)
-        self.watch = threading.Thread(target=self._watch, name="file-progress", daemon=True)
-        self.watch.start()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_report_teststatus(self, report: pytest.TestReport) -> tuple[str, str, str] | None:
@@ -105,19 +109,23 @@ class FileProgress:
 
     def _watch(self) -> None:
         while not self.stop.wait(5.0):
-            now = time.monotonic()
             with self.lock:
-                if now - self.last_line < QUIET_S:
-                    continue
-                running = sorted(
-                    (now - f.started, name)
-                    for name, f in self.files.items()
-                    if f.started is not None and f.finished < f.tests
-                )
-                if not running:
-                    continue
-                names = ", ".join(f"{name} ({_clock(age)})" for age, name in reversed(running))
-                self._write(f"still running [{_clock(now - self.begun)}]: {names}")
+                if (line := self.quiet_line(time.monotonic())) is not None:
+                    self._write(line)
+
+    def quiet_line(self, now: float) -> str | None:
+        """What to say after a quiet minute, if anything (under ``self.lock``)."""
+        if now - self.last_line < QUIET_S:
+            return None
+        elapsed = _clock(now - self.begun)
+        running = sorted(
+            (now - f.started, name) for name, f in self.files.items() if f.started is not None and f.finished < f.tests
+        )
+        if running:
+            return f"still running [{elapsed}]: " + ", ".join(f"{n} ({_clock(age)})" for age, n in reversed(running))
+        if not any(f.started is not None for f in self.files.values()):
+            return f"no test has begun yet [{elapsed}]: the workers are still starting"
+        return None
 
     def _write(self, line: str, **markup: bool) -> None:
         """Under ``self.lock``."""
