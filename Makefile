@@ -56,10 +56,12 @@ unit: install
 # The fast tier, before a commit (README.md, "How long things take").
 check: lint typecheck imports unit
 
-# Three test processes on the 2-core CI machine: most tests wait on local servers (moto, the fake
-# Kubernetes, Prefect, vLLM) and use under half a core each, so three keep both cores busy. A file's tests
-# stay in one process (its module fixtures start those servers once).
-TEST_WORKERS ?= 3
+# Four test processes on the 2-core CI machine: most tests wait on local servers (moto, the fake
+# Kubernetes, Prefect, vLLM). Measured: tests/flows/test_campaign.py's first test took 100 s at load 1 and
+# 226 s at load 16, so about 18 s of it is CPU and the rest waiting; three processes left most of a core idle.
+# A file's tests stay in one process (its module fixtures start those servers once). TEST_WORKERS=3 make test
+# if a loaded machine makes a test's waits run out.
+TEST_WORKERS ?= 4
 
 # After make check, every other test: files in tests/conftest.py's order, longest first (xdist would re-sort
 # them by their number of tests), a line as each file ends and the slowest files and tests at the end, to see
