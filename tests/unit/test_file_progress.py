@@ -1,0 +1,55 @@
+"""A parallel run's progress (tests/file_progress.py): a line per finished file instead of a row of dots."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from file_progress import FileProgress, _File
+
+TESTS = Path(__file__).resolve().parents[1]
+
+CONFTEST = "import file_progress\n\ndef pytest_configure(config):\n    file_progress.register(config)\n"
+FILES = {
+    "test_one.py": "def test_a():\n    pass\n\ndef test_b():\n    pass\n",
+    "test_two.py": "import pytest\n\ndef test_c():\n    assert 1 == 2\n\n@pytest.mark.skip\ndef test_d():\n    pass\n",
+}
+
+
+def test_a_parallel_run_prints_each_finished_file_with_its_outcomes_and_ranks_the_slowest(tmp_path: Path) -> None:
+    for name, source in {"conftest.py": CONFTEST, **FILES}.items():
+        (tmp_path / name).write_text(source)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "1", "-p", "no:cacheprovider", "-o",
+         "addopts=", "--rootdir", str(tmp_path), str(tmp_path)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    out = done.stdout
+    assert done.returncode == 1, out + done.stderr
+    lines = {m[1]: m[2] for m in re.finditer(r"^done (test_\w+\.py): (.*?) in \d+ s  \[\d+:\d\d, \d/2 files\]$", out,
+                                                  re.MULTILINE)}
+    assert lines == {"test_one.py": "2 passed", "test_two.py": "1 failed, 1 skipped"}, out
+    assert not re.search(r"^\.+", out, re.MULTILINE), out  # no dots for the passing tests
+    assert re.search(r"slowest 12 files .*\n.*s  test_(one|two)\.py \(2 tests\)", out), out
+
+
+def test_a_quiet_minute_names_the_files_still_running_or_says_the_workers_are_starting(
+    pytestconfig: pytest.Config,
+) -> None:
+    progress = FileProgress(pytestconfig)
+    begun = progress.begun
+    assert progress.quiet_line(begun + 61) == "no test has begun yet [1:01]: the workers are still starting"
+    progress.files = {
+        "tests/a.py": _File(tests=2, started=begun + 10),
+        "tests/b.py": _File(tests=1, started=begun + 40),
+        "tests/c.py": _File(tests=1, finished=1, started=begun),
+    }
+    assert progress.quiet_line(begun + 30) is None  # not quiet for a minute yet
+    assert progress.quiet_line(begun + 130) == "still running [2:10]: tests/a.py (2:00), tests/b.py (1:30)"
+    progress.files["tests/a.py"].finished = progress.files["tests/b.py"].finished = 2
+    assert progress.quiet_line(begun + 190) is None  # all done: the summary follows
