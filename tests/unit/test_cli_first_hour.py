@@ -75,3 +75,17 @@ def test_logs_of_a_campaign_with_no_run_says_so(capsys: pytest.CaptureFixture[st
     assert main(["logs", "logs-nobody"]) == ExitCode.FAILED
     assert "no flow run of campaign logs-nobody" in capsys.readouterr().err
     assert main(["logs", "Not_A_Name"]) == ExitCode.BAD_INPUT
+
+
+def test_a_sandbox_campaign_on_your_server_is_refused_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """On the user's server the lease's scheduled runs would wait a day of wall time for a block the sandbox's
+    stand-ins (which end with the command) played at once: refused before anything starts, naming both ways out."""
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
+    spec = tmp_path / "capserve.yaml"
+    assert main(["init", str(spec)]) == ExitCode.OK
+    assert main(["up", str(spec), "--sandbox", "--out", str(tmp_path / "out")]) == ExitCode.BAD_INPUT
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--sandbox with PREFECT_API_URL" in err and "Unset PREFECT_API_URL" in err and "--teardown-when-done" in err
+    assert not (tmp_path / "out").exists()
