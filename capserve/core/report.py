@@ -311,19 +311,15 @@ class CampaignReport(BaseModel):
         return text + "\n"
 
     def _event_rows(self) -> list[dict[str, object]]:
-        """This run's events, and what the report's sections know happened to the campaign around them (the
-        purchase, the staging, the cluster's preparation, the teardown), in time order."""
+        """This run's events, and what other runs did for the campaign before it, from the record (the purchase the
+        campaign run made, the cluster's preparation), in time order: a scheduled serve run sent neither event."""
         rows = [(e.occurred, f"`{e.event}`") for e in self.events]
         bought = self.acquire
-        if bought is not None and bought.bought_at is not None and bought.lease is not None:
+        if bought is not None and bought.adopted_by and bought.bought_at is not None and bought.lease is not None:
             rows.append((bought.bought_at, f"purchase: `{bought.lease.reservation_id}` by run {bought.bought_by}"))
         if self.prepared is not None:
             rows.append((self.prepared.started_at, f"cluster preparation began (run {self.prepared.run})"))
             rows.append((self.prepared.ended_at, "cluster prepared"))
-        for s in self.stages:
-            if s.name in (Stage.STAGE_WEIGHTS, Stage.TEARDOWN) and s.ended_at is not None and s.status in (
-                StageStatus.COMPLETED, StageStatus.FAILED):
-                rows.append((s.ended_at, f"{s.name.value} {s.status.value}"))
         if not rows:
             return []
         rows.sort(key=lambda row: row[0])
