@@ -154,9 +154,11 @@ def timeline(report: CampaignReport, path: Path) -> Path:
         ended: datetime = r.ended_at or r.started_at
         width = max((ended - r.started_at).total_seconds() / 3600, 0.0)
         ax.barh(row, width, left=began, color=_COLOURS.get(r.status, "tab:blue"))
-        if width == 0:  # an instant (the purchase): a mark, not a bar
-            ax.plot([began], [row], marker="D", color=_COLOURS.get(r.status, "tab:blue"))
         took = (ended - r.started_at).total_seconds()
+        if took == 0:  # an instant (the purchase): a mark with its time, not a bar
+            ax.plot([began], [row], marker="D", color=_COLOURS.get(r.status, "tab:blue"))
+            ax.text(began, row, f"  {r.started_at:%m-%d %H:%M}", va="center", fontsize=8)
+            continue
         ax.text(began + width, row, f" {took / 60:.0f} min" if took >= 60 else f" {took:.0f} s", va="center",
                 fontsize=8)
     ax.set_yticks(range(len(rows)), [f"{r.what} ({r.run})" for r in reversed(rows)])
