@@ -302,7 +302,7 @@ class CampaignReport(BaseModel):
             lines += ["", "## Approvals", "", markdown_table(rows).rstrip()]
         if self.redeploys:
             lines += ["", "## Redeploys", "", redeploys_markdown(self.redeploys).rstrip()]
-        events = self._event_rows()
+        events = event_rows(self.to_json())
         if events:
             lines += ["", "## Events", "", markdown_table(events).rstrip()]
         text = "\n".join(lines)
@@ -310,20 +310,28 @@ class CampaignReport(BaseModel):
             text = without_images(text)
         return text + "\n"
 
-    def _event_rows(self) -> list[dict[str, object]]:
-        """This run's events, and what other runs did for the campaign before it, from the record (the purchase the
-        campaign run made, the cluster's preparation), in time order: a scheduled serve run sent neither event."""
-        rows = [(e.occurred, f"`{e.event}`") for e in self.events]
-        bought = self.acquire
-        if bought is not None and bought.adopted_by and bought.bought_at is not None and bought.lease is not None:
-            rows.append((bought.bought_at, f"purchase: `{bought.lease.reservation_id}` by run {bought.bought_by}"))
-        if self.prepared is not None:
-            rows.append((self.prepared.started_at, f"cluster preparation began (run {self.prepared.run})"))
-            rows.append((self.prepared.ended_at, "cluster prepared"))
-        if not rows:
-            return []
-        rows.sort(key=lambda row: row[0])
-        return [{"occurred (UTC)": f"{at:%Y-%m-%d %H:%M:%S}", "event": what} for at, what in rows]
+
+def event_rows(report: dict[str, Any]) -> list[dict[str, object]]:
+    """report.md's Events table from report.json: the run's events, and what other runs did for the campaign before
+    them from the record (the purchase when the lease was adopted, the cluster's preparation), in time order; a
+    scheduled serve run sent neither event. The one rule for the serve run's report and every amendment of it."""
+    rows = [(str(e.get("occurred", "")), f"`{e.get('event')}`") for e in report.get("events") or []]
+    purchase, lease, prepared = report.get("purchase") or {}, report.get("lease") or {}, report.get("prepared") or {}
+    if purchase.get("adopted_by") and purchase.get("bought_at"):
+        rows.append((purchase["bought_at"],
+                     f"purchase: `{lease.get('reservation_id')}` by run {purchase.get('bought_by')}"))
+    if prepared.get("started_at") and prepared.get("ended_at"):
+        rows.append((prepared["started_at"], f"cluster preparation began (run {prepared.get('run')})"))
+        rows.append((prepared["ended_at"], "cluster prepared"))
+    timed = sorted((_parse(at), what) for at, what in rows)
+    return [{"occurred (UTC)": f"{at:%Y-%m-%d %H:%M:%S}", "event": what} for at, what in timed]
+
+
+def _parse(at: str) -> datetime:
+    try:
+        return datetime.fromisoformat(at)
+    except ValueError:
+        return datetime.min.replace(tzinfo=UTC)
 
 
 def _took(span: timedelta) -> str:

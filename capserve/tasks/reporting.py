@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from prefect.artifacts import create_markdown_artifact  # noqa: E402
 
 from capserve.core.markdown import markdown_table, merge_sections, without_images  # noqa: E402
-from capserve.core.report import CampaignReport  # noqa: E402
+from capserve.core.report import CampaignReport, event_rows  # noqa: E402
 from capserve.core.stages import StageStatus  # noqa: E402
 from capserve.tasks.cost.plots import write_cost_plots  # noqa: E402
 from capserve.tasks.resilience import orchestrator_task  # noqa: E402
@@ -78,9 +78,8 @@ def amend_report_files(partial: CampaignReport, out_dir: Path, *, heading: str) 
     if partial.cost is not None:
         write_cost_plots(partial.cost, out_dir)  # the ledger's plots are redrawn with the ledger they show
     added_markdown = redact.redact(partial.to_markdown())
-    if document["events"]:
-        rows = [{"occurred (UTC)": _when(event.get("occurred")), "event": f"`{event.get('event')}`"}
-                for event in document["events"]]
+    rows = event_rows(document)  # the same table the serve run drew, with the events added since
+    if rows:
         added_markdown += "\n## Events\n\n" + markdown_table(rows) + "\n"
     markdown = md_path.read_text(encoding="utf-8") if md_path.exists() else ""
     markdown = merge_sections(markdown, added_markdown, heading=heading)
@@ -105,14 +104,6 @@ def _republish(campaign_id: str, markdown: str) -> None:
 def _artifact_key(campaign_id: str) -> str:
     """One artifact key per campaign (campaigns never overwrite each other's), the same for every run of it."""
     return f"{campaign_id}-report"
-
-
-def _when(occurred: object) -> str:
-    """An event's time as the report's events table shows it (``CampaignReport.to_markdown``)."""
-    try:
-        return f"{datetime.fromisoformat(str(occurred)):%Y-%m-%d %H:%M:%S}"
-    except ValueError:
-        return str(occurred)
 
 
 @orchestrator_task(name="publish-report")

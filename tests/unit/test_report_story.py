@@ -62,3 +62,20 @@ def test_the_plots_are_images_relative_to_the_report(tmp_path: Path) -> None:
     assert "![" not in report.to_markdown(images=False)  # the UI's artifact cannot show the files
     write_report_files(report, tmp_path)
     assert (tmp_path / "timeline.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_an_amendment_redraws_the_events_with_the_purchase_still_in_them(tmp_path: Path) -> None:
+    """The scheduled teardown's amendment redraws the Events table from report.json: the purchase and the
+    preparation, which are no events of the serve run, stay in it."""
+    import uuid
+
+    from capserve.core.events import CapserveEvent
+    from capserve.tasks.reporting import amend_report_files
+
+    write_report_files(served(tmp_path), tmp_path)
+    torn_down = CapserveEvent(event="capserve.teardown.done", resource={"prefect.resource.id": "capserve.campaign.x"},
+                              occurred=BLOCK + timedelta(hours=23, minutes=26), id=uuid.uuid4())
+    amend_report_files(CampaignReport(campaign="k3-demo", events=[torn_down]), tmp_path, heading="After serving")
+    events = (tmp_path / "report.md").read_text().split("## Events")[-1]
+    assert "purchase: `cr-0f4ab` by run campaign-k3-demo" in events and "cluster prepared" in events
+    assert events.index("purchase:") < events.index("capserve.teardown.done")
