@@ -146,9 +146,10 @@ def timeline(report: CampaignReport, path: Path) -> Path:
         width = max((ended - r.started_at).total_seconds() / 3600, 0.0)
         ax.barh(row, width, left=began, color=_COLOURS.get(r.status, "tab:blue"))
         took = (ended - r.started_at).total_seconds()
-        if took == 0:  # an instant (the purchase): a mark with its time, not a bar
+        if took == 0:  # an instant (the purchase, a skipped stage): a mark with its time or status, not a bar
             ax.plot([began], [row], marker="D", color=_COLOURS.get(r.status, "tab:blue"))
-            ax.text(began, row, f"  {r.started_at:%m-%d %H:%M}", va="center", fontsize=8)
+            said = f"{r.started_at:%m-%d %H:%M}" if r.status is StageStatus.COMPLETED else r.status.value
+            ax.text(began, row, f"  {said}", va="center", fontsize=8)
             continue
         ax.text(began + width, row, f" {took / 60:.0f} min" if took >= 60 else f" {took:.0f} s", va="center",
                 fontsize=8)
