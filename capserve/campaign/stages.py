@@ -284,6 +284,7 @@ def _evaluate(
         basic_auth_env=basic_auth_env,
         notes=notes,
         thinking=_catalog_thinking(ctx),
+        campaign=ctx.spec.campaign_id,
     )
     announce(ctx, evaluation_done(about(ctx), result, occurred=now()))
     return result

@@ -39,6 +39,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Sequence
+from pathlib import Path
 
 from capserve.cli import signals
 from capserve.cli.exit_codes import ExitCode
@@ -50,6 +51,7 @@ from capserve.tasks.secrets import DEBUG_HINT, install_log_redaction, redact, re
 # Modules are imported by name so that one command loads only its own module: `capserve plan`
 # must not pay for the campaign's imports (and never imports Prefect or a cloud SDK).
 SUBCOMMANDS = {
+    "init": "capserve.cli.init",
     "plan": "capserve.cli.plan",
     "up": "capserve.cli.up",
     "deploy": "capserve.cli.deploy",
@@ -60,6 +62,7 @@ SUBCOMMANDS = {
     "automations": "capserve.cli.automations",
     "sandbox": "capserve.cli.sandbox",
     "status": "capserve.cli.status",
+    "logs": "capserve.cli.logs",
 }
 
 __all__ = ["ExitCode", "build_parser", "main"]
@@ -70,8 +73,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="capserve",
         description="GPU reservation → evaluated vLLM endpoint → nothing left running.",
-        epilog="Exit codes: 0 ok, 1 failed, 2 bad input, 3 evaluation invalid, 4 unavailable (retry), "
-        "5 internal error, 6 sandbox run unproven, 130 interrupted (docs/cli.md).",
+        epilog="Start with `capserve init` (a commented spec). Exit codes: 0 ok, 1 failed, 2 bad input, "
+        "3 evaluation invalid, 4 unavailable (retry), 5 internal error, 6 sandbox run unproven, 130 interrupted. "
+        f"Docs: {docs_location()}",
     )
     parser.add_argument(
         "--debug", action="store_true", help="print tracebacks (anywhere on the command line; also CAPSERVE_DEBUG=1)"
@@ -81,6 +85,15 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         if only is None or name == only:
             importlib.import_module(module).register(sub)
     return parser
+
+
+def docs_location() -> str:
+    """Where this install's documentation is: the checkout's docs/ folder when capserve runs from one (an editable
+    install), else the project's source, where docs/ sits beside the package (the wheel carries no docs)."""
+    here = Path(__file__).resolve().parents[2] / "docs"
+    if (here / "cli.md").is_file():
+        return f"{here}/ (guide.md, cli.md)"
+    return "docs/guide.md and docs/cli.md in capserve's source, beside the capserve/ package"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,4 +1,5 @@
-"""``capserve status SPEC.yaml | NAME``: a campaign's record, its Prefect runs, and what exists of it (read-only).
+"""``capserve status [SPEC.yaml | NAME]``: a campaign's record, its Prefect runs, and what exists of it; with
+neither, every campaign recorded in a home region, one line each (read-only).
 
 Given a spec, the record is found where the campaign keeps it; given only a campaign name, ``--region``
 (the campaign's home region, where its record lives) says where to look, and the spec comes from the
@@ -17,6 +18,7 @@ from rich.table import Table
 
 from capserve.cli.exit_codes import ExitCode
 from capserve.core.errors import PermanentError, SpecError
+from capserve.core.settings import RecordSettings
 from capserve.core.spec import AWS_REGION, CampaignSpec, load_spec
 from capserve.core.status import CampaignStatus, Part, ResourceRow, RunRow, short_digest
 from capserve.tasks.secrets import redact
@@ -35,10 +37,14 @@ def register(subparsers: Any) -> None:
         description="Show a campaign's stages (from its record), its Prefect flow runs (when a server is "
         "configured) and what carries its tag in AWS and in its cluster. Read-only.",
     )
-    parser.add_argument("campaign", help="the campaign's spec (YAML), or its name (then give --region)")
+    parser.add_argument("campaign", nargs="?", default=None,
+                        help="the campaign's spec (YAML), or its name (then give --region); none: list every "
+                        "campaign recorded in the home region")
     parser.add_argument(
         "--region", default=None, metavar="REGION",
-        help="the campaign's home region (where its record lives); needed with a name, checked against the spec",
+        help="the campaign's home region (where its record lives); needed with a name, checked against the spec; "
+        "without a campaign, the home region whose campaigns are listed (default: the records' region setting, "
+        "then AWS_REGION / AWS_DEFAULT_REGION)",
     )
     parser.add_argument("--json", action="store_true", help="print the status as JSON")
     parser.set_defaults(func=run)
@@ -55,6 +61,9 @@ def run(args: argparse.Namespace) -> int:
     from capserve.tasks.status import campaign_status, read_campaign_record
 
     settings = settings_from_environment()
+    if args.campaign is None:
+        return list_campaigns(args.region or settings.records.region or _default_region(), settings.records,
+                              as_json=args.json)
     spec: CampaignSpec | None = None
     if Path(args.campaign).is_file() or args.campaign.endswith((".yaml", ".yml")):
         spec = load_spec(args.campaign)
@@ -97,6 +106,43 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_status(status)
     return ExitCode.OK if status.exists_anywhere else ExitCode.FAILED
+
+
+def _default_region() -> str:
+    import os
+
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if not region:
+        raise SpecError("--region: give the home region whose campaigns to list (where their records live), "
+                        "or set AWS_REGION")
+    return region
+
+
+def list_campaigns(region: str, records: RecordSettings, *, as_json: bool) -> int:
+    """Every campaign whose record lives in ``region``: its block, where it is, and what it has paid so far."""
+    from capserve.core.status import campaign_line
+    from capserve.tasks.clock import campaign_now
+    from capserve.tasks.hub_watch import list_campaign_records
+    from capserve.tasks.locations import locate_records
+
+    location = locate_records.fn(region, records)
+    now = campaign_now()
+    lines = [campaign_line(r, region, now) for r in sorted(list_campaign_records.fn(location),
+                                                           key=lambda r: r.campaign_id)]
+    if as_json:
+        print(redact(json.dumps([line.model_dump(mode="json") for line in lines], indent=2)))
+        return ExitCode.OK
+    out = Console(highlight=False)
+    table = Table(title=f"campaigns recorded in {location.uri('')} ({len(lines)})", title_justify="left")
+    for column in ("campaign", "block", "state", "paid (USD)"):
+        table.add_column(column, overflow="fold")
+    for line in lines:
+        table.add_row(line.campaign_id, line.block, line.state, f"{line.spent_usd:,.2f}")
+    out.print(table)
+    if lines:
+        out.print(f"total paid: ${sum(line.spent_usd for line in lines):,.2f}; one campaign in full: "
+                  f"capserve status NAME --region {region}")
+    return ExitCode.OK
 
 
 def print_status(status: CampaignStatus) -> None:

@@ -123,6 +123,16 @@ def refuse_unhonoured_options(args: argparse.Namespace) -> None:
             "run the lease schedules, which evaluates the endpoint it rolled out); add --in-process, or evaluate "
             "another endpoint with `capserve eval --url`"
         )
+    if args.sandbox and not args.in_process and not args.teardown_when_done and "PREFECT_API_URL" in os.environ:
+        # The simulated window is the clock of the server and worker `capserve up` starts (make demo's); on the
+        # user's server the lease's scheduled runs would fire on wall time, a day or more later, long after these
+        # stand-ins (this command's) are gone.
+        raise SpecError(
+            "--sandbox with PREFECT_API_URL: the sandbox plays its simulated window only on the server capserve up "
+            "starts itself; on yours the scheduled serve, drain and teardown runs would wait for the block on wall "
+            "time (a day or more) after this command's stand-ins are gone. Unset PREFECT_API_URL to play the "
+            "window (as make demo does), or add --teardown-when-done to buy, serve, evaluate and tear down in one run"
+        )
 
 
 def confirm_teardown_when_done(args: argparse.Namespace, console: Console) -> None:

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Annotated, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -89,6 +90,30 @@ def _cost_markdown(ledger: CostLedger) -> str:
     return text + "\n"
 
 
+EVALUATION_DIR = "evaluation"
+"""Where the evaluation writes its files, under the report's folder (capserve/campaign/stages.py)."""
+
+
+def _evaluation_markdown(result: EvaluationResult) -> str:
+    """The evaluation's section with its plots as images, relative to report.md (the summary names their files)."""
+    text = result.model_copy(update={"plots": []}).markdown().rstrip()
+    images = [f"![{Path(p).stem}]({EVALUATION_DIR}/{Path(p).name})" for p in result.plots]
+    return text + ("\n\n" + "\n\n".join(images) if images else "") + "\n"
+
+
+class TimelineRow(BaseModel):
+    """One line of the report's first table and one bar of timeline.png: a stage of this run, or what another run
+    of the campaign did for it before (the purchase, the cluster's preparation)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    what: str = Field(max_length=64, description="The stage, 'purchase' or 'prepare_cluster'.")
+    run: str = Field(max_length=200, description="The run that did it ('this run' for this report's stages).")
+    status: StageStatus = Field(description="How it ended.")
+    started_at: datetime = Field(description="Start, on the campaign's clock.")
+    ended_at: datetime | None = Field(None, description="End, on the campaign's clock (None while running).")
+
+
 class StageRecord(BaseModel):
     """One stage's line in the report."""
 
@@ -140,7 +165,9 @@ class CampaignReport(BaseModel):
     rollout: Annotated[RolloutResult | None, Section("Rollout")] = Field(
         None, description="What serves, how it was reached, what failed and was rolled back."
     )
-    evaluation: Annotated[EvaluationResult | None, Section(None)] = Field(None, description="The verdict.")
+    evaluation: Annotated[EvaluationResult | None, Section(None, to_markdown=_evaluation_markdown)] = Field(
+        None, description="The verdict."
+    )
     teardown: Annotated[TeardownResult | None, Section("Teardown")] = Field(None, description="What was deleted.")
     rehearsal: Annotated[RehearsalRecord | None, Section("Rehearsal")] = Field(
         None, description="A rehearsal run's result, checks and cost (`capserve rehearse`; docs/rehearsal.md)."
@@ -210,6 +237,25 @@ class CampaignReport(BaseModel):
 
     # ------------------------------------------------------------------ rendering
 
+    def timeline_rows(self) -> list[TimelineRow]:
+        """The campaign's story in time order: the purchase and the cluster's preparation when other runs did them
+        (a scheduled serve run adopts the lease the campaign run bought), then this run's stages."""
+        rows = [TimelineRow(what=s.name.value, run="this run", status=s.status, started_at=s.started_at,
+                            ended_at=s.ended_at) for s in self.stages]
+        bought = self.acquire
+        if bought is not None and bought.adopted_by and bought.bought_by and bought.bought_at is not None:
+            rows.append(TimelineRow(what="purchase", run=bought.bought_by, status=StageStatus.COMPLETED,
+                                    started_at=bought.bought_at, ended_at=bought.bought_at))
+        if self.prepared is not None:
+            rows.append(TimelineRow(what="prepare_cluster", run=self.prepared.run, status=StageStatus.COMPLETED,
+                                    started_at=self.prepared.started_at, ended_at=self.prepared.ended_at))
+        return sorted(rows, key=lambda r: r.started_at)
+
+    def block(self) -> tuple[datetime, datetime] | None:
+        """The block's start and end (None before a lease)."""
+        lease = self.acquire.lease if self.acquire is not None else None
+        return (lease.start, lease.end) if lease is not None else None
+
     def to_json(self) -> dict[str, Any]:
         """report.json."""
         out: dict[str, Any] = {"campaign": self.campaign, "stages": [s.report_json() for s in self.stages]}
@@ -226,10 +272,17 @@ class CampaignReport(BaseModel):
     def to_markdown(self, *, images: bool = True) -> str:
         """report.md; ``images=False`` leaves out the links to PNG files (the Prefect artifact cannot show
         them: it carries the same content as tables)."""
-        lines = [f"# Campaign `{self.campaign}`", "", "| stage | status | started (UTC) | took |", "|---|---|---|---|"]
-        for s in self.stages:
-            took = f"{(s.ended_at - s.started_at).total_seconds():.1f} s" if s.ended_at else "—"
-            lines.append(f"| {s.name.value} | {s.status.value} | {s.started_at:%Y-%m-%d %H:%M:%S} | {took} |")
+        lines = [f"# Campaign `{self.campaign}`", ""]
+        block = self.block()
+        if block is not None:
+            lines += [f"Block: {block[0]:%Y-%m-%d %H:%M} → {block[1]:%Y-%m-%d %H:%M} UTC. Every time in this report "
+                      "is on the campaign's clock (the block's, simulated in the sandbox).", ""]
+        lines += ["| stage | run | status | started (UTC) | block time | took |", "|---|---|---|---|---|---|"]
+        for r in self.timeline_rows():
+            took = _took(r.ended_at - r.started_at) if r.ended_at and r.ended_at > r.started_at else "—"
+            since = _block_time(r.started_at, block[0]) if block is not None else "—"
+            lines.append(f"| {r.what} | {r.run} | {r.status.value} | {r.started_at:%Y-%m-%d %H:%M:%S} | {since} "
+                         f"| {took} |")
         for s in self.stages:
             if s.status in (StageStatus.FAILED, StageStatus.INTERRUPTED):
                 lines += ["", f"**{s.name.value} {s.status.value}:** {s.detail}"]
@@ -249,16 +302,53 @@ class CampaignReport(BaseModel):
             lines += ["", "## Approvals", "", markdown_table(rows).rstrip()]
         if self.redeploys:
             lines += ["", "## Redeploys", "", redeploys_markdown(self.redeploys).rstrip()]
-        if self.events:
-            lines += ["", "## Events", "", markdown_table([_event_row(e) for e in self.events]).rstrip()]
+        events = event_rows(self.to_json())
+        if events:
+            lines += ["", "## Events", "", markdown_table(events).rstrip()]
         text = "\n".join(lines)
         if not images:
             text = without_images(text)
         return text + "\n"
 
 
-def _event_row(event: CapserveEvent) -> dict[str, object]:
-    return {"occurred (UTC)": f"{event.occurred:%Y-%m-%d %H:%M:%S}", "event": f"`{event.event}`"}
+def event_rows(report: dict[str, Any]) -> list[dict[str, object]]:
+    """report.md's Events table from report.json: the run's events, and what other runs did for the campaign before
+    them from the record (the purchase when the lease was adopted, the cluster's preparation), in time order; a
+    scheduled serve run sent neither event. The one rule for the serve run's report and every amendment of it."""
+    rows = [(str(e.get("occurred", "")), f"`{e.get('event')}`") for e in report.get("events") or []]
+    purchase, lease, prepared = report.get("purchase") or {}, report.get("lease") or {}, report.get("prepared") or {}
+    if purchase.get("adopted_by") and purchase.get("bought_at"):
+        rows.append((purchase["bought_at"],
+                     f"purchase: `{lease.get('reservation_id')}` by run {purchase.get('bought_by')}"))
+    if prepared.get("started_at") and prepared.get("ended_at"):
+        rows.append((prepared["started_at"], f"cluster preparation began (run {prepared.get('run')})"))
+        rows.append((prepared["ended_at"], "cluster prepared"))
+    timed = sorted((_parse(at), what) for at, what in rows)
+    return [{"occurred (UTC)": f"{at:%Y-%m-%d %H:%M:%S}", "event": what} for at, what in timed]
+
+
+def _parse(at: str) -> datetime:
+    try:
+        return datetime.fromisoformat(at)
+    except ValueError:
+        return datetime.min.replace(tzinfo=UTC)
+
+
+def _took(span: timedelta) -> str:
+    """A duration as the first table shows it: seconds under a minute, else minutes (or hours and minutes)."""
+    seconds = span.total_seconds()
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def _block_time(at: datetime, block_start: datetime) -> str:
+    """``at`` against the block's start: ``block +02:14`` (hours:minutes), ``block −1d 00:50`` before it."""
+    minutes = round((at - block_start).total_seconds() / 60)
+    sign = "+" if minutes >= 0 else "−"
+    days, rest = divmod(abs(minutes), 24 * 60)
+    return f"block {sign}{f'{days}d ' if days else ''}{rest // 60:02d}:{rest % 60:02d}"
 
 
 def _section_types(annotation: Any) -> tuple[type, ...]:

@@ -7,10 +7,12 @@ could not be looked at and why, so "nothing found" is never confused with "could
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from capserve.core.record import CampaignRecord
-from capserve.core.stages import Stage
+from capserve.core.stages import Stage, StageStatus
 
 
 class _Strict(BaseModel):
@@ -114,3 +116,48 @@ def resource_row(label: str, where: str, state: str = "") -> ResourceRow:
 
 def short_digest(digest: str) -> str:
     return digest[:12]
+
+
+class CampaignLine(_Strict):
+    """One campaign in ``capserve status`` without a name: what its record says now."""
+
+    campaign_id: str = Field(max_length=64, description="The campaign.")
+    home_region: str = Field(max_length=32, description="Where its record lives.")
+    block: str = Field(max_length=256, description="Its block: zone, start → end (UTC), or that none is bought.")
+    state: str = Field(max_length=256, description="Where it is, from its stages and the block's times.")
+    spent_usd: float = Field(ge=0, description="Paid so far: the block's upfront fee (0 for an adopted block).")
+
+
+def campaign_line(record: CampaignRecord, home_region: str, now: datetime) -> CampaignLine:
+    """``record`` as one line of the campaign list, judged at ``now`` (the campaign's clock)."""
+    lease = record.lease
+    block = "none bought" if lease is None else (
+        f"{lease.availability_zone} {lease.start:%Y-%m-%d %H:%M} → {lease.end:%Y-%m-%d %H:%M} UTC")
+    return CampaignLine(campaign_id=record.campaign_id, home_region=home_region, block=block,
+                        state=_state(record, now), spent_usd=lease.upfront_fee if lease is not None else 0.0)
+
+
+def _state(record: CampaignRecord, now: datetime) -> str:
+    ended = record.stage(Stage.TEARDOWN)
+    if ended is not None and ended.status is StageStatus.COMPLETED:
+        return "torn down"
+    running = [stage for stage, entry in record.stages.items() if entry.status is StageStatus.RUNNING]
+    if running:
+        return f"running: {running[-1].value}"
+    failed = [stage for stage, entry in record.stages.items() if entry.status is StageStatus.FAILED]
+    if failed:
+        return f"failed: {failed[-1].value}"
+    lease = record.lease
+    if lease is None:
+        return "no block yet"
+    if now < lease.start:
+        return f"waiting for the block (starts in {_span(lease.start - now)})"
+    if now < lease.end:
+        serving = record.last_good_rollout is not None
+        return f"{'serving' if serving else 'in its block'} ({_span(lease.end - now)} left)"
+    return "block over, not torn down"
+
+
+def _span(delta: timedelta) -> str:
+    minutes = max(0, int(delta.total_seconds() // 60))
+    return f"{minutes // 60}h{minutes % 60:02d}m"

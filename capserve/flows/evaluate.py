@@ -49,8 +49,11 @@ def evaluate_endpoint(
     baseline: EvaluationResult | None = None,
     notes: Sequence[str] = (),
     thinking: Thinking | None = None,
+    campaign: str | None = None,
 ) -> EvaluationResult:
     """Run the chosen profiles, judge the gates, save ``out_dir/evaluation.json``, publish artifacts and plots.
+
+    ``campaign`` (a campaign's evaluation) leads the artifacts' keys, so one campaign's never replace another's.
 
     ``thinking`` is the catalog's word on how the served model thinks (None: unknown or it does not);
     the smoke stream's evidence counts too (docs/evaluation.md §6.4).
@@ -80,7 +83,7 @@ def evaluate_endpoint(
     )
     # Belt and braces: whatever a task let through is redacted before it is written or published.
     result = EvaluationResult.model_validate(redactor().redact_data(result.model_dump(mode="json")))
-    publish(result, out_dir)
+    publish(result, out_dir, campaign)
     get_run_logger().info(
         "evaluation of %s: %s (%d gates, %d failed)",
         model,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from prefect import flow, get_run_logger
+from prefect.client.schemas.objects import State
 
 from capserve.campaign.announce import now as utc_now
 from capserve.core.events import CampaignRefs, revision_published
@@ -19,6 +20,7 @@ from capserve.tasks.clock import begin_at_waypoint, campaign_now, working_on_the
 from capserve.tasks.events import emit
 from capserve.tasks.hub_watch import list_campaign_records, mark_announced, was_announced
 from capserve.tasks.locations import locate_records
+from capserve.tasks.maintenance import skipped_without_aws
 from capserve.tasks.settings import hub_endpoint_from_environment, settings_from_environment
 from capserve.tasks.weights.hub import hub_connection, resolve_revision
 
@@ -26,10 +28,14 @@ from capserve.tasks.weights.hub import hub_connection, resolve_revision
 @flow(name="hub-watcher", validate_parameters=True)
 def watch_hub(
     regions: list[str], hub_endpoint: str | None = None, now: datetime | None = None, waypoint: datetime | None = None
-) -> list[str]:
+) -> list[str] | State:
     """Check every running campaign whose records live in one of ``regions`` (their home regions); returns
     ``campaign@sha`` for each revision announced by this run. ``waypoint``: the time on the campaign's clock a
-    one-off watch was scheduled for (a simulated clock stops there until the watch has started)."""
+    one-off watch was scheduled for (a simulated clock stops there until the watch has started). On a worker
+    without AWS credentials (no record can be read): Completed, "skipped"."""
+    skipped = skipped_without_aws("hub watcher", "capserve-hub-watcher", [])
+    if skipped is not None:
+        return skipped
     if waypoint is not None:
         now = now or begin_at_waypoint(waypoint)
     with working_on_the_block():

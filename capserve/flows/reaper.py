@@ -13,12 +13,14 @@ from __future__ import annotations
 from datetime import datetime
 
 from prefect import flow, get_run_logger
+from prefect.client.schemas.objects import State
 
 from capserve.core.errors import CapserveError, PermanentError
 from capserve.core.teardown.reaper import CampaignSighting, ReaperDecision, ReaperResult, decide
 from capserve.core.teardown.settings import ReaperSettings
 from capserve.flows.teardown import run_teardown
 from capserve.tasks.clock import campaign_now
+from capserve.tasks.maintenance import regions_of_records, skipped_without_aws
 from capserve.tasks.reporting import publish_reaper
 from capserve.tasks.settings import settings_from_environment
 from capserve.tasks.teardown.inventory import inventory_campaign
@@ -32,14 +34,21 @@ def reaper(
     now: datetime | None = None,
     dry_run: bool = True,
     settings: ReaperSettings | None = None,
-) -> ReaperResult:
-    """Judge every capserve campaign found in ``regions`` at ``now`` (default: the current time).
+) -> ReaperResult | State:
+    """Judge every capserve campaign found in ``regions`` and in the regions its records' leases are in, at
+    ``now`` (default: the current time). On a worker without AWS credentials: Completed, "skipped".
 
     A campaign whose teardown fails does not stop the others; the flow raises at the end, naming each.
     """
     logger = get_run_logger()
-    settings = settings or settings_from_environment().reaper
+    everything = settings_from_environment()
+    settings = settings or everything.reaper
     now = now or campaign_now()
+    skipped = skipped_without_aws("reaper", REAPER_ARTIFACT, ReaperResult(regions=tuple(regions), dry_run=dry_run,
+                                                                          now=now))
+    if skipped is not None:
+        return skipped
+    regions = regions_of_records(regions, everything.records)
     decisions: list[ReaperDecision] = []
     failures: list[str] = []
     for region in regions:
@@ -72,6 +81,9 @@ def reaper(
     if failures:
         raise ReaperError("reaper: teardown failed for " + " | ".join(failures), outcome)
     return outcome
+
+
+REAPER_ARTIFACT = "capserve-reaper"
 
 
 class ReaperError(PermanentError):

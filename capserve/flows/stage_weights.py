@@ -78,9 +78,9 @@ def stage_weights(
 
     sha = resolve_revision(conn, repo, spec.model.revision)
     hub_headers = read_hub_headers(conn, repo, sha)
-    plan = plan_weights_for(list_repo_files(conn, repo, sha), hub_headers, layout)
+    plan = plan_weights_for(list_repo_files(conn, repo, sha), hub_headers, layout, spec.campaign_id)
     dirs = StagingDirs(root=staging_dir, repo=repo, sha=sha, layout_id=layout.layout_id)
-    fetched = fetch_checkpoint(conn, repo, sha, plan.files, dirs.source, settings)
+    fetched = fetch_checkpoint(conn, repo, sha, plan.files, dirs.source, settings, campaign=spec.campaign_id)
     local_headers = read_local_headers(dirs.source, sorted(hub_headers))
     check_headers_match(f"{repo}@{sha}", local_headers, hub_headers)
 
@@ -97,10 +97,12 @@ def stage_weights(
     )
 
 
-def plan_weights_for(listing: RepoListing, hub_headers: dict[str, list[TensorEntry]], layout: Layout) -> WeightsPlan:
-    """Plan which bytes each node needs, and show the plan in the UI."""
+def plan_weights_for(
+    listing: RepoListing, hub_headers: dict[str, list[TensorEntry]], layout: Layout, campaign: str
+) -> WeightsPlan:
+    """Plan which bytes each node needs, and show the plan in the UI (under the campaign's key)."""
     plan = plan_weights(listing, hub_headers, layout)
-    publish_plan(plan)
+    publish_plan(plan, campaign)
     get_run_logger().info(
         "%s@%s: %d files, %d bytes; per node %s (naive %d); re-shard %s", plan.repo, plan.revision_sha[:12],
         len(plan.files), plan.bytes_total, plan.bytes_per_node, plan.bytes_naive_per_node, plan.reshard,

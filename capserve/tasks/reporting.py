@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from prefect.artifacts import create_markdown_artifact  # noqa: E402
 
 from capserve.core.markdown import markdown_table, merge_sections, without_images  # noqa: E402
-from capserve.core.report import CampaignReport, StageRecord  # noqa: E402
+from capserve.core.report import CampaignReport, event_rows  # noqa: E402
 from capserve.core.stages import StageStatus  # noqa: E402
 from capserve.tasks.cost.plots import write_cost_plots  # noqa: E402
 from capserve.tasks.resilience import orchestrator_task  # noqa: E402
@@ -51,7 +51,7 @@ def write_report_files(report: CampaignReport, out_dir: Path) -> tuple[Path, Pat
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
     if report.stages:
-        timeline(report.stages, out_dir / "timeline.png")
+        timeline(report, out_dir / "timeline.png")
     if report.cost is not None:
         write_cost_plots(report.cost, out_dir)  # the files report.md links to (COST_PLOTS)
     return json_path, md_path
@@ -78,9 +78,8 @@ def amend_report_files(partial: CampaignReport, out_dir: Path, *, heading: str) 
     if partial.cost is not None:
         write_cost_plots(partial.cost, out_dir)  # the ledger's plots are redrawn with the ledger they show
     added_markdown = redact.redact(partial.to_markdown())
-    if document["events"]:
-        rows = [{"occurred (UTC)": _when(event.get("occurred")), "event": f"`{event.get('event')}`"}
-                for event in document["events"]]
+    rows = event_rows(document)  # the same table the serve run drew, with the events added since
+    if rows:
         added_markdown += "\n## Events\n\n" + markdown_table(rows) + "\n"
     markdown = md_path.read_text(encoding="utf-8") if md_path.exists() else ""
     markdown = merge_sections(markdown, added_markdown, heading=heading)
@@ -105,14 +104,6 @@ def _republish(campaign_id: str, markdown: str) -> None:
 def _artifact_key(campaign_id: str) -> str:
     """One artifact key per campaign (campaigns never overwrite each other's), the same for every run of it."""
     return f"{campaign_id}-report"
-
-
-def _when(occurred: object) -> str:
-    """An event's time as the report's events table shows it (``CampaignReport.to_markdown``)."""
-    try:
-        return f"{datetime.fromisoformat(str(occurred)):%Y-%m-%d %H:%M:%S}"
-    except ValueError:
-        return str(occurred)
 
 
 @orchestrator_task(name="publish-report")
@@ -142,19 +133,34 @@ def publish_reaper(markdown: str) -> None:
     create_markdown_artifact(key="capserve-reaper", markdown=markdown, description="Reaper")
 
 
-def timeline(stages: list[StageRecord], path: Path) -> Path:
-    """A Gantt chart of the stages: where the paid window's time went."""
-    start = stages[0].started_at
-    fig, ax = plt.subplots(figsize=(9, 0.5 * len(stages) + 1.2))
-    for row, stage in enumerate(reversed(stages)):
-        began = (stage.started_at - start).total_seconds()
-        ended: datetime = stage.ended_at or stage.started_at
-        width = max((ended - start).total_seconds() - began, 0.05)
-        ax.barh(row, width, left=began, color=_COLOURS.get(stage.status, "tab:blue"))
-        ax.text(began + width, row, f" {width:.1f} s {stage.status.value}", va="center", fontsize=8)
-    ax.set_yticks(range(len(stages)), [s.name.value for s in reversed(stages)])
-    ax.set_xlabel("seconds since the campaign started")
-    ax.set_title("Campaign timeline")
+def timeline(report: CampaignReport, path: Path) -> Path:
+    """A Gantt chart of the campaign's story (the report's first table): the purchase and the cluster's preparation
+    when other runs did them, then this run's stages, in hours from the block's start on the campaign's clock."""
+    rows = report.timeline_rows()
+    block = report.block()
+    zero = block[0] if block is not None else rows[0].started_at
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(rows) + 1.4))
+    for row, r in enumerate(reversed(rows)):
+        began = (r.started_at - zero).total_seconds() / 3600
+        ended: datetime = r.ended_at or r.started_at
+        width = max((ended - r.started_at).total_seconds() / 3600, 0.0)
+        ax.barh(row, width, left=began, color=_COLOURS.get(r.status, "tab:blue"))
+        took = (ended - r.started_at).total_seconds()
+        if took == 0:  # an instant (the purchase, a skipped stage): a mark with its time or status, not a bar
+            ax.plot([began], [row], marker="D", color=_COLOURS.get(r.status, "tab:blue"))
+            said = f"{r.started_at:%m-%d %H:%M}" if r.status is StageStatus.COMPLETED else r.status.value
+            ax.text(began, row, f"  {said}", va="center", fontsize=8)
+            continue
+        ax.text(began + width, row, f" {took / 60:.0f} min" if took >= 60 else f" {took:.0f} s", va="center",
+                fontsize=8)
+    ax.set_yticks(range(len(rows)), [f"{r.what} ({r.run})" for r in reversed(rows)])
+    if block is not None:
+        ax.axvline(0, color="black", linestyle="--", linewidth=1)
+        ax.text(0, len(rows) - 0.4, " block starts", fontsize=8)
+        ax.set_xlabel("hours from the block's start (campaign clock)")
+    else:
+        ax.set_xlabel("hours from the first stage (campaign clock)")
+    ax.set_title(f"Campaign {report.campaign}: timeline")
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -123,3 +123,16 @@ async def _published(campaign: str) -> list[dict[str, Any]]:
                 return list(found)
             await asyncio.sleep(0.5)
     return list(found)
+
+
+def test_the_reaper_looks_where_the_recorded_campaigns_leases_are(world: tuple[str, HubState, Path]) -> None:
+    """A campaign whose record lives in its home region may hold its block elsewhere: the reaper scans both."""
+    from capserve.core.settings import RecordSettings
+    from capserve.tasks.maintenance import regions_of_records
+
+    west = record("west", "a" * 40)
+    assert west.lease is not None
+    store(west.with_lease(west.lease.model_copy(update={"region": "us-west-2"}), offering_id=None, now=NOW),
+          record("east", "a" * 40))
+    records = RecordSettings(bucket=BUCKET, region=REGION)
+    assert regions_of_records([REGION, REGION], records) == [REGION, "us-west-2"]

@@ -134,3 +134,18 @@ def test_each_campaign_had_its_own_kubernetes_and_its_deletion_took_it(
     # All three clusters are gone now, and their Kubernetes with them.
     assert boto3.client("eks").list_clusters()["clusters"] == []
     assert eks_ext.cluster_kubes() == {}
+
+
+def test_each_campaign_leaves_its_own_evaluation_and_weights_artifacts(three: dict[str, dict[str, Any]]) -> None:
+    """Prefect shows the latest artifact per key: the three evaluated the same model and staged the same repo, so
+    each one's summary, gates and weights plan stay on the Artifacts page only when the key holds the campaign."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    wanted = [f"{name}-{what}" for name in NAMES for what in
+              ("eval-kimi-k3-summary", "eval-kimi-k3-gates", "weights-plan-capserve-sandbox-tiny-k3")]
+    with get_client(sync_client=True) as client:
+        latest = client.read_latest_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=wanted)))
+    assert sorted(a.key for a in latest if a.key) == sorted(wanted)
+    summaries = {a.key: str(a.data) for a in latest if a.key and a.key.endswith("-summary")}
+    assert all("pass" in text.lower() for text in summaries.values()), summaries

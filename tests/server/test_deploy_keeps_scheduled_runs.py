@@ -103,8 +103,8 @@ def test_a_campaign_no_worker_picks_up_says_so_within_a_minute_naming_the_pool(
     env = {**os.environ, "PREFECT_API_URL": server.url, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
     with log.open("wb") as out:
         up = subprocess.Popen(
-            [sys.executable, "-m", "capserve.cli", "up", str(EXAMPLE), "--sandbox", "--revisions", "none",
-             "--out", str(tmp_path / "out")],
+            [sys.executable, "-m", "capserve.cli", "up", str(EXAMPLE), "--sandbox", "--teardown-when-done", "--yes",
+             "--revisions", "none", "--out", str(tmp_path / "out")],
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )
     try:

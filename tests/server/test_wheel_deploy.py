@@ -103,6 +103,7 @@ def test_the_wheel_carries_the_deployments_and_the_command(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "capserve/deployments/prefect.yaml" in names
     assert "capserve/core/vllm/data/0.32.0/serve_flags.json" in names  # preflight parses vLLM's arguments with it
+    assert {"capserve/examples/sandbox.yaml", "capserve/examples/aws.yaml"} <= names  # what `capserve init` writes
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "capserve = capserve.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
     shipped = yaml.safe_load(zipfile.ZipFile(wheel).read("capserve/deployments/prefect.yaml"))

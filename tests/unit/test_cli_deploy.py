@@ -39,7 +39,7 @@ def test_up_on_a_server_without_capserve_deployments_says_to_run_capserve_deploy
 ) -> None:
     # The session's Prefect test server has none of capserve's deployments registered.
     monkeypatch.setenv("PREFECT_API_URL", str(PREFECT_API_URL.value()))
-    code = main(["up", str(EXAMPLE), "--sandbox", "--out", str(tmp_path / "out")])
+    code = main(["up", str(EXAMPLE), "--sandbox", "--teardown-when-done", "--yes", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == ExitCode.BAD_INPUT, err
     assert "has no capserve deployment acquire, campaign," in err and "run `capserve deploy`" in err

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
@@ -53,13 +53,13 @@ class AcquireResult(BaseModel):
             or bought.reservation_id != held.reservation_id
         ):
             return self
-        when = f" at {purchase.bought_at.isoformat()}" if purchase.bought_at else ""
+        when = f" at {_utc(purchase.bought_at)}" if purchase.bought_at else ""
         adopter = f"run {self.adopted_by}" if self.adopted_by else "a later run of the campaign"
         state = self.state or purchase.state
         message = (
             f"Bought {bought.reservation_id} for ${bought.upfront_fee:,.2f} by run {purchase.bought_by or 'unknown'}"
             f"{when}; adopted by {adopter} ({state.value if state else 'state unknown'}); it ends "
-            f"{held.end.isoformat()}."
+            f"{_utc(held.end)}."
         )
         return purchase.model_copy(update={"state": state, "adopted_by": self.adopted_by, "message": message})
 
@@ -99,12 +99,12 @@ class AcquireResult(BaseModel):
                 f"| provider | {lease.provider} |",
                 f"| reservation | `{lease.reservation_id}` ({self.state.value if self.state else 'state unknown'}) |",
                 f"| where | {lease.region} / {lease.availability_zone} |",
-                f"| window | {lease.start.isoformat()} → {lease.end.isoformat()} |",
+                f"| window | {_utc(lease.start)} → {_utc(lease.end)} |",
                 f"| capacity | {lease.instance_count} × {lease.instance_type} |",
                 f"| upfront fee | ${lease.upfront_fee:,.2f} {lease.currency}{' (adopted)' if lease.adopted else ''} |",
             ]
             if self.bought_by:
-                at = f" at {self.bought_at.isoformat()}" if self.bought_at else ""
+                at = f" at {_utc(self.bought_at)}" if self.bought_at else ""
                 lines.append(f"| bought by | run `{self.bought_by}`{at} |")
             if self.approval:
                 lines.append(f"| approval | {self.approval} |")
@@ -137,3 +137,8 @@ class AcquireResult(BaseModel):
 
 def _iso(when: datetime | None) -> str | None:
     return when.isoformat() if when else None
+
+
+def _utc(when: datetime) -> str:
+    """A time as the report shows it: to the second, UTC, on the campaign's clock."""
+    return f"{when.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"

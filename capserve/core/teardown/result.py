@@ -70,7 +70,8 @@ class TeardownResult(BaseModel):
         rows += [{"resource": k.resource, "outcome": f"kept: {k.why}"} for k in self.kept]
         head = (
             f"Teardown of campaign {self.campaign_id} in {self.region} ({self.reason}"
-            f"{', dry run: nothing deleted' if self.dry_run else ''}), finished {self.finished_at.isoformat()}."
+            f"{', dry run: nothing deleted' if self.dry_run else ''}), "
+            f"finished {self.finished_at:%Y-%m-%d %H:%M:%S} UTC."
         )
         table = markdown_table(rows) if rows else "Nothing of this campaign exists."
         return f"{head}\n\n{table}\n"

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from capserve.core.artifact_keys import artifact_key
 from capserve.core.evaluation.result import EvaluationResult, LoadResult
 from capserve.tasks.evaluation.load import load_raw
 from capserve.tasks.evaluation.plots import latency_cdfs, throughput_vs_concurrency
@@ -22,37 +23,37 @@ def make_plots(load: LoadResult, out_dir: Path) -> list[str]:
     return [str(p) for p in paths]
 
 
-def artifact_key(model: str, suffix: str) -> str:
-    """Prefect artifact keys allow only lowercase letters, digits and dashes."""
-    base = "".join(c if c.isalnum() else "-" for c in model.lower()).strip("-")[:40] or "model"
-    return f"eval-{base}-{suffix}"
+def eval_key(campaign: str | None, model: str, suffix: str) -> str:
+    """``<campaign>-eval-<model>-<suffix>``: campaigns evaluating the same model keep their own
+    (``eval-<model>-<suffix>`` for an evaluation outside a campaign, ``capserve eval``)."""
+    return artifact_key(campaign, "eval", model[:40], suffix)
 
 
 @local_task(name="eval-publish")
-def publish(result: EvaluationResult, out_dir: Path) -> Path:
-    """Write evaluation.json and create the artifacts."""
+def publish(result: EvaluationResult, out_dir: Path, campaign: str | None = None) -> Path:
+    """Write evaluation.json and create the artifacts (keyed by ``campaign`` when it is one's)."""
     path = out_dir / "evaluation.json"
     path.write_text(result.model_dump_json(indent=2), encoding="utf-8")
     create_markdown_artifact(
         result.markdown(),
-        key=artifact_key(result.model, "summary"),
+        key=eval_key(campaign, result.model, "summary"),
         description=f"Evaluation verdict: {result.verdict}",
     )
     create_table_artifact(
         [g.model_dump(mode="json") for g in result.gates],
-        key=artifact_key(result.model, "gates"),
+        key=eval_key(campaign, result.model, "gates"),
         description="Gates: value vs threshold",
     )
     if result.smoke is not None:
         create_table_artifact(
             [c.model_dump(mode="json") for c in result.smoke.checks],
-            key=artifact_key(result.model, "smoke"),
+            key=eval_key(campaign, result.model, "smoke"),
             description="Smoke checks",
         )
     if result.quality is not None:
         rows = [{"category": k, "accuracy": v} for k, v in sorted(result.quality.by_category.items())]
         rows.append({"category": "all", "accuracy": result.quality.accuracy})
-        create_table_artifact(rows, key=artifact_key(result.model, "quality"), description="Golden-set accuracy")
+        create_table_artifact(rows, key=eval_key(campaign, result.model, "quality"), description="Golden-set accuracy")
     if result.load is not None:
         rows = [
             {
@@ -68,5 +69,5 @@ def publish(result: EvaluationResult, out_dir: Path) -> Path:
             }
             for p in result.load.points
         ]
-        create_table_artifact(rows, key=artifact_key(result.model, "load"), description="Load runs")
+        create_table_artifact(rows, key=eval_key(campaign, result.model, "load"), description="Load runs")
     return path

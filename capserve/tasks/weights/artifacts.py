@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 from uuid import UUID
 
@@ -11,18 +10,14 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 from rich.progress import Progress as RichProgress
 
+from capserve.core.artifact_keys import artifact_key
 from capserve.core.markdown import markdown_table
 from capserve.core.progress import Progress as LineProgress
 from capserve.core.weights.plan import WeightsPlan
 from capserve.tasks.progress import ProgressReporter
 
 
-def artifact_key(*parts: str) -> str:
-    """Prefect artifact keys allow lower-case letters, digits and dashes only (docs/prefect.md §7)."""
-    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", "-".join(parts).lower())).strip("-")[:200]
-
-
-def publish_plan(plan: WeightsPlan) -> None:
+def publish_plan(plan: WeightsPlan, campaign: str | None = None) -> None:
     rows = [
         {"node": n.node, "experts": f"{n.experts_start}–{max(n.experts_stop - 1, n.experts_start)}",
          "weight files": len(n.weight_files), "bytes planned": b, "bytes naive": plan.bytes_naive_per_node}
@@ -34,7 +29,7 @@ def publish_plan(plan: WeightsPlan) -> None:
         f"layout `{plan.layout.layout_id}`; re-shard: {'yes' if plan.reshard else 'no'}.\n\n"
         + markdown_table(rows)
     )
-    create_markdown_artifact(key=artifact_key("weights-plan", plan.repo), markdown=markdown,
+    create_markdown_artifact(key=artifact_key(campaign, "weights-plan", plan.repo), markdown=markdown,
                              description="Bytes each node stages vs every node getting everything")
 
 

@@ -18,6 +18,7 @@ from huggingface_hub import hf_hub_download
 from huggingface_hub.utils import disable_progress_bars  # type: ignore[attr-defined]
 from pydantic import BaseModel, ConfigDict, Field
 
+from capserve.core.artifact_keys import artifact_key
 from capserve.core.errors import PermanentError
 from capserve.core.weights.listing import SHA256_HEX, RepoFile
 from capserve.core.weights.settings import WeightsSettings
@@ -106,14 +107,15 @@ def _download(conn: HubConnection, repo: str, sha: str, rel: str, source_dir: Pa
 
 
 def fetch_checkpoint(
-    conn: HubConnection, repo: str, sha: str, files: Sequence[RepoFile], source_dir: Path, settings: WeightsSettings
+    conn: HubConnection, repo: str, sha: str, files: Sequence[RepoFile], source_dir: Path, settings: WeightsSettings,
+    *, campaign: str | None = None,
 ) -> dict[str, FetchedFile]:
     """Every file of ``files`` in ``source_dir``, verified: at most ``fetch_parallelism`` downloads at once, each
     retried ``fetch_retries`` times on transient errors, with progress in the UI (and on a watching terminal)."""
     sweep_incomplete(source_dir)
     total = sum(f.size for f in files)
-    progress = Progress(f"weights-download-{repo}", total, f"{repo}@{sha[:12]}: fetch + sha256 verify",
-                        what=f"{repo} fetched from the Hub and verified")
+    progress = Progress(artifact_key(campaign, "weights-download", repo), total,
+                        f"{repo}@{sha[:12]}: fetch + sha256 verify", what=f"{repo} fetched from the Hub and verified")
     fetch = with_policy(
         fetch_file,
         RetryPolicy(retries=settings.fetch_retries, first_delay_s=settings.fetch_retry_delay_seconds, max_delay_s=60),
