@@ -153,7 +153,7 @@ def test_the_report_renders_sections_in_campaign_order_with_their_own_json() -> 
     assert "detail" not in out["stages"][0]
     markdown = report.to_markdown()
     assert markdown.index("## Scheduled runs") < markdown.index("## Cluster")
-    assert "| bring_up | completed | 2026-12-01 11:30:00 | 6.0 s |" in markdown
+    assert "| bring_up | this run | completed | 2026-12-01 11:30:00 | — | 6.0 s |" in markdown
     assert report.status_of(Stage.EVALUATE) is StageStatus.SKIPPED and report.status_of(Stage.PLAN) is None
 
 
