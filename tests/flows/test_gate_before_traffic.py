@@ -30,8 +30,8 @@ def test_the_endpoint_serves_once_smoke_and_quality_pass_whatever_the_load_profi
 
     written = json.loads((tmp_path / "out" / "report.json").read_text())
     evaluation = written["evaluation"]
-    assert evaluation["load"] is None and evaluation["plots"] == []
     assert evaluation["verdict"] == "pass", evaluation["gates"]
+    assert evaluation["load"] is None and evaluation["plots"] == []
     assert not any("@" in gate["name"] for gate in evaluation["gates"])  # no load level judged
     assert any("capserve eval --profile load" in note for note in evaluation["notes"])
     # The ledger's serving began at the ready endpoint, not withheld by a failed verdict.
