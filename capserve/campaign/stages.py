@@ -43,7 +43,7 @@ from capserve.core.weights.node_staging import NodeStagingResult
 from capserve.core.weights.result import WeightsResult
 from capserve.flows.acquire import acquire
 from capserve.flows.bring_up import bring_up
-from capserve.flows.evaluate import evaluate_endpoint
+from capserve.flows.evaluate import GATE_PROFILES, evaluate_endpoint
 from capserve.flows.rollout import RolloutInputs, roll_out, served_endpoint
 from capserve.flows.stage_weights import stage_weights
 from capserve.flows.teardown import teardown
@@ -257,7 +257,9 @@ def rollout_inputs(ctx: CampaignContext) -> RolloutInputs:
 
 
 def evaluate_stage(ctx: CampaignContext) -> EvaluationResult | StageEnd:
-    """Evaluate the rolled-out endpoint through a port-forward (or the endpoint_url given instead)."""
+    """The gate before traffic (smoke and quality, within ``evaluation.gate_budget_minutes``) on the rolled-out
+    endpoint through a port-forward (or the endpoint_url given instead). The load profile is not part of it: it
+    runs on demand against the serving endpoint (``capserve eval --profile load``, docs/evaluation.md §8)."""
     rolled = ctx.report.rollout
     if ctx.options.endpoint_url is None and rolled is not None:
         cluster = need(ctx.report.cluster, Stage.BRING_UP)
@@ -272,6 +274,12 @@ def evaluate_stage(ctx: CampaignContext) -> EvaluationResult | StageEnd:
     return _evaluate(ctx, given, ctx.options.api_key_env, ctx.options.basic_auth_env, [note] if note else [])
 
 
+LOAD_ON_DEMAND = (
+    "The gate before traffic is smoke and quality; the load profile is not part of it: run it against the serving "
+    "endpoint with `capserve eval --profile load` (docs/evaluation.md §8)."
+)
+
+
 def _evaluate(
     ctx: CampaignContext, url: str, api_key_env: str | None, basic_auth_env: str | None, notes: list[str]
 ) -> EvaluationResult:
@@ -279,10 +287,11 @@ def _evaluate(
         url,
         ctx.spec.served_model_name,
         ctx.spec.evaluation,
+        profiles=GATE_PROFILES,
         out_dir=ctx.options.out_dir / "evaluation",
         api_key_env=api_key_env,
         basic_auth_env=basic_auth_env,
-        notes=notes,
+        notes=[*notes, LOAD_ON_DEMAND],
         thinking=_catalog_thinking(ctx),
         campaign=ctx.spec.campaign_id,
     )

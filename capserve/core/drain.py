@@ -26,6 +26,18 @@ POD_TERMINATION_GRACE_S = 60
 """terminationGracePeriodSeconds of the serving pods (``RolloutSettings.termination_grace_s``'s default): the
 longest a pod being deleted keeps running before it is killed."""
 
+ENGINE_EXIT_S = 15
+"""What a serving pod's grace keeps, after vLLM's in-flight requests end, for its engine processes to exit and free
+the GPUs before the kubelet's SIGKILL [inf] (5–15 s: vLLM 0.32 allows its engine processes 15 s to release device
+memory on ROCm, ``ROCM_ENGINE_PROCESS_SHUTDOWN_TIMEOUT_S`` in ``vllm/v1/engine/utils.py``; docs/serving.md §3)."""
+
+
+def vllm_shutdown_timeout_s(termination_grace_s: int) -> int:
+    """vLLM's ``--shutdown-timeout``: how long, after SIGTERM, its in-flight requests may finish (0 aborts them at
+    once, vLLM's default), so that they end and the process exits within the pod's grace (docs/serving.md §3)."""
+    return max(0, termination_grace_s - ENGINE_EXIT_S)
+
+
 RUN_START_S = 60
 """How late a scheduled run may start after its time [inf]: a Prefect worker polls for due runs every 10 s by
 default (PREFECT_WORKER_QUERY_SECONDS), then starts a process and imports the flow."""

@@ -1,6 +1,10 @@
 """The evaluate stage: smoke, quality and load profiles against an OpenAI-compatible URL, then a verdict.
 
-Usable alone (``capserve eval``) and as a campaign stage. Each profile is a task; a failing profile
+Usable alone (``capserve eval``) and as a campaign stage. Before traffic (the campaign's evaluate stage, a
+redeploy's gate before promote) only the gate runs, ``GATE_PROFILES``, within ``spec.gate_budget_minutes``: the
+long load profile would hold back serving and judge it on a saturation test it does not need to pass to serve.
+The load profile runs on demand (``capserve eval --profile load``), reported apart (docs/evaluation.md §8).
+Each profile is a task; a failing profile
 is recorded and the others still run. The whole evaluation runs against one deadline
 (``spec.timeout_s``): what is still pending when it passes is reported as not judged (verdict
 invalid, never fail). When the endpoint does not answer at all (health and models both time out or
@@ -32,8 +36,10 @@ from capserve.tasks.evaluation.publish import make_plots, publish
 from capserve.tasks.secrets import install_log_redaction, redactor, register_secret_environment
 
 PROFILES = ("smoke", "quality", "load")
+GATE_PROFILES = ("smoke", "quality")
+"""What runs before traffic: an endpoint that passes these is declared serving (docs/evaluation.md §8)."""
 
-__all__ = ["PROFILES", "evaluate_endpoint", "public_url"]
+__all__ = ["GATE_PROFILES", "PROFILES", "evaluate_endpoint", "public_url"]
 
 
 @flow(name="evaluate-endpoint", flow_run_name=stage_run_name("evaluate-endpoint"))

@@ -77,6 +77,8 @@ def test_a_good_revision_is_promoted_and_a_second_event_for_it_does_nothing(runn
     written = json.loads((running.out / "good" / "report.json").read_text())
     assert written["rollout"]["revision"] == record.last_good_rollout.config.revision  # type: ignore[union-attr]
     assert written["evaluation"]["verdict"] == "pass"
+    # Promoted on the gate before traffic alone: no load profile held back the switch or counted in the downtime.
+    assert written["evaluation"]["load"] is None
     # A new revision of the same architecture: the compiled graphs of the first rollout serve it (a warm start).
     assert running.first.rollout is not None
     assert written["rollout"]["compile_cache"]["key"] == running.first.rollout.compile_cache["key"]

@@ -23,7 +23,7 @@ VLLM_032_FLAGS = {
     "--data-parallel-size", "--data-parallel-size-local", "--data-parallel-address", "--data-parallel-rpc-port",
     "--data-parallel-start-rank", "--headless", "--enable-expert-parallel", "--nnodes", "--node-rank",
     "--master-addr", "--master-port", "--max-model-len", "--max-num-seqs", "--kv-cache-dtype",
-    "--gpu-memory-utilization", "--api-key",
+    "--gpu-memory-utilization", "--api-key", "--shutdown-timeout",
 }
 REPO = Path(__file__).resolve().parents[2]
 ENGINE = EngineOptions(served_model_name="kimi-k3", max_model_len=262144, max_num_seqs=8, kv_cache_dtype="fp8",
@@ -90,6 +90,7 @@ def test_the_real_vllm_parser_accepts_every_rendered_argument_list() -> None:
         (["--kv-cache-dtype", "fp8"], "already sets '--kv-cache-dtype fp8'"),  # the same value twice is refused too
         (["--api-key", "visible"], "already sets '--api-key=$(VLLM_API_KEY)'"),
         (["--nnodes", "2"], "'nnodes' is decided by the plan"),  # one node: unset on purpose
+        (["--shutdown-timeout", "600"], "already sets '--shutdown-timeout 45'"),  # the drain's stop decides it
         (["--no-enable-expert-parallel"], "'enable-expert-parallel' is decided by the plan"),
         (["--enable-prefix-caching", "--no-enable-prefix-caching"], "gives 'enable-prefix-caching' twice"),
         (["--trust-remote-code", "--trust-remote-code"], "twice"),

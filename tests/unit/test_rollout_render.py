@@ -23,6 +23,13 @@ from rollout_fixtures import (
 from capserve.core.catalog import get_instance_type
 from capserve.core.cluster.eks import GPU_TAINT, gpu_pool_selector
 from capserve.core.cluster.placement import admits, kubernetes_taints, placement_problems
+from capserve.core.drain import (
+    DRAIN_BEFORE_END_MINUTES,
+    ENGINE_EXIT_S,
+    HARD_TEARDOWN_BEFORE_END_MINUTES,
+    POD_TERMINATION_GRACE_S,
+    RUN_START_S,
+)
 from capserve.core.errors import PermanentError
 from capserve.core.rollout import (
     api_key_secret,
@@ -36,6 +43,7 @@ from capserve.core.rollout import (
 from capserve.core.rollout.cache import compile_config_digest
 from capserve.core.rollout.image import ImageMirrorResult
 from capserve.core.rollout.probes import probe_budget_s
+from capserve.core.rollout.settings import RolloutSettings
 from capserve.core.rollout.start_history import MeasuredStart, shape_key
 from capserve.core.weights.node_staging import NodeStagingResult, StagingJob
 from capserve.core.weights.placement import Layout, rank_experts
@@ -217,6 +225,32 @@ def test_k3_tp8_pp2_on_two_b200_leader_serves_workers_join_headless() -> None:
     assert hosts["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [
         "ip-10-64-0-10.ec2.internal", "ip-10-64-0-11.ec2.internal"
     ]
+
+
+def test_every_serving_pod_finishes_its_requests_and_exits_within_the_drains_stop() -> None:
+    """vLLM aborts in-flight requests on SIGTERM unless --shutdown-timeout > 0; the kubelet SIGKILLs the pod after
+    terminationGracePeriodSeconds; the drain (and the hard teardown) books that grace plus a run's start."""
+    for plan in (k3_plan(), k3_plan("p6-b200.48xlarge")):
+        config = config_for(plan)
+        rendered = render_rollout(config, target_for(config))
+        for template, args in ((leader(rendered), rendered.leader_args), (worker(rendered), rendered.worker_args)):
+            if not args:
+                continue
+            grace = template["spec"]["terminationGracePeriodSeconds"]
+            assert grace == POD_TERMINATION_GRACE_S == 60
+            assert vllm_container(template)["args"] == list(args)
+            timeout = int(args[args.index("--shutdown-timeout") + 1])
+            assert timeout == 45 and timeout + ENGINE_EXIT_S <= grace
+    # The drain's step before the hard teardown holds the grace and a scheduled run's start.
+    assert (DRAIN_BEFORE_END_MINUTES - HARD_TEARDOWN_BEFORE_END_MINUTES) * 60 >= POD_TERMINATION_GRACE_S + RUN_START_S
+
+
+def test_a_shorter_grace_shortens_vllms_drain_with_it() -> None:
+    config = config_for(k3_plan())
+    settings = RolloutSettings(termination_grace_s=30)
+    rendered = render_rollout(config, target_for(config), settings=settings)
+    assert leader(rendered)["spec"]["terminationGracePeriodSeconds"] == 30
+    assert rendered.leader_args[rendered.leader_args.index("--shutdown-timeout") + 1] == "15"
 
 
 def test_k3_ep16_on_two_b200_gives_node_i_the_experts_of_its_weight_index() -> None:

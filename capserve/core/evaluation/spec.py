@@ -259,7 +259,8 @@ class EvaluationSpec(BaseModel):
         ge=1,
         le=24 * 60,
         description="The gate before traffic: smoke and quality must fit in this many minutes of the block "
-        "(docs/evaluation.md); the time model books it, and the load profile runs after the switch.",
+        "(docs/evaluation.md §8); the time model books it. The load profile is not part of the gate: "
+        "`capserve eval --profile load` runs it on demand, within timeout_s.",
     )
 
     @model_validator(mode="after")

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from capserve.core.catalog.hardware import GpuFamily
 from capserve.core.catalog.recipes import ServingRecipe
+from capserve.core.drain import vllm_shutdown_timeout_s
 from capserve.core.errors import SpecError
 from capserve.core.planner import ParallelLayout
 from capserve.core.rollout.layout import launch_mode
@@ -98,6 +99,7 @@ OWNED = frozenset(
         "max-num-seqs",
         "kv-cache-dtype",
         "gpu-memory-utilization",
+        "shutdown-timeout",
     }
 )
 
@@ -199,6 +201,10 @@ def vllm_args(
         engine.kv_cache_dtype,
         "--gpu-memory-utilization",
         f"{engine.gpu_memory_utilization:g}",
+        # In-flight requests finish on SIGTERM (vLLM's default, 0, aborts them) and the process still exits within
+        # the pod's terminationGracePeriodSeconds, inside the drain's stop (docs/serving.md §3).
+        "--shutdown-timeout",
+        str(vllm_shutdown_timeout_s(settings.termination_grace_s)),
     ]
     if role == "leader":
         # On the command line, not only in the environment: the Rust frontend honours the flag and
