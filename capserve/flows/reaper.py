@@ -18,11 +18,11 @@ from capserve.core.errors import CapserveError, PermanentError
 from capserve.core.teardown.reaper import CampaignSighting, ReaperDecision, ReaperResult, decide
 from capserve.core.teardown.settings import ReaperSettings
 from capserve.flows.teardown import run_teardown
-from capserve.tasks.clock import campaign_now
 from capserve.tasks.reporting import publish_reaper
 from capserve.tasks.settings import settings_from_environment
 from capserve.tasks.teardown.inventory import inventory_campaign
 from capserve.tasks.teardown.sightings import find_campaigns, lease_end
+from capserve.tasks.the_clock import clock
 
 
 @flow(name="reaper", validate_parameters=True)
@@ -39,7 +39,7 @@ def reaper(
     """
     logger = get_run_logger()
     settings = settings or settings_from_environment().reaper
-    now = now or campaign_now()
+    now = now or clock().now()
     decisions: list[ReaperDecision] = []
     failures: list[str] = []
     for region in regions:

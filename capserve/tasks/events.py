@@ -20,8 +20,8 @@ from typing import Any
 from prefect.events import emit_event
 
 from capserve.core.events import CapserveEvent
-from capserve.tasks.clock import wall_time_of
 from capserve.tasks.secrets import redactor
+from capserve.tasks.the_clock import clock
 
 _log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ _log = logging.getLogger(__name__)
 def emit(event: CapserveEvent) -> CapserveEvent:
     """Send ``event`` (its id makes a repeat a duplicate Prefect stores once); returns what was sent."""
     sent = event.model_copy(update={"payload": redactor().redact_data(event.payload)})
-    wire = sent.stamped(wall_time_of(sent.occurred))
+    wire = sent.stamped(clock().wall_time_of(sent.occurred))
     try:
         emit_event(
             event=wire.event,
@@ -47,7 +47,7 @@ def emit(event: CapserveEvent) -> CapserveEvent:
 def event_body(event: CapserveEvent) -> dict[str, Any]:
     """The JSON of ``event`` as ``POST /api/events`` takes it (for senders outside a Prefect process), stamped
     like ``emit``'s: wall time, the block time in the payload."""
-    wire = event.stamped(wall_time_of(event.occurred))
+    wire = event.stamped(clock().wall_time_of(event.occurred))
     return {
         "id": str(wire.id),
         "event": wire.event,

@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 
-from capserve.core.warp import WarpedWindow
+from capserve_sandbox.warp import WarpedWindow
 
 Spans = list[tuple[datetime, datetime]]
 Extension = Callable[[Sequence[datetime], Sequence[tuple[datetime, datetime]]], tuple[list[datetime], Spans]]

@@ -12,20 +12,14 @@ import pytest
 from capserve_sandbox.aws import patched_environ
 from capserve_sandbox.aws_ext import capacity as ext
 from capserve_sandbox.clock import CLOCK
+from capserve_sandbox.clock_client import plugged
 from capserve_sandbox.clock_server import clock_server
+from capserve_sandbox.warp import WarpedWindow
 
 from capserve.core.errors import PermanentError
 from capserve.core.schedule import ScheduledStage, planned_runs, slow_spans
 from capserve.core.spec import TeardownSpec
-from capserve.tasks.clock import (
-    CLOCK_URL_ENV,
-    begin_at_waypoint,
-    campaign_now,
-    campaign_window,
-    register_waypoints,
-    wall_seconds,
-    working_on_the_block,
-)
+from capserve.tasks.the_clock import CLOCK_ENV, clock
 from tests.aws.test_moto_ext_capacity import buy, offerings
 
 REGION = "us-east-2"
@@ -37,30 +31,28 @@ def simulated(sandbox: None) -> Iterator[str]:
     ext.reset()
     CLOCK.reset()
     CLOCK.simulate(fast_rate=5760, near_rate=60, near=timedelta(minutes=3), hold=timedelta(minutes=5))
-    with clock_server() as url, patched_environ({CLOCK_URL_ENV: url}):
+    with clock_server() as url, patched_environ(plugged(url)):
         yield url
     ext.reset()
     CLOCK.reset()
 
 
 def test_without_a_clock_url_the_campaign_clock_is_the_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(CLOCK_URL_ENV, raising=False)
+    monkeypatch.delenv(CLOCK_ENV, raising=False)
     before = datetime.now(UTC)
-    assert before <= campaign_now() <= datetime.now(UTC)
-    assert not campaign_window().simulated
-    assert not register_waypoints([before + timedelta(days=1)]).simulated
+    assert before <= clock().now() <= datetime.now(UTC)
+    assert clock().pace() is None
     # A scheduled run's start has nothing to wait for: Prefect started it at its time.
-    assert before <= begin_at_waypoint(before + timedelta(days=1)) <= datetime.now(UTC)
-    assert wall_seconds(15.0) == 15.0  # a poll's pause is the host's own
+    assert before <= clock().begin_at(before + timedelta(days=1)) <= datetime.now(UTC)
 
 
 def test_the_clock_keeps_wall_time_until_the_campaign_registers_its_runs(simulated: str) -> None:
     # Planning and purchase happen before any waypoint: they must not cost hours of the block.
-    assert abs(campaign_now() - datetime.now(UTC)) < timedelta(seconds=5)
+    assert abs(clock().now() - datetime.now(UTC)) < timedelta(seconds=5)
     start = datetime.now(UTC).replace(hour=11, minute=30, second=0, microsecond=0) + timedelta(days=1)
     lease = _lease(start)
     planned = planned_runs("c1", lease, TeardownSpec())
-    window = register_waypoints([run.scheduled_at for run in planned], slow_spans(planned, lease.end))
+    window = _register([run.scheduled_at for run in planned], slow_spans(planned, lease.end))
     assert window.simulated and window.fast_rate == 5760
     walls = {run.stage: window.to_wall(run.scheduled_at) for run in planned}
     # The whole block, purchase to teardown, in minutes of wall time; each run at its simulated minute.
@@ -78,23 +70,32 @@ def test_the_clock_keeps_wall_time_until_the_campaign_registers_its_runs(simulat
 
 def test_a_run_a_busy_machine_starts_late_still_begins_at_its_time_on_the_block(simulated: str) -> None:
     start = (datetime.now(UTC) + timedelta(hours=2)).replace(second=0, microsecond=0)
-    window = register_waypoints([start])
+    window = _register([start])
     # Prefect starts the run at this wall time; the machine is busy and its process gets going 5 s later,
     # which at the near rate (60×) would be 5 minutes of the block, and far more once the clock runs fast.
     _sleep_until(window.to_wall(start) + timedelta(seconds=5))
-    assert campaign_now() == start  # the clock waits at the run's time …
-    assert begin_at_waypoint(start) == start  # … until the run says it has begun: on time on the block
-    assert campaign_window().gates == ()  # then it runs on
+    assert clock().now() == start  # the clock waits at the run's time …
+    assert clock().begin_at(start) == start  # … until the run says it has begun: on time on the block
+    assert _window().gates == ()  # then it runs on
 
 
 def test_a_run_that_an_earlier_hold_made_early_waits_for_its_time(simulated: str) -> None:
     start = (datetime.now(UTC) + timedelta(hours=2)).replace(second=0, microsecond=0)
     drain = start + timedelta(hours=1)
-    window = register_waypoints([start, drain])
+    window = _register([start, drain])
     _sleep_until(window.to_wall(start) + timedelta(seconds=3))
-    assert begin_at_waypoint(start) == start  # three seconds late: every later waypoint comes 3 s later
+    assert clock().begin_at(start) == start  # three seconds late: every later waypoint comes 3 s later
     _sleep_until(window.to_wall(drain))  # where Prefect starts the drain run (scheduled before the hold)
-    assert begin_at_waypoint(drain) == drain  # it waits for the clock, which waits at drain for it
+    assert clock().begin_at(drain) == drain  # it waits for the clock, which waits at drain for it
+
+
+def _window() -> WarpedWindow:
+    return clock().window()  # type: ignore[attr-defined, no-any-return]  # the sandbox's HttpClock
+
+
+def _register(waypoints: list[datetime], spans: list[tuple[datetime, datetime]] | None = None) -> WarpedWindow:
+    clock().plan(waypoints, spans or [])
+    return _window()
 
 
 def _sleep_until(wall: datetime) -> None:
@@ -103,9 +104,9 @@ def _sleep_until(wall: datetime) -> None:
 
 def test_a_waypoint_that_would_move_a_scheduled_run_is_refused_with_a_reason(simulated: str) -> None:
     start = datetime.now(UTC) + timedelta(days=1)
-    register_waypoints([start + timedelta(hours=20)])
+    _register([start + timedelta(hours=20)])
     with pytest.raises(PermanentError, match="would move the waypoint"):
-        register_waypoints([], spans=[(start, start + timedelta(hours=2))])
+        _register([], [(start, start + timedelta(hours=2))])
 
 
 def test_aws_terminates_what_still_runs_at_end_minus_30_on_the_simulated_clock(simulated: str) -> None:
@@ -139,15 +140,15 @@ def _play_past_a_waypoint() -> None:
     """Make the clock play a block, and let its one waypoint's run start: no gate holds the clock afterwards
     (it would stop there, at most ``hold``, whatever the test is waiting for)."""
     waypoint = (datetime.now(UTC) + timedelta(hours=2)).replace(second=0, microsecond=0)
-    register_waypoints([waypoint])
-    begin_at_waypoint(waypoint)
+    _register([waypoint])
+    clock().begin_at(waypoint)
 
 
 def test_the_clock_knows_while_a_run_works_on_the_block(simulated: str) -> None:
-    register_waypoints([(datetime.now(UTC) + timedelta(hours=2)).replace(second=0, microsecond=0)])
-    with working_on_the_block():
-        assert campaign_window().busy
-    assert not campaign_window().busy
+    _register([(datetime.now(UTC) + timedelta(hours=2)).replace(second=0, microsecond=0)])
+    with clock().working():
+        assert _window().busy
+    assert not _window().busy
 
 
 def test_on_a_played_block_eks_takes_the_modelled_minutes_and_the_clock_skips_through_them(simulated: str) -> None:
@@ -160,12 +161,12 @@ def test_on_a_played_block_eks_takes_the_modelled_minutes_and_the_clock_skips_th
     vpc = ec2.create_vpc(CidrBlock="10.8.0.0/16")["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.8.0.0/20", AvailabilityZone=f"{REGION}a")["Subnet"]["SubnetId"]
     try:
-        with working_on_the_block():  # the serve run works: without the skip, 15 minutes at near wall time
+        with clock().working():  # the serve run works: without the skip, 15 minutes at near wall time
             before = CLOCK.now()
             eks.create_cluster(name="played", roleArn="arn:aws:iam::123456789012:role/x",
                                resourcesVpcConfig={"subnetIds": [subnet]})
             after = CLOCK.now()
-            skip = campaign_window().skip_until
+            skip = _window().skip_until
             # The skip ends 900 s after the create (a busy machine may make the call itself last minutes here).
             assert skip is not None and before + timedelta(seconds=900) <= skip <= after + timedelta(seconds=900)
             deadline = time.monotonic() + 120  # a bound against a hang, not a timing check
@@ -173,7 +174,7 @@ def test_on_a_played_block_eks_takes_the_modelled_minutes_and_the_clock_skips_th
                 assert time.monotonic() < deadline, "the control plane never became ACTIVE"
                 time.sleep(0.05)
             assert CLOCK.now() - before >= timedelta(seconds=900)
-            assert campaign_window().skip_until is None  # skipped through: the clock is as before
+            assert _window().skip_until is None  # skipped through: the clock is as before
     finally:
         eks_ext.BEHAVIOUR = eks_ext.Behaviour()
 
@@ -191,7 +192,7 @@ def test_a_poll_on_a_played_block_waits_its_interval_on_the_block_not_on_this_ho
     vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.0.0/20", AvailabilityZone=f"{REGION}a")["Subnet"]["SubnetId"]
     try:
-        with working_on_the_block():
+        with clock().working():
             before = CLOCK.now()
             eks.create_cluster(name="polled", roleArn="arn:aws:iam::123456789012:role/x",
                                resourcesVpcConfig={"subnetIds": [subnet]})

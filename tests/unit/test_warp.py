@@ -5,8 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-
-from capserve.core.warp import WarpedWindow
+from capserve_sandbox.warp import WarpedWindow
 
 WALL0 = datetime(2026, 12, 1, 4, 0, tzinfo=UTC)
 START = datetime(2026, 12, 1, 11, 30, tzinfo=UTC)
