@@ -9,6 +9,8 @@ What a clock must answer:
 
 - ``now()``: the time on the block's clock;
 - ``sleep(block_s)``: return once ``block_s`` have passed on it (a poll's pause);
+- ``waiting(block_s)``: a context for a wait on the outside (a watch window) during which up to ``block_s`` of the
+  block may pass; it gives the wall seconds the wait may last (on AWS ``block_s``);
 - ``wall_time_of(block_time)``: the wall time to stamp a fact that just happened at ``block_time`` with;
 - ``plan(waypoints, spans)``: the instants the campaign's scheduled runs fire at, before they are created,
   and ``wall_time_to_schedule(at)``: the wall time to give Prefect for a run due at ``at`` on the block;
@@ -43,6 +45,8 @@ class Clock(Protocol):
 
     def sleep(self, block_s: float) -> None: ...
 
+    def waiting(self, block_s: float) -> AbstractContextManager[float]: ...
+
     def wall_time_of(self, block_time: datetime) -> datetime: ...
 
     def plan(self, waypoints: Iterable[datetime], spans: Iterable[tuple[datetime, datetime]] = ()) -> None: ...
@@ -65,6 +69,13 @@ class HostClock:
     def sleep(self, block_s: float) -> None:
         if block_s > 0:
             time.sleep(block_s)
+
+    @contextmanager
+    def _wait(self, block_s: float) -> Iterator[float]:
+        yield block_s
+
+    def waiting(self, block_s: float) -> AbstractContextManager[float]:
+        return self._wait(block_s)
 
     def wall_time_of(self, block_time: datetime) -> datetime:
         return block_time

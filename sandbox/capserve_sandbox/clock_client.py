@@ -1,17 +1,26 @@
-"""The campaign's clock in a process of the campaign, when the sandbox plays a block: ``capserve_sandbox.clock_server``
+"""The campaign's clock in a process of the campaign when the sandbox plays a block: ``capserve_sandbox.clock_server``
 over HTTP (a worker runs each flow run in its own process, so the campaign cannot read ``CLOCK`` directly).
 
 The product asks ``capserve.tasks.the_clock.clock()``; the sandbox plugs this in by setting ``CAPSERVE_CLOCK`` to
 ``capserve_sandbox.clock_client:HttpClock <url>`` (``plugged``) in the environment of the CLI and the workers.
+
+Each process is one *party* of the clock (``capserve_sandbox.clock``): it works while a run's ``working()`` is open
+(from ``begin_at``, for a scheduled run), and a thread of it that sleeps, or waits on the outside (a Kubernetes
+watch: ``waiting``), lets the clock move meanwhile, to the instant it wakes at the latest.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
+import os
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
+from typing import Any
 from urllib.parse import quote
 from uuid import uuid4
 
@@ -20,12 +29,12 @@ import httpx
 from capserve.core.clock import Pace
 from capserve.core.errors import PermanentError, RetryableError
 from capserve.tasks.the_clock import CLOCK_ENV
-from capserve_sandbox.warp import WarpedWindow
 
 _log = logging.getLogger(__name__)
 
-# The shortest pause a poll takes on a simulated block: polls stay cheap for the machine however fast the clock runs.
-SHORTEST_POLL_WALL_S = 0.2
+WAITING_WALL_S = 1.0
+"""How long a wait on the outside (a watch window) lasts on this host before it asks again: the block moves by its
+own rule meanwhile, so a window of the block's length in wall time would only make the demo slower."""
 
 
 def plugged(url: str) -> dict[str, str]:
@@ -36,101 +45,129 @@ def plugged(url: str) -> dict[str, str]:
 class HttpClock:
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._token = self._new_token()
+        self._depth = 0  # open ``working()`` blocks of this process
+        self._begun = False  # ``begin_at`` made this process work (a ``working()`` takes it over)
+        atexit.register(self._at_exit)
 
-    def _failed(self, exc: httpx.HTTPError) -> RetryableError:
-        return RetryableError(f"the sandbox's clock at {self.url} did not answer: {type(exc).__name__}")
+    @staticmethod
+    def _new_token() -> str:
+        return f"p{os.getpid()}-{uuid4().hex[:16]}"
 
-    def window(self) -> WarpedWindow:
-        """The mapping between wall time and the campaign's clock, as it stands now."""
+    @property
+    def token(self) -> str:
+        if os.getpid() != self._pid:  # a forked child is a party of its own
+            self._pid, self._token, self._depth, self._begun = os.getpid(), self._new_token(), 0, False
+        return self._token
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         try:
-            answer = httpx.get(f"{self.url}/window", timeout=10)
-            answer.raise_for_status()
+            answer = httpx.request(method, f"{self.url}{path}", json=body, timeout=60)
         except httpx.HTTPError as exc:
-            raise self._failed(exc) from exc
-        return WarpedWindow.model_validate_json(answer.content)
+            raise RetryableError(f"the sandbox's clock at {self.url} did not answer: {type(exc).__name__}") from exc
+        if answer.status_code == 409:
+            raise PermanentError(f"the simulated clock refused: {answer.json().get('error')}")
+        if answer.is_error:
+            said = f"{answer.status_code}: {answer.text[:200]}"
+            raise RetryableError(f"the sandbox's clock at {self.url} answered {said}")
+        return answer.json()
 
     def now(self) -> datetime:
-        return self.window().to_sim(datetime.now(UTC))
+        return datetime.fromisoformat(self._call("GET", "/now")["now"])
 
     def wall_time_of(self, block_time: datetime) -> datetime:
-        # The fact has just happened (stamped with ``now()``): this host's time now; asking the clock's mapping would
-        # cost a request per event and could fail, and an event is never worth failing a stage for.
+        # The fact has just happened (stamped with ``now()``): this host's time now; asking the clock would cost a
+        # request per event and could fail, and an event is never worth failing a stage for.
         del block_time
-        return datetime.now(UTC)
+        return datetime.now().astimezone()
 
     def sleep(self, block_s: float) -> None:
-        """The same span of the block, at the clock's rate now: at least ``SHORTEST_POLL_WALL_S`` and never longer
-        than asked. A clock that does not answer leaves the pause as asked (polling is never the reason a run stops)."""
+        """Return once ``block_s`` have passed on the block (the clock gets there when nothing else works)."""
         if block_s <= 0:
             return
+        thread, token = str(threading.get_ident()), self.token
         try:
-            window = self.window()
-        except RetryableError:
+            said = self._call("POST", f"/parties/{token}/sleep",
+                              {"thread": thread, "seconds": block_s, "pid": os.getpid()})
+        except RetryableError as exc:  # polling is never the reason a run stops
+            _log.warning("%s: pausing %.0f s on this host instead", exc, block_s)
             time.sleep(block_s)
             return
-        rate = window.rate_at(window.to_sim(datetime.now(UTC)))
-        time.sleep(min(block_s, max(SHORTEST_POLL_WALL_S, block_s / rate)))
+        try:
+            due = bool(said["due"])
+            while not due:
+                due = bool(self._call("POST", f"/parties/{token}/wait", {"thread": thread})["due"])
+        finally:
+            self._tell(f"/parties/{token}/awake", {"thread": thread})
+
+    @contextmanager
+    def _waiting(self, block_s: float) -> Iterator[float]:
+        thread, token = str(threading.get_ident()), self.token
+        self._tell(f"/parties/{token}/sleep", {"thread": thread, "seconds": max(block_s, 0.0), "pid": os.getpid()})
+        try:
+            yield min(block_s, WAITING_WALL_S)
+        finally:
+            self._tell(f"/parties/{token}/awake", {"thread": thread})
+
+    def waiting(self, block_s: float) -> AbstractContextManager[float]:
+        return self._waiting(block_s)
 
     def plan(self, waypoints: Iterable[datetime], spans: Iterable[tuple[datetime, datetime]] = ()) -> None:
-        body = {
+        self._call("POST", "/waypoints", {
             "waypoints": [point.isoformat() for point in waypoints],
             "spans": [[start.isoformat(), end.isoformat()] for start, end in spans],
-        }
-        try:
-            answer = httpx.post(f"{self.url}/waypoints", json=body, timeout=10)
-        except httpx.HTTPError as exc:
-            raise self._failed(exc) from exc
-        if answer.status_code == 409:
-            raise PermanentError(f"the simulated clock refused the lease's waypoints: {answer.json().get('error')}")
-        if answer.is_error:
-            raise RetryableError(f"the sandbox's clock at {self.url} answered {answer.status_code}")
+        })
 
     def wall_time_to_schedule(self, at: datetime) -> datetime:
-        window = self.window()
-        return window.to_wall(max(at, window.anchor_sim))
+        return datetime.fromisoformat(self._call("GET", f"/schedule/{quote(at.isoformat(), safe='')}")["wall"])
 
-    def begin_at(self, waypoint: datetime, *, poll_seconds: float = 2.0) -> datetime:
+    def begin_at(self, waypoint: datetime) -> datetime:
+        """Wait until the clock shows ``waypoint``, then say the run has started (the clock holds there until then,
+        and while the run gets going: this process works from now on)."""
+        path = f"/waypoints/{quote(waypoint.isoformat(), safe='')}/started"
         while True:
-            try:
-                answer = httpx.post(f"{self.url}/waypoints/{quote(waypoint.isoformat(), safe='')}/started", timeout=10)
-                answer.raise_for_status()
-            except httpx.HTTPError as exc:
-                raise self._failed(exc) from exc
-            said = answer.json()
-            now = datetime.fromisoformat(said["now"])
+            said = self._call("POST", path, {"party": self.token, "pid": os.getpid()})
             if said["started"]:
-                return now
-            window = WarpedWindow.model_validate(said["window"])
-            wall = datetime.now(UTC)
-            if wall > window.latest_wall(max(waypoint, window.anchor_sim)) + timedelta(seconds=10):
-                _log.warning("the clock never reached %s (it shows %s): the run goes on early", waypoint.isoformat(),
-                             now.isoformat())
-                return now
-            wait = (window.to_wall(max(waypoint, window.anchor_sim)) - wall).total_seconds()
-            time.sleep(min(max(wait, 0.2), poll_seconds))
+                with self._lock:
+                    self._begun = True
+                return datetime.fromisoformat(said["now"])
 
     @contextmanager
     def _work(self) -> Iterator[None]:
-        token = uuid4().hex
-        self._tell_work(token, "begin")
+        with self._lock:
+            self._depth += 1
+            first = self._depth == 1
+        if first:
+            self._tell(f"/parties/{self.token}/work", {"pid": os.getpid()})
         try:
             yield
         finally:
-            self._tell_work(token, "end")
+            with self._lock:
+                self._depth -= 1
+                last = self._depth == 0
+                if last:
+                    self._begun = False
+            if last:
+                self._tell(f"/parties/{self.token}/rest", {})
 
     def working(self) -> AbstractContextManager[None]:
         return self._work()
 
-    def _tell_work(self, token: str, what: str) -> None:
-        try:
-            httpx.post(f"{self.url}/work/{token}/{what}", timeout=10).raise_for_status()
-        except httpx.HTTPError as exc:
-            _log.warning("the sandbox's clock at %s was not told that work %s: %s", self.url,
-                         "began" if what == "begin" else "ended", type(exc).__name__)
-
     def pace(self) -> Pace | None:
-        window = self.window()
-        if not window.simulated:
-            return None
-        return Pace(fast_rate=window.fast_rate, near_rate=window.near_rate,
-                    working_rate=window.busy_rate or window.near_rate)
+        said = self._call("GET", "/pace")
+        return None if said is None else Pace.model_validate(said)
+
+    def _tell(self, path: str, body: dict[str, Any]) -> None:
+        """Best effort: the work goes on whether or not the clock heard (a process that ends is forgotten)."""
+        try:
+            self._call("POST", path, body)
+        except (RetryableError, PermanentError) as exc:
+            _log.warning("the sandbox's clock was not told %s: %s", path.rsplit("/", 1)[-1], exc)
+
+    def _at_exit(self) -> None:
+        if os.getpid() == self._pid and (self._depth or self._begun):
+            # Quietly: at exit the logging may be gone, and a clock that is gone has nothing to be told.
+            with contextlib.suppress(RetryableError, PermanentError):
+                self._call("POST", f"/parties/{self._token}/rest", {})

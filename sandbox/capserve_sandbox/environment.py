@@ -37,18 +37,16 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Simulation:
-    """Play a reservation faster than wall time (``CLOCK.simulate``; capserve_sandbox.clock): ``rate`` simulated
-    seconds per wall second between the campaign's waypoints, ``near_rate`` around them, ``busy_rate`` while a
-    run works on the block (the sandbox's own calls answer in milliseconds: counted at 60× they would stand
-    for minutes that the same calls never take on AWS, where they take a fraction of a second each; at 10× a
-    poll of 15 block seconds still costs only 1.5 wall seconds); the clock stops at
-    each waypoint until its run has started, ``hold`` (wall time) at most. ``revisions``: new revisions of the
+    """Play a reservation on the sandbox's clock (``CLOCK.simulate``; its rule: ``capserve_sandbox.clock``): it holds
+    while a run works and jumps to the next instant due when every run waits; the runs are scheduled ``rate``
+    simulated seconds per wall second between the campaign's waypoints and ``near_rate`` around them
+    (``capserve_sandbox.warp``); the clock stops at each waypoint until its run has started, ``hold`` (wall time)
+    at most. ``revisions``: new revisions of the
     demo's model the Hub publishes while the campaign serves (True: good; False: its quality fails the gate),
     in that order (``capserve_sandbox.revisions``)."""
 
     rate: float = 5760.0
     near_rate: float = 60.0
-    busy_rate: float = 10.0
     near: timedelta = timedelta(minutes=3)
     hold: timedelta = timedelta(minutes=2)
     tick_seconds: float = 0.2
@@ -109,7 +107,7 @@ def sandbox(
             # scheduled runs' times so the clock slows down around them (capserve_sandbox.warp).
             revisions = RevisionSchedule(simulate.revisions, near=simulate.near) if simulate.revisions else None
             CLOCK.simulate(fast_rate=simulate.rate, near_rate=simulate.near_rate, near=simulate.near,
-                           hold=simulate.hold, busy_rate=simulate.busy_rate,
+                           hold=simulate.hold,
                            extend=revisions.place if revisions is not None else None)
             clock_url = stack.enter_context(clock_server())
             stack.enter_context(patched_environ(plugged(clock_url)))
