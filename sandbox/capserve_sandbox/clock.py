@@ -53,12 +53,16 @@ class _Party:
     working: bool = False  # between a run's start and its end
     sleeps: dict[str, datetime] = field(default_factory=dict)  # thread (or "") → the instant it sleeps until
     holds_when_due: bool = True  # False: a stop the clock lands on and passes (a lazily evaluated duration)
+    modelled: bool = False  # a stand-in's modelled duration (``skip_to``)
+    soft: set[str] = field(default_factory=set)  # threads whose sleep is a wait on the outside (``waiting``)
     pid: int | None = None  # the campaign's process (None: a stand-in in the sandbox's own)
     unadopted_until: float | None = None  # a run started (``started``) that has not said it works yet: until then
 
-    def holding(self, shows: datetime) -> bool:
-        if any(until <= shows for until in self.sleeps.values()):
-            return self.holds_when_due
+    def holding(self, shows: datetime, *, modelled_ahead: bool) -> bool:
+        due = [thread for thread, until in self.sleeps.items() if until <= shows]
+        if due:
+            # A wait on the outside (a watch) need not stop the clock while a modelled duration is what it waits for.
+            return self.holds_when_due and not (modelled_ahead and all(thread in self.soft for thread in due))
         return self.working and not self.sleeps
 
 
@@ -145,7 +149,9 @@ class SandboxClock:
             for token in [t for t, p in self._parties.items() if not p.holds_when_due and p.sleeps
                           and min(p.sleeps.values()) <= shows]:
                 del self._parties[token]  # passed exactly: the stand-in reads the clock when asked
-            if any(party.holding(shows) for party in self._parties.values()):
+            modelled_ahead = any(party.modelled and any(until > shows for until in party.sleeps.values())
+                                 for party in self._parties.values())
+            if any(party.holding(shows, modelled_ahead=modelled_ahead) for party in self._parties.values()):
                 break
             if self._held_at_gate(shows, wall):
                 break
@@ -222,13 +228,18 @@ class SandboxClock:
             return self._now(datetime.now(UTC))
 
     def sleep(self, token: str, thread: str, seconds: float, *, pid: int | None = None,
-              wait_s: float = 0.0) -> tuple[datetime, bool]:
+              wait_s: float = 0.0, soft: bool = False) -> tuple[datetime, bool]:
         """``token``'s ``thread`` sleeps ``seconds`` of the block from now; (the instant it wakes, whether it is due),
-        after waiting ``wait_s`` (wall) at most for it."""
+        after waiting ``wait_s`` (wall) at most for it. ``soft``: it waits on the outside (a watch window), and
+        holds the clock at its instant only when no modelled duration is under way (it may be what it waits for)."""
         with self._lock:
             party = self._parties.setdefault(token, _Party(pid=pid))
             until = self._now(datetime.now(UTC)) + timedelta(seconds=max(seconds, 0.0))
             party.sleeps[thread] = until
+            if soft:
+                party.soft.add(thread)
+            else:
+                party.soft.discard(thread)
             self._lock.notify_all()
             due = self._wait(lambda: self._now(datetime.now(UTC)) >= until, wait_s)
             return until, due
@@ -248,6 +259,7 @@ class SandboxClock:
             party = self._parties.get(token)
             if party is not None:
                 party.sleeps.pop(thread, None)
+                party.soft.discard(thread)
                 if not party.sleeps and not party.working:
                     del self._parties[token]
             self._lock.notify_all()
@@ -257,8 +269,14 @@ class SandboxClock:
         """A modelled duration (``token``'s) ends at ``until`` on this clock: a stop the clock lands on exactly, and
         (``holds``) holds at until the stand-in has acted on it (``skip_to`` again, or ``skipped``)."""
         with self._lock:
-            self._parties[token] = _Party(sleeps={"": until}, holds_when_due=holds)
+            self._parties[token] = _Party(sleeps={"": until}, holds_when_due=holds, modelled=True)
             self._lock.notify_all()
+
+    def held_by(self, token: str) -> None:
+        """A stand-in's work that the campaign will observe (a server coming up after its modelled start) holds the
+        clock until ``skipped(token)``."""
+        with self._lock:
+            self._parties[token] = _Party(working=True)
 
     def skipped(self, token: str) -> None:
         """``token``'s modelled duration is over (or abandoned)."""

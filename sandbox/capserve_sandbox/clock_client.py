@@ -105,7 +105,8 @@ class HttpClock:
     @contextmanager
     def _waiting(self, block_s: float) -> Iterator[float]:
         thread, token = str(threading.get_ident()), self.token
-        self._tell(f"/parties/{token}/sleep", {"thread": thread, "seconds": max(block_s, 0.0), "pid": os.getpid()})
+        self._tell(f"/parties/{token}/sleep",
+                   {"thread": thread, "seconds": max(block_s, 0.0), "pid": os.getpid(), "soft": True})
         try:
             yield min(block_s, WAITING_WALL_S)
         finally:

@@ -11,7 +11,7 @@ Every answer is JSON; times are ISO 8601. Calls that wait (``started``, ``sleep`
 - ``POST /waypoints/<iso>/started`` ``{"party", "pid"}``: the run for that waypoint has started:
   ``{"started", "now"}`` (``started`` false: the clock is not there yet);
 - ``POST /parties/<token>/work`` ``{"pid"}``, ``/rest``: a process's run works on the block, or no longer does;
-- ``POST /parties/<token>/sleep`` ``{"thread", "seconds", "pid"}``: ``{"until", "due"}``; ``/wait``
+- ``POST /parties/<token>/sleep`` ``{"thread", "seconds", "pid", "soft"}``: ``{"until", "due"}``; ``/wait``
   ``{"thread"}``: ``{"due"}``; ``/awake`` ``{"thread"}``: the sleeper has woken.
 
 Loopback only; no state beyond ``CLOCK``.
@@ -50,6 +50,7 @@ class PartyCall(BaseModel):
     thread: str = Field("", max_length=64)
     seconds: float = Field(0.0, ge=0, le=86_400 * 7)
     pid: int | None = Field(None, ge=1)
+    soft: bool = False
 
 
 def _instant(iso: str) -> datetime:
@@ -121,7 +122,8 @@ class _Handler(BaseHTTPRequestHandler):
         elif what == "rest":
             self._answer(200, {"now": CLOCK.rest(token).isoformat()})
         elif what == "sleep":
-            until, due = CLOCK.sleep(token, call.thread, call.seconds, pid=call.pid, wait_s=WAIT_S)
+            until, due = CLOCK.sleep(token, call.thread, call.seconds, pid=call.pid, soft=call.soft,
+                                     wait_s=0.0 if call.soft else WAIT_S)
             self._answer(200, {"until": until.isoformat(), "due": due})
         elif what == "wait":
             self._answer(200, {"due": CLOCK.wait(token, call.thread, WAIT_S)})
