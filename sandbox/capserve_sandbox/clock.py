@@ -14,6 +14,9 @@ looptime and SimPy move time: only when everyone waits, straight to the next thi
 - while any party works, the clock **holds**: the work a busy host does slowly costs no time of the block;
 - when none works, the clock **jumps** to the next *stop*: the earliest instant a party sleeps until, or a
   registered waypoint whose run has not started (a *gate*); with no stop ahead it runs at ``fast_rate``;
+  inside a slow span of the schedule (after bring-up fires, after a Hub watch, whose redeploy the automation
+  starts in wall time while no run holds the clock) it runs to the next stop at ``near_rate`` instead, unless
+  a modelled duration is under way;
 - a sleeper whose instant has come works again (it holds the clock there) until it sleeps again or ends, so
   the number of polls before an outcome, and the instant each is made, do not depend on the host;
 - a gate holds until its run has started (``started``), ``hold`` of wall time at most after the later of the
@@ -157,9 +160,15 @@ class SandboxClock:
                 break
             ahead = [until for party in self._parties.values() for until in party.sleeps.values() if until > shows]
             ahead += [gate for gate in self._gates if gate > shows]
+            elapsed = max((wall - self._moved_wall).total_seconds(), 0.0)
             if not ahead:
-                elapsed = max((wall - self._moved_wall).total_seconds(), 0.0)
                 self._shows = shows + timedelta(seconds=elapsed * self._plan.fast_rate)
+                break
+            if not modelled_ahead and self._plan.rate_at(shows) < self._plan.fast_rate:
+                # Inside a slow span (after a Hub watch: the automation starts the redeploy in wall time, and no
+                # run holds the clock meanwhile) the clock runs at the near rate to the next stop, not at once.
+                self._shows = min(min(ahead), shows + timedelta(seconds=elapsed * self._plan.near_rate))
+                self._lock.notify_all()
                 break
             self._shows = min(ahead)
             self._lock.notify_all()
