@@ -13,9 +13,9 @@ from capserve.campaign.context import CampaignContext
 from capserve.core.errors import CapserveError
 from capserve.core.events import CampaignRefs, CapserveEvent
 from capserve.tasks.aws_events import converge_capacity_events
-from capserve.tasks.clock import campaign_now
 from capserve.tasks.events import emit
 from capserve.tasks.run_log import run_logger
+from capserve.tasks.the_clock import clock
 
 
 def about(ctx: CampaignContext) -> CampaignRefs:
@@ -43,7 +43,7 @@ def recorded(ctx: CampaignContext, event: CapserveEvent) -> None:
 
 
 def now() -> datetime:
-    return campaign_now()
+    return clock().now()
 
 
 def watch_capacity_events(ctx: CampaignContext) -> None:

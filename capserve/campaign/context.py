@@ -22,9 +22,9 @@ from capserve.core.report import CampaignReport
 from capserve.core.settings import Settings
 from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage
-from capserve.tasks.clock import campaign_now
 from capserve.tasks.locations import locate
 from capserve.tasks.record_store import RecordChange, change_record
+from capserve.tasks.the_clock import clock
 
 T = TypeVar("T")
 
@@ -68,7 +68,7 @@ class CampaignContext:
     @classmethod
     def start(cls, spec: CampaignSpec, settings: Settings, options: RunOptions) -> CampaignContext:
         """A new run of ``spec``: an empty report, and the spec queued for the record."""
-        now = campaign_now()
+        now = clock().now()
         context = cls(
             spec=spec,
             settings=settings,

@@ -19,31 +19,31 @@ from capserve.core.cost.prices import PriceTable
 from capserve.core.errors import CapserveError
 from capserve.core.record import CampaignRecord
 from capserve.core.stages import Stage, StageStatus
-from capserve.tasks.clock import campaign_now, campaign_window
 from capserve.tasks.cost.clock import aws_clock_offset
 from capserve.tasks.cost.price_list import with_live_prices
+from capserve.tasks.the_clock import clock
 
 
 def campaign_ledger(ctx: CampaignContext, *, interrupted: bool) -> CostLedger:
     """This run's ledger (also put into the report's "cost" section)."""
     lease = ctx.lease
     offset, notes = timedelta(0), []
-    window = campaign_window()
-    # A simulated window's stages were timed on the sandbox's clock itself: there is no other clock to line up.
-    if lease is not None and not interrupted and not window.simulated:
+    pace = clock().pace()
+    # A clock not the host's timed the stages on the stand-ins' own clock: there is no other clock to line up.
+    if lease is not None and not interrupted and pace is None:
         try:
             offset = aws_clock_offset(lease.region)
         except CapserveError as exc:
             notes.append(f"AWS's clock could not be read ({str(exc)[:300]}): stage times are the host's.")
-    inputs = campaign_cost_inputs(ctx.report, ctx.spec, lease, written_at=campaign_now(), clock_offset=offset)
+    inputs = campaign_cost_inputs(ctx.report, ctx.spec, lease, written_at=clock().now(), clock_offset=offset)
     inputs = inputs.model_copy(update={
-        "notes": [*notes, *inputs.notes], "simulated_rate": window.fast_rate if window.simulated else None,
+        "notes": [*notes, *inputs.notes], "simulated_rate": pace.fast_rate if pace else None,
     })
     prices, note = _prices(ctx, inputs.region, interrupted=interrupted)
     ledger = build_ledger(inputs, prices, price_note=note)
     ctx.report.add(ledger)
     if lease is not None:  # what later runs of the block rebuild its ledger from (capserve.core.block_cost)
-        ctx.save(lambda record: record.with_cost_inputs(inputs, now=campaign_now()))
+        ctx.save(lambda record: record.with_cost_inputs(inputs, now=clock().now()))
     return ledger
 
 
@@ -76,4 +76,4 @@ def _prices(ctx: CampaignContext, region: str, *, interrupted: bool) -> tuple[Pr
     if interrupted:
         why = "the run was interrupted"
         return table, f"AWS Price List API not asked ({why}); prices from the table dated {table.date}."
-    return with_live_prices(table, region, [pool.instance_type], today=campaign_now().date())
+    return with_live_prices(table, region, [pool.instance_type], today=clock().now().date())

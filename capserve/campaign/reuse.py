@@ -21,7 +21,7 @@ from capserve.core.record import StageEntry
 from capserve.core.reuse import unchanged_since
 from capserve.core.stages import Stage
 from capserve.core.weights.result import WeightsResult
-from capserve.tasks.clock import campaign_now
+from capserve.tasks.the_clock import clock
 from capserve.tasks.weights.s3 import verify_published
 
 Verifier = Callable[[CampaignContext, StageEntry], BaseModel | None]
@@ -55,6 +55,6 @@ def reuse_unchanged(ctx: CampaignContext, stage: Stage, digest: str) -> bool:
     if result is None:
         return False
     get_run_logger().info("%s %s", stage.value, why)
-    ctx.report.skip(stage, why, campaign_now())
+    ctx.report.skip(stage, why, clock().now())
     ctx.report.add(result)
     return True

@@ -36,11 +36,11 @@ from capserve.core.report import StageRecord
 from capserve.core.sequencing import blocked_by, decide_ending
 from capserve.core.stages import Stage, StageStatus
 from capserve.core.teardown.result import TeardownReason
-from capserve.tasks.clock import campaign_now
 from capserve.tasks.manifests import recording
 from capserve.tasks.record_store import load_record
 from capserve.tasks.reporting import publish_report, write_report_files
 from capserve.tasks.run_log import run_logger
+from capserve.tasks.the_clock import clock
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def run_stage(ctx: CampaignContext, step: Step) -> None:
     digest = ctx.record.inputs_digest(step.stage, ctx.spec)
     if reuse_unchanged(ctx, step.stage, digest):
         return  # unchanged since its last run and its outputs verify (capserve.campaign.reuse)
-    line = ctx.report.begin(step.stage, campaign_now())
+    line = ctx.report.begin(step.stage, clock().now())
     _record(ctx, step.stage, line, digest)
     try:
         output = step.run(ctx)
@@ -118,9 +118,9 @@ def run_stage(ctx: CampaignContext, step: Step) -> None:
     if section is not None:
         ctx.report.add(section)
     if isinstance(output, StageEnd):
-        ctx.report.end(line, output.status, output.why, campaign_now())
+        ctx.report.end(line, output.status, output.why, clock().now())
     else:
-        ctx.report.end(line, StageStatus.COMPLETED, now=campaign_now())
+        ctx.report.end(line, StageStatus.COMPLETED, now=clock().now())
     _record(ctx, step.stage, line, digest, outputs=stage_outputs(step.stage, section))
 
 
@@ -150,7 +150,7 @@ def what_stopped(error: BaseException) -> BaseException:
 
 
 def skip_stage(ctx: CampaignContext, stage: Stage, why: str) -> None:
-    ctx.report.skip(stage, why, campaign_now())
+    ctx.report.skip(stage, why, clock().now())
     ctx.save(lambda record: record.with_stage(stage, StageEntry(status=StageStatus.SKIPPED, detail=why[:4000])))
 
 
@@ -296,6 +296,6 @@ def _write_report(ctx: CampaignContext, *, quietly: bool) -> None:
 def _now_quietly() -> datetime:
     """The campaign's clock while an error is on its way out: the host's if that clock cannot be read."""
     try:
-        return campaign_now()
+        return clock().now()
     except Exception:  # noqa: BLE001  # never hide the error that ended the stage
         return datetime.now(UTC)

@@ -47,7 +47,6 @@ from capserve.flows.evaluate import GATE_PROFILES, evaluate_endpoint
 from capserve.flows.rollout import RolloutInputs, roll_out, served_endpoint
 from capserve.flows.stage_weights import stage_weights
 from capserve.flows.teardown import teardown
-from capserve.tasks.clock import campaign_now
 from capserve.tasks.cluster.hyperpod import lifecycle_problem
 from capserve.tasks.image_mirror import image_efa_stack, mirror_image, resolve_image_digest
 from capserve.tasks.permissions import check_permissions
@@ -55,6 +54,7 @@ from capserve.tasks.planning import plan_campaign, publish_plan, resolve_model
 from capserve.tasks.preflight import PreflightInputs, gather_facts, network_facts
 from capserve.tasks.rollout.prepull import start_image_prepull
 from capserve.tasks.scheduling import schedule_lease_runs
+from capserve.tasks.the_clock import clock
 from capserve.tasks.weights.node_staging import stage_on_nodes
 from capserve.tasks.weights.s3 import read_manifest
 
@@ -315,7 +315,7 @@ def teardown_stage(ctx: CampaignContext, reason: TeardownReason) -> TeardownResu
         recorded(ctx, teardown_finished(about(ctx), exc.result, complete=False))
         raise
     recorded(ctx, teardown_finished(about(ctx), done, complete=True))
-    ctx.save(lambda record: record.with_kept(done.kept, now=campaign_now()))
+    ctx.save(lambda record: record.with_kept(done.kept, now=clock().now()))
     if not done.dry_run:
         ctx.report.schedule = schedule_window(ctx, torn_down=True)  # nothing left to serve, drain or tear down
     return done

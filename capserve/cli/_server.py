@@ -120,7 +120,7 @@ def run_on_server(
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from capserve.cli.progress_view import ProgressFollower, ProgressView
-    from capserve.tasks.clock import campaign_now
+    from capserve.tasks.the_clock import clock
 
     logs = out_dir.resolve() / "prefect"
     kept: list[Child] = []  # the worker left running with --keep-server (the server is server_in_background's)
@@ -139,7 +139,7 @@ def run_on_server(
                 kept.append(worker)
         stack.enter_context(temporary_settings({PREFECT_API_URL: registered.url}))
         since = datetime.now(UTC)  # the runs to follow are this campaign run's, not an earlier one's
-        view = ProgressView(console, block_now=campaign_now, block_start=_BlockStart(out_dir))
+        view = ProgressView(console, block_now=lambda: clock().now(), block_start=_BlockStart(out_dir))
         campaign_run: list[str] = []  # the campaign run's id, once created
         stack.callback(view.close)
         progress = ProgressFollower(campaign_id, since, view)

@@ -27,7 +27,7 @@ RUNNING = {"RUNNING", "PENDING", "PAUSED", "CANCELLING"}  # a run the status lin
 
 class ProgressView:
     """Prints the campaign's lines as they arrive: plain lines, plus a live status of the running runs on a
-    terminal. ``block_now`` is the block's clock now (``campaign_now``), ``block_start`` the block's start once
+    terminal. ``block_now`` is the block's clock now (``clock().now()``), ``block_start`` the block's start once
     it is known (None before the purchase)."""
 
     def __init__(

@@ -33,6 +33,7 @@ from capserve.cli.exit_codes import ExitCode
 from capserve.cli.inputs import writable_dir
 from capserve.cli.stand_ins import stand_in
 from capserve.core.errors import SpecError
+from capserve.tasks.the_clock import clock_environment
 
 WORKER_ENV_KEYS = (
     "AWS_ENDPOINT_URL",
@@ -43,7 +44,6 @@ WORKER_ENV_KEYS = (
     "AWS_SESSION_TOKEN",
     "AWS_EC2_METADATA_DISABLED",
     "HF_HUB_DISABLE_XET",
-    "CAPSERVE_CLOCK_URL",
     "CAPSERVE_REGISTRY_TOOL",  # the image stage's registry tool: the sandbox's stand-in for crane
     "CAPSERVE_COST__PRICE_LIST_API",  # moto has no Price List API: the ledger prices from the packaged table
 )
@@ -73,7 +73,7 @@ def register(sub: Any) -> None:
 
 def worker_environment(environ: dict[str, str], *, hub: str, inference: str) -> dict[str, str]:
     """What a worker process needs to reach the sandbox, taken from this process's patched environment."""
-    found = {key: environ[key] for key in WORKER_ENV_KEYS if key in environ}
+    found = {key: environ[key] for key in WORKER_ENV_KEYS if key in environ} | clock_environment(environ)
     return {**found, "CAPSERVE_HUB_ENDPOINT": hub, "CAPSERVE_SANDBOX_INFERENCE": inference}
 
 

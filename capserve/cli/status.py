@@ -121,12 +121,12 @@ def _default_region() -> str:
 def list_campaigns(region: str, records: RecordSettings, *, as_json: bool) -> int:
     """Every campaign whose record lives in ``region``: its block, where it is, and what it has paid so far."""
     from capserve.core.status import campaign_line
-    from capserve.tasks.clock import campaign_now
     from capserve.tasks.hub_watch import list_campaign_records
     from capserve.tasks.locations import locate_records
+    from capserve.tasks.the_clock import clock
 
     location = locate_records.fn(region, records)
-    now = campaign_now()
+    now = clock().now()
     lines = [campaign_line(r, region, now) for r in sorted(list_campaign_records.fn(location),
                                                            key=lambda r: r.campaign_id)]
     if as_json:

@@ -243,8 +243,8 @@ def run(args: argparse.Namespace) -> int:
             )
             if simulate is not None:
                 console.print(
-                    f"sandbox: simulated window, {simulate.rate:g}× wall time between scheduled runs, "
-                    f"{simulate.near_rate:g}× around them, {simulate.busy_rate:g}× while a run works on the block "
+                    "sandbox: simulated window: the block's clock holds while a run works and jumps to the next "
+                    f"instant due when every run waits; runs scheduled {simulate.rate:g}× faster than wall time "
                     f"(clock {endpoints.clock})",
                     highlight=False,
                 )

@@ -6,8 +6,5 @@ of its own, ``sandbox/``) stands on capserve's core and tasks, never the other w
 
 from __future__ import annotations
 
-CLOCK_URL_ENV = "CAPSERVE_CLOCK_URL"
-"""Where a simulated block's clock answers (``capserve.tasks.clock``); unset on AWS: the wall clock."""
-
 REGISTRY_TOOL_ENV = "CAPSERVE_REGISTRY_TOOL"
 """The program that copies the serving image between registries (``capserve.tasks.image_mirror``)."""

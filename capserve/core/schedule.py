@@ -250,7 +250,7 @@ class WindowFacts(BaseModel):
     rate: float = Field(ge=1, description="Simulated seconds per wall second between waypoints (1: real time).")
     near_rate: float = Field(ge=1, description="… and around them (each scheduled run).")
     busy_rate: float | None = Field(
-        None, ge=1, description="… and while a run works on the block (its own calls; None: near_rate)."
+        None, ge=0, description="… and while a run works on the block (0: the clock holds; None: near_rate)."
     )
     block_start: AwareDatetime = Field(description="The reservation's start.")
     block_end: AwareDatetime = Field(description="The reservation's end.")
@@ -273,6 +273,14 @@ class WindowFacts(BaseModel):
     def markdown(self) -> str:
         if not self.simulated:
             return "The block ran in real time."
+        if self.busy_rate == 0:
+            return (
+                "The window was **simulated**: the block's clock held while a run worked and moved only when every "
+                "run waited, to the next instant one was due (a poll's end, a scheduled run, the end of AWS's or "
+                "vLLM's modelled minutes), so its times do not depend on the host's speed. Scheduled runs were "
+                f"placed {self.rate:g}× faster than wall time, {self.near_rate:g}× around each. Times here are the "
+                "simulated clock's."
+            )
         return (
             f"The window was **simulated**: {self.rate:g}× wall time between scheduled runs, {self.near_rate:g}× "
             f"around them, {self.busy_rate or self.near_rate:g}× while a run works on the block (its own calls; "

@@ -54,11 +54,11 @@ from capserve.tasks.capacity.reservations import (
     wait_until_usable,
 )
 from capserve.tasks.capacity.search import search_offers, search_zones
-from capserve.tasks.clock import campaign_now
 from capserve.tasks.locations import record_ref
 from capserve.tasks.record_store import load_rehearsal, save_approval, save_lease, save_purchase, save_stage
 from capserve.tasks.settings import settings_from_environment
 from capserve.tasks.slots import leased_slot
+from capserve.tasks.the_clock import clock
 
 
 class PurchaseApproval(RunInput, ApprovalDecision):
@@ -136,9 +136,9 @@ def _check_and_buy(
     approval = needs_approval(offer, capacity.approval_threshold_usd)
     rehearsed = _rehearsal(spec, record) if approval or capacity.require_rehearsal else None
     # Before approval and before any purchase call: a person is never asked about a purchase that would be refused.
-    refusal = rehearsal_problem(spec, rehearsed, _rehearsal_digest(spec), now=campaign_now())
+    refusal = rehearsal_problem(spec, rehearsed, _rehearsal_digest(spec), now=clock().now())
     if refusal is not None:
-        save_stage(record, Stage.ACQUIRE, StageEntry(status=StageStatus.STOPPED, ended_at=campaign_now(),
+        save_stage(record, Stage.ACQUIRE, StageEntry(status=StageStatus.STOPPED, ended_at=clock().now(),
                                                      detail=refusal))
         return _stopped(spec, ranking, "rehearsal-required", refusal)
     if approval:
@@ -165,7 +165,7 @@ def _approval(
 ) -> AcquireResult | None:
     """Ask a person; None when they approved, else the stopped result (recorded, nothing bought)."""
     decision = _ask_for_approval(spec, offer, ranking, settings, interactive=interactive, rehearsed=rehearsed)
-    now = campaign_now()
+    now = clock().now()
     if decision is not None:
         save_approval(record, Approval(
             stage=Stage.ACQUIRE, subject=offer.offering_id, approved=decision.approved, approver=decision.approver,
@@ -212,7 +212,7 @@ def _adopt_bound(spec: CampaignSpec, bound: Lease, settings: CapacitySettings, r
     """The reservation this run was started for, if it can still be used; else stop without searching offers."""
     found = describe_reservation_by_id(bound.reservation_id, bound.region)
     # Judged against the recorded lease (the prepare run's rule too): gone, not ours, not deliverable, moved zone.
-    problems = lease_problems(bound, found, campaign_id=spec.campaign_id, now=campaign_now(), pending_ok=True)
+    problems = lease_problems(bound, found, campaign_id=spec.campaign_id, now=clock().now(), pending_ok=True)
     if found is None or problems:
         message = (
             f"this run was started for reservation {bound.reservation_id}, which it cannot use: "
@@ -230,7 +230,7 @@ def _adopt_bound(spec: CampaignSpec, bound: Lease, settings: CapacitySettings, r
 def _already_ours(spec: CampaignSpec) -> Reservation | None:
     """A reservation this campaign may use without buying: the one named in the spec, or one tagged for it."""
     capacity, campaign_id = spec.capacity, spec.campaign_id
-    now = campaign_now()
+    now = clock().now()
     if capacity.provider == "existing-reservation":
         assert capacity.reservation_id is not None  # the spec's validator guarantees it
         found = describe_reservation_by_id(capacity.reservation_id, capacity.regions[0])
@@ -272,7 +272,7 @@ def _finish(
 ) -> AcquireResult:
     """Record the lease (and a purchase whole), wait until AWS says it is usable, publish the artifact."""
     provider = spec.capacity.provider
-    now, run = campaign_now(), _this_run()
+    now, run = clock().now(), _this_run()
     lease: Lease = lease_from_reservation(reservation, provider=provider, adopted=outcome == "adopted", fee=fee)
     save_lease(record, lease, offering_id)
     current = wait_until_usable(reservation, settings)

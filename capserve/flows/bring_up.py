@@ -38,7 +38,6 @@ from capserve.core.deadline import StepBudget
 from capserve.core.lease import Lease
 from capserve.core.spec import CampaignSpec
 from capserve.core.timeline import node_join_s
-from capserve.tasks.clock import campaign_now
 from capserve.tasks.cluster.eks import (
     EksCluster,
     converge_access_entries,
@@ -61,6 +60,7 @@ from capserve.tasks.kube import (
 )
 from capserve.tasks.netcheck import prove_gpu_network
 from capserve.tasks.settings import settings_from_environment
+from capserve.tasks.the_clock import clock
 
 
 @dataclass
@@ -91,7 +91,7 @@ def bring_up(
     above 1); unknown, it is taken as the lease's instance count, the widest layout the lease could hold.
     """
     settings = settings or settings_from_environment().for_campaign(spec.campaign_settings()).bring_up
-    began = campaign_now()
+    began = clock().now()
     budget = bring_up_steps(spec, lease, now or began)
     efa = _efa(lease, nodes_per_replica)
     if spec.cluster.existing_cluster_name:
@@ -102,7 +102,7 @@ def bring_up(
         "cluster %s is up; created this run: %s", aws.cluster.name, ", ".join(aws.created) or "nothing"
     )
     readiness = _ready_on_kubernetes(spec, lease, settings, budget, aws, efa)
-    joined = NodeJoin.of(readiness, began_at=began, usable_at=campaign_now(),
+    joined = NodeJoin.of(readiness, began_at=began, usable_at=clock().now(),
                          predicted_s=node_join_s(deep_health_checks=spec.cluster.kind == "hyperpod" and efa.used),
                          scaled_at=aws.scaled_at)
     cluster = aws.cluster
@@ -152,7 +152,7 @@ def prepare_cluster(
     Converges like bring-up (what exists is found, not made again). Returns the cluster's name and what this run
     created. ``nodes_per_replica``: the plan's, as for ``bring_up`` (the launch template depends on it)."""
     settings = settings or settings_from_environment().for_campaign(spec.campaign_settings()).bring_up
-    budget = bring_up_steps(spec, lease, now or campaign_now())
+    budget = bring_up_steps(spec, lease, now or clock().now())
     aws, roles = _control_side(spec, lease, settings, budget)
     if spec.cluster.kind == "eks":
         assert aws.network is not None  # the control side always builds (or finds) the network

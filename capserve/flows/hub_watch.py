@@ -16,12 +16,12 @@ from prefect.client.schemas.objects import State
 from capserve.campaign.announce import now as utc_now
 from capserve.core.events import CampaignRefs, revision_published
 from capserve.core.hub_watch import has_moved, watch_target
-from capserve.tasks.clock import begin_at_waypoint, campaign_now, working_on_the_block
 from capserve.tasks.events import emit
 from capserve.tasks.hub_watch import list_campaign_records, mark_announced, was_announced
 from capserve.tasks.locations import locate_records
 from capserve.tasks.maintenance import skipped_without_aws
 from capserve.tasks.settings import hub_endpoint_from_environment, settings_from_environment
+from capserve.tasks.the_clock import clock
 from capserve.tasks.weights.hub import hub_connection, resolve_revision
 
 
@@ -37,8 +37,8 @@ def watch_hub(
     if skipped is not None:
         return skipped
     if waypoint is not None:
-        now = now or begin_at_waypoint(waypoint)
-    with working_on_the_block():
+        now = now or clock().begin_at(waypoint)
+    with clock().working():
         return _watch(regions, hub_endpoint, now)
 
 
@@ -46,7 +46,7 @@ def _watch(regions: list[str], hub_endpoint: str | None, now: datetime | None) -
     logger = get_run_logger()
     settings = settings_from_environment()
     conn = hub_connection(hub_endpoint or hub_endpoint_from_environment(), None, settings.weights.hub_timeout_seconds)
-    at = now or campaign_now()
+    at = now or clock().now()
     announced: list[str] = []
     for region in dict.fromkeys(regions):
         location = locate_records(region, settings.records)

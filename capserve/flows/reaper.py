@@ -19,12 +19,12 @@ from capserve.core.errors import CapserveError, PermanentError
 from capserve.core.teardown.reaper import CampaignSighting, ReaperDecision, ReaperResult, decide
 from capserve.core.teardown.settings import ReaperSettings
 from capserve.flows.teardown import run_teardown
-from capserve.tasks.clock import campaign_now
 from capserve.tasks.maintenance import regions_of_records, skipped_without_aws
 from capserve.tasks.reporting import publish_reaper
 from capserve.tasks.settings import settings_from_environment
 from capserve.tasks.teardown.inventory import inventory_campaign
 from capserve.tasks.teardown.sightings import find_campaigns, lease_end
+from capserve.tasks.the_clock import clock
 
 
 @flow(name="reaper", validate_parameters=True)
@@ -43,7 +43,7 @@ def reaper(
     logger = get_run_logger()
     everything = settings_from_environment()
     settings = settings or everything.reaper
-    now = now or campaign_now()
+    now = now or clock().now()
     skipped = skipped_without_aws("reaper", REAPER_ARTIFACT, ReaperResult(regions=tuple(regions), dry_run=dry_run,
                                                                           now=now))
     if skipped is not None:

@@ -72,7 +72,6 @@ from capserve.core.weights.assembly import model_repo
 from capserve.flows.bring_up import bring_up
 from capserve.flows.rollout import roll_back
 from capserve.flows.window import campaign_record, recorded_spec
-from capserve.tasks.clock import campaign_now, working_on_the_block
 from capserve.tasks.locations import locations_for
 from capserve.tasks.manifests import recording
 from capserve.tasks.planning import plan_campaign, resolve_model
@@ -82,6 +81,7 @@ from capserve.tasks.rollout.start_history import read_start_history
 from capserve.tasks.settings import hub_endpoint_from_environment, settings_from_environment
 from capserve.tasks.slots import campaign_slot
 from capserve.tasks.teardown.inventory import inventory_campaign
+from capserve.tasks.the_clock import clock
 from capserve.tasks.weights.hub import hub_connection, resolve_revision
 
 
@@ -109,7 +109,7 @@ def redeploy(
     record, ref = campaign_record(campaign_id, home, base)
     _refuse(record, now)
     # A simulated block's clock waits on real work; the stages' subflows are tagged with the campaign.
-    with working_on_the_block(), campaign_runs(campaign_id), campaign_slot(campaign_id):
+    with clock().working(), campaign_runs(campaign_id), campaign_slot(campaign_id):
         record = load_record(ref) or record  # the slot may have been waited for: what did the last holder do?
         spec = recorded_spec(record)
         hub = hub_endpoint or hub_endpoint_from_environment()
@@ -165,7 +165,7 @@ def _refuse(
             existing_cluster=cluster_spec.cluster.existing_cluster_name,
         )
         has_cluster = found.workload_cluster is not None and found.workload_cluster.endpoint is not None
-    why = refusal(record, now=now or campaign_now(), has_cluster=has_cluster, past=past)
+    why = refusal(record, now=now or clock().now(), has_cluster=has_cluster, past=past)
     if why is not None:
         raise PermanentError(f"redeploy refused: {why}")
 
@@ -193,7 +193,7 @@ def _redeploy(ctx: CampaignContext, ref: RecordRef, sha: str, trigger: str) -> R
         _stage(ctx, Stage.BRING_UP, _cluster)
         _stage(ctx, Stage.WEIGHTS_TO_NODES, weights_to_nodes_stage)
         entry.serving = None  # from here on, what serves depends on how the rollout ends
-        entry.rollout_began = campaign_now()
+        entry.rollout_began = clock().now()
         _stage(ctx, Stage.ROLLOUT, rollout_stage)
     except CapserveError as exc:
         _finish(ctx, ref, entry.ended("failed", f"{type(exc).__name__}: {exc}"))
@@ -212,7 +212,7 @@ def _redeploy(ctx: CampaignContext, ref: RecordRef, sha: str, trigger: str) -> R
     entry.verdict, why = _evaluate(ctx)
     if outcome_for(entry.verdict) == "promoted":
         return _finish(ctx, ref, entry.ended("promoted", ""), good=new)
-    entry.rollback_began = campaign_now()  # the new colour goes, whatever the strategy: down until the old is back
+    entry.rollback_began = clock().now()  # the new colour goes, whatever the strategy: down until the old is back
     try:
         back, good = roll_back(replace(rollout_inputs(ctx), last_good=previous), new.color or "blue", why)
     except CapserveError as exc:
@@ -237,7 +237,7 @@ class _Entry:
     serving: str | None
     strategy: str = ""
     verdict: Verdict = "not-evaluated"
-    started_at: datetime = field(default_factory=lambda: campaign_now())
+    started_at: datetime = field(default_factory=lambda: clock().now())
     rollout_began: datetime | None = None
     rollback_began: datetime | None = None
     ready_at: datetime | None = None  # the new revision's pods all ready
@@ -245,7 +245,7 @@ class _Entry:
     cache: str = ""  # what its compile cache did: hit (a warm start), miss, off, unknown
 
     def ended(self, outcome: Outcome, detail: str) -> RedeployEntry:
-        ended_at, down_from = campaign_now(), self._down_from()
+        ended_at, down_from = clock().now(), self._down_from()
         phases = down_phases(down_from, ended_at, ready_at=self.ready_at, start_s=self.start_s, cache=self.cache,
                              rollback_began=self.rollback_began)
         return RedeployEntry(

@@ -56,13 +56,13 @@ from capserve.core.stages import Stage, StageStatus
 from capserve.core.teardown.result import TeardownIncompleteError, TeardownReason, TeardownResult
 from capserve.flows.bring_up import bring_up
 from capserve.flows.teardown import teardown
-from capserve.tasks.clock import campaign_now
 from capserve.tasks.record_store import save_rehearsal
 from capserve.tasks.rehearsal import rehearsal_zone
 from capserve.tasks.reporting import write_report_files
 from capserve.tasks.run_log import run_logger
 from capserve.tasks.settings import hub_endpoint_from_environment, settings_from_environment
 from capserve.tasks.slots import campaign_slot
+from capserve.tasks.the_clock import clock
 
 
 def rehearsal_bring_up_stage(ctx: CampaignContext) -> ClusterResult:
@@ -128,7 +128,7 @@ def rehearse(
     # plan_stage's preflight, the rehearsal's first step as it is the campaign's (docs/iam/README.md).
     region = rehearsal.capacity.regions[0]
     ctx.lease = on_demand_lease(
-        rehearsal, availability_zone=rehearsal_zone(region, choice.instance_type), now=campaign_now()
+        rehearsal, availability_zone=rehearsal_zone(region, choice.instance_type), now=clock().now()
     )
     ctx.reservation_state = ReservationState.ACTIVE  # on-demand capacity is usable at once
     error: BaseException | None = None
@@ -202,7 +202,7 @@ def rehearsal_record(
         rehearsal_id=ctx.spec.campaign_id,
         digest=rehearsal_digest(spec, vpc_cidr=vpc_cidr),
         proves=rehearsal_proof(spec, vpc_cidr=vpc_cidr),
-        rehearsed_at=campaign_now(),
+        rehearsed_at=clock().now(),
         result=result,
         checks=tuple(checks),
         verdict=verdict,

@@ -33,18 +33,18 @@ from capserve.core.rollout import (
 )
 from capserve.core.rollout.result import RolloutFailedError, RolloutResult
 from capserve.core.rollout.settings import RolloutSettings
-from capserve.tasks.clock import campaign_now
 from capserve.tasks.kube import api_client_for_eks
 from capserve.tasks.rollout.access import key_in_environment, port_forward
 from capserve.tasks.rollout.objects import ensure_api_key
 from capserve.tasks.rollout.run import RolloutInputs, RolloutRun
+from capserve.tasks.the_clock import clock
 
 # The variable the evaluation reads the campaign's endpoint key from, only while it runs.
 ENDPOINT_KEY_ENV = "CAPSERVE_ENDPOINT_API_KEY"
 
 
 def _record_of(config: RolloutConfig, color: Color) -> RolloutRecord:
-    return RolloutRecord(color=color, config=config, ready_at=campaign_now())
+    return RolloutRecord(color=color, config=config, ready_at=clock().now())
 
 
 @flow(name="rollout", flow_run_name=stage_run_name("rollout"))

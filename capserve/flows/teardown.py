@@ -29,13 +29,13 @@ from capserve.core.teardown.plan import label, plan_teardown
 from capserve.core.teardown.result import KeptResource, TeardownIncompleteError, TeardownReason, TeardownResult
 from capserve.core.teardown.settings import TeardownSettings
 from capserve.tasks.aws_events import delete_capacity_events
-from capserve.tasks.clock import campaign_now
 from capserve.tasks.events import emit
 from capserve.tasks.reporting import publish_teardown
 from capserve.tasks.scheduling import tag_this_run
 from capserve.tasks.settings import settings_from_environment
 from capserve.tasks.teardown.execute import execute_plan
 from capserve.tasks.teardown.inventory import inventory_campaign
+from capserve.tasks.the_clock import clock
 
 RESERVATION_KEPT = (
     "reservations cannot be cancelled or deleted: AWS ends it at its end date (its instances are "
@@ -111,7 +111,7 @@ def run_teardown(
     if dry_run:
         listed = TeardownResult(
             campaign_id=campaign_id, region=region, reason=reason, dry_run=True, deleted=tuple(plan.resources()),
-            already_gone=found.missing, kept=tuple(all_kept), finished_at=campaign_now(),
+            already_gone=found.missing, kept=tuple(all_kept), finished_at=clock().now(),
         )
         publish_teardown(campaign_id, listed.markdown())
         emit(teardown_finished(about, listed, complete=True))
@@ -121,7 +121,7 @@ def run_teardown(
     result = TeardownResult(
         campaign_id=campaign_id, region=region, reason=reason, dry_run=False, deleted=(*outcome.deleted, *rule),
         already_gone=(*found.missing, *outcome.already_gone), kept=tuple(all_kept), remaining=outcome.remaining,
-        finished_at=campaign_now(),
+        finished_at=clock().now(),
     )
     publish_teardown(campaign_id, result.markdown())  # what was deleted, for the UI, before any error
     emit(teardown_finished(about, result, complete=not result.remaining))

@@ -58,7 +58,6 @@ from capserve.flows.campaign import CAMPAIGN
 from capserve.flows.notify import notify
 from capserve.flows.teardown import teardown
 from capserve.tasks.capacity.reservations import describe_reservation_by_id
-from capserve.tasks.clock import begin_at_waypoint, campaign_now, working_on_the_block
 from capserve.tasks.drain import remove_services, scale_serving_to_zero
 from capserve.tasks.locations import locate_records, record_ref
 from capserve.tasks.orphans import read_crashed_run, runs_in_flight
@@ -70,6 +69,7 @@ from capserve.tasks.settings import hub_endpoint_from_environment, settings_from
 from capserve.tasks.slots import campaign_slot
 from capserve.tasks.teardown.inventory import inventory_campaign
 from capserve.tasks.teardown.workloads import connect
+from capserve.tasks.the_clock import clock
 
 
 @flow(name="prepare-cluster", flow_run_name="prepare-cluster-{campaign_id}")
@@ -93,18 +93,18 @@ def prepare_cluster_before_block(campaign_id: str, region: str, reservation_id: 
     if why:
         return Cancelled(name="NotNeeded", message=why)
     slots = base.for_campaign(spec.campaign_settings()).slots
-    with working_on_the_block(), campaign_runs(campaign_id), campaign_slot(campaign_id, slots):
+    with clock().working(), campaign_runs(campaign_id), campaign_slot(campaign_id, slots):
         record = load_record(ref) or record  # the slot may have been waited for: what did the last holder do?
         why = _preparation_not_needed(record, lease.start)
         if why:
             return Cancelled(name="NotNeeded", message=why)
-        started = campaign_now()
+        started = clock().now()
         unusable = _reservation_unusable(campaign_id, lease)  # first: nothing is built for a block AWS will not deliver
         if unusable:
             return _nothing_built(campaign_id, lease, spec, unusable)
         cluster, created = prepare_cluster(spec, lease, nodes_per_replica=record.planned_nodes_per_replica())
         prepared = PreparedCluster(
-            run=f"prepare-cluster-{campaign_id}", cluster=cluster, started_at=started, ended_at=campaign_now(),
+            run=f"prepare-cluster-{campaign_id}", cluster=cluster, started_at=started, ended_at=clock().now(),
             block_start=lease.start, created=created,
         )
         change_record(ref, [lambda rec: rec.with_prepared(prepared)])
@@ -118,7 +118,7 @@ def _reservation_unusable(campaign_id: str, lease: Lease) -> list[str]:
     if lease.on_demand:  # a rehearsal's capacity: nothing was reserved
         return []
     found = describe_reservation_by_id(lease.reservation_id, lease.region)
-    return lease_problems(lease, found, campaign_id=campaign_id, now=campaign_now())
+    return lease_problems(lease, found, campaign_id=campaign_id, now=clock().now())
 
 
 def _nothing_built(campaign_id: str, lease: Lease, spec: CampaignSpec, problems: list[str]) -> State:
@@ -148,7 +148,7 @@ def _preparation_not_needed(record: CampaignRecord, block_start: datetime) -> st
         entry = record.stage(stage)
         if entry is not None and entry.status is not StageStatus.SKIPPED:  # skipped: left for the serve run
             return f"campaign {record.campaign_id} has begun {stage.value} ({entry.status.value}): nothing to prepare"
-    if campaign_now() >= block_start:
+    if clock().now() >= block_start:
         return "the block has started: the serve run builds the whole cluster"
     return ""
 
@@ -167,7 +167,7 @@ def serve(campaign_id: str, region: str, reservation_id: str) -> CampaignReport 
     lease = need(record.lease, Stage.ACQUIRE)
     spec = recorded_spec(record)
     _stamp_fired(ref, record, spec, ScheduledStage.BRING_UP)  # first: a simulated clock waits at the start for it
-    if lease.end <= campaign_now():
+    if lease.end <= clock().now():
         # A run that fires after its block (a worker down for a day): nothing to serve on, and nothing to buy.
         return Cancelled(name="Expired", message=(
             f"reservation {reservation_id} ended at {lease.end.isoformat()}: nothing to serve on; nothing was "
@@ -178,7 +178,7 @@ def serve(campaign_id: str, region: str, reservation_id: str) -> CampaignReport 
     options = RunOptions(out_dir=out_dir, staging_dir=out_dir / "staging", hub_endpoint=hub_endpoint_from_environment(),
                          bound_lease=lease, teardown_when_done=record.teardown_when_done)
     ctx = CampaignContext.start(spec, base.for_campaign(spec.campaign_settings()), options)
-    with working_on_the_block(), campaign_slot(campaign_id, ctx.settings.slots):
+    with clock().working(), campaign_slot(campaign_id, ctx.settings.slots):
         run_campaign(ctx, CAMPAIGN, teardown_stage)
     return verdict_state(ctx.report)
 
@@ -201,26 +201,26 @@ def drain(
     if isinstance(acting, State):
         return acting
     _, ref, spec = acting
-    with working_on_the_block(), campaign_runs(campaign_id):
+    with clock().working(), campaign_runs(campaign_id):
         return _drain(campaign_id, region, ref, spec, base, reason)
 
 
 def _drain(
     campaign_id: str, region: str, ref: RecordRef, spec: CampaignSpec, base: Settings, reason: str
 ) -> DrainResult:
-    started = campaign_now()
+    started = clock().now()
     settings = base.for_campaign(spec.campaign_settings()).teardown
     found = inventory_campaign(campaign_id, region, kind=spec.cluster.kind,
                                existing_cluster=spec.cluster.existing_cluster_name, settings=settings)
     if found.workload_cluster is None or found.workload_cluster.endpoint is None:
         result = DrainResult(campaign_id=campaign_id, note="no cluster of the campaign was found",
-                             finished_at=campaign_now())
+                             finished_at=clock().now())
     else:
         dyn = connect(found.workload_cluster, region)
         removed = remove_services(dyn, campaign_id)
         scaled = scale_serving_to_zero(dyn, campaign_id)
         result = DrainResult(campaign_id=campaign_id, services_removed=tuple(removed),
-                             scaled_to_zero=tuple(scaled), finished_at=campaign_now())
+                             scaled_to_zero=tuple(scaled), finished_at=clock().now())
     entry = StageEntry(status=StageStatus.COMPLETED, started_at=started, ended_at=result.finished_at,
                        outputs=result.report_section(), detail=f"{reason}: {result.markdown()}"[:4000])
     change_record(ref, [lambda rec: rec.with_stage(Stage.DRAIN, entry)])
@@ -247,9 +247,9 @@ def scheduled_teardown(
     if isinstance(found, State):
         return found
     record, ref, spec = found
-    with working_on_the_block(), campaign_runs(campaign_id):
+    with clock().working(), campaign_runs(campaign_id):
         done = teardown(spec, region, reason=reason, refs=record_refs(record, region))
-        record = change_record(ref, [lambda rec: rec.with_kept(done.kept, now=campaign_now())])
+        record = change_record(ref, [lambda rec: rec.with_kept(done.kept, now=clock().now())])
         _finish_report(record, spec, done)
     return done
 
@@ -276,11 +276,11 @@ def _window_run(
 def _stamp_fired(ref: RecordRef, record: CampaignRecord, spec: CampaignSpec, stage: ScheduledStage) -> None:
     """When this run began on the campaign's clock, for the report's schedule.
 
-    A simulated clock stops at the run's time until the run says it has started (``begin_at_waypoint``: it
+    A simulated clock stops at the run's time until the run says it has started (``begin_at``: it
     waits for the clock when it is early), so a run a busy machine starts late is not late on the block.
     """
     waypoint = _waypoint(record, spec, stage)
-    fired = begin_at_waypoint(waypoint) if waypoint is not None else campaign_now()
+    fired = clock().begin_at(waypoint) if waypoint is not None else clock().now()
     change_record(ref, [lambda rec: rec.with_fired(stage.value, now=fired)])
 
 
@@ -338,7 +338,7 @@ def teardown_orphan(flow_run_id: str, soon_minutes: int = 30) -> TeardownResult 
     target = orphan_target(crashed.flow_name, crashed.parameters)
     if isinstance(target, str):
         return _unsure(crashed.name, target)
-    live = live_runs(target.campaign_id, runs_in_flight(), now=campaign_now(), soon=timedelta(minutes=soon_minutes))
+    live = live_runs(target.campaign_id, runs_in_flight(), now=clock().now(), soon=timedelta(minutes=soon_minutes))
     if live:
         message = left_alone(target.campaign_id, live)
         logger.info("orphan teardown after %s: %s", crashed.name, message)
@@ -361,7 +361,7 @@ def teardown_orphan(flow_run_id: str, soon_minutes: int = 30) -> TeardownResult 
                    target.campaign_id, crashed.name, region)
     with campaign_runs(target.campaign_id):
         done = teardown(spec, region, reason="orphan", refs=record_refs(record, region))
-    change_record(ref, [lambda rec: rec.with_kept(done.kept, now=campaign_now())])
+    change_record(ref, [lambda rec: rec.with_kept(done.kept, now=clock().now())])
     return done
 
 

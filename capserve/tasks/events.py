@@ -21,9 +21,9 @@ from prefect.events import emit_event
 
 from capserve.core.act_lines import act_line
 from capserve.core.events import CapserveEvent
-from capserve.tasks.clock import wall_time_of
 from capserve.tasks.progress import tell
 from capserve.tasks.secrets import redactor
+from capserve.tasks.the_clock import clock
 
 _log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ _log = logging.getLogger(__name__)
 def emit(event: CapserveEvent) -> CapserveEvent:
     """Send ``event`` (its id makes a repeat a duplicate Prefect stores once); returns what was sent."""
     sent = event.model_copy(update={"payload": redactor().redact_data(event.payload)})
-    wire = sent.stamped(wall_time_of(sent.occurred))
+    wire = sent.stamped(clock().wall_time_of(sent.occurred))
     try:
         emit_event(
             event=wire.event,
@@ -52,7 +52,7 @@ def emit(event: CapserveEvent) -> CapserveEvent:
 def event_body(event: CapserveEvent) -> dict[str, Any]:
     """The JSON of ``event`` as ``POST /api/events`` takes it (for senders outside a Prefect process), stamped
     like ``emit``'s: wall time, the block time in the payload."""
-    wire = event.stamped(wall_time_of(event.occurred))
+    wire = event.stamped(clock().wall_time_of(event.occurred))
     return {
         "id": str(wire.id),
         "event": wire.event,

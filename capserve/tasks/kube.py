@@ -48,6 +48,7 @@ from capserve.tasks.manifests import record_applied
 from capserve.tasks.progress import ProgressReporter
 from capserve.tasks.resilience import NO_RETRIES, kube_task
 from capserve.tasks.run_log import run_logger
+from capserve.tasks.the_clock import clock
 from capserve.tasks.waiting import pause_on_the_block, wait_timeout
 
 # What flows hold to pass a cluster's client between tasks (flows import no SDK themselves).
@@ -424,18 +425,20 @@ def _watch_until(
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return objects
-            window = max(1, math.ceil(min(remaining, settings.watch_window_s, gone.window_s)))
-            for event in dyn.watch(  # type: ignore[no-untyped-call]
-                resource, **selectors, resource_version=version, timeout=window, allow_watch_bookmarks=True
-            ):
-                raw = event["raw_object"]
-                version = str((raw.get("metadata") or {}).get("resourceVersion") or version)
-                if event["type"] == "DELETED":
-                    objects.pop(_key(raw), None)
-                elif event["type"] in ("ADDED", "MODIFIED"):
-                    objects[_key(raw)] = raw
-                if done(objects) or time.monotonic() >= deadline:
-                    return objects
+            # A wait on the outside: the block may move by the window meanwhile (its clock says how long to watch here).
+            with clock().waiting(min(remaining, settings.watch_window_s, gone.window_s)) as wall_window:
+                for event in dyn.watch(  # type: ignore[no-untyped-call]
+                    resource, **selectors, resource_version=version, timeout=max(1, math.ceil(wall_window)),
+                    allow_watch_bookmarks=True,
+                ):
+                    raw = event["raw_object"]
+                    version = str((raw.get("metadata") or {}).get("resourceVersion") or version)
+                    if event["type"] == "DELETED":
+                        objects.pop(_key(raw), None)
+                    elif event["type"] in ("ADDED", "MODIFIED"):
+                        objects[_key(raw)] = raw
+                    if done(objects) or time.monotonic() >= deadline:
+                        return objects
             continue  # the window ran out: watch on from the last resourceVersion
         except k8s.ApiException as exc:
             if exc.status == 410:  # our resourceVersion was compacted away: start over from a list

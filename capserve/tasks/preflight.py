@@ -37,8 +37,8 @@ from capserve.core.urls import parse_endpoint_url, parse_hub_endpoint
 from capserve.core.weights.assembly import model_repo
 from capserve.tasks.aws import client, convert, error_code, session
 from capserve.tasks.capacity.reservations import describe_reservation_by_id
-from capserve.tasks.clock import campaign_now
 from capserve.tasks.resilience import aws_task, local_task
+from capserve.tasks.the_clock import clock
 from capserve.tasks.weights.hub import hub_connection, list_repo_files, resolve_revision
 
 # What DescribeInstanceTypeOfferings answers in a region the account has not opted into, or may not use.
@@ -266,7 +266,7 @@ def gather_facts(
     # Every region a block may be bought in: the network is built in the block's region.
     quotas = tuple(q for r in asked for q in quota_readings(r, network=network, on_demand=usage))
     return PreflightFacts(
-        now=campaign_now(),
+        now=clock().now(),
         known_regions=known,
         offering_regions=dict(zip(asked, answers, strict=True)),
         out_dir_problem=out_dir_problem(inputs.out_dir),

@@ -28,8 +28,8 @@ from prefect.client.schemas.sorting import FlowRunSort, LogSort
 from capserve.core.errors import RetryableError
 from capserve.core.progress import PREFIX, Progress, Throttle, stamped, unstamped
 from capserve.core.schedule import campaign_tag
-from capserve.tasks.clock import campaign_now
 from capserve.tasks.run_log import run_logger
+from capserve.tasks.the_clock import clock
 
 # A wait reports at most this often on its own: the throttle still needs a reason to print (a change of ≥ 10 %,
 # a new phase, or a minute of wall time), so this only bounds how stale a line can be.
@@ -61,7 +61,7 @@ def tell(line: str, block_at: datetime | None = None) -> None:
     now): a follower reads it seconds of wall time later, on a simulated block hours of the block."""
     if block_at is None:
         try:
-            block_at = campaign_now()
+            block_at = clock().now()
         except RetryableError:  # a clock that does not answer costs the line its time, never the run
             block_at = None
     run_logger(__name__).info("%s%s", PREFIX, stamped(line, block_at), extra={"progress": line})

@@ -31,8 +31,8 @@ from capserve.core.rehearsal import RehearsalRecord, rehearsal_key
 from capserve.core.stages import Stage, StageStatus
 from capserve.tasks.aws import client, convert, error_code
 from capserve.tasks.buckets import ensure_bucket
-from capserve.tasks.clock import campaign_now
 from capserve.tasks.resilience import s3_task
+from capserve.tasks.the_clock import clock
 
 CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 ABSENT_CODES = frozenset({"NoSuchKey", "NoSuchBucket", "404"})
@@ -100,7 +100,7 @@ def update_record(ref: RecordRef, changes: Sequence[RecordChange]) -> CampaignRe
     """
     for _ in range(ref.write_attempts):
         stored = read_record(ref)
-        current = stored.record if stored else CampaignRecord.new(ref.campaign_id, campaign_now())
+        current = stored.record if stored else CampaignRecord.new(ref.campaign_id, clock().now())
         for change in changes:
             current = change(current)
         try:
@@ -127,7 +127,7 @@ def save_lease(ref: RecordRef, lease: Lease, offering_id: str | None) -> Campaig
     """Put the lease into the campaign record (and the acquire stage as done), the moment it is known."""
 
     def change(record: CampaignRecord) -> CampaignRecord:
-        now = campaign_now()
+        now = clock().now()
         before = record.stage(Stage.ACQUIRE)
         entry = StageEntry(
             status=StageStatus.COMPLETED,
@@ -144,7 +144,7 @@ def save_lease(ref: RecordRef, lease: Lease, offering_id: str | None) -> Campaig
 @s3_task(name="save-purchase", cache_policy=NO_CACHE)
 def save_purchase(ref: RecordRef, purchase: AcquireResult) -> CampaignRecord:
     """Keep what the acquire stage bought, and how it chose it, for the reports of the runs that adopt it."""
-    return update_record(ref, [lambda record: record.with_purchase(purchase, now=campaign_now())])
+    return update_record(ref, [lambda record: record.with_purchase(purchase, now=clock().now())])
 
 
 @s3_task(name="save-stage", cache_policy=NO_CACHE)

@@ -36,9 +36,9 @@ from capserve.core.schedule import (
     slow_spans,
 )
 from capserve.core.spec import TeardownSpec
-from capserve.tasks.clock import campaign_window, register_waypoints
 from capserve.tasks.resilience import orchestrator_task
 from capserve.tasks.run_log import run_logger
+from capserve.tasks.the_clock import clock
 
 
 @orchestrator_task(name="schedule-lease-runs")
@@ -60,7 +60,7 @@ def schedule_lease_runs(
     planned = planned_runs(campaign_id, lease, teardown, bring_up_lead=bring_up_lead, prepare_lead=prepare_lead)
     # Prefect schedules in wall time; the runs' times are on the campaign's clock. A simulated clock (the
     # sandbox) slows down around them before they are created, so each fires at its time to the minute.
-    window = register_waypoints([run.scheduled_at for run in planned], slow_spans(planned, lease.end))
+    clock().plan([run.scheduled_at for run in planned], slow_spans(planned, lease.end))
     existing = read_campaign_runs(campaign_id)
     actions = reconcile(planned, existing, no_longer_needed=no_longer_needed)
     for stale in actions.cancel:
@@ -68,7 +68,7 @@ def schedule_lease_runs(
     notes: dict[str, str] = {}
     for run in actions.create:
         try:
-            create_run(run, window.to_wall(max(run.scheduled_at, window.anchor_sim)))
+            create_run(run, clock().wall_time_to_schedule(run.scheduled_at))
         except ObjectNotFound:
             notes[run.idempotency_key] = f"not scheduled: no deployment {run.deployment!r} on this Prefect server"
             run_logger(__name__).warning(
@@ -85,10 +85,10 @@ def schedule_lease_runs(
         )
         for run in planned
     )
+    pace = clock().pace()
     facts = WindowFacts(
-        simulated=window.simulated, rate=window.fast_rate, near_rate=window.near_rate,
-        busy_rate=window.busy_rate or window.near_rate,
-        block_start=lease.start, block_end=lease.end,
+        simulated=pace is not None, rate=pace.fast_rate if pace else 1.0, near_rate=pace.near_rate if pace else 1.0,
+        busy_rate=pace.working_rate if pace else 1.0, block_start=lease.start, block_end=lease.end,
     )
     return LeaseSchedule(runs=entries, window=facts)
 
@@ -122,9 +122,8 @@ def schedule_hub_watch(campaign_id: str, regions: Sequence[str], at: datetime, *
     """A one-off run of the ``hub-watcher`` deployment at ``at`` on the campaign's clock, in the block of
     ``reservation_id``; once per campaign, block and time (another block of the campaign at the same instant,
     as `make demo` run again on the same server makes, gets its own: the server would hand back the old run)."""
-    window = campaign_window()
     return _create(
-        HUB_WATCHER, {"regions": list(regions), "waypoint": at.isoformat()}, window.to_wall(max(at, window.anchor_sim)),
+        HUB_WATCHER, {"regions": list(regions), "waypoint": at.isoformat()}, clock().wall_time_to_schedule(at),
         name=f"hub-watcher-{campaign_id}", tags=[campaign_tag(campaign_id), WATCH_TAG],
         idempotency_key=f"capserve:{campaign_id}:{reservation_id}:watch:{at.isoformat()}",
     )

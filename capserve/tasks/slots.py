@@ -38,6 +38,7 @@ from pydantic import BaseModel, ValidationError
 from capserve.core.errors import PermanentError
 from capserve.core.settings import SlotSettings
 from capserve.tasks.processes import ProcessIdentity, provably_dead, this_process
+from capserve.tasks.the_clock import clock
 
 LOCKED = 423
 MAX_POLL_SECONDS = 5.0
@@ -147,7 +148,7 @@ def _acquire(client: Any, limit: str, lease_seconds: int, purpose: str, timeout_
             who = note.describe() if note is not None else "a holder that left no note"
             raise SlotTimeout(f"slot {limit} ({purpose}) was still held by {who} after {timeout_seconds:.0f} s; "
                               "nothing was done. Run again once that run has ended (capserve status shows it).")
-        time.sleep(min(max(wait, 0.5), MAX_POLL_SECONDS))
+        clock().sleep(min(max(wait, 0.5), MAX_POLL_SECONDS))  # waiting for another run: the block may move
 
 
 def _read(client: Any, limit: str) -> SlotNote | None:

@@ -15,7 +15,7 @@ from typing import TypeVar
 
 from capserve.core.deadline import Clock, Deadline
 from capserve.core.errors import WaitTimeoutError
-from capserve.tasks.clock import wall_seconds
+from capserve.tasks.the_clock import clock
 
 T = TypeVar("T")
 
@@ -26,8 +26,8 @@ def wait_timeout(what: str, limit_s: float, missing: str) -> WaitTimeoutError:
 
 
 def pause_on_the_block(block_s: float) -> None:
-    """Sleep while ``block_s`` pass on the campaign's clock (on AWS: ``block_s``; ``capserve.tasks.clock``)."""
-    time.sleep(wall_seconds(block_s))
+    """Sleep while ``block_s`` pass on the campaign's clock (on AWS: ``block_s`` of the host's)."""
+    clock().sleep(block_s)
 
 
 def wait_until(

@@ -1,103 +1,362 @@
-"""The sandbox's clock: the one notion of "now" shared by every sandbox stand-in.
+"""The sandbox's clock: AWS's time as the stand-ins see it, and, when the sandbox plays a block, the campaign's.
 
-Reservations, training plans, EKS clusters and node groups move through their states on this clock,
-so tests can jump a reservation to ``active`` or past its end without waiting. It is process-global
-because the moto server runs in this process; tests reset it.
+Without simulation it is the wall clock plus an offset that only moves forward (``advance``: the sandbox's AWS
+jumps it to a reservation's start instead of waiting, and tests jump it past an end).
 
-It runs in one of two modes:
+When the sandbox plays a block (``simulate``), the clock keeps wall time until the campaign registers its
+scheduled runs' instants (planning and purchase must not cost hours of the block), then it *plays*, and from
+there it moves by one rule, never by how fast the host runs (as Temporal's time-skipping test server, kopf's
+looptime and SimPy move time: only when everyone waits, straight to the next thing due):
 
-- *offset* (the default): wall time plus whatever tests or auto-activation added with ``advance``;
-- *simulated* (``simulate``): a ``WarpedWindow`` (``capserve.core.warp``), fast between waypoints and
-  near wall time around them, so a 24-hour block plays in minutes. Campaigns register their waypoints
-  (the scheduled runs' times) through ``capserve_sandbox.clock_server`` before scheduling them, and read
-  the mapping from there to put Prefect's wall-clock schedule on the block's timeline. Each waypoint is a
-  gate: the clock stops there until its run says it has started (``started``), at most ``hold``, so a run
-  a busy machine starts late does not fire late on the block; and while a run says it works on the block
-  (``working``), the clock runs no faster than near wall time.
+- a **party** is a process of the campaign (``capserve_sandbox.clock_client``) or a stand-in's modelled duration;
+  a party *works* (a scheduled run or a redeploy between its start and its end) or *sleeps until* an instant of
+  the block (a poll's pause, the end of a modelled duration);
+- while any party works, the clock **holds**: the work a busy host does slowly costs no time of the block;
+- when none works, the clock **jumps** to the next *stop*: the earliest instant a party sleeps until, or a
+  registered waypoint whose run has not started (a *gate*); with no stop ahead it runs at ``fast_rate``;
+  inside a slow span of the schedule (after bring-up fires, after a Hub watch, whose redeploy the automation
+  starts in wall time while no run holds the clock) it runs to the next stop at ``near_rate`` instead, unless
+  a modelled duration is under way;
+- a sleeper whose instant has come works again (it holds the clock there) until it sleeps again or ends, so
+  the number of polls before an outcome, and the instant each is made, do not depend on the host;
+- a gate holds until its run has started (``started``), ``hold`` of wall time at most after the later of the
+  clock's arrival and the run's scheduled wall time (a run that never starts does not stop the block forever);
+- a modelled duration (``skip_to``: a node group launching, vLLM loading the checkpoint it stands for, an S3
+  copy) is a sleeper: the clock lands on its end exactly; a duration that the stand-in evaluates lazily when
+  asked (EKS's describe) does not hold the clock once passed (``holds=False``).
 
-A stand-in that models a duration nothing real fills (``skip_to``: a node group launching, vLLM loading the
-checkpoint it stands for) lets the clock run fast to the instant it ends (``WarpedWindow.skip_until``): to
-the earliest such instant still ahead, then the next, so real work between two of them is not sped up.
+The runs are still scheduled in wall time by Prefect (``WarpedWindow``: fast between waypoints, near wall time
+around them), so each run starts about when the clock reaches its gate.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from capserve.core.warp import WarpedWindow
+from capserve.core.clock import Pace
+from capserve_sandbox.warp import WarpedWindow
+
+_log = logging.getLogger(__name__)
 
 Spans = list[tuple[datetime, datetime]]
 Extension = Callable[[Sequence[datetime], Sequence[tuple[datetime, datetime]]], tuple[list[datetime], Spans]]
 
+# How often the clock checks that the processes holding it still run (a killed run must not stop the block).
+_LIVENESS_EVERY_S = 1.0
+
+
+@dataclass
+class _Party:
+    working: bool = False  # between a run's start and its end
+    sleeps: dict[str, datetime] = field(default_factory=dict)  # thread (or "") → the instant it sleeps until
+    holds_when_due: bool = True  # False: a stop the clock lands on and passes (a lazily evaluated duration)
+    modelled: bool = False  # a stand-in's modelled duration (``skip_to``)
+    soft: set[str] = field(default_factory=set)  # threads whose sleep is a wait on the outside (``waiting``)
+    pid: int | None = None  # the campaign's process (None: a stand-in in the sandbox's own)
+    unadopted_until: float | None = None  # a run started (``started``) that has not said it works yet: until then
+
+    def holding(self, shows: datetime, *, modelled_ahead: bool) -> bool:
+        due = [thread for thread, until in self.sleeps.items() if until <= shows]
+        if due:
+            # A wait on the outside (a watch) need not stop the clock while a modelled duration is what it waits for.
+            return self.holds_when_due and not (modelled_ahead and all(thread in self.soft for thread in due))
+        return self.working and not self.sleeps
+
+
+@dataclass
+class _Gate:
+    scheduled_wall: datetime  # where Prefect starts its run
+    arrived_wall: datetime | None = None  # when the clock got there
+
 
 class SandboxClock:
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._offset = timedelta(0)
-        self._warp: WarpedWindow | None = None
-        # simulate()'s rates (fast, near, near span, hold, busy), until the first waypoints are registered
-        self._rates: tuple[float, float, timedelta, timedelta, float | None] | None = None
+        self._plan: WarpedWindow | None = None  # simulating: the mapping runs are scheduled on
+        self._rates: tuple[float, float, timedelta, timedelta] | None = None  # until the first registration
+        self._hold = timedelta(0)
         self._extend: Extension | None = None
-        self._work: set[str] = set()  # what works on the block now (``working``)
-        self._skips: dict[str, datetime] = {}  # modelled durations under way: who, and the instant each ends
+        self._shows: datetime | None = None  # playing: the clock's time
+        self._moved_wall = datetime.now(UTC)
+        self._parties: dict[str, _Party] = {}
+        self._gates: dict[datetime, _Gate] = {}
+        self._checked = 0.0
+
+    # -- reading -------------------------------------------------------------------------------------------
 
     def now(self) -> datetime:
         with self._lock:
-            # Wall time is read under the lock, here and below: read before it, it could precede the anchor another
-            # thread set meanwhile, and the window refuses a wall time before its anchor (the tick thread died so).
-            wall = datetime.now(UTC)
-            if self._warp is None:
-                return wall + self._offset
-            self._next_skip(wall)
-            return self._warp.to_sim(wall)
+            return self._now(datetime.now(UTC))
 
-    def skip_to(self, token: str, until: datetime) -> None:
-        """A modelled duration (``token``'s) ends at ``until`` on this clock: while nothing else is modelled to end
-        sooner, the clock runs fast until then. Only a simulated window skips; elsewhere nothing changes."""
-        with self._lock:
-            wall = datetime.now(UTC)
-            self._skips[token] = until
-            if self._warp is not None:
-                self._next_skip(wall)
-
-    def skipped(self, token: str) -> None:
-        """``token``'s modelled duration is over (or abandoned): the clock no longer skips for it."""
-        with self._lock:
-            wall = datetime.now(UTC)
-            self._skips.pop(token, None)
-            if self._warp is not None:
-                self._next_skip(wall)
-
-    def _next_skip(self, wall: datetime) -> None:
-        """Skip to the earliest modelled end still ahead (the lock is held)."""
-        assert self._warp is not None
-        shows = self._warp.to_sim(wall)
-        ahead = [until for until in self._skips.values() if until > shows]
-        wanted = min(ahead) if ahead else None
-        if wanted != self._warp.skip_until:
-            self._warp = self._warp.skipping(wanted, wall)
+    def _now(self, wall: datetime) -> datetime:
+        # Callers read ``wall`` under the lock: read before it, it could precede an anchor another thread set meanwhile
+        # (the tick thread once died on exactly that).
+        if self._plan is None:
+            return wall + self._offset
+        if self._shows is None:
+            return self._plan.to_sim(wall)
+        self._advance(wall)
+        return self._shows
 
     @property
     def simulated(self) -> bool:
         with self._lock:
-            return self._warp is not None
+            return self._plan is not None
 
     @property
     def playing(self) -> bool:
-        """A simulated block is playing: its runs are scheduled, so the clock runs fast between them (and skips)."""
+        """A simulated block is playing: its runs are scheduled, so the clock moves by the rule (and skips)."""
         with self._lock:
-            return self._warp is not None and self._rates is None
+            return self._shows is not None
 
-    def window(self) -> WarpedWindow:
-        """The mapping between wall time and this clock (rate 1 with the offset when not simulating)."""
+    def pace(self) -> Pace | None:
+        with self._lock:
+            if self._plan is None:
+                return None
+            return Pace(fast_rate=self._plan.fast_rate if self._rates is None else self._rates[0],
+                        near_rate=self._plan.near_rate if self._rates is None else self._rates[1], working_rate=0.0)
+
+    def stops(self) -> list[datetime]:
+        """The instants parties sleep until (modelled durations and polls still ahead or due), in order."""
+        with self._lock:
+            return sorted(until for party in self._parties.values() for until in party.sleeps.values())
+
+    def schedule(self) -> WarpedWindow | None:
+        """The mapping runs are scheduled on (None: not simulating)."""
+        with self._lock:
+            return self._plan
+
+    def wall_time_to_schedule(self, at: datetime) -> datetime:
+        """The wall time to give Prefect for a run due at ``at`` on this clock (it reaches ``at`` about then)."""
         with self._lock:
             wall = datetime.now(UTC)
-            if self._warp is not None:
-                self._next_skip(wall)
-                return self._warp
-            return WarpedWindow.real_time(wall, shows=wall + self._offset)
+            if self._plan is None:
+                return at - self._offset
+            shows = self._now(wall)
+            plan = self._plan.model_copy(update={"anchor_wall": wall, "anchor_sim": shows})
+            return plan.to_wall(max(at, shows))
+
+    # -- the rule --------------------------------------------------------------------------------------------
+
+    def _advance(self, wall: datetime) -> None:
+        """Move a playing clock to ``wall`` by the rule (the lock is held)."""
+        assert self._shows is not None and self._plan is not None
+        self._forget_the_gone()
+        while True:
+            shows = self._shows
+            for token in [t for t, p in self._parties.items() if not p.holds_when_due and p.sleeps
+                          and min(p.sleeps.values()) <= shows]:
+                del self._parties[token]  # passed exactly: the stand-in reads the clock when asked
+            modelled_ahead = any(party.modelled and any(until > shows for until in party.sleeps.values())
+                                 for party in self._parties.values())
+            if any(party.holding(shows, modelled_ahead=modelled_ahead) for party in self._parties.values()):
+                break
+            if self._held_at_gate(shows, wall):
+                break
+            ahead = [until for party in self._parties.values() for until in party.sleeps.values() if until > shows]
+            ahead += [gate for gate in self._gates if gate > shows]
+            elapsed = max((wall - self._moved_wall).total_seconds(), 0.0)
+            if not ahead:
+                self._shows = shows + timedelta(seconds=elapsed * self._plan.fast_rate)
+                break
+            if not modelled_ahead and self._plan.rate_at(shows) < self._plan.fast_rate:
+                # Inside a slow span (after a Hub watch: the automation starts the redeploy in wall time, and no
+                # run holds the clock meanwhile) the clock runs at the near rate to the next stop, not at once.
+                self._shows = min(min(ahead), shows + timedelta(seconds=elapsed * self._plan.near_rate))
+                self._lock.notify_all()
+                break
+            self._shows = min(ahead)
+            self._lock.notify_all()
+        self._moved_wall = wall
+
+    def _held_at_gate(self, shows: datetime, wall: datetime) -> bool:
+        for point in [point for point in self._gates if point < shows]:
+            del self._gates[point]  # jumped over (``advance``): nothing to wait for
+        gate = self._gates.get(shows)
+        if gate is None:
+            return False
+        if gate.arrived_wall is None:
+            gate.arrived_wall = wall
+        if wall < max(gate.arrived_wall, gate.scheduled_wall) + self._hold:
+            return True
+        _log.warning("sandbox clock: the run for %s did not start within %s; the block goes on without it",
+                     shows.isoformat(), self._hold)
+        del self._gates[shows]
+        return False
+
+    def _forget_the_gone(self) -> None:
+        """Parties whose process has ended, and runs started that never said they work, hold nothing."""
+        mono = time.monotonic()
+        for token, party in list(self._parties.items()):
+            if party.unadopted_until is not None and mono > party.unadopted_until:
+                party.working, party.unadopted_until = False, None
+                if not party.sleeps:
+                    del self._parties[token]
+        if mono - self._checked < _LIVENESS_EVERY_S:
+            return
+        self._checked = mono
+        for token, party in list(self._parties.items()):
+            if party.pid is not None and not _alive(party.pid):
+                _log.warning("sandbox clock: process %d ended while it held the clock; it holds it no more", party.pid)
+                del self._parties[token]
+
+    def _wait(self, done: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait (the lock is held) until ``done()``, re-reading the clock, ``timeout_s`` at most."""
+        end = time.monotonic() + timeout_s
+        while not done():
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            self._lock.wait(min(left, 0.05))
+            self._now(datetime.now(UTC))
+        return True
+
+    # -- parties ---------------------------------------------------------------------------------------------
+
+    def work(self, token: str, *, pid: int | None = None) -> datetime:
+        """``token`` works: the clock holds until it sleeps or rests."""
+        with self._lock:
+            party = self._parties.setdefault(token, _Party(pid=pid))
+            party.working, party.unadopted_until = True, None
+            return self._now(datetime.now(UTC))
+
+    def rest(self, token: str) -> datetime:
+        """``token``'s work is over (its sleeps, if any, still stand)."""
+        with self._lock:
+            party = self._parties.get(token)
+            if party is not None:
+                party.working, party.unadopted_until = False, None
+                if not party.sleeps:
+                    del self._parties[token]
+            self._lock.notify_all()
+            return self._now(datetime.now(UTC))
+
+    def sleep(self, token: str, thread: str, seconds: float, *, pid: int | None = None,
+              wait_s: float = 0.0, soft: bool = False) -> tuple[datetime, bool]:
+        """``token``'s ``thread`` sleeps ``seconds`` of the block from now; (the instant it wakes, whether it is due),
+        after waiting ``wait_s`` (wall) at most for it. ``soft``: it waits on the outside (a watch window), and
+        holds the clock at its instant only when no modelled duration is under way (it may be what it waits for)."""
+        with self._lock:
+            party = self._parties.setdefault(token, _Party(pid=pid))
+            until = self._now(datetime.now(UTC)) + timedelta(seconds=max(seconds, 0.0))
+            party.sleeps[thread] = until
+            if soft:
+                party.soft.add(thread)
+            else:
+                party.soft.discard(thread)
+            self._lock.notify_all()
+            due = self._wait(lambda: self._now(datetime.now(UTC)) >= until, wait_s)
+            return until, due
+
+    def wait(self, token: str, thread: str, wait_s: float) -> bool:
+        """Whether ``token``'s ``thread`` is due, after waiting ``wait_s`` at most (a sleep it does not have: due)."""
+        with self._lock:
+            party = self._parties.get(token)
+            until = party.sleeps.get(thread) if party is not None else None
+            if until is None:
+                return True
+            return self._wait(lambda: self._now(datetime.now(UTC)) >= until, wait_s)
+
+    def awake(self, token: str, thread: str) -> datetime:
+        """``token``'s ``thread`` has woken and works again (or, outside a run's work, is done)."""
+        with self._lock:
+            party = self._parties.get(token)
+            if party is not None:
+                party.sleeps.pop(thread, None)
+                party.soft.discard(thread)
+                if not party.sleeps and not party.working:
+                    del self._parties[token]
+            self._lock.notify_all()
+            return self._now(datetime.now(UTC))
+
+    def skip_to(self, token: str, until: datetime, *, holds: bool = True) -> None:
+        """A modelled duration (``token``'s) ends at ``until`` on this clock: a stop the clock lands on exactly, and
+        (``holds``) holds at until the stand-in has acted on it (``skip_to`` again, or ``skipped``)."""
+        with self._lock:
+            self._parties[token] = _Party(sleeps={"": until}, holds_when_due=holds, modelled=True)
+            self._lock.notify_all()
+
+    def held_by(self, token: str) -> None:
+        """A stand-in's work that the campaign will observe (a server coming up after its modelled start) holds the
+        clock until ``skipped(token)``."""
+        with self._lock:
+            self._parties[token] = _Party(working=True)
+
+    def skipped(self, token: str) -> None:
+        """``token``'s modelled duration is over (or abandoned)."""
+        with self._lock:
+            self._parties.pop(token, None)
+            self._lock.notify_all()
+
+    # -- the block's runs -------------------------------------------------------------------------------------
+
+    def simulate(
+        self, *, fast_rate: float, near_rate: float, near: timedelta, hold: timedelta = timedelta(0),
+        extend: Extension | None = None,
+    ) -> None:
+        """Simulate: wall time until the first waypoints are registered, then play by the rule (module docstring).
+        ``extend`` sees the first registration and adds waypoints and spans of the sandbox's own
+        (``capserve_sandbox.revisions``): the mapping cannot change once runs are scheduled on it."""
+        with self._lock:
+            wall = datetime.now(UTC)
+            start = self._now(wall)
+            self._plan = WarpedWindow.real_time(wall, shows=start)
+            self._rates = (fast_rate, near_rate, near, hold)
+            self._shows = None
+            self._extend = extend
+
+    def register(self, waypoints: Iterable[datetime], spans: Iterable[tuple[datetime, datetime]] = ()) -> None:
+        """The instants the campaign's runs fire at (each a gate), and spans to schedule near wall time; refused
+        (ValueError) if an earlier waypoint's scheduled wall time would move. Nothing to do when not simulating."""
+        with self._lock:
+            wall = datetime.now(UTC)
+            if self._plan is None:
+                return
+            shows = self._now(wall)
+            waypoints, spans = list(waypoints), list(spans)
+            if self._rates is not None:  # the first waypoints: from now on the block plays
+                if self._extend is not None:
+                    more_waypoints, more_spans = self._extend(waypoints, spans)
+                    waypoints, spans = waypoints + more_waypoints, spans + more_spans
+                fast_rate, near_rate, near, self._hold = self._rates
+                self._plan = WarpedWindow(anchor_wall=wall, anchor_sim=shows, fast_rate=fast_rate,
+                                          near_rate=near_rate, near=near)
+                self._rates = None
+                self._shows, self._moved_wall = shows, wall
+            anchored = self._plan.model_copy(update={"anchor_wall": wall, "anchor_sim": shows})
+            plan = anchored.with_waypoints(waypoints, now_wall=wall, spans=spans)
+            for point in waypoints:
+                if point >= shows and point not in self._gates and point not in self._plan.waypoints:
+                    self._gates[point] = _Gate(scheduled_wall=plan.to_wall(point))
+            self._plan = plan
+            self._lock.notify_all()
+
+    def started(self, waypoint: datetime, token: str | None = None, *, pid: int | None = None,
+                wait_s: float = 0.0) -> tuple[bool, datetime]:
+        """The run scheduled for ``waypoint`` has started: (False, now) while the clock has not reached it after
+        ``wait_s`` (the run is early: it waits), else (True, the time it started at). ``token`` then works (until
+        it says it works itself, ``hold`` at most), so the clock does not leave its start while it gets going."""
+        with self._lock:
+            if self._shows is None:
+                return True, self._now(datetime.now(UTC))
+            if not self._wait(lambda: self._now(datetime.now(UTC)) >= waypoint, wait_s):
+                return False, self._now(datetime.now(UTC))
+            self._gates.pop(waypoint, None)
+            if token is not None:
+                party = self._parties.setdefault(token, _Party(pid=pid))
+                if not party.working:
+                    party.working = True
+                    party.unadopted_until = time.monotonic() + max(self._hold.total_seconds(), 30.0)
+            self._lock.notify_all()
+            assert self._shows is not None
+            return True, self._shows
 
     def advance(self, delta: timedelta) -> datetime:
         """Move the sandbox's "now" forward (never backward: AWS states only move forward)."""
@@ -105,93 +364,37 @@ class SandboxClock:
             raise ValueError("the sandbox clock only moves forward")
         with self._lock:
             wall = datetime.now(UTC)
-            if self._warp is not None:
-                # A jump moves every later waypoint with it: only tests do this, before anything is scheduled.
-                sim = self._warp.to_sim(wall) + delta
-                gates = tuple(gate for gate in self._warp.gates if gate >= sim)  # jumped over: none to wait for
-                self._warp = self._warp.model_copy(update={"anchor_wall": wall, "anchor_sim": sim, "gates": gates})
+            if self._shows is not None:
+                self._shows = self._now(wall) + delta  # gates jumped over are dropped on the next reading
+            elif self._plan is not None:
+                self._plan = WarpedWindow.real_time(wall, shows=self._plan.to_sim(wall) + delta)
             else:
                 self._offset += delta
-        return self.now()
-
-    def simulate(
-        self, *, fast_rate: float, near_rate: float, near: timedelta, hold: timedelta = timedelta(0),
-        busy_rate: float | None = None, extend: Extension | None = None,
-    ) -> WarpedWindow:
-        """Simulate: wall time until the first waypoints are registered (nothing is scheduled yet, and a campaign's
-        planning and purchase must not cost hours of the window), then fast between waypoints and at
-        ``near_rate`` around them, stopping at each (for ``hold`` at most) until its run has started, and at
-        ``busy_rate`` (None: ``near_rate``) while real work runs on the block.
-        ``extend`` sees the first registration and adds waypoints and spans of the sandbox's own
-        (``capserve_sandbox.revisions``): the mapping cannot change once runs are scheduled on it."""
-        with self._lock:
-            wall = datetime.now(UTC)
-            start = self._warp.to_sim(wall) if self._warp is not None else wall + self._offset
-            self._warp = WarpedWindow.real_time(wall, shows=start)
-            self._rates = (fast_rate, near_rate, near, hold, busy_rate)
-            self._extend = extend
-            return self._warp
-
-    def register(
-        self, waypoints: Iterable[datetime], spans: Iterable[tuple[datetime, datetime]] = ()
-    ) -> WarpedWindow:
-        """Slow down around more simulated instants and over more spans; refused if an earlier one would move.
-
-        Without simulation there is nothing to slow down: the mapping (rate 1) is returned unchanged.
-        """
-        with self._lock:
-            wall = datetime.now(UTC)
-            if self._warp is None:
-                return WarpedWindow.real_time(wall, shows=wall + self._offset)
-            if self._rates is not None:  # the first waypoints: from now on the window plays fast
-                if self._extend is not None:
-                    waypoints, spans = list(waypoints), list(spans)
-                    more_waypoints, more_spans = self._extend(waypoints, spans)
-                    waypoints, spans = waypoints + more_waypoints, spans + more_spans
-                fast_rate, near_rate, near, hold, busy_rate = self._rates
-                self._warp = WarpedWindow(
-                    anchor_wall=wall, anchor_sim=self._warp.to_sim(wall), fast_rate=fast_rate, near_rate=near_rate,
-                    near=near, hold=hold, busy_rate=busy_rate, busy=bool(self._work),
-                )
-                self._rates = None
-            self._warp = self._warp.with_waypoints(waypoints, now_wall=wall, spans=spans)
-            return self._warp
-
-    def started(self, waypoint: datetime) -> tuple[bool, datetime, WarpedWindow]:
-        """The run scheduled for ``waypoint`` has started: let the clock go on from there. (False, now, mapping)
-        while the clock has not reached the waypoint yet (the run is early: it waits), else (True, the time it
-        started at on this clock, the mapping from now on)."""
-        with self._lock:
-            wall = datetime.now(UTC)
-            if self._warp is None:
-                return True, wall + self._offset, WarpedWindow.real_time(wall, shows=wall + self._offset)
-            if self._warp.to_sim(wall) < waypoint:
-                return False, self._warp.to_sim(wall), self._warp
-            self._warp = self._warp.release(waypoint, wall)
-            return True, self._warp.to_sim(wall), self._warp
-
-    def working(self, token: str, *, busy: bool) -> WarpedWindow:
-        """Real work (``token``: a run's) began on the block, or ended: while any runs, the clock runs no faster
-        than near wall time, so work a busy machine slows down does not cost hours of the block."""
-        with self._lock:
-            wall = datetime.now(UTC)
-            if busy:
-                self._work.add(token)
-            else:
-                self._work.discard(token)
-            if self._warp is None:
-                return WarpedWindow.real_time(wall, shows=wall + self._offset)
-            self._warp = self._warp.working(bool(self._work), wall)
-            return self._warp
+            self._lock.notify_all()
+            return self._now(wall)
 
     def reset(self) -> None:
         with self._lock:
             self._offset = timedelta(0)
-            self._warp = None
+            self._plan = None
             self._rates = None
             self._extend = None
-            self._work = set()
-            self._skips = {}
+            self._shows = None
+            self._parties = {}
+            self._gates = {}
+            self._lock.notify_all()
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 CLOCK = SandboxClock()

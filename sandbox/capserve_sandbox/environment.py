@@ -19,11 +19,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
-from capserve.core.environ import CLOCK_URL_ENV, REGISTRY_TOOL_ENV
+from capserve.core.environ import REGISTRY_TOOL_ENV
 from capserve_sandbox.aws import moto_sandbox, patched_environ
 from capserve_sandbox.aws_ext import capacity as capacity_ext
 from capserve_sandbox.aws_ext import eks as eks_ext
 from capserve_sandbox.clock import CLOCK
+from capserve_sandbox.clock_client import plugged
 from capserve_sandbox.clock_server import clock_server
 from capserve_sandbox.failures import FAILURES, Failure
 from capserve_sandbox.hub import HubState, local_hub, publish_revision
@@ -38,18 +39,16 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Simulation:
-    """Play a reservation faster than wall time (``CLOCK.simulate``; capserve.core.warp): ``rate`` simulated
-    seconds per wall second between the campaign's waypoints, ``near_rate`` around them, ``busy_rate`` while a
-    run works on the block (the sandbox's own calls answer in milliseconds: counted at 60× they would stand
-    for minutes that the same calls never take on AWS, where they take a fraction of a second each; at 10× a
-    poll of 15 block seconds still costs only 1.5 wall seconds); the clock stops at
-    each waypoint until its run has started, ``hold`` (wall time) at most. ``revisions``: new revisions of the
+    """Play a reservation on the sandbox's clock (``CLOCK.simulate``; its rule: ``capserve_sandbox.clock``): it holds
+    while a run works and jumps to the next instant due when every run waits; the runs are scheduled ``rate``
+    simulated seconds per wall second between the campaign's waypoints and ``near_rate`` around them
+    (``capserve_sandbox.warp``); the clock stops at each waypoint until its run has started, ``hold`` (wall time)
+    at most. ``revisions``: new revisions of the
     demo's model the Hub publishes while the campaign serves (True: good; False: its quality fails the gate),
     in that order (``capserve_sandbox.revisions``)."""
 
     rate: float = 5760.0
     near_rate: float = 60.0
-    busy_rate: float = 10.0
     near: timedelta = timedelta(minutes=3)
     hold: timedelta = timedelta(minutes=2)
     tick_seconds: float = 0.2
@@ -69,7 +68,7 @@ class SandboxEndpoints:
     hub_state: HubState  # the local Hub's repos (publish_revision moves a branch)
     inference: str
     inference_note: str
-    clock: str | None = None  # the simulated clock's URL (CAPSERVE_CLOCK_URL), when simulating
+    clock: str | None = None  # the simulated clock's URL (plugged in as CAPSERVE_CLOCK), when simulating
     revisions: RevisionSchedule | None = None  # the revisions the Hub publishes mid-block (simulating, if asked)
 
     def publish_revision(self, *, good: bool = True) -> str:
@@ -100,8 +99,9 @@ def sandbox(
     (the sandbox OpenAI server, or the real vLLM from ``.venv-vllm``; give it a small scale: the real
     server needs a minute or two to start on a CPU). ``simulate`` plays the block on a simulated clock
     instead of jumping to its start: reservations turn active, AWS warns at end − 40 and terminates at
-    end − 30 on that clock, and campaigns read it at ``CAPSERVE_CLOCK_URL``. A stand-in that fails is reported
-    (``failures()``), its traceback appended to ``failure_log`` (default: one in the temporary folder).
+    end − 30 on that clock, and campaigns ask it through ``CAPSERVE_CLOCK`` (``capserve_sandbox.clock_client``).
+    A stand-in that fails is reported (``failures()``), its traceback appended to ``failure_log`` (default: one in
+    the temporary folder).
     """
     FAILURES.reset(failure_log)
     with ExitStack() as stack:
@@ -115,13 +115,13 @@ def sandbox(
         revisions = None
         if simulate is not None:
             # Simulated: the block is reached by the clock running, not by a jump; the campaign registers its
-            # scheduled runs' times so the clock slows down around them (capserve.core.warp).
+            # scheduled runs' times so the clock slows down around them (capserve_sandbox.warp).
             revisions = RevisionSchedule(simulate.revisions, near=simulate.near) if simulate.revisions else None
             CLOCK.simulate(fast_rate=simulate.rate, near_rate=simulate.near_rate, near=simulate.near,
-                           hold=simulate.hold, busy_rate=simulate.busy_rate,
+                           hold=simulate.hold,
                            extend=revisions.place if revisions is not None else None)
             clock_url = stack.enter_context(clock_server())
-            stack.enter_context(patched_environ({CLOCK_URL_ENV: clock_url}))
+            stack.enter_context(patched_environ(plugged(clock_url)))
         stack.callback(capacity_ext.reset)
         aws = stack.enter_context(moto_sandbox(region))
         # The image stage's registry tool (crane in production) is the sandbox's stand-in, copying into moto's ECR.

@@ -6,7 +6,7 @@ sandbox publishes its revisions (``capserve_sandbox.hub.revisions``: a good one,
 fails the gate) in the longest quiet stretch of the block, the hours between serving and draining.
 
 The publications must be known before anything is scheduled: the simulated clock's mapping is fixed once
-runs are created on it (``capserve.core.warp``), and each redeploy needs the clock near wall time while it
+runs are created on it (``capserve_sandbox.warp``), and each redeploy needs the clock near wall time while it
 works. So the plan is made when the campaign registers its first waypoints (``SandboxClock.simulate``'s
 ``extend``), and it adds, for each publication, a waypoint (when the watcher looks) and a slow span after
 it (the redeploy). The sandbox's ticker publishes each revision when its time comes; whoever plays the

@@ -1,7 +1,9 @@
-"""The sandbox's simulated window: the clock the campaign reads, the waypoints it registers, AWS's end − 30 min."""
+"""The sandbox's played block through the product's port: the clock the campaign asks, the runs it schedules, its
+polls, AWS's end − 30 min."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -12,20 +14,13 @@ import pytest
 from capserve_sandbox.aws import patched_environ
 from capserve_sandbox.aws_ext import capacity as ext
 from capserve_sandbox.clock import CLOCK
+from capserve_sandbox.clock_client import plugged
 from capserve_sandbox.clock_server import clock_server
 
 from capserve.core.errors import PermanentError
 from capserve.core.schedule import ScheduledStage, planned_runs, slow_spans
 from capserve.core.spec import TeardownSpec
-from capserve.tasks.clock import (
-    CLOCK_URL_ENV,
-    begin_at_waypoint,
-    campaign_now,
-    campaign_window,
-    register_waypoints,
-    wall_seconds,
-    working_on_the_block,
-)
+from capserve.tasks.the_clock import CLOCK_ENV, clock
 from tests.aws.test_moto_ext_capacity import buy, offerings
 
 REGION = "us-east-2"
@@ -37,64 +32,66 @@ def simulated(sandbox: None) -> Iterator[str]:
     ext.reset()
     CLOCK.reset()
     CLOCK.simulate(fast_rate=5760, near_rate=60, near=timedelta(minutes=3), hold=timedelta(minutes=5))
-    with clock_server() as url, patched_environ({CLOCK_URL_ENV: url}):
+    with clock_server() as url, patched_environ(plugged(url)):
         yield url
     ext.reset()
     CLOCK.reset()
 
 
 def test_without_a_clock_url_the_campaign_clock_is_the_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(CLOCK_URL_ENV, raising=False)
+    monkeypatch.delenv(CLOCK_ENV, raising=False)
     before = datetime.now(UTC)
-    assert before <= campaign_now() <= datetime.now(UTC)
-    assert not campaign_window().simulated
-    assert not register_waypoints([before + timedelta(days=1)]).simulated
+    assert before <= clock().now() <= datetime.now(UTC)
+    assert clock().pace() is None
     # A scheduled run's start has nothing to wait for: Prefect started it at its time.
-    assert before <= begin_at_waypoint(before + timedelta(days=1)) <= datetime.now(UTC)
-    assert wall_seconds(15.0) == 15.0  # a poll's pause is the host's own
+    assert before <= clock().begin_at(before + timedelta(days=1)) <= datetime.now(UTC)
 
 
 def test_the_clock_keeps_wall_time_until_the_campaign_registers_its_runs(simulated: str) -> None:
     # Planning and purchase happen before any waypoint: they must not cost hours of the block.
-    assert abs(campaign_now() - datetime.now(UTC)) < timedelta(seconds=5)
+    assert abs(clock().now() - datetime.now(UTC)) < timedelta(seconds=5)
     start = datetime.now(UTC).replace(hour=11, minute=30, second=0, microsecond=0) + timedelta(days=1)
     lease = _lease(start)
     planned = planned_runs("c1", lease, TeardownSpec())
-    window = register_waypoints([run.scheduled_at for run in planned], slow_spans(planned, lease.end))
-    assert window.simulated and window.fast_rate == 5760
-    walls = {run.stage: window.to_wall(run.scheduled_at) for run in planned}
-    # The whole block, purchase to teardown, in minutes of wall time; each run at its simulated minute.
+    clock().plan([run.scheduled_at for run in planned], slow_spans(planned, lease.end))
+    pace = clock().pace()
+    assert pace is not None and pace.fast_rate == 5760 and pace.working_rate == 0
+    walls = {run.stage: clock().wall_time_to_schedule(run.scheduled_at) for run in planned}
+    # The whole block, purchase to teardown, is scheduled within minutes of wall time, in the runs' order.
     assert walls[ScheduledStage.TEARDOWN] - datetime.now(UTC) < timedelta(minutes=4)
-    unheld = window.model_copy(update={"gates": ()})  # as when every run says it has begun the moment it fires
-    for run in planned:
-        assert abs(unheld.to_sim(walls[run.stage]) - run.scheduled_at) < timedelta(seconds=1)
-        assert run.scheduled_at in window.gates  # and when one is late, the clock waits for it there
-        assert window.rate_at(run.scheduled_at) == 60  # near wall time where a run starts
-    # The serve run's work and the hard teardown run slowly too.
-    assert window.rate_at(lease.start + timedelta(minutes=60)) == 60
-    assert window.rate_at(lease.end - timedelta(minutes=31)) == 60
-    assert window.rate_at(lease.start + timedelta(hours=8)) == 5760
+    assert sorted(walls.values()) == [walls[run.stage] for run in sorted(planned, key=lambda run: run.scheduled_at)]
+    # Nothing works: the clock has jumped to the first run's time, and holds there until that run starts.
+    first = min(run.scheduled_at for run in planned)
+    assert clock().now() == first
+    time.sleep(0.3)
+    assert clock().now() == first
 
 
 def test_a_run_a_busy_machine_starts_late_still_begins_at_its_time_on_the_block(simulated: str) -> None:
     start = (datetime.now(UTC) + timedelta(hours=2)).replace(second=0, microsecond=0)
-    window = register_waypoints([start])
-    # Prefect starts the run at this wall time; the machine is busy and its process gets going 5 s later,
-    # which at the near rate (60×) would be 5 minutes of the block, and far more once the clock runs fast.
-    _sleep_until(window.to_wall(start) + timedelta(seconds=5))
-    assert campaign_now() == start  # the clock waits at the run's time …
-    assert begin_at_waypoint(start) == start  # … until the run says it has begun: on time on the block
-    assert campaign_window().gates == ()  # then it runs on
+    clock().plan([start])
+    # Prefect starts the run at this wall time; the machine is busy and its process gets going 5 s later.
+    _sleep_until(clock().wall_time_to_schedule(start) + timedelta(seconds=5))
+    assert clock().now() == start  # the clock waits at the run's time …
+    assert clock().begin_at(start) == start  # … until the run says it has begun: on time on the block
+    with clock().working():
+        time.sleep(0.3)  # the run gets going, works: the clock holds
+        assert clock().now() == start
 
 
-def test_a_run_that_an_earlier_hold_made_early_waits_for_its_time(simulated: str) -> None:
+def test_a_run_that_an_earlier_run_made_early_waits_for_its_time(simulated: str) -> None:
     start = (datetime.now(UTC) + timedelta(hours=2)).replace(second=0, microsecond=0)
     drain = start + timedelta(hours=1)
-    window = register_waypoints([start, drain])
-    _sleep_until(window.to_wall(start) + timedelta(seconds=3))
-    assert begin_at_waypoint(start) == start  # three seconds late: every later waypoint comes 3 s later
-    _sleep_until(window.to_wall(drain))  # where Prefect starts the drain run (scheduled before the hold)
-    assert begin_at_waypoint(drain) == drain  # it waits for the clock, which waits at drain for it
+    clock().plan([start, drain])
+    assert clock().begin_at(start) == start
+    waiting: list[datetime] = []
+    early = threading.Thread(target=lambda: waiting.append(clock().begin_at(drain)))
+    with clock().working():
+        early.start()  # Prefect started the drain run while the serve run still works: it waits for the clock
+        time.sleep(0.5)
+        assert waiting == [] and clock().now() == start
+    early.join(timeout=60)
+    assert waiting == [drain]
 
 
 def _sleep_until(wall: datetime) -> None:
@@ -103,9 +100,10 @@ def _sleep_until(wall: datetime) -> None:
 
 def test_a_waypoint_that_would_move_a_scheduled_run_is_refused_with_a_reason(simulated: str) -> None:
     start = datetime.now(UTC) + timedelta(days=1)
-    register_waypoints([start + timedelta(hours=20)])
-    with pytest.raises(PermanentError, match="would move the waypoint"):
-        register_waypoints([], spans=[(start, start + timedelta(hours=2))])
+    with clock().working():  # the clock holds where the campaign schedules
+        clock().plan([start + timedelta(hours=20)])
+        with pytest.raises(PermanentError, match="would move the waypoint"):
+            clock().plan([], [(start, start + timedelta(hours=2))])
 
 
 def test_aws_terminates_what_still_runs_at_end_minus_30_on_the_simulated_clock(simulated: str) -> None:
@@ -135,71 +133,56 @@ def _lease(start: datetime) -> Any:
     )
 
 
-def _play_past_a_waypoint() -> None:
-    """Make the clock play a block, and let its one waypoint's run start: no gate holds the clock afterwards
-    (it would stop there, at most ``hold``, whatever the test is waiting for)."""
+def _begin_a_run() -> datetime:
+    """Play a block, and start its one waypoint's run: the test is that run from here on."""
     waypoint = (datetime.now(UTC) + timedelta(hours=2)).replace(second=0, microsecond=0)
-    register_waypoints([waypoint])
-    begin_at_waypoint(waypoint)
+    clock().plan([waypoint])
+    return clock().begin_at(waypoint)
 
 
-def test_the_clock_knows_while_a_run_works_on_the_block(simulated: str) -> None:
-    register_waypoints([(datetime.now(UTC) + timedelta(hours=2)).replace(second=0, microsecond=0)])
-    with working_on_the_block():
-        assert campaign_window().busy
-    assert not campaign_window().busy
-
-
-def test_on_a_played_block_eks_takes_the_modelled_minutes_and_the_clock_skips_through_them(simulated: str) -> None:
+def test_on_a_played_block_eks_takes_the_modelled_minutes_and_the_polls_see_it_at_its_instant(simulated: str) -> None:
     from capserve_sandbox.aws_ext import eks as eks_ext
 
-    _play_past_a_waypoint()
     eks_ext.BEHAVIOUR.modelled = eks_ext.ModelledDurations(control_plane_s=900, system_nodes_s=300, gpu_nodes_s=1800)
     eks_ext.BEHAVIOUR.describes_until_active = 1  # the unmodelled rule would make it ACTIVE at the first look
     ec2, eks = boto3.client("ec2", region_name=REGION), boto3.client("eks", region_name=REGION)
     vpc = ec2.create_vpc(CidrBlock="10.8.0.0/16")["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.8.0.0/20", AvailabilityZone=f"{REGION}a")["Subnet"]["SubnetId"]
     try:
-        with working_on_the_block():  # the serve run works: without the skip, 15 minutes at near wall time
-            before = CLOCK.now()
+        before = _begin_a_run()
+        with clock().working():
             eks.create_cluster(name="played", roleArn="arn:aws:iam::123456789012:role/x",
                                resourcesVpcConfig={"subnetIds": [subnet]})
-            after = CLOCK.now()
-            skip = campaign_window().skip_until
-            # The skip ends 900 s after the create (a busy machine may make the call itself last minutes here).
-            assert skip is not None and before + timedelta(seconds=900) <= skip <= after + timedelta(seconds=900)
-            deadline = time.monotonic() + 120  # a bound against a hang, not a timing check
+            assert CLOCK.stops() == [before + timedelta(seconds=900)]  # the clock held while the run worked
+            polls = 0
             while eks.describe_cluster(name="played")["cluster"]["status"] != "ACTIVE":
-                assert time.monotonic() < deadline, "the control plane never became ACTIVE"
-                time.sleep(0.05)
-            assert CLOCK.now() - before >= timedelta(seconds=900)
-            assert campaign_window().skip_until is None  # skipped through: the clock is as before
+                polls += 1
+                assert polls < 100, "the control plane never became ACTIVE"
+                clock().sleep(15)
+            assert (polls, clock().now() - before) == (60, timedelta(seconds=900))
+            assert CLOCK.stops() == []  # landed on, and passed
     finally:
         eks_ext.BEHAVIOUR = eks_ext.Behaviour()
 
 
-def test_a_poll_on_a_played_block_waits_its_interval_on_the_block_not_on_this_host(simulated: str) -> None:
-    """A 15-s poll at 60 simulated seconds per wall second would see a control plane that is ACTIVE at 15 min
-    only a quarter of an hour later: the pause is 15 s of the block."""
+def test_a_boto3_waiter_on_a_played_block_pauses_on_the_block_not_on_this_host(simulated: str) -> None:
+    """A waiter's 15-s pause is 15 s of the block: the cluster ACTIVE at 900 s is seen at 900 s exactly."""
     from capserve_sandbox.aws_ext import eks as eks_ext
 
     from capserve.tasks.cluster.eks import existing_cluster
 
-    _play_past_a_waypoint()
     eks_ext.BEHAVIOUR.modelled = eks_ext.ModelledDurations(control_plane_s=900, system_nodes_s=300, gpu_nodes_s=1800)
     ec2, eks = boto3.client("ec2", region_name=REGION), boto3.client("eks", region_name=REGION)
     vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
     subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.9.0.0/20", AvailabilityZone=f"{REGION}a")["Subnet"]["SubnetId"]
     try:
-        with working_on_the_block():
-            before = CLOCK.now()
+        before = _begin_a_run()
+        with clock().working():
             eks.create_cluster(name="polled", roleArn="arn:aws:iam::123456789012:role/x",
                                resourcesVpcConfig={"subnetIds": [subnet]})
             found = existing_cluster.fn("polled", REGION, timeout_s=3600, poll_s=15)
-            seen_after = CLOCK.now() - before
+            seen_after = clock().now() - before
     finally:
         eks_ext.BEHAVIOUR = eks_ext.Behaviour()
     assert found.name == "polled"
-    # ACTIVE at 900 s; seen within a few polls of it (each poll's round trip also runs at 60×, so a busy machine
-    # adds minutes), not the 15 minutes a 15-s pause on this host puts after it.
-    assert timedelta(seconds=900) <= seen_after < timedelta(seconds=900 + 450), seen_after
+    assert seen_after == timedelta(seconds=900)

@@ -69,7 +69,9 @@ def test_the_clock_adds_the_revisions_to_the_first_registration_only(clock: None
     CLOCK.simulate(fast_rate=5760, near_rate=60, near=NEAR, extend=schedule.place)
     waypoints, spans = lease_waypoints()
 
-    window = CLOCK.register(waypoints, spans)
+    CLOCK.register(waypoints, spans)
+    window = CLOCK.schedule()
+    assert window is not None
 
     (publication,) = schedule.publications
     assert window.rate_at(publication.publish_at) == 60  # near wall time from publication to redeploy's end

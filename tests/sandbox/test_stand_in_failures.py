@@ -85,7 +85,7 @@ class _FakeDatetime(datetime):
 
 class _AnchorMovesWhileWaiting:
     """The clock's lock, taken the first time only after another thread has re-anchored the window a few
-    milliseconds later (a run that begins work on the block): what the tick thread met on a busy machine."""
+    milliseconds later (the first waypoints registered): what the tick thread met on a busy machine."""
 
     def __init__(self, clock: SandboxClock) -> None:
         self._inner = threading.Lock()
@@ -97,9 +97,11 @@ class _AnchorMovesWhileWaiting:
             self._first = False
             _FakeDatetime.wall += timedelta(milliseconds=5)
             with self._inner:
-                warp = self._clock._warp
-                assert warp is not None
-                self._clock._warp = warp.working(True, _FakeDatetime.wall)
+                plan = self._clock._plan
+                assert plan is not None
+                self._clock._plan = plan.model_copy(
+                    update={"anchor_wall": _FakeDatetime.wall, "anchor_sim": plan.to_sim(_FakeDatetime.wall)}
+                )
         self._inner.acquire()
 
     def __exit__(self, *exc: object) -> None:
@@ -111,7 +113,9 @@ def test_now_never_reads_a_wall_time_before_an_anchor_set_meanwhile(monkeypatch:
     clock = SandboxClock()
     clock.simulate(fast_rate=5760, near_rate=60, near=timedelta(minutes=3))
     monkeypatch.setattr(clock, "_lock", _AnchorMovesWhileWaiting(clock))
-    assert clock.now() == clock.window().to_sim(_FakeDatetime.wall)  # no "before this window's anchor"
+    shows = clock.now()  # no "before this window's anchor"
+    plan = clock.schedule()
+    assert plan is not None and shows == plan.to_sim(_FakeDatetime.wall)
 
 
 def _campaign_writing(report: dict[str, Any], *, fail: str | None = None) -> Any:

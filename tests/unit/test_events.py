@@ -10,13 +10,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from capserve_sandbox.clock_client import plugged
 from capserve_sandbox.clock_server import clock_server
 from prefect.client.orchestration import get_client
 from prefect.events.worker import EventsWorker
 
 from capserve.core.capacity.result import AcquireResult
 from capserve.core.cluster.result import ClusterResult
-from capserve.core.environ import CLOCK_URL_ENV
 from capserve.core.evaluation.result import EvaluationResult, GateResult
 from capserve.core.events import (
     CampaignRefs,
@@ -198,7 +198,8 @@ def test_on_a_simulated_clock_an_event_occurs_at_wall_time_with_its_block_time_i
 ) -> None:
     block_time = datetime.now(UTC) + timedelta(days=3)  # a simulated block runs days ahead of the server's clock
     with clock_server() as url:
-        monkeypatch.setenv(CLOCK_URL_ENV, url)
+        for key, value in plugged(url).items():
+            monkeypatch.setenv(key, value)
         before = datetime.now(UTC)
         sent = emit(rollout_event(REFS, "ready", revision=SHA, strategy="recreate", occurred=block_time))
         after = datetime.now(UTC)

@@ -24,9 +24,9 @@ from capserve.core.errors import PermanentError, RetryableError
 from capserve.core.spec import CapacitySpec
 from capserve.tasks.aws import client
 from capserve.tasks.capacity.errors import capacity_error, is_not_found
-from capserve.tasks.clock import campaign_now
 from capserve.tasks.resilience import NO_RETRIES, aws_task
 from capserve.tasks.run_log import run_logger
+from capserve.tasks.the_clock import clock
 from capserve.tasks.waiting import wait_until
 
 
@@ -141,7 +141,7 @@ def wait_until_usable(reservation: Reservation, settings: CapacitySettings) -> R
         return current
 
     def seconds_to_start(current: Reservation) -> float:
-        return (current.start - campaign_now()).total_seconds()
+        return (current.start - clock().now()).total_seconds()
 
     def still(wanted: str) -> Callable[[Reservation], str]:
         return lambda r: f"{r.reservation_id} is still {r.state.value} (starts {r.start.isoformat()}), wanted {wanted}"

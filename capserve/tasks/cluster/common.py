@@ -10,7 +10,7 @@ from botocore.exceptions import ClientError, WaiterError
 from capserve.core.errors import CapserveError, PermanentError
 from capserve.core.tags import CAMPAIGN_TAG
 from capserve.tasks import aws
-from capserve.tasks.clock import wall_seconds
+from capserve.tasks.the_clock import clock
 from capserve.tasks.waiting import wait_timeout
 
 
@@ -35,13 +35,22 @@ def has_code(exc: ClientError, *codes: str) -> bool:
     return aws.error_code(exc) in codes
 
 
-def waiter_config(timeout_s: float, poll_s: float) -> dict[str, float]:
-    """boto3 waiters count attempts, not time: enough attempts ``poll_s`` apart to cover ``timeout_s``, both on the
-    campaign's clock (on a simulated block the pause on this host is shorter: ``wall_seconds``)."""
-    return {
-        "Delay": wall_seconds(max(poll_s, 0.0)),
-        "MaxAttempts": max(2, int(math.ceil(timeout_s / max(poll_s, 1.0)))),
-    }
+def wait_on_the_block(waiter: Any, timeout_s: float, poll_s: float, **params: Any) -> None:
+    """Run a boto3 waiter (its acceptors: which states succeed, which fail) with its pauses on the campaign's clock.
+
+    boto3 waiters count attempts, not time, and sleep on this host: here each attempt is a waiter of one attempt,
+    and the pause between two is ``clock().sleep(poll_s)``; enough attempts to cover ``timeout_s``. Raises the
+    waiter's ``WaiterError`` (``Max attempts exceeded`` once the attempts are spent).
+    """
+    attempts = max(2, int(math.ceil(timeout_s / max(poll_s, 1.0))))
+    for attempt in range(1, attempts + 1):
+        try:
+            waiter.wait(**params, WaiterConfig={"Delay": 1, "MaxAttempts": 1})
+            return
+        except WaiterError as exc:
+            if "Max attempts exceeded" not in str(exc.kwargs.get("reason", "")) or attempt == attempts:
+                raise
+        clock().sleep(max(poll_s, 0.0))
 
 
 def waiter_error(exc: WaiterError, what: str, timeout_s: float) -> CapserveError:

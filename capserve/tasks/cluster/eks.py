@@ -20,9 +20,9 @@ from capserve.core.errors import PermanentError
 from capserve.core.lease import Lease
 from capserve.core.tags import CAMPAIGN_TAG
 from capserve.tasks import aws
-from capserve.tasks.clock import campaign_now
-from capserve.tasks.cluster.common import has_code, waiter_config, waiter_error
+from capserve.tasks.cluster.common import has_code, wait_on_the_block, waiter_error
 from capserve.tasks.resilience import aws_task
+from capserve.tasks.the_clock import clock
 from capserve.tasks.waiting import wait_until
 
 # Statuses from which waiting cannot help (EKS API reference, Cluster.status / Nodegroup.status).
@@ -111,7 +111,7 @@ def _wait_cluster(
         raise PermanentError(f"EKS cluster {name} is {cluster['status']}: delete it and run bring-up again")
     if cluster["status"] != "ACTIVE":
         try:
-            eks.get_waiter("cluster_active").wait(name=name, WaiterConfig=waiter_config(timeout_s, poll_s))
+            wait_on_the_block(eks.get_waiter("cluster_active"), timeout_s, poll_s, name=name)
         except WaiterError as exc:
             raise waiter_error(exc, f"EKS cluster {name}", timeout_s) from exc
         cluster = eks.describe_cluster(name=name)["cluster"]
@@ -249,7 +249,7 @@ def converge_nodegroup(
     desired = int((group.get("scalingConfig") or {}).get("desiredSize", 0))
     if before_block or desired >= lease.instance_count:
         return GpuPool(created=created)
-    scaled_at = campaign_now()
+    scaled_at = clock().now()
     _scale_nodegroup(eks, cluster_name, names.nodegroup, build.gpu_scaling(lease, desired=lease.instance_count),
                      timeout_s=timeout_s, poll_s=poll_s)
     return GpuPool(created=created, scaled_from=desired, scaled_at=scaled_at)
@@ -329,7 +329,7 @@ def converge_system_nodegroup(
         instance_type=(group.get("instanceTypes") or [instance_type])[0],
         node_count=int(scaling.get("desiredSize", node_count)),
         created_at=created_at if isinstance(created_at, datetime) and created_at.tzinfo else None,
-        active_at=campaign_now(),
+        active_at=clock().now(),
         created=created,
     )
 
@@ -359,11 +359,7 @@ def _converge_nodegroup(
         if group["status"] != "ACTIVE":
             waiter = eks.get_waiter("nodegroup_active")
             try:
-                waiter.wait(
-                    clusterName=cluster_name,
-                    nodegroupName=group_name,
-                    WaiterConfig=waiter_config(timeout_s, poll_s),
-                )
+                wait_on_the_block(waiter, timeout_s, poll_s, clusterName=cluster_name, nodegroupName=group_name)
             except WaiterError as exc:
                 raise waiter_error(exc, what, timeout_s) from exc
             group = eks.describe_nodegroup(clusterName=cluster_name, nodegroupName=group_name)["nodegroup"]

@@ -10,7 +10,7 @@ from prefect.cache_policies import NO_CACHE
 from capserve.core.cluster import network as build
 from capserve.core.cluster.naming import ClusterNames
 from capserve.tasks import aws
-from capserve.tasks.cluster.common import only_one, tag_filters, waiter_config, waiter_error
+from capserve.tasks.cluster.common import only_one, tag_filters, wait_on_the_block, waiter_error
 from capserve.tasks.resilience import aws_task
 
 # A NAT gateway takes a few minutes to become available (VPC user guide, "NAT gateways").
@@ -214,9 +214,7 @@ def _wait_nat_available(ec2: Any, names: ClusterNames, nat_id: str, timeout_s: f
     would start nodes with no way out."""
     what = f"NAT gateway {names.nat_gateway} ({nat_id}) to become available"
     try:
-        ec2.get_waiter("nat_gateway_available").wait(
-            NatGatewayIds=[nat_id], WaiterConfig=waiter_config(timeout_s, poll_s)
-        )
+        wait_on_the_block(ec2.get_waiter("nat_gateway_available"), timeout_s, poll_s, NatGatewayIds=[nat_id])
     except WaiterError as exc:
         raise waiter_error(exc, what, timeout_s) from exc
 

@@ -47,7 +47,6 @@ from capserve.core.spec import CampaignSpec
 from capserve.core.weights.node_staging import NodeStagingResult
 from capserve.core.weights.result import WeightsResult
 from capserve.core.weights.settings import WeightsSettings
-from capserve.tasks.clock import campaign_now
 from capserve.tasks.rollout.access import (
     PORT_FORWARD_NOTE,
     check_endpoint,
@@ -57,6 +56,7 @@ from capserve.tasks.rollout.cache import cache_complete, pod_cache_outcome, save
 from capserve.tasks.rollout.objects import apply_objects, delete_workload, ensure_api_key, serving_workloads
 from capserve.tasks.rollout.start_history import read_start_history, write_start_history
 from capserve.tasks.rollout.wait import image_pull_of, log_tail, pod_log, wait_rollout_ready
+from capserve.tasks.the_clock import clock
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ class RolloutRun:
         if measured is None or outcome.cache not in ("hit", "miss", "off"):
             return  # the log did not tell the start, or which start it was (cold or warm) is not known
         warm = outcome.cache == "hit"
-        start = MeasuredStart(to_listening_s=measured, measured_at=campaign_now(),
+        start = MeasuredStart(to_listening_s=measured, measured_at=clock().now(),
                               campaign_id=self.inputs.spec.campaign_id, revision_sha=config.revision_sha)
         try:
             history = self.past_starts(config).with_start(start, warm=warm)
@@ -226,7 +226,7 @@ class RolloutRun:
             across_nodes=bool(rendered.worker_args),
         )
         outcome.ready_after_s, outcome.api_calls = round(ready.ready_after_s, 3), ready.api_calls
-        outcome.ready_at = campaign_now()
+        outcome.ready_at = clock().now()
         outcome.pods = ready.pods
         outcome.image_pull = image_pull_of(self.api, self.namespace, ready.pods, rendered.image, self.inputs.kube)
         leader = f"{rendered.name}-0"

@@ -7,7 +7,7 @@ waiting cannot fix (image pull back-off, OOMKilled, a crash loop, the startup pr
 unschedulable past its grace) and raises ``RolloutFailedError`` naming the pod, the cause, the last
 log lines of a crashed container, and the fix.
 
-How long the rollout took to be ready is read on the campaign's clock (``campaign_now``), the block's time
+How long the rollout took to be ready is read on the campaign's clock (``clock().now()``), the block's time
 the report and the ledger speak in: on AWS that is this host's clock; on a simulated block it counts the
 minutes vLLM's start was modelled to take, not the second the sandbox needed to play them.
 """
@@ -43,10 +43,10 @@ from capserve.core.rollout.names import ROLE_LABEL, ROLLOUT_LABEL
 from capserve.core.rollout.prepull import PREPULL_ROLE
 from capserve.core.rollout.result import RolloutFailedError
 from capserve.core.rollout.startup_log import startup_milestones, startup_progress
-from capserve.tasks.clock import campaign_now
 from capserve.tasks.kube import _resource, _watch_until, dynamic_client
 from capserve.tasks.progress import REPORT_EVERY_S, ProgressReporter
 from capserve.tasks.resilience import NO_RETRIES, kube_task
+from capserve.tasks.the_clock import clock
 
 
 @dataclass
@@ -210,7 +210,7 @@ def wait_rollout_ready(
     spans several nodes, so the leader's log is also read then until NCCL names its network, and a network that
     is not EFA ends the wait at once (``_TransportWatch``), not after the load and compile."""
     start = time.monotonic()
-    began = campaign_now()
+    began = clock().now()
     deadline = start + budget_s + wait.pull_and_schedule_allowance_s
     judge = _Judge(api, namespace, expected_pods, wait, kube)
     told = _StartProgress(api, namespace, f"{workload}-0", expected_s, kube)
@@ -234,7 +234,7 @@ def wait_rollout_ready(
             )
             judge.judge(list(seen.values()))  # once more: a grace may have run out without a change
             if judge.ready:
-                ready = ReadyWait((campaign_now() - began).total_seconds(), calls[0], judge.pods)
+                ready = ReadyWait((clock().now() - began).total_seconds(), calls[0], judge.pods)
                 told(judge.pods)  # the start's last phases, read from its log: a played start ends between looks
                 return ready
             fatal = [d for d in judge.found if d.fatal]
@@ -283,7 +283,7 @@ class _StartProgress:
             if entered.detail not in self._phases_told:
                 self._phases_told.add(entered.detail)
                 self.engine.report(entered, at=started + timedelta(seconds=entered.elapsed_s or 0.0))
-        running_s = (campaign_now() - started).total_seconds()
+        running_s = (clock().now() - started).total_seconds()
         self.engine.report(startup_progress(log, running_s=running_s, expected_s=self.expected_s))
 
 
@@ -320,7 +320,7 @@ class _TransportWatch:
         found = transport_diagnosis(log, pod=self.leader)
         if found is None:
             return []
-        minutes = (campaign_now() - started).total_seconds() / 60
+        minutes = (clock().now() - started).total_seconds() / 60
         when = f" (seen at NCCL's communicator init, {minutes:.0f} min into the start, before the server was ready)"
         return [found.model_copy(update={"message": found.message + when})]
 

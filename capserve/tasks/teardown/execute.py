@@ -17,7 +17,7 @@ from capserve.core.teardown.inventory import ClusterFound
 from capserve.core.teardown.plan import Step, TeardownPlan, Wait
 from capserve.core.teardown.settings import TeardownSettings
 from capserve.tasks import aws
-from capserve.tasks.cluster.common import waiter_config
+from capserve.tasks.cluster.common import wait_on_the_block
 from capserve.tasks.kube import convert as kube_convert
 from capserve.tasks.progress import tell
 from capserve.tasks.resilience import aws_task
@@ -147,8 +147,9 @@ def _wait_one(wait: Wait, clients: _Clients, settings: TeardownSettings, timeout
     """None when gone; otherwise why it is still there."""
     if wait.kind == "waiter":
         try:
-            clients.get(wait.service).get_waiter(wait.name).wait(
-                **wait.params, WaiterConfig=waiter_config(max(timeout_s, 1.0), settings.poll_seconds)
+            wait_on_the_block(
+                clients.get(wait.service).get_waiter(wait.name), max(timeout_s, 1.0), settings.poll_seconds,
+                **wait.params,
             )
         except WaiterError as exc:
             return f"still there after {timeout_s:g} s ({exc})"

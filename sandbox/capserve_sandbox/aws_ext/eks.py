@@ -178,7 +178,9 @@ def _begin_modelled(resource: Any, token: str, seconds: float | None) -> None:
     """Start a resource's modelled duration when the sandbox plays a block (else it activates on describes)."""
     resource._capserve_modelled_s = seconds if seconds is not None and CLOCK.playing else None
     if resource._capserve_modelled_s is not None:
-        CLOCK.skip_to(token, resource._capserve_created + timedelta(seconds=resource._capserve_modelled_s))
+        # A stop the clock lands on, not one it holds at: the resource turns ACTIVE when a describe reads the clock.
+        until = resource._capserve_created + timedelta(seconds=resource._capserve_modelled_s)
+        CLOCK.skip_to(token, until, holds=False)
 
 
 def _cluster_token(name: str) -> str:

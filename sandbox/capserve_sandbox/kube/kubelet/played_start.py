@@ -194,11 +194,18 @@ class PlayedStart:
             compile_s = next((p.seconds for p in self.phases if p.name == "compile/autotune"), 0.0)
             said = f"took {engine:.2f} s (compilation: {compile_s:.2f} s)"
             self._log("core.py:396", f"init engine (profile, create kv cache, warmup model) {said}")
-        finally:
+        except BaseException:
             CLOCK.skipped(self.token)
+            raise
+        # The server process comes up in wall time now: the clock holds until it listens (``done``).
+        CLOCK.held_by(self.token)
 
     def listening(self, port: int) -> None:
         self._log(*listening_line(port))
+
+    def done(self) -> None:
+        """The server listens (or never will): the clock no longer waits for it."""
+        CLOCK.skipped(self.token)
 
     async def _elapse(self, seconds: float) -> None:
         until = self.now() + timedelta(seconds=seconds)

@@ -426,8 +426,12 @@ class VllmRuntime(ProcessRuntime):
         slow = ctx.kubelet.faults.take(FaultKind.SLOW_START, ctx.pod_name, str(ctx.container.get("name")), ctx.image)
         delay = ctx.kubelet.timing.wall(slow.seconds) if slow else 0.0
         local = free_port()
-        self.process = self._serve(ctx, self.args, host_model, local, delay)
-        await self.process.start()
+        try:
+            self.process = self._serve(ctx, self.args, host_model, local, delay)
+            await self.process.start()
+        finally:
+            if played is not None:
+                played.done()
         self.ports[self.args.port] = local
         if played is not None:
             played.listening(self.args.port)
