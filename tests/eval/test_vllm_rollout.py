@@ -28,8 +28,8 @@ from capserve.core.rollout import EngineOptions, RolloutConfig, RolloutTarget, r
 from capserve.core.rollout.diagnosis import RolloutWaitSettings
 from capserve.core.rollout.result import server_from_log
 from capserve.core.rollout.startup_log import engine_startup_from_log
+from capserve.core.rollout.workload import staged_subpath
 from capserve.core.weights.settings import WeightsSettings
-from capserve.core.weights.staging_job import CONTAINER_DIR
 from capserve.flows.evaluate import evaluate_endpoint
 from capserve.tasks import kube as tasks_kube
 from capserve.tasks.rollout.access import key_in_environment, port_forward
@@ -119,8 +119,10 @@ def test_a_rolled_out_pod_serves_real_vllm_and_is_evaluated_through_the_rollout_
         weights=weights,
     )
     # Where the staging Job would have left the files: the node's NVMe folder the pod mounts.
-    model_path = rendered.leader_args[rendered.leader_args.index("--model") + 1]
-    host = kube.kubelet.layout.host_path(node, weights.nvme_path + model_path.removeprefix(CONTAINER_DIR))
+    served = config()
+    host = kube.kubelet.layout.host_path(
+        node, weights.nvme_path.rstrip("/") + "/" + staged_subpath(served.model_repo, served.revision_sha)
+    )
     shutil.copytree(SETTINGS.model_dir, host)
     kube.provision_nodes("system", 1, instance_type="m7i.large")  # the LWS manager runs on an untainted node
     install_lws(kube, api)  # the whole release and its manager: only its webhooks make the group's pods
