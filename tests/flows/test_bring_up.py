@@ -22,12 +22,14 @@ from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.errors import DeadlineError, PermanentError
 from capserve.core.lease import Lease
 from capserve.core.spec import CampaignSpec, parse_spec
+from capserve.core.timeline import TimeFigures
 from capserve.flows.bring_up import bring_up
 from capserve.tasks.manifests import recording
 
 REGION = "us-east-2"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FAST = BringUpSettings(poll_seconds=0, kube=KubeSettings(nodes_ready_timeout_s=20, addons_ready_timeout_s=20))
+FIGURES = TimeFigures()  # the time model the bring-up predicts the join with
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +77,9 @@ def test_eks_bring_up_then_a_rerun_creates_nothing(kube: FakeKube, tmp_path: Pat
     section = result.report_section()
     join = section.pop("node_join")
     assert section == {"kind": "eks", "name": "capserve-flow-eks", "nodes_ready": 2, "gpus_allocatable": 16}
-    # The nodes' join as the API server stamped it, beside the time model's half hour for a p6-b300 node group.
-    assert join["predicted_s"] == 1800.0 and join["ready_at"] <= join["usable_at"] and join["measured_s"] > 0, join
+    # The nodes' join as the API server stamped it, beside the time model's figure for a p6-b300 node group.
+    assert join["predicted_s"] == FIGURES.launch_and_join_s, join
+    assert join["ready_at"] <= join["usable_at"] and join["measured_s"] > 0, join
     assert "eks-nodegroup/capserve-flow-eks-gpu" in result.created and result.endpoint == kube.url
     # The system node group came up before the add-ons: on-demand CPU nodes for CoreDNS and the controllers.
     assert "eks-nodegroup/capserve-flow-eks-system" in result.created
@@ -196,7 +199,8 @@ def test_a_two_node_hyperpod_layout_gets_its_huge_pages_from_the_lifecycle_scrip
     efa = {n["metadata"]["labels"]["node.kubernetes.io/instance-type"]: n["status"]["allocatable"].get(
         "vpc.amazonaws.com/efa") for n in kube.objects("nodes") if n["metadata"]["name"] in result.node_names}
     assert efa == {"ml.p6-b300.48xlarge": "16"}
-    assert result.report_section()["node_join"]["predicted_s"] == 1800.0 + 3600.0  # join + deep health checks
+    predicted = result.report_section()["node_join"]["predicted_s"]
+    assert predicted == FIGURES.launch_and_join_s + FIGURES.deep_health_checks_s
 
 
 BIND_MOUNT_SCRIPT = Path(__file__).parents[1] / "data" / "hyperpod" / "on_create_bind_mount.sh"
