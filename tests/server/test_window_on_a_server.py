@@ -208,8 +208,8 @@ def test_the_lease_schedules_each_run_once_with_its_name_and_time(campaign_run: 
     assert sorted(runs) == [f"{stage}-{CAMPAIGN}" for stage in stages]
     end = lease.end
     assert runs[f"prepare-cluster-{CAMPAIGN}"].expected_start_time == lease.start - PREPARE_LEAD
-    assert runs[f"drain-{CAMPAIGN}"].expected_start_time == end - _minutes(45)
-    assert runs[f"teardown-{CAMPAIGN}"].expected_start_time == end - _minutes(35)
+    assert runs[f"drain-{CAMPAIGN}"].expected_start_time == end - _minutes(34)
+    assert runs[f"teardown-{CAMPAIGN}"].expected_start_time == end - _minutes(32)
     assert runs[f"serve-{CAMPAIGN}"].expected_start_time == lease.start
     # The campaign served in its own run (the sandbox's block was active): preparation and bring-up are no longer
     # needed.
@@ -234,7 +234,7 @@ def test_the_lease_schedules_each_run_once_with_its_name_and_time(campaign_run: 
     schedule_lease_runs.fn(CAMPAIGN, moved, TeardownSpec(), prepare_lead=PREPARE_LEAD)
     pending = [run for run in scheduled_runs() if run.state_type is StateType.SCHEDULED]
     assert sorted((run.name, run.expected_start_time) for run in pending) == [
-        (f"drain-{CAMPAIGN}", moved.end - _minutes(45)), (f"teardown-{CAMPAIGN}", moved.end - _minutes(35)),
+        (f"drain-{CAMPAIGN}", moved.end - _minutes(34)), (f"teardown-{CAMPAIGN}", moved.end - _minutes(32)),
     ]
 
 
