@@ -10,8 +10,8 @@ same clock as the CLI. This module is the only one of the product that knows ano
 
 from __future__ import annotations
 
-import importlib
 import os
+import pkgutil
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
@@ -39,9 +39,8 @@ def clock() -> Clock:
 
 def _load(named: str) -> Clock:
     target, _, argument = named.partition(" ")
-    module_name, _, factory_name = target.partition(":")
     try:
-        factory = getattr(importlib.import_module(module_name), factory_name)
+        factory = pkgutil.resolve_name(target)  # ``module:factory``, as entry points name objects
     except (ImportError, AttributeError, ValueError) as exc:
         raise SpecError(
             f"{CLOCK_ENV}={named[:200]!r} names no clock factory ({type(exc).__name__}): unset it to use the host's "
