@@ -14,6 +14,7 @@ import yaml
 
 from capserve.cli import main
 from capserve.cli.exit_codes import ExitCode
+from capserve.core.timeline import s3_to_node_s
 
 pytestmark = pytest.mark.server
 
@@ -96,11 +97,13 @@ def test_up_plays_the_whole_block_through_a_local_server_and_leaves_no_child_beh
     startup = report["rollout"]["startup"]
     assert abs(startup["measured"]["to_listening_s"] / startup["predicted_s"] - 1) < 0.10, startup
     # The rollout was ready after that start on the same clock, not after the second the sandbox took to play it.
-    assert report["rollout"]["ready_after_s"] >= startup["measured"]["to_listening_s"], report["rollout"]
-    # The S3 → node copy took K3's modelled quarter of an hour and more, not the stand-in's few MB's seconds.
+    # (vLLM stamps its log lines to the second, so the start it measures may read up to a second longer.)
+    assert report["rollout"]["ready_after_s"] >= startup["measured"]["to_listening_s"] - 1, report["rollout"]
+    # The S3 → node copy took K3's modelled minutes (the time model's copy onto one p6-b300), not the stand-in's few
+    # MB's seconds.
     staged = next(s for s in report["stages"] if s["name"] == "weights_to_nodes")
     took = datetime.fromisoformat(staged["ended_at"]) - datetime.fromisoformat(staged["started_at"])
-    assert took >= timedelta(minutes=15), staged
+    assert took.total_seconds() >= s3_to_node_s(report["plan"]["weight_bytes_per_gpu"] * 8, "p6-b300.48xlarge"), staged
     # The GPU nodes joined in the modelled launch-and-join half hour, measured from the nodes' own registration
     # and Ready times (the API server's clock is the block's), not in the seconds the sandbox took to make them.
     # What the sandbox plays is the time to Ready; after it, bring-up's own polls for the device plugin count at the
@@ -117,7 +120,8 @@ def test_up_plays_the_whole_block_through_a_local_server_and_leaves_no_child_beh
     assert (bad["trigger"], bad["verdict"], bad["outcome"]) == ("revision-published", "fail", "rolled-back"), bad
     # Its recreate took the endpoint down: the block's ledger, rebuilt when the block ended, counts those minutes.
     cost = report["cost"]
-    assert bad["downtime_minutes"] > 60, bad  # K3's cold start alone is over an hour
+    # A warm start: the new revision of the same architecture found the first rollout's compile cache.
+    assert 0 < bad["downtime_minutes"] < 60, bad
     assert cost["lost_gpu_minutes"]["redeploys"] == pytest.approx(bad["downtime_minutes"] * 8, abs=8), cost
     assert cost["paid_gpu_minutes"] == cost["serving_gpu_minutes"] + sum(cost["lost_gpu_minutes"].values())
     assert bad["serving"] == bad["from"] != bad["to"]
