@@ -3,9 +3,11 @@ log (``capserve.tasks.progress``), each line with the wall time to the second an
 
 ``12:04:31  block +02:14  serve-k3-demo: vLLM startup: compiling (torch.compile), 12 of ~75 min expected``
 
-A progress line shows the block time it was true at (the run stamped it), a state change the block time when it was
-seen. On a terminal a live status line under them names the runs that are running, each with its latest line;
-anywhere else (CI, a log file) each line is printed once, plain, never wrapped (``capserve.cli.console.plain_console``).
+A progress line shows the block time it was true at (the run stamped it); a state change the block time when it was
+seen, except a run's end, which shows its last line's: once every run waits the block's clock jumps ahead, so "seen"
+may be hours after the run ended. On a terminal a live status line under them names the runs that are running, each
+with its latest line; anywhere else (CI, a log file) each line is printed once, plain, never wrapped
+(``capserve.cli.console.plain_console``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from capserve.tasks.progress import ProgressLine, read_progress
 
 READ_EVERY_S = 5.0  # how often the server's logs are read for new progress lines (wall seconds)
 RUNNING = {"RUNNING", "PENDING", "PAUSED", "CANCELLING"}  # a run the status line names
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "CRASHED"}  # Prefect's terminal state types
 
 
 class ProgressView:
@@ -36,6 +39,7 @@ class ProgressView:
     ) -> None:
         self.console, self.block_now, self.block_start = console, block_now, block_start
         self._latest: dict[str, str] = {}  # run → its last line, for the live status
+        self._last_at: dict[str, datetime] = {}  # run → the block time of its last line
         self._running: dict[str, str] = {}  # run → its state, for the runs that are running
         self._status: Status | None = None
 
@@ -48,7 +52,7 @@ class ProgressView:
 
     def state(self, run: str, state_type: str, text: str) -> None:
         """A run's new state: a line, and the status line names it while it runs."""
-        self.say(f"{run}: {text}")
+        self.say(f"{run}: {text}", block_at=self._last_at.pop(run, None) if state_type in FINAL else None)
         if state_type in RUNNING:
             self._running[run] = text
         else:
@@ -60,6 +64,8 @@ class ProgressView:
         for found in lines:
             self.say(f"{found.run}: {found.line}", wall=found.at, block_at=found.block_at)
             self._latest[found.run] = found.line
+            if found.block_at is not None:
+                self._last_at[found.run] = found.block_at
         self._refresh()
 
     def _refresh(self) -> None:

@@ -28,6 +28,7 @@ from capserve.core.report import CampaignReport
 from capserve.core.rollout.startup_log import startup_milestones
 from capserve.core.schedule import ExistingRun
 from capserve.core.summary import block_unused, summary_lines
+from capserve.tasks.progress import ProgressLine
 
 EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml")
 CPU_LOG = (Path(__file__).parent / "fixtures" / "vllm-0.32-cpu-startup.log").read_text()
@@ -115,6 +116,16 @@ def test_a_state_line_has_wall_time_to_the_second_and_the_block_clock() -> None:
     line = out.getvalue()
     assert line.endswith("  block +01:30  drain-k3-demo: Completed\n")
     assert datetime.strptime(line[:8], "%H:%M:%S")  # to the second, no microseconds
+
+
+def test_a_runs_end_shows_its_last_lines_block_time_not_the_jump_after_it() -> None:
+    out = io.StringIO()
+    later = START + timedelta(hours=25, minutes=55)  # every run waits: the clock jumped past the block's end
+    view = ProgressView(Console(file=out, force_terminal=False), block_now=lambda: later, block_start=lambda: START)
+    view.show([ProgressLine(run="teardown-k3-demo", line="teardown done: 24 deleted", at=START,
+                            block_at=START + timedelta(hours=23, minutes=28))])
+    view.state("teardown-k3-demo", "COMPLETED", "Completed")
+    assert out.getvalue().splitlines()[-1].endswith("  block +23:28  teardown-k3-demo: Completed")
 
 
 def test_the_status_line_names_only_the_runs_that_are_running() -> None:

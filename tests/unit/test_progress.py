@@ -116,8 +116,8 @@ def test_nodes_read_as_joined_of_expected_and_how_many_are_ready_with_their_gpus
     assert readiness.progress(8).line() == "GPU nodes joined 1/2 (0 ready with 8 GPUs each)"
 
 
-def _event(reason: str, uid: str, message: str) -> dict[str, object]:
-    return {"reason": reason, "involvedObject": {"uid": uid}, "message": message}
+def _event(reason: str, uid: str, message: str, at: str = "2026-12-06T11:40:00Z") -> dict[str, object]:
+    return {"reason": reason, "involvedObject": {"uid": uid}, "message": message, "lastTimestamp": at}
 
 
 def test_an_image_is_pulling_until_every_pod_that_began_pulling_it_has_pulled_it() -> None:
@@ -127,9 +127,19 @@ def test_an_image_is_pulling_until_every_pod_that_began_pulling_it_has_pulled_it
         _event("Pulling", "b", f'Pulling image "{image}"'),
         _event("Pulled", "a", f'Successfully pulled image "{image}" in 3m2s (3m2s including waiting)'),
     ]
-    assert pull_status(events, {"a", "b"}) == {image: "pulling"}
+    assert pull_status(events, {"a", "b"})[image][0] == "pulling"
     done = [*events, _event("Pulled", "b", f'Successfully pulled image "{image}" in 3m (3m including waiting)')]
-    assert pull_status(done, {"a", "b"}) == {image: "pulled"}
+    assert pull_status(done, {"a", "b"})[image][0] == "pulled"
+
+
+def test_an_image_pull_is_told_at_its_events_time_not_at_the_look() -> None:
+    image = "1234.dkr.ecr.us-east-2.amazonaws.com/vllm@sha256:ab"
+    events = [
+        _event("Pulling", "a", f'Pulling image "{image}"', at="2026-12-06T11:45:00Z"),
+        _event("Pulled", "a", f'Successfully pulled image "{image}" in 3m (3m including waiting)',
+               at="2026-12-06T11:48:00Z"),
+    ]
+    assert pull_status(events, {"a"}) == {image: ("pulled", datetime(2026, 12, 6, 11, 48, tzinfo=UTC))}
 
 
 def test_another_pods_pull_is_not_this_rollouts() -> None:

@@ -21,6 +21,8 @@ are under ``library/``).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -199,11 +201,13 @@ def slowest_pull(events: list[dict[str, Any]], pods: dict[str, str], image: str)
     return ImagePull(image=image, pod=pod, seconds=took, including_waiting_s=waiting, pulls=len(pulls))
 
 
-def pull_status(events: list[dict[str, Any]], pods: set[str]) -> dict[str, str]:
-    """Image → "pulling" or "pulled", from the kubelet's ``Pulling``/``Pulled`` events of the pods whose uids are
-    ``pods``: pulled once every pod that began pulling it has pulled it (or found it present)."""
+def pull_status(events: list[dict[str, Any]], pods: set[str]) -> dict[str, tuple[str, datetime | None]]:
+    """Image → ("pulling" or "pulled", when its latest event says so), from the kubelet's ``Pulling``/``Pulled``
+    events of the pods whose uids are ``pods``: pulled once every pod that began pulling it has pulled it (or found
+    it present). The time is the event's ``lastTimestamp``, on the API server's clock: the block's."""
     pulling: dict[str, set[str]] = {}
     pulled: dict[str, set[str]] = {}
+    latest: dict[str, datetime] = {}
     for event in events:
         involved = event.get("involvedObject") or event.get("involved_object") or {}
         uid = str(involved.get("uid"))
@@ -214,10 +218,24 @@ def pull_status(events: list[dict[str, Any]], pods: set[str]) -> dict[str, str]:
             pulling.setdefault(image, set()).add(uid)
         elif event.get("reason") == "Pulled":
             pulled.setdefault(image, set()).add(uid)
+        at = _event_time(event)
+        if at is not None and (image not in latest or at > latest[image]):
+            latest[image] = at
     return {
-        image: "pulled" if pulling.get(image, set()) <= pulled.get(image, set()) else "pulling"
+        image: ("pulled" if pulling.get(image, set()) <= pulled.get(image, set()) else "pulling", latest.get(image))
         for image in sorted(set(pulling) | set(pulled))
     }
+
+
+def _event_time(event: Mapping[str, Any]) -> datetime | None:
+    """An Event's latest time (``lastTimestamp``, else ``eventTime``), or None when it has none or it is unreadable."""
+    raw = event.get("lastTimestamp") or event.get("last_timestamp") or event.get("eventTime")
+    if isinstance(raw, datetime):
+        return raw
+    try:
+        return datetime.fromisoformat(str(raw).replace("Z", "+00:00")) if raw else None
+    except ValueError:
+        return None
 
 
 def _quoted_image(message: str) -> str | None:

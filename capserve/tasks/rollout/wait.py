@@ -268,8 +268,8 @@ class _StartProgress:
 
     def _look(self, pods: list[dict[str, Any]]) -> None:
         uids = {str(pod["metadata"].get("uid")) for pod in pods}
-        for image, state in pull_status(_events(self.api, self.namespace, self.kube), uids).items():
-            self.pulls.report(Progress("image pull", detail=f"{image} {state}"))
+        for image, (state, at) in pull_status(_events(self.api, self.namespace, self.kube), uids).items():
+            self.pulls.report(Progress("image pull", detail=f"{image} {state}"), at=at)
         started = _vllm_started_at(next((p for p in pods if p["metadata"]["name"] == self.leader), None))
         if started is None:
             return
