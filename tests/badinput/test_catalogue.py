@@ -403,7 +403,7 @@ def assert_nothing_in_aws() -> None:
     assert boto3.client("s3").list_buckets()["Buckets"] == []
 
 
-@pytest.fixture()
+@pytest.fixture
 def guarded(aws: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Tripwire]]:
     monkeypatch.delenv("CAPSERVE_TEST_UNSET_KEY", raising=False)
     wires = []

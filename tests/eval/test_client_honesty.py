@@ -128,7 +128,7 @@ def test_local_resource_errors_are_recognised() -> None:
     assert _local_errno(refused) is None  # refused by the endpoint: its failure
 
 
-@pytest.fixture()
+@pytest.fixture
 def silent_endpoint() -> Iterator[str]:
     """Accepts connections and never answers (the endpoint that hung `capserve eval` for 600 s per call)."""
     server = socket.socket()
@@ -186,7 +186,7 @@ TRICKLED = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length
 TRICKLE_EVERY_S = 0.25  # the whole answer takes ~20 s, far past the deadlines below
 
 
-@pytest.fixture()
+@pytest.fixture
 def trickling_endpoint() -> Iterator[str]:
     """Answers every request with HTTP 200, one byte at a time (the endpoint that kept `capserve eval --timeout 60`
     running past 300 s: each byte started httpx's read timeout again). Bounded: it stops at the test's end."""

@@ -32,7 +32,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.ya
 SMALL_LOAD = {"concurrency_levels": [2], "request_rates": [], "requests_per_stream": 2, "min_requests": 4}
 
 
-@pytest.fixture()
+@pytest.fixture
 def far_ends() -> Iterator[SandboxEndpoints]:
     with sandbox(served_model_name="kimi-k3") as endpoints:
         yield endpoints

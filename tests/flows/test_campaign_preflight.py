@@ -19,7 +19,7 @@ from capserve.flows.campaign import campaign
 from capserve.tasks.preflight import PreflightInputs, gather_facts, offering_in_region
 
 
-@pytest.fixture()
+@pytest.fixture
 def far_ends() -> Iterator[SandboxEndpoints]:
     with sandbox(served_model_name="kimi-k3") as endpoints:
         yield endpoints

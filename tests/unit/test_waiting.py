@@ -81,7 +81,7 @@ def test_deadline_and_step_budget() -> None:
     assert deadline.remaining() == 40 and budget.cap(30, "cluster") == 30
     with pytest.raises(PermanentError, match="boom"), budget.step("cluster"):
         raise PermanentError("boom")  # inside the budget: the step's own error
-    with pytest.raises(DeadlineError, match=r"stopped at nodes \(late\)"), budget.step("nodes"):
+    with pytest.raises(DeadlineError, match=r"stopped at nodes \(late\)"), budget.step("nodes"):  # noqa: PT012 - time passes in the step
         fake.now += 50
         raise PermanentError("late")  # failed once the budget was spent: the budget is why it stopped
     assert deadline.expired and deadline.cap(10) == 0
