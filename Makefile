@@ -1,7 +1,7 @@
 # Two set-up commands, each fine on a fresh machine with only Python and pip:
 #   make demo   — create .venv if missing, install, play the K3 campaign's whole block (two redeploys in it) on the sandbox
 #                 through a local Prefect server and worker (README, "Two commands")
-#   make check  — same install, then the fast tier: ruff, mypy (strict on capserve/core), the import contracts
+#   make check  — same install, then the fast tier: ruff, mypy (strict), the import contracts
 #                 (lint-imports) and the unit tests
 #   make test   — make check, then the rest of the test suite, one line per finished file
 PYTHON ?= python3

@@ -22,13 +22,13 @@ from typing import Any
 
 os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
 
-from capserve_sandbox.kube import Fault, FaultKind, fake_kube  # noqa: E402
-from pydantic import SecretStr  # noqa: E402
+from capserve_sandbox.kube import Fault, FaultKind, fake_kube
+from pydantic import SecretStr
 
-from capserve.core.cluster.readiness import KubeSettings  # noqa: E402
-from capserve.core.rollout.diagnosis import RolloutWaitSettings  # noqa: E402
-from capserve.tasks import kube as tasks_kube  # noqa: E402
-from capserve.tasks.rollout.wait import wait_rollout_ready  # noqa: E402
+from capserve.core.cluster.readiness import KubeSettings
+from capserve.core.rollout.diagnosis import RolloutWaitSettings
+from capserve.tasks import kube as tasks_kube
+from capserve.tasks.rollout.wait import wait_rollout_ready
 
 MODEL_DIR = "/mnt/k8s-disks/0/weights/model"
 

@@ -21,16 +21,16 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
 os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
 
-from capserve_sandbox.hub import K3, TINY_K3, CheckpointGeometry, local_hub, write_checkpoint  # noqa: E402
-from capserve_sandbox.hub.checkpoint import virtual_tensors_by_file  # noqa: E402
+from capserve_sandbox.hub import K3, TINY_K3, CheckpointGeometry, local_hub, write_checkpoint
+from capserve_sandbox.hub.checkpoint import virtual_tensors_by_file
 
-from capserve.core.weights.listing import RepoFile, RepoListing  # noqa: E402
-from capserve.core.weights.placement import Layout  # noqa: E402
-from capserve.core.weights.plan import plan_weights  # noqa: E402
-from capserve.core.weights.reshard import plan_reshard  # noqa: E402
-from capserve.tasks.weights.fetch import fetch_file  # noqa: E402
-from capserve.tasks.weights.hub import HubConnection, list_repo_files, resolve_revision  # noqa: E402
-from capserve.tasks.weights.reshard import read_local_headers, write_output  # noqa: E402
+from capserve.core.weights.listing import RepoFile, RepoListing
+from capserve.core.weights.placement import Layout
+from capserve.core.weights.plan import plan_weights
+from capserve.core.weights.reshard import plan_reshard
+from capserve.tasks.weights.fetch import fetch_file
+from capserve.tasks.weights.hub import HubConnection, list_repo_files, resolve_revision
+from capserve.tasks.weights.reshard import read_local_headers, write_output
 
 
 def timed_cp(src: Path, dst: Path) -> float:

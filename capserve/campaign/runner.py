@@ -254,7 +254,7 @@ def _add_cost(ctx: CampaignContext, *, interrupted: bool) -> None:
     """The cost ledger into the report. The report is written without it rather than not at all."""
     try:
         campaign_ledger(ctx, interrupted=interrupted)
-    except Exception:
+    except Exception:  # noqa: BLE001 - the report is written without the ledger rather than not at all (logged with its traceback)
         run_logger(__name__).exception("could not compute the cost ledger of campaign %s", ctx.spec.campaign_id)
 
 
@@ -268,7 +268,7 @@ def _add_from_record(ctx: CampaignContext) -> None:
         return  # the record never reached S3: no redeploy can have found the campaign
     try:
         record = load_record(ctx.record_ref)
-    except Exception:
+    except Exception:  # noqa: BLE001 - a record that cannot be read costs the report its redeploys, not the report (logged)
         run_logger(__name__).exception(
             "could not read the redeploys of campaign %s from its record", ctx.spec.campaign_id
         )

@@ -150,7 +150,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         _say(f"{command}: {exc.strerror or type(exc).__name__}{where}: give a path this user can read and write",
              debug)
         return ExitCode.BAD_INPUT
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the CLI's last resort: whatever no branch above names is reported, never a traceback on its own
         if signals.received.is_set():  # what a SIGTERM became inside Prefect's engine: not a bug of ours
             _say(f"{command}: interrupted (SIGTERM; {type(exc).__name__} on the way out)", debug)
             return ExitCode.INTERRUPTED

@@ -212,7 +212,7 @@ def _cancel_unfinished(campaign_id: str, since: datetime, campaign_runs: Sequenc
         unfinished += [run for run in campaign_runs if read_run_state(run) not in FINAL]
         for run_id in unfinished:
             cancel_run(run_id, "cancelled by capserve up: the sandbox it ran against stopped with it")
-    except Exception:  # the server may be going down too; the summary and `capserve status` say what is left
+    except Exception:  # noqa: BLE001 - the server may be going down too; the summary and `capserve status` say what is left
         return 0
     return len(unfinished)
 
@@ -349,7 +349,7 @@ def _print_schedule(campaign_id: str, since: datetime, console: Console) -> None
 
     try:
         runs = read_runs_about(campaign_id, since=since)
-    except Exception as exc:  # the server may be gone; the report lists them too
+    except Exception as exc:  # noqa: BLE001 - the server may be gone; the report lists them too
         console.print(f"could not list the scheduled runs: {type(exc).__name__}")
         return
     for run in runs:

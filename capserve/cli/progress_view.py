@@ -84,7 +84,7 @@ class ProgressView:
     def _block_now(self) -> datetime | None:
         try:
             return self.block_now()
-        except Exception:  # a clock that does not answer costs the line its block time, never the follow
+        except Exception:  # noqa: BLE001 - a clock that does not answer costs the line its block time, never the follow
             return None
 
     def close(self) -> None:
@@ -114,6 +114,6 @@ class ProgressFollower:
         self._read_at = at
         try:
             lines, self.after = self.read(self.campaign_id, after=self.after)
-        except Exception:  # the next read catches up from the same ``after``
+        except Exception:  # noqa: BLE001 - the next read catches up from the same ``after``
             return
         self.view.show(lines)

@@ -176,13 +176,13 @@ def _print_part(out: Console, title: str, part: Part) -> None:
         for column in ("run", "state", "start"):
             table.add_column(column)
         for run in part.rows:
-            assert isinstance(run, RunRow)
+            assert isinstance(run, RunRow)  # noqa: S101 - narrows the type for mypy
             table.add_row(run.name, run.state, _time(run.start))
     else:
         for column in ("kind", "name", "where", "state"):
             table.add_column(column, overflow="fold")
         for row in part.rows:
-            assert isinstance(row, ResourceRow)
+            assert isinstance(row, ResourceRow)  # noqa: S101 - narrows the type for mypy
             table.add_row(row.kind, row.name, row.where, row.state)
     if not part.rows:
         out.print(f"[bold]{title}[/bold] ({part.why}): nothing found")

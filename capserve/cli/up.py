@@ -331,7 +331,7 @@ def run(args: argparse.Namespace) -> int:
     # reads the report.json it wrote, as the server path does.
     from capserve.core.report import CampaignReport
 
-    assert isinstance(report, CampaignReport)
+    assert isinstance(report, CampaignReport)  # noqa: S101 - narrows the type for mypy
     print_summary(out_dir)
     # A campaign whose endpoint failed its gates did its job, but what it serves is not acceptable
     # (1); one whose evaluation could not judge everything says so (3): scripts must be able to tell. A block torn

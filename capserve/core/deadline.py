@@ -22,11 +22,11 @@ class Deadline:
         self._clock = clock
         self.seconds = seconds
         self.started = clock()
-        self._end = self.started + seconds
+        self.end = self.started + seconds
 
     def remaining(self) -> float:
         """Seconds left; negative once passed."""
-        return self._end - self._clock()
+        return self.end - self._clock()
 
     def elapsed(self) -> float:
         return self._clock() - self.started
@@ -38,6 +38,10 @@ class Deadline:
     def cap(self, seconds: float) -> float:
         """``seconds``, shortened to what is left (never below zero)."""
         return max(min(seconds, self.remaining()), 0.0)
+
+    def within(self, seconds: float) -> Deadline:
+        """A deadline for one step: ``seconds`` from now, or this one if it comes sooner."""
+        return Deadline(self.cap(seconds), clock=self._clock)
 
 
 class StepBudget:

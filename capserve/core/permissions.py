@@ -118,7 +118,7 @@ def _calls(feature: Feature, scope: Scope, *calls: str) -> list[Permission]:
 
 # --- actions AWS checks of the caller on top of the called one ------------------------------------------------------
 
-_PASS_ROLE = "https://docs.aws.amazon.com/IAM/latest/UserGuide/id_roles_use_passrole.html"
+_PASS_ROLE = "https://docs.aws.amazon.com/IAM/latest/UserGuide/id_roles_use_passrole.html"  # noqa: S105 - a documentation URL, not a password
 _EKS_LAUNCH_TEMPLATES = "https://docs.aws.amazon.com/eks/latest/userguide/launch-templates.html"
 _EKS_SLR = "https://docs.aws.amazon.com/eks/latest/userguide/using-service-linked-roles.html"
 _HYPERPOD_SLR = ("https://docs.aws.amazon.com/sagemaker/latest/dg/"

@@ -49,7 +49,7 @@ _SECRET_VALUES = (
 _DIGEST = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 
 SECRET_HINT = (
-    "serving.extra_env takes plain settings only: put a credential in a Kubernetes Secret and let the pod read "
+    "serving.extra_env takes plain settings only: put a credential in a Kubernetes Secret and let the pod read "  # noqa: S105 - a hint about secrets, not one
     "it by reference, as the rollout does for the endpoint's API key (capserve/core/rollout/secret.py)"
 )
 ARGS_HINT = (

@@ -207,7 +207,7 @@ class CapacitySpec(StrictModel):
             raise ValueError(f"provider {self.provider!r} needs {', '.join(missing)}")
         if self.reservation_id is not None:
             raise ValueError(f"'reservation_id' is only for provider 'existing-reservation', not {self.provider!r}")
-        assert self.duration_hours is not None and self.earliest_start and self.latest_end
+        assert self.duration_hours is not None and self.earliest_start and self.latest_end  # noqa: S101 - narrows the type for mypy
         days, rest = divmod(self.duration_hours, 24)
         if rest or (self.provider == "ec2-capacity-block" and days > 14 and days % 7):
             raise ValueError(
@@ -656,7 +656,7 @@ def new_campaign_problems(spec: CampaignSpec, *, now: datetime) -> list[str]:
     capacity = spec.capacity
     if capacity.provider != "ec2-capacity-block":
         return []
-    assert capacity.earliest_start and capacity.latest_end and capacity.duration_hours  # the validator's
+    assert capacity.earliest_start and capacity.latest_end and capacity.duration_hours  # noqa: S101 - the validator's
     return capacity_block_window_problems(
         capacity.earliest_start, capacity.latest_end, timedelta(hours=capacity.duration_hours), now=now
     )

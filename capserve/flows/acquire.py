@@ -232,7 +232,7 @@ def _already_ours(spec: CampaignSpec) -> Reservation | None:
     capacity, campaign_id = spec.capacity, spec.campaign_id
     now = clock().now()
     if capacity.provider == "existing-reservation":
-        assert capacity.reservation_id is not None  # the spec's validator guarantees it
+        assert capacity.reservation_id is not None  # noqa: S101 - the spec's validator guarantees it
         found = describe_reservation_by_id(capacity.reservation_id, capacity.regions[0])
         if found is None:
             raise PermanentError(

@@ -155,7 +155,7 @@ def prepare_cluster(
     budget = bring_up_steps(spec, lease, now or clock().now())
     aws, roles = _control_side(spec, lease, settings, budget)
     if spec.cluster.kind == "eks":
-        assert aws.network is not None  # the control side always builds (or finds) the network
+        assert aws.network is not None  # noqa: S101 - the control side always builds (or finds) the network
         efa = _efa(lease, nodes_per_replica)
         _eks_pool(spec, lease, settings, budget, aws, _GpuPlace(roles=roles, network=aws.network, efa=efa),
                   before_block=True)
@@ -180,7 +180,7 @@ def _converge_aws(
     spec: CampaignSpec, lease: Lease, settings: BringUpSettings, budget: StepBudget, efa: EfaNeeds
 ) -> _AwsSide:
     aws, roles = _control_side(spec, lease, settings, budget)
-    assert aws.network is not None  # the control side always builds (or finds) the network
+    assert aws.network is not None  # noqa: S101 - the control side always builds (or finds) the network
     # The GPU nodes go in the private subnet: with one interface per EFA card they get no public address.
     place = _GpuPlace(roles=roles, network=aws.network, efa=efa)
     if spec.cluster.kind == "eks":

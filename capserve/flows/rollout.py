@@ -98,7 +98,7 @@ def roll_back(inputs: RolloutInputs, failed_color: Color, why: str) -> tuple[Rol
         strategy="recreate", new_color=failed_color, steps=(Step.APPLY_NEW,), reason=f"served, then {why}"[:500]
     )
     undo = rollback_decision(served, good)
-    assert undo is not None  # a last good configuration always has an undo
+    assert undo is not None  # noqa: S101 - a last good configuration always has an undo
     get_run_logger().warning("rolling back to revision %s: %s", good.config.revision, why)
     outcome = run.attempt(good.config, undo)
     return run.result(outcome, undo, rolled_back=True), _record_of(good.config, good.color)

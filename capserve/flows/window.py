@@ -347,7 +347,7 @@ def teardown_orphan(flow_run_id: str, soon_minutes: int = 30) -> TeardownResult 
     if target.home_region is not None:
         record, ref = campaign_record(target.campaign_id, target.home_region, base)
     else:
-        assert target.spec is not None  # a campaign run's target always carries its spec
+        assert target.spec is not None  # noqa: S101 - a campaign run's target always carries its spec
         ref = record_ref(target.spec, base.records)
         loaded = load_record(ref)
         if loaded is None:

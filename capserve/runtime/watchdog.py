@@ -46,7 +46,7 @@ def watch() -> None:
     )
     _pipe = _watchdog.stdin
     keep(_watchdog.pid)
-    assert _watchdog.stdout is not None
+    assert _watchdog.stdout is not None  # noqa: S101 - narrows the type for mypy
     _watchdog.stdout.readline()  # its first snapshot is taken: what starts from now on is recorded
     _watchdog.stdout.close()
 

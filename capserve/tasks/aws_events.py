@@ -167,7 +167,7 @@ def forward_once(
         event = notice_event(notice, campaign_id=campaigns.get(notice.reservation_id), message_id=message_id)
         try:
             post(event)
-        except Exception:
+        except Exception:  # noqa: BLE001 - whatever stops the post, the message stays on the queue for the next poll (logged)
             _log.exception("could not post %s (message %s): it stays on the queue", event.event, message_id)
             outcome.not_posted.append(message_id)
             continue

@@ -41,7 +41,7 @@ def emit(event: CapserveEvent) -> CapserveEvent:
             occurred=wire.occurred,
             id=wire.id,
         )
-    except Exception:  # events are a notification: a failure to send never fails a stage
+    except Exception:  # noqa: BLE001 - events are a notification: a failure to send never fails a stage
         _log.exception("could not send the event %s about %s", sent.event, sent.resource.get("prefect.resource.id"))
     line = act_line(sent)
     if line is not None:  # the act, as the console and the run's log tell it (docs/cli.md, "What up shows")

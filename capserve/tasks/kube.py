@@ -60,7 +60,7 @@ DEFAULT_FIELD_MANAGER = "capserve"
 # the cluster name in the signed header x-k8s-aws-id, URL valid 60 s, token = "k8s-aws-v1." +
 # unpadded base64url(URL). aws-iam-authenticator accepts a token for 15 minutes after signing;
 # the CLI reports expiry after 14, and so do we.
-EKS_TOKEN_PREFIX = "k8s-aws-v1."
+EKS_TOKEN_PREFIX = "k8s-aws-v1."  # noqa: S105 - the token format's fixed prefix, not a token
 EKS_CLUSTER_ID_HEADER = "x-k8s-aws-id"
 EKS_PRESIGN_EXPIRES_S = 60
 EKS_TOKEN_LIFETIME_S = 14 * 60.0

@@ -20,7 +20,7 @@ def resolve_model(ref: ModelRef, hub_endpoint: str | None = None) -> ModelEntry:
     """
     if ref.catalog is not None:
         return get_model(ref.catalog)
-    assert ref.repo is not None  # the spec guarantees one of the two
+    assert ref.repo is not None  # noqa: S101 - the spec guarantees one of the two
     return model_from_hub(ref.repo, ref.revision, endpoint=hub_endpoint)
 
 

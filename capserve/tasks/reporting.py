@@ -15,15 +15,15 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # no display here or in CI; must precede pyplot
-import matplotlib.pyplot as plt  # noqa: E402
-from prefect.artifacts import create_markdown_artifact  # noqa: E402
+import matplotlib.pyplot as plt
+from prefect.artifacts import create_markdown_artifact
 
-from capserve.core.markdown import markdown_table, merge_sections, without_images  # noqa: E402
-from capserve.core.report import CampaignReport, event_rows  # noqa: E402
-from capserve.core.stages import StageStatus  # noqa: E402
-from capserve.tasks.cost.plots import write_cost_plots  # noqa: E402
-from capserve.tasks.resilience import orchestrator_task  # noqa: E402
-from capserve.tasks.secrets import redactor  # noqa: E402
+from capserve.core.markdown import markdown_table, merge_sections, without_images
+from capserve.core.report import CampaignReport, event_rows
+from capserve.core.stages import StageStatus
+from capserve.tasks.cost.plots import write_cost_plots
+from capserve.tasks.resilience import orchestrator_task
+from capserve.tasks.secrets import redactor
 
 # Stage colours by outcome, so a failed, interrupted or skipped stage stands out in the timeline.
 _COLOURS = {
@@ -97,7 +97,7 @@ def _republish(campaign_id: str, markdown: str) -> None:
     try:
         create_markdown_artifact(key=_artifact_key(campaign_id), markdown=without_images(markdown),
                                  description="Campaign report")
-    except Exception as exc:  # the artifact is a copy for the UI; the files are written
+    except Exception as exc:  # noqa: BLE001 - the artifact is a copy for the UI; the files are written
         logging.getLogger(__name__).warning("the UI's copy of %s's report was not updated: %s", campaign_id, exc)
 
 

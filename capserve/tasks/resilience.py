@@ -96,7 +96,7 @@ def is_retryable_state(state: State[Any]) -> bool:
     """True when the failed ``state`` carries a ``RetryableError``."""
     try:
         outcome = state.result(raise_on_failure=False)
-    except BaseException as exc:  # a result that cannot be read is no reason to retry
+    except BaseException as exc:  # noqa: BLE001 - a result that cannot be read is no reason to retry
         outcome = exc
     return isinstance(outcome, RetryableError)
 

@@ -228,7 +228,7 @@ def tag_this_run(*new_tags: str) -> None:
     try:
         with get_client(sync_client=True) as client:
             client.update_flow_run(context.flow_run.id, tags=tags)
-    except Exception as exc:  # a label for people: never a reason for the run to fail
+    except Exception as exc:  # noqa: BLE001 - a label for people: never a reason for the run to fail
         run_logger(__name__).warning("could not tag flow run %s with %s: %s", context.flow_run.name, missing, exc)
         return
     context.flow_run.tags = tags

@@ -94,7 +94,7 @@ def _scrub(record: logging.LogRecord) -> None:
     current = _redactor
     try:
         message = record.getMessage()
-    except Exception:  # a malformed %-format in someone's log call: leave it to the handler to report
+    except Exception:  # noqa: BLE001 - a malformed %-format in someone's log call: leave it to the handler to report
         return
     record.msg, record.args = current.redact(message), None
     if record.exc_info and record.exc_info[1] is not None:

@@ -158,7 +158,7 @@ def prefect_part(campaign_id: str) -> Part:
                 flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[tag])),
                 sort=FlowRunSort.START_TIME_DESC, limit=50,
             )
-    except Exception as exc:  # any failure to reach the server is reported as such, never as "no runs"
+    except Exception as exc:  # noqa: BLE001 - any failure to reach the server is reported as such, never as "no runs"
         return Part(looked=False, why=f"Prefect at {url} did not answer ({type(exc).__name__}: {exc})"[:2000])
     # The campaign's own runs; their stage subflows carry the tag too, but each is part of a run listed here.
     runs = {

@@ -63,5 +63,5 @@ def wait_until(
             raise wait_timeout(what, timeout_s, describe(value))
         hint = next_wait(value)
         step = min(pause, ceiling, hint) if hint is not None and hint > 0 else min(pause, ceiling)
-        sleep(deadline.cap(step * (1 - jitter * random.random())))
+        sleep(deadline.cap(step * (1 - jitter * random.random())))  # noqa: S311 - jitter for a backoff, not a secret
         pause = min(pause * 2, ceiling)

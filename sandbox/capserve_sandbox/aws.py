@@ -84,8 +84,8 @@ def moto_sandbox(region: str = "us-east-2") -> Iterator[AwsSandbox]:
 
 
 def _reset_moto(endpoint: str) -> None:
-    request = urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST", data=b"")
-    with urllib.request.urlopen(request, timeout=30) as response:  # loopback only
+    request = urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST", data=b"")  # noqa: S310 - loopback only
+    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - loopback only
         response.read()
 
 

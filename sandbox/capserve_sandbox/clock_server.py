@@ -72,7 +72,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self) -> None:  # noqa: N802  # http.server's naming
+    def do_GET(self) -> None:  # http.server's naming
         parts = self.path.split("/")
         if self.path == "/now":
             self._answer(200, {"now": CLOCK.now().isoformat()})
@@ -89,7 +89,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._answer(404, {"error": f"no {self.path}; GET /now, /pace or /schedule/<iso>"})
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(min(length, 65_536)) or b"{}"
         parts = self.path.split("/")

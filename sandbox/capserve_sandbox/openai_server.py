@@ -163,7 +163,7 @@ class _Server:
     def __init__(self, config: SandboxConfig, api_key: str | None = None) -> None:
         self.config = config
         self.api_key = api_key
-        self.rng = random.Random(config.seed)
+        self.rng = random.Random(config.seed)  # noqa: S311 - a seeded, reproducible stand-in, not a secret
         self.golden = {item.prompt: item.answer for item in packaged_golden()}
         self.counter = 0
         self.timings: list[dict[str, Any]] = []
@@ -531,7 +531,7 @@ def serve(config: SandboxConfig | None = None, settings: ServerSettings | None =
     """Run the sandbox in a child process on 127.0.0.1:<free port>; yields its base URL."""
     config = config or SandboxConfig()
     settings = settings or ServerSettings()
-    proc = subprocess.Popen(
+    proc = subprocess.Popen(  # noqa: S603 - our own interpreter and module, fixed arguments
         [sys.executable, "-m", "capserve_sandbox.openai_server", "--config-json", config.model_dump_json()],
         stdout=subprocess.PIPE,
         text=True,
@@ -553,7 +553,7 @@ def serve(config: SandboxConfig | None = None, settings: ServerSettings | None =
 def _read_port(proc: subprocess.Popen[str], timeout_s: float) -> int:
     import selectors
 
-    assert proc.stdout is not None
+    assert proc.stdout is not None  # noqa: S101 - narrows the type for mypy
     deadline = time.monotonic() + timeout_s
     with selectors.DefaultSelector() as selector:
         selector.register(proc.stdout, selectors.EVENT_READ)

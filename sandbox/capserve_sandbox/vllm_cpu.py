@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -111,10 +112,10 @@ def serve_vllm(settings: VllmCpuSettings | None = None) -> Iterator[str]:
         "--enforce-eager",
         *settings.extra_args,
     ]
-    log_path = settings.log_path or Path(os.environ.get("TMPDIR", "/tmp")) / f"capserve-vllm-{port}.log"
+    log_path = settings.log_path or Path(tempfile.gettempdir()) / f"capserve-vllm-{port}.log"
     url = f"http://127.0.0.1:{port}"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)  # noqa: S603 - vLLM's CLI and arguments built here, no shell
         try:
             deadline = time.monotonic() + settings.startup_timeout_s
             while not _ready(url):

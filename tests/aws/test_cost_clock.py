@@ -14,7 +14,7 @@ from capserve.tasks.cost.clock import aws_clock_offset
 REGION = "us-east-2"
 
 
-@pytest.fixture()
+@pytest.fixture
 def sandbox() -> Iterator[None]:
     CLOCK.reset()
     with moto_sandbox(REGION):

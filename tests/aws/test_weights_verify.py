@@ -18,7 +18,7 @@ REGION = "us-east-2"
 BASE = "capserve/weights/org/model/" + "a" * 40
 
 
-@pytest.fixture()
+@pytest.fixture
 def published(tmp_path: Path) -> Iterator[str]:
     with moto_sandbox(REGION):
         files = []

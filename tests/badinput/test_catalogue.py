@@ -17,7 +17,6 @@ the checkpoint, a reservation too short for the plan) are left to it.
 
 from __future__ import annotations
 
-import copy
 import importlib
 import json
 import os
@@ -33,6 +32,7 @@ import pytest
 import yaml
 from capserve_sandbox.aws import moto_sandbox
 from capserve_sandbox.aws_ext import capacity as capacity_ext
+from spec_changes import changed
 
 from capserve.cli import main
 
@@ -51,20 +51,6 @@ class Case:
     message: str
     spec: Content | None = None
     env: dict[str, str] = field(default_factory=dict)
-
-
-def changed(path: str, value: Any) -> dict[str, Any]:
-    """The example spec with one dotted path set (``...`` removes it)."""
-    data = copy.deepcopy(BASE)
-    *parents, leaf = path.split(".")
-    node = data
-    for key in parents:
-        node = node.setdefault(key, {})
-    if value is ...:
-        node.pop(leaf)
-    else:
-        node[leaf] = value
-    return data
 
 
 def text_with(old: str, new: str) -> str:
@@ -107,9 +93,9 @@ CASES = [
     Case("json-list-at-top", UP, "the spec must be a mapping of fields", json.dumps([BASE], default=str)),
     Case("string-at-top", UP, "the spec must be a mapping of fields", '"k3-demo"'),
     Case("two-documents", UP, "not valid YAML", BASE_TEXT + "---\nname: other\n"),
-    Case("json-list-for-capacity", UP, "capacity: Input should be a mapping of fields", changed("capacity", [])),
-    Case("string-for-model", UP, "model: Input should be a mapping of fields", changed("model", "kimi-k3")),
-    Case("list-for-evaluation", UP, "evaluation: Input should be a mapping", changed("evaluation", [1])),
+    Case("json-list-for-capacity", UP, "capacity: Input should be a mapping of fields", changed(BASE, capacity=[])),
+    Case("string-for-model", UP, "model: Input should be a mapping of fields", changed(BASE, model="kimi-k3")),
+    Case("list-for-evaluation", UP, "evaluation: Input should be a mapping", changed(BASE, evaluation=[1])),
     Case("duplicate-top-key", UP, "duplicate key 'name' at line 3", BASE_TEXT + "name: other-campaign\n"),
     Case(
         "duplicate-budget-key",
@@ -130,36 +116,36 @@ CASES = [
     Case("too-large", UP, "more than a spec may have", BASE_TEXT + "#" + "x" * 300_000 + "\n"),
     # --- numbers, booleans, strings: never coerced -------------------------------------------------
     Case("true-as-instance-count", UP, "capacity.instance_count: Input should be a valid integer (got true, a boolean)",
-         changed("capacity.instance_count", True)),
+         changed(BASE, capacity__instance_count=True)),
     Case("string-instance-count", UP, 'capacity.instance_count: Input should be a valid integer (got "2", a string)',
-         changed("capacity.instance_count", "2")),
+         changed(BASE, capacity__instance_count="2")),
     Case("fraction-instance-count", UP, "capacity.instance_count: Input should be a valid integer",
-         changed("capacity.instance_count", 2.5)),
+         changed(BASE, capacity__instance_count=2.5)),
     Case("zero-instances", UP, "capacity.instance_count: Input should be greater than or equal to 1",
-         changed("capacity.instance_count", 0)),
+         changed(BASE, capacity__instance_count=0)),
     Case("too-many-instances", UP, "capacity.instance_count: Input should be less than or equal to 64",
-         changed("capacity.instance_count", 100)),
+         changed(BASE, capacity__instance_count=100)),
     Case("string-budget", UP, "capacity.max_upfront_fee_usd: Input should be a valid number",
-         changed("capacity.max_upfront_fee_usd", "4000")),
+         changed(BASE, capacity__max_upfront_fee_usd="4000")),
     Case("yes-as-budget", UP, "capacity.max_upfront_fee_usd: Input should be a valid number (got true",
          text_with("  max_upfront_fee_usd: 4000\n", "  max_upfront_fee_usd: yes\n")),
     Case("string-duration", UP, "capacity.duration_hours: Input should be a valid integer",
-         changed("capacity.duration_hours", "24h")),
-    Case("duration-not-whole-days", UP, "Capacity Blocks last whole days", changed("capacity.duration_hours", 25)),
+         changed(BASE, capacity__duration_hours="24h")),
+    Case("duration-not-whole-days", UP, "Capacity Blocks last whole days", changed(BASE, capacity__duration_hours=25)),
     Case("region-as-string", UP, "capacity.regions: Input should be a valid list",
-         changed("capacity.regions", "us-east-2")),
-    Case("no-regions", UP, "capacity.regions: List should have at least 1 item", changed("capacity.regions", [])),
+         changed(BASE, capacity__regions="us-east-2")),
+    Case("no-regions", UP, "capacity.regions: List should have at least 1 item", changed(BASE, capacity__regions=[])),
     Case("region-with-space", UP, "capacity.regions.0: String should match pattern",
-         changed("capacity.regions", ["mars north"])),
+         changed(BASE, capacity__regions=["mars north"])),
     Case("unknown-provider", UP, "capacity.provider: Input should be 'ec2-capacity-block'",
-         changed("capacity.provider", "spot")),
+         changed(BASE, capacity__provider="spot")),
     Case("start-not-a-time", UP, "capacity.earliest_start: 'tomorrow' is not a time",
-         changed("capacity.earliest_start", "tomorrow")),
+         changed(BASE, capacity__earliest_start="tomorrow")),
     Case("start-date-only", UP, "capacity.earliest_start: '2026-12-01' is a date without a time and offset",
          text_with("  earliest_start: now+1d ", "  earliest_start: 2026-12-01 ")),
     Case("start-without-timezone", UP, "capacity.earliest_start: '2026-12-01T11:30:00' has no UTC offset",
-         changed("capacity.earliest_start", "2026-12-01T11:30:00")),
-    Case("window-too-short", UP, "is shorter than duration_hours=24", changed("capacity.latest_end", "now+12h")),
+         changed(BASE, capacity__earliest_start="2026-12-01T11:30:00")),
+    Case("window-too-short", UP, "is shorter than duration_hours=24", changed(BASE, capacity__latest_end="now+12h")),
     # Impossible instants, unquoted (YAML would build them itself) and quoted: one strict reader (core/instants.py).
     Case("february-29-in-2027", UP, "capacity.earliest_start: '2027-02-29T11:30:00Z': 2027-02 has no day 29",
          text_with("  earliest_start: now+1d ", "  earliest_start: 2027-02-29T11:30:00Z ")),
@@ -168,83 +154,83 @@ CASES = [
     Case("offset-25-hours", UP, "offset +25:00 is not a UTC offset",
          text_with("  earliest_start: now+1d ", "  earliest_start: 2027-01-10T11:30:00+25:00 ")),
     Case("quoted-offset-25-hours", UP, "offset +25:00 is not a UTC offset",
-         changed("capacity.earliest_start", "2027-01-10T11:30:00+25:00")),
+         changed(BASE, capacity__earliest_start="2027-01-10T11:30:00+25:00")),
     Case("relative-beyond-9999", UP, "capacity.latest_end: 'now+99999999999d' is beyond the year 9999",
-         changed("capacity.latest_end", "now+99999999999d")),
+         changed(BASE, capacity__latest_end="now+99999999999d")),
     Case("approval-above-budget", UP, "approval_threshold_usd is above max_upfront_fee_usd",
-         changed("capacity.approval_threshold_usd", 5000)),
+         changed(BASE, capacity__approval_threshold_usd=5000)),
     Case("training-plan-on-eks", UP, "set cluster.kind to 'hyperpod'",
-         changed("capacity.provider", "sagemaker-training-plan")),
+         changed(BASE, capacity__provider="sagemaker-training-plan")),
     Case("typo-top-level", UP, "capacty: unknown field; allowed here: name, model, capacity",
          {**BASE, "capacty": {}}),
-    Case("typo-nested", UP, "capacity.instnce_count: unknown field", changed("capacity.instnce_count", 1)),
-    Case("bad-name", UP, "name: String should match pattern", changed("name", "K3 Demo!")),
-    Case("number-as-name", UP, "name: Input should be a valid string (got 123, an integer)", changed("name", 123)),
-    Case("model-without-source", UP, "model: give 'catalog'", changed("model", {"revision": "main"})),
+    Case("typo-nested", UP, "capacity.instnce_count: unknown field", changed(BASE, capacity__instnce_count=1)),
+    Case("bad-name", UP, "name: String should match pattern", changed(BASE, name="K3 Demo!")),
+    Case("number-as-name", UP, "name: Input should be a valid string (got 123, an integer)", changed(BASE, name=123)),
+    Case("model-without-source", UP, "model: give 'catalog'", changed(BASE, model={"revision": "main"})),
     Case("hub-url-as-repo", UP, "model.repo: String should match pattern",
-         changed("model.repo", "https://huggingface.co/moonshotai/Kimi-K3")),
+         changed(BASE, model__repo="https://huggingface.co/moonshotai/Kimi-K3")),
     Case("hub-host-without-scheme-as-repo", UP, "model.repo: String should match pattern",
-         changed("model.repo", "huggingface.co/moonshotai/Kimi-K3")),
+         changed(BASE, model__repo="huggingface.co/moonshotai/Kimi-K3")),
     Case("bad-bucket", UP, "weights.s3_bucket: String should match pattern",
-         changed("weights.s3_bucket", "Bad_Bucket")),
-    Case("no-weights", UP, "weights: Field required", changed("weights", ...)),
-    Case("list-for-cluster", UP, "cluster: Input should be a mapping of fields", changed("cluster", ["eks"])),
+         changed(BASE, weights__s3_bucket="Bad_Bucket")),
+    Case("no-weights", UP, "weights: Field required", changed(BASE, weights=...)),
+    Case("list-for-cluster", UP, "cluster: Input should be a mapping of fields", changed(BASE, cluster=["eks"])),
     Case("fsx-node-target", UP, "weights.node_target: 'fsx' is not supported: capserve creates no FSx",
-         changed("weights.node_target", "fsx")),
+         changed(BASE, weights__node_target="fsx")),
     Case("internal-nlb", SANDBOX, "serving.endpoint_access: 'internal-nlb' is not supported",
-         changed("serving.endpoint_access", "internal-nlb")),
+         changed(BASE, serving__endpoint_access="internal-nlb")),
     Case("unquoted-kubernetes-version", UP, "put the value in quotes",
          text_with('  kubernetes_version: "1.34"', "  kubernetes_version: 1.30")),
     Case("number-in-extra-args", UP, "serving.extra_args.1: Input should be a valid string (got 8, an integer)",
-         changed("serving.extra_args", ["--tensor-parallel-size", 8])),
+         changed(BASE, serving__extra_args=["--tensor-parallel-size", 8])),
     Case("true-as-replicas", UP, "serving.replicas: Input should be a valid integer (got true",
-         changed("serving.replicas", True)),
+         changed(BASE, serving__replicas=True)),
     Case("teardown-inside-aws-termination", UP, "teardown.hard_teardown_before_end_minutes",
-         changed("teardown.hard_teardown_before_end_minutes", 20)),
+         changed(BASE, teardown__hard_teardown_before_end_minutes=20)),
     Case("drain-after-teardown", UP, "must come before hard teardown",
-         changed("teardown.drain_before_end_minutes", 32)),
+         changed(BASE, teardown__drain_before_end_minutes=32)),
     Case("true-as-load-level", UP, "evaluation.load.concurrency_levels.0: Input should be a valid integer",
-         changed("evaluation.load.concurrency_levels", [True, 4])),
+         changed(BASE, evaluation__load__concurrency_levels=[True, 4])),
     Case("string-for-ignore-eos", UP, "evaluation.load.ignore_eos: Input should be a valid boolean",
-         changed("evaluation.load.ignore_eos", "yes")),
+         changed(BASE, evaluation__load__ignore_eos="yes")),
     Case("error-rate-above-one", UP, "evaluation.gates.max_error_rate: Input should be less than or equal to 1",
-         changed("evaluation.gates", {"max_error_rate": 2})),
+         changed(BASE, evaluation__gates={"max_error_rate": 2})),
     Case("unknown-image-mode", UP, "evaluation.smoke.image: Input should be 'auto', 'required' or 'skip'",
-         changed("evaluation.smoke", {"image": "maybe"})),
+         changed(BASE, evaluation__smoke={"image": "maybe"})),
     Case("zero-timeout", UP, "evaluation.timeout_s: Input should be greater than 0",
-         changed("evaluation.timeout_s", 0)),
+         changed(BASE, evaluation__timeout_s=0)),
     Case("load-the-client-cannot-drive", SANDBOX, "c100000: concurrency 100,000 is more than this client can drive",
-         changed("evaluation.load.concurrency_levels", [1, 100_000])),
+         changed(BASE, evaluation__load__concurrency_levels=[1, 100_000])),
     # --- values that would only fail after a purchase -----------------------------------------------
     Case("nan-request-rate", UP, "evaluation.load.request_rates.0: NaN and infinity are not numbers",
          text_with("    request_rates: [8.0]", "    request_rates: [.nan]")),
     Case("infinite-budget", UP, "capacity.max_upfront_fee_usd: NaN and infinity",
          text_with("  max_upfront_fee_usd: 4000\n", "  max_upfront_fee_usd: .inf\n")),
     Case("prompt-beyond-the-context", UP, "more than the 262,144-token context the endpoint will serve",
-         changed("evaluation.load.prompt", {"tokens": 1_000_000})),
+         changed(BASE, evaluation__load__prompt={"tokens": 1_000_000})),
     Case("output-beyond-the-context", UP, "reach 1,000,128 tokens",
-         changed("evaluation.load.output", {"tokens": 1_000_000})),
+         changed(BASE, evaluation__load__output={"tokens": 1_000_000})),
     Case("min-serving-longer-than-the-block", UP, "cluster.min_serving_minutes 1440 is more than a 24 h block",
-         changed("cluster.min_serving_minutes", 1440)),
-    Case("garbage-image", UP, "serving.image: not an image reference", changed("serving.image", "vllm openai:::")),
+         changed(BASE, cluster__min_serving_minutes=1440)),
+    Case("garbage-image", UP, "serving.image: not an image reference", changed(BASE, serving__image="vllm openai:::")),
     Case("upper-case-image", UP, "serving.image: not an image reference",
-         changed("serving.image", "vllm/VLLM-openai:x")),
+         changed(BASE, serving__image="vllm/VLLM-openai:x")),
     Case("dot-dot-weights-prefix", UP, "weights.s3_prefix: has an empty, '.' or '..' segment",
-         changed("weights.s3_prefix", "capserve/../other-team")),
+         changed(BASE, weights__s3_prefix="capserve/../other-team")),
     Case("doubled-slash-weights-prefix", UP, "weights.s3_prefix: has an empty",
-         changed("weights.s3_prefix", "capserve//weights")),
+         changed(BASE, weights__s3_prefix="capserve//weights")),
     Case("api-key-in-extra-args", UP, "serving.extra_args.1: --api-key is named like a credential",
-         changed("serving.extra_args", ["--trust-remote-code", "--api-key", "sekrit-value"])),
+         changed(BASE, serving__extra_args=["--trust-remote-code", "--api-key", "sekrit-value"])),
     Case("token-value-in-extra-args", UP, "serving.extra_args.0: this argument looks like a Hugging Face token",
-         changed("serving.extra_args", ["--some-flag=hf_abcdefghijklmnopqrstu"])),
+         changed(BASE, serving__extra_args=["--some-flag=hf_abcdefghijklmnopqrstu"])),
     Case("upper-case-instance-type", UP, "did you mean 'p6-b300.48xlarge'?",
-         changed("capacity.instance_type", "P6-B300.48XLARGE")),
+         changed(BASE, capacity__instance_type="P6-B300.48XLARGE")),
     Case("unknown-instance-type", UP, "capacity.instance_type: unknown instance type 'p9.huge'",
-         changed("capacity.instance_type", "p9.huge")),
+         changed(BASE, capacity__instance_type="p9.huge")),
     Case("markup-in-instance-type", UP, "unknown instance type 'p6[/bold].48xlarge'",
-         changed("capacity.instance_type", "p6[/bold].48xlarge")),
+         changed(BASE, capacity__instance_type="p6[/bold].48xlarge")),
     Case("window-in-the-past", UP, "is over: move capacity.latest_end into the future",
-         {**changed("capacity.earliest_start", "2020-01-01T00:00:00Z"),
+         {**changed(BASE, capacity__earliest_start="2020-01-01T00:00:00Z"),
           "capacity": {**BASE["capacity"], "earliest_start": "2020-01-01T00:00:00Z",
                        "latest_end": "2020-02-01T00:00:00Z"}}),
     Case("window-in-the-year-9999", UP, "more than 8 weeks ahead",
@@ -263,9 +249,9 @@ CASES = [
     Case("string-as-a-setting-number", UP, "Input should be a valid number",
          {**BASE, "settings": {"bring_up": {"poll_seconds": "5"}}}),
     Case("golden-file-missing", UP, "cannot read golden file",
-         changed("evaluation.quality", {"golden_path": "/nonexistent/golden.jsonl"})),
+         changed(BASE, evaluation__quality={"golden_path": "/nonexistent/golden.jsonl"})),
     Case("golden-file-a-device", UP, "is not a regular file",
-         changed("evaluation.quality", {"golden_path": "/dev/zero"})),
+         changed(BASE, evaluation__quality={"golden_path": "/dev/zero"})),
     Case("spec-a-device", ["up", "/dev/zero", "--in-process", "--out", "{tmp}/out"], "is not a regular file"),
     Case("eval-golden-a-device", [*EVAL, "--golden", "/dev/zero"], "is not a regular file"),
     Case("plan-config-a-device", ["plan", "x", "--instance-type", "p6-b300.48xlarge", "--config", "/dev/zero"],
@@ -274,21 +260,21 @@ CASES = [
          "config", "[1, 2]"),
     # --- values EKS, IAM, the registry or the endpoint would refuse only after the purchase ---------------------
     Case("catalog-id-in-capitals", UP, "model.catalog: unknown catalog model 'KIMI-K3': did you mean 'kimi-k3'?",
-         changed("model.catalog", "KIMI-K3")),
+         changed(BASE, model__catalog="KIMI-K3")),
     Case("full-width-letter-in-an-arn", UP, "cluster.admin_principals: has the character U+FF41",
-         changed("cluster.admin_principals", ["arn:aws:iam::123456789012:role/\uff41dmin"])),
+         changed(BASE, cluster__admin_principals=["arn:aws:iam::123456789012:role/\uff41dmin"])),
     Case("kubernetes-version-eks-lacks", UP, "cluster.kubernetes_version: EKS has no Kubernetes version '1.39'",
-         changed("cluster.kubernetes_version", "1.39")),
+         changed(BASE, cluster__kubernetes_version="1.39")),
     Case("upper-case-registry-namespace", UP, "'Vllm' has upper-case letters, so it is read as a registry host",
-         changed("serving.image", "Vllm/vllm-openai:v0.32.0")),
+         changed(BASE, serving__image="Vllm/vllm-openai:v0.32.0")),
     Case("upper-case-registry-host", UP, "the registry host 'Registry.Example.COM' has upper-case letters",
-         changed("serving.image", "Registry.Example.COM/vllm/vllm-openai:v0.32.0")),
+         changed(BASE, serving__image="Registry.Example.COM/vllm/vllm-openai:v0.32.0")),
     Case("bidi-override-in-served-name", UP, "serving.served_model_name: has the invisible character U+202E",
-         changed("serving.served_model_name", "kimi\u202ek3")),
+         changed(BASE, serving__served_model_name="kimi\u202ek3")),
     Case("control-character-in-served-name", UP, "serving.served_model_name: has the invisible character U+0007",
-         changed("serving.served_model_name", "kimi\u0007k3")),
+         changed(BASE, serving__served_model_name="kimi\u0007k3")),
     Case("open-loop-longer-than-the-timeout", UP, "the largest that fits is 7,200",
-         changed("evaluation.load", {**BASE["evaluation"]["load"], "open_loop_requests": 100_000})),
+         changed(BASE, evaluation__load={**BASE["evaluation"]["load"], "open_loop_requests": 100_000})),
     # --- options of `capserve up` -------------------------------------------------------------------
     Case("evaluate-url-without-scheme", [*UP, "--evaluate-url", "127.0.0.1:8000"],
          "--evaluate-url: '127.0.0.1:8000' has no scheme", BASE_TEXT),
@@ -327,7 +313,7 @@ CASES = [
     Case("unknown-option", [*UP, "--sandboxx"], "unrecognized arguments: --sandboxx", BASE_TEXT),
     Case("spec-argument-missing", ["up"], "the following arguments are required: spec"),
     # --- `capserve down` ----------------------------------------------------------------------------
-    Case("down-bad-spec", ["down", "{spec}"], "capacity.instance_count", changed("capacity.instance_count", True)),
+    Case("down-bad-spec", ["down", "{spec}"], "capacity.instance_count", changed(BASE, capacity__instance_count=True)),
     Case("down-missing-spec", ["down", "{tmp}/nope.yaml"], "cannot read the spec"),
     Case("down-bad-region", ["down", "{spec}", "--region", "mars north"], "is not an AWS region name", BASE_TEXT),
     # --- `capserve eval` ----------------------------------------------------------------------------
@@ -417,7 +403,7 @@ def assert_nothing_in_aws() -> None:
     assert boto3.client("s3").list_buckets()["Buckets"] == []
 
 
-@pytest.fixture()
+@pytest.fixture
 def guarded(aws: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Tripwire]]:
     monkeypatch.delenv("CAPSERVE_TEST_UNSET_KEY", raising=False)
     wires = []

@@ -13,6 +13,7 @@ import pytest
 from capserve_sandbox.openai_server import Dist, SandboxConfig, serve
 
 from capserve.cli import main
+from capserve.core.deadline import Deadline
 from capserve.core.evaluation import EvaluationSpec, GateSpec, LoadResult, LoadSpec, summarize_run
 from capserve.core.evaluation.client_limits import (
     chunks_per_s_per_stream,
@@ -24,7 +25,7 @@ from capserve.core.evaluation.client_limits import (
 from capserve.core.evaluation.records import ClientStats, RequestRecord, RunRecord
 from capserve.core.evaluation.result import evaluate_gates, refused_point
 from capserve.flows.evaluate import evaluate_endpoint
-from capserve.tasks.evaluation.control import Budget, make_client, run_smoke_checks
+from capserve.tasks.evaluation.control import make_client, run_smoke_checks
 from capserve.tasks.evaluation.load import run_point
 from capserve.tasks.evaluation.loadgen import _local_errno
 
@@ -127,7 +128,7 @@ def test_local_resource_errors_are_recognised() -> None:
     assert _local_errno(refused) is None  # refused by the endpoint: its failure
 
 
-@pytest.fixture()
+@pytest.fixture
 def silent_endpoint() -> Iterator[str]:
     """Accepts connections and never answers (the endpoint that hung `capserve eval` for 600 s per call)."""
     server = socket.socket()
@@ -159,7 +160,7 @@ def test_a_silent_endpoint_fails_smoke_within_the_check_timeout_and_the_rest_is_
 ) -> None:
     spec = EvaluationSpec(smoke={"check_timeout_s": 0.5})  # type: ignore[arg-type]
     with make_client(silent_endpoint, spec, None) as client:
-        result = run_smoke_checks(client, "m", spec.smoke, Budget(30), spec.connect_timeout_s)
+        result = run_smoke_checks(client, "m", spec.smoke, Deadline(30), spec.connect_timeout_s)
     statuses = {c.name: c.status for c in result.checks}
     assert statuses == {
         "health": "failed", "models": "failed", "chat_stream": "not_run", "image": "not_run", "tool_call": "not_run"
@@ -185,7 +186,7 @@ TRICKLED = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length
 TRICKLE_EVERY_S = 0.25  # the whole answer takes ~20 s, far past the deadlines below
 
 
-@pytest.fixture()
+@pytest.fixture
 def trickling_endpoint() -> Iterator[str]:
     """Answers every request with HTTP 200, one byte at a time (the endpoint that kept `capserve eval --timeout 60`
     running past 300 s: each byte started httpx's read timeout again). Bounded: it stops at the test's end."""
@@ -227,7 +228,7 @@ def trickling_endpoint() -> Iterator[str]:
 def test_a_trickling_endpoint_is_cut_at_the_deadline_not_answered_late(trickling_endpoint: str) -> None:
     spec = EvaluationSpec()
     with make_client(trickling_endpoint, spec, None) as client:
-        result = run_smoke_checks(client, "m", spec.smoke, Budget(2), spec.connect_timeout_s)
+        result = run_smoke_checks(client, "m", spec.smoke, Deadline(2), spec.connect_timeout_s)
     health = result.checks[0]
     assert (health.name, health.status) == ("health", "failed"), health  # not "passed" once the bytes were all in
     assert "no answer within 2.0 s" in health.detail

@@ -14,6 +14,7 @@ from capserve_sandbox.aws_ext import capacity as capacity_ext
 from capserve_sandbox.environment import SandboxEndpoints, sandbox
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName, FlowRunFilterParentFlowRunId
+from spec_changes import spec_file
 
 from capserve.cli import main
 from capserve.core.cluster.addons import AddonOptions, render_addons
@@ -31,24 +32,10 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.ya
 SMALL_LOAD = {"concurrency_levels": [2], "request_rates": [], "requests_per_stream": 2, "min_requests": 4}
 
 
-@pytest.fixture()
+@pytest.fixture
 def far_ends() -> Iterator[SandboxEndpoints]:
     with sandbox(served_model_name="kimi-k3") as endpoints:
         yield endpoints
-
-
-def spec_file(tmp_path: Path, **changes: Any) -> Path:
-    """The example spec with ``a__b=value`` meaning ``spec["a"]["b"] = value``."""
-    data = yaml.safe_load(EXAMPLE.read_text())
-    for dotted, value in changes.items():
-        *parents, leaf = dotted.split("__")
-        node = data
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[leaf] = value
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
 
 
 def tagged_vpcs(campaign_id: str, region: str) -> list[str]:

@@ -30,7 +30,7 @@ STAGES = ("plan", "acquire", "stage_weights", "stage_image", "bring_up", "weight
           "teardown")
 
 
-@pytest.fixture()
+@pytest.fixture
 def far_ends() -> Iterator[SandboxEndpoints]:
     with sandbox(served_model_name="kimi-k3") as endpoints:
         yield endpoints

@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import boto3
 import pytest
-import yaml
 from capserve_sandbox.aws_ext import capacity as capacity_ext
 from capserve_sandbox.environment import SandboxEndpoints, sandbox
+from spec_changes import spec_file
 
 from capserve.core.errors import PermanentError
 from capserve.core.preflight import PreflightError
@@ -19,21 +18,8 @@ from capserve.core.spec import load_spec
 from capserve.flows.campaign import campaign
 from capserve.tasks.preflight import PreflightInputs, gather_facts, offering_in_region
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml"
 
-
-def spec_file(tmp_path: Path, **changes: Any) -> Path:
-    """The example spec with ``a__b=value`` meaning ``spec["a"]["b"] = value``."""
-    data = yaml.safe_load(EXAMPLE.read_text())
-    for dotted, value in changes.items():
-        *parents, leaf = dotted.split("__")
-        data[parents[0]][leaf] = value
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-@pytest.fixture()
+@pytest.fixture
 def far_ends() -> Iterator[SandboxEndpoints]:
     with sandbox(served_model_name="kimi-k3") as endpoints:
         yield endpoints

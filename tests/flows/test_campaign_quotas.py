@@ -21,7 +21,7 @@ from tests.flows.test_campaign_preflight import far_ends, spec_file
 __all__ = ["far_ends"]  # the fixture, used by name
 
 
-@pytest.fixture()
+@pytest.fixture
 def quotas(far_ends: SandboxEndpoints) -> Iterator[SandboxEndpoints]:
     quotas_ext.reset()
     yield far_ends

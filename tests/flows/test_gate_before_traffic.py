@@ -15,7 +15,7 @@ from capserve.flows.campaign import campaign
 from tests.flows.test_campaign import SMALL_LOAD, spec_file
 
 
-@pytest.fixture()
+@pytest.fixture
 def far_ends() -> Iterator[SandboxEndpoints]:
     with sandbox(served_model_name="kimi-k3") as endpoints:
         yield endpoints

@@ -26,7 +26,7 @@ from capserve.tasks.record_store import load_record
 from tests.flows.test_campaign import SMALL_LOAD, spec_file, tagged_vpcs
 
 
-@pytest.fixture()
+@pytest.fixture
 def far_ends() -> Iterator[SandboxEndpoints]:
     with sandbox(served_model_name="kimi-k3") as endpoints:
         yield endpoints

@@ -53,7 +53,7 @@ def _hold(limit: str, tmp_path: Path, holders: list[subprocess.Popen[str]]) -> s
     script = tmp_path / "holder.py"
     script.write_text(HOLDER)
     env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value())}
-    child = subprocess.Popen(  # noqa: S603  # our own interpreter and script
+    child = subprocess.Popen(  # our own interpreter and script
         [sys.executable, str(script), limit], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
     holders.append(child)

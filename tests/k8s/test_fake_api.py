@@ -14,6 +14,7 @@ from capserve_sandbox.kube import FakeKube
 from kubernetes import client as k8s
 from kubernetes import watch
 
+from capserve.core.errors import PermanentError
 from capserve.tasks import kube as tasks_kube
 
 
@@ -207,5 +208,5 @@ def test_crd_serves_its_kind_validates_and_defaults(api: k8s.ApiClient) -> None:
     created = tasks_kube.apply(api, lws)
     assert created["spec"]["startupPolicy"] == "LeaderCreated"  # schema default
     bad = {**lws, "spec": {"leaderWorkerTemplate": {"restartPolicy": "Sometimes", "workerTemplate": {}}}}
-    with pytest.raises(Exception, match="422"):
+    with pytest.raises(PermanentError, match="422"):
         tasks_kube.apply(api, bad)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -38,7 +38,7 @@ def init_status(obj: dict[str, Any], name: str = "work") -> dict[str, Any]:
 
 
 @pytest.fixture
-def refuse_spawn(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str, int], None]]:
+def refuse_spawn(monkeypatch: pytest.MonkeyPatch) -> Callable[[str, int], None]:
     """Make the OS refuse the next ``times`` processes whose command line mentions ``marker`` (fork's EAGAIN),
     at the event loop's own ``subprocess_exec``, under whatever the kubelet calls."""
     refusals: dict[str, int] = {}
@@ -53,7 +53,7 @@ def refuse_spawn(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str, int
         return await real(self, factory, program, *args, **kwargs)
 
     monkeypatch.setattr(asyncio.base_events.BaseEventLoop, "subprocess_exec", subprocess_exec)
-    yield lambda marker, times: refusals.__setitem__(marker, times)
+    return lambda marker, times: refusals.__setitem__(marker, times)
 
 
 def test_a_container_whose_process_cannot_be_made_ends_with_the_runtimes_start_error(

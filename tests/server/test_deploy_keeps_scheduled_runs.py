@@ -51,13 +51,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
 
 
 @pytest.fixture(scope="module")
-def deployed(server: LocalServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def deployed(server: LocalServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """capserve's deployments on the server, on pool capserve, the runs' working directory the one returned."""
     work = tmp_path_factory.mktemp("work")
     with pytest.MonkeyPatch.context() as patch, temporary_settings({PREFECT_API_URL: server.url}):
         patch.setenv("PREFECT_API_URL", server.url)
         assert main(["deploy", "--pool", "capserve", "--pull-step", _step(str(work))]) == ExitCode.OK
-    yield work
+    return work
 
 
 def test_a_second_deploy_on_another_pool_leaves_a_bought_blocks_runs_where_they_were(

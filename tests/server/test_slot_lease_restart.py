@@ -59,7 +59,7 @@ def _holder(
     script.write_text(HOLDER)
     env = {**os.environ, **server.env}
     with log.open("wb") as out:
-        child = subprocess.Popen(  # noqa: S603  # our own interpreter and script
+        child = subprocess.Popen(  # our own interpreter and script
             [sys.executable, str(script), str(marker), str(hold_seconds), CAMPAIGN, str(LEASE_SECONDS)], env=env,
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )

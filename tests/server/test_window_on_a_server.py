@@ -171,7 +171,7 @@ def _call_as_a_client_does(request: urllib.request.Request, attempts: int = 6) -
     marks retryable (on a loaded machine, SQLite's "database is locked"), and nothing was applied."""
     for attempt in range(1, attempts + 1):
         try:
-            with urllib.request.urlopen(request, timeout=60) as answer:  # noqa: S310  # loopback
+            with urllib.request.urlopen(request, timeout=60) as answer:  # loopback
                 return json.loads(answer.read())
         except urllib.error.HTTPError as exc:
             if exc.code != 503 or attempt == attempts:
@@ -367,11 +367,11 @@ def test_registration_wires_every_automation_and_the_expiration_warning_drains_t
 
 def _post_events(api_url: str, events: list[dict[str, Any]]) -> None:
     """What the forwarder does: POST /api/events (self-hosted Prefect has no webhooks, docs/events.md §2.2)."""
-    request = urllib.request.Request(  # noqa: S310  # the test's own loopback server
+    request = urllib.request.Request(  # the test's own loopback server
         f"{api_url}/events", data=json.dumps(events).encode(), headers={"Content-Type": "application/json"},
         method="POST",
     )
-    with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
+    with urllib.request.urlopen(request, timeout=30) as answer:
         assert answer.status == 204
 
 

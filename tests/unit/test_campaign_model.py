@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from spec_changes import changed
 
 from capserve.core.capacity.states import ReservationState
 from capserve.core.cluster.result import ClusterResult
@@ -28,15 +29,7 @@ T0 = datetime(2026, 12, 1, 11, 30, tzinfo=UTC)
 
 
 def spec(**changes: object) -> CampaignSpec:
-    loaded = load_spec(EXAMPLE)
-    data = loaded.model_dump(mode="json")
-    for dotted, value in changes.items():
-        *parents, leaf = dotted.split("__")
-        node = data
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[leaf] = value
-    return CampaignSpec.model_validate(data)
+    return CampaignSpec.model_validate(changed(load_spec(EXAMPLE).model_dump(mode="json"), **changes))
 
 
 def lease(**changes: object) -> Lease:

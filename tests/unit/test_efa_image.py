@@ -28,7 +28,7 @@ def test_the_stack_is_the_nccl_net_plugin_and_libfabric_wherever_the_installer_p
     assert problem is not None and problem.startswith("serving.image: vllm/vllm-openai:kimi-k3 lacks " + PLUGIN)
 
 
-@pytest.fixture()
+@pytest.fixture
 def registry_tool() -> Iterator[None]:
     with patched_environ({REGISTRY_TOOL_ENV: registry_tool_command()}):
         yield

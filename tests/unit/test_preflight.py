@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from spec_changes import spec_file
 
 from capserve.core.catalog import get_instance_type, get_model
 from capserve.core.cluster.settings import BringUpSettings
@@ -27,23 +27,13 @@ from capserve.core.preflight import (
 from capserve.core.spec import CampaignSpec, load_spec
 from capserve.core.timeline import s3_to_node_bytes_per_s
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml"
 NOW = datetime(2026, 12, 1, 5, 0, tzinfo=UTC)
 REGIONS = ("us-east-1", "us-east-2", "us-west-2", "eu-west-1")
 BRING_UP = BringUpSettings()
 
 
 def spec_of(tmp_path: Path, **changes: Any) -> CampaignSpec:
-    data = yaml.safe_load(EXAMPLE.read_text())
-    for dotted, value in changes.items():
-        *parents, leaf = dotted.split("__")
-        node = data
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[leaf] = value
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return load_spec(path)
+    return load_spec(spec_file(tmp_path, **changes))
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from capserve.tasks.processes import process_identity, provably_dead, this_proce
 
 
 def _sleeper() -> subprocess.Popen[bytes]:
-    return subprocess.Popen(["sleep", "60"])  # noqa: S607  # coreutils' sleep from PATH
+    return subprocess.Popen(["sleep", "60"])  # coreutils' sleep from PATH
 
 
 def test_this_process_is_alive() -> None:

@@ -73,7 +73,7 @@ def test_endpoint_urls_lose_their_credentials() -> None:
     assert "s3cr" not in repr(url.password)
 
 
-@pytest.fixture()
+@pytest.fixture
 def console() -> tuple[logging.Logger, io.StringIO]:
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)

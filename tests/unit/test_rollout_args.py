@@ -71,7 +71,7 @@ def test_the_real_vllm_parser_accepts_every_rendered_argument_list() -> None:
         "        assert parsed.api_key in ('-sk-test', ['-sk-test']), parsed.api_key\n"
         "print('ok', flush=True)\n"
     )
-    done = subprocess.run(  # noqa: S603 - our own interpreter and script
+    done = subprocess.run(
         [str(REPO / ".venv-vllm" / "bin" / "python"), "-c", script],
         input=json.dumps(substituted), capture_output=True, text=True, timeout=600,
         env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"},

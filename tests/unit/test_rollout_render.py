@@ -6,6 +6,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+import jsonschema
 import pytest
 from pydantic import SecretStr
 from rollout_fixtures import (
@@ -91,7 +92,7 @@ def test_the_strict_lws_check_catches_a_misspelt_field() -> None:
     config = config_for(k3_plan())
     workload = render_rollout(config, target_for(config)).workload
     workload["spec"]["startupPolicyy"] = "LeaderCreated"
-    with pytest.raises(Exception, match="startupPolicyy"):
+    with pytest.raises(jsonschema.ValidationError, match="startupPolicyy"):
         validate_lws(workload)
 
 

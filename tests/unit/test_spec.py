@@ -1,11 +1,11 @@
 from __future__ import annotations
 
-import copy
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from spec_changes import changed
 
 from capserve.core.errors import SpecError
 from capserve.core.spec import CampaignSpec, load_spec, parse_spec
@@ -30,20 +30,6 @@ GOOD: dict[str, Any] = {
 }
 
 
-def with_change(path: str, value: Any) -> dict[str, Any]:
-    """GOOD with one dotted path set (or removed, when value is ...)."""
-    data = copy.deepcopy(GOOD)
-    *parents, leaf = path.split(".")
-    node = data
-    for key in parents:
-        node = node.setdefault(key, {})
-    if value is ...:
-        node.pop(leaf)
-    else:
-        node[leaf] = value
-    return data
-
-
 def error_for(data: Any) -> str:
     with pytest.raises(SpecError) as caught:
         parse_spec(data, now=NOW)
@@ -64,7 +50,7 @@ def test_good_spec_resolves_relative_times_and_defaults() -> None:
 
 
 def test_absolute_times_with_timezone_are_kept() -> None:
-    spec = parse_spec(with_change("capacity.earliest_start", "2026-12-01T11:30:00Z"), now=NOW)
+    spec = parse_spec(changed(GOOD, capacity__earliest_start="2026-12-01T11:30:00Z"), now=NOW)
     assert spec.capacity.earliest_start == datetime(2026, 12, 1, 11, 30, tzinfo=UTC)
 
 
@@ -73,58 +59,58 @@ def test_absolute_times_with_timezone_are_kept() -> None:
     [
         # 1. a typo in a field name: say where, and what is allowed there
         (
-            with_change("capacity.instnce_count", 2),
+            changed(GOOD, capacity__instnce_count=2),
             "capacity.instnce_count: unknown field; allowed here: provider, instance_type",
         ),
         # 2. out of bounds
         (
-            with_change("capacity.instance_count", 100),
+            changed(GOOD, capacity__instance_count=100),
             "capacity.instance_count: Input should be less than or equal to 64 (got 100)",
         ),
         # 3. unknown enum value lists the allowed ones
         (
-            with_change("capacity.provider", "spot"),
+            changed(GOOD, capacity__provider="spot"),
             "capacity.provider: Input should be 'ec2-capacity-block', 'sagemaker-training-plan' or "
             "'existing-reservation'",
         ),
         # 4. a required field is missing
-        (with_change("weights.s3_bucket", ...), "weights.s3_bucket: Field required"),
+        (changed(GOOD, weights__s3_bucket=...), "weights.s3_bucket: Field required"),
         # 5. name not usable as a tag / label
-        (with_change("name", "K3 Demo!"), "name: String should match pattern"),
+        (changed(GOOD, name="K3 Demo!"), "name: String should match pattern"),
         # 6. a time without a timezone is ambiguous for a reservation that ends at 11:30 UTC
         (
-            with_change("capacity.earliest_start", "2026-12-01T11:30:00"),
+            changed(GOOD, capacity__earliest_start="2026-12-01T11:30:00"),
             "capacity.earliest_start: '2026-12-01T11:30:00' has no UTC offset",
         ),
         # 7. a Capacity Block longer than 14 days must be whole weeks
-        (with_change("capacity.duration_hours", 24 * 15), "Capacity Blocks last whole days up to 14 days"),
+        (changed(GOOD, capacity__duration_hours=24 * 15), "Capacity Blocks last whole days up to 14 days"),
         # 8. window shorter than the duration
-        (with_change("capacity.latest_end", "now+1d"), "is shorter than duration_hours=48"),
+        (changed(GOOD, capacity__latest_end="now+1d"), "is shorter than duration_hours=48"),
         # 9. teardown inside AWS's own termination lead
         (
-            with_change("teardown", {"hard_teardown_before_end_minutes": 20}),
+            changed(GOOD, teardown={"hard_teardown_before_end_minutes": 20}),
             "teardown.hard_teardown_before_end_minutes: Input should be greater than or equal to 31 (got 20)",
         ),
         # 10. drain after hard teardown
         (
-            with_change("teardown", {"drain_before_end_minutes": 40, "hard_teardown_before_end_minutes": 50}),
+            changed(GOOD, teardown={"drain_before_end_minutes": 40, "hard_teardown_before_end_minutes": 50}),
             "drain (40 min before end) must come before hard teardown",
         ),
         # 11. training plans serve HyperPod only
-        (with_change("capacity.provider", "sagemaker-training-plan"), "set cluster.kind to 'hyperpod'"),
+        (changed(GOOD, capacity__provider="sagemaker-training-plan"), "set cluster.kind to 'hyperpod'"),
         # 12. existing reservation without an id
-        (with_change("capacity.provider", "existing-reservation"), "needs 'reservation_id'"),
+        (changed(GOOD, capacity__provider="existing-reservation"), "needs 'reservation_id'"),
         # 13. model names neither a catalog entry nor a repo
-        (with_change("model", {"revision": "main"}), "model: give 'catalog'"),
+        (changed(GOOD, model={"revision": "main"}), "model: give 'catalog'"),
         # 14. approval threshold above the budget can never trigger
-        (with_change("capacity.approval_threshold_usd", 50000), "approval_threshold_usd is above max_upfront_fee_usd"),
+        (changed(GOOD, capacity__approval_threshold_usd=50000), "approval_threshold_usd is above max_upfront_fee_usd"),
         # 15. a bad Hub repo id
-        (with_change("model", {"repo": "not a repo"}), "model.repo: String should match pattern"),
+        (changed(GOOD, model={"repo": "not a repo"}), "model.repo: String should match pattern"),
         # 16. not a mapping at all
         (["name", "k3"], "the spec must be a mapping of fields"),
         # 17. thinking turned off for a model that always thinks (gpt-oss): refused before anything is bought
         (
-            with_change("model", {"catalog": "gpt-oss-120b"})
+            changed(GOOD, model={"catalog": "gpt-oss-120b"})
             | {"evaluation": {"quality": {"thinking": "off"}}},
             "gpt-oss-120b always thinks",
         ),
@@ -137,12 +123,12 @@ def test_bad_specs_name_the_field_and_what_is_allowed(data: Any, expected: str) 
 
 
 def test_thinking_off_is_accepted_for_a_model_with_a_switch() -> None:
-    spec = parse_spec(with_change("evaluation", {"quality": {"thinking": "off"}}), now=NOW)
+    spec = parse_spec(changed(GOOD, evaluation={"quality": {"thinking": "off"}}), now=NOW)
     assert spec.evaluation.quality.thinking == "off"
 
 
 def test_all_problems_are_reported_at_once() -> None:
-    data = with_change("capacity.instance_count", 0)
+    data = changed(GOOD, capacity__instance_count=0)
     data["serving"] = {"replicas": 0}
     message = error_for(data)
     assert "capacity.instance_count" in message and "serving.replicas" in message
@@ -170,7 +156,7 @@ def test_example_specs_are_valid() -> None:
 
 def test_admin_principals_are_iam_role_or_user_arns() -> None:
     roles = ["arn:aws:iam::123456789012:role/ops/prefect-worker", "arn:aws:iam::123456789012:user/reaper"]
-    spec = parse_spec(with_change("cluster.admin_principals", roles), now=NOW)
+    spec = parse_spec(changed(GOOD, cluster__admin_principals=roles), now=NOW)
     assert spec.cluster.admin_principals == roles
     assert parse_spec(GOOD, now=NOW).cluster.admin_principals == []
 
@@ -187,4 +173,4 @@ def test_admin_principals_are_iam_role_or_user_arns() -> None:
 )
 def test_bad_admin_principals_say_what_to_give(arn: str, message: str) -> None:
     with pytest.raises(SpecError, match=f"cluster.admin_principals: .*{message}"):
-        parse_spec(with_change("cluster.admin_principals", [arn]), now=NOW)
+        parse_spec(changed(GOOD, cluster__admin_principals=[arn]), now=NOW)

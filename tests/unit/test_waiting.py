@@ -81,9 +81,20 @@ def test_deadline_and_step_budget() -> None:
     assert deadline.remaining() == 40 and budget.cap(30, "cluster") == 30
     with pytest.raises(PermanentError, match="boom"), budget.step("cluster"):
         raise PermanentError("boom")  # inside the budget: the step's own error
-    with pytest.raises(DeadlineError, match=r"stopped at nodes \(late\)"), budget.step("nodes"):
+    with pytest.raises(DeadlineError, match=r"stopped at nodes \(late\)"), budget.step("nodes"):  # noqa: PT012 - time passes in the step
         fake.now += 50
         raise PermanentError("late")  # failed once the budget was spent: the budget is why it stopped
     assert deadline.expired and deadline.cap(10) == 0
     with pytest.raises(DeadlineError, match="stopped at add-ons"):
         budget.cap(10, "add-ons")
+
+
+def test_a_step_deadline_within_a_deadline_ends_at_the_sooner_of_the_two() -> None:
+    fake = FakeTime()
+    overall = Deadline(100, clock=fake.clock)
+    assert overall.within(30).end == fake.now + 30  # the step's own bound comes first
+    fake.now += 90
+    step = overall.within(30)
+    assert step.end == overall.end and step.seconds == 10  # what is left of the overall deadline comes first
+    fake.now += 10
+    assert step.expired and overall.within(30).seconds == 0

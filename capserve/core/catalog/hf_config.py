@@ -334,7 +334,7 @@ def model_to_hf_config(model: ModelEntry) -> dict[str, Any]:
             text["quantization_config"] = {"quant_method": "mxfp4"}
         return text
 
-    assert model.mla is not None  # the validator guarantees MLA or GQA geometry for these families
+    assert model.mla is not None  # noqa: S101 - the validator guarantees MLA or GQA geometry for these families
     a = model.mla
     moe_keys = {
         "n_routed_experts": m.n_routed_experts,

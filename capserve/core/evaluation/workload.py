@@ -131,7 +131,7 @@ def poisson_delays(n: int, rate: float, burstiness: float, rng: random.Random) -
 
 def plan_requests(spec: LoadSpec, n: int, *, rate: float | None = None, salt: int = 0) -> list[PlannedRequest]:
     """The request list of one run; deterministic for a given seed, salt (run number) and size."""
-    rng = random.Random(spec.seed * 1_000_003 + salt)
+    rng = random.Random(spec.seed * 1_000_003 + salt)  # noqa: S311 - a seeded, reproducible workload, not a secret
     delays = poisson_delays(n, rate, spec.burstiness, rng) if rate is not None else [0.0] * n
     planned = []
     for i in range(n):

@@ -151,7 +151,7 @@ class Evaluator:
                 tokens_per_rank = min(tokens_per_rank, max(0, budget) // kv_tok)
             if tightest is None or budget < tightest[0]:
                 tightest = (budget, weights, kv_tok, state)
-        assert tightest is not None
+        assert tightest is not None  # noqa: S101 - narrows the type for mypy
         budget, weights, kv_tok, state = tightest
         per_token = tokens_per_rank if tokens_per_rank != UNBOUNDED else None
         reason = self._refusal(shape, instance, kernel, reserve, usable, budget, weights)

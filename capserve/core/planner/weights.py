@@ -66,7 +66,7 @@ class TensorGroup:
 
 def _mla_groups(model: ModelEntry) -> list[TensorGroup]:
     a, h, fmt = model.mla, model.hidden_size, model.quantization.dense
-    assert a is not None
+    assert a is not None  # noqa: S101 - narrows the type for mypy
     qk = a.qk_nope_head_dim + a.qk_rope_head_dim
     repl = linear_bytes(a.kv_lora_rank + a.qk_rope_head_dim, h, fmt)  # kv_a_proj_with_mqa
     tp = linear_bytes(a.num_heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank, fmt)  # kv_b_proj
@@ -89,7 +89,7 @@ def _mla_groups(model: ModelEntry) -> list[TensorGroup]:
 
 def _kda_groups(model: ModelEntry) -> list[TensorGroup]:
     k, h, fmt = model.kda, model.hidden_size, model.quantization.dense
-    assert k is not None
+    assert k is not None  # noqa: S101 - narrows the type for mypy
     proj = k.num_heads * k.head_dim
     tp = 3 * linear_bytes(proj, h, fmt) + linear_bytes(h, proj, fmt)  # q, k, v, o
     tp += linear_bytes(proj, k.head_dim, "bf16")  # f_b_proj
@@ -111,7 +111,7 @@ def _kda_groups(model: ModelEntry) -> list[TensorGroup]:
 
 def _gqa_groups(model: ModelEntry) -> list[TensorGroup]:
     g, h, fmt = model.gqa, model.hidden_size, model.quantization.dense
-    assert g is not None
+    assert g is not None  # noqa: S101 - narrows the type for mypy
     q, kv = g.num_heads * g.head_dim, g.num_kv_heads * g.head_dim
     nbytes = linear_bytes(q, h, fmt) + 2 * linear_bytes(kv, h, fmt) + linear_bytes(h, q, fmt)
     if g.bias:

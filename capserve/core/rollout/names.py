@@ -24,8 +24,8 @@ REVISION_LABEL = "capserve.io/revision"  # RolloutConfig.revision: what configur
 # Not "vllm": a Service called vllm makes Kubernetes inject VLLM_PORT=tcp://… into pods of the
 # namespace, which vLLM reads as its own port setting and refuses (docs/serving.md §3.1).
 ENDPOINT_SERVICE = "serving"
-API_KEY_SECRET = "serving-api-key"
-API_KEY_SECRET_KEY = "api-key"
+API_KEY_SECRET = "serving-api-key"  # noqa: S105 - the name of a Kubernetes Secret, not its value
+API_KEY_SECRET_KEY = "api-key"  # noqa: S105 - the key inside the Secret, not its value
 
 
 def serving_namespace(campaign_id: str) -> str:

@@ -366,7 +366,7 @@ class _PodParts:
                     "readOnly": True,
                 },
                 {"name": "compile-cache", "mountPath": "/cache"},
-                {"name": "dshm", "mountPath": "/dev/shm"},
+                {"name": "dshm", "mountPath": "/dev/shm"},  # noqa: S108 - the pod's shared-memory mount point, not a temporary file
             ],
         }
         if role == "leader":

@@ -13,14 +13,14 @@ from typing import Literal
 import matplotlib
 
 matplotlib.use("Agg")  # no display here or in CI; must precede pyplot
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
-from capserve.core.cost.causes import LOST_CAUSES, Cause  # noqa: E402
-from capserve.core.cost.charts import PAID_ROW, gantt, waterfall  # noqa: E402
-from capserve.core.cost.ledger import CostLedger  # noqa: E402
-from capserve.core.report import COST_PLOTS  # noqa: E402
+from capserve.core.cost.causes import LOST_CAUSES, Cause
+from capserve.core.cost.charts import PAID_ROW, gantt, waterfall
+from capserve.core.cost.ledger import CostLedger
+from capserve.core.report import COST_PLOTS
 
 # Serving is green; every loss is a warm or grey shade, failures red, so "paid but idle" reads at a glance.
 COLOURS: dict[Cause, str] = {

@@ -21,6 +21,7 @@ import httpx
 from prefect import get_run_logger
 
 from capserve.core.catalog.models import Thinking
+from capserve.core.deadline import Deadline
 from capserve.core.evaluation import smoke as smoke_core
 from capserve.core.evaluation.quality import (
     GoldenItem,
@@ -46,26 +47,11 @@ from capserve.tasks.secrets import redactor
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
-class Budget:
-    """A monotonic deadline: time left for one check, item or profile."""
+def _timeout(budget: Deadline, connect_s: float) -> httpx.Timeout:
+    """httpx's per-operation timeouts, none longer than what is left of ``budget``."""
+    left = max(0.001, budget.remaining())
+    return httpx.Timeout(left, connect=min(connect_s, left))
 
-    def __init__(self, seconds: float) -> None:
-        self.seconds = max(0.0, seconds)
-        self.end = time.monotonic() + self.seconds
-
-    def remaining(self) -> float:
-        return max(0.0, self.end - time.monotonic())
-
-    def expired(self) -> bool:
-        return self.remaining() <= 0
-
-    def within(self, seconds: float) -> Budget:
-        """The smaller of this budget and ``seconds`` from now."""
-        return Budget(min(seconds, self.remaining()))
-
-    def timeout(self, connect_s: float) -> httpx.Timeout:
-        left = max(0.001, self.remaining())
-        return httpx.Timeout(left, connect=min(connect_s, left))
 
 class CheckFailed(Exception):
     """A smoke check saw something wrong; the message says what."""
@@ -95,11 +81,11 @@ def _endpoint_session(
     basic_auth_env: str | None,
     time_budget_s: float | None,
     connections: int = 8,
-) -> Iterator[tuple[httpx.Client, Budget]]:
+) -> Iterator[tuple[httpx.Client, Deadline]]:
     """What each profile calls the endpoint with: the credentials from the environment, a bounded client,
     and the profile's time budget (``time_budget_s``, else the spec's ``timeout_s``) counted from now."""
     auth = read_auth(api_key_env, basic_auth_env)
-    budget = Budget(spec.timeout_s if time_budget_s is None else time_budget_s)
+    budget = Deadline(spec.timeout_s if time_budget_s is None else time_budget_s)
     with make_client(base_url, spec, auth, connections) as client:
         yield client, budget
 
@@ -126,7 +112,7 @@ class StreamTimes:
 class Call:
     """One check's (or item's) access to the endpoint: bounded in time, answers redacted."""
 
-    def __init__(self, client: httpx.Client, budget: Budget, connect_s: float, scrub: Redactor) -> None:
+    def __init__(self, client: httpx.Client, budget: Deadline, connect_s: float, scrub: Redactor) -> None:
         self.client, self.budget, self.connect_s, self.scrub = client, budget, connect_s, scrub
         self.stream_times = StreamTimes()
         # Set when an earlier check saw the model think: later checks leave room for the thinking.
@@ -142,18 +128,18 @@ class Call:
 
     def request(self, method: str, path: str, payload: Any = None) -> tuple[int, bytes]:
         """(status, body), reading no longer than the budget and no more than MAX_BODY_BYTES."""
-        if self.budget.expired():
+        if self.budget.expired:
             raise Unreachable(f"{path}: no time left (the check's timeout or the evaluation's deadline)")
         body = bytearray()
         try:
             with deadline.until(self.budget.end), self.client.stream(
-                method, path, json=payload, timeout=self.budget.timeout(self.connect_s)
+                method, path, json=payload, timeout=_timeout(self.budget, self.connect_s)
             ) as r:
                 for chunk in r.iter_bytes():
                     body += chunk
                     if len(body) > MAX_BODY_BYTES:
                         raise CheckFailed(f"{path}: answer larger than {MAX_BODY_BYTES:,} bytes")
-                    if self.budget.expired():
+                    if self.budget.expired:
                         raise Unreachable(f"{path}: no complete answer within {self.budget.seconds:.1f} s")
                 return r.status_code, bytes(body)
         except httpx.TimeoutException as exc:
@@ -197,7 +183,7 @@ def check_chat_stream(call: Call, model: str, spec: SmokeSpec) -> str:
     decoder = SseDecoder()
     payload = smoke_core.chat_stream_payload(model, spec.max_tokens)
     budget = call.budget
-    if budget.expired():
+    if budget.expired:
         raise Unreachable("/v1/chat/completions: no time left (the check's timeout or the evaluation's deadline)")
     times = call.stream_times
 
@@ -211,7 +197,7 @@ def check_chat_stream(call: Call, model: str, spec: SmokeSpec) -> str:
     send = time.perf_counter()
     try:
         with deadline.until(budget.end), call.client.stream(
-            "POST", "/v1/chat/completions", json=payload, timeout=budget.timeout(call.connect_s)
+            "POST", "/v1/chat/completions", json=payload, timeout=_timeout(budget, call.connect_s)
         ) as response:
             if response.status_code != 200:
                 text = call.scrub.redact(response.read().decode(errors="replace"))
@@ -220,7 +206,7 @@ def check_chat_stream(call: Call, model: str, spec: SmokeSpec) -> str:
                 now = time.perf_counter()
                 for event in decoder.feed(chunk):
                     take(event, now)
-                if budget.expired():
+                if budget.expired:
                     chunks = state.token_events
                     raise Unreachable(f"stream not finished within {budget.seconds:.1f} s ({chunks} chunks)")
             for event in decoder.finish():
@@ -304,13 +290,13 @@ def run_smoke_checks(
     client: httpx.Client,
     model: str,
     spec: SmokeSpec,
-    budget: Budget | None = None,
+    budget: Deadline | None = None,
     connect_s: float = 10.0,
     scrub: Redactor | None = None,
 ) -> SmokeResult:
     """Every check runs whatever the others did (each within ``spec.check_timeout_s`` and ``budget``);
     each failure is a clear failed check, never an exception. Details are redacted."""
-    budget = budget or Budget(float("inf"))
+    budget = budget or Deadline(float("inf"))
     scrub = scrub or redactor()
     checks: list[SmokeCheck] = []
     unreachable: list[str] = []
@@ -319,7 +305,7 @@ def run_smoke_checks(
     for name, check in SMOKE_CHECKS:
         started = time.perf_counter()
         timed: dict[str, Any] = {}
-        if budget.expired():
+        if budget.expired:
             status, detail = "not_run", "the evaluation's deadline passed before this check"
         elif len(unreachable) == len(_REACHABILITY_CHECKS):
             status, detail = "not_run", "endpoint unreachable: " + "; ".join(unreachable)
@@ -377,7 +363,7 @@ def run_smoke(
 
 def _ask(model: str, item: GoldenItem, payload: dict[str, Any], call: Call) -> QualityItemResult | None:
     """One golden item; None when the evaluation's deadline passed before it could be asked."""
-    if call.budget.expired():
+    if call.budget.expired:
         return None
     try:
         body = call.json("POST", "/v1/chat/completions", payload)
@@ -400,7 +386,9 @@ def _ask(model: str, item: GoldenItem, payload: dict[str, Any], call: Call) -> Q
     )
 
 
-def _served_context(client: httpx.Client, model: str, budget: Budget, connect_s: float, scrub: Redactor) -> int | None:
+def _served_context(
+    client: httpx.Client, model: str, budget: Deadline, connect_s: float, scrub: Redactor
+) -> int | None:
     """The context length /v1/models reports for ``model``, so a thinking budget stays within it; None when
     the endpoint does not say (or does not answer: the items will then report what is wrong)."""
     try:
@@ -413,7 +401,7 @@ def score_golden(
     client: httpx.Client,
     model: str,
     spec: QualitySpec,
-    budget: Budget | None = None,
+    budget: Deadline | None = None,
     connect_s: float = 10.0,
     scrub: Redactor | None = None,
     *,
@@ -432,7 +420,7 @@ def score_golden(
     items = golden_from_file(spec.golden_path) if spec.golden_path else packaged_golden()
     if spec.max_items is not None:
         items = items[: spec.max_items]
-    budget = budget or Budget(float("inf"))
+    budget = budget or Deadline(float("inf"))
     scrub = scrub or redactor()
 
     context = _served_context(client, model, budget, connect_s, scrub) if thinks or thinking is not None else None

@@ -81,7 +81,7 @@ def _merge(
 
 def _wait_ready(proc: subprocess.Popen[str], timeout_s: float) -> None:
     """Wait for the child's READY line, at most ``timeout_s`` (a hung warm-up must not hang the evaluation)."""
-    assert proc.stdout is not None
+    assert proc.stdout is not None  # noqa: S101 - narrows the type for mypy
     deadline = time.monotonic() + timeout_s
     with selectors.DefaultSelector() as selector:
         selector.register(proc.stdout, selectors.EVENT_READ)
@@ -116,14 +116,14 @@ def run_generators(
             job_path.write_text(job.model_dump_json(), encoding="utf-8")
             cmd = [sys.executable, "-m", "capserve.tasks.evaluation.loadgen", str(job_path), str(out_path)]
             procs.append(
-                (subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env), out_path)
+                (subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env), out_path)  # noqa: S603 - our own interpreter and module, fixed arguments
             )
         try:
             for proc, _ in procs:
                 _wait_ready(proc, READY_TIMEOUT_S)
             go = time.perf_counter() + GO_LEAD_S
             for proc, _ in procs:
-                assert proc.stdin is not None
+                assert proc.stdin is not None  # noqa: S101 - narrows the type for mypy
                 proc.stdin.write(f"GO {go!r}\n")
                 proc.stdin.flush()
             deadline = time.monotonic() + timeout_s
@@ -203,7 +203,7 @@ def _refusal(
         return f"the evaluation's deadline left {left_s:.1f} s, too little for a run"
     if concurrency is not None:
         return closed_loop_refusal(concurrency, capacity, measured)
-    assert rate is not None
+    assert rate is not None  # noqa: S101 - narrows the type for mypy
     return open_loop_refusal(rate, spec, capacity)
 
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # no display here or in CI; must precede pyplot
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
 
-from capserve.core.evaluation import metrics as m  # noqa: E402
-from capserve.core.evaluation.records import RunRecord  # noqa: E402
-from capserve.core.evaluation.result import LoadResult  # noqa: E402
+from capserve.core.evaluation import metrics as m
+from capserve.core.evaluation.records import RunRecord
+from capserve.core.evaluation.result import LoadResult
 
 
 def _cdf(ax: Axes, values_ms: list[float], label: str) -> None:

@@ -136,7 +136,7 @@ def _wait_all(steps: list[Step], clients: _Clients, settings: TeardownSettings) 
     deadline = Deadline(max(s.wait.timeout_s for s in steps if s.wait))
     remaining = []
     for step in steps:
-        assert step.wait is not None
+        assert step.wait is not None  # noqa: S101 - narrows the type for mypy
         problem = _wait_one(step.wait, clients, settings, max(deadline.remaining(), 0.0))
         if problem is not None:
             remaining.append(f"{step.resource}: {problem}")

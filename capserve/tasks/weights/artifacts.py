@@ -58,7 +58,7 @@ class Progress:
             self._bar.start()
         # Called from sync tasks, where Prefect's sync_compatible helper returns the value, not a coroutine.
         created = create_progress_artifact(progress=0.0, key=artifact_key(key), description=description)
-        assert isinstance(created, UUID)
+        assert isinstance(created, UUID)  # noqa: S101 - narrows the type for mypy
         self.id = created
 
     def advance(self, nbytes: int) -> None:

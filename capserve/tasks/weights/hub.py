@@ -48,7 +48,7 @@ class HubConnection(BaseModel):
 
 
 # huggingface_hub's own tools read the token from this variable when nothing else names one.
-HF_TOKEN_ENV = "HF_TOKEN"
+HF_TOKEN_ENV = "HF_TOKEN"  # noqa: S105 - the variable's name, not the token
 
 
 def hub_connection(hub_endpoint: str | None, hub_block: str | None, timeout_seconds: float) -> HubConnection:

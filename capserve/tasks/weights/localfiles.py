@@ -27,7 +27,7 @@ def hash_file(path: Path, *, chunk: int = 8 << 20) -> Digest:
     """sha256 and git blob sha1 in one pass (hashlib releases the GIL on big buffers, so threads hash in parallel)."""
     size = path.stat().st_size
     sha256 = hashlib.sha256()
-    git = hashlib.sha1(f"blob {size}\0".encode())
+    git = hashlib.sha1(f"blob {size}\0".encode(), usedforsecurity=False)  # git's blob id
     with open(path, "rb") as fh:
         while block := fh.read(chunk):
             sha256.update(block)

@@ -276,7 +276,9 @@ def describe_capacity_block_offerings(self: Any) -> Any:
             if local_zone and day == 0:
                 zones.append((local_zone, "local-zone", LOCAL_ZONE_FACTOR))
             for zone, zone_type, factor in zones:
-                digest = hashlib.sha1(f"{zone}|{instance_type}|{count}|{hours}|{start.isoformat()}".encode())
+                digest = hashlib.sha1(
+                    f"{zone}|{instance_type}|{count}|{hours}|{start.isoformat()}".encode(), usedforsecurity=False
+                )
                 offering_id = "cbo-" + digest.hexdigest()[:17]
                 fee = _fee(instance_type, self.region, factor, count, hours)
                 offerings.append(

@@ -136,7 +136,7 @@ def play(script: bytes) -> LifecycleOutcome:
         env = {"PATH": f"{stubs}:{os.environ.get('PATH', '/usr/bin:/bin')}", "NODE_ROOT": str(root), "HOME": tmp}
         try:
             done = subprocess.run(
-                ["bash", "on_create.sh"], cwd=tmp, env=env, capture_output=True, timeout=TIMEOUT_S, check=False
+                ["bash", "on_create.sh"], cwd=tmp, env=env, capture_output=True, timeout=TIMEOUT_S, check=False  # noqa: S607 - PATH is set above, the stubs first: a bare name is the point
             )
             code = done.returncode
             output = (done.stdout + done.stderr).decode("utf-8", "replace")

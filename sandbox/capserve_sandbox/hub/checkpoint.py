@@ -85,7 +85,7 @@ K3 = CheckpointGeometry.from_model(get_model("kimi-k3"), shard_bytes=5 * 10**9)
 def tensor_specs(g: CheckpointGeometry) -> Iterator[Spec]:
     """Every tensor of the checkpoint in file order (layer-major)."""
     m = g.model
-    assert m.mla is not None and m.kda is not None  # CheckpointGeometry checks the entry is K3-shaped
+    assert m.mla is not None and m.kda is not None  # noqa: S101 - CheckpointGeometry checks the entry is K3-shaped
     mla, kda, moe = m.mla, m.kda, m.moe
     h, lat, inter = m.hidden_size, m.expert_hidden_size, moe.moe_intermediate_size
     yield f"{PREFIX}model.embed_tokens.weight", "BF16", (m.vocab_size, h)

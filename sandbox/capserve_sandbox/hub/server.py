@@ -70,7 +70,7 @@ class ServedRepo:
             rel = path.relative_to(root).as_posix()
             if not rel.startswith("."):
                 files[rel] = _describe(path)
-        commit = hashlib.sha1()
+        commit = hashlib.sha1(usedforsecurity=False)
         for rel, f in files.items():
             commit.update(f"{rel}\0{f.sha256}\n".encode())
         return cls(root=root, files=files, sha=commit.hexdigest())
@@ -93,7 +93,8 @@ class ServedRepo:
 def _describe(path: Path) -> ServedFile:
     size = path.stat().st_size
     sha256 = hashlib.sha256()
-    git = hashlib.sha1(f"blob {size}\0".encode())  # git blob id = sha1("blob <size>\0" + content)
+    # git blob id = sha1("blob <size>\0" + content): git's content address, not a security hash
+    git = hashlib.sha1(f"blob {size}\0".encode(), usedforsecurity=False)
     with open(path, "rb") as fh:
         while chunk := fh.read(1 << 22):
             sha256.update(chunk)
@@ -102,7 +103,7 @@ def _describe(path: Path) -> ServedFile:
     if not lfs:
         return ServedFile(size, sha256.hexdigest(), git.hexdigest(), False, 0)
     pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256.hexdigest()}\nsize {size}\n".encode()
-    pointer_oid = hashlib.sha1(f"blob {len(pointer)}\0".encode() + pointer).hexdigest()
+    pointer_oid = hashlib.sha1(f"blob {len(pointer)}\0".encode() + pointer, usedforsecurity=False).hexdigest()
     return ServedFile(size, sha256.hexdigest(), pointer_oid, True, len(pointer))
 
 
@@ -262,7 +263,8 @@ class _Handler(BaseHTTPRequestHandler):
             dirs.update(base + "/".join(parts[: i + 1]) for i in range(len(parts)))
             entries.append(repo.tree_entry(rel))
         items = [
-            {"type": "directory", "oid": hashlib.sha1(d.encode()).hexdigest(), "size": 0, "path": d}
+            {"type": "directory", "oid": hashlib.sha1(d.encode(), usedforsecurity=False).hexdigest(), "size": 0,
+             "path": d}
             for d in sorted(dirs)
         ] + entries
         start = int(query.get("cursor", ["0"])[0])

@@ -167,7 +167,7 @@ class Admission:
         why = "dial tcp: connect: connection refused" if backend is None else backend.unavailable(namespace, svc)
         if why is not None:
             return self._failed(name, ignore, f'Post "{url}": {why}')
-        assert backend is not None
+        assert backend is not None  # noqa: S101 - narrows the type for mypy
         try:
             answer = backend.handle(path, Request(**{**request.__dict__, "obj": copy.deepcopy(request.obj)}))
         except Denied as denied:

@@ -48,7 +48,7 @@ Obj = dict[str, Any]
 
 def group_key(namespace: str, lws: str, group: int) -> str:
     """The group's key: the webhook's ``genGroupUniqueKey`` of the leader pod ``<lws>-<group>``."""
-    return hashlib.sha1(f"{namespace}/{lws}-{group}".encode()).hexdigest()  # noqa: S324 - a label, not security
+    return hashlib.sha1(f"{namespace}/{lws}-{group}".encode(), usedforsecurity=False).hexdigest()  # a label
 
 
 class LeaderWorkerSets:

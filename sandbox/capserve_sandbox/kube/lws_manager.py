@@ -34,7 +34,7 @@ from capserve_sandbox.kube.store import Store
 NAMESPACE = "lws-system"  # config/default kustomization: namespace
 DEPLOYMENT = "lws-controller-manager"
 SERVICE = "lws-webhook-service"  # defaults.go DefaultWebhookServiceName
-SECRET = "lws-webhook-server-cert"  # defaults.go DefaultWebhookSecretName
+SECRET = "lws-webhook-server-cert"  # noqa: S105 - the Secret's name (defaults.go DefaultWebhookSecretName)
 WEBHOOK_CONFIGURATIONS = (
     ("admissionregistration.k8s.io", "validatingwebhookconfigurations", "lws-validating-webhook-configuration"),
     ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "lws-mutating-webhook-configuration"),
@@ -218,7 +218,7 @@ def validate_leaderworkerset(lws: Obj, old: Obj | None) -> None:
 
 def group_key(namespace: str, pod_name: str) -> str:
     """``genGroupUniqueKey``: sha1 of ``<namespace>/<leader pod name>``."""
-    return hashlib.sha1(f"{namespace}/{pod_name}".encode()).hexdigest()  # noqa: S324 - a label, not security
+    return hashlib.sha1(f"{namespace}/{pod_name}".encode(), usedforsecurity=False).hexdigest()  # a label
 
 
 def _ordinal(pod_name: str) -> int:

@@ -101,7 +101,7 @@ class ApiServer:
             return await self.dispatch(request, target)
         except ApiError as error:
             return web.json_response(error.status(), status=error.code)
-        except Exception as exc:  # a bug in the fake: answer like an API server would, and report it
+        except Exception as exc:  # noqa: BLE001 - a bug in the fake: answer like an API server would, and report it
             FAILURES.report("fake Kubernetes API server", exc, doing=f"{request.method} {request.path}")
             failure = ApiError(500, "InternalError", f"fake API server error: {type(exc).__name__}: {exc}")
             return web.json_response(failure.status(), status=500)
@@ -273,7 +273,7 @@ class ApiServer:
         A resourceVersion older than the kept history: one ERROR event with a 410 Status.
         ``allowWatchBookmarks``: BOOKMARK events every ``bookmark_interval_s`` and before closing.
         """
-        assert self.loop is not None
+        assert self.loop is not None  # noqa: S101 - narrows the type for mypy
         query = request.query
         resource = target.resource
         tests = parse_label_selector(query.get("labelSelector"))
@@ -432,7 +432,7 @@ class ServerThread:
     def _run(self) -> None:
         try:
             asyncio.run(self._serve())
-        except BaseException as exc:  # reported to start(); the thread must not die silently
+        except BaseException as exc:  # noqa: BLE001 - reported to start(); the thread must not die silently
             self._error = exc
             self._started.set()
 
@@ -469,6 +469,6 @@ class ServerThread:
         for hook in api.shutdown_hooks:  # the kubelet stops its containers while the loop still runs
             try:
                 await asyncio.wait_for(hook(), timeout=30)
-            except Exception:  # noqa: BLE001 - shutting down: log and go on, the processes are killed at exit anyway
+            except Exception:  # shutting down: log and go on, the processes are killed at exit anyway
                 log.exception("fake Kubernetes shutdown hook failed")
         await runner.cleanup()

@@ -242,7 +242,7 @@ def played_start(
 def weights_storage(pod: Mapping[str, object], model_path: str) -> Storage:
     """Where the pod's weights are: FSx when the volume under the model path is a persistent volume claim."""
     spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    assert isinstance(spec, dict)
+    assert isinstance(spec, dict)  # noqa: S101 - narrows the type for mypy
     claims = {
         str(volume.get("name"))
         for volume in spec.get("volumes") or []

@@ -177,7 +177,7 @@ class LocalProcess:
 
     async def wait(self) -> int:
         """The main process's exit code, as soon as it exits (its group killed, its output read)."""
-        assert self._transport is not None and self._output is not None
+        assert self._transport is not None and self._output is not None  # noqa: S101 - narrows the type for mypy
         await asyncio.shield(self._output.exited)  # shielded: a cancelled wait must not lose the exit
         await self._end_group()
         code = self._transport.get_returncode()
@@ -185,7 +185,7 @@ class LocalProcess:
 
     async def _end_group(self) -> None:
         """What is left of the container goes with its main process; then the rest of its output is read."""
-        assert self._transport is not None and self._output is not None
+        assert self._transport is not None and self._output is not None  # noqa: S101 - narrows the type for mypy
         self._signal(signal.SIGKILL)
         _LIVE_GROUPS.discard(self._transport.get_pid())
         try:

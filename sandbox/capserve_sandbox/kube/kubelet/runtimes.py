@@ -405,7 +405,7 @@ class VllmRuntime(ProcessRuntime):
 
     async def _serve_when_ready(self, host_model: Path) -> None:
         ctx = self.ctx
-        assert self.args is not None
+        assert self.args is not None  # noqa: S101 - narrows the type for mypy
         expected, _ = remote_ranks(self.args)
         if expected:
             # vLLM's front end listens only once every engine, remote ones included, is ready.
@@ -463,7 +463,7 @@ class VllmRuntime(ProcessRuntime):
 
     def _server_key(self, host_model: Path) -> str:
         """What vLLM's compile cache is keyed by, as far as the stand-in tells servers apart (``server_key``)."""
-        assert self.args is not None
+        assert self.args is not None  # noqa: S101 - narrows the type for mypy
         return server_key(
             model=self.args.model, sizes=self.args.sizes(), vllm_version=image_version(self.ctx.image).version,
             host_model=host_model,
@@ -488,7 +488,7 @@ class VllmRuntime(ProcessRuntime):
 
     async def _join_leader(self) -> None:
         ctx = self.ctx
-        assert self.args is not None
+        assert self.args is not None  # noqa: S101 - narrows the type for mypy
         rank, address = worker_rank(self.args)
         if address and not address.replace(".", "").isdigit():
             # The leader's name goes to CoreDNS first (kube/network.py): no server answering is EAI_AGAIN.

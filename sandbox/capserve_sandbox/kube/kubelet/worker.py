@@ -455,7 +455,7 @@ class PodWorker:
         if task.cancelled() or task.exception() is None:
             return
         error = task.exception()
-        assert error is not None
+        assert error is not None  # noqa: S101 - narrows the type for mypy
         # A bug in the fake, not the pod's fault: say so loudly instead of leaving it Pending in silence.
         FAILURES.report("sandbox kubelet", error, doing=f"pod {self.namespace}/{self.name}")
         message = f"the sandbox kubelet failed: {error!r}"
