@@ -223,8 +223,12 @@ class CampaignRecord(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _upgrade(cls, data: Any) -> Any:
-        """Read records of schema 1 (stages as {status, finished_at, detail}) as schema 2."""
-        if not isinstance(data, dict) or data.get("schema_version") != 1:
+        """Read records of schema 1 (stages as {status, finished_at, detail}) as schema 2, and records that kept the
+        host path of their report (``report_dir``: the report is rendered from the record now, on any host)."""
+        if not isinstance(data, dict):
+            return data
+        data = {key: value for key, value in data.items() if key != "report_dir"}
+        if data.get("schema_version") != 1:
             return data
         stages = {
             name: {"status": old["status"], "ended_at": old["finished_at"], "detail": old.get("detail", "")}

@@ -116,3 +116,10 @@ def test_the_campaigns_artifact_becomes_the_rendered_report_without_its_images(
     assert [artifact.key for artifact in latest] == [f"{campaign}-report"]
     shown = str(latest[0].data)
     assert "## Redeploys" in shown and "## Cost" in shown and "![" not in shown
+
+
+def test_a_record_that_kept_its_reports_host_path_still_reads() -> None:
+    """A campaign in flight when this version came: its record names the folder of its report on one host."""
+    held = held_block()
+    stored = json.loads(held.model_dump_json())
+    assert CampaignRecord.model_validate({**stored, "report_dir": "/home/ops/out/k3-demo"}) == held
