@@ -17,7 +17,8 @@ Where the outcome goes: each redeploy appends a ``RedeployEntry`` (from, to, tri
 outcome) to the campaign record, together with the moved last good rollout when it promotes. The record
 is the carrier: every report a campaign run writes copies the record's redeploys into ``report.json``
 ``"redeploys"`` (``capserve.campaign.runner``). The redeploy also writes its own report (its stages, the
-rollout and rollback, the evaluation and the record's redeploys so far) under ``out_dir``.
+rollout and rollback, the evaluation and the record's redeploys so far) under ``out_dir``, and renders the
+campaign's report from the record in this worker's folder for it (``capserve.tasks.reporting``).
 
 A failure of the redeploy itself never tears the campaign down: before the rollout the old revision keeps
 serving; a rollback that fails leaves the cluster to the scheduled teardown (the entry says "failed").
