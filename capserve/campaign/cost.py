@@ -14,7 +14,9 @@ from capserve.campaign.context import CampaignContext
 from capserve.core.campaign_cost import campaign_cost_inputs
 from capserve.core.cost import CostLedger, build_ledger, load_price_table
 from capserve.core.cost.prices import PriceTable
+from capserve.core.report import CampaignReport
 from capserve.tasks.cost.price_list import with_live_prices
+from capserve.tasks.secrets import redactor
 from capserve.tasks.the_clock import clock
 
 
@@ -29,8 +31,8 @@ def campaign_ledger(ctx: CampaignContext, *, interrupted: bool) -> CostLedger:
     prices, note = _prices(ctx, inputs.region, interrupted=interrupted)
     ledger = build_ledger(inputs, prices, price_note=note)
     ctx.report.add(ledger)
-    if lease is not None:
-        report = ctx.report.model_copy(deep=True)
+    if lease is not None:  # a copy without the run's secrets, as the report's files have it (tasks.secrets)
+        report = CampaignReport.model_validate(redactor().redact_data(ctx.report.model_dump(mode="json")))
         ctx.save(lambda record: record.with_block_report(report, inputs, now=clock().now()))
     return ledger
 
