@@ -295,7 +295,7 @@ def _waypoint(record: CampaignRecord, spec: CampaignSpec, stage: ScheduledStage)
 def _finish_report(record: CampaignRecord, spec: CampaignSpec, done: TeardownResult) -> None:
     """The last scheduled run renders the campaign's report from the record, on whichever worker it runs: the
     redeploys while it served, the block's ledger, its teardown, and when each scheduled run fired."""
-    if record.lease is None:
+    if record.lease is None or record.report is None:
         return
     schedule = schedule_lease_runs(
         record.campaign_id, record.lease, spec.teardown,
@@ -308,7 +308,7 @@ def _finish_report(record: CampaignRecord, spec: CampaignSpec, done: TeardownRes
         for run in schedule.runs
     )
     written = write_campaign_report(record, done, schedule.model_copy(update={"runs": runs}))
-    get_run_logger().info("report of %s finished: %s", record.campaign_id, written or "no run held its block")
+    get_run_logger().info("report of %s finished: %s", record.campaign_id, written)
 
 
 @flow(name="teardown-orphan", flow_run_name="teardown-orphan-{flow_run_id}", validate_parameters=True)
