@@ -37,6 +37,7 @@ from capserve.runtime.prefect_server import (
     start_server,
     start_worker,
 )
+from capserve.tasks.reporting import REPORT_DIR_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 # Two per chain, for two chains at once (faults/matrix.py runs a chain's first stages beside the last one's).
@@ -149,7 +150,8 @@ def world(logs: Path, *, victims: int = len(VICTIM_QUEUES)) -> Iterator[World]:
     before = dict(os.environ)
     try:
         server = start_server(logs / "prefect")
-        env = {**os.environ, **server.env, **sandbox_env, **FAST_SETTINGS}
+        env = {**os.environ, **server.env, **sandbox_env, **FAST_SETTINGS,
+               REPORT_DIR_ENV: str(logs / "reports" / "{campaign}")}  # the later runs' reports, beside the logs
         register(ROOT, env, logs / "register.log")
         for queue in VICTIM_QUEUES[:victims]:
             prefect_cli(["work-queue", "create", queue, "--pool", POOL], env, cwd=ROOT, log=logs / "register.log")

@@ -76,8 +76,7 @@ class CampaignContext:
             report=CampaignReport(campaign=spec.campaign_id),
             record=CampaignRecord.new(spec.campaign_id, now),
         )
-        report_dir = str(options.out_dir.resolve())
-        context.save(lambda record: record.with_spec(spec, now=now).with_report_dir(report_dir, now=now)
+        context.save(lambda record: record.with_spec(spec, now=now)
                      .with_teardown_when_done(options.teardown_when_done, now=now))
         return context
 

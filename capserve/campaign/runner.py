@@ -30,6 +30,7 @@ from capserve.campaign.context import CampaignContext
 from capserve.campaign.cost import campaign_ledger
 from capserve.campaign.reuse import reuse_unchanged
 from capserve.campaign.run_names import campaign_runs
+from capserve.core.block_cost import with_record
 from capserve.core.errors import CapserveError
 from capserve.core.record import StageEntry, stage_outputs
 from capserve.core.report import StageRecord
@@ -274,12 +275,7 @@ def _add_from_record(ctx: CampaignContext) -> None:
         )
         return
     if record is not None:
-        ctx.report.redeploys = list(record.redeploys)
-        ctx.report.approvals = list(record.approvals)
-        if record.prepared is not None and ctx.report.prepared is None:
-            ctx.report.add(record.prepared)  # the cluster's preparation ran before, in a run of its own
-        if record.purchase is not None and ctx.report.acquire is not None:
-            ctx.report.acquire = ctx.report.acquire.with_purchase(record.purchase)  # bought by an earlier run
+        ctx.report = with_record(ctx.report, record)
 
 
 def _write_report(ctx: CampaignContext, *, quietly: bool) -> None:

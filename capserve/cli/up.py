@@ -267,7 +267,13 @@ def run(args: argparse.Namespace) -> int:
                 "endpoint_url": endpoint_url, "endpoint_note": endpoint_note, "api_key_env": args.api_key_env,
                 "basic_auth_env": basic_auth_env, "teardown_when_done": args.teardown_when_done,
             }
-            worker_env = {"CAPSERVE_HUB_ENDPOINT": hub_endpoint} if hub_endpoint else {}
+            from capserve.tasks.reporting import REPORT_DIR_ENV
+
+            # The worker this command starts writes the campaign's report where this command reads it: the scheduled
+            # runs (serve, teardown) and the redeploys get only the campaign id, and render the report there.
+            worker_env = {REPORT_DIR_ENV: str(out_dir.resolve())}
+            if hub_endpoint:
+                worker_env["CAPSERVE_HUB_ENDPOINT"] = hub_endpoint
             run_env: dict[str, str] = {}
             if args.sandbox and on_your_server:
                 from capserve.cli.sandbox import worker_environment

@@ -5,21 +5,21 @@ report is written) and ``capserve.core.cost.build_ledger`` turns the result into
 section. What is read, and from where (docs/cost.md §6):
 
 - the paid window and the fee from the lease (AWS's figures); no lease: no window and a fee of 0;
-- the stages' times from the report, moved onto AWS's clock by ``clock_offset`` (AWS's clock minus
-  the host's, read by ``capserve.tasks.cost.clock``: on AWS a second or two, in the sandbox the time its
-  reservation jumped ahead);
+- the stages' times from the report's stages, on the campaign's one clock (``capserve.core.clock``: the host's,
+  or the sandbox's, which its AWS answers on too);
 - serving from the event that made the endpoint ready (the rollout stage when it ran; before that
   stage exists, the evaluated endpoint was ready when its evaluation began) to the moment serving
   stopped: a drain or teardown of this run, else the drain point;
+- the throughput from the evaluation's closed-loop load levels, the scheduled runs from the report's schedule;
 - the other resources bring-up and stage_weights made (control plane, system node group, NAT gateway and
   public IPv4 addresses, weights in S3).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from types import MappingProxyType
 
 from capserve.core.capacity.offers import Offer
 from capserve.core.catalog import get_instance_type, get_model
@@ -36,8 +36,8 @@ from capserve.core.cost import (
     ResourceUsage,
     S3Usage,
     ScheduledRunMark,
+    ThroughputPoint,
 )
-from capserve.core.cost.adapters import intervals_from_report_stages, throughput_from_evaluation
 from capserve.core.cost.planning import (
     CostForecast,
     ExpectedTimeline,
@@ -47,65 +47,55 @@ from capserve.core.cost.planning import (
 )
 from capserve.core.cost.prices import PriceTable
 from capserve.core.errors import CapserveError
+from capserve.core.evaluation.result import EvaluationResult
 from capserve.core.lease import Lease
 from capserve.core.planner import plan_serving
 from capserve.core.report import CampaignReport, StageRecord
+from capserve.core.schedule import LeaseSchedule
 from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage, StageStatus
 from capserve.core.timeline import BlockPlan, predict_block
 
 _MAX_RESOURCE_HOURS = 24 * 366  # the bound of every usage's hours (capserve/core/cost/resources.py)
-# AWS's Date header has a resolution of one second: an offset this small is the header's rounding and
-# the request's flight time, not a clock that runs elsewhere.
-_SAME_CLOCK = timedelta(seconds=5)
 
-
-PROJECTED = "is projected"
-"""What the serving run's note says of the serving it could not see yet (capserve.core.block_cost.after_the_drain)."""
+# Campaign stage → the cause its GPU time counts under. Stages that need no GPU (plan, acquire, stage_image,
+# stage_weights) are not listed: while they run inside the block the GPUs wait, and the ledger's gap
+# rule counts that as waiting_for_bring_up (or idle after bring-up began).
+STAGE_CAUSES: Mapping[Stage, Cause] = MappingProxyType(
+    {
+        Stage.BRING_UP: Cause.BRING_UP,
+        Stage.WEIGHTS_TO_NODES: Cause.WEIGHTS_TO_NODES,
+        Stage.ROLLOUT: Cause.VLLM_COLD_START,
+        Stage.EVALUATE: Cause.EVALUATION,
+        Stage.DRAIN: Cause.DRAIN_AND_TEARDOWN_MARGIN,
+        Stage.TEARDOWN: Cause.DRAIN_AND_TEARDOWN_MARGIN,
+    }
+)
 
 
 def campaign_cost_inputs(
-    report: CampaignReport,
-    spec: CampaignSpec,
-    lease: Lease | None,
-    *,
-    written_at: datetime,
-    clock_offset: timedelta = timedelta(0),
+    report: CampaignReport, spec: CampaignSpec, lease: Lease | None, *, written_at: datetime
 ) -> CostInputs:
-    """Everything ``build_ledger`` needs for this run. ``written_at`` is the host's time now (for the note
-    that says which part of the serving interval lies ahead of the report)."""
-    document = report.to_json()
+    """Everything ``build_ledger`` needs for this run. ``written_at`` is the campaign's time now (serving counted
+    past it, to the drain point, is a projection: ``CostInputs.projected_after``)."""
     if lease is None:
         return CostInputs(
             campaign=report.campaign,
             upfront_fee=0.0,
             region=spec.capacity.regions[0],
-            resources=_weights_usage(report, spec, end=None, offset=clock_offset),
+            resources=_weights_usage(report, spec, end=None),
             utilisation_target=spec.cost.utilisation_target,
             serving_started_by="nothing served: no capacity was obtained",
         )
-    offset = clock_offset if abs(clock_offset) > _SAME_CLOCK else timedelta(0)
     window = BlockWindow.for_block(
         lease.start, lease.end, drain_before_end=timedelta(minutes=spec.teardown.drain_before_end_minutes)
     )
-    intervals = [_shifted(interval, offset) for interval in intervals_from_report_stages(document["stages"])]
+    intervals = stage_intervals(report.stages)
     # Redeploys ran in runs of their own: the record carries them into this report, and their downtime here.
-    intervals += [_shifted(down, offset) for entry in report.redeploys for down in entry.downtime()]
-    serving, serving_why = serving_interval(report, window, offset=offset)
-    notes = []
-    if offset:
-        notes.append(
-            f"Stage times were moved by {_duration(offset)} onto AWS's clock (read from AWS's Date header): the "
-            "host's clock and AWS's differ (in the sandbox, its reservation starts without waiting for the block)."
-        )
+    intervals += [down for entry in report.redeploys for down in entry.downtime()]
+    serving, serving_why = serving_interval(report, window)
     if serving is not None:
         intervals.append(serving)
-        if serving.end > written_at + offset:
-            notes.append(
-                f"Serving after {written_at + offset:%Y-%m-%d %H:%M} UTC {PROJECTED}: the report was written then, "
-                "and the endpoint is expected to serve until the drain point."
-            )
-    evaluation = document.get("evaluation")
     # Only a reservation named in the spec was paid outside the campaign; one found by the campaign's tag was
     # bought by an earlier run of this campaign (a re-run, the scheduled serve run), and its fee is this one's.
     external = lease.adopted and lease.provider == "existing-reservation"
@@ -120,19 +110,55 @@ def campaign_cost_inputs(
         instance_count=lease.instance_count,
         gpus_per_instance=get_instance_type(lease.instance_type).gpus_per_node,
         intervals=intervals,
-        throughput=throughput_from_evaluation(evaluation) if isinstance(evaluation, Mapping) else [],
-        resources=_resources(report, spec, lease, offset=offset),
-        scheduled_runs=scheduled_runs(document, report.campaign),
+        throughput=measured_throughput(report.evaluation) if report.evaluation is not None else [],
+        resources=_resources(report, spec, lease),
+        scheduled_runs=scheduled_runs(report.schedule) if report.schedule is not None else [],
         utilisation_target=spec.cost.utilisation_target,
         serving_started_by=serving_why,
-        notes=notes,
+        projected_after=written_at if serving is not None and serving.end > written_at else None,
     )
 
 
-def serving_interval(
-    report: CampaignReport, window: BlockWindow, *, offset: timedelta = timedelta(0)
-) -> tuple[Interval | None, str]:
-    """When the endpoint could take traffic in this run (on AWS's clock), and a sentence saying why then.
+def stage_intervals(stages: Iterable[StageRecord]) -> list[Interval]:
+    """One interval per timed stage that uses the GPUs; a failed stage's time becomes failures_and_rollbacks.
+
+    Only a stage that failed on its own merits is a failure: an interrupted or stopped stage still
+    spent its time on what it was doing. Skipped stages and stages still running (no end) are left out.
+    """
+    return [
+        Interval(cause=cause, start=stage.started_at, end=stage.ended_at, label=stage.name.value,
+                 failed=stage.status is StageStatus.FAILED)
+        for stage in stages
+        if (cause := STAGE_CAUSES.get(stage.name)) is not None
+        and stage.status is not StageStatus.SKIPPED
+        and stage.ended_at is not None
+    ]
+
+
+def measured_throughput(evaluation: EvaluationResult) -> list[ThroughputPoint]:
+    """The evaluation's closed-loop load levels, each with its gate outcome.
+
+    A level passed when its run was valid (the client was not the bottleneck) and every gate judged on it
+    passed; a gate that could not be judged (``passed`` None) is not a pass.
+    """
+    levels = evaluation.load.points if evaluation.load is not None else []
+    points = []
+    for level in levels:
+        if level.mode != "closed" or not level.concurrency:
+            continue
+        own = [gate for gate in evaluation.gates if gate.name.endswith(f"@{level.name}")]
+        points.append(
+            ThroughputPoint(
+                concurrency=level.concurrency,
+                output_tokens_per_s=level.metrics.output_throughput,
+                passed_gates=level.valid and all(gate.passed is True for gate in own),
+            )
+        )
+    return points
+
+
+def serving_interval(report: CampaignReport, window: BlockWindow) -> tuple[Interval | None, str]:
+    """When the endpoint could take traffic in this run, and a sentence saying why then.
 
     Starts when the rollout stage completed (the endpoint ready); until that stage exists, when the
     evaluate stage began on the endpoint it was given. No serving when the evaluation failed its gates
@@ -151,38 +177,20 @@ def serving_interval(
         return None, "nothing served: the evaluation failed its gates"
     stops = [line for line in report.stages if line.name in (Stage.DRAIN, Stage.TEARDOWN) and line.started_at >= start]
     if stops:
-        end, until = stops[0].started_at + offset, f"{stops[0].name.value} began"
+        end, until = stops[0].started_at, f"{stops[0].name.value} began"
     else:
         end, until = window.drain_at, "the drain point"
-    start += offset
     if end <= start:
         return None, f"nothing served: {event} only after {until}"
     return Interval(cause=Cause.SERVING, start=start, end=end, label=event), f"{event} → {until}"
 
 
-def scheduled_runs(document: Mapping[str, Any], campaign: str) -> list[ScheduledRunMark]:
-    """The scheduled runs the report lists, for the timeline: the lease schedule's runs, or the teardown run."""
-    marks = []
-    for run in document.get("schedule") or []:
-        if run.get("stage") in ("prepare_cluster", "bring_up", "drain", "teardown"):
-            marks.append(
-                ScheduledRunMark(
-                    name=str(run["name"]),
-                    stage=run["stage"],
-                    scheduled_at=datetime.fromisoformat(run["scheduled_at"]),
-                    fired_at=datetime.fromisoformat(run["fired_at"]) if run.get("fired_at") else None,
-                )
-            )
-    teardown = document.get("teardown_schedule")
-    if not marks and isinstance(teardown, Mapping) and teardown.get("scheduled_at"):
-        marks.append(
-            ScheduledRunMark(
-                name=f"teardown-{campaign}",
-                stage="teardown",
-                scheduled_at=datetime.fromisoformat(str(teardown["scheduled_at"])),
-            )
-        )
-    return marks
+def scheduled_runs(schedule: LeaseSchedule) -> list[ScheduledRunMark]:
+    """The runs the lease scheduled, for the timeline."""
+    return [
+        ScheduledRunMark(name=run.name, stage=run.stage.value, scheduled_at=run.scheduled_at, fired_at=run.fired_at)
+        for run in schedule.runs
+    ]
 
 
 MAX_FORECASTS = 10  # the offers a person weighs: the best-ranked ones
@@ -260,7 +268,7 @@ def offer_forecasts(spec: CampaignSpec, offers: Sequence[Offer], prices: PriceTa
     return forecasts
 
 
-def _resources(report: CampaignReport, spec: CampaignSpec, lease: Lease, *, offset: timedelta) -> list[ResourceUsage]:
+def _resources(report: CampaignReport, spec: CampaignSpec, lease: Lease) -> list[ResourceUsage]:
     """The control plane, the system node group and the network's billed parts (the NAT gateway; the public
     IPv4 addresses: its Elastic IP and one per system node) from bring-up's start until teardown ended (or the
     scheduled hard teardown, when this run left it to that run), and the weights in S3 for as long as the block.
@@ -271,10 +279,10 @@ def _resources(report: CampaignReport, spec: CampaignSpec, lease: Lease, *, offs
     if bring_up is not None and bring_up.status is not StageStatus.SKIPPED and not spec.cluster.existing_cluster_name:
         teardown = _last(report, Stage.TEARDOWN)
         if teardown is not None and teardown.ended_at is not None:
-            end = teardown.ended_at + offset
+            end = teardown.ended_at
         else:
             end = spec.teardown.teardown_at(lease.end)
-        hours = _hours(bring_up.started_at + offset, end)
+        hours = _hours(bring_up.started_at, end)
         usages.append(EksControlPlaneUsage(name="EKS control plane", hours=hours))
         if cluster is not None and cluster.system_pool is not None:
             pool = cluster.system_pool
@@ -288,7 +296,7 @@ def _resources(report: CampaignReport, spec: CampaignSpec, lease: Lease, *, offs
             )
         if cluster is not None:
             usages += _network_usage(cluster, hours)
-    usages += _weights_usage(report, spec, end=lease.end, offset=offset)
+    usages += _weights_usage(report, spec, end=lease.end)
     return usages
 
 
@@ -308,7 +316,7 @@ def _network_usage(cluster: ClusterResult, hours: float) -> list[ResourceUsage]:
 
 
 def _weights_usage(
-    report: CampaignReport, spec: CampaignSpec, *, end: datetime | None, offset: timedelta
+    report: CampaignReport, spec: CampaignSpec, *, end: datetime | None
 ) -> list[ResourceUsage]:
     """The checkpoint in S3, counted from when it was staged until the block's end (this campaign's share;
     without a block, none: the stored bytes are listed at 0 hours so a reader sees they exist)."""
@@ -316,7 +324,7 @@ def _weights_usage(
     staged = _last(report, Stage.STAGE_WEIGHTS)
     if weights is None or staged is None or staged.ended_at is None:
         return []
-    hours = _hours(staged.ended_at + offset, end) if end is not None else 0.0
+    hours = _hours(staged.ended_at, end) if end is not None else 0.0
     return [
         S3Usage(
             name=f"weights in s3://{spec.weights.s3_bucket}", gb_stored=weights.bytes_total / 1e9, hours_stored=hours
@@ -333,26 +341,16 @@ def _last(report: CampaignReport, stage: Stage) -> StageRecord | None:
     return found[-1] if found else None
 
 
-def _shifted(interval: Interval, offset: timedelta) -> Interval:
-    if not offset:
-        return interval
-    return interval.model_copy(update={"start": interval.start + offset, "end": interval.end + offset})
-
-
 def _hours(start: datetime, end: datetime) -> float:
     return min(max((end - start).total_seconds() / 3600, 0.0), _MAX_RESOURCE_HOURS)
 
 
-def _duration(delta: timedelta) -> str:
-    sign = "−" if delta < timedelta(0) else "+"
-    seconds = int(abs(delta).total_seconds())
-    return f"{sign}{seconds // 3600}h{seconds % 3600 // 60:02d}m{seconds % 60:02d}s"
-
-
 __all__: Sequence[str] = (
     "campaign_cost_inputs",
+    "measured_throughput",
     "offer_forecasts",
     "scheduled_runs",
     "serving_interval",
+    "stage_intervals",
     "throughput_estimate",
 )

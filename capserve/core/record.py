@@ -19,26 +19,26 @@ re-read and the change re-applied.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, JsonValue, model_validator
 
+from capserve.core.approval import Approval
 from capserve.core.capacity.result import AcquireResult
 from capserve.core.cluster.result import PreparedCluster
 from capserve.core.cost.inputs import CostInputs
+from capserve.core.digest import SHA256_HEX, digest
 from capserve.core.lease import Lease
 from capserve.core.locations import BucketLocation
 from capserve.core.redeploy import RedeployEntry
+from capserve.core.report import CampaignReport
 from capserve.core.rollout.strategy import Serving
 from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage, StageStatus
 from capserve.core.teardown.result import KeptResource
 
 RECORD_SCHEMA_VERSION: Literal[2] = 2
-SHA256_HEX = r"^[0-9a-f]{64}$"
 
 # The parts of the spec each stage reads: a stage's inputs digest covers these and the outputs of the
 # stages it builds on (STAGE_BUILDS_ON), so a change anywhere upstream shows as a changed digest.
@@ -122,12 +122,6 @@ class RecordRef(BaseModel):
         return self.location.uri(self.key)
 
 
-def digest(value: Any) -> str:
-    """sha256 of the canonical JSON of ``value`` (sorted keys, no spaces)."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 class SpecSnapshot(BaseModel):
     """The spec a campaign runs, as validated JSON (relative times already resolved) and its digest."""
 
@@ -157,19 +151,6 @@ class StageEntry(BaseModel):
     inputs_digest: str | None = Field(None, pattern=SHA256_HEX, description="Digest of what it was given.")
     outputs: dict[str, JsonValue] = Field(default_factory=dict, max_length=64, description="What it produced.")
     detail: str = Field("", max_length=4000, description="One paragraph: what happened or why it stopped.")
-
-
-class Approval(BaseModel):
-    """A person's decision recorded for good: who, when, about what, and why."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    stage: Stage = Field(description="The stage that asked.")
-    subject: str = Field(min_length=1, max_length=512, description="What was decided on (e.g. the offering id).")
-    approved: bool = Field(description="The answer.")
-    approver: str = Field("", max_length=200, description="Who decided ('' when the form left it empty).")
-    note: str = Field("", max_length=2000, description="Why.")
-    decided_at: AwareDatetime = Field(description="When.")
 
 
 # What records written before kept beside the rollout's config, each a copy of the config's own field
@@ -213,9 +194,6 @@ class CampaignRecord(BaseModel):
     approvals: tuple[Approval, ...] = Field(default=(), max_length=256, description="Every decision, oldest first.")
     last_good_rollout: RolloutRecord | None = Field(None, description="What a failed rollout rolls back to.")
     kept: tuple[KeptResource, ...] = Field(default=(), max_length=256, description="What teardown kept, and why.")
-    report_dir: str | None = Field(
-        None, max_length=4096, description="Where the campaign's report is written (on the worker's host)."
-    )
     teardown_when_done: bool = Field(
         False, description="The person who started the campaign asked for a teardown as soon as it has served and "
         "been evaluated (`capserve up --teardown-when-done`): the scheduled serve run does it, not only end − 35 min.",
@@ -232,16 +210,25 @@ class CampaignRecord(BaseModel):
     )
     cost_inputs: CostInputs | None = Field(
         None,
-        description="The block's cost ledger inputs as the last run that served wrote them: later runs (a redeploy, "
-        "the teardown) rebuild the block's ledger from them and the redeploys (capserve.core.block_cost).",
+        description="The block's cost ledger inputs as the last run that held the block wrote them: later runs (a "
+        "redeploy, the teardown) build the block's ledger from them and the redeploys (capserve.core.block_cost).",
+    )
+    report: CampaignReport | None = Field(
+        None,
+        description="That run's report, typed: whichever run comes later, on whichever host, renders the campaign's "
+        "report from it and this record (capserve.core.block_cost.campaign_report).",
     )
     updated_at: AwareDatetime = Field(description="Last write.")
 
     @model_validator(mode="before")
     @classmethod
     def _upgrade(cls, data: Any) -> Any:
-        """Read records of schema 1 (stages as {status, finished_at, detail}) as schema 2."""
-        if not isinstance(data, dict) or data.get("schema_version") != 1:
+        """Read records of schema 1 (stages as {status, finished_at, detail}) as schema 2, and records that kept the
+        host path of their report (``report_dir``: the report is rendered from the record now, on any host)."""
+        if not isinstance(data, dict):
+            return data
+        data = {key: value for key, value in data.items() if key != "report_dir"}
+        if data.get("schema_version") != 1:
             return data
         stages = {
             name: {"status": old["status"], "ended_at": old["finished_at"], "detail": old.get("detail", "")}
@@ -296,9 +283,6 @@ class CampaignRecord(BaseModel):
     def with_rollout(self, rollout: RolloutRecord) -> CampaignRecord:
         return self.model_copy(update={"last_good_rollout": rollout, "updated_at": rollout.ready_at})
 
-    def with_report_dir(self, report_dir: str, *, now: datetime) -> CampaignRecord:
-        return self.model_copy(update={"report_dir": report_dir, "updated_at": now})
-
     def with_teardown_when_done(self, wanted: bool, *, now: datetime) -> CampaignRecord:
         return self.model_copy(update={"teardown_when_done": wanted, "updated_at": now})
 
@@ -308,8 +292,8 @@ class CampaignRecord(BaseModel):
     def with_prepared(self, prepared: PreparedCluster) -> CampaignRecord:
         return self.model_copy(update={"prepared": prepared, "updated_at": prepared.ended_at})
 
-    def with_cost_inputs(self, inputs: CostInputs, *, now: datetime) -> CampaignRecord:
-        return self.model_copy(update={"cost_inputs": inputs, "updated_at": now})
+    def with_block_report(self, report: CampaignReport, inputs: CostInputs, *, now: datetime) -> CampaignRecord:
+        return self.model_copy(update={"report": report, "cost_inputs": inputs, "updated_at": now})
 
     def with_redeploy(self, entry: RedeployEntry) -> CampaignRecord:
         return self.model_copy(update={"redeploys": (*self.redeploys, entry), "updated_at": entry.ended_at})

@@ -33,9 +33,9 @@ from capserve.core.cluster.hyperpod import HYPERPOD_GPU_TYPES
 from capserve.core.cluster.network import EKS_DISALLOWED_ZONE_IDS, EKS_MIN_AZS, PRIVATE_CIDR_INDEX
 from capserve.core.cluster.vendored import VENDORED
 from capserve.core.cost.prices import PriceQuote, PriceStatus, PriceTable
+from capserve.core.digest import SHA256_HEX, digest
 from capserve.core.lease import ON_DEMAND, ON_DEMAND_RESERVATION, Lease
 from capserve.core.markdown import markdown_table
-from capserve.core.record import SHA256_HEX, digest
 from capserve.core.spec import CampaignSpec
 from capserve.core.stages import StageStatus
 

@@ -24,6 +24,7 @@ from typing import Annotated, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from capserve.core.approval import Approval
 from capserve.core.capacity.result import AcquireResult
 from capserve.core.cluster.result import ClusterResult, PreparedCluster
 from capserve.core.cost.ledger import CostLedger
@@ -32,7 +33,6 @@ from capserve.core.events import CapserveEvent
 from capserve.core.markdown import markdown_table, without_images
 from capserve.core.plan_check import plan_markdown
 from capserve.core.planner import ServingPlan
-from capserve.core.record import Approval
 from capserve.core.redeploy import RedeployEntry, redeploys_markdown
 from capserve.core.rehearsal import RehearsalRecord
 from capserve.core.rollout.image import ImageMirrorResult
@@ -200,16 +200,20 @@ class CampaignReport(BaseModel):
             if isinstance(marker, Section)
         }
 
+    @classmethod
+    def section_of(cls, value: BaseModel) -> str:
+        """The one section that holds a result of ``value``'s type."""
+        for name in cls.sections():
+            if isinstance(value, _section_types(cls.model_fields[name].annotation)):
+                return name
+        raise TypeError(f"no report section holds a {type(value).__name__}")
+
     def add(self, value: BaseModel) -> None:
         """Put a stage's result into the one section of its type; a section is written once."""
-        for name in self.sections():
-            kinds = _section_types(type(self).model_fields[name].annotation)
-            if isinstance(value, kinds):
-                if getattr(self, name) is not None:
-                    raise ValueError(f"report section {name!r} is already written")
-                setattr(self, name, value)
-                return
-        raise TypeError(f"no report section holds a {type(value).__name__}")
+        name = self.section_of(value)
+        if getattr(self, name) is not None:
+            raise ValueError(f"report section {name!r} is already written")
+        setattr(self, name, value)
 
     # ------------------------------------------------------------------ stages
 
@@ -250,6 +254,20 @@ class CampaignReport(BaseModel):
             rows.append(TimelineRow(what="prepare_cluster", run=self.prepared.run, status=StageStatus.COMPLETED,
                                     started_at=self.prepared.started_at, ended_at=self.prepared.ended_at))
         return sorted(rows, key=lambda r: r.started_at)
+
+    def event_rows(self) -> list[dict[str, object]]:
+        """report.md's Events table: the events sent (by this run, and by the redeploys the record holds), and what
+        other runs did for the campaign before them (the purchase when the lease was adopted, the cluster's
+        preparation), in time order; a scheduled serve run sent neither event."""
+        rows = [(event.occurred, f"`{event.event}`") for event in self.events]
+        bought = self.acquire
+        if bought is not None and bought.adopted_by and bought.bought_at is not None:
+            reservation = bought.lease.reservation_id if bought.lease is not None else None
+            rows.append((bought.bought_at, f"purchase: `{reservation}` by run {bought.bought_by}"))
+        if self.prepared is not None:
+            rows.append((self.prepared.started_at, f"cluster preparation began (run {self.prepared.run})"))
+            rows.append((self.prepared.ended_at, "cluster prepared"))
+        return [{"occurred (UTC)": f"{at:%Y-%m-%d %H:%M:%S}", "event": what} for at, what in sorted(rows)]
 
     def block(self) -> tuple[datetime, datetime] | None:
         """The block's start and end (None before a lease)."""
@@ -302,36 +320,13 @@ class CampaignReport(BaseModel):
             lines += ["", "## Approvals", "", markdown_table(rows).rstrip()]
         if self.redeploys:
             lines += ["", "## Redeploys", "", redeploys_markdown(self.redeploys).rstrip()]
-        events = event_rows(self.to_json())
+        events = self.event_rows()
         if events:
             lines += ["", "## Events", "", markdown_table(events).rstrip()]
         text = "\n".join(lines)
         if not images:
             text = without_images(text)
         return text + "\n"
-
-
-def event_rows(report: dict[str, Any]) -> list[dict[str, object]]:
-    """report.md's Events table from report.json: the run's events, and what other runs did for the campaign before
-    them from the record (the purchase when the lease was adopted, the cluster's preparation), in time order; a
-    scheduled serve run sent neither event. The one rule for the serve run's report and every amendment of it."""
-    rows = [(str(e.get("occurred", "")), f"`{e.get('event')}`") for e in report.get("events") or []]
-    purchase, lease, prepared = report.get("purchase") or {}, report.get("lease") or {}, report.get("prepared") or {}
-    if purchase.get("adopted_by") and purchase.get("bought_at"):
-        rows.append((purchase["bought_at"],
-                     f"purchase: `{lease.get('reservation_id')}` by run {purchase.get('bought_by')}"))
-    if prepared.get("started_at") and prepared.get("ended_at"):
-        rows.append((prepared["started_at"], f"cluster preparation began (run {prepared.get('run')})"))
-        rows.append((prepared["ended_at"], "cluster prepared"))
-    timed = sorted((_parse(at), what) for at, what in rows)
-    return [{"occurred (UTC)": f"{at:%Y-%m-%d %H:%M:%S}", "event": what} for at, what in timed]
-
-
-def _parse(at: str) -> datetime:
-    try:
-        return datetime.fromisoformat(at)
-    except ValueError:
-        return datetime.min.replace(tzinfo=UTC)
 
 
 def _took(span: timedelta) -> str:

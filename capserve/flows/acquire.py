@@ -29,6 +29,7 @@ from prefect.input import RunInput
 from prefect.runtime import flow_run
 
 from capserve.campaign.run_names import stage_run_name
+from capserve.core.approval import Approval
 from capserve.core.campaign_cost import offer_forecasts
 from capserve.core.capacity.adoption import adoption_problems, lease_from_reservation
 from capserve.core.capacity.approval import ApprovalDecision, ApprovalRequest, needs_approval
@@ -43,7 +44,7 @@ from capserve.core.cost import CostForecast, load_price_table
 from capserve.core.cost.planning import forecast_table
 from capserve.core.errors import OfferGoneError, PermanentError
 from capserve.core.lease import Lease
-from capserve.core.record import Approval, RecordRef, StageEntry
+from capserve.core.record import RecordRef, StageEntry
 from capserve.core.rehearsal import RehearsalRecord, rehearsal_digest, rehearsal_line, rehearsal_problem
 from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage, StageStatus

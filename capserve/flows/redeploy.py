@@ -17,7 +17,8 @@ Where the outcome goes: each redeploy appends a ``RedeployEntry`` (from, to, tri
 outcome) to the campaign record, together with the moved last good rollout when it promotes. The record
 is the carrier: every report a campaign run writes copies the record's redeploys into ``report.json``
 ``"redeploys"`` (``capserve.campaign.runner``). The redeploy also writes its own report (its stages, the
-rollout and rollback, the evaluation and the record's redeploys so far) under ``out_dir``.
+rollout and rollback, the evaluation and the record's redeploys so far) under ``out_dir``, and renders the
+campaign's report from the record in this worker's folder for it (``capserve.tasks.reporting``).
 
 A failure of the redeploy itself never tears the campaign down: before the rollout the old revision keeps
 serving; a rollback that fails leaves the cluster to the scheduled teardown (the entry says "failed").
@@ -37,7 +38,6 @@ from prefect.states import Completed
 from capserve.campaign.announce import about, announce
 from capserve.campaign.announce import now as utc_now
 from capserve.campaign.context import CampaignContext, RunOptions, need
-from capserve.campaign.cost import block_ledger
 from capserve.campaign.run_names import campaign_runs
 from capserve.campaign.runner import StageEnd, StageOutput
 from capserve.campaign.stages import (
@@ -76,7 +76,12 @@ from capserve.tasks.locations import locations_for
 from capserve.tasks.manifests import recording
 from capserve.tasks.planning import plan_campaign, resolve_model
 from capserve.tasks.record_store import change_record, load_record
-from capserve.tasks.reporting import amend_report_files, publish_redeploy, write_report_files
+from capserve.tasks.reporting import (
+    campaign_report_dir,
+    publish_redeploy,
+    write_campaign_report,
+    write_report_files,
+)
 from capserve.tasks.rollout.start_history import read_start_history
 from capserve.tasks.settings import hub_endpoint_from_environment, settings_from_environment
 from capserve.tasks.slots import campaign_slot
@@ -120,7 +125,7 @@ def redeploy(
             return Completed(name="Skipped", message=done)
         _refuse(record, now, cluster_spec=spec, past=_past_starts(record, spec, base))
         # Unless told otherwise, beside the campaign's report (on this worker's host), a folder per revision.
-        folder = Path(record.report_dir) / "redeploys" if record.report_dir else Path("out") / campaign_id / "redeploy"
+        folder = campaign_report_dir(campaign_id) / "redeploys"
         options = RunOptions(
             out_dir=out_dir or folder / sha[:12], staging_dir=(out_dir or folder) / "staging", hub_endpoint=hub
         )
@@ -329,18 +334,8 @@ def _finish(
         publish_redeploy(ctx.spec.campaign_id, redeploys_markdown([entry]))
     except Exception:
         logger.exception("could not write the redeploy's report to %s", ctx.options.out_dir)
-    _amend_campaign_ledger(record)
+    try:  # the campaign's report, rendered from the record: this redeploy and its downtime in the block's ledger
+        write_campaign_report(record)
+    except Exception:  # the redeploy is done: a report that cannot be written is logged, not a failed redeploy
+        logger.exception("could not write the campaign's report to %s", campaign_report_dir(record.campaign_id))
     return entry
-
-
-def _amend_campaign_ledger(record: CampaignRecord) -> None:
-    """The campaign's report gets the block's ledger with this redeploy's downtime (a redeploy changes it)."""
-    ledger = block_ledger(record)
-    if ledger is None or record.report_dir is None:
-        return
-    partial = CampaignReport(campaign=record.campaign_id, redeploys=list(record.redeploys))
-    partial.add(ledger)
-    try:
-        amend_report_files(partial, Path(record.report_dir), heading=f"After redeploy {len(record.redeploys)}")
-    except Exception:  # noqa: BLE001 - the redeploy is done: a report that cannot be amended is logged, not a failed redeploy
-        get_run_logger().exception("could not amend the campaign's report in %s", record.report_dir)

@@ -24,7 +24,6 @@ run (docs/events.md §4).
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Literal
 
 from prefect import flow, get_run_logger
@@ -33,7 +32,6 @@ from prefect.runtime import flow_run
 from prefect.states import Cancelled, Failed
 
 from capserve.campaign.context import CampaignContext, RunOptions, need
-from capserve.campaign.cost import block_ledger
 from capserve.campaign.run_names import campaign_runs
 from capserve.campaign.runner import run_campaign
 from capserve.campaign.stages import teardown_stage
@@ -63,7 +61,7 @@ from capserve.tasks.locations import locate_records, record_ref
 from capserve.tasks.orphans import read_crashed_run, runs_in_flight
 from capserve.tasks.progress import tell
 from capserve.tasks.record_store import change_record, load_record
-from capserve.tasks.reporting import amend_report_files
+from capserve.tasks.reporting import campaign_report_dir, write_campaign_report
 from capserve.tasks.scheduling import cancelled_before_start, schedule_lease_runs
 from capserve.tasks.settings import hub_endpoint_from_environment, settings_from_environment
 from capserve.tasks.slots import campaign_slot
@@ -173,8 +171,7 @@ def serve(campaign_id: str, region: str, reservation_id: str) -> CampaignReport 
             f"reservation {reservation_id} ended at {lease.end.isoformat()}: nothing to serve on; nothing was "
             f"bought (start the campaign {campaign_id} again to buy a new block)"
         ))
-    # The campaign's report folder (on this worker's host), so the report a person opens is the whole campaign's.
-    out_dir = Path(record.report_dir) if record.report_dir else Path("out") / campaign_id
+    out_dir = campaign_report_dir(campaign_id)  # this worker's folder for the campaign's report
     options = RunOptions(out_dir=out_dir, staging_dir=out_dir / "staging", hub_endpoint=hub_endpoint_from_environment(),
                          bound_lease=lease, teardown_when_done=record.teardown_when_done)
     ctx = CampaignContext.start(spec, base.for_campaign(spec.campaign_settings()), options)
@@ -296,19 +293,10 @@ def _waypoint(record: CampaignRecord, spec: CampaignSpec, stage: ScheduledStage)
 
 
 def _finish_report(record: CampaignRecord, spec: CampaignSpec, done: TeardownResult) -> None:
-    """The last scheduled run completes the campaign's report: the redeploys while it served, its teardown, and
-    when each scheduled run fired."""
-    if record.report_dir is None or record.lease is None:
+    """The last scheduled run renders the campaign's report from the record, on whichever worker it runs: the
+    redeploys while it served, the block's ledger, its teardown, and when each scheduled run fired."""
+    if record.lease is None or record.report is None:
         return
-    partial = CampaignReport(
-        campaign=record.campaign_id,
-        redeploys=list(record.redeploys),
-        events=[event for redeploy in record.redeploys for event in redeploy.events],
-    )
-    partial.add(done)
-    ledger = block_ledger(record)  # the block's, with every redeploy's downtime
-    if ledger is not None:
-        partial.add(ledger)
     schedule = schedule_lease_runs(
         record.campaign_id, record.lease, spec.teardown,
         bring_up_lead=timedelta(minutes=spec.teardown.bring_up_lead_minutes), prepare_lead=cluster_lead(spec),
@@ -319,9 +307,8 @@ def _finish_report(record: CampaignRecord, spec: CampaignSpec, done: TeardownRes
         run.model_copy(update={"state": "Completed"}) if run.stage is ScheduledStage.TEARDOWN else run
         for run in schedule.runs
     )
-    partial.add(schedule.model_copy(update={"runs": runs}))
-    written = amend_report_files(partial, Path(record.report_dir), heading="After serving")
-    get_run_logger().info("report of %s finished: %s", record.campaign_id, written or "no report folder on this host")
+    written = write_campaign_report(record, done, schedule.model_copy(update={"runs": runs}))
+    get_run_logger().info("report of %s finished: %s", record.campaign_id, written)
 
 
 @flow(name="teardown-orphan", flow_run_name="teardown-orphan-{flow_run_id}", validate_parameters=True)

@@ -22,11 +22,12 @@ from typing import Any
 from botocore.exceptions import ClientError
 from prefect.cache_policies import NO_CACHE
 
+from capserve.core.approval import Approval
 from capserve.core.capacity.result import AcquireResult
 from capserve.core.errors import PermanentError, RetryableError
 from capserve.core.lease import Lease
 from capserve.core.locations import RECORDS, BucketLocation
-from capserve.core.record import Approval, CampaignRecord, RecordRef, StageEntry
+from capserve.core.record import CampaignRecord, RecordRef, StageEntry
 from capserve.core.rehearsal import RehearsalRecord, rehearsal_key
 from capserve.core.stages import Stage, StageStatus
 from capserve.tasks.aws import client, convert, error_code

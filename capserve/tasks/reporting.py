@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from datetime import datetime
 from pathlib import Path
 
@@ -17,9 +18,11 @@ import matplotlib
 matplotlib.use("Agg")  # no display here or in CI; must precede pyplot
 import matplotlib.pyplot as plt
 from prefect.artifacts import create_markdown_artifact
+from pydantic import BaseModel
 
-from capserve.core.markdown import markdown_table, merge_sections, without_images
-from capserve.core.report import CampaignReport, event_rows
+from capserve.core.block_cost import campaign_report
+from capserve.core.record import CampaignRecord
+from capserve.core.report import CampaignReport
 from capserve.core.stages import StageStatus
 from capserve.tasks.cost.plots import write_cost_plots
 from capserve.tasks.resilience import orchestrator_task
@@ -57,48 +60,40 @@ def write_report_files(report: CampaignReport, out_dir: Path) -> tuple[Path, Pat
     return json_path, md_path
 
 
-def amend_report_files(partial: CampaignReport, out_dir: Path, *, heading: str) -> Path | None:
-    """Put ``partial``'s sections into the report already in ``out_dir``: how a run that comes after the campaign's
-    (a redeploy, the scheduled teardown) finishes its report. None when there is no report there to finish.
+REPORT_DIR_ENV = "CAPSERVE_REPORT_DIR"
+"""Where a run that is not given a folder writes its campaign's report on this host (``{campaign}`` stands for the
+campaign id; default ``out/{campaign}``). A scheduled run, a redeploy or a teardown gets only the campaign id and its
+region: the worker's environment says where its reports go, and the record says what they hold."""
 
-    report.json's keys are replaced and its events added to the report's; in report.md a section the report
-    already has is replaced where it stands (the block's ledger rebuilt after a redeploy or the teardown is *the*
-    Cost section, not a second one below the serving run's projection), the events table is redrawn from the
-    merged events, and sections new to the report come under ``# {heading}`` (``capserve.core.markdown``)."""
-    json_path, md_path = out_dir / "report.json", out_dir / "report.md"
-    if not json_path.exists():
+
+def campaign_report_dir(campaign_id: str) -> Path:
+    """The campaign's report folder on this host (``CAPSERVE_REPORT_DIR``)."""
+    return Path((os.environ.get(REPORT_DIR_ENV) or "out/{campaign}").replace("{campaign}", campaign_id))
+
+
+def write_campaign_report(record: CampaignRecord, *sections: BaseModel) -> Path | None:
+    """The campaign's report rendered from its record (``capserve.core.block_cost.campaign_report``) with this run's
+    ``sections``, written whole in this host's folder for it, and the UI's copy updated: how a run after the one that
+    held the block (a redeploy, the scheduled teardown) brings the report up to date on any worker. None when no run
+    has held a block yet."""
+    report = campaign_report(record, *sections)
+    if report is None:
         return None
-    redact = redactor()
-    document = json.loads(json_path.read_text(encoding="utf-8"))
-    added = redact.redact_data(partial.to_json())
-    events = list(document.get("events") or [])
-    events += [event for event in added.get("events") or [] if event not in events]
-    document.update({key: value for key, value in added.items() if key not in ("campaign", "stages", "events")})
-    document["events"] = sorted(events, key=lambda event: str(event.get("occurred", "")))
-    if partial.cost is not None:
-        write_cost_plots(partial.cost, out_dir)  # the ledger's plots are redrawn with the ledger they show
-    added_markdown = redact.redact(partial.to_markdown())
-    rows = event_rows(document)  # the same table the serve run drew, with the events added since
-    if rows:
-        added_markdown += "\n## Events\n\n" + markdown_table(rows) + "\n"
-    markdown = md_path.read_text(encoding="utf-8") if md_path.exists() else ""
-    markdown = merge_sections(markdown, added_markdown, heading=heading)
-    for path, text in ((json_path, json.dumps(document, indent=2) + "\n"), (md_path, markdown)):
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    _republish(partial.campaign, markdown)
+    json_path, _ = write_report_files(report, campaign_report_dir(record.campaign_id))
+    _republish(report)
     return json_path
 
 
-def _republish(campaign_id: str, markdown: str) -> None:
-    """The campaign's artifact in the UI becomes the amended report (its one key, updated in place), best effort:
-    the files are the report; a server that cannot take the artifact now must not fail the run that amended them."""
+def _republish(report: CampaignReport) -> None:
+    """The campaign's artifact in the UI becomes the report as rendered now (its one key, updated in place), best
+    effort: the files are the report; a server that cannot take the artifact now must not fail the run that wrote
+    them."""
     try:
-        create_markdown_artifact(key=_artifact_key(campaign_id), markdown=without_images(markdown),
+        create_markdown_artifact(key=_artifact_key(report.campaign),
+                                 markdown=redactor().redact(report.to_markdown(images=False)),
                                  description="Campaign report")
     except Exception as exc:  # noqa: BLE001 - the artifact is a copy for the UI; the files are written
-        logging.getLogger(__name__).warning("the UI's copy of %s's report was not updated: %s", campaign_id, exc)
+        logging.getLogger(__name__).warning("the UI's copy of %s's report was not updated: %s", report.campaign, exc)
 
 
 def _artifact_key(campaign_id: str) -> str:

@@ -19,14 +19,14 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 from uuid import uuid4
 
 import httpx
 
-from capserve.core.clock import Pace
+from capserve.core.clock import HostClock, Pace
 from capserve.core.errors import PermanentError, RetryableError
 from capserve.tasks.the_clock import CLOCK_ENV
 
@@ -40,6 +40,28 @@ own rule meanwhile, so a window of the block's length in wall time would only ma
 def plugged(url: str) -> dict[str, str]:
     """The environment that makes the product's processes ask the sandbox's clock at ``url``."""
     return {CLOCK_ENV: f"{__name__}:HttpClock {url}"}
+
+
+def jumping(url: str) -> dict[str, str]:
+    """The environment that makes the product's processes read the time from the sandbox's clock at ``url`` when
+    the window is not simulated (``JumpingClock``)."""
+    return {CLOCK_ENV: f"{__name__}:JumpingClock {url}"}
+
+
+class JumpingClock(HostClock):
+    """The campaign's clock when the sandbox does not simulate the window: the host's, moved forward where the
+    sandbox's AWS jumped to a reservation's start instead of waiting for it (``capserve_sandbox.aws_ext.capacity``),
+    so the stages are timed on the clock the reservation's window is on. Only ``now`` is asked; waits are the host's."""
+
+    def __init__(self, url: str) -> None:
+        self._clock = HttpClock(url)
+
+    def now(self) -> datetime:
+        return self._clock.now()
+
+    def wall_time_of(self, block_time: datetime) -> datetime:
+        del block_time  # ahead of the host's by the jump: the fact has just happened, on this host
+        return datetime.now(UTC)
 
 
 class HttpClock:

@@ -24,7 +24,7 @@ from capserve_sandbox.aws import moto_sandbox, patched_environ
 from capserve_sandbox.aws_ext import capacity as capacity_ext
 from capserve_sandbox.aws_ext import eks as eks_ext
 from capserve_sandbox.clock import CLOCK
-from capserve_sandbox.clock_client import plugged
+from capserve_sandbox.clock_client import jumping, plugged
 from capserve_sandbox.clock_server import clock_server
 from capserve_sandbox.failures import FAILURES, Failure
 from capserve_sandbox.hub import HubState, local_hub, publish_revision
@@ -105,9 +105,10 @@ def sandbox(
     """
     FAILURES.reset(failure_log)
     with ExitStack() as stack:
-        # A bought block starts at the next 11:30 UTC or later; the sandbox's AWS jumps its own clock to
-        # the start on the first look instead of making the demo wait. Production code never reads this
-        # clock: it follows the states AWS reports.
+        # A bought block starts at the next 11:30 UTC or later; unless it simulates the window, the sandbox's AWS
+        # jumps its clock to the start on the first look instead of making the demo wait. Either way the campaign
+        # asks that clock for the time (CAPSERVE_CLOCK): the stages' times and the reservation's window are on one
+        # clock, as on AWS.
         capacity_ext.reset()  # its reservations live beside moto's state, not in it
         capacity_ext.SETTINGS.auto_activate = simulate is None
         stack.callback(CLOCK.reset)
@@ -122,6 +123,8 @@ def sandbox(
                            extend=revisions.place if revisions is not None else None)
             clock_url = stack.enter_context(clock_server())
             stack.enter_context(patched_environ(plugged(clock_url)))
+        else:
+            stack.enter_context(patched_environ(jumping(stack.enter_context(clock_server()))))
         stack.callback(capacity_ext.reset)
         aws = stack.enter_context(moto_sandbox(region))
         # The image stage's registry tool (crane in production) is the sandbox's stand-in, copying into moto's ECR.

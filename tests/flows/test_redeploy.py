@@ -28,6 +28,7 @@ from capserve.flows.campaign import campaign
 from capserve.flows.redeploy import redeploy
 from capserve.tasks.locations import record_ref
 from capserve.tasks.record_store import change_record, load_record
+from capserve.tasks.reporting import REPORT_DIR_ENV
 from tests.flows.test_campaign import SMALL_LOAD, spec_file
 
 REGION = "us-east-2"  # the example's first capacity region: the campaign's home, where its record lives
@@ -62,10 +63,14 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
         yield Running(far_ends, spec.campaign_id, record_ref(spec, RecordSettings()), first, out)
 
 
-def test_a_good_revision_is_promoted_and_a_second_event_for_it_does_nothing(running: Running) -> None:
+def test_a_good_revision_is_promoted_and_a_second_event_for_it_does_nothing(
+    running: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert running.first.weights is not None
     before = running.first.weights.revision_sha
     good = running.far_ends.publish_revision()
+    # The redeploy runs on another host: none of the campaign run's files there, its own folder for reports.
+    monkeypatch.setenv(REPORT_DIR_ENV, str(running.out / "other-host" / "{campaign}"))
 
     entry = running.redeploy(good, "good")
 
@@ -85,6 +90,12 @@ def test_a_good_revision_is_promoted_and_a_second_event_for_it_does_nothing(runn
     assert written["rollout"]["compile_cache"]["result"] == "hit"
     phases = {p.name: p for p in entry.phases}
     assert phases["start"].note == "warm compile cache" and "gate" in phases
+    # ... and renders the campaign's report there from the record: the first run's stages, this redeploy, and its
+    # downtime in the block's ledger.
+    rendered = json.loads((running.out / "other-host" / running.campaign_id / "report.json").read_text())
+    assert [s["name"] for s in rendered["stages"]] == [s.name.value for s in running.first.stages]
+    assert [(r["to"], r["outcome"]) for r in rendered["redeploys"]] == [(good, "promoted")]
+    assert rendered["cost"]["lost_gpu_minutes"]["redeploys"] > 0
 
     again = redeploy(running.campaign_id, good, region=REGION, hub_endpoint=running.far_ends.hub,
                      out_dir=running.out / "again", return_state=True)

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from capserve_sandbox.aws import patched_environ
 from capserve_sandbox.clock import CLOCK, SandboxClock
-from capserve_sandbox.clock_client import plugged
+from capserve_sandbox.clock_client import jumping, plugged
 from capserve_sandbox.clock_server import clock_server
 
 from capserve.tasks.the_clock import clock
@@ -96,3 +96,18 @@ def test_a_run_that_works_holds_the_clock_and_its_polls_land_on_their_instants(p
     assert seen == [waypoint, waypoint + timedelta(seconds=15), waypoint + timedelta(seconds=30)]
     pace = clock().pace()
     assert pace is not None and pace.working_rate == 0
+
+
+def test_unsimulated_the_campaign_reads_the_clock_the_sandboxs_aws_jumped() -> None:
+    """The sandbox's AWS jumps to a reservation's start instead of waiting for it: the campaign's clock shows the
+    jump too (one clock, so the stages and the reservation's window agree), and its waits stay the host's."""
+    CLOCK.reset()
+    try:
+        with clock_server() as url, patched_environ(jumping(url)):
+            CLOCK.advance(timedelta(hours=6, minutes=35))  # what capserve_sandbox.aws_ext.capacity does
+            shown = clock().now()
+            assert abs(shown - CLOCK.now()) < timedelta(seconds=5)
+            assert shown - datetime.now(UTC) > timedelta(hours=6, minutes=30)
+            assert clock().pace() is None  # not simulated: the report says real time
+    finally:
+        CLOCK.reset()

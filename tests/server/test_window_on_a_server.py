@@ -46,6 +46,7 @@ from capserve.core.lease import Lease
 from capserve.core.schedule import SCHEDULED_TAG, campaign_tag
 from capserve.core.spec import TeardownSpec, load_spec
 from capserve.runtime.prefect_server import Child, LocalServer, register, start_server, start_worker
+from capserve.tasks.reporting import REPORT_DIR_ENV
 from capserve.tasks.scheduling import schedule_hub_watch, schedule_lease_runs
 
 pytestmark = pytest.mark.server
@@ -75,7 +76,8 @@ def world_on(server: LocalServer, logs: Path) -> Iterator[World]:
     """The sandbox, capserve's deployments on ``server`` and one worker, for as long as the tests need them."""
     with sandbox(served_model_name="kimi-k3") as far_ends:
         # The environment a worker needs to reach the sandbox (what `capserve sandbox` prints).
-        env = {**os.environ, **server.env, "CAPSERVE_HUB_ENDPOINT": far_ends.hub}
+        env = {**os.environ, **server.env, "CAPSERVE_HUB_ENDPOINT": far_ends.hub,
+               REPORT_DIR_ENV: str(logs / "reports" / "{campaign}")}  # where the scheduled runs write the report
         register(ROOT, env, logs / "register.log")
         worker = start_worker(ROOT, env, logs / "worker.log")
         world = World(server=server, far_ends=far_ends, worker=worker, env=env, logs=logs)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from capserve.core.block_cost import after_the_drain, with_redeploys
+from capserve.core.block_cost import with_redeploys
 from capserve.core.cost import Cause, build_ledger
 from capserve.core.redeploy import RedeployEntry, down_phases
 from tests.unit.test_cost_ledger import PRICES, at, inputs, known_day
@@ -36,16 +36,6 @@ def test_rebuilding_replaces_the_redeploys_already_counted() -> None:
     once = with_redeploys(inputs(known_day()), [redeploy("promoted", at("18:20"), at("19:55"))])
     again = with_redeploys(once, [redeploy("promoted", at("18:20"), at("19:55"))])
     assert [i.cause for i in again.intervals].count(Cause.REDEPLOYS) == 1
-
-
-def test_after_the_drain_the_projection_note_gives_way_to_the_drain_run() -> None:
-    projected = "Serving after 2026-12-01 13:56 UTC is projected: the report was written then, and the endpoint ..."
-    served = inputs(known_day()).model_copy(update={"notes": ["Simulated window.", projected]})
-    assert after_the_drain(served, None) == served  # before the drain, serving ahead is still a projection
-    settled = after_the_drain(served, at("10:46", day=1))
-    assert settled.notes[0] == "Simulated window." and not any("projected" in note for note in settled.notes)
-    assert settled.notes[-1].endswith("the drain run ended at 2026-12-04 10:46 UTC (the campaign record).")
-    assert settled.intervals == served.intervals  # the figures stay
 
 
 def test_a_redeploys_downtime_shows_its_phases_in_the_ledger_and_still_adds_up() -> None:

@@ -29,6 +29,7 @@ from capserve.core.cost.spec import CostSpec
 from capserve.core.evaluation.result import EvaluationResult
 from capserve.core.lease import Lease
 from capserve.core.report import CampaignReport
+from capserve.core.schedule import LeaseSchedule, ScheduledStage, ScheduleEntry, WindowFacts
 from capserve.core.spec import CampaignSpec, load_spec
 from capserve.core.stages import Stage, StageStatus
 
@@ -71,17 +72,8 @@ def report(*stages: tuple[Stage, StageStatus, datetime, datetime]) -> CampaignRe
     return out
 
 
-def ledger_of(
-    campaign: CampaignReport,
-    held: Lease | None,
-    *,
-    offset: timedelta = timedelta(0),
-    written_at: datetime | None = None,
-) -> CostLedger:
-    inputs = campaign_cost_inputs(
-        campaign, spec(), held, written_at=written_at or minute(90) - offset, clock_offset=offset
-    )
-    return build_ledger(inputs, PRICES)
+def ledger_of(campaign: CampaignReport, held: Lease | None, *, written_at: datetime | None = None) -> CostLedger:
+    return build_ledger(campaign_cost_inputs(campaign, spec(), held, written_at=written_at or minute(90)), PRICES)
 
 
 def lost(ledger: CostLedger, cause: Cause) -> int:
@@ -136,28 +128,16 @@ def test_a_completed_rollout_starts_serving_when_it_was_ready() -> None:
     assert not any("projected" in note for note in ledger.notes)
 
 
-def test_stage_times_move_onto_awss_clock() -> None:
-    """The sandbox's reservation starts at once: its clock is 7 h ahead of the host's. Same day, same ledger."""
-    ahead = timedelta(hours=7)
-    shifted = CampaignReport(campaign="k3-demo")
-    for line in served_day().stages:
-        moved = shifted.begin(line.name, line.started_at - ahead)
-        assert line.ended_at is not None
-        shifted.end(moved, line.status, None, line.ended_at - ahead)
-    moved_ledger = ledger_of(shifted, lease(), offset=ahead)
-    plain = ledger_of(served_day(), lease())
-    assert moved_ledger.lost_gpu_minutes == plain.lost_gpu_minutes
-    assert moved_ledger.serving_gpu_minutes == plain.serving_gpu_minutes
-    assert any("+7h00m00s" in note for note in moved_ledger.notes)
-    # Without the offset every stage would lie before the block, its GPU time outside what was paid.
-    unshifted = ledger_of(shifted, lease())
-    assert lost(unshifted, Cause.BRING_UP) == lost(unshifted, Cause.EVALUATION) == 0
-    assert unshifted.outside_block_minutes[Cause.BRING_UP] == 20
-
-
-def test_a_second_or_two_between_the_clocks_is_not_an_offset() -> None:
-    ledger = ledger_of(served_day(), lease(), offset=timedelta(seconds=2))
-    assert not any("AWS's clock" in note for note in ledger.notes)
+def test_serving_ahead_of_the_report_is_a_projection_said_by_a_field() -> None:
+    """Written at minute 90, serving counted to the drain point: a projection, until the drain run has ended."""
+    inputs = campaign_cost_inputs(served_day(), spec(), lease(), written_at=minute(90))
+    assert inputs.projected_after == minute(90) and inputs.drained_at is None
+    [note] = build_ledger(inputs, PRICES).notes[:1]
+    assert note.startswith("Serving after 2026-12-03 13:00 UTC is projected")
+    drained = build_ledger(inputs.model_copy(update={"drained_at": minute(1410)}), PRICES)
+    assert not any("projected" in note for note in drained.notes)
+    assert "the drain run ended at 2026-12-04 11:00 UTC (the campaign record)." in drained.notes[0]
+    assert drained.serving_gpu_minutes == build_ledger(inputs, PRICES).serving_gpu_minutes  # the figures stay
 
 
 def test_a_failed_stage_tears_down_and_nothing_is_served() -> None:
@@ -314,19 +294,18 @@ def test_the_offers_weighed_show_what_they_would_buy() -> None:
     assert shown in bare and "No throughput estimate" in bare
 
 
-def test_scheduled_runs_come_from_either_shape_of_the_schedule() -> None:
-    at = minute(1400)
-    lease_schedule = {"schedule": [
-        {"name": "drain-k3-demo", "stage": "drain", "scheduled_at": at.isoformat(), "fired_at": None},
-        {"name": "teardown-k3-demo", "stage": "teardown", "scheduled_at": minute(1405).isoformat(),
-         "fired_at": minute(1405).isoformat()},
-    ]}  # fmt: skip
-    marks = scheduled_runs(lease_schedule, "k3-demo")
-    assert [(m.name, m.stage, m.scheduled_at) for m in marks] == [
-        ("drain-k3-demo", "drain", at),
-        ("teardown-k3-demo", "teardown", minute(1405)),
+def test_scheduled_runs_come_from_the_reports_schedule() -> None:
+    window = WindowFacts(simulated=False, rate=1, near_rate=1, block_start=START, block_end=END)
+    schedule = LeaseSchedule(window=window, runs=(
+        ScheduleEntry(name="drain-k3-demo", stage=ScheduledStage.DRAIN, scheduled_at=minute(1400), state="Scheduled"),
+        ScheduleEntry(name="teardown-k3-demo", stage=ScheduledStage.TEARDOWN, scheduled_at=minute(1405),
+                      state="Completed", fired_at=minute(1405)),
+    ))  # fmt: skip
+    marks = scheduled_runs(schedule)
+    assert [(m.name, m.stage, m.scheduled_at, m.fired_at) for m in marks] == [
+        ("drain-k3-demo", "drain", minute(1400), None),
+        ("teardown-k3-demo", "teardown", minute(1405), minute(1405)),
     ]
-    assert marks[1].fired_at == minute(1405)
-    teardown_only = scheduled_runs({"teardown_schedule": {"scheduled_at": at.isoformat()}}, "k3-demo")
-    assert [(m.name, m.stage) for m in teardown_only] == [("teardown-k3-demo", "teardown")]
-    assert scheduled_runs({}, "k3-demo") == []
+    campaign = served_day()
+    campaign.add(schedule)
+    assert campaign_cost_inputs(campaign, spec(), lease(), written_at=minute(90)).scheduled_runs == marks

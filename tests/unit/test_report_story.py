@@ -64,18 +64,27 @@ def test_the_plots_are_images_relative_to_the_report(tmp_path: Path) -> None:
     assert (tmp_path / "timeline.png").read_bytes().startswith(b"\x89PNG")
 
 
-def test_an_amendment_redraws_the_events_with_the_purchase_still_in_them(tmp_path: Path) -> None:
-    """The scheduled teardown's amendment redraws the Events table from report.json: the purchase and the
-    preparation, which are no events of the serve run, stay in it."""
+def test_the_report_rendered_from_the_record_keeps_the_purchase_and_the_preparation_in_its_events(
+    tmp_path: Path,
+) -> None:
+    """The scheduled teardown renders the report from the record: the purchase and the preparation, which are no
+    events of the serve run, stay in its Events table beside the redeploys' events."""
     import uuid
 
+    from capserve.core.block_cost import campaign_report
     from capserve.core.events import CapserveEvent
-    from capserve.tasks.reporting import amend_report_files
+    from capserve.core.record import CampaignRecord
+    from capserve.core.redeploy import RedeployEntry
 
-    write_report_files(served(tmp_path), tmp_path)
-    torn_down = CapserveEvent(event="capserve.teardown.done", resource={"prefect.resource.id": "capserve.campaign.x"},
-                              occurred=BLOCK + timedelta(hours=23, minutes=26), id=uuid.uuid4())
-    amend_report_files(CampaignReport(campaign="k3-demo", events=[torn_down]), tmp_path, heading="After serving")
-    events = (tmp_path / "report.md").read_text().split("## Events")[-1]
+    ready = CapserveEvent(event="capserve.rollout.ready", resource={"prefect.resource.id": "capserve.campaign.x"},
+                          occurred=BLOCK + timedelta(hours=9), id=uuid.uuid4())
+    entry = RedeployEntry(from_sha="a" * 40, to_sha="b" * 40, trigger="revision-published", strategy="recreate",
+                          verdict="pass", outcome="promoted", serving_sha="b" * 40,
+                          started_at=BLOCK + timedelta(hours=8), ended_at=BLOCK + timedelta(hours=9),
+                          detail="promoted", events=(ready,))
+    record = CampaignRecord.new("k3-demo", BLOCK).model_copy(update={"report": served(tmp_path)}).with_redeploy(entry)
+    rendered = campaign_report(record)
+    assert rendered is not None
+    events = rendered.to_markdown().split("## Events")[-1]
     assert "purchase: `cr-0f4ab` by run campaign-k3-demo" in events and "cluster prepared" in events
-    assert events.index("purchase:") < events.index("capserve.teardown.done")
+    assert events.index("purchase:") < events.index("capserve.rollout.ready")

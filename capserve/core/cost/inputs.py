@@ -135,12 +135,34 @@ class CostInputs(_Strict):
     notes: list[str] = Field(
         default_factory=list,
         max_length=20,
-        description="What the wiring must tell a reader about how the timeline was read (clock, projections).",
+        description="What the wiring must tell a reader about how the timeline was read.",
+    )
+    projected_after: AwareDatetime | None = Field(
+        None,
+        description="When the serving run wrote its ledger, if serving is counted past it to the drain point: what "
+        "lies after it was a projection then.",
+    )
+    drained_at: AwareDatetime | None = Field(
+        None, description="When the campaign's drain run ended (from the record), once it has: no projection is left."
     )
 
     @property
     def gpus(self) -> int:
         return self.instance_count * self.gpus_per_instance
+
+    def serving_notes(self) -> list[str]:
+        """What a reader must know of the serving interval's end: projected to the drain point, or past it."""
+        if self.projected_after is None or self.window is None:
+            return []
+        if self.drained_at is not None:
+            return [
+                f"Serving is counted until the drain point, {self.window.drain_at:%Y-%m-%d %H:%M} UTC; the drain run "
+                f"ended at {self.drained_at:%Y-%m-%d %H:%M} UTC (the campaign record)."
+            ]
+        return [
+            f"Serving after {self.projected_after:%Y-%m-%d %H:%M} UTC is projected: the report was written then, and "
+            "the endpoint is expected to serve until the drain point."
+        ]
 
     @model_validator(mode="after")
     def _capacity_consistent(self) -> CostInputs:

@@ -411,7 +411,7 @@ def build_ledger(inputs: CostInputs, prices: PriceTable, *, price_note: str = ""
         scheduled_runs=list(inputs.scheduled_runs),
         simulated_rate=inputs.simulated_rate,
         serving_started_by=inputs.serving_started_by,
-        wiring_notes=list(inputs.notes),
+        wiring_notes=[*inputs.notes, *inputs.serving_notes()],
     )
     ledger.check()
     return ledger

@@ -12,7 +12,6 @@ from collections.abc import Callable
 
 from capserve_sandbox.aws_ext import (  # hyperpod.install() installs eks too
     capacity,
-    clock,
     ecr,
     eks_access,
     hyperpod,
@@ -23,7 +22,7 @@ from capserve_sandbox.aws_ext import (  # hyperpod.install() installs eks too
 )
 
 INSTALLERS: tuple[Callable[[], None], ...] = (
-    hyperpod.install, eks_access.install, capacity.install, network.install, quotas.install, clock.install,
+    hyperpod.install, eks_access.install, capacity.install, network.install, quotas.install,
     ecr.install,
     iam_simulate.install, iam_rules.install,
 )
