@@ -14,6 +14,7 @@ from datetime import timedelta
 from capserve.campaign.context import CampaignContext
 from capserve.core.block_cost import after_the_drain, with_redeploys
 from capserve.core.campaign_cost import campaign_cost_inputs
+from capserve.core.clock import HOST
 from capserve.core.cost import CostLedger, build_ledger, load_price_table
 from capserve.core.cost.prices import PriceTable
 from capserve.core.errors import CapserveError
@@ -28,17 +29,14 @@ def campaign_ledger(ctx: CampaignContext, *, interrupted: bool) -> CostLedger:
     """This run's ledger (also put into the report's "cost" section)."""
     lease = ctx.lease
     offset, notes = timedelta(0), []
-    pace = clock().pace()
-    # A clock not the host's timed the stages on the stand-ins' own clock: there is no other clock to line up.
-    if lease is not None and not interrupted and pace is None:
+    # Only stages timed on the host's clock need lining up with AWS's: a clock plugged in is the far ends' own.
+    if lease is not None and not interrupted and clock() is HOST:
         try:
             offset = aws_clock_offset(lease.region)
         except CapserveError as exc:
             notes.append(f"AWS's clock could not be read ({str(exc)[:300]}): stage times are the host's.")
     inputs = campaign_cost_inputs(ctx.report, ctx.spec, lease, written_at=clock().now(), clock_offset=offset)
-    inputs = inputs.model_copy(update={
-        "notes": [*notes, *inputs.notes], "simulated_rate": pace.fast_rate if pace else None,
-    })
+    inputs = inputs.model_copy(update={"notes": [*notes, *inputs.notes]})
     prices, note = _prices(ctx, inputs.region, interrupted=interrupted)
     ledger = build_ledger(inputs, prices, price_note=note)
     ctx.report.add(ledger)

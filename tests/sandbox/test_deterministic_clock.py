@@ -94,5 +94,3 @@ def test_a_run_that_works_holds_the_clock_and_its_polls_land_on_their_instants(p
             seen.append(clock().now())
             clock().sleep(15)
     assert seen == [waypoint, waypoint + timedelta(seconds=15), waypoint + timedelta(seconds=30)]
-    pace = clock().pace()
-    assert pace is not None and pace.working_rate == 0
