@@ -26,8 +26,6 @@ def campaign_ledger(ctx: CampaignContext, *, interrupted: bool) -> CostLedger:
     (capserve.core.block_cost)."""
     lease = ctx.lease
     inputs = campaign_cost_inputs(ctx.report, ctx.spec, lease, written_at=clock().now())
-    pace = clock().pace()
-    inputs = inputs.model_copy(update={"simulated_rate": pace.fast_rate if pace else None})
     prices, note = _prices(ctx, inputs.region, interrupted=interrupted)
     ledger = build_ledger(inputs, prices, price_note=note)
     ctx.report.add(ledger)

@@ -97,8 +97,8 @@ def preflight(ctx: CampaignContext, plan: ServingPlan) -> None:
         # The lifecycle script must be in S3 before CreateCluster, which runs on the bought plan: check now.
         problem = lifecycle_problem(ctx.spec.campaign_id, ctx.spec.capacity.regions[0], ctx.settings.bring_up)
         facts = facts.model_copy(update={"lifecycle_problem": problem})
-    # Every AWS call the campaign will make, simulated for the caller: an AccessDenied after the purchase
-    # would strand a block that cannot be cancelled (docs/iam/README.md).
+    # Every AWS call the campaign will make, put to IAM's policy simulator for the caller: an AccessDenied after
+    # the purchase would strand a block that cannot be cancelled (docs/iam/README.md).
     permissions = check_permissions(
         ctx.spec, ctx.spec.capacity.regions[0], records_bucket=records.bucket,
         home_region=home_region(ctx.spec, records),

@@ -101,7 +101,7 @@ def server_in_background(out_dir: Path, *, keep_server: bool, console: Console) 
 
 @dataclass(frozen=True)
 class HubWatches:
-    """Hub watches to ask for once the campaign run has scheduled its lease: the sandbox's simulated block
+    """Hub watches to ask for once the campaign run has scheduled its lease: the sandbox's block
     publishes revisions at times its clock knows only then (``capserve_sandbox.revisions``)."""
 
     regions: list[str]  # where the watcher looks for campaign records
@@ -298,7 +298,7 @@ def _ask_for_watches(campaign_id: str, watches: HubWatches, out_dir: Path, conso
         return
     pause_wall_clock_watches()
     console.print("  sandbox: the hub-watcher's every-10-minutes schedule (wall time) is off on this server: "
-                  "the simulated block has a watch after each revision instead", highlight=False)
+                  "the sandbox's block has a watch after each revision instead", highlight=False)
     for at in watches.times():
         schedule_hub_watch(campaign_id, watches.regions, at, reservation_id=reservation)
         console.print(f"  sandbox: a Hub watch at {at:%Y-%m-%d %H:%M} UTC (block time), just after the Hub publishes "

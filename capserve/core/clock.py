@@ -12,11 +12,13 @@ What a clock must answer:
 - ``waiting(block_s)``: a context for a wait on the outside (a watch window) during which up to ``block_s`` of the
   block may pass; it gives the wall seconds the wait may last (on AWS ``block_s``);
 - ``wall_time_of(block_time)``: the wall time to stamp a fact that just happened at ``block_time`` with;
-- ``plan(waypoints, spans)``: the instants the campaign's scheduled runs fire at, before they are created,
-  and ``wall_time_to_schedule(at)``: the wall time to give Prefect for a run due at ``at`` on the block;
-- ``begin_at(waypoint)``: a scheduled run's first act; when it began on the block;
-- ``working()``: a context for real work on the block (a scheduled run, a redeploy);
-- ``pace()``: how the clock runs, for the report (None: the host's own time).
+- ``plan(due, working)``: before the campaign's scheduled runs are created, the instants they are due and the
+  spans of the block in which its runs are expected to work; ``wall_time_to_schedule(at)``: the wall time to
+  give Prefect for a run due at ``at`` on the block;
+- ``begin_at(waypoint)``: a scheduled run's first act (``waypoint``: the instant it is due); when it began on the
+  block (a clock may hold at a run's due instant until the run has begun);
+- ``working()``: a context for real work on the block (a scheduled run, a redeploy): a clock may hold while a
+  run works.
 """
 
 from __future__ import annotations
@@ -26,18 +28,6 @@ from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import Protocol
-
-from pydantic import BaseModel, ConfigDict, Field
-
-
-class Pace(BaseModel):
-    """How a clock that is not the host's runs (the report's window facts)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    fast_rate: float = Field(description="Block seconds per wall second while nothing works (at most).")
-    near_rate: float = Field(description="Block seconds per wall second around a scheduled run's time (at most).")
-    working_rate: float = Field(description="Block seconds per wall second while a run works (0: the clock holds).")
 
 
 class Clock(Protocol):
@@ -49,15 +39,13 @@ class Clock(Protocol):
 
     def wall_time_of(self, block_time: datetime) -> datetime: ...
 
-    def plan(self, waypoints: Iterable[datetime], spans: Iterable[tuple[datetime, datetime]] = ()) -> None: ...
+    def plan(self, due: Iterable[datetime], working: Iterable[tuple[datetime, datetime]] = ()) -> None: ...
 
     def wall_time_to_schedule(self, at: datetime) -> datetime: ...
 
     def begin_at(self, waypoint: datetime) -> datetime: ...
 
     def working(self) -> AbstractContextManager[None]: ...
-
-    def pace(self) -> Pace | None: ...
 
 
 class HostClock:
@@ -80,8 +68,8 @@ class HostClock:
     def wall_time_of(self, block_time: datetime) -> datetime:
         return block_time
 
-    def plan(self, waypoints: Iterable[datetime], spans: Iterable[tuple[datetime, datetime]] = ()) -> None:
-        del waypoints, spans  # nothing to prepare: Prefect fires each run at its time
+    def plan(self, due: Iterable[datetime], working: Iterable[tuple[datetime, datetime]] = ()) -> None:
+        del due, working  # nothing to prepare: Prefect fires each run at its time
 
     def wall_time_to_schedule(self, at: datetime) -> datetime:
         return at
@@ -96,9 +84,6 @@ class HostClock:
 
     def working(self) -> AbstractContextManager[None]:
         return self._work()
-
-    def pace(self) -> Pace | None:
-        return None
 
 
 HOST = HostClock()

@@ -116,7 +116,7 @@ class CapserveEvent(BaseModel):
         (``block_time``).
 
         Prefect's event feed and its events API show a recent window of wall time by default; an event stamped
-        days ahead on a simulated clock would be outside it. The id stays the one derived from the block time,
+        days ahead on the campaign's clock would be outside it. The id stays the one derived from the block time,
         so the same fact sent twice is still one event.
         """
         return self.model_copy(

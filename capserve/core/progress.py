@@ -109,8 +109,8 @@ class Throttle:
 
 # --------------------------------------------------------------------------- a line's time on the block's clock
 
-# A run logs each line with the block time it was true at, so that a follower reading the log seconds of wall
-# time later (hours of a simulated block) still shows it at its own time: ``progress: [block 2026-12-06 13:44:10
+# A run logs each line with the block time it was true at, so that a follower reading the log later (the
+# campaign's clock may have moved hours) still shows it at its own time: ``progress: [block 2026-12-06 13:44:10
 # UTC] vLLM startup: …``. The UI shows the same text.
 _BLOCK_STAMP = re.compile(r"^\[block (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC\] ")
 

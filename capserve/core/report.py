@@ -294,7 +294,7 @@ class CampaignReport(BaseModel):
         block = self.block()
         if block is not None:
             lines += [f"Block: {block[0]:%Y-%m-%d %H:%M} → {block[1]:%Y-%m-%d %H:%M} UTC. Every time in this report "
-                      "is on the campaign's clock (the block's, simulated in the sandbox).", ""]
+                      "is on the campaign's clock (the block's).", ""]
         lines += ["| stage | run | status | started (UTC) | block time | took |", "|---|---|---|---|---|---|"]
         for r in self.timeline_rows():
             took = _took(r.ended_at - r.started_at) if r.ended_at and r.ended_at > r.started_at else "—"

@@ -140,20 +140,20 @@ def planned_runs(
     )
 
 
-SERVE_SPAN = timedelta(minutes=90)
-"""How long after bring-up fires a simulated clock stays near wall time: the serve run's bring-up, rollout and
-evaluation take real seconds, each an hour of the block at full speed (docs/prefect.md §14)."""
+SERVE_WORKS = timedelta(minutes=90)
+"""How long the serve run is expected to work from bring-up: its bring-up, rollout and first evaluation
+(docs/prefect.md §14)."""
 
 
-def slow_spans(planned: Sequence[PlannedRun], lease_end: datetime) -> list[tuple[datetime, datetime]]:
-    """Where a simulated clock must run near wall time, beyond the instants the runs fire at: while the serve
-    run works, and from the hard teardown to a little after AWS terminates the instances at end − 30 min (the
-    teardown must finish before that, in simulated time as in real time)."""
+def expected_work(planned: Sequence[PlannedRun], lease_end: datetime) -> list[tuple[datetime, datetime]]:
+    """The spans of the block in which the campaign's runs are expected to work, beyond the instants they are due:
+    the serve run from bring-up, and the hard teardown until a few minutes past AWS's termination at end − 30 min
+    (it must be done before then). The clock is told them with the due instants (``capserve.core.clock``)."""
     spans = []
     terminates = lease_end - AWS_TERMINATES_BEFORE_END
     for run in planned:
         if run.stage is ScheduledStage.BRING_UP:
-            spans.append((run.scheduled_at, run.scheduled_at + SERVE_SPAN))
+            spans.append((run.scheduled_at, run.scheduled_at + SERVE_WORKS))
         elif run.stage is ScheduledStage.TEARDOWN and run.scheduled_at < terminates:
             spans.append((run.scheduled_at, terminates + timedelta(minutes=5)))
     return spans
@@ -242,16 +242,10 @@ class ScheduleEntry(BaseModel):
 
 
 class WindowFacts(BaseModel):
-    """report.json ``"window"``: the block on the campaign's clock, and whether that clock was simulated."""
+    """report.json ``"window"``: the block on the campaign's clock."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    simulated: bool = Field(description="The sandbox played the block faster than wall time.")
-    rate: float = Field(ge=1, description="Simulated seconds per wall second between waypoints (1: real time).")
-    near_rate: float = Field(ge=1, description="… and around them (each scheduled run).")
-    busy_rate: float | None = Field(
-        None, ge=0, description="… and while a run works on the block (0: the clock holds; None: near_rate)."
-    )
     block_start: AwareDatetime = Field(description="The reservation's start.")
     block_end: AwareDatetime = Field(description="The reservation's end.")
 
@@ -261,31 +255,10 @@ class WindowFacts(BaseModel):
 
     def report_json(self) -> dict[str, Any]:
         return {
-            "simulated": self.simulated,
-            "rate": self.rate,
-            "near_rate": self.near_rate,
-            "busy_rate": self.busy_rate,
             "block_start": self.block_start.isoformat(),
             "block_end": self.block_end.isoformat(),
             "aws_terminates_at": self.aws_terminates_at.isoformat(),
         }
-
-    def markdown(self) -> str:
-        if not self.simulated:
-            return "The block ran in real time."
-        if self.busy_rate == 0:
-            return (
-                "The window was **simulated**: the block's clock held while a run worked and moved only when every "
-                "run waited, to the next instant one was due (a poll's end, a scheduled run, the end of AWS's or "
-                "vLLM's modelled minutes), so its times do not depend on the host's speed. Scheduled runs were "
-                f"placed {self.rate:g}× faster than wall time, {self.near_rate:g}× around each. Times here are the "
-                "simulated clock's."
-            )
-        return (
-            f"The window was **simulated**: {self.rate:g}× wall time between scheduled runs, {self.near_rate:g}× "
-            f"around them, {self.busy_rate or self.near_rate:g}× while a run works on the block (its own calls; "
-            "the modelled minutes of AWS's and vLLM's work are skipped through). Times here are the simulated clock's."
-        )
 
 
 class LeaseSchedule(BaseModel):
@@ -311,7 +284,7 @@ class LeaseSchedule(BaseModel):
         ]
         table = markdown_table(rows)
         ends = f"AWS terminates the instances at {_iso(self.window.aws_terminates_at)} (end − 30 min)."
-        return f"{table}\n\n{ends} {self.window.markdown()}"
+        return f"{table}\n\n{ends} Times here are on the campaign's clock."
 
 
 def schedule_entry(

@@ -31,7 +31,7 @@ def watch_hub(
 ) -> list[str] | State:
     """Check every running campaign whose records live in one of ``regions`` (their home regions); returns
     ``campaign@sha`` for each revision announced by this run. ``waypoint``: the time on the campaign's clock a
-    one-off watch was scheduled for (a simulated clock stops there until the watch has started). On a worker
+    one-off watch was scheduled for (the clock may hold there until the watch has begun). On a worker
     without AWS credentials (no record can be read): Completed, "skipped"."""
     skipped = skipped_without_aws("hub watcher", "capserve-hub-watcher", [])
     if skipped is not None:

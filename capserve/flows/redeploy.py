@@ -113,7 +113,7 @@ def redeploy(
         )
     record, ref = campaign_record(campaign_id, home, base)
     _refuse(record, now)
-    # A simulated block's clock waits on real work; the stages' subflows are tagged with the campaign.
+    # The clock may hold while the redeploy works; the stages' subflows are tagged with the campaign.
     with clock().working(), campaign_runs(campaign_id), campaign_slot(campaign_id):
         record = load_record(ref) or record  # the slot may have been waited for: what did the last holder do?
         spec = recorded_spec(record)

@@ -164,7 +164,7 @@ def serve(campaign_id: str, region: str, reservation_id: str) -> CampaignReport 
         return Cancelled(name="Stale", message=stale)
     lease = need(record.lease, Stage.ACQUIRE)
     spec = recorded_spec(record)
-    _stamp_fired(ref, record, spec, ScheduledStage.BRING_UP)  # first: a simulated clock waits at the start for it
+    _stamp_fired(ref, record, spec, ScheduledStage.BRING_UP)  # first: the clock may hold at the start for it
     if lease.end <= clock().now():
         # A run that fires after its block (a worker down for a day): nothing to serve on, and nothing to buy.
         return Cancelled(name="Expired", message=(
@@ -273,8 +273,8 @@ def _window_run(
 def _stamp_fired(ref: RecordRef, record: CampaignRecord, spec: CampaignSpec, stage: ScheduledStage) -> None:
     """When this run began on the campaign's clock, for the report's schedule.
 
-    A simulated clock stops at the run's time until the run says it has started (``begin_at``: it
-    waits for the clock when it is early), so a run a busy machine starts late is not late on the block.
+    The clock may hold at the run's due instant until the run has begun (``begin_at``: it waits for the
+    clock when it is early), so a run a busy machine starts late is not late on the block.
     """
     waypoint = _waypoint(record, spec, stage)
     fired = clock().begin_at(waypoint) if waypoint is not None else clock().now()

@@ -8,8 +8,9 @@ in it). A lifecycle event that cannot be sent is logged, never raised: the campa
 depend on it (docs/events.md §1).
 
 Prefect receives each event stamped with the wall time and its block time (the campaign's clock) in the payload
-(``CapserveEvent.stamped``): on a simulated block the campaign's clock runs days ahead of the server's, whose
-event feed shows a recent window of wall time. What ``emit`` returns (and the report lists) keeps the block time.
+(``CapserveEvent.stamped``): the campaign's clock need not be the server's (it may be days ahead), and the
+server's event feed shows a recent window of wall time. What ``emit`` returns (and the report lists) keeps the
+block time.
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ class ProgressReporter:
 
 def tell(line: str, block_at: datetime | None = None) -> None:
     """Log ``line`` as a progress line of the current run, stamped with the block time it is true at (default:
-    now): a follower reads it seconds of wall time later, on a simulated block hours of the block."""
+    now): a follower reads it later, when the campaign's clock may show another time (it need not be the host's)."""
     if block_at is None:
         try:
             block_at = clock().now()

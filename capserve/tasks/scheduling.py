@@ -30,10 +30,10 @@ from capserve.core.schedule import (
     ScheduledStage,
     WindowFacts,
     campaign_tag,
+    expected_work,
     planned_runs,
     reconcile,
     schedule_entry,
-    slow_spans,
 )
 from capserve.core.spec import TeardownSpec
 from capserve.tasks.resilience import orchestrator_task
@@ -58,9 +58,9 @@ def schedule_lease_runs(
     older lease that have not started are cancelled, missing ones are created.
     """
     planned = planned_runs(campaign_id, lease, teardown, bring_up_lead=bring_up_lead, prepare_lead=prepare_lead)
-    # Prefect schedules in wall time; the runs' times are on the campaign's clock. A simulated clock (the
-    # sandbox) slows down around them before they are created, so each fires at its time to the minute.
-    clock().plan([run.scheduled_at for run in planned], slow_spans(planned, lease.end))
+    # Prefect schedules in wall time; the runs' times are on the campaign's clock, which is told them (and where
+    # the runs are expected to work) before they are created, so that each is scheduled to fire at its time.
+    clock().plan([run.scheduled_at for run in planned], expected_work(planned, lease.end))
     existing = read_campaign_runs(campaign_id)
     actions = reconcile(planned, existing, no_longer_needed=no_longer_needed)
     for stale in actions.cancel:
@@ -85,12 +85,7 @@ def schedule_lease_runs(
         )
         for run in planned
     )
-    pace = clock().pace()
-    facts = WindowFacts(
-        simulated=pace is not None, rate=pace.fast_rate if pace else 1.0, near_rate=pace.near_rate if pace else 1.0,
-        busy_rate=pace.working_rate if pace else 1.0, block_start=lease.start, block_end=lease.end,
-    )
-    return LeaseSchedule(runs=entries, window=facts)
+    return LeaseSchedule(runs=entries, window=WindowFacts(block_start=lease.start, block_end=lease.end))
 
 
 def read_campaign_runs(campaign_id: str) -> list[ExistingRun]:
@@ -109,8 +104,9 @@ HUB_WATCHER = "hub-watcher/hub-watcher"
 
 
 def pause_wall_clock_watches() -> None:
-    """Turn the ``hub-watcher`` deployment's every-10-minutes schedule off (wall time means nothing in a block
-    played faster than it, and its runs would take the deployment's one slot from the watches asked for)."""
+    """Turn the ``hub-watcher`` deployment's every-10-minutes schedule off (the campaign's watches are due
+    at instants of its clock, which need not be the host's, and these runs would take the deployment's one slot
+    from the watches asked for)."""
     with get_client(sync_client=True) as client:
         deployment = client.read_deployment_by_name(HUB_WATCHER)
         for schedule in client.read_deployment_schedules(deployment.id):

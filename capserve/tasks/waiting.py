@@ -49,7 +49,7 @@ def wait_until(
     Pauses start at ``initial_s`` and double up to ``max_s`` (default: no growth), each shortened by up
     to ``jitter`` at random so many runs do not poll in step; ``next_wait`` may shorten one further
     ("the reservation starts in 40 s"). Pauses are spans of the campaign's clock (``pause_on_the_block``:
-    shorter on this host when the block is simulated); the deadline is this host's. Never sleeps past the
+    the clock says how long one lasts on this host); the deadline is this host's. Never sleeps past the
     deadline; at the deadline raises ``wait_timeout(what, timeout_s, describe(last value))``.
     """
     deadline = Deadline(timeout_s, clock=clock)

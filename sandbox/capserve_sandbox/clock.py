@@ -39,7 +39,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from capserve.core.clock import Pace
 from capserve_sandbox.warp import WarpedWindow
 
 _log = logging.getLogger(__name__)
@@ -115,13 +114,6 @@ class SandboxClock:
         """A simulated block is playing: its runs are scheduled, so the clock moves by the rule (and skips)."""
         with self._lock:
             return self._shows is not None
-
-    def pace(self) -> Pace | None:
-        with self._lock:
-            if self._plan is None:
-                return None
-            return Pace(fast_rate=self._plan.fast_rate if self._rates is None else self._rates[0],
-                        near_rate=self._plan.near_rate if self._rates is None else self._rates[1], working_rate=0.0)
 
     def stops(self) -> list[datetime]:
         """The instants parties sleep until (modelled durations and polls still ahead or due), in order."""

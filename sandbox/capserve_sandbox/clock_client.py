@@ -26,7 +26,7 @@ from uuid import uuid4
 
 import httpx
 
-from capserve.core.clock import HostClock, Pace
+from capserve.core.clock import HostClock
 from capserve.core.errors import PermanentError, RetryableError
 from capserve.tasks.the_clock import CLOCK_ENV
 
@@ -137,10 +137,10 @@ class HttpClock:
     def waiting(self, block_s: float) -> AbstractContextManager[float]:
         return self._waiting(block_s)
 
-    def plan(self, waypoints: Iterable[datetime], spans: Iterable[tuple[datetime, datetime]] = ()) -> None:
+    def plan(self, due: Iterable[datetime], working: Iterable[tuple[datetime, datetime]] = ()) -> None:
         self._call("POST", "/waypoints", {
-            "waypoints": [point.isoformat() for point in waypoints],
-            "spans": [[start.isoformat(), end.isoformat()] for start, end in spans],
+            "waypoints": [point.isoformat() for point in due],
+            "spans": [[start.isoformat(), end.isoformat()] for start, end in working],
         })
 
     def wall_time_to_schedule(self, at: datetime) -> datetime:
@@ -177,10 +177,6 @@ class HttpClock:
 
     def working(self) -> AbstractContextManager[None]:
         return self._work()
-
-    def pace(self) -> Pace | None:
-        said = self._call("GET", "/pace")
-        return None if said is None else Pace.model_validate(said)
 
     def _tell(self, path: str, body: dict[str, Any]) -> None:
         """Best effort: the work goes on whether or not the clock heard (a process that ends is forgotten)."""

@@ -4,7 +4,7 @@ A worker runs each flow run in its own process, so the campaign cannot read ``CL
 Every answer is JSON; times are ISO 8601. Calls that wait (``started``, ``sleep``, ``wait``) answer within
 ``WAIT_S`` wall seconds whatever the clock does, saying whether what was waited for came; the client asks again.
 
-- ``GET /now``: ``{"now"}``; ``GET /pace``: the clock's ``Pace`` (``null``: not simulating);
+- ``GET /now``: ``{"now"}``;
 - ``GET /schedule/<iso>``: ``{"wall"}``, the wall time to schedule a run due then;
 - ``POST /waypoints`` ``{"waypoints": [iso, …], "spans": [[iso, iso], …]}``: register them (``{}``), or 409 with
   the reason when they would move a waypoint whose run is already scheduled;
@@ -76,9 +76,6 @@ class _Handler(BaseHTTPRequestHandler):
         parts = self.path.split("/")
         if self.path == "/now":
             self._answer(200, {"now": CLOCK.now().isoformat()})
-        elif self.path == "/pace":
-            pace = CLOCK.pace()
-            self._answer(200, "null" if pace is None else pace.model_dump_json())
         elif len(parts) == 3 and parts[1] == "schedule":
             try:
                 at = _instant(unquote(parts[2]))
@@ -87,7 +84,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             self._answer(200, {"wall": CLOCK.wall_time_to_schedule(at).isoformat()})
         else:
-            self._answer(404, {"error": f"no {self.path}; GET /now, /pace or /schedule/<iso>"})
+            self._answer(404, {"error": f"no {self.path}; GET /now or /schedule/<iso>"})
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)

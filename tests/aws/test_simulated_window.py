@@ -18,7 +18,7 @@ from capserve_sandbox.clock_client import plugged
 from capserve_sandbox.clock_server import clock_server
 
 from capserve.core.errors import PermanentError
-from capserve.core.schedule import ScheduledStage, planned_runs, slow_spans
+from capserve.core.schedule import ScheduledStage, expected_work, planned_runs
 from capserve.core.spec import TeardownSpec
 from capserve.tasks.the_clock import CLOCK_ENV, clock
 from tests.aws.test_moto_ext_capacity import buy, offerings
@@ -42,7 +42,6 @@ def test_without_a_clock_url_the_campaign_clock_is_the_hosts(monkeypatch: pytest
     monkeypatch.delenv(CLOCK_ENV, raising=False)
     before = datetime.now(UTC)
     assert before <= clock().now() <= datetime.now(UTC)
-    assert clock().pace() is None
     # A scheduled run's start has nothing to wait for: Prefect started it at its time.
     assert before <= clock().begin_at(before + timedelta(days=1)) <= datetime.now(UTC)
 
@@ -53,9 +52,7 @@ def test_the_clock_keeps_wall_time_until_the_campaign_registers_its_runs(simulat
     start = datetime.now(UTC).replace(hour=11, minute=30, second=0, microsecond=0) + timedelta(days=1)
     lease = _lease(start)
     planned = planned_runs("c1", lease, TeardownSpec())
-    clock().plan([run.scheduled_at for run in planned], slow_spans(planned, lease.end))
-    pace = clock().pace()
-    assert pace is not None and pace.fast_rate == 5760 and pace.working_rate == 0
+    clock().plan([run.scheduled_at for run in planned], expected_work(planned, lease.end))
     walls = {run.stage: clock().wall_time_to_schedule(run.scheduled_at) for run in planned}
     # The whole block, purchase to teardown, is scheduled within minutes of wall time, in the runs' order.
     assert walls[ScheduledStage.TEARDOWN] - datetime.now(UTC) < timedelta(minutes=4)

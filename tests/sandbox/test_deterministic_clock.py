@@ -94,8 +94,6 @@ def test_a_run_that_works_holds_the_clock_and_its_polls_land_on_their_instants(p
             seen.append(clock().now())
             clock().sleep(15)
     assert seen == [waypoint, waypoint + timedelta(seconds=15), waypoint + timedelta(seconds=30)]
-    pace = clock().pace()
-    assert pace is not None and pace.working_rate == 0
 
 
 def test_unsimulated_the_campaign_reads_the_clock_the_sandboxs_aws_jumped() -> None:
@@ -108,6 +106,5 @@ def test_unsimulated_the_campaign_reads_the_clock_the_sandboxs_aws_jumped() -> N
             shown = clock().now()
             assert abs(shown - CLOCK.now()) < timedelta(seconds=5)
             assert shown - datetime.now(UTC) > timedelta(hours=6, minutes=30)
-            assert clock().pace() is None  # not simulated: the report says real time
     finally:
         CLOCK.reset()

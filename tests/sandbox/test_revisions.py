@@ -14,7 +14,7 @@ from capserve_sandbox.hub.checkpoint import TINY_K3
 from capserve_sandbox.openai_server import MODEL_MARKER_FILE
 from capserve_sandbox.revisions import PUBLISH_BEFORE_WATCH, REDEPLOY_SPAN, RevisionSchedule
 
-from capserve.core.schedule import planned_runs, slow_spans
+from capserve.core.schedule import expected_work, planned_runs
 from capserve.core.spec import TeardownSpec
 from tests.unit.test_schedule import lease
 
@@ -23,10 +23,10 @@ START = datetime(2026, 12, 3, 11, 30, tzinfo=UTC)  # a block starts at 11:30 UTC
 
 
 def lease_waypoints() -> tuple[list[datetime], list[tuple[datetime, datetime]]]:
-    """What a 24-hour block's campaign registers: serve, drain, teardown, and their slow spans."""
+    """What a 24-hour block's campaign registers: serve, drain, teardown, and where its runs are expected to work."""
     block = lease(start=START)
     planned = planned_runs("demo", block, TeardownSpec())
-    return [run.scheduled_at for run in planned], slow_spans(planned, block.end)
+    return [run.scheduled_at for run in planned], expected_work(planned, block.end)
 
 
 def test_revisions_go_between_serving_and_draining_each_with_room_for_its_redeploy() -> None:

@@ -128,7 +128,7 @@ def test_the_report_renders_sections_in_campaign_order_with_their_own_json() -> 
         runs=(ScheduleEntry(
             name="teardown-k3-demo", stage=ScheduledStage.TEARDOWN, scheduled_at=T0, state="Scheduled"
         ),),
-        window=WindowFacts(simulated=False, rate=1, near_rate=1, block_start=T0 - timedelta(days=1), block_end=T0),
+        window=WindowFacts(block_start=T0 - timedelta(days=1), block_end=T0),
     ))
     out = report.to_json()
     assert list(out) == ["campaign", "stages", "schedule", "window", "cluster", "events", "redeploys"]

@@ -405,9 +405,10 @@ def test_scheduled_runs_appear_in_the_timeline_table_in_time_order() -> None:
     assert "drain_and_teardown_margin" in rows[teardown - 1]  # 10:45 segment, then the 10:55 run
 
 
-def test_a_simulated_window_says_so() -> None:
-    ledger = build_ledger(inputs(known_day(), simulated_rate=1440), PRICES)
-    assert any("Simulated window" in note and "1440×" in note for note in ledger.notes)
+def test_inputs_a_record_kept_with_the_clocks_rate_still_read_and_the_ledger_states_no_rate() -> None:
+    kept = {**inputs(known_day()).model_dump(mode="json"), "simulated_rate": 1440.0}  # as an older record holds them
+    ledger = build_ledger(CostInputs.model_validate(kept), PRICES)
+    assert ledger == build_ledger(inputs(known_day()), PRICES)
 
 
 def test_check_catches_figures_that_do_not_add_up() -> None:

@@ -1,8 +1,9 @@
 """One clock: the product asks the port (``capserve.core.clock``) through one seam, and knows nothing of a simulation.
 
 The seam (``capserve.tasks.the_clock``) is the one module of ``capserve/`` that knows another clock than the host's
-may be plugged in; every other module asks ``clock()``. A simulated block's mapping, its HTTP client and its server
-are the sandbox's (``capserve_sandbox``).
+may be plugged in; every other module asks ``clock()``, in the port's terms (due instants, work, waits), never in
+a simulation's. A simulated block's mapping, its HTTP client and its server are the sandbox's (``capserve_sandbox``);
+the CLI's sandbox start-up, which plugs it in, is the one place that says the block is played.
 """
 
 from __future__ import annotations
@@ -33,6 +34,31 @@ def test_no_module_of_the_product_but_the_seam_knows_a_simulated_clock() -> None
     assert knowing == []
 
 
+# What no module of the product but the CLI's sandbox start-up may name: a simulated time, a clock's pace or rates.
+SIMULATED_TIME = re.compile(
+    r"simulat\w*|\bPace\b|\bpace\(|\b(?:fast|near|busy|working)_rate\b|slow_spans", re.IGNORECASE
+)
+START_UP = {  # they start the sandbox, plug its clock in and say so on the console
+    PACKAGE / "cli" / "up.py",
+    PACKAGE / "cli" / "sandbox.py",
+}
+IAM = {PACKAGE / "core" / "permissions.py", PACKAGE / "tasks" / "permissions.py"}  # IAM's policy simulator's client
+NOT_THE_CLOCK = re.compile(r"IAM|iam:|permission|simulated vLLM|sandbox's simulation|\"simulated_rate\"")
+"""A line naming IAM's policy simulation, the sandbox's stand-in vLLM server (named from its log), or the key an
+older record's ledger inputs held (read and dropped) is not about the clock."""
+
+
+def test_no_module_of_the_product_but_the_sandbox_start_up_speaks_of_simulated_time() -> None:
+    speaking = sorted(
+        f"{path.relative_to(PACKAGE.parent)}:{number}: {line.strip()}"
+        for path in PACKAGE.rglob("*.py")
+        if path not in START_UP | IAM
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if SIMULATED_TIME.search(line) and not NOT_THE_CLOCK.search(line)
+    )
+    assert speaking == []
+
+
 def test_the_old_clock_modules_are_gone() -> None:
     assert not (PACKAGE / "tasks" / "clock.py").exists()
     assert not (PACKAGE / "core" / "warp.py").exists()
@@ -46,7 +72,6 @@ def test_without_a_plugged_clock_the_product_asks_the_hosts(monkeypatch: pytest.
     assert before <= clock.now() <= datetime.now(UTC)
     later = before + timedelta(days=1)
     assert clock.wall_time_to_schedule(later) == later  # Prefect fires the run at its time
-    assert clock.pace() is None
 
 
 def test_a_clock_named_by_the_environment_is_the_one_every_module_asks(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,7 +2,7 @@
 
 Every field comes from something the campaign already knows (the lease, the report's stages, the
 evaluation, bring-up's resources); the wiring fills a ``CostInputs`` and calls ``build_ledger``.
-Times are in the campaign's clock (sandbox time for a simulated window).
+Times are on the campaign's clock.
 """
 
 from __future__ import annotations
@@ -122,9 +122,6 @@ class CostInputs(_Strict):
         default_factory=list, max_length=50, description="Scheduled runs, drawn on the timeline."
     )
     utilisation_target: float = Field(0.8, ge=0, le=1, description="The spec's target for serving ÷ paid GPU-hours.")
-    simulated_rate: float | None = Field(
-        None, gt=0, le=1e6, description="Set when the window was simulated: sandbox seconds per wall second."
-    )
     serving_started_by: str = Field(
         "rollout ready → drain point",
         min_length=1,
@@ -145,6 +142,14 @@ class CostInputs(_Strict):
     drained_at: AwareDatetime | None = Field(
         None, description="When the campaign's drain run ended (from the record), once it has: no projection is left."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_clock_rate(cls, data: object) -> object:
+        """Read inputs a record kept with the clock's rate beside them (a clock's rate is no fact of the block)."""
+        if isinstance(data, dict) and "simulated_rate" in data:
+            return {key: value for key, value in data.items() if key != "simulated_rate"}
+        return data
 
     @property
     def gpus(self) -> int:

@@ -56,7 +56,6 @@ class CostLedger(BaseModel):
     price_source_note: str = Field("", max_length=1000, description="Whether live prices were read, and why not.")
     intervals: list[Interval] = Field(description="What was recorded, as given (the Gantt draws them).")
     scheduled_runs: list[ScheduledRunMark] = Field(description="Scheduled runs, for the timeline.")
-    simulated_rate: float | None = Field(description="Sandbox seconds per wall second, when simulated.")
     serving_started_by: str = Field(
         "rollout ready → drain point", max_length=300, description="The event that started serving, and what ended it."
     )
@@ -166,8 +165,6 @@ class CostLedger(BaseModel):
                 "Adopted reservation: its fee was paid when it was bought, outside this campaign, so the upfront "
                 "fee here is 0 and the cost per million tokens is not given; GPU-hours and utilisation are real."
             )
-        if self.simulated_rate is not None:
-            notes.append(f"Simulated window: times are sandbox time, played at {self.simulated_rate:g}× wall time.")
         if self.window is not None and self.throughput is None:
             notes.append("No load level passed the gates: no cost per token is given.")
         unpriced = [r.name for r in self.other_resources if r.cost is None]
@@ -250,7 +247,6 @@ class CostLedger(BaseModel):
             ],
             "live_prices": self.live_prices,
             "price_source": self.price_source_note or f"price table dated {self.price_table_date}",
-            "simulated_rate": self.simulated_rate,
             "rounding": "instants rounded to the nearest minute from the block's start; hours = GPU-minutes / 60",
             "notes": self.notes,
         }
@@ -409,7 +405,6 @@ def build_ledger(inputs: CostInputs, prices: PriceTable, *, price_note: str = ""
         price_source_note=price_note,
         intervals=list(inputs.intervals),
         scheduled_runs=list(inputs.scheduled_runs),
-        simulated_rate=inputs.simulated_rate,
         serving_started_by=inputs.serving_started_by,
         wiring_notes=[*inputs.notes, *inputs.serving_notes()],
     )

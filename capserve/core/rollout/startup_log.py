@@ -124,8 +124,8 @@ def startup_progress(log: str, *, running_s: float, expected_s: float | None) ->
 
 def startup_milestones(log: str, *, expected_s: float | None) -> list[Progress]:
     """Each phase the log shows the start entering, at the block's seconds it entered it (from the first stamped
-    line), in order: every phase of a start is told, however seldom the log is read (a start the sandbox plays on
-    a simulated block passes through a phase in a fraction of a wall second)."""
+    line), in order: every phase of a start is told, however seldom the log is read (a phase may pass between
+    two readings)."""
     plain = _ANSI.sub("", log)
     first: datetime | None = None
     at: datetime | None = None

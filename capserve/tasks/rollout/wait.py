@@ -8,8 +8,7 @@ unschedulable past its grace) and raises ``RolloutFailedError`` naming the pod, 
 log lines of a crashed container, and the fix.
 
 How long the rollout took to be ready is read on the campaign's clock (``clock().now()``), the block's time
-the report and the ledger speak in: on AWS that is this host's clock; on a simulated block it counts the
-minutes vLLM's start was modelled to take, not the second the sandbox needed to play them.
+the report and the ledger speak in (on AWS this host's clock), not whatever the host took to watch it.
 """
 
 from __future__ import annotations
