@@ -14,8 +14,8 @@ from datetime import timedelta
 from capserve.campaign.context import CampaignContext
 from capserve.core.block_cost import after_the_drain, with_redeploys
 from capserve.core.campaign_cost import campaign_cost_inputs
-from capserve.core.cost import CostLedger, build_ledger, load_price_table
-from capserve.core.cost.prices import PriceTable
+from capserve.core.cost.ledger import CostLedger, build_ledger
+from capserve.core.cost.prices import PriceTable, load_price_table
 from capserve.core.errors import CapserveError
 from capserve.core.record import CampaignRecord
 from capserve.core.stages import Stage, StageStatus

@@ -20,8 +20,8 @@ from typing import Any, Literal
 from capserve.cli import arg_types
 from capserve.cli.exit_codes import ExitCode
 from capserve.core.catalog import ModelEntry, get_instance_type, get_model
-from capserve.core.cost import CostForecast, ExpectedTimeline, ThroughputEstimate, load_price_table
-from capserve.core.cost.planning import forecast_layout
+from capserve.core.cost.planning import CostForecast, ExpectedTimeline, ThroughputEstimate, forecast_layout
+from capserve.core.cost.prices import load_price_table
 from capserve.core.drain import DRAIN_BEFORE_END_MINUTES
 from capserve.core.errors import CapserveError, DoesNotFitError, RetryableError, SpecError
 from capserve.core.evaluation.spec import EvaluationSpec

@@ -24,20 +24,9 @@ from typing import Any
 from capserve.core.capacity.offers import Offer
 from capserve.core.catalog import get_instance_type, get_model
 from capserve.core.cluster.result import ClusterResult
-from capserve.core.cost import (
-    BlockWindow,
-    Cause,
-    CostInputs,
-    Ec2InstanceUsage,
-    EksControlPlaneUsage,
-    Interval,
-    NatGatewayUsage,
-    PublicIpv4Usage,
-    ResourceUsage,
-    S3Usage,
-    ScheduledRunMark,
-)
 from capserve.core.cost.adapters import intervals_from_report_stages, throughput_from_evaluation
+from capserve.core.cost.causes import Cause
+from capserve.core.cost.inputs import BlockWindow, CostInputs, Interval, ScheduledRunMark
 from capserve.core.cost.planning import (
     CostForecast,
     ExpectedTimeline,
@@ -46,6 +35,14 @@ from capserve.core.cost.planning import (
     forecast_offer,
 )
 from capserve.core.cost.prices import PriceTable
+from capserve.core.cost.resources import (
+    Ec2InstanceUsage,
+    EksControlPlaneUsage,
+    NatGatewayUsage,
+    PublicIpv4Usage,
+    ResourceUsage,
+    S3Usage,
+)
 from capserve.core.errors import CapserveError
 from capserve.core.lease import Lease
 from capserve.core.planner import plan_serving

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from capserve.core.cost import BlockWindow, Cause, CostInputs, Interval, build_ledger, load_price_table
 from capserve.core.cost.adapters import intervals_from_report_stages, throughput_from_evaluation
+from capserve.core.cost.causes import Cause
+from capserve.core.cost.inputs import BlockWindow, CostInputs, Interval
+from capserve.core.cost.ledger import build_ledger
+from capserve.core.cost.prices import load_price_table
 
 START = datetime(2026, 12, 3, 11, 30, tzinfo=UTC)
 
