@@ -97,10 +97,6 @@ class InstanceType(BaseModel):
         return tuple(card.index for card in self.network_cards if card.efa)
 
     @property
-    def hbm_bytes_per_node(self) -> int:
-        return self.gpu.hbm_bytes * self.gpus_per_node
-
-    @property
     def network_bandwidth_gbps(self) -> float:
         """The instance's network bandwidth: the sum of its cards' baseline bandwidths (DescribeInstanceTypes)."""
         return sum(card.bandwidth_gbps for card in self.network_cards)

@@ -37,10 +37,6 @@ class Cause(enum.StrEnum):
     REDEPLOYS = "redeploys"
 
     @property
-    def is_serving(self) -> bool:
-        return self is Cause.SERVING
-
-    @property
     def precedence(self) -> int:
         """Higher wins a minute that several recorded intervals claim (module docstring)."""
         return _PRECEDENCE[self]
