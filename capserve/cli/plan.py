@@ -29,7 +29,6 @@ from capserve.core.planner import PlannerSettings, ServingPlan, plan_serving
 from capserve.core.planner.settings import GIB
 from capserve.core.timeline import (
     STORAGES,
-    BlockPlan,
     BlockTimeline,
     MeasuredStart,
     predict_block,
@@ -231,16 +230,8 @@ def _timelines(args: argparse.Namespace, plan: ServingPlan) -> dict[str, BlockTi
         )
     if not plan.fits:
         return {}
-    block = BlockPlan(
-        instance_type=plan.instance_type,
-        nodes=plan.nodes,
-        model_bytes=plan.weight_bytes,
-        node_bytes=plan.weight_bytes_per_gpu * plan.gpus_per_node,
-        shape=plan.compile_shape,
-        storage=args.storage,
-        image_cached=args.image_cached,
-        deep_health_checks=args.cluster_kind == "hyperpod" and plan.nodes > 1,
-    )
+    deep_health_checks = args.cluster_kind == "hyperpod" and plan.nodes > 1
+    block = plan.block_plan(args.storage, image_cached=args.image_cached, deep_health_checks=deep_health_checks)
     measured = _measured_starts(args.start_history)
     timelines: dict[str, BlockTimeline] = {}
     for kind in ("cold", "warm"):

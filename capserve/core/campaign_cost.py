@@ -49,7 +49,7 @@ from capserve.core.planner import plan_serving
 from capserve.core.report import CampaignReport, StageRecord
 from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage, StageStatus
-from capserve.core.timeline import BlockPlan, predict_block
+from capserve.core.timeline import predict_block
 
 _MAX_RESOURCE_HOURS = 24 * 366  # the bound of every usage's hours (capserve/core/cost/resources.py)
 # AWS's Date header has a resolution of one second: an offset this small is the header's rounding and
@@ -214,16 +214,8 @@ def expected_timeline(spec: CampaignSpec, instance_type: str, *, block_hours: fl
         return fixed
     if not plan.fits:
         return fixed
-    block = BlockPlan(
-        instance_type=plan.instance_type,
-        nodes=plan.nodes,
-        model_bytes=plan.weight_bytes,
-        node_bytes=plan.weight_bytes_per_gpu * plan.gpus_per_node,
-        shape=plan.compile_shape,
-        storage=spec.weights.node_target,
-    )
     cold = predict_block(
-        block,
+        plan.block_plan(spec.weights.node_target),
         block_hours=block_hours,
         warm=False,
         drain_before_end_minutes=spec.teardown.drain_before_end_minutes,

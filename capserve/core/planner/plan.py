@@ -31,7 +31,7 @@ from capserve.core.planner.reserve import ReserveParts, reserve_parts
 from capserve.core.planner.settings import Objective, PlannerSettings
 from capserve.core.planner.shapes import layout_shapes
 from capserve.core.planner.weights import gpu_weights, weight_bytes_by_class
-from capserve.core.timeline import CompileShape, compile_shape
+from capserve.core.timeline import BlockPlan, CompileShape, Storage, compile_shape
 
 if TYPE_CHECKING:
     from capserve.core.weights.placement import Layout as ExpertPlacement
@@ -162,6 +162,20 @@ class ServingPlan(_Frozen):
             tail = f" Would fit instead: {'; '.join(self.would_fit_instead)}." if self.would_fit_instead else ""
             raise DoesNotFitError(self.reason + tail)
         return self
+
+    def block_plan(self, storage: Storage, *, image_cached: bool = False,
+                   deep_health_checks: bool = False) -> BlockPlan:
+        """What the time model needs of this plan (``capserve plan``'s timelines and the cost forecast's)."""
+        return BlockPlan(
+            instance_type=self.instance_type,
+            nodes=self.nodes,
+            model_bytes=self.weight_bytes,
+            node_bytes=self.weight_bytes_per_gpu * self.gpus_per_node,
+            shape=self.compile_shape,
+            storage=storage,
+            image_cached=image_cached,
+            deep_health_checks=deep_health_checks,
+        )
 
 
 def plan_serving(
