@@ -14,6 +14,8 @@ from rollout_fixtures import (
     config_for,
     k3_ep16_on_two_b200,
     k3_plan,
+    node_taints,
+    refusal,
     spec,
     target_for,
     validate_k8s,
@@ -22,7 +24,6 @@ from rollout_fixtures import (
 
 from capserve.core.catalog import get_instance_type
 from capserve.core.cluster.eks import GPU_TAINT, gpu_pool_selector
-from capserve.core.cluster.placement import admits, kubernetes_taints, placement_problems
 from capserve.core.drain import (
     DRAIN_BEFORE_END_MINUTES,
     ENGINE_EXIT_S,
@@ -49,7 +50,7 @@ from capserve.core.weights.node_staging import NodeStagingResult, StagingJob
 from capserve.core.weights.placement import Layout, rank_experts
 
 KEY = SecretStr("sk-capserve-test-0123456789-distinctive")
-GPU_NODE_TAINTS = kubernetes_taints([GPU_TAINT])
+GPU_NODE_TAINTS = node_taints([GPU_TAINT])
 
 
 def leader(rendered: Any) -> dict[str, Any]:
@@ -168,13 +169,12 @@ def test_pods_go_only_to_staged_gpu_nodes_one_per_node() -> None:
     template = leader(render_rollout(config, target))["spec"]
     staged, spare = "ip-10-64-0-10.ec2.internal", "ip-10-64-0-11.ec2.internal"
     gpu_labels = {**gpu_pool_selector("k3-demo"), "nvidia.com/gpu.present": "true"}
-    assert admits(template, {**gpu_labels, "kubernetes.io/hostname": staged}, GPU_NODE_TAINTS)
+    assert refusal(template, {**gpu_labels, "kubernetes.io/hostname": staged}, GPU_NODE_TAINTS) is None
     # A GPU node whose NVMe was never staged, and a system node, are refused.
-    assert placement_problems(template, {**gpu_labels, "kubernetes.io/hostname": spare}, GPU_NODE_TAINTS) == [
-        "required node affinity not satisfied"
-    ]
+    unstaged = {**gpu_labels, "kubernetes.io/hostname": spare}
+    assert refusal(template, unstaged, GPU_NODE_TAINTS) == "node affinity/selector"
     system = {"capserve.io/campaign": "k3-demo", "capserve.io/pool": "system", "kubernetes.io/hostname": staged}
-    assert not admits(template, system, [])
+    assert refusal(template, system, []) == "node affinity/selector"
     anti = template["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert anti == [{"labelSelector": {"matchLabels": {"capserve.io/campaign": "k3-demo",
                                                        "capserve.io/component": "vllm"}},
