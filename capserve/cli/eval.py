@@ -24,9 +24,10 @@ from pydantic import ValidationError
 from capserve.cli import arg_types
 from capserve.cli.exit_codes import ExitCode
 from capserve.cli.inputs import api_key_option, endpoint_option, load_option, writable_dir
-from capserve.core.catalog import Thinking, get_model
+from capserve.core.catalog import get_model
+from capserve.core.catalog.models import Thinking
 from capserve.core.errors import SpecError, UnknownCatalogEntryError
-from capserve.core.evaluation import EvaluationSpec, LoadSpec
+from capserve.core.evaluation.spec import EvaluationSpec, LoadSpec
 from capserve.core.spec import describe_errors, read_spec_bytes
 from capserve.core.spec_checks import non_finite_problems
 from capserve.core.strict_yaml import Document, parse_document

@@ -19,14 +19,15 @@ from typing import Any, Literal
 
 from capserve.cli import arg_types
 from capserve.cli.exit_codes import ExitCode
-from capserve.core.catalog import ModelEntry, get_instance_type, get_model
+from capserve.core.catalog import get_instance_type, get_model
+from capserve.core.catalog.models import ModelEntry
 from capserve.core.cost.planning import CostForecast, ExpectedTimeline, ThroughputEstimate, forecast_layout
 from capserve.core.cost.prices import load_price_table
 from capserve.core.drain import DRAIN_BEFORE_END_MINUTES
 from capserve.core.errors import CapserveError, DoesNotFitError, RetryableError, SpecError
 from capserve.core.evaluation.spec import EvaluationSpec
-from capserve.core.planner import PlannerSettings, ServingPlan, plan_serving
-from capserve.core.planner.settings import GIB
+from capserve.core.planner.plan import ServingPlan, plan_serving
+from capserve.core.planner.settings import GIB, PlannerSettings
 from capserve.core.timeline import (
     STORAGES,
     BlockTimeline,

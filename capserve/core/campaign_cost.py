@@ -45,7 +45,7 @@ from capserve.core.cost.resources import (
 )
 from capserve.core.errors import CapserveError
 from capserve.core.lease import Lease
-from capserve.core.planner import plan_serving
+from capserve.core.planner.plan import plan_serving
 from capserve.core.report import CampaignReport, StageRecord
 from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage, StageStatus

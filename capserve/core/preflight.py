@@ -40,7 +40,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.errors import SpecError
-from capserve.core.planner import ServingPlan
+from capserve.core.planner.plan import ServingPlan
 from capserve.core.quotas import QuotaReading, quota_problems
 from capserve.core.rollout.command import serve_command_problems
 from capserve.core.rollout.probes import startup_budget_s

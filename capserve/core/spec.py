@@ -32,7 +32,7 @@ from pydantic import (
     model_validator,
 )
 
-from capserve.core.catalog import MODELS
+from capserve.core.catalog.entries import MODELS
 from capserve.core.cluster.access import IAM_PRINCIPAL_ARN
 from capserve.core.cluster.eks_versions import kubernetes_version_problem
 from capserve.core.cost.spec import CostSpec
@@ -185,7 +185,7 @@ class CapacitySpec(StrictModel):
     @field_validator("instance_type")
     @classmethod
     def _known_instance_type(cls, value: str) -> str:
-        from capserve.core.catalog import INSTANCE_TYPES
+        from capserve.core.catalog.hardware import INSTANCE_TYPES
 
         problem = instance_type_problem(value, INSTANCE_TYPES)
         if problem:
@@ -503,7 +503,7 @@ class RehearsalSpec(StrictModel):
     @field_validator("instance_type")
     @classmethod
     def _known_instance_type(cls, value: str | None) -> str | None:
-        from capserve.core.catalog import INSTANCE_TYPES
+        from capserve.core.catalog.hardware import INSTANCE_TYPES
 
         problem = instance_type_problem(value, INSTANCE_TYPES) if value is not None else None
         if problem:
@@ -641,7 +641,7 @@ class CampaignSpec(StrictModel):
 
 def _catalog_context(catalog: str | None) -> int | None:
     """The catalog model's longest context, or None (a Hub repo's is known only once its config is read)."""
-    from capserve.core.catalog import MODELS
+    from capserve.core.catalog.entries import MODELS
 
     entry = MODELS.get(catalog) if catalog else None
     return entry.max_context if entry is not None else None

@@ -33,7 +33,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from capserve.core.catalog import InstanceType, ModelEntry, get_instance_type
+from capserve.core.catalog import get_instance_type
+from capserve.core.catalog.hardware import InstanceType
+from capserve.core.catalog.models import ModelEntry
 from capserve.core.drain import AWS_TERMINATION_BEFORE_END_MINUTES, DRAIN_BEFORE_END_MINUTES
 from capserve.core.errors import UnknownCatalogEntryError
 from capserve.core.weights.settings import WeightsSettings

@@ -9,7 +9,7 @@ import pytest
 from capserve_sandbox.openai_server import Faults, SandboxConfig, serve
 
 from capserve.cli import main
-from capserve.core.evaluation import EvaluationSpec, LoadSpec
+from capserve.core.evaluation.spec import EvaluationSpec, LoadSpec
 from capserve.flows.evaluate import evaluate_endpoint, public_url
 
 SMALL_LOAD = LoadSpec(

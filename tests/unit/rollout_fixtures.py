@@ -12,8 +12,10 @@ from capserve_sandbox.kube.pods import node_selector_matches, untolerated_taint
 
 from capserve.core.catalog import get_instance_type, get_model
 from capserve.core.cluster.addons import lws_crd
-from capserve.core.planner import ParallelLayout, ServingPlan, Shape, plan_serving
-from capserve.core.rollout import RolloutConfig, RolloutTarget, rollout_config
+from capserve.core.planner.plan import ParallelLayout, ServingPlan, plan_serving
+from capserve.core.planner.shapes import Shape
+from capserve.core.rollout.config import RolloutConfig, rollout_config
+from capserve.core.rollout.workload import RolloutTarget
 from capserve.core.spec import CampaignSpec, parse_spec
 from capserve.core.weights.placement import Layout
 

@@ -8,7 +8,8 @@ from capserve_sandbox.hub.checkpoint import virtual_tensors_by_file
 from rollout_fixtures import config_for
 
 from capserve.core.catalog import get_instance_type, get_model
-from capserve.core.planner import PlannerSettings, ServingPlan, plan_serving
+from capserve.core.planner.plan import ServingPlan, plan_serving
+from capserve.core.planner.settings import PlannerSettings
 from capserve.core.rollout.layout import launch_blockers
 from capserve.core.weights.listing import RepoFile, RepoListing
 from capserve.core.weights.placement import Layout, expert_of

@@ -32,20 +32,14 @@ from capserve.core.drain import (
     RUN_START_S,
 )
 from capserve.core.errors import PermanentError
-from capserve.core.rollout import (
-    api_key_secret,
-    cache_outcome,
-    launch_mode,
-    placement_from_staging,
-    redact_for_disk,
-    render_cache_save_job,
-    render_rollout,
-)
-from capserve.core.rollout.cache import compile_config_digest
+from capserve.core.rollout.cache import cache_outcome, compile_config_digest, render_cache_save_job
 from capserve.core.rollout.image import ImageMirrorResult
+from capserve.core.rollout.layout import launch_mode
 from capserve.core.rollout.probes import probe_budget_s
+from capserve.core.rollout.secret import api_key_secret, redact_for_disk
 from capserve.core.rollout.settings import RolloutSettings
 from capserve.core.rollout.start_history import MeasuredStart, shape_key
+from capserve.core.rollout.workload import placement_from_staging, render_rollout
 from capserve.core.weights.node_staging import NodeStagingResult, StagingJob
 from capserve.core.weights.placement import Layout, rank_experts
 

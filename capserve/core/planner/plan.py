@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from capserve.core.catalog import INSTANCE_TYPES
-from capserve.core.catalog.hardware import InstanceType
+from capserve.core.catalog.hardware import INSTANCE_TYPES, InstanceType
 from capserve.core.catalog.models import ModelEntry
 from capserve.core.catalog.recipes import recipe_for
 from capserve.core.errors import DoesNotFitError, SpecError

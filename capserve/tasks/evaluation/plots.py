@@ -11,7 +11,7 @@ matplotlib.use("Agg")  # no display here or in CI; must precede pyplot
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 
-from capserve.core.evaluation import metrics as m  # noqa: E402
+from capserve.core.evaluation import metrics as m
 from capserve.core.evaluation.records import RunRecord  # noqa: E402
 from capserve.core.evaluation.result import LoadResult  # noqa: E402
 
