@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from capserve.core.catalog.entries import MODELS
-from capserve.core.catalog.hardware import GPUS, INSTANCE_TYPES, GpuType, InstanceType
+from capserve.core.catalog.hardware import INSTANCE_TYPES, InstanceType
 from capserve.core.catalog.models import ModelEntry
 from capserve.core.errors import UnknownCatalogEntryError
 
@@ -26,11 +26,3 @@ def get_instance_type(name: str) -> InstanceType:
         return INSTANCE_TYPES[key]
     except KeyError:
         raise UnknownCatalogEntryError("instance type", name, list(INSTANCE_TYPES)) from None
-
-
-def get_gpu(name: str) -> GpuType:
-    """The catalog GPU called ``name``."""
-    try:
-        return GPUS[name]
-    except KeyError:
-        raise UnknownCatalogEntryError("GPU", name, list(GPUS)) from None

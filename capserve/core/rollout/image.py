@@ -29,7 +29,6 @@ from capserve.core.errors import SpecError
 
 DIGEST = r"^sha256:[0-9a-f]{64}$"
 DOCKER_HUB = "docker.io"
-ImageMirror = Literal["ecr", "none"]
 
 _PATH_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 _TAG = re.compile(r"^[\w][\w.-]{0,127}$")
