@@ -14,7 +14,7 @@ experts) and the rollout stage (vLLM arguments) read TP/PP/DP/EP from it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -31,9 +31,6 @@ from capserve.core.planner.settings import Objective, PlannerSettings
 from capserve.core.planner.shapes import layout_shapes
 from capserve.core.planner.weights import gpu_weights, weight_bytes_by_class
 from capserve.core.timeline import BlockPlan, CompileShape, Storage, compile_shape
-
-if TYPE_CHECKING:
-    from capserve.core.weights.placement import Layout as ExpertPlacement
 
 
 class _Frozen(BaseModel):
@@ -89,13 +86,6 @@ class ParallelLayout(_Frozen):
                 f"{self.tensor_parallel * self.data_parallel}, not {self.expert_parallel}"
             )
         return self
-
-    def expert_placement(self) -> ExpertPlacement:
-        """The weight stage's layout: which experts each node of a replica holds (vLLM linear placement)."""
-        # Imported here so that `capserve plan` does not load the weight stage's modules.
-        from capserve.core.weights.placement import Layout as ExpertPlacement
-
-        return ExpertPlacement(nodes=self.nodes_per_replica, expert_parallel=self.expert_parallel)
 
 
 class ServingPlan(_Frozen):
