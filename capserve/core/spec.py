@@ -13,7 +13,7 @@ import re
 import unicodedata
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AwareDatetime,
@@ -42,6 +42,7 @@ from capserve.core.evaluation.spec import EvaluationSpec
 from capserve.core.instants import FORMAT as INSTANT_FORMAT
 from capserve.core.instants import parse_instant
 from capserve.core.plain_env import SECRET_HINT, argument_problems, env_problems
+from capserve.core.settings import CampaignSettings
 from capserve.core.spec_checks import (
     capacity_block_window_problems,
     catalog_id_problem,
@@ -53,9 +54,6 @@ from capserve.core.spec_checks import (
     s3_prefix_problem,
 )
 from capserve.core.strict_yaml import MAX_DOCUMENT_BYTES, Document, parse_document
-
-if TYPE_CHECKING:
-    from capserve.core.settings import CampaignSettings
 
 # AWS begins terminating Capacity Block instances 30 minutes before the block ends
 # (EC2 user guide, capacity-blocks-using.html); no teardown margin may be at or inside that line.
@@ -663,8 +661,6 @@ def new_campaign_problems(spec: CampaignSpec, *, now: datetime) -> list[str]:
 
 
 def _campaign_settings(value: dict[str, JsonValue]) -> CampaignSettings:
-    from capserve.core.settings import CampaignSettings
-
     try:
         # Strict as the spec itself: ``true`` is not 1.0 s, "5" is not 5, "no" is not false.
         return CampaignSettings.model_validate(value, strict=True)
