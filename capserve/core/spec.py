@@ -32,7 +32,9 @@ from pydantic import (
     model_validator,
 )
 
+from capserve.core.catalog import get_instance_type
 from capserve.core.catalog.entries import MODELS
+from capserve.core.catalog.hardware import INSTANCE_TYPES
 from capserve.core.cluster.access import IAM_PRINCIPAL_ARN
 from capserve.core.cluster.eks_versions import kubernetes_version_problem
 from capserve.core.cost.spec import CostSpec
@@ -183,8 +185,6 @@ class CapacitySpec(StrictModel):
     @field_validator("instance_type")
     @classmethod
     def _known_instance_type(cls, value: str) -> str:
-        from capserve.core.catalog.hardware import INSTANCE_TYPES
-
         problem = instance_type_problem(value, INSTANCE_TYPES)
         if problem:
             raise ValueError(problem)
@@ -501,8 +501,6 @@ class RehearsalSpec(StrictModel):
     @field_validator("instance_type")
     @classmethod
     def _known_instance_type(cls, value: str | None) -> str | None:
-        from capserve.core.catalog.hardware import INSTANCE_TYPES
-
         problem = instance_type_problem(value, INSTANCE_TYPES) if value is not None else None
         if problem:
             raise ValueError(problem)
@@ -620,8 +618,6 @@ class CampaignSpec(StrictModel):
             raise ValueError("a SageMaker training plan serves a HyperPod cluster: set cluster.kind to 'hyperpod'")
         rehearsal_type = self.rehearsal.instance_type
         if rehearsal_type is not None:
-            from capserve.core.catalog import get_instance_type
-
             ours, theirs = get_instance_type(self.capacity.instance_type), get_instance_type(rehearsal_type)
             if ours.gpu.family != theirs.gpu.family:
                 raise ValueError(
@@ -639,8 +635,6 @@ class CampaignSpec(StrictModel):
 
 def _catalog_context(catalog: str | None) -> int | None:
     """The catalog model's longest context, or None (a Hub repo's is known only once its config is read)."""
-    from capserve.core.catalog.entries import MODELS
-
     entry = MODELS.get(catalog) if catalog else None
     return entry.max_context if entry is not None else None
 
