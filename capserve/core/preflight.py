@@ -155,7 +155,7 @@ def time_needed(
         bring_up_s = bring_up.nodegroup_active_timeout_s
     else:
         bring_up_s = bring_up.cluster_active_timeout_s + bring_up.nodegroup_active_timeout_s
-    node_bytes = plan.weight_bytes_per_gpu * plan.gpus_per_node
+    node_bytes = plan.node_bytes
     margin = StartupModel().safety_factor
     startup_s = startup_budget_s(
         plan.compile_shape,

@@ -152,6 +152,11 @@ class ServingPlan(_Frozen):
             raise DoesNotFitError(self.reason + tail)
         return self
 
+    @property
+    def node_bytes(self) -> int:
+        """Bytes the fullest node stages and loads: its GPUs' weights (what the time model and the probes budget)."""
+        return self.weight_bytes_per_gpu * self.gpus_per_node
+
     def block_plan(self, storage: Storage, *, image_cached: bool = False,
                    deep_health_checks: bool = False) -> BlockPlan:
         """What the time model needs of this plan (``capserve plan``'s timelines and the cost forecast's)."""
@@ -159,7 +164,7 @@ class ServingPlan(_Frozen):
             instance_type=self.instance_type,
             nodes=self.nodes,
             model_bytes=self.weight_bytes,
-            node_bytes=self.weight_bytes_per_gpu * self.gpus_per_node,
+            node_bytes=self.node_bytes,
             shape=self.compile_shape,
             storage=storage,
             image_cached=image_cached,

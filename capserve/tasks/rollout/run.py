@@ -75,7 +75,7 @@ class RolloutInputs:
             revision_sha=self.weights.revision_sha,
             # The plan's bytes per node, as preflight and `capserve plan` predict with: against the sandbox the staged
             # files are a small stand-in for the model the plan is for, and the start it plays is that model's.
-            node_bytes=plan.weight_bytes_per_gpu * plan.gpus_per_node,
+            node_bytes=plan.node_bytes,
             splits_experts=plan.nodes > 1 and plan.expert_parallel > 1,
             image=self.image.image if self.image else None,
             model_config_digest=self.weights.config_digest,
