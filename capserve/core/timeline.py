@@ -45,7 +45,6 @@ Storage = Literal["nvme", "fsx", "s3"]
 STORAGES: tuple[Storage, ...] = ("nvme", "fsx", "s3")
 
 GB = 1e9
-_TIB = 2**40
 _HOUR_S = 3600.0
 AWS_TERMINATION_BEFORE_END_S = AWS_TERMINATION_BEFORE_END_MINUTES * 60.0
 
