@@ -20,9 +20,10 @@ import sys
 import time
 from pathlib import Path
 
-from capserve.core.catalog import INSTANCE_TYPES, get_model
+from capserve.core.catalog import get_model
+from capserve.core.catalog.hardware import INSTANCE_TYPES
 from capserve.core.errors import SpecError
-from capserve.core.planner import plan_serving
+from capserve.core.planner.plan import plan_serving
 
 BUDGET_S = 1.0
 HEAVY = ("prefect", "boto3", "botocore", "kubernetes", "huggingface_hub")

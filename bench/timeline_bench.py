@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from capserve.core.catalog import get_instance_type, get_model
-from capserve.core.planner import plan_serving
+from capserve.core.planner.plan import plan_serving
 from capserve.core.timeline import BlockPlan, BlockTimeline, Storage, predict_block
 
 INSTANCE = "p6-b300.48xlarge"

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from capserve.campaign.context import CampaignContext
 from capserve.core.campaign_cost import campaign_cost_inputs
-from capserve.core.cost import CostLedger, build_ledger, load_price_table
-from capserve.core.cost.prices import PriceTable
+from capserve.core.cost.ledger import CostLedger, build_ledger
+from capserve.core.cost.prices import PriceTable, load_price_table
 from capserve.core.report import CampaignReport
 from capserve.tasks.cost.price_list import with_live_prices
 from capserve.tasks.secrets import redactor

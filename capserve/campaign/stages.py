@@ -17,7 +17,9 @@ from capserve.campaign.announce import about, announce, now, recorded, watch_cap
 from capserve.campaign.context import CampaignContext, need
 from capserve.campaign.runner import StageEnd, StageOutput
 from capserve.core.capacity.result import AcquireResult
-from capserve.core.catalog import MODELS, Thinking, get_instance_type
+from capserve.core.catalog import get_instance_type
+from capserve.core.catalog.entries import MODELS
+from capserve.core.catalog.models import Thinking
 from capserve.core.cluster.efa import layout_shortfall
 from capserve.core.cluster.result import ClusterResult
 from capserve.core.evaluation.result import EvaluationResult
@@ -31,7 +33,7 @@ from capserve.core.events import (
 )
 from capserve.core.locations import default_records_bucket, home_region
 from capserve.core.permissions import cluster_access_problem, permission_problem
-from capserve.core.planner import ServingPlan
+from capserve.core.planner.plan import ServingPlan
 from capserve.core.preflight import check_preflight
 from capserve.core.rollout.efa_image import efa_stack_problem
 from capserve.core.rollout.image import ImageMirrorResult

@@ -15,7 +15,7 @@ unfinished runs (the campaign run, drain, teardown, Hub watches) are cancelled r
 nothing real was ever bought. Otherwise, on a server of yours the runs go on; on the server this command started
 they stop with it (the server and worker are stopped as it exits): the scheduled runs fire only once a server
 with a worker runs again, so the cluster is left to ``capserve down`` and the reaper. Every path ends with the
-closing summary (``capserve.core.summary``) read from report.json.
+closing summary (``capserve.cli.console``) read from report.json.
 """
 
 from __future__ import annotations
@@ -33,11 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from capserve.cli.console import print_summary, read_report
+from capserve.cli.console import block_unused, print_summary, read_report
 from capserve.cli.exit_codes import ExitCode
 from capserve.core.errors import SpecError
 from capserve.core.progress import state_text
-from capserve.core.summary import block_unused
 from capserve.runtime.prefect_server import (
     Child,
     LocalServer,

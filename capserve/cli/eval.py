@@ -24,9 +24,10 @@ from pydantic import ValidationError
 from capserve.cli import arg_types
 from capserve.cli.exit_codes import ExitCode
 from capserve.cli.inputs import api_key_option, endpoint_option, load_option, writable_dir
-from capserve.core.catalog import Thinking, get_model
+from capserve.core.catalog import get_model
+from capserve.core.catalog.models import Thinking
 from capserve.core.errors import SpecError, UnknownCatalogEntryError
-from capserve.core.evaluation import EvaluationSpec, LoadSpec
+from capserve.core.evaluation.spec import EvaluationSpec, LoadSpec
 from capserve.core.spec import describe_errors, read_spec_bytes
 from capserve.core.spec_checks import non_finite_problems
 from capserve.core.strict_yaml import Document, parse_document
@@ -79,36 +80,14 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--rates", type=arg_types.rates, default=None, help="Poisson request rates/s, '' for none (default 8)."
     )
-    parser.add_argument(
-        "--requests-per-stream",
-        type=arg_types.positive_integer,
-        default=None,
-        help=f"Requests per level = concurrency × this (default {load.requests_per_stream}).",
-    )
-    parser.add_argument(
-        "--min-requests",
-        type=arg_types.positive_integer,
-        default=None,
-        help=f"Minimum requests per run (default {load.min_requests}).",
-    )
-    parser.add_argument(
-        "--open-loop-requests",
-        type=arg_types.positive_integer,
-        default=None,
-        help=f"Requests per Poisson run (default {load.open_loop_requests}).",
-    )
-    parser.add_argument(
-        "--prompt-tokens",
-        type=arg_types.positive_integer,
-        default=None,
-        help=f"Prompt length (default {load.prompt.tokens}).",
-    )
-    parser.add_argument(
-        "--output-tokens",
-        type=arg_types.positive_integer,
-        default=None,
-        help=f"Output length (default {load.output.tokens}).",
-    )
+    for flag, meaning, default in (
+        ("--requests-per-stream", "Requests per level = concurrency × this", load.requests_per_stream),
+        ("--min-requests", "Minimum requests per run", load.min_requests),
+        ("--open-loop-requests", "Requests per Poisson run", load.open_loop_requests),
+        ("--prompt-tokens", "Prompt length", load.prompt.tokens),
+        ("--output-tokens", "Output length", load.output.tokens),
+    ):
+        parser.add_argument(flag, type=arg_types.positive_integer, default=None, help=f"{meaning} (default {default}).")
     parser.add_argument("--range-ratio", type=float, default=None, help="Sample lengths within ±ratio (default fixed).")
     parser.add_argument(
         "--processes",

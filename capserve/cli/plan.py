@@ -19,17 +19,18 @@ from typing import Any, Literal
 
 from capserve.cli import arg_types
 from capserve.cli.exit_codes import ExitCode
-from capserve.core.catalog import ModelEntry, get_instance_type, get_model
-from capserve.core.cost import CostForecast, ExpectedTimeline, ThroughputEstimate, load_price_table
-from capserve.core.cost.planning import forecast_layout
+from capserve.core.catalog import get_instance_type, get_model
+from capserve.core.catalog.models import ModelEntry
+from capserve.core.cost.planning import CostForecast, ExpectedTimeline, ThroughputEstimate, forecast_layout
+from capserve.core.cost.prices import load_price_table
 from capserve.core.drain import DRAIN_BEFORE_END_MINUTES
 from capserve.core.errors import CapserveError, DoesNotFitError, RetryableError, SpecError
 from capserve.core.evaluation.spec import EvaluationSpec
-from capserve.core.planner import PlannerSettings, ServingPlan, plan_serving
-from capserve.core.planner.settings import GIB
+from capserve.core.planner.evaluate import gib
+from capserve.core.planner.plan import ServingPlan, plan_serving
+from capserve.core.planner.settings import PlannerSettings
 from capserve.core.timeline import (
     STORAGES,
-    BlockPlan,
     BlockTimeline,
     MeasuredStart,
     predict_block,
@@ -231,16 +232,8 @@ def _timelines(args: argparse.Namespace, plan: ServingPlan) -> dict[str, BlockTi
         )
     if not plan.fits:
         return {}
-    block = BlockPlan(
-        instance_type=plan.instance_type,
-        nodes=plan.nodes,
-        model_bytes=plan.weight_bytes,
-        node_bytes=plan.weight_bytes_per_gpu * plan.gpus_per_node,
-        shape=plan.compile_shape,
-        storage=args.storage,
-        image_cached=args.image_cached,
-        deep_health_checks=args.cluster_kind == "hyperpod" and plan.nodes > 1,
-    )
+    deep_health_checks = args.cluster_kind == "hyperpod" and plan.nodes > 1
+    block = plan.block_plan(args.storage, image_cached=args.image_cached, deep_health_checks=deep_health_checks)
     measured = _measured_starts(args.start_history)
     timelines: dict[str, BlockTimeline] = {}
     for kind in ("cold", "warm"):
@@ -421,10 +414,6 @@ def _model(args: argparse.Namespace) -> ModelEntry:
     return model_from_hub(repo, revision or "main", endpoint=args.hub_endpoint)
 
 
-def _gib(nbytes: int) -> str:
-    return f"{nbytes / GIB:,.1f} GiB"
-
-
 def _tokens(count: int | None) -> str:
     return "unbounded" if count is None else f"{count:,}"
 
@@ -456,15 +445,15 @@ def _print_plan(plan: ServingPlan) -> None:
         ("context x concurrency", f"{plan.context_length:,} tokens x {plan.concurrency} per replica"),
         (
             "weights",
-            f"{plan.weight_bytes / 1e12:,.3f} TB ({_gib(plan.weight_bytes)}), model geometry: {plan.model_provenance}",
+            f"{plan.weight_bytes / 1e12:,.3f} TB ({gib(plan.weight_bytes)}), model geometry: {plan.model_provenance}",
         ),
         (
             "weights per GPU",
-            f"{_gib(plan.weight_bytes_per_gpu)} (dense {_gib(plan.dense_weight_bytes_per_gpu)}, "
-            f"experts {_gib(plan.expert_weight_bytes_per_gpu)})",
+            f"{gib(plan.weight_bytes_per_gpu)} (dense {gib(plan.dense_weight_bytes_per_gpu)}, "
+            f"experts {gib(plan.expert_weight_bytes_per_gpu)})",
         ),
-        ("GPU memory", f"{_gib(plan.hbm_bytes_per_gpu)} - {_gib(plan.reserve_bytes_per_gpu)} reserve"),
-        ("KV budget per GPU", _gib(plan.kv_budget_bytes_per_gpu)),
+        ("GPU memory", f"{gib(plan.hbm_bytes_per_gpu)} - {gib(plan.reserve_bytes_per_gpu)} reserve"),
+        ("KV budget per GPU", gib(plan.kv_budget_bytes_per_gpu)),
         ("KV per token", f"{plan.kv_bytes_per_token:,} B (model), {plan.kv_bytes_per_token_per_gpu:,} B per GPU"),
         (
             "state per sequence",
@@ -483,8 +472,8 @@ def _print_plan(plan: ServingPlan) -> None:
     reserve.add_column("part")
     reserve.add_column("bytes", justify="right")
     for name, nbytes in plan.reserve_parts_per_gpu.by_name().items():
-        reserve.add_row(name.replace("_", " "), _gib(nbytes))
-    reserve.add_row("[bold]total[/bold]", _gib(plan.reserve_bytes_per_gpu))
+        reserve.add_row(name.replace("_", " "), gib(nbytes))
+    reserve.add_row("[bold]total[/bold]", gib(plan.reserve_bytes_per_gpu))
     console.print(reserve)
 
     classes = Table(title="weights by tensor class")
@@ -502,7 +491,7 @@ def _print_plan(plan: ServingPlan) -> None:
         alternatives.add_column(column)
     for a in shown:
         alternatives.add_row(
-            a.layout, str(a.nodes), "yes" if a.fits else "no", _gib(a.weight_bytes_per_gpu),
+            a.layout, str(a.nodes), "yes" if a.fits else "no", gib(a.weight_bytes_per_gpu),
             _tokens(a.tokens_per_dp_rank), _tokens(a.max_tokens_in_kv), a.reason,
         )  # fmt: skip
     console.print(alternatives)

@@ -12,15 +12,13 @@ from typing import TYPE_CHECKING
 
 from rich.markup import escape
 
-from capserve.cli.console import plain_console, print_summary, read_report
+from capserve.cli.console import block_unused, plain_console, print_summary, read_report
 from capserve.cli.exit_codes import ExitCode
 from capserve.cli.inputs import api_key_option, endpoint_option, load_option, writable_dir
-from capserve.cli.sandbox_checks import Promise, StandInFailed, kept, stop_on_failure
+from capserve.cli.sandbox_checks import Promise, StandInFailed, kept, promised_acts, stop_on_failure
 from capserve.cli.stand_ins import stand_in
-from capserve.core.acts import promised_acts
 from capserve.core.errors import CapserveError, SpecError
 from capserve.core.spec import load_spec, new_campaign_problems
-from capserve.core.summary import block_unused
 from capserve.tasks.secrets import redact
 
 if TYPE_CHECKING:

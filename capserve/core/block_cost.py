@@ -13,9 +13,10 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel
 
-from capserve.core.cost import CostLedger, build_ledger, load_price_table
 from capserve.core.cost.causes import Cause
 from capserve.core.cost.inputs import CostInputs
+from capserve.core.cost.ledger import CostLedger, build_ledger
+from capserve.core.cost.prices import load_price_table
 from capserve.core.record import CampaignRecord
 from capserve.core.redeploy import RedeployEntry
 from capserve.core.report import CampaignReport

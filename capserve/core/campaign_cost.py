@@ -24,20 +24,8 @@ from types import MappingProxyType
 from capserve.core.capacity.offers import Offer
 from capserve.core.catalog import get_instance_type, get_model
 from capserve.core.cluster.result import ClusterResult
-from capserve.core.cost import (
-    BlockWindow,
-    Cause,
-    CostInputs,
-    Ec2InstanceUsage,
-    EksControlPlaneUsage,
-    Interval,
-    NatGatewayUsage,
-    PublicIpv4Usage,
-    ResourceUsage,
-    S3Usage,
-    ScheduledRunMark,
-    ThroughputPoint,
-)
+from capserve.core.cost.causes import Cause
+from capserve.core.cost.inputs import BlockWindow, CostInputs, Interval, ScheduledRunMark, ThroughputPoint
 from capserve.core.cost.planning import (
     CostForecast,
     ExpectedTimeline,
@@ -46,15 +34,23 @@ from capserve.core.cost.planning import (
     forecast_offer,
 )
 from capserve.core.cost.prices import PriceTable
+from capserve.core.cost.resources import (
+    Ec2InstanceUsage,
+    EksControlPlaneUsage,
+    NatGatewayUsage,
+    PublicIpv4Usage,
+    ResourceUsage,
+    S3Usage,
+)
 from capserve.core.errors import CapserveError
 from capserve.core.evaluation.result import EvaluationResult
 from capserve.core.lease import Lease
-from capserve.core.planner import plan_serving
+from capserve.core.planner.plan import plan_serving
 from capserve.core.report import CampaignReport, StageRecord
 from capserve.core.schedule import LeaseSchedule
 from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage, StageStatus
-from capserve.core.timeline import BlockPlan, predict_block
+from capserve.core.timeline import predict_block
 
 _MAX_RESOURCE_HOURS = 24 * 366  # the bound of every usage's hours (capserve/core/cost/resources.py)
 
@@ -225,16 +221,8 @@ def expected_timeline(spec: CampaignSpec, instance_type: str, *, block_hours: fl
         return fixed
     if not plan.fits:
         return fixed
-    block = BlockPlan(
-        instance_type=plan.instance_type,
-        nodes=plan.nodes,
-        model_bytes=plan.weight_bytes,
-        node_bytes=plan.weight_bytes_per_gpu * plan.gpus_per_node,
-        shape=plan.compile_shape,
-        storage=spec.weights.node_target,
-    )
     cold = predict_block(
-        block,
+        plan.block_plan(spec.weights.node_target),
         block_hours=block_hours,
         warm=False,
         drain_before_end_minutes=spec.teardown.drain_before_end_minutes,

@@ -56,12 +56,6 @@ def campaign_resource_id(campaign_id: str) -> str:
     return f"{CAMPAIGN_PREFIX}{campaign_id}"
 
 
-def campaign_of(resource_id: str) -> str | None:
-    """The campaign id in a ``capserve.campaign.<id>`` resource id (None for any other resource)."""
-    found = resource_id.removeprefix(CAMPAIGN_PREFIX)
-    return found if found != resource_id and found else None
-
-
 class CampaignRefs(BaseModel):
     """What a campaign's events point at, as far as the campaign has got."""
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from capserve.core.vllm import is_option, long_flag
+from capserve.core.vllm.parser import is_option, long_flag
 
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # what a POSIX shell and the kubelet's $(VAR) accept
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from capserve.core.catalog import get_instance_type
 from capserve.core.catalog.recipes import recipe_for
 from capserve.core.errors import DoesNotFitError, SpecError
-from capserve.core.planner import ServingPlan
+from capserve.core.planner.plan import ServingPlan
 from capserve.core.rollout.args import vllm_args
 from capserve.core.rollout.config import engine_options
 from capserve.core.spec import CampaignSpec

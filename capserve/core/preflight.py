@@ -40,7 +40,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.errors import SpecError
-from capserve.core.planner import ServingPlan
+from capserve.core.planner.plan import ServingPlan
 from capserve.core.quotas import QuotaReading, quota_problems
 from capserve.core.rollout.command import serve_command_problems
 from capserve.core.rollout.probes import startup_budget_s
@@ -155,7 +155,7 @@ def time_needed(
         bring_up_s = bring_up.nodegroup_active_timeout_s
     else:
         bring_up_s = bring_up.cluster_active_timeout_s + bring_up.nodegroup_active_timeout_s
-    node_bytes = plan.weight_bytes_per_gpu * plan.gpus_per_node
+    node_bytes = plan.node_bytes
     margin = StartupModel().safety_factor
     startup_s = startup_budget_s(
         plan.compile_shape,

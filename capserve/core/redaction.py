@@ -110,10 +110,6 @@ class Redactor:
     def secrets(self) -> frozenset[str]:
         return self._secrets
 
-    def with_secrets(self, *more: str | None) -> Redactor:
-        """A redactor that also knows ``more`` (``None`` and too-short values are ignored)."""
-        return Redactor(self._secrets | {s for s in more if s})
-
     def redact(self, text: str) -> str:
         """``text`` with every secret replaced by ``[redacted]``."""
         if not text:

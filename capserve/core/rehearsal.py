@@ -26,7 +26,8 @@ from typing import Any, Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from capserve.core.capacity.zones import AVAILABILITY_ZONE, Zone
-from capserve.core.catalog import INSTANCE_TYPES, get_instance_type
+from capserve.core.catalog import get_instance_type
+from capserve.core.catalog.hardware import INSTANCE_TYPES
 from capserve.core.cluster.addons import AddonImages
 from capserve.core.cluster.eks import launch_template_shape
 from capserve.core.cluster.hyperpod import HYPERPOD_GPU_TYPES

@@ -32,7 +32,7 @@ from capserve.core.evaluation.result import EvaluationResult
 from capserve.core.events import CapserveEvent
 from capserve.core.markdown import markdown_table, without_images
 from capserve.core.plan_check import plan_markdown
-from capserve.core.planner import ServingPlan
+from capserve.core.planner.plan import ServingPlan
 from capserve.core.redeploy import RedeployEntry, redeploys_markdown
 from capserve.core.rehearsal import RehearsalRecord
 from capserve.core.rollout.image import ImageMirrorResult

@@ -13,7 +13,7 @@ import re
 import unicodedata
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AwareDatetime,
@@ -32,7 +32,9 @@ from pydantic import (
     model_validator,
 )
 
-from capserve.core.catalog import MODELS
+from capserve.core.catalog import get_instance_type
+from capserve.core.catalog.entries import MODELS
+from capserve.core.catalog.hardware import INSTANCE_TYPES
 from capserve.core.cluster.access import IAM_PRINCIPAL_ARN
 from capserve.core.cluster.eks_versions import kubernetes_version_problem
 from capserve.core.cost.spec import CostSpec
@@ -42,6 +44,7 @@ from capserve.core.evaluation.spec import EvaluationSpec
 from capserve.core.instants import FORMAT as INSTANT_FORMAT
 from capserve.core.instants import parse_instant
 from capserve.core.plain_env import SECRET_HINT, argument_problems, env_problems
+from capserve.core.settings import CampaignSettings
 from capserve.core.spec_checks import (
     capacity_block_window_problems,
     catalog_id_problem,
@@ -53,9 +56,6 @@ from capserve.core.spec_checks import (
     s3_prefix_problem,
 )
 from capserve.core.strict_yaml import MAX_DOCUMENT_BYTES, Document, parse_document
-
-if TYPE_CHECKING:
-    from capserve.core.settings import CampaignSettings
 
 # AWS begins terminating Capacity Block instances 30 minutes before the block ends
 # (EC2 user guide, capacity-blocks-using.html); no teardown margin may be at or inside that line.
@@ -185,8 +185,6 @@ class CapacitySpec(StrictModel):
     @field_validator("instance_type")
     @classmethod
     def _known_instance_type(cls, value: str) -> str:
-        from capserve.core.catalog import INSTANCE_TYPES
-
         problem = instance_type_problem(value, INSTANCE_TYPES)
         if problem:
             raise ValueError(problem)
@@ -503,8 +501,6 @@ class RehearsalSpec(StrictModel):
     @field_validator("instance_type")
     @classmethod
     def _known_instance_type(cls, value: str | None) -> str | None:
-        from capserve.core.catalog import INSTANCE_TYPES
-
         problem = instance_type_problem(value, INSTANCE_TYPES) if value is not None else None
         if problem:
             raise ValueError(problem)
@@ -622,8 +618,6 @@ class CampaignSpec(StrictModel):
             raise ValueError("a SageMaker training plan serves a HyperPod cluster: set cluster.kind to 'hyperpod'")
         rehearsal_type = self.rehearsal.instance_type
         if rehearsal_type is not None:
-            from capserve.core.catalog import get_instance_type
-
             ours, theirs = get_instance_type(self.capacity.instance_type), get_instance_type(rehearsal_type)
             if ours.gpu.family != theirs.gpu.family:
                 raise ValueError(
@@ -641,8 +635,6 @@ class CampaignSpec(StrictModel):
 
 def _catalog_context(catalog: str | None) -> int | None:
     """The catalog model's longest context, or None (a Hub repo's is known only once its config is read)."""
-    from capserve.core.catalog import MODELS
-
     entry = MODELS.get(catalog) if catalog else None
     return entry.max_context if entry is not None else None
 
@@ -663,8 +655,6 @@ def new_campaign_problems(spec: CampaignSpec, *, now: datetime) -> list[str]:
 
 
 def _campaign_settings(value: dict[str, JsonValue]) -> CampaignSettings:
-    from capserve.core.settings import CampaignSettings
-
     try:
         # Strict as the spec itself: ``true`` is not 1.0 s, "5" is not 5, "no" is not false.
         return CampaignSettings.model_validate(value, strict=True)

@@ -64,11 +64,6 @@ class Stage(enum.StrEnum):
         return self.part is CampaignPart.SERVE or self is Stage.DRAIN
 
     @property
-    def needs_cluster(self) -> bool:
-        """Runs on the cluster bring-up made (Kubernetes objects, the endpoint)."""
-        return Stage.BRING_UP.precedes(self) and self is not Stage.TEARDOWN
-
-    @property
     def leaves_resources(self) -> bool:
         """Once started, leaves billing resources behind (cluster, nodes, workloads) that teardown must remove."""
         return self in (Stage.BRING_UP, Stage.WEIGHTS_TO_NODES, Stage.ROLLOUT)
@@ -94,8 +89,3 @@ class StageStatus(enum.StrEnum):
     @property
     def is_terminal(self) -> bool:
         return self is not StageStatus.RUNNING
-
-    @property
-    def is_success(self) -> bool:
-        """The stage did what it had to (or had nothing to do)."""
-        return self in (StageStatus.COMPLETED, StageStatus.SKIPPED)

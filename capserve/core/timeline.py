@@ -33,7 +33,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from capserve.core.catalog import InstanceType, ModelEntry, get_instance_type
+from capserve.core.catalog import get_instance_type
+from capserve.core.catalog.hardware import InstanceType
+from capserve.core.catalog.models import ModelEntry
 from capserve.core.drain import AWS_TERMINATION_BEFORE_END_MINUTES, DRAIN_BEFORE_END_MINUTES
 from capserve.core.errors import UnknownCatalogEntryError
 from capserve.core.weights.settings import WeightsSettings
@@ -43,7 +45,6 @@ Storage = Literal["nvme", "fsx", "s3"]
 STORAGES: tuple[Storage, ...] = ("nvme", "fsx", "s3")
 
 GB = 1e9
-_TIB = 2**40
 _HOUR_S = 3600.0
 AWS_TERMINATION_BEFORE_END_S = AWS_TERMINATION_BEFORE_END_MINUTES * 60.0
 

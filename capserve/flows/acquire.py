@@ -40,8 +40,8 @@ from capserve.core.capacity.result import AcquireResult, Outcome
 from capserve.core.capacity.settings import CapacitySettings
 from capserve.core.capacity.states import Reservation
 from capserve.core.catalog import get_instance_type
-from capserve.core.cost import CostForecast, load_price_table
-from capserve.core.cost.planning import forecast_table
+from capserve.core.cost.planning import CostForecast, forecast_table
+from capserve.core.cost.prices import load_price_table
 from capserve.core.errors import OfferGoneError, PermanentError
 from capserve.core.lease import Lease
 from capserve.core.record import RecordRef, StageEntry

@@ -51,7 +51,7 @@ from capserve.campaign.stages import (
 from capserve.core.cluster.result import ClusterResult
 from capserve.core.errors import CapserveError, PermanentError
 from capserve.core.events import rollout_event
-from capserve.core.planner import ServingPlan
+from capserve.core.planner.plan import ServingPlan
 from capserve.core.record import CampaignRecord, RecordRef, RolloutRecord
 from capserve.core.redeploy import (
     Outcome,

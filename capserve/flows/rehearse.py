@@ -33,7 +33,7 @@ from capserve.campaign.stages import (
 )
 from capserve.core.capacity.states import ReservationState
 from capserve.core.cluster.result import ClusterResult
-from capserve.core.cost import load_price_table
+from capserve.core.cost.prices import load_price_table
 from capserve.core.errors import SpecError
 from capserve.core.events import cluster_ready, teardown_finished
 from capserve.core.rehearsal import (

@@ -22,17 +22,11 @@ from capserve.campaign.run_names import stage_run_name
 from capserve.core.cluster.result import ClusterResult
 from capserve.core.errors import PermanentError
 from capserve.core.record import RolloutRecord
-from capserve.core.rollout import (
-    Color,
-    RolloutConfig,
-    RolloutDecision,
-    Step,
-    rollback_decision,
-    serving_namespace,
-    workload_name,
-)
+from capserve.core.rollout.config import RolloutConfig
+from capserve.core.rollout.names import Color, serving_namespace, workload_name
 from capserve.core.rollout.result import RolloutFailedError, RolloutResult
 from capserve.core.rollout.settings import RolloutSettings
+from capserve.core.rollout.strategy import RolloutDecision, Step, rollback_decision
 from capserve.tasks.kube import api_client_for_eks
 from capserve.tasks.rollout.access import key_in_environment, port_forward
 from capserve.tasks.rollout.objects import ensure_api_key

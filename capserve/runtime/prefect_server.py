@@ -107,10 +107,6 @@ class LocalServer:
     def env(self) -> dict[str, str]:
         return {**SERVER_SETTINGS, "PREFECT_API_URL": self.url, "PREFECT_HOME": str(self.home)}
 
-    @property
-    def ui(self) -> str:
-        return self.url.removesuffix("/api")
-
 
 def free_port() -> int:
     with socket.socket() as s:

@@ -25,7 +25,6 @@ from typing import Any, TypeAlias
 import urllib3
 from botocore.exceptions import BotoCoreError, ClientError
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.discovery import LazyDiscoverer
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
@@ -275,22 +274,6 @@ class _GoneCheck:
                 f"{what}: {why}; stopped waiting (nothing on a deleted cluster becomes ready; a scheduled teardown "
                 "deletes it at the end of the block: `capserve status` shows what is left)"
             ) from cause
-
-
-def api_client_from_kubeconfig(path: str | Path, context: str | None = None) -> k8s.ApiClient:
-    """A client for a cluster the spec names, from an existing kubeconfig (read, never written).
-
-    Exec plugins in the kubeconfig (e.g. ``aws eks get-token``) run as kubectl would run them.
-    """
-    try:
-        api: k8s.ApiClient = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=str(path), context=context
-        )
-        return api
-    except (k8s_config.ConfigException, OSError) as exc:
-        raise PermanentError(
-            f"kubeconfig {path} (context {context or 'current'}): {exc}. Check the path and context name."
-        ) from exc
 
 
 class _InMemoryDiscoverer(LazyDiscoverer):

@@ -10,7 +10,8 @@ import json
 from pathlib import Path
 
 from capserve.core.bounded_read import read_bounded
-from capserve.core.catalog import ModelEntry, model_from_hf_config
+from capserve.core.catalog.hf_config import model_from_hf_config
+from capserve.core.catalog.models import ModelEntry
 from capserve.core.errors import PermanentError, RetryableError, SpecError
 from capserve.core.rollout.cache import compile_config_digest
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from prefect.artifacts import create_table_artifact
 
-from capserve.core.catalog import ModelEntry, get_instance_type, get_model
+from capserve.core.catalog import get_instance_type, get_model
+from capserve.core.catalog.models import ModelEntry
 from capserve.core.plan_check import check_plan_against_capacity, check_plan_against_recipe, plan_summary_rows
-from capserve.core.planner import PlannerSettings, ServingPlan, plan_serving
+from capserve.core.planner.plan import ServingPlan, plan_serving
+from capserve.core.planner.settings import PlannerSettings
 from capserve.core.spec import CampaignSpec, ModelRef
 from capserve.tasks.model_config import model_from_hub
 from capserve.tasks.resilience import hub_task, local_task, orchestrator_task

@@ -13,8 +13,8 @@ from capserve_sandbox.registry import registry_tool_command, upstream
 from capserve.core.environ import REGISTRY_TOOL_ENV
 from capserve.core.errors import PermanentError
 from capserve.core.tags import CAMPAIGN_TAG
-from capserve.core.teardown import TeardownSettings, plan_teardown
-from capserve.core.teardown.plan import Phase
+from capserve.core.teardown.plan import Phase, plan_teardown
+from capserve.core.teardown.settings import TeardownSettings
 from capserve.tasks.image_mirror import mirror_image
 from capserve.tasks.teardown.execute import execute_plan
 from capserve.tasks.teardown.inventory import inventory_campaign

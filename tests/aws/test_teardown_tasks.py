@@ -19,8 +19,8 @@ from capserve.core.errors import PermanentError
 from capserve.core.lease import Lease
 from capserve.core.progress import PREFIX, unstamped
 from capserve.core.tags import CAMPAIGN_TAG
-from capserve.core.teardown import TeardownSettings, plan_teardown
-from capserve.core.teardown.plan import Phase
+from capserve.core.teardown.plan import Phase, plan_teardown
+from capserve.core.teardown.settings import TeardownSettings
 from capserve.tasks.cluster.eks import (
     converge_cluster,
     converge_launch_template,

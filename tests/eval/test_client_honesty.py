@@ -14,7 +14,6 @@ from capserve_sandbox.openai_server import Dist, SandboxConfig, serve
 
 from capserve.cli import main
 from capserve.core.deadline import Deadline
-from capserve.core.evaluation import EvaluationSpec, GateSpec, LoadResult, LoadSpec, summarize_run
 from capserve.core.evaluation.client_limits import (
     chunks_per_s_per_stream,
     client_capacity,
@@ -23,7 +22,8 @@ from capserve.core.evaluation.client_limits import (
     load_refusals,
 )
 from capserve.core.evaluation.records import ClientStats, RequestRecord, RunRecord
-from capserve.core.evaluation.result import evaluate_gates, refused_point
+from capserve.core.evaluation.result import LoadResult, evaluate_gates, refused_point, summarize_run
+from capserve.core.evaluation.spec import EvaluationSpec, GateSpec, LoadSpec
 from capserve.flows.evaluate import evaluate_endpoint
 from capserve.tasks.evaluation.control import make_client, run_smoke_checks
 from capserve.tasks.evaluation.load import run_point

@@ -9,7 +9,7 @@ import pytest
 from capserve_sandbox.openai_server import Faults, SandboxConfig, serve
 
 from capserve.cli import main
-from capserve.core.evaluation import EvaluationSpec, LoadSpec
+from capserve.core.evaluation.spec import EvaluationSpec, LoadSpec
 from capserve.flows.evaluate import evaluate_endpoint, public_url
 
 SMALL_LOAD = LoadSpec(
@@ -39,10 +39,10 @@ def test_flow_runs_every_profile_and_reports_a_failed_check(tmp_path: Path, monk
 
 def test_missing_api_key_variable_is_a_clear_error(tmp_path: Path) -> None:
     from capserve.core.errors import PermanentError
-    from capserve.tasks.evaluation.load import read_api_key
+    from capserve.tasks.evaluation.auth import read_auth
 
     with pytest.raises(PermanentError, match="CAPSERVE_NO_SUCH_VAR"):
-        read_api_key("CAPSERVE_NO_SUCH_VAR")
+        read_auth("CAPSERVE_NO_SUCH_VAR")
 
 
 def test_cli_json_prints_the_report_object(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

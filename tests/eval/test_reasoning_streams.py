@@ -16,10 +16,9 @@ from capserve_sandbox.openai_server import SandboxConfig, serve
 
 from capserve.core.catalog import get_model
 from capserve.core.errors import SpecError
-from capserve.core.evaluation import EvaluationSpec, LoadSpec, summarize_run
 from capserve.core.evaluation.quality import packaged_golden, quality_payload
-from capserve.core.evaluation.result import load_table_row
-from capserve.core.evaluation.spec import QualitySpec
+from capserve.core.evaluation.result import load_table_row, summarize_run
+from capserve.core.evaluation.spec import EvaluationSpec, LoadSpec, QualitySpec
 from capserve.core.evaluation.sse import StreamState, apply_event
 from capserve.tasks.evaluation.control import make_client, run_smoke_checks, score_golden
 from capserve.tasks.evaluation.load import run_point

@@ -10,7 +10,8 @@ import httpx
 import pytest
 from capserve_sandbox.openai_server import Dist, Faults, SandboxConfig, serve
 
-from capserve.core.evaluation import EvaluationSpec, LoadSpec, summarize_run
+from capserve.core.evaluation.result import summarize_run
+from capserve.core.evaluation.spec import EvaluationSpec, LoadSpec
 from capserve.tasks.evaluation.control import make_client, run_smoke_checks, score_golden
 from capserve.tasks.evaluation.load import run_point
 

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from capserve.core.evaluation import EvaluationResult, EvaluationSpec, GateSpec, LoadResult, LoadSpec, summarize_run
 from capserve.core.evaluation.records import ClientStats, RequestRecord, RunRecord
-from capserve.core.evaluation.result import QualityResult, SmokeResult, evaluate_gates
+from capserve.core.evaluation.result import (
+    EvaluationResult,
+    LoadResult,
+    QualityResult,
+    SmokeResult,
+    evaluate_gates,
+    summarize_run,
+)
 from capserve.core.evaluation.smoke import SmokeCheck, check_tool_call
+from capserve.core.evaluation.spec import EvaluationSpec, GateSpec, LoadSpec
 
 
 def _run(ttft_s: float, cpu: float = 5.0, lag: float = 0.5) -> RunRecord:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from capserve_sandbox.vllm_cpu import VllmCpuSettings, serve_vllm, unavailable_reason
 
-from capserve.core.evaluation import EvaluationSpec
+from capserve.core.evaluation.spec import EvaluationSpec
 from capserve.flows.evaluate import evaluate_endpoint
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]

@@ -17,7 +17,7 @@ from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.lease import Lease
 from capserve.core.spec import CampaignSpec, parse_spec
 from capserve.core.tags import CAMPAIGN_TAG
-from capserve.core.teardown import ReaperSettings, TeardownSettings
+from capserve.core.teardown.settings import ReaperSettings, TeardownSettings
 from capserve.flows.bring_up import bring_up
 from capserve.flows.reaper import reaper
 from capserve.flows.teardown import teardown

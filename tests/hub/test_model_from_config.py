@@ -11,7 +11,8 @@ from capserve_sandbox.aws import patched_environ
 from capserve_sandbox.hub import local_hub
 
 from capserve.cli import main
-from capserve.core.catalog import get_model, model_to_hf_config
+from capserve.core.catalog import get_model
+from capserve.core.catalog.hf_config import model_to_hf_config
 from capserve.core.errors import PermanentError
 from capserve.core.spec import ModelRef
 from capserve.tasks.planning import model_from_hub, resolve_model

@@ -7,13 +7,11 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import boto3
 import pytest
 import urllib3
-import yaml
 from capserve_sandbox.aws import moto_sandbox, patched_environ
 from capserve_sandbox.kube import FakeKube
 from capserve_sandbox.kube.auth import eks_token_problem
@@ -113,26 +111,6 @@ def test_requests_without_an_accepted_token_are_refused(kube: FakeKube) -> None:
     forged = tasks_kube.api_client(kube.url, None, lambda: SecretStr("k8s-aws-v1.bm90LWEtdXJs"))
     with pytest.raises(PermanentError, match="401.*access entry"):
         tasks_kube.apply(forged, deployment())
-
-
-def test_kubeconfig_client_reads_an_existing_file(kube: FakeKube, tmp_path: Path) -> None:
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "current-context": "other",
-        "clusters": [{"name": "sandbox", "cluster": {"server": kube.url}}],
-        "users": [{"name": "me", "user": {"token": kube.token}}],
-        "contexts": [
-            {"name": "sandbox", "context": {"cluster": "sandbox", "user": "me"}},
-            {"name": "other", "context": {"cluster": "nowhere", "user": "me"}},
-        ],
-    }
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    api = tasks_kube.api_client_from_kubeconfig(path, "sandbox")
-    assert k8s.CoreV1Api(api).read_namespace("default").metadata.name == "default"
-    with pytest.raises(PermanentError, match="context missing"):
-        tasks_kube.api_client_from_kubeconfig(path, "missing")
 
 
 def test_ca_data_is_decoded_in_memory() -> None:

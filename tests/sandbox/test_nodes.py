@@ -22,7 +22,7 @@ from capserve_sandbox.kube.instances import CPU_TYPES, GPU_NETWORK, NVME_DISKS, 
 from capserve_sandbox.kube.nodes import node_object
 from kubernetes import client as k8s
 
-from capserve.core.catalog import INSTANCE_TYPES
+from capserve.core.catalog.hardware import INSTANCE_TYPES
 from capserve.core.cluster.addons import AddonOptions, efa_device_plugin, nvidia_device_plugin
 from capserve.core.cluster.nvme import gpu_user_data_base64, parse_quantity
 from capserve.tasks import kube as tasks_kube

@@ -14,7 +14,8 @@ from capserve_sandbox.vllm_cpu import VllmCpuSettings, unavailable_reason
 from kubernetes import client as k8s
 from pydantic import SecretStr
 
-from capserve.core.vllm import VllmArgsError, parse_serve_args, rules, serve_argv, snapshot
+from capserve.core.vllm.parser import VllmArgsError, parse_serve_args, serve_argv, snapshot
+from capserve.core.vllm.rules import rules
 from capserve.tasks import kube as tasks_kube
 from tests.sandbox.conftest import condition, get, until
 from tests.sandbox.test_kubelet import http_get

@@ -8,11 +8,14 @@ from typing import Any
 
 import jsonschema
 import kubernetes_validate
+from capserve_sandbox.kube.pods import node_selector_matches, untolerated_taint
 
 from capserve.core.catalog import get_instance_type, get_model
 from capserve.core.cluster.addons import lws_crd
-from capserve.core.planner import ParallelLayout, ServingPlan, Shape, plan_serving
-from capserve.core.rollout import RolloutConfig, RolloutTarget, rollout_config
+from capserve.core.planner.plan import ParallelLayout, ServingPlan, plan_serving
+from capserve.core.planner.shapes import Shape
+from capserve.core.rollout.config import RolloutConfig, rollout_config
+from capserve.core.rollout.workload import RolloutTarget
 from capserve.core.spec import CampaignSpec, parse_spec
 from capserve.core.weights.placement import Layout
 
@@ -128,3 +131,23 @@ def validate_lws(obj: dict[str, Any]) -> None:
 def validate_k8s(obj: dict[str, Any]) -> None:
     for version in VERSIONS:
         kubernetes_validate.validate(obj, version, strict=True)
+
+
+# EKS spells taint effects NO_SCHEDULE; Kubernetes NoSchedule (EKS API reference, Taint).
+_EKS_EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PREFER_NO_SCHEDULE": "PreferNoSchedule"}
+
+
+def node_taints(eks_taints: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Taints as an EKS node group request spells them, the way they appear on the Node object."""
+    return [{"key": t["key"], "value": t.get("value", ""), "effect": _EKS_EFFECTS[t["effect"]]} for t in eks_taints]
+
+
+def refusal(pod_spec: dict[str, Any], labels: dict[str, str], taints: list[dict[str, str]]) -> str | None:
+    """Why the scheduler keeps ``pod_spec`` off a node with these labels and taints (None: it may go there), by the
+    sandbox scheduler's label and taint rules (the one copy of them)."""
+    taint = untolerated_taint(taints, pod_spec.get("tolerations") or [], ("NoSchedule", "NoExecute"))
+    if taint is not None:
+        return f"untolerated taint {{{taint.get('key')}: {taint.get('value') or ''}}}"
+    if not node_selector_matches(pod_spec, {"metadata": {"labels": labels}}):
+        return "node affinity/selector"
+    return None

@@ -1,4 +1,4 @@
-"""The acts a sandbox campaign promises, checked against its report (core/acts.py, cli/sandbox_checks.py)."""
+"""The acts a sandbox campaign promises, checked against its report (cli/sandbox_checks.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ import pytest
 from rich.console import Console
 
 from capserve.cli.exit_codes import ExitCode
-from capserve.cli.sandbox_checks import Promise, StandInFailed, kept, stop_on_failure
-from capserve.core.acts import Act, missing_acts, promised_acts
+from capserve.cli.sandbox_checks import Act, Promise, StandInFailed, kept, missing_acts, promised_acts, stop_on_failure
 
 DEMO = promised_acts(on_a_server=True, teardown_when_done=False, revisions=(True, False))
 

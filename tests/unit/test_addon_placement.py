@@ -1,7 +1,7 @@
 """Where the add-ons can run, checked against the node pools bring-up really creates (labels, taints).
 
 The pools come from the request builders (what EKS puts on the nodes), the pod specs from the add-on
-renderer, and the verdict from ``capserve.core.cluster.placement`` (the scheduler's label/taint rules).
+renderer, and the verdict from the sandbox scheduler's label/taint rules.
 Before the system node group existed, the controllers tolerated only ``CriticalAddonsOnly`` on a
 GPU-only tainted cluster and stayed Pending; these tests pin the fix.
 """
@@ -13,6 +13,8 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
+from capserve_sandbox.kube.pods import tolerates
+from rollout_fixtures import node_taints, refusal
 
 from capserve.core.cluster import eks, hyperpod
 from capserve.core.cluster.addons import (
@@ -22,7 +24,6 @@ from capserve.core.cluster.addons import (
     render_addons,
 )
 from capserve.core.cluster.naming import ClusterNames
-from capserve.core.cluster.placement import admits, kubernetes_taints, placement_problems, tolerates
 from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.lease import Lease
 
@@ -46,7 +47,7 @@ _SYSTEM_REQUEST = eks.system_nodegroup_request(
 # "Well-Known Labels"); the EFA chart's affinity selects on it.
 GPU_NODE = ({**_GPU_REQUEST["labels"], "eks.amazonaws.com/nodegroup": NAMES.nodegroup,
              "node.kubernetes.io/instance-type": LEASE.instance_type},
-            kubernetes_taints(_GPU_REQUEST["taints"]))
+            node_taints(_GPU_REQUEST["taints"]))
 SYSTEM_NODE = ({**_SYSTEM_REQUEST["labels"], "eks.amazonaws.com/nodegroup": NAMES.system_nodegroup}, [])
 
 # CoreDNS as EKS creates it: tolerates CriticalAddonsOnly and the control-plane taint, no nodeSelector
@@ -81,8 +82,8 @@ def test_every_workload_is_either_a_gpu_addon_or_a_controller() -> None:
 def test_gpu_addons_run_on_gpu_nodes_only_and_tolerate_exactly_the_gpu_taint(name: str) -> None:
     spec = pod_specs()[name]
     assert spec["tolerations"] == [*CHART_TOLERATIONS.get(name, []), *GPU_TOLERATIONS]
-    assert admits(spec, *GPU_NODE), placement_problems(spec, *GPU_NODE)
-    assert not admits(spec, *SYSTEM_NODE)  # the nodeSelector keeps them off the system nodes
+    assert refusal(spec, *GPU_NODE) is None
+    assert refusal(spec, *SYSTEM_NODE) == "node affinity/selector"  # the nodeSelector keeps them off the system nodes
 
 
 @pytest.mark.parametrize("name", sorted(CONTROLLERS))
@@ -90,14 +91,13 @@ def test_controllers_tolerate_nothing_and_run_on_system_nodes_only(name: str) ->
     spec = pod_specs()[name]
     assert "tolerations" not in spec
     assert spec["nodeSelector"] == {"capserve.io/campaign": "k3-demo", "capserve.io/pool": "system"}
-    assert admits(spec, *SYSTEM_NODE), placement_problems(spec, *SYSTEM_NODE)
-    problems = placement_problems(spec, *GPU_NODE)
-    assert "untolerated taint {nvidia.com/gpu: true}" in problems
+    assert refusal(spec, *SYSTEM_NODE) is None
+    assert refusal(spec, *GPU_NODE) == "untolerated taint {nvidia.com/gpu: true}"
 
 
 def test_eks_coredns_can_only_run_on_the_system_nodes_and_is_waited_for() -> None:
-    assert admits(EKS_COREDNS_POD, *SYSTEM_NODE)
-    assert placement_problems(EKS_COREDNS_POD, *GPU_NODE) == ["untolerated taint {nvidia.com/gpu: true}"]
+    assert refusal(EKS_COREDNS_POD, *SYSTEM_NODE) is None
+    assert refusal(EKS_COREDNS_POD, *GPU_NODE) == "untolerated taint {nvidia.com/gpu: true}"
     assert bootstrap_workloads() == [
         {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "coredns", "namespace": "kube-system"}}
     ]
@@ -149,7 +149,7 @@ def test_placed_addons_still_validate_strict(version: str) -> None:
     ],
 )
 def test_toleration_rules(toleration: dict[str, str], taint: dict[str, str], expected: bool) -> None:
-    assert tolerates([toleration], taint) is expected
+    assert tolerates(toleration, taint) is expected
 
 
 def test_affinity_terms_or_expressions_and_prefer_no_schedule_does_not_block() -> None:
@@ -159,10 +159,8 @@ def test_affinity_terms_or_expressions_and_prefer_no_schedule_does_not_block() -
         {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]},
                               {"key": "zone", "operator": "NotIn", "values": ["b"]}]},
     ]}}}
-    assert admits({"affinity": affinity}, labels, [{"key": "k", "value": "v", "effect": "PreferNoSchedule"}])
-    assert placement_problems({"affinity": affinity}, {"kubernetes.io/hostname": "n2"}, []) == [
-        "required node affinity not satisfied"
-    ]
+    assert refusal({"affinity": affinity}, labels, [{"key": "k", "value": "v", "effect": "PreferNoSchedule"}]) is None
+    assert refusal({"affinity": affinity}, {"kubernetes.io/hostname": "n2"}, []) == "node affinity/selector"
 
 
 def _hyperpod_gpu_node() -> tuple[dict[str, str], list[dict[str, str]]]:
@@ -188,7 +186,7 @@ def test_the_efa_plugin_runs_on_hyperpod_nodes_labelled_with_the_ml_type() -> No
     node = _hyperpod_gpu_node()
     assert node[0]["node.kubernetes.io/instance-type"] == "ml.p6-b300.48xlarge"
     spec = pod_specs()["aws-efa-k8s-device-plugin"]
-    assert admits(spec, *node), placement_problems(spec, *node)
+    assert refusal(spec, *node) is None
     # Still not on a type the chart does not list, spelled either way.
     other = ({**node[0], "node.kubernetes.io/instance-type": "ml.g5.8xlarge"}, node[1])
-    assert not admits(spec, *other)
+    assert refusal(spec, *other) == "node affinity/selector"

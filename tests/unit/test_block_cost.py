@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from capserve.core.block_cost import with_redeploys
-from capserve.core.cost import Cause, build_ledger
+from capserve.core.cost.causes import Cause
+from capserve.core.cost.ledger import build_ledger
 from capserve.core.redeploy import RedeployEntry, down_phases
 from tests.unit.test_cost_ledger import PRICES, at, inputs, known_day
 

@@ -12,7 +12,7 @@ import pytest
 
 from capserve.core.block_cost import block_ledger, campaign_report
 from capserve.core.campaign_cost import campaign_cost_inputs
-from capserve.core.cost import Cause
+from capserve.core.cost.causes import Cause
 from capserve.core.events import CapserveEvent
 from capserve.core.record import CampaignRecord, StageEntry
 from capserve.core.redeploy import RedeployEntry

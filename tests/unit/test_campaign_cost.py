@@ -22,9 +22,11 @@ from capserve.core.capacity.approval import ApprovalRequest
 from capserve.core.capacity.offers import Offer
 from capserve.core.cluster.network import NetworkIds, SubnetInfo
 from capserve.core.cluster.result import ClusterResult, SystemPool
-from capserve.core.cost import Cause, CostLedger, build_ledger, load_price_table
+from capserve.core.cost.causes import Cause
 from capserve.core.cost.inputs import BlockWindow
+from capserve.core.cost.ledger import CostLedger, build_ledger
 from capserve.core.cost.planning import forecast_table
+from capserve.core.cost.prices import load_price_table
 from capserve.core.cost.spec import CostSpec
 from capserve.core.evaluation.result import EvaluationResult
 from capserve.core.lease import Lease

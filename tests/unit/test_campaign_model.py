@@ -65,9 +65,7 @@ def test_stage_behaviour() -> None:
     assert not Stage.ACQUIRE.needs_capacity and Stage.STAGE_WEIGHTS.needs_capacity
     assert not Stage.STAGE_WEIGHTS.needs_active_capacity and Stage.BRING_UP.needs_active_capacity
     assert Stage.DRAIN.needs_active_capacity and not Stage.TEARDOWN.needs_active_capacity
-    assert [s for s in Stage if s.needs_cluster] == [Stage.WEIGHTS_TO_NODES, Stage.ROLLOUT, Stage.EVALUATE, Stage.DRAIN]
     assert [s for s in Stage if s.leaves_resources] == [Stage.BRING_UP, Stage.WEIGHTS_TO_NODES, Stage.ROLLOUT]
-    assert StageStatus.SKIPPED.is_success and not StageStatus.INTERRUPTED.is_success
     assert not StageStatus.RUNNING.is_terminal
 
 

@@ -13,16 +13,11 @@ import moto
 import pytest
 from pydantic import ValidationError
 
-from capserve.core.catalog import (
-    GPUS,
-    INSTANCE_TYPES,
-    MODELS,
-    AttentionKind,
-    get_instance_type,
-    get_model,
-    model_from_hf_config,
-    model_to_hf_config,
-)
+from capserve.core.catalog import get_instance_type, get_model
+from capserve.core.catalog.entries import MODELS
+from capserve.core.catalog.hardware import GPUS, INSTANCE_TYPES
+from capserve.core.catalog.hf_config import model_from_hf_config, model_to_hf_config
+from capserve.core.catalog.models import AttentionKind
 from capserve.core.errors import SpecError, UnknownCatalogEntryError
 
 GB = 10**9

@@ -17,7 +17,7 @@ import capserve.cli._server as server_module
 import capserve.flows.campaign as campaign_module
 import capserve.tasks.scheduling as scheduling_module
 from capserve.cli import main
-from capserve.cli.console import plain_console
+from capserve.cli.console import block_unused, plain_console, summary_lines
 from capserve.cli.progress_view import ProgressView
 from capserve.core.act_lines import act_line, teardown_step_line
 from capserve.core.capacity.result import AcquireResult
@@ -27,7 +27,6 @@ from capserve.core.progress import block_clock, stamped, state_text, unstamped
 from capserve.core.report import CampaignReport
 from capserve.core.rollout.startup_log import startup_milestones
 from capserve.core.schedule import ExistingRun
-from capserve.core.summary import block_unused, summary_lines
 from capserve.tasks.progress import ProgressLine
 
 EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml")

@@ -7,20 +7,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import ValidationError
 
-from capserve.core.cost import (
-    BlockWindow,
-    Cause,
-    CostInputs,
-    CostLedger,
-    Ec2InstanceUsage,
-    EksControlPlaneUsage,
-    Interval,
-    S3Usage,
-    ScheduledRunMark,
-    ThroughputPoint,
-    build_ledger,
-    load_price_table,
-)
+from capserve.core.cost.causes import Cause
+from capserve.core.cost.inputs import BlockWindow, CostInputs, Interval, ScheduledRunMark, ThroughputPoint
+from capserve.core.cost.ledger import CostLedger, build_ledger
+from capserve.core.cost.prices import load_price_table
+from capserve.core.cost.resources import Ec2InstanceUsage, EksControlPlaneUsage, S3Usage
 
 START = datetime(2026, 12, 3, 11, 30, tzinfo=UTC)  # Capacity Blocks start and end at 11:30 UTC
 END = START + timedelta(hours=24)

@@ -8,16 +8,16 @@ import pytest
 from pydantic import ValidationError
 
 from capserve.core.capacity.offers import Offer
-from capserve.core.cost import (
-    CostSpec,
+from capserve.core.cost.planning import (
     ExpectedTimeline,
     ThroughputEstimate,
     expected_resources,
     forecast_offer,
     forecast_table,
     forecast_window,
-    load_price_table,
 )
+from capserve.core.cost.prices import load_price_table
+from capserve.core.cost.spec import CostSpec
 
 START = datetime(2026, 12, 3, 11, 30, tzinfo=UTC)
 PRICES = load_price_table()

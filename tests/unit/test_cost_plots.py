@@ -7,17 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from capserve.core.cost import (
-    BlockWindow,
-    Cause,
-    CostInputs,
-    EksControlPlaneUsage,
-    Interval,
-    ScheduledRunMark,
-    build_ledger,
-    load_price_table,
-)
+from capserve.core.cost.causes import Cause
 from capserve.core.cost.charts import PAID_ROW, gantt, waterfall
+from capserve.core.cost.inputs import BlockWindow, CostInputs, Interval, ScheduledRunMark
+from capserve.core.cost.ledger import build_ledger
+from capserve.core.cost.prices import load_price_table
+from capserve.core.cost.resources import EksControlPlaneUsage
 from capserve.tasks.cost.plots import write_cost_plots
 
 START = datetime(2026, 12, 3, 11, 30, tzinfo=UTC)

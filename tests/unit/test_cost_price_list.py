@@ -14,8 +14,9 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from capserve.core.cost import Ec2InstanceUsage, load_price_table, price_resource
 from capserve.core.cost.price_list import on_demand_hourly_usd
+from capserve.core.cost.prices import load_price_table
+from capserve.core.cost.resources import Ec2InstanceUsage, price_resource
 from capserve.core.errors import PermanentError
 from capserve.tasks.cost.price_list import read_ec2_prices, with_live_prices
 
@@ -106,7 +107,8 @@ def test_the_same_price_twice_is_one_price() -> None:
 
 
 def test_the_ledger_reports_where_its_prices_came_from() -> None:
-    from capserve.core.cost import CostInputs, build_ledger
+    from capserve.core.cost.inputs import CostInputs
+    from capserve.core.cost.ledger import build_ledger
 
     note = "AWS Price List API not used (AccessDeniedException); prices from the table dated 2026-12-01."
     ledger = build_ledger(CostInputs(campaign="k3", upfront_fee=0, region="us-east-1"), TABLE, price_note=note)

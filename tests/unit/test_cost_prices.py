@@ -7,21 +7,20 @@ import datetime as dt
 import pytest
 import yaml
 
-from capserve.core.cost import (
+from capserve.core.cost.prices import PriceEntry, load_price_table
+from capserve.core.cost.resources import (
     DataTransferUsage,
     EbsUsage,
     Ec2InstanceUsage,
     EksControlPlaneUsage,
+    FsxDeployment,
     FsxLustreUsage,
     LoadBalancerUsage,
     NatGatewayUsage,
-    PriceEntry,
     PublicIpv4Usage,
     S3Usage,
-    load_price_table,
     price_resource,
 )
-from capserve.core.cost.resources import FsxDeployment
 from capserve.core.errors import PermanentError
 
 TABLE = load_price_table()

@@ -21,7 +21,6 @@ from capserve.core.evaluation.result import EvaluationResult, GateResult
 from capserve.core.events import (
     CampaignRefs,
     EventName,
-    campaign_of,
     capacity_obtained,
     cluster_ready,
     evaluation_done,
@@ -102,10 +101,8 @@ def test_each_builder_names_its_fact_about_the_campaign() -> None:
         assert event.resource == {
             "prefect.resource.id": "capserve.campaign.k3-demo", "prefect.resource.name": "k3-demo"
         }
-        assert campaign_of(event.resource["prefect.resource.id"]) == "k3-demo"
     adopted = AcquireResult(campaign_id="k3-demo", outcome="adopted", lease=lease(adopted=True, upfront_fee=0))
     assert capacity_obtained(REFS, adopted, occurred=T0).event == EventName.CAPACITY_ADOPTED
-    assert campaign_of("capserve.reservation.cr-1") is None and campaign_of("capserve.campaign.") is None
 
 
 def test_related_resources_carry_roles_as_far_as_the_campaign_got() -> None:

@@ -19,8 +19,6 @@ def test_docker_hub_and_other_registries_are_named_in_full() -> None:
     assert (ngc.registry, ngc.path, ngc.tag, ngc.digest) == ("nvcr.io", "nvidia/vllm", "25.09", DIGEST)
     local = parse_image("localhost:5000/team/vllm:dev")
     assert (local.registry, local.path, local.tag) == ("localhost:5000", "team/vllm", "dev")
-    ecr = parse_image(f"123456789012.dkr.ecr.us-east-2.amazonaws.com/capserve/x/vllm@{DIGEST}")
-    assert ecr.ecr_account_region == ("123456789012", "us-east-2")
 
 
 def test_a_bad_reference_says_what_to_change() -> None:

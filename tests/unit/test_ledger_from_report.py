@@ -5,7 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from capserve.core.campaign_cost import measured_throughput, stage_intervals
-from capserve.core.cost import BlockWindow, Cause, CostInputs, Interval, build_ledger, load_price_table
+from capserve.core.cost.causes import Cause
+from capserve.core.cost.inputs import BlockWindow, CostInputs, Interval
+from capserve.core.cost.ledger import build_ledger
+from capserve.core.cost.prices import load_price_table
 from capserve.core.evaluation.metrics import LoadMetrics
 from capserve.core.evaluation.result import EvaluationResult, GateResult, LoadPointResult, LoadResult
 from capserve.core.report import StageRecord

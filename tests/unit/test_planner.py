@@ -8,16 +8,14 @@ import pytest
 
 from capserve.core.catalog import get_instance_type, get_model
 from capserve.core.errors import DoesNotFitError, SpecError
-from capserve.core.planner import (
-    PlannerSettings,
+from capserve.core.planner.cache import kda_recurrent_bytes, kv_bytes_per_token, state_bytes_per_sequence
+from capserve.core.planner.plan import plan_serving
+from capserve.core.planner.settings import PlannerSettings
+from capserve.core.planner.weights import (
     fp8_block_bytes,
-    kda_recurrent_bytes,
-    kv_bytes_per_token,
     linear_bytes,
     mxfp4_bytes,
     pipeline_stages,
-    plan_serving,
-    state_bytes_per_sequence,
     weight_bytes_by_class,
 )
 

@@ -8,7 +8,8 @@ from capserve_sandbox.hub.checkpoint import virtual_tensors_by_file
 from rollout_fixtures import config_for
 
 from capserve.core.catalog import get_instance_type, get_model
-from capserve.core.planner import PlannerSettings, ServingPlan, plan_serving
+from capserve.core.planner.plan import ServingPlan, plan_serving
+from capserve.core.planner.settings import PlannerSettings
 from capserve.core.rollout.layout import launch_blockers
 from capserve.core.weights.listing import RepoFile, RepoListing
 from capserve.core.weights.placement import Layout, expert_of
@@ -40,7 +41,7 @@ def test_kimi_k3_on_one_p6_b300_is_tp8() -> None:
     assert plan.fits and (plan.nodes, plan.layout) == (1, "TP8")
     assert plan.context_length == 1_048_576  # the model's maximum by default
     assert plan.smallest_unit_gpus == 8
-    assert plan.parallel.expert_placement() == Layout(nodes=1, expert_parallel=1)
+    assert (plan.parallel.nodes_per_replica, plan.parallel.expert_parallel) == (1, 1)
     assert plan.reason.startswith("chosen: fewest nodes (1), then most KV headroom")
 
 
@@ -76,9 +77,8 @@ def test_the_chosen_ep16_layout_yields_the_per_node_experts_vllm_loads() -> None
     # vLLM places experts linearly by EP rank: with EP16 over two 8-GPU nodes, node 0 holds experts
     # 0-447 and node 1 448-895. The weight stage must stage exactly those from the plan's layout.
     plan = plan_serving(K3, get_instance_type("p6-b200.48xlarge"), settings=PlannerSettings(objective="throughput"))
-    placement = plan.parallel.expert_placement()
-    # The campaign builds the weight stage's layout from plan.nodes and plan.expert_parallel today.
-    assert placement == Layout(nodes=plan.nodes, expert_parallel=plan.expert_parallel)
+    # The campaign builds the weight stage's layout from plan.nodes and plan.expert_parallel.
+    placement = Layout(nodes=plan.nodes, expert_parallel=plan.expert_parallel)
     assert placement == Layout(nodes=2, expert_parallel=16)
     assert placement.node_experts(0, 896) == range(0, 448) and placement.node_experts(1, 896) == range(448, 896)
 
@@ -190,7 +190,6 @@ def test_weight_and_rollout_stages_read_one_layout(objective: str) -> None:
     plan = plan_serving(K3, get_instance_type("p6-b200.48xlarge"), settings=settings)
     p = plan.parallel
     assert config_for(plan).layout == p  # the rollout renders the plan's own layout
-    placement = p.expert_placement()
-    assert placement.expert_parallel == p.expert_parallel and placement.nodes == p.nodes_per_replica
+    placement = Layout(nodes=p.nodes_per_replica, expert_parallel=p.expert_parallel)
     # Two nodes per replica: a LeaderWorkerSet can start either layout.
     assert launch_blockers(p, splits_experts=placement.splits_experts) == []

@@ -5,8 +5,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from capserve.core.catalog import GPUS, MODELS, get_model
-from capserve.core.catalog.hardware import GpuType, InstanceType, NetworkCard
+from capserve.core.catalog import get_model
+from capserve.core.catalog.entries import MODELS
+from capserve.core.catalog.hardware import GPUS, GpuType, InstanceType, NetworkCard
 from capserve.core.catalog.models import (
     AttentionKind,
     GqaGeometry,
@@ -16,8 +17,10 @@ from capserve.core.catalog.models import (
     Quantization,
 )
 from capserve.core.errors import SpecError
-from capserve.core.planner import ModelBytes, PlannerSettings, gpu_weights, layout_shapes, pipeline_stages, plan_serving
-from capserve.core.planner.weights import weight_bytes_by_class
+from capserve.core.planner.plan import plan_serving
+from capserve.core.planner.settings import PlannerSettings
+from capserve.core.planner.shapes import layout_shapes
+from capserve.core.planner.weights import ModelBytes, gpu_weights, pipeline_stages, weight_bytes_by_class
 
 PLANNABLE = [name for name in MODELS if name != "tiny-k3"]
 

@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from capserve.core.catalog import GPUS, get_instance_type, get_model
-from capserve.core.catalog.hardware import GpuType, InstanceType, NetworkCard
+from capserve.core.catalog import get_instance_type, get_model
+from capserve.core.catalog.hardware import GPUS, GpuType, InstanceType, NetworkCard
 from capserve.core.catalog.models import AttentionKind, GqaGeometry, ModelEntry, MoeGeometry, Quantization
-from capserve.core.planner import (
-    PlannerSettings,
-    ReserveOverrides,
-    activation_bytes,
-    default_max_batched_tokens,
-    kernel_support,
-    plan_serving,
-    reserve_parts,
-)
+from capserve.core.planner.kernels import kernel_support
+from capserve.core.planner.plan import plan_serving
+from capserve.core.planner.reserve import activation_bytes, default_max_batched_tokens, reserve_parts
+from capserve.core.planner.settings import PlannerSettings, ReserveOverrides
 
 GIB = 2**30
 K3 = get_model("kimi-k3")

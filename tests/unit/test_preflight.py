@@ -13,7 +13,7 @@ from spec_changes import spec_file
 from capserve.core.catalog import get_instance_type, get_model
 from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.errors import SpecError
-from capserve.core.planner import ServingPlan, plan_serving
+from capserve.core.planner.plan import ServingPlan, plan_serving
 from capserve.core.preflight import (
     PreflightError,
     PreflightFacts,

@@ -10,11 +10,12 @@ import pytest
 
 from capserve.core.capacity.approval import ApprovalRequest
 from capserve.core.capacity.offers import Offer
-from capserve.core.catalog import INSTANCE_TYPES, get_instance_type
+from capserve.core.catalog import get_instance_type
+from capserve.core.catalog.hardware import INSTANCE_TYPES
 from capserve.core.cluster.eks import launch_template_data, nodegroup_request
 from capserve.core.cluster.hyperpod import HYPERPOD_GPU_TYPES
 from capserve.core.cluster.naming import ClusterNames
-from capserve.core.cost import load_price_table
+from capserve.core.cost.prices import load_price_table
 from capserve.core.errors import SpecError
 from capserve.core.lease import Lease
 from capserve.core.rehearsal import (

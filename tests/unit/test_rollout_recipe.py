@@ -9,7 +9,7 @@ from rollout_fixtures import config_for, k3_plan, spec, target_for
 
 from capserve.core.errors import SpecError
 from capserve.core.plan_check import check_plan_against_recipe
-from capserve.core.rollout import render_rollout
+from capserve.core.rollout.workload import render_rollout
 from capserve.core.spec import parse_spec
 
 ATTENTION_CONFIG = '{"use_prefill_query_quantization":true,"mla_prefill_backend":"flashinfer"}'

@@ -15,6 +15,8 @@ from rollout_fixtures import (
     config_for,
     k3_ep16_on_two_b200,
     k3_plan,
+    node_taints,
+    refusal,
     spec,
     target_for,
     validate_k8s,
@@ -23,7 +25,6 @@ from rollout_fixtures import (
 
 from capserve.core.catalog import get_instance_type
 from capserve.core.cluster.eks import GPU_TAINT, gpu_pool_selector
-from capserve.core.cluster.placement import admits, kubernetes_taints, placement_problems
 from capserve.core.drain import (
     DRAIN_BEFORE_END_MINUTES,
     ENGINE_EXIT_S,
@@ -32,25 +33,19 @@ from capserve.core.drain import (
     RUN_START_S,
 )
 from capserve.core.errors import PermanentError
-from capserve.core.rollout import (
-    api_key_secret,
-    cache_outcome,
-    launch_mode,
-    placement_from_staging,
-    redact_for_disk,
-    render_cache_save_job,
-    render_rollout,
-)
-from capserve.core.rollout.cache import compile_config_digest
+from capserve.core.rollout.cache import cache_outcome, compile_config_digest, render_cache_save_job
 from capserve.core.rollout.image import ImageMirrorResult
+from capserve.core.rollout.layout import launch_mode
 from capserve.core.rollout.probes import probe_budget_s
+from capserve.core.rollout.secret import api_key_secret, redact_for_disk
 from capserve.core.rollout.settings import RolloutSettings
 from capserve.core.rollout.start_history import MeasuredStart, shape_key
+from capserve.core.rollout.workload import placement_from_staging, render_rollout
 from capserve.core.weights.node_staging import NodeStagingResult, StagingJob
 from capserve.core.weights.placement import Layout, rank_experts
 
 KEY = SecretStr("sk-capserve-test-0123456789-distinctive")
-GPU_NODE_TAINTS = kubernetes_taints([GPU_TAINT])
+GPU_NODE_TAINTS = node_taints([GPU_TAINT])
 
 
 def leader(rendered: Any) -> dict[str, Any]:
@@ -124,7 +119,7 @@ def test_k3_on_one_b300_is_a_leaderworkerset_of_one_with_all_gpus_and_no_efa() -
     assert args[args.index("--kv-cache-dtype") + 1] == "fp8" and args[args.index("--max-model-len") + 1] == "262144"
     assert args[-8:] == ["--trust-remote-code", "--load-format", "fastsafetensors", "--enable-prefix-caching",
                          "--tool-call-parser", "kimi_k3", "--reasoning-parser", "kimi_k3"]
-    assert rendered.report_fields()["args"] == args
+    assert list(rendered.leader_args) == args
 
 
 def test_shm_is_a_memory_emptydir_inside_the_memory_limit() -> None:
@@ -169,13 +164,12 @@ def test_pods_go_only_to_staged_gpu_nodes_one_per_node() -> None:
     template = leader(render_rollout(config, target))["spec"]
     staged, spare = "ip-10-64-0-10.ec2.internal", "ip-10-64-0-11.ec2.internal"
     gpu_labels = {**gpu_pool_selector("k3-demo"), "nvidia.com/gpu.present": "true"}
-    assert admits(template, {**gpu_labels, "kubernetes.io/hostname": staged}, GPU_NODE_TAINTS)
+    assert refusal(template, {**gpu_labels, "kubernetes.io/hostname": staged}, GPU_NODE_TAINTS) is None
     # A GPU node whose NVMe was never staged, and a system node, are refused.
-    assert placement_problems(template, {**gpu_labels, "kubernetes.io/hostname": spare}, GPU_NODE_TAINTS) == [
-        "required node affinity not satisfied"
-    ]
+    unstaged = {**gpu_labels, "kubernetes.io/hostname": spare}
+    assert refusal(template, unstaged, GPU_NODE_TAINTS) == "node affinity/selector"
     system = {"capserve.io/campaign": "k3-demo", "capserve.io/pool": "system", "kubernetes.io/hostname": staged}
-    assert not admits(template, system, [])
+    assert refusal(template, system, []) == "node affinity/selector"
     anti = template["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert anti == [{"labelSelector": {"matchLabels": {"capserve.io/campaign": "k3-demo",
                                                        "capserve.io/component": "vllm"}},
@@ -363,7 +357,7 @@ def test_the_api_key_is_in_no_rendered_object_but_its_secret(plan_name: str) -> 
     raw = KEY.get_secret_value()
     for obj in all_objects(rendered)[:-1]:
         assert raw not in json.dumps(obj)
-    assert raw not in json.dumps(rendered.report_fields()) and raw not in rendered.model_dump_json()
+    assert raw not in rendered.model_dump_json()
     assert raw not in json.dumps(redact_for_disk(secret))
     assert redact_for_disk(secret)["data"] == {"api-key": "<redacted>"}
     # The leader reads it by reference and passes the reference on its command line.

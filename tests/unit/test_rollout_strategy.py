@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rollout_fixtures import config_for, k3_plan, spec
 
-from capserve.core.rollout import Serving, Step, choose_strategy, rollback_decision
 from capserve.core.rollout.config import RolloutConfig
+from capserve.core.rollout.strategy import Serving, Step, choose_strategy, rollback_decision
 
 
 def test_first_rollout_is_initial_and_blue() -> None:

@@ -9,13 +9,13 @@ import boto3
 import pytest
 from botocore.validate import ParamValidator
 
-from capserve.core.teardown import Inventory, ReaperSettings, TeardownResult, TeardownSettings, plan_teardown
 from capserve.core.teardown.inventory import (
     AddressFound,
     BucketFound,
     ClusterFound,
     HyperPodFound,
     InternetGatewayFound,
+    Inventory,
     Named,
     NatGatewayFound,
     NodegroupFound,
@@ -25,8 +25,10 @@ from capserve.core.teardown.inventory import (
     VpcFound,
     WorkloadFound,
 )
-from capserve.core.teardown.plan import NOT_FOUND, Phase, group_references, is_workload
+from capserve.core.teardown.plan import NOT_FOUND, Phase, group_references, is_workload, plan_teardown
 from capserve.core.teardown.reaper import CampaignSighting, decide
+from capserve.core.teardown.result import TeardownResult
+from capserve.core.teardown.settings import ReaperSettings, TeardownSettings
 
 SG_RULE = {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": "sg-1", "UserId": "123456789012", "Description": "x"}]}
 

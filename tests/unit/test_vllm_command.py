@@ -15,11 +15,12 @@ import yaml
 from capserve.core.catalog import get_instance_type, get_model
 from capserve.core.errors import SpecError
 from capserve.core.plain_env import argument_problems
-from capserve.core.planner import ServingPlan, plan_serving
+from capserve.core.planner.plan import ServingPlan, plan_serving
 from capserve.core.rollout.command import serve_command_lines, serve_command_problems
 from capserve.core.rollout.config import rollout_config
 from capserve.core.spec import CampaignSpec, load_spec
-from capserve.core.vllm import image_version, long_flag, newest_version, snapshot, versions
+from capserve.core.vllm.parser import long_flag, snapshot
+from capserve.core.vllm.versions import image_version, newest_version, versions
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml"
 SECRET = "hf_" + "Q7wLk2ZpX9vRt4YbN8mC3sD6fGh1JaE5"

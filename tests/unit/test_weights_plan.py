@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from capserve_sandbox.hub.checkpoint import K3, TINY_K3, virtual_tensors_by_file, write_checkpoint
 
-from capserve.core.catalog import get_model, model_from_hf_config
+from capserve.core.catalog import get_model
+from capserve.core.catalog.hf_config import model_from_hf_config
 from capserve.core.errors import PermanentError
 from capserve.core.weights.listing import RepoFile, RepoListing
 from capserve.core.weights.placement import Layout, expert_of

@@ -97,10 +97,6 @@ class InstanceType(BaseModel):
         return tuple(card.index for card in self.network_cards if card.efa)
 
     @property
-    def hbm_bytes_per_node(self) -> int:
-        return self.gpu.hbm_bytes * self.gpus_per_node
-
-    @property
     def network_bandwidth_gbps(self) -> float:
         """The instance's network bandwidth: the sum of its cards' baseline bandwidths (DescribeInstanceTypes)."""
         return sum(card.bandwidth_gbps for card in self.network_cards)
@@ -138,65 +134,34 @@ _NVME_8X3800 = 8 * 3800 * _GB  # InstanceStorageInfo: 8 x 3,800 GB SSD on all fi
 _DISK_READ = 2.5 * _GB
 _DISK_WRITE = 1.25 * _GB
 
+
+
+def _48xlarge(name: str, gpu: str, memory_gib: int, cards: tuple[NetworkCard, ...]) -> InstanceType:
+    """A 48xlarge size: 8 GPUs, 192 vCPUs, 8 x 3,800 GB NVMe (DescribeInstanceTypes); every card at ``cards``."""
+    return InstanceType(
+        name=name,
+        gpu=GPUS[gpu],
+        gpus_per_node=8,
+        vcpus=192,
+        memory_bytes=memory_gib * _GIB,
+        local_nvme_bytes=_NVME_8X3800,
+        nvme_read_bytes_per_s=8 * _DISK_READ,
+        nvme_write_bytes_per_s=8 * _DISK_WRITE,
+        network_cards=cards,
+    )
+
+
 INSTANCE_TYPES: Mapping[str, InstanceType] = MappingProxyType(
     {
-        "p6-b300.48xlarge": InstanceType(
-            name="p6-b300.48xlarge",
-            gpu=GPUS["B300"],
-            gpus_per_node=8,
-            vcpus=192,
-            memory_bytes=4096 * _GIB,
-            local_nvme_bytes=_NVME_8X3800,
-            nvme_read_bytes_per_s=8 * _DISK_READ,
-            nvme_write_bytes_per_s=8 * _DISK_WRITE,
-            # 17 cards: card 0 is ENA-only (350 Gbps), EFA on 1-16 at 400 Gbps (DescribeInstanceTypes;
-            # launches asking for EFA on card 0 fail: aws-parallelcluster #7143).
-            network_cards=_cards(17, 400.0, ena_only=(0,), ena_only_gbps=350.0),
+        # 17 cards: card 0 is ENA-only (350 Gbps), EFA on 1-16 at 400 Gbps (DescribeInstanceTypes;
+        # launches asking for EFA on card 0 fail: aws-parallelcluster #7143).
+        "p6-b300.48xlarge": _48xlarge(
+            "p6-b300.48xlarge", "B300", 4096, _cards(17, 400.0, ena_only=(0,), ena_only_gbps=350.0)
         ),
-        "p6-b200.48xlarge": InstanceType(
-            name="p6-b200.48xlarge",
-            gpu=GPUS["B200"],
-            gpus_per_node=8,
-            vcpus=192,
-            memory_bytes=2048 * _GIB,
-            local_nvme_bytes=_NVME_8X3800,
-            nvme_read_bytes_per_s=8 * _DISK_READ,
-            nvme_write_bytes_per_s=8 * _DISK_WRITE,
-            network_cards=_cards(8, 400.0 / 2),  # 8 x 200 Gbps EFA = 3,200 Gbps
-        ),
-        "p5en.48xlarge": InstanceType(
-            name="p5en.48xlarge",
-            gpu=GPUS["H200"],
-            gpus_per_node=8,
-            vcpus=192,
-            memory_bytes=2048 * _GIB,
-            local_nvme_bytes=_NVME_8X3800,
-            nvme_read_bytes_per_s=8 * _DISK_READ,
-            nvme_write_bytes_per_s=8 * _DISK_WRITE,
-            network_cards=_cards(16, 200.0),  # 16 x 200 Gbps EFA = 3,200 Gbps
-        ),
-        "p5e.48xlarge": InstanceType(
-            name="p5e.48xlarge",
-            gpu=GPUS["H200"],
-            gpus_per_node=8,
-            vcpus=192,
-            memory_bytes=2048 * _GIB,
-            local_nvme_bytes=_NVME_8X3800,
-            nvme_read_bytes_per_s=8 * _DISK_READ,
-            nvme_write_bytes_per_s=8 * _DISK_WRITE,
-            network_cards=_cards(32, 100.0),  # 32 x 100 Gbps EFA = 3,200 Gbps
-        ),
-        "p5.48xlarge": InstanceType(
-            name="p5.48xlarge",
-            gpu=GPUS["H100"],
-            gpus_per_node=8,
-            vcpus=192,
-            memory_bytes=2048 * _GIB,
-            local_nvme_bytes=_NVME_8X3800,
-            nvme_read_bytes_per_s=8 * _DISK_READ,
-            nvme_write_bytes_per_s=8 * _DISK_WRITE,
-            network_cards=_cards(32, 100.0),
-        ),
+        "p6-b200.48xlarge": _48xlarge("p6-b200.48xlarge", "B200", 2048, _cards(8, 400.0 / 2)),  # 8 x 200 Gbps EFA
+        "p5en.48xlarge": _48xlarge("p5en.48xlarge", "H200", 2048, _cards(16, 200.0)),  # 16 x 200 Gbps EFA
+        "p5e.48xlarge": _48xlarge("p5e.48xlarge", "H200", 2048, _cards(32, 100.0)),  # 32 x 100 Gbps EFA
+        "p5.48xlarge": _48xlarge("p5.48xlarge", "H100", 2048, _cards(32, 100.0)),
         # The one smaller size AWS sells for the catalog's GPUs: 1 x H100, 16 vCPUs, 256 GiB RAM, one
         # 3,800 GB NVMe disk, one 100 Gbps card taking one EFA interface (DescribeInstanceTypes in moto
         # 5.2.5's snapshot; in botocore 1.43's EC2 InstanceType enum and SageMaker's ClusterInstanceType

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from capserve.core.catalog import InstanceType
+from capserve.core.catalog.hardware import InstanceType
 from capserve.core.cluster.efa import NetworkFacts, catalog_network_facts, interface_layout
 from capserve.core.cluster.naming import GPU_POOL, POOL_LABEL, SYSTEM_POOL, ClusterNames, campaign_tags, tag_list
 from capserve.core.cluster.nvme import gpu_user_data_base64

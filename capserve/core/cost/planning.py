@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from capserve.core.capacity.offers import Offer
 from capserve.core.cost.causes import Cause
 from capserve.core.cost.inputs import BlockWindow, CostInputs, Interval, ThroughputPoint
 from capserve.core.cost.ledger import build_ledger
@@ -26,11 +27,7 @@ from capserve.core.cost.resources import (
     ResourceUsage,
     S3Usage,
 )
-
-if TYPE_CHECKING:
-    # Only for the annotation: capserve.core.capacity imports the spec, which imports this package.
-    from capserve.core.capacity.offers import Offer
-    from capserve.core.timeline import BlockTimeline
+from capserve.core.timeline import BlockTimeline
 
 _DAY_MINUTES = 24 * 60
 

@@ -14,12 +14,11 @@ experts) and the rollout stage (vLLM arguments) read TP/PP/DP/EP from it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from capserve.core.catalog import INSTANCE_TYPES
-from capserve.core.catalog.hardware import InstanceType
+from capserve.core.catalog.hardware import INSTANCE_TYPES, InstanceType
 from capserve.core.catalog.models import ModelEntry
 from capserve.core.catalog.recipes import recipe_for
 from capserve.core.errors import DoesNotFitError, SpecError
@@ -31,10 +30,7 @@ from capserve.core.planner.reserve import ReserveParts, reserve_parts
 from capserve.core.planner.settings import Objective, PlannerSettings
 from capserve.core.planner.shapes import layout_shapes
 from capserve.core.planner.weights import gpu_weights, weight_bytes_by_class
-from capserve.core.timeline import CompileShape, compile_shape
-
-if TYPE_CHECKING:
-    from capserve.core.weights.placement import Layout as ExpertPlacement
+from capserve.core.timeline import BlockPlan, CompileShape, Storage, compile_shape
 
 
 class _Frozen(BaseModel):
@@ -90,13 +86,6 @@ class ParallelLayout(_Frozen):
                 f"{self.tensor_parallel * self.data_parallel}, not {self.expert_parallel}"
             )
         return self
-
-    def expert_placement(self) -> ExpertPlacement:
-        """The weight stage's layout: which experts each node of a replica holds (vLLM linear placement)."""
-        # Imported here so that `capserve plan` does not load the weight stage's modules.
-        from capserve.core.weights.placement import Layout as ExpertPlacement
-
-        return ExpertPlacement(nodes=self.nodes_per_replica, expert_parallel=self.expert_parallel)
 
 
 class ServingPlan(_Frozen):
@@ -162,6 +151,25 @@ class ServingPlan(_Frozen):
             tail = f" Would fit instead: {'; '.join(self.would_fit_instead)}." if self.would_fit_instead else ""
             raise DoesNotFitError(self.reason + tail)
         return self
+
+    @property
+    def node_bytes(self) -> int:
+        """Bytes the fullest node stages and loads: its GPUs' weights (what the time model and the probes budget)."""
+        return self.weight_bytes_per_gpu * self.gpus_per_node
+
+    def block_plan(self, storage: Storage, *, image_cached: bool = False,
+                   deep_health_checks: bool = False) -> BlockPlan:
+        """What the time model needs of this plan (``capserve plan``'s timelines and the cost forecast's)."""
+        return BlockPlan(
+            instance_type=self.instance_type,
+            nodes=self.nodes,
+            model_bytes=self.weight_bytes,
+            node_bytes=self.node_bytes,
+            shape=self.compile_shape,
+            storage=storage,
+            image_cached=image_cached,
+            deep_health_checks=deep_health_checks,
+        )
 
 
 def plan_serving(

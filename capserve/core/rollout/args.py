@@ -34,10 +34,10 @@ from capserve.core.catalog.hardware import GpuFamily
 from capserve.core.catalog.recipes import ServingRecipe
 from capserve.core.drain import vllm_shutdown_timeout_s
 from capserve.core.errors import SpecError
-from capserve.core.planner import ParallelLayout
+from capserve.core.planner.plan import ParallelLayout
 from capserve.core.rollout.layout import launch_mode
 from capserve.core.rollout.settings import RolloutSettings
-from capserve.core.vllm import is_option, long_flag
+from capserve.core.vllm.parser import is_option, long_flag
 
 API_KEY_ENV = "VLLM_API_KEY"
 LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"  # <lws>-<group>.<lws>.<namespace>: the leader pod's DNS name

@@ -19,14 +19,15 @@ from collections.abc import Sequence
 
 from capserve.core.errors import SpecError
 from capserve.core.plain_env import flag_name, shown_flag
-from capserve.core.planner import ServingPlan
+from capserve.core.planner.plan import ServingPlan
 from capserve.core.rollout.args import API_KEY_ENV, canonical_flag
 from capserve.core.rollout.config import RolloutConfig, rollout_config
 from capserve.core.rollout.references import expand
 from capserve.core.rollout.settings import RolloutSettings
 from capserve.core.rollout.workload import pod_arguments
 from capserve.core.spec import CampaignSpec
-from capserve.core.vllm import VllmArgsError, image_version, parse_serve_args
+from capserve.core.vllm.parser import VllmArgsError, parse_serve_args
+from capserve.core.vllm.versions import image_version
 from capserve.core.weights.assembly import model_repo
 
 PENDING_SHA = "0" * 40  # the revision is pinned after preflight; only the path's shape matters to the parser

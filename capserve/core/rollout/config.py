@@ -20,7 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from capserve.core.catalog import get_instance_type
 from capserve.core.catalog.recipes import recipe_for
-from capserve.core.planner import ParallelLayout, ServingPlan, Shape
+from capserve.core.planner.plan import ParallelLayout, ServingPlan
+from capserve.core.planner.shapes import Shape
 from capserve.core.rollout.args import EngineOptions, compose_env, compose_extra_args, recipe_arguments
 from capserve.core.spec import CampaignSpec
 from capserve.core.timeline import CompileShape

@@ -31,13 +31,11 @@ from capserve.core.errors import SpecError
 
 DIGEST = r"^sha256:[0-9a-f]{64}$"
 DOCKER_HUB = "docker.io"
-ImageMirror = Literal["ecr", "none"]
 
 _PATH_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
 _TAG = re.compile(r"^[\w][\w.-]{0,127}$")
 # ECR API reference, CreateRepository: repositoryName, 2-256 characters of this pattern.
 _ECR_REPOSITORY = re.compile(r"^(?:[a-z0-9]+(?:[._-][a-z0-9]+)*/)*[a-z0-9]+(?:[._-][a-z0-9]+)*$")
-_ECR_HOST = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com$")
 
 
 class ImageRef(BaseModel):
@@ -62,12 +60,6 @@ class ImageRef(BaseModel):
 
     def at(self, digest: str) -> str:
         return f"{self.repository}@{digest}"
-
-    @property
-    def ecr_account_region(self) -> tuple[str, str] | None:
-        """(account, region) when the registry is a private ECR registry."""
-        found = _ECR_HOST.match(self.registry)
-        return (found["account"], found["region"]) if found else None
 
 
 def parse_image(reference: str) -> ImageRef:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from capserve.core.planner import ParallelLayout
+from capserve.core.planner.plan import ParallelLayout
 
 LaunchMode = Literal["single-node", "multi-node-tp-pp", "multi-node-dp"]
 

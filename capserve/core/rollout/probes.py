@@ -68,24 +68,6 @@ def budget_for_s(expected_s: float, model: StartupModel | None = None) -> int:
     return math.ceil(min(max(expected_s * model.safety_factor, model.min_budget_s), model.max_budget_s))
 
 
-def engine_ready_timeout_s(
-    shape: CompileShape,
-    node_bytes: int,
-    model: StartupModel | None = None,
-    *,
-    instance_type: str | None = None,
-    storage: Storage = "nvme",
-) -> int:
-    """``VLLM_ENGINE_READY_TIMEOUT_S``: the cold budget, whether or not this start is warm.
-
-    vLLM hashes this variable into its compile-cache key, so it must not change between a cold and
-    a warm start of the same configuration, or the warm start would miss its own cache (§4).
-    """
-    return startup_budget_s(
-        shape, node_bytes, warm=False, model=model, instance_type=instance_type, storage=storage
-    )
-
-
 def _http(path: str) -> dict[str, Any]:
     return {"httpGet": {"path": path, "port": "http"}}
 

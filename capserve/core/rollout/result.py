@@ -9,7 +9,7 @@ API key (the key is only ever a ``$(VLLM_API_KEY)`` reference), and one line per
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
@@ -19,8 +19,6 @@ from capserve.core.rollout.diagnosis import Diagnosis
 from capserve.core.rollout.image import ImagePull
 from capserve.core.rollout.startup_log import EngineStartup
 from capserve.core.rollout.strategy import Strategy
-
-CacheResult = Literal["hit", "miss", "off", "unknown"]
 
 # vLLM's API server logs its version when it starts: "vLLM server version 0.32.0, serving model …", or
 # with its log formatter a logo whose second line ends "version 0.32.0" (vllm 0.32

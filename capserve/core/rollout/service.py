@@ -49,9 +49,3 @@ def endpoint_services(
     cluster_ip = _service(ENDPOINT_SERVICE, namespace, campaign_id, workload, settings)
     cluster_ip["spec"]["type"] = "ClusterIP"
     return [cluster_ip]
-
-
-def switch_to(service: dict[str, Any], workload: str) -> dict[str, Any]:
-    """The same Service selecting ``workload``'s leader instead (what blue/green applies to switch)."""
-    switched = {**service, "spec": {**service["spec"], "selector": leader_selector(workload)}}
-    return switched

@@ -70,30 +70,8 @@ def engine_startup_from_log(log: str) -> EngineStartup:
     kv_tokens = found.pop("kv_cache_tokens", None)
     return EngineStartup(
         **found, kv_cache_tokens=int(kv_tokens) if kv_tokens is not None else None,
-        to_listening_s=_to_listening_s(plain),
+        to_listening_s=_phases_entered(plain).get("listening"),
     )
-
-
-def _to_listening_s(plain: str) -> float | None:
-    first: datetime | None = None
-    for line in plain.splitlines():
-        stamp = _STAMP.search(line)
-        if stamp is None:
-            continue
-        month, day, hour, minute, second = (int(part) for part in stamp.groups())
-        try:
-            # In a leap year, so that 02-29 is a date; only differences count, a new year is handled below.
-            at = datetime(2000, month, day, hour, minute, second)
-        except ValueError:
-            continue
-        if first is None:
-            first = at
-        if _LISTENING in line:
-            elapsed = at - first
-            if elapsed < timedelta(0):  # the start ran across a new year: 2000 has 366 days
-                elapsed += timedelta(days=366)
-            return elapsed.total_seconds()
-    return None
 
 
 # The phase a vLLM start is in, from the last milestone its log announced: each milestone line is written when a
@@ -126,7 +104,12 @@ def startup_milestones(log: str, *, expected_s: float | None) -> list[Progress]:
     """Each phase the log shows the start entering, at the block's seconds it entered it (from the first stamped
     line), in order: every phase of a start is told, however seldom the log is read (a phase may pass between
     two readings)."""
-    plain = _ANSI.sub("", log)
+    entered = _phases_entered(_ANSI.sub("", log))
+    return [Progress("vLLM startup", detail=phase, elapsed_s=s, expected_s=expected_s) for phase, s in entered.items()]
+
+
+def _phases_entered(plain: str) -> dict[str, float]:
+    """Seconds from the first stamped line to the line of each milestone, in the order they appear."""
     first: datetime | None = None
     at: datetime | None = None
     seen: dict[str, float] = {}
@@ -135,6 +118,7 @@ def startup_milestones(log: str, *, expected_s: float | None) -> list[Progress]:
         if stamp is not None:
             month, day, hour, minute, second = (int(part) for part in stamp.groups())
             try:
+                # In a leap year, so that 02-29 is a date; only differences count, a new year is handled below.
                 at = datetime(2000, month, day, hour, minute, second)
             except ValueError:
                 continue
@@ -149,4 +133,4 @@ def startup_milestones(log: str, *, expected_s: float | None) -> list[Progress]:
                 if elapsed < timedelta(0):  # across a new year: 2000 has 366 days
                     elapsed += timedelta(days=366)
                 seen[phase] = elapsed.total_seconds()
-    return [Progress("vLLM startup", detail=phase, elapsed_s=s, expected_s=expected_s) for phase, s in seen.items()]
+    return seen

@@ -134,18 +134,6 @@ class RenderedRollout(BaseModel):
     workload: dict[str, Any] = Field(description="The LeaderWorkerSet object.")
     services: tuple[dict[str, Any], ...] = Field(description="Services pointing at this workload's leader.")
 
-    def report_fields(self) -> dict[str, object]:
-        """The rollout's part of report.json that rendering knows (the stage adds strategy, timing, outcome)."""
-        return {
-            "kind": self.kind,
-            "name": self.name,
-            "nodes": self.nodes,
-            "image": self.image,
-            "args": list(self.leader_args),
-            "endpoint_access": self.endpoint_access,
-            "compile_cache": {"key": self.cache_key, "uri": self.cache_uri},
-        }
-
 
 def render_rollout(
     config: RolloutConfig,

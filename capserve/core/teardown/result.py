@@ -17,9 +17,6 @@ from capserve.core.markdown import markdown_table
 TeardownReason = Literal[
     "campaign-finished", "drain-deadline", "failed-stage", "reaper", "manual", "expiration-warning", "orphan"
 ]
-REASONS: tuple[str, ...] = (
-    "campaign-finished", "drain-deadline", "failed-stage", "reaper", "manual", "expiration-warning", "orphan"
-)
 
 
 class KeptResource(BaseModel):

@@ -50,11 +50,6 @@ STOP_GRACE_S = 30.0
 MIN_RUN_S = 2.0
 
 
-def read_api_key(env_name: str | None) -> EndpointAuth:
-    """The endpoint's API key from the named environment variable (a SpecError naming it when unset)."""
-    return read_auth(env_name)
-
-
 def _merge(
     name: str, mode: str, parts: list[RunRecord], start: float, concurrency: int | None, rate: float | None
 ) -> RunRecord:

@@ -17,20 +17,9 @@ from prefect import get_run_logger
 
 from capserve.core.cluster.readiness import KubeSettings
 from capserve.core.cluster.result import ClusterResult
-from capserve.core.planner import ServingPlan
+from capserve.core.planner.plan import ServingPlan
 from capserve.core.record import RolloutRecord
-from capserve.core.rollout import (
-    RenderedRollout,
-    RolloutConfig,
-    RolloutDecision,
-    RolloutTarget,
-    Serving,
-    Step,
-    choose_strategy,
-    placement_from_staging,
-    render_rollout,
-    rollout_config,
-)
+from capserve.core.rollout.config import RolloutConfig, rollout_config
 from capserve.core.rollout.diagnosis import Diagnosis, RolloutWaitSettings, Trouble, transport_diagnosis
 from capserve.core.rollout.image import ImageMirrorResult, ImagePull
 from capserve.core.rollout.result import (
@@ -43,6 +32,8 @@ from capserve.core.rollout.result import (
 from capserve.core.rollout.settings import RolloutSettings
 from capserve.core.rollout.start_history import MeasuredStart, StartHistory, history_uri, shape_key
 from capserve.core.rollout.startup_log import engine_startup_from_log
+from capserve.core.rollout.strategy import RolloutDecision, Serving, Step, choose_strategy
+from capserve.core.rollout.workload import RenderedRollout, RolloutTarget, placement_from_staging, render_rollout
 from capserve.core.spec import CampaignSpec
 from capserve.core.weights.node_staging import NodeStagingResult
 from capserve.core.weights.result import WeightsResult
@@ -84,7 +75,7 @@ class RolloutInputs:
             revision_sha=self.weights.revision_sha,
             # The plan's bytes per node, as preflight and `capserve plan` predict with: against the sandbox the staged
             # files are a small stand-in for the model the plan is for, and the start it plays is that model's.
-            node_bytes=plan.weight_bytes_per_gpu * plan.gpus_per_node,
+            node_bytes=plan.node_bytes,
             splits_experts=plan.nodes > 1 and plan.expert_parallel > 1,
             image=self.image.image if self.image else None,
             model_config_digest=self.weights.config_digest,

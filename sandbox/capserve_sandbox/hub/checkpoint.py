@@ -18,7 +18,8 @@ from typing import Any, Self
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from capserve.core.catalog import get_model, model_to_hf_config
+from capserve.core.catalog import get_model
+from capserve.core.catalog.hf_config import model_to_hf_config
 from capserve.core.catalog.models import ModelEntry
 from capserve.core.weights.safetensors import DTYPE_BYTES, TensorEntry, encode_header
 from capserve_sandbox.hub import mxfp4

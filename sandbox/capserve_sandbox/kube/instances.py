@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from capserve.core.catalog import INSTANCE_TYPES
+from capserve.core.catalog.hardware import INSTANCE_TYPES
 
 _MIB = 2**20
 _GIB = 2**30

@@ -32,14 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 from capserve.core.rollout.efa_image import efa_stack_found, efa_stack_problem
 from capserve.core.rollout.references import expand
-from capserve.core.vllm import (
-    ServeArgs,
-    VllmArgsError,
-    image_version,
-    parse_serve_args,
-    serve_argv,
-    tool_choice_auto_refusal,
-)
+from capserve.core.vllm.parser import ServeArgs, VllmArgsError, parse_serve_args, serve_argv
+from capserve.core.vllm.rules import tool_choice_auto_refusal
+from capserve.core.vllm.versions import image_version
 from capserve_sandbox.clock import CLOCK
 from capserve_sandbox.kube.aws_shim import INSTANCE_ROLE_ENV
 from capserve_sandbox.kube.kubelet.faults import FaultKind
