@@ -25,8 +25,8 @@ os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
 from capserve_sandbox.kube import Fault, FaultKind, fake_kube  # noqa: E402
 from pydantic import SecretStr  # noqa: E402
 
-from capserve.core.cluster.readiness import KubeSettings  # noqa: E402
-from capserve.core.rollout.diagnosis import RolloutWaitSettings  # noqa: E402
+from capserve.core.cluster.settings import KubeSettings  # noqa: E402
+from capserve.core.rollout.settings import RolloutWaitSettings  # noqa: E402
 from capserve.tasks import kube as tasks_kube  # noqa: E402
 from capserve.tasks.rollout.wait import wait_rollout_ready  # noqa: E402
 

@@ -206,7 +206,7 @@ def weights_to_nodes_stage(ctx: CampaignContext) -> NodeStagingResult:
         # The image is pulled meanwhile, off the rollout's path (capserve.core.rollout.prepull).
         started = start_image_prepull(cluster, ctx.spec.campaign_id, ctx.report.image.image)
         get_run_logger().info("image: pre-pulling on %d GPU node(s) while the weights are copied", started)
-    return stage_on_nodes(ctx.spec, cluster, manifest, ctx.settings.weights)
+    return stage_on_nodes(ctx.spec, cluster, manifest, ctx.settings.weights, ctx.settings.bring_up.kube)
 
 
 def rollout_stage(ctx: CampaignContext) -> RolloutResult | StageEnd:
@@ -253,6 +253,9 @@ def rollout_inputs(ctx: CampaignContext) -> RolloutInputs:
         # The vLLM pods mount the weights (and caches) where the staging Jobs wrote them: the kind's NVMe.
         weights_settings=ctx.settings.weights.for_cluster(cluster.kind),
         image=ctx.report.image,
+        rollout=ctx.settings.rollout,
+        wait=ctx.settings.rollout_wait,
+        kube=ctx.settings.bring_up.kube,
     )
 
 
@@ -263,7 +266,7 @@ def evaluate_stage(ctx: CampaignContext) -> EvaluationResult | StageEnd:
     rolled = ctx.report.rollout
     if ctx.options.endpoint_url is None and rolled is not None:
         cluster = need(ctx.report.cluster, Stage.BRING_UP)
-        with served_endpoint(cluster, rolled, ctx.spec.campaign_id) as (local_url, key_env):
+        with served_endpoint(cluster, rolled, ctx.spec.campaign_id, ctx.settings.rollout.port) as (local_url, key_env):
             notes = [f"Endpoint: {rolled.endpoint_note}", f"Server: {rolled.server}."]
             return _evaluate(ctx, local_url, key_env, None, notes)
     given = ctx.options.endpoint_url

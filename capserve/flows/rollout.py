@@ -32,7 +32,6 @@ from capserve.core.rollout import (
     workload_name,
 )
 from capserve.core.rollout.result import RolloutFailedError, RolloutResult
-from capserve.core.rollout.settings import RolloutSettings
 from capserve.tasks.kube import api_client_for_eks
 from capserve.tasks.rollout.access import key_in_environment, port_forward
 from capserve.tasks.rollout.objects import ensure_api_key
@@ -105,13 +104,15 @@ def roll_back(inputs: RolloutInputs, failed_color: Color, why: str) -> tuple[Rol
 
 
 @contextmanager
-def served_endpoint(cluster: ClusterResult, rolled: RolloutResult, campaign_id: str) -> Iterator[tuple[str, str]]:
+def served_endpoint(
+    cluster: ClusterResult, rolled: RolloutResult, campaign_id: str, port: int
+) -> Iterator[tuple[str, str]]:
     """A local URL for the serving leader (port-forward) and the name of the environment variable that holds
     the campaign's API key meanwhile: the key comes from the cluster's Secret, never from a flow parameter."""
     api = api_client_for_eks(cluster.endpoint, cluster.ca_data, cluster.name, cluster.region)
     key = ensure_api_key(api, rolled.namespace, campaign_id)
     with (
-        port_forward(api, rolled.namespace, f"{rolled.name}-0", RolloutSettings().port) as url,
+        port_forward(api, rolled.namespace, f"{rolled.name}-0", port) as url,
         key_in_environment(ENDPOINT_KEY_ENV, key) as key_env,
     ):
         yield url, key_env

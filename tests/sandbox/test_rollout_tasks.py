@@ -12,10 +12,11 @@ from capserve_sandbox.kube import FakeKube, Fault, FaultKind
 from kubernetes import client as k8s
 from pydantic import SecretStr
 
-from capserve.core.cluster.readiness import KubeSettings
+from capserve.core.cluster.settings import KubeSettings
 from capserve.core.progress import PREFIX, unstamped
-from capserve.core.rollout.diagnosis import RolloutWaitSettings, Trouble
+from capserve.core.rollout.diagnosis import Trouble
 from capserve.core.rollout.result import RolloutFailedError
+from capserve.core.rollout.settings import RolloutWaitSettings
 from capserve.tasks import kube as tasks_kube
 from capserve.tasks.rollout import wait as rollout_wait
 from capserve.tasks.rollout.access import check_endpoint, port_forward
