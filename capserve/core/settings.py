@@ -8,7 +8,7 @@ Where values come from, later wins:
    pydantic-settings in ``capserve.tasks.settings``;
 3. the campaign spec's ``settings:`` block, for what one campaign may tune (``CampaignSettings``: not
    where records live, which must be known before the spec is read, nor the reaper, which serves every
-   campaign, nor the retry policies, fixed when the process's tasks are made). Only the fields the spec
+   campaign, nor how outside calls are retried, fixed when the process's tasks are made). Only the fields the spec
    names override; the rest keep the environment's values.
 
 Stages receive their part (``settings.bring_up``, ``settings.weights``, …) from the campaign flow.
@@ -112,6 +112,24 @@ class RetrySettings(BaseModel):
     )
 
 
+class AwsCallSettings(BaseModel):
+    """What every boto3 client is made with (botocore's Config: docs/settings.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_attempts: int = Field(
+        5,
+        ge=1,
+        le=20,
+        description="botocore's total_max_attempts in its standard retry mode, which retries throttling, 5xx and "
+        "dropped connections inside one call, with backoff and jitter.",
+    )
+    connect_timeout_s: float = Field(10.0, gt=0, le=300, description="Timeout of opening a connection to AWS.")
+    read_timeout_s: float = Field(
+        60.0, gt=0, le=900, description="Timeout of reading an answer from AWS (a slow answer is retried by botocore)."
+    )
+
+
 class CampaignSettings(BaseModel):
     """The settings a campaign spec may override (its ``settings:`` block)."""
 
@@ -152,6 +170,9 @@ class Settings(CampaignSettings):
     )
     slots: SlotSettings = Field(
         default_factory=SlotSettings, description="The campaign slot: how long a killed holder keeps it."
+    )
+    aws: AwsCallSettings = Field(
+        default_factory=AwsCallSettings, description="AWS clients: botocore's attempts and timeouts of one call."
     )
     retries: RetrySettings = Field(
         default_factory=RetrySettings,

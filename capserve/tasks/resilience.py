@@ -43,7 +43,7 @@ from prefect.client.schemas.objects import State, TaskRun
 
 from capserve.core.errors import RetryableError
 from capserve.core.settings import RetryPolicy, RetrySettings
-from capserve.tasks.settings import retries_from_environment
+from capserve.tasks.settings import process_settings
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -107,7 +107,7 @@ def resilient_task(
     kind: CallKind, name: str, *, policy: RetryPolicy | None = None, **options: Any
 ) -> Callable[[Callable[P, R]], Task[P, R]]:
     """A Prefect task for a kind of call, carrying that kind's retry policy (its kind: ``kind_of``)."""
-    chosen = policy_of(kind, retries_from_environment()) if policy is None else policy
+    chosen = policy_of(kind, process_settings().retries) if policy is None else policy
     if kind is CallKind.SINGLE_SHOT and chosen.retries:
         raise ValueError(f"task {name}: a single-shot call must never be retried")
 

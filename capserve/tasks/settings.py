@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_settings import BaseSettings, EnvSettingsSource, SettingsConfigDict
 
 from capserve.core.errors import SpecError
-from capserve.core.settings import RetrySettings, Settings
+from capserve.core.settings import Settings
 
 if TYPE_CHECKING:
     from capserve.core.spec import CampaignSpec
@@ -67,10 +67,11 @@ def settings_for(spec: CampaignSpec, base: Settings | None = None) -> Settings:
 
 
 @cache
-def retries_from_environment() -> RetrySettings:
-    """The retry policies of this process's tasks. Prefect fixes a task's retries when the task is made, at import,
-    and a process's tasks serve every campaign it runs: the policies are the installation's, read once."""
-    return settings_from_environment().retries
+def process_settings() -> Settings:
+    """The environment's settings, read once for what is fixed per process: the retry policies (Prefect fixes a
+    task's retries when the task is made, at import, and a process's tasks serve every campaign it runs) and what
+    boto3 clients are made with. A campaign's ``settings:`` block does not reach these."""
+    return settings_from_environment()
 
 
 def _path(name: str) -> tuple[str, ...]:

@@ -25,6 +25,7 @@ from capserve.tasks.rollout.wait import wait_rollout_ready
 from tests.sandbox.conftest import GPU_TAINT, events, install_lws
 from tests.sandbox.test_kubelet import stage_model, vllm_pod
 
+NO_PAUSE = RolloutWaitSettings(endpoint_check_retry_s=0)
 FAST = RolloutWaitSettings(unschedulable_grace_s=1.0, crash_restarts=2, pull_and_schedule_allowance_s=30)
 
 
@@ -155,9 +156,9 @@ def test_the_endpoint_check_tries_a_dropped_connection_again_but_not_a_wrong_ans
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        assert check_endpoint(url, SecretStr("k"), "kimi-k3", retry_seconds=0) is None
+        assert check_endpoint(url, SecretStr("k"), "kimi-k3", NO_PAUSE) is None
         assert len(seen) == 2
-        assert "not 'other'" in (check_endpoint(url, SecretStr("k"), "other", retry_seconds=0) or "")
+        assert "not 'other'" in (check_endpoint(url, SecretStr("k"), "other", NO_PAUSE) or "")
         assert len(seen) == 3  # an answer, even a wrong one, is not asked again
     finally:
         server.shutdown()

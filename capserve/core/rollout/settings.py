@@ -56,6 +56,18 @@ class RolloutWaitSettings(BaseModel):
         description="How long deleting a workload may take until its pods are gone (their grace periods, a vLLM "
         "server finishing its requests) before the rollout stops on it.",
     )
+    endpoint_check_timeout_s: float = Field(
+        30.0, gt=0, le=600, description="Timeout of the rollout's own GET /v1/models before traffic moves."
+    )
+    endpoint_check_attempts: int = Field(
+        3,
+        ge=1,
+        le=10,
+        description="Tries of that check when the connection drops before an answer (a wrong answer is final): one "
+        "dropped stream through the API server says nothing about the pod, and a failed check tears a new cluster "
+        "down.",
+    )
+    endpoint_check_retry_s: float = Field(2.0, ge=0, le=60, description="Pause between two tries of that check.")
 
 
 class RolloutSettings(BaseModel):

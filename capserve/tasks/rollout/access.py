@@ -28,6 +28,7 @@ from kubernetes import client as k8s
 from pydantic import SecretStr
 
 from capserve.core.errors import RetryableError
+from capserve.core.rollout.settings import RolloutWaitSettings
 
 _log = logging.getLogger(__name__)
 _CHUNK = 65536
@@ -170,31 +171,26 @@ def port_forward(api: k8s.ApiClient, namespace: str, pod: str, port: int) -> Ite
         forward.close()
 
 
-CHECK_ATTEMPTS = 3  # a dropped connection is retried; a wrong answer is not
-CHECK_RETRY_SECONDS = 2.0
-
-
-def check_endpoint(
-    url: str, key: SecretStr, model: str, timeout_s: float = 30.0, *, attempts: int = CHECK_ATTEMPTS,
-    retry_seconds: float = CHECK_RETRY_SECONDS,
-) -> str | None:
+def check_endpoint(url: str, key: SecretStr, model: str, settings: RolloutWaitSettings | None = None) -> str | None:
     """The rollout's own check before traffic moves: ``/v1/models`` with the key lists ``model``.
 
     Returns None when it does, else what went wrong (the key never appears in it). A connection that drops
-    before an answer is tried again (up to ``attempts``): a failed check tears a new cluster down, and one
-    dropped stream through the API server says nothing about the pod (the fault matrix saw one right after a
-    killed run's client went away, docs/faults.md).
+    before an answer is tried again (``RolloutWaitSettings.endpoint_check_attempts``): one dropped stream through
+    the API server says nothing about the pod (the fault matrix saw one right after a killed run's client went
+    away, docs/faults.md).
     """
+    settings = settings or RolloutWaitSettings()
+    attempts = settings.endpoint_check_attempts
     headers = {"Authorization": f"Bearer {key.get_secret_value()}"}
     for attempt in range(1, attempts + 1):
         try:
-            response = httpx.get(f"{url}/v1/models", headers=headers, timeout=timeout_s)
+            response = httpx.get(f"{url}/v1/models", headers=headers, timeout=settings.endpoint_check_timeout_s)
             break
         except httpx.TransportError as exc:
             if attempt == attempts:
                 return f"GET /v1/models through the port-forward failed {attempts} times: {type(exc).__name__}"
             _log.info("GET /v1/models through the port-forward failed (%s): trying again", type(exc).__name__)
-            time.sleep(retry_seconds)
+            time.sleep(settings.endpoint_check_retry_s)
         except httpx.HTTPError as exc:
             return f"GET /v1/models through the port-forward failed: {type(exc).__name__}"
     if response.status_code != 200:
