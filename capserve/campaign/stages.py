@@ -115,12 +115,12 @@ def preflight(ctx: CampaignContext, plan: ServingPlan) -> None:
         )})
     if plan.parallel.nodes_per_replica > 1:
         # NCCL across nodes needs aws-ofi-nccl and libfabric in the image: read from its files, before buying.
-        found = image_efa_stack(ctx.spec.serving.image)
+        found = image_efa_stack(ctx.spec.serving.image, ctx.settings.rollout)
         facts = facts.model_copy(update={"efa_image_problem": efa_stack_problem(ctx.spec.serving.image, found)})
     check_preflight(ctx.spec, plan, facts, bring_up=ctx.settings.bring_up)
     if ctx.spec.serving.image_mirror == "ecr":
         # The tag must exist upstream before a block is bought for it (the copy itself needs the lease's region).
-        digest = resolve_image_digest(ctx.spec.serving.image)
+        digest = resolve_image_digest(ctx.spec.serving.image, ctx.settings.rollout)
         get_run_logger().info("preflight: %s is %s (copied into the block's region after acquire)",
                               ctx.spec.serving.image, digest)
     get_run_logger().info("preflight: every check passed for campaign %s", ctx.spec.campaign_id)
@@ -182,7 +182,7 @@ def stage_image_stage(ctx: CampaignContext) -> ImageMirrorResult | StageEnd:
     if ctx.spec.serving.image_mirror == "none":
         return StageEnd(StageStatus.SKIPPED, "serving.image_mirror is none: the nodes pull serving.image as given")
     lease = need(ctx.lease, Stage.ACQUIRE)
-    return mirror_image(ctx.spec.campaign_id, ctx.spec.serving.image, lease.region)
+    return mirror_image(ctx.spec.campaign_id, ctx.spec.serving.image, lease.region, ctx.settings.rollout)
 
 
 def bring_up_stage(ctx: CampaignContext) -> ClusterResult:

@@ -120,6 +120,13 @@ class RolloutSettings(BaseModel):
         description="NCCL_DEBUG of single-node pods. Pods of a layout spanning nodes always get INFO: the rollout "
         "reads from the leader's log whether NCCL uses EFA ('NET/OFI Selected Provider is efa') or TCP sockets.",
     )
+    image_tool_timeout_s: float = Field(
+        4 * 3600.0,
+        ge=60,
+        le=24 * 3600,
+        description="Longest run of the registry tool (crane: resolve a tag, copy the image to ECR, list its files): "
+        "a 20 GB copy at a slow 2 MB/s still ends within the default.",
+    )
     startup: StartupModel = Field(
         default_factory=StartupModel, description="How the startup probe's budget is computed."
     )

@@ -64,7 +64,7 @@ def save_caches(
     pods: Sequence[dict[str, Any]],
     weights: WeightsSettings,
     kube: KubeSettings,
-    timeout_s: float = 3600,
+    timeout_s: float,
 ) -> int:
     """One Job per layout node, on the node its pod of group 0 ran, uploading that node's cache; waits for them
     (at most ``timeout_s``).
