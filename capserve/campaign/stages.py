@@ -266,7 +266,8 @@ def evaluate_stage(ctx: CampaignContext) -> EvaluationResult | StageEnd:
     rolled = ctx.report.rollout
     if ctx.options.endpoint_url is None and rolled is not None:
         cluster = need(ctx.report.cluster, Stage.BRING_UP)
-        with served_endpoint(cluster, rolled, ctx.spec.campaign_id, ctx.settings.rollout.port) as (local_url, key_env):
+        port, kube = ctx.settings.rollout.port, ctx.settings.bring_up.kube
+        with served_endpoint(cluster, rolled, ctx.spec.campaign_id, port, kube) as (local_url, key_env):
             notes = [f"Endpoint: {rolled.endpoint_note}", f"Server: {rolled.server}."]
             return _evaluate(ctx, local_url, key_env, None, notes)
     given = ctx.options.endpoint_url

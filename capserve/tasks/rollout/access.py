@@ -27,6 +27,7 @@ import websocket
 from kubernetes import client as k8s
 from pydantic import SecretStr
 
+from capserve.core.cluster.settings import KubeSettings
 from capserve.core.errors import RetryableError
 from capserve.core.rollout.settings import RolloutWaitSettings
 
@@ -48,7 +49,7 @@ _PROTOCOL = "v4.channel.k8s.io"
 _DATA, _ERROR = 0, 1
 
 
-def _open_stream(api: k8s.ApiClient, namespace: str, pod: str, port: int) -> websocket.WebSocket:
+def _open_stream(api: k8s.ApiClient, namespace: str, pod: str, port: int, timeout_s: float) -> websocket.WebSocket:
     """One WebSocket to ``pods/<pod>/portforward?ports=<port>``, authenticated like every other request.
 
     Not ``kubernetes.stream.portforward``: its proxy thread uses ``select()``, which fails once the
@@ -68,7 +69,7 @@ def _open_stream(api: k8s.ApiClient, namespace: str, pod: str, port: int) -> web
     else:
         sslopt = {"cert_reqs": ssl.CERT_NONE}
     stream = websocket.WebSocket(sslopt=sslopt, skip_utf8_validation=True)
-    stream.connect(url, header=header, timeout=30)  # type: ignore[no-untyped-call]
+    stream.connect(url, header=header, timeout=timeout_s)  # type: ignore[no-untyped-call]
     stream.settimeout(None)
     return stream
 
@@ -102,8 +103,9 @@ def _to_client(stream: websocket.WebSocket, conn: socket.socket, where: str) -> 
 class PortForward:
     """A local listener whose every connection is forwarded to ``pod:port`` through the API server."""
 
-    def __init__(self, api: k8s.ApiClient, namespace: str, pod: str, port: int) -> None:
+    def __init__(self, api: k8s.ApiClient, namespace: str, pod: str, port: int, kube: KubeSettings) -> None:
         self.api, self.namespace, self.pod, self.port = api, namespace, pod, port
+        self.connect_timeout_s = kube.request_timeout_s
         self._server = socket.create_server(("127.0.0.1", 0))
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._accept, name=f"port-forward {pod}:{port}", daemon=True)
@@ -140,7 +142,7 @@ class PortForward:
         where = f"{self.namespace}/{self.pod}:{self.port}"
         stream: websocket.WebSocket | None = None
         try:
-            stream = _open_stream(self.api, self.namespace, self.pod, self.port)
+            stream = _open_stream(self.api, self.namespace, self.pod, self.port, self.connect_timeout_s)
             back = threading.Thread(target=_to_client, args=(stream, conn, where), daemon=True)
             back.start()
             while chunk := conn.recv(_CHUNK):
@@ -159,10 +161,12 @@ class PortForward:
 
 
 @contextlib.contextmanager
-def port_forward(api: k8s.ApiClient, namespace: str, pod: str, port: int) -> Iterator[str]:
+def port_forward(
+    api: k8s.ApiClient, namespace: str, pod: str, port: int, kube: KubeSettings | None = None
+) -> Iterator[str]:
     """``http://127.0.0.1:<port>`` forwarding to the pod while the block runs."""
     try:
-        forward = PortForward(api, namespace, pod, port).start()
+        forward = PortForward(api, namespace, pod, port, kube or KubeSettings()).start()
     except OSError as exc:
         raise RetryableError(f"could not open a local listener for the port-forward to {pod}: {exc}") from exc
     try:

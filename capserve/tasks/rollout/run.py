@@ -277,7 +277,7 @@ class RolloutRun:
     def check(self, rendered: RenderedRollout) -> None:
         key = ensure_api_key(self.api, self.namespace, self.inputs.spec.campaign_id)
         leader = f"{rendered.name}-0"
-        with port_forward(self.api, self.namespace, leader, self.inputs.rollout.port) as url:
+        with port_forward(self.api, self.namespace, leader, self.inputs.rollout.port, self.inputs.kube) as url:
             problem = check_endpoint(url, key, self.inputs.spec.served_model_name, self.inputs.wait)
         if problem:
             raise RolloutFailedError(

@@ -119,7 +119,11 @@ def fetch_checkpoint(
                         f"{repo}@{sha[:12]}: fetch + sha256 verify", what=f"{repo} fetched from the Hub and verified")
     fetch = with_policy(
         fetch_file,
-        RetryPolicy(retries=settings.fetch_retries, first_delay_s=settings.fetch_retry_delay_seconds, max_delay_s=60),
+        RetryPolicy(
+            retries=settings.fetch_retries,
+            first_delay_s=settings.fetch_retry_delay_seconds,
+            max_delay_s=settings.fetch_retry_max_delay_seconds,
+        ),
     )
     calls = [
         {"conn": conn, "repo": repo, "sha": sha, "file": f, "source_dir": source_dir,

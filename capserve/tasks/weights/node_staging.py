@@ -48,7 +48,8 @@ def stage_on_nodes(
         cluster_kind=cluster.kind,
         tool_source=copy_tool_source(),
     )
-    api = api_client_for_eks(cluster.endpoint, cluster.ca_data, cluster.name, cluster.region)
+    kube = kube or KubeSettings()
+    api = api_client_for_eks(cluster.endpoint, cluster.ca_data, cluster.name, cluster.region, settings=kube)
     for obj in objects:
         if obj["kind"] == "Job":
             apply_job(api, obj)  # a Job of another revision under the same name is made again
@@ -57,5 +58,5 @@ def stage_on_nodes(
     # A Job's activeDeadlineSeconds bounds each copy; the wait may take as long, not longer.
     jobs = [o for o in objects if o["kind"] == "Job"]
     deadline = settings.staging_deadline_seconds
-    wait_workloads_ready(api, jobs, kube or KubeSettings(), timeout_s=deadline, what="staging Jobs")
+    wait_workloads_ready(api, jobs, kube, timeout_s=deadline, what="staging Jobs")
     return result
