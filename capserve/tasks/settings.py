@@ -44,6 +44,7 @@ class _SettingVariables(EnvSettingsSource):
         super().__init__(_FromEnvironment)
 
     def _load_env_vars(self) -> Mapping[str, str | None]:
+        # The hook pydantic-settings' own dotenv source overrides to read another mapping than os.environ.
         return {name.lower(): value for name, value in self.variables.items()}
 
 
