@@ -4,7 +4,9 @@ variable, a spec's ``settings:`` block overrides one campaign, and every knob is
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -13,10 +15,14 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from capserve.core.errors import SpecError
+from capserve.core.locations import BucketLocation, Locations
+from capserve.core.record import CampaignRecord
+from capserve.core.report import CampaignReport
 from capserve.core.settings import Settings
 from capserve.core.spec import CampaignSpec, load_spec
 from capserve.tasks import aws, resilience
 from capserve.tasks.settings import process_settings, settings_for, settings_from_environment
+from tests.unit.rollout_fixtures import k3_plan
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml"
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "settings.md"
@@ -174,3 +180,27 @@ def test_retry_policies_are_not_a_campaign_s_to_set() -> None:
 @pytest.mark.parametrize("path", sorted(path for path, _ in leaves(Settings)), ids=variable)
 def test_every_setting_is_documented(path: tuple[str, ...]) -> None:
     assert f"`{variable(path)}`" in DOCS.read_text(encoding="utf-8")
+
+
+def test_the_rollout_is_given_the_run_s_rollout_wait_and_kube_settings(tmp_path: Path) -> None:
+    from capserve.campaign.context import CampaignContext, RunOptions
+    from capserve.campaign.stages import rollout_inputs
+
+    the_spec = load_spec(EXAMPLE)
+    settings = settings_for(the_spec).updated({
+        "rollout": {"port": 8100}, "rollout_wait": {"delete_timeout_s": 61},
+        "bring_up": {"kube": {"watch_window_s": 7}},
+    })
+    bucket = BucketLocation(bucket="capserve-settings-test", region="us-east-2")
+    earlier = {"plan": k3_plan(), "weights": object(), "node_staging": object(), "cluster": SimpleNamespace(kind="eks")}
+    ctx = CampaignContext(
+        spec=the_spec,
+        settings=settings,
+        options=RunOptions(out_dir=tmp_path, staging_dir=tmp_path),
+        report=CampaignReport(campaign=the_spec.campaign_id).model_copy(update=earlier),  # stand-ins: not read here
+        record=CampaignRecord.new(the_spec.campaign_id, datetime(2026, 12, 1, tzinfo=UTC)),
+        _locations=Locations(campaign_id=the_spec.campaign_id, records=bucket, weights=bucket,
+                             capacity_regions=("us-east-2",)),
+    )
+    given = rollout_inputs(ctx)
+    assert (given.rollout, given.wait, given.kube) == (settings.rollout, settings.rollout_wait, settings.bring_up.kube)
