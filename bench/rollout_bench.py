@@ -25,8 +25,8 @@ os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
 from capserve_sandbox.kube import Fault, FaultKind, fake_kube
 from pydantic import SecretStr
 
-from capserve.core.cluster.readiness import KubeSettings
-from capserve.core.rollout.diagnosis import RolloutWaitSettings
+from capserve.core.cluster.settings import KubeSettings
+from capserve.core.rollout.settings import RolloutWaitSettings
 from capserve.tasks import kube as tasks_kube
 from capserve.tasks.rollout.wait import wait_rollout_ready
 

@@ -378,11 +378,11 @@ def leftovers(spec: CampaignSpec, cluster: str) -> list[str]:
     ``capserve down --dry-run`` lists), read without starting a flow."""
     from capserve.core.teardown.plan import plan_teardown
     from capserve.tasks.eks_leftovers import eks_made_resources
-    from capserve.tasks.settings import settings_from_environment
+    from capserve.tasks.settings import settings_for
     from capserve.tasks.teardown.inventory import inventory_campaign
 
     region = spec.capacity.regions[0]
-    settings = settings_from_environment().for_campaign(spec.campaign_settings()).teardown
+    settings = settings_for(spec).teardown
     inventory = getattr(inventory_campaign, "fn", inventory_campaign)
     found = inventory(spec.campaign_id, region, kind=spec.cluster.kind,
                       existing_cluster=spec.cluster.existing_cluster_name, settings=settings)

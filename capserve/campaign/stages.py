@@ -117,12 +117,12 @@ def preflight(ctx: CampaignContext, plan: ServingPlan) -> None:
         )})
     if plan.parallel.nodes_per_replica > 1:
         # NCCL across nodes needs aws-ofi-nccl and libfabric in the image: read from its files, before buying.
-        found = image_efa_stack(ctx.spec.serving.image)
+        found = image_efa_stack(ctx.spec.serving.image, ctx.settings.rollout)
         facts = facts.model_copy(update={"efa_image_problem": efa_stack_problem(ctx.spec.serving.image, found)})
     check_preflight(ctx.spec, plan, facts, bring_up=ctx.settings.bring_up)
     if ctx.spec.serving.image_mirror == "ecr":
         # The tag must exist upstream before a block is bought for it (the copy itself needs the lease's region).
-        digest = resolve_image_digest(ctx.spec.serving.image)
+        digest = resolve_image_digest(ctx.spec.serving.image, ctx.settings.rollout)
         get_run_logger().info("preflight: %s is %s (copied into the block's region after acquire)",
                               ctx.spec.serving.image, digest)
     get_run_logger().info("preflight: every check passed for campaign %s", ctx.spec.campaign_id)
@@ -184,7 +184,7 @@ def stage_image_stage(ctx: CampaignContext) -> ImageMirrorResult | StageEnd:
     if ctx.spec.serving.image_mirror == "none":
         return StageEnd(StageStatus.SKIPPED, "serving.image_mirror is none: the nodes pull serving.image as given")
     lease = need(ctx.lease, Stage.ACQUIRE)
-    return mirror_image(ctx.spec.campaign_id, ctx.spec.serving.image, lease.region)
+    return mirror_image(ctx.spec.campaign_id, ctx.spec.serving.image, lease.region, ctx.settings.rollout)
 
 
 def bring_up_stage(ctx: CampaignContext) -> ClusterResult:
@@ -208,7 +208,7 @@ def weights_to_nodes_stage(ctx: CampaignContext) -> NodeStagingResult:
         # The image is pulled meanwhile, off the rollout's path (capserve.core.rollout.prepull).
         started = start_image_prepull(cluster, ctx.spec.campaign_id, ctx.report.image.image)
         get_run_logger().info("image: pre-pulling on %d GPU node(s) while the weights are copied", started)
-    return stage_on_nodes(ctx.spec, cluster, manifest, ctx.settings.weights)
+    return stage_on_nodes(ctx.spec, cluster, manifest, ctx.settings.weights, ctx.settings.bring_up.kube)
 
 
 def rollout_stage(ctx: CampaignContext) -> RolloutResult | StageEnd:
@@ -255,6 +255,9 @@ def rollout_inputs(ctx: CampaignContext) -> RolloutInputs:
         # The vLLM pods mount the weights (and caches) where the staging Jobs wrote them: the kind's NVMe.
         weights_settings=ctx.settings.weights.for_cluster(cluster.kind),
         image=ctx.report.image,
+        rollout=ctx.settings.rollout,
+        wait=ctx.settings.rollout_wait,
+        kube=ctx.settings.bring_up.kube,
     )
 
 
@@ -265,7 +268,8 @@ def evaluate_stage(ctx: CampaignContext) -> EvaluationResult | StageEnd:
     rolled = ctx.report.rollout
     if ctx.options.endpoint_url is None and rolled is not None:
         cluster = need(ctx.report.cluster, Stage.BRING_UP)
-        with served_endpoint(cluster, rolled, ctx.spec.campaign_id) as (local_url, key_env):
+        port, kube = ctx.settings.rollout.port, ctx.settings.bring_up.kube
+        with served_endpoint(cluster, rolled, ctx.spec.campaign_id, port, kube) as (local_url, key_env):
             notes = [f"Endpoint: {rolled.endpoint_note}", f"Server: {rolled.server}."]
             return _evaluate(ctx, local_url, key_env, None, notes)
     given = ctx.options.endpoint_url

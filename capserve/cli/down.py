@@ -57,11 +57,11 @@ def run(args: argparse.Namespace) -> int:
     from capserve.tasks.eks_leftovers import eks_made_resources
     from capserve.tasks.locations import record_ref
     from capserve.tasks.record_store import load_record
-    from capserve.tasks.settings import settings_from_environment
+    from capserve.tasks.settings import settings_for
 
     defer_prefect_handler_in_finalizers()  # a flow run in this process must not lose a SIGTERM either
     try:
-        settings = settings_from_environment().for_campaign(spec.campaign_settings())
+        settings = settings_for(spec)
         ref = record_ref(spec, settings.records)
         record = load_record.fn(ref)
         recorded = record.lease.region if record is not None and record.lease is not None else None

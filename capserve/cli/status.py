@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError(f"--region: {args.region!r} is not an AWS region name (e.g. us-east-2)")
     from capserve.core.locations import home_region
     from capserve.tasks.locations import locate_records, record_ref
-    from capserve.tasks.settings import settings_from_environment
+    from capserve.tasks.settings import settings_for, settings_from_environment
     from capserve.tasks.status import campaign_status, read_campaign_record
 
     settings = settings_from_environment()
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     spec: CampaignSpec | None = None
     if Path(args.campaign).is_file() or args.campaign.endswith((".yaml", ".yml")):
         spec = load_spec(args.campaign)
-        settings = settings.for_campaign(spec.campaign_settings())
+        settings = settings_for(spec, settings)
         ref = record_ref(spec, settings.records)
         name = spec.campaign_id
         if args.region is not None and args.region != home_region(spec, settings.records):

@@ -5,10 +5,11 @@ Where values come from, later wins:
 1. the defaults below (sized for AWS, each with its bounds and why);
 2. the environment of the process running the flows (``CAPSERVE_`` prefix, ``__`` between levels:
    ``CAPSERVE_BRING_UP__POLL_SECONDS=5``, ``CAPSERVE_RECORDS__BUCKET=my-records``), read by
-   ``capserve.tasks.settings.load_settings``;
+   pydantic-settings in ``capserve.tasks.settings``;
 3. the campaign spec's ``settings:`` block, for what one campaign may tune (``CampaignSettings``: not
    where records live, which must be known before the spec is read, nor the reaper, which serves every
-   campaign). Only the fields the spec names override; the rest keep the environment's values.
+   campaign, nor how outside calls are retried, fixed when the process's tasks are made). Only the fields the spec
+   names override; the rest keep the environment's values.
 
 Stages receive their part (``settings.bring_up``, ``settings.weights``, …) from the campaign flow.
 """
@@ -23,6 +24,7 @@ from capserve.core.capacity.settings import CapacitySettings
 from capserve.core.cluster.settings import BringUpSettings
 from capserve.core.cost.settings import CostSettings
 from capserve.core.planner.settings import PlannerSettings
+from capserve.core.rollout.settings import RolloutSettings, RolloutWaitSettings
 from capserve.core.teardown.settings import ReaperSettings, TeardownSettings
 from capserve.core.weights.settings import WeightsSettings
 
@@ -64,6 +66,70 @@ class SlotSettings(BaseModel):
     )
 
 
+class RetryPolicy(BaseModel):
+    """How often and how patiently a kind of call is retried after a ``RetryableError`` (tasks/resilience.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    retries: int = Field(ge=0, le=10, description="Retries after the first attempt (0: never retried).")
+    first_delay_s: float = Field(1.0, ge=0, le=600, description="Delay before the first retry.")
+    growth: float = Field(4.0, ge=1, le=10, description="Each delay is the previous one times this.")
+    max_delay_s: float = Field(30.0, ge=0, le=3600, description="No delay is longer than this.")
+    jitter: float = Field(
+        0.5, ge=0, le=1, description="Prefect's retry_jitter_factor: a delay may grow by up to this fraction."
+    )
+
+    def delays(self) -> list[float]:
+        """The delay before each retry, in order."""
+        return [min(self.first_delay_s * self.growth**i, self.max_delay_s) for i in range(self.retries)]
+
+
+class RetrySettings(BaseModel):
+    """The retry policy of each kind of outside call. Calls to Prefect (its client retries on its own), local work
+    and single-shot calls (a purchase) are never retried and have no policy to set."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    aws: RetryPolicy = Field(
+        RetryPolicy(retries=3, first_delay_s=2, max_delay_s=30),
+        description="AWS control plane; botocore's standard mode already retries throttling and 5xx inside a call.",
+    )
+    s3: RetryPolicy = Field(
+        RetryPolicy(retries=3, first_delay_s=2, max_delay_s=30),
+        description="S3 object reads and writes (idempotent: same key, same bytes).",
+    )
+    hub: RetryPolicy = Field(
+        RetryPolicy(retries=3, first_delay_s=1, max_delay_s=10),
+        description="Hugging Face Hub metadata (429 and 5xx are common on big releases).",
+    )
+    kubernetes: RetryPolicy = Field(
+        RetryPolicy(retries=3, first_delay_s=1, max_delay_s=15),
+        description="Kubernetes API calls (server-side apply and deletes are idempotent).",
+    )
+    endpoint: RetryPolicy = Field(
+        RetryPolicy(retries=2, first_delay_s=2, max_delay_s=10),
+        description="The endpoint under evaluation, only for a transient error before any measurement.",
+    )
+
+
+class AwsCallSettings(BaseModel):
+    """What every boto3 client is made with (botocore's Config: docs/settings.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_attempts: int = Field(
+        5,
+        ge=1,
+        le=20,
+        description="botocore's total_max_attempts in its standard retry mode, which retries throttling, 5xx and "
+        "dropped connections inside one call, with backoff and jitter.",
+    )
+    connect_timeout_s: float = Field(10.0, gt=0, le=300, description="Timeout of opening a connection to AWS.")
+    read_timeout_s: float = Field(
+        60.0, gt=0, le=900, description="Timeout of reading an answer from AWS (a slow answer is retried by botocore)."
+    )
+
+
 class CampaignSettings(BaseModel):
     """The settings a campaign spec may override (its ``settings:`` block)."""
 
@@ -84,6 +150,12 @@ class CampaignSettings(BaseModel):
     planner: PlannerSettings = Field(
         default_factory=PlannerSettings, description="Planner: memory ceilings and what it assumes of vLLM."
     )
+    rollout: RolloutSettings = Field(
+        default_factory=RolloutSettings, description="Rollout: ports, probes and resources of the vLLM pods."
+    )
+    rollout_wait: RolloutWaitSettings = Field(
+        default_factory=RolloutWaitSettings, description="Rollout: when to stop waiting, delete and cache-save waits."
+    )
 
 
 class Settings(CampaignSettings):
@@ -99,13 +171,25 @@ class Settings(CampaignSettings):
     slots: SlotSettings = Field(
         default_factory=SlotSettings, description="The campaign slot: how long a killed holder keeps it."
     )
+    aws: AwsCallSettings = Field(
+        default_factory=AwsCallSettings, description="AWS clients: botocore's attempts and timeouts of one call."
+    )
+    retries: RetrySettings = Field(
+        default_factory=RetrySettings,
+        description="Retry policy of each kind of outside call: the process's tasks are made with it at import, so "
+        "it is the installation's, not a campaign's.",
+    )
 
     def for_campaign(self, overrides: CampaignSettings | None) -> Settings:
         """These settings with the fields a spec's ``settings:`` block names put on top."""
         if overrides is None:
             return self
-        merged = _deep_merge(self.model_dump(), overrides.model_dump(exclude_unset=True))
-        return Settings.model_validate(merged)
+        return self.updated(overrides.model_dump(exclude_unset=True))
+
+    def updated(self, values: dict[str, Any]) -> Settings:
+        """These settings with ``values`` (nested by section) on top: a field they do not name keeps its value, even
+        inside a section they name (``retries.aws.retries`` alone keeps the AWS policy's delays)."""
+        return Settings.model_validate(_deep_merge(self.model_dump(), values))
 
 
 def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:

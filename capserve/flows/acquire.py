@@ -57,7 +57,7 @@ from capserve.tasks.capacity.reservations import (
 from capserve.tasks.capacity.search import search_offers, search_zones
 from capserve.tasks.locations import record_ref
 from capserve.tasks.record_store import load_rehearsal, save_approval, save_lease, save_purchase, save_stage
-from capserve.tasks.settings import settings_from_environment
+from capserve.tasks.settings import settings_for
 from capserve.tasks.slots import leased_slot
 from capserve.tasks.the_clock import clock
 
@@ -86,7 +86,7 @@ def acquire(
     ``bound``: the lease this run was started for; only that reservation is adopted, nothing is ever bought.
     """
     if settings is None or record is None:  # a standalone run (its own deployment): from the environment
-        configured = settings_from_environment().for_campaign(spec.campaign_settings())
+        configured = settings_for(spec)
         settings = settings or configured.capacity
         record = record or record_ref(spec, configured.records)
     logger = get_run_logger()
@@ -151,7 +151,7 @@ def _check_and_buy(
 
 def _rehearsal_digest(spec: CampaignSpec) -> str:
     """The digest a rehearsal of ``spec`` records (capserve.core.rehearsal), with the network's bring-up settings."""
-    bring_up = settings_from_environment().for_campaign(spec.campaign_settings()).bring_up
+    bring_up = settings_for(spec).bring_up
     return rehearsal_digest(spec, vpc_cidr=bring_up.vpc_cidr)
 
 

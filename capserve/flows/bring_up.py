@@ -59,7 +59,7 @@ from capserve.tasks.kube import (
     wait_gpu_nodes_ready,
 )
 from capserve.tasks.netcheck import prove_gpu_network
-from capserve.tasks.settings import settings_from_environment
+from capserve.tasks.settings import settings_for
 from capserve.tasks.the_clock import clock
 
 
@@ -90,7 +90,7 @@ def bring_up(
     sandbox passes its clock's). ``nodes_per_replica`` is the plan's (EFA and huge pages only when it is
     above 1); unknown, it is taken as the lease's instance count, the widest layout the lease could hold.
     """
-    settings = settings or settings_from_environment().for_campaign(spec.campaign_settings()).bring_up
+    settings = settings or settings_for(spec).bring_up
     began = clock().now()
     budget = bring_up_steps(spec, lease, now or began)
     efa = _efa(lease, nodes_per_replica)
@@ -151,7 +151,7 @@ def prepare_cluster(
     webhook proof, so that bring-up at the block's start only scales the group and waits for its nodes.
     Converges like bring-up (what exists is found, not made again). Returns the cluster's name and what this run
     created. ``nodes_per_replica``: the plan's, as for ``bring_up`` (the launch template depends on it)."""
-    settings = settings or settings_from_environment().for_campaign(spec.campaign_settings()).bring_up
+    settings = settings or settings_for(spec).bring_up
     budget = bring_up_steps(spec, lease, now or clock().now())
     aws, roles = _control_side(spec, lease, settings, budget)
     if spec.cluster.kind == "eks":

@@ -40,7 +40,7 @@ from capserve.core.report import CampaignReport
 from capserve.core.settings import Settings
 from capserve.core.spec import CampaignSpec
 from capserve.core.stages import CampaignPart, Stage
-from capserve.tasks.settings import hub_endpoint_from_environment, settings_from_environment
+from capserve.tasks.settings import hub_endpoint_from_environment, settings_for
 from capserve.tasks.slots import campaign_slot
 
 PREPARE: tuple[Step, ...] = (
@@ -101,8 +101,7 @@ def campaign(
         interactive=TERMINAL_APPROVAL.get(),
         teardown_when_done=teardown_when_done,
     )
-    base = settings or settings_from_environment()
-    ctx = CampaignContext.start(spec, base.for_campaign(spec.campaign_settings()), options)
+    ctx = CampaignContext.start(spec, settings_for(spec, settings), options)
     with campaign_slot(spec.campaign_id, ctx.settings.slots):  # run_campaign records every applied object
         run_campaign(ctx, CAMPAIGN, teardown_stage)
     return verdict_state(ctx.report)

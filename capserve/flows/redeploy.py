@@ -83,7 +83,7 @@ from capserve.tasks.reporting import (
     write_report_files,
 )
 from capserve.tasks.rollout.start_history import read_start_history
-from capserve.tasks.settings import hub_endpoint_from_environment, settings_from_environment
+from capserve.tasks.settings import hub_endpoint_from_environment, settings_for, settings_from_environment
 from capserve.tasks.slots import campaign_slot
 from capserve.tasks.teardown.inventory import inventory_campaign
 from capserve.tasks.the_clock import clock
@@ -131,7 +131,7 @@ def redeploy(
         )
         ctx = CampaignContext(
             spec=_at_revision(spec, sha),
-            settings=base.for_campaign(spec.campaign_settings()),
+            settings=settings_for(spec, base),
             options=options,
             report=CampaignReport(campaign=campaign_id),
             record=record,  # changes stay local (never start_saving): the outcome is written once, below

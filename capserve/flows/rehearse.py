@@ -60,7 +60,7 @@ from capserve.tasks.record_store import save_rehearsal
 from capserve.tasks.rehearsal import rehearsal_zone
 from capserve.tasks.reporting import write_report_files
 from capserve.tasks.run_log import run_logger
-from capserve.tasks.settings import hub_endpoint_from_environment, settings_from_environment
+from capserve.tasks.settings import hub_endpoint_from_environment, settings_for
 from capserve.tasks.slots import campaign_slot
 from capserve.tasks.the_clock import clock
 
@@ -113,7 +113,7 @@ def rehearse(
     refusal = rehearsal_refusal(spec)
     if refusal is not None:
         raise SpecError(refusal)
-    base = (settings or settings_from_environment()).for_campaign(spec.campaign_settings())
+    base = settings_for(spec, settings)
     prices = load_price_table()
     choice = choose_instance_type(spec, prices)
     rehearsal = rehearsal_spec(spec, choice.instance_type)

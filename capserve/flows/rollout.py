@@ -20,12 +20,12 @@ from prefect import flow, get_run_logger
 
 from capserve.campaign.run_names import stage_run_name
 from capserve.core.cluster.result import ClusterResult
+from capserve.core.cluster.settings import KubeSettings
 from capserve.core.errors import PermanentError
 from capserve.core.record import RolloutRecord
 from capserve.core.rollout.config import RolloutConfig
 from capserve.core.rollout.names import Color, serving_namespace, workload_name
 from capserve.core.rollout.result import RolloutFailedError, RolloutResult
-from capserve.core.rollout.settings import RolloutSettings
 from capserve.core.rollout.strategy import RolloutDecision, Step, rollback_decision
 from capserve.tasks.kube import api_client_for_eks
 from capserve.tasks.rollout.access import key_in_environment, port_forward
@@ -51,7 +51,7 @@ def roll_out(inputs: RolloutInputs) -> tuple[RolloutResult, RolloutRecord]:
     cluster = inputs.cluster
     run = RolloutRun(
         inputs,
-        api_client_for_eks(cluster.endpoint, cluster.ca_data, cluster.name, cluster.region),
+        api_client_for_eks(cluster.endpoint, cluster.ca_data, cluster.name, cluster.region, settings=inputs.kube),
         serving_namespace(inputs.spec.campaign_id),
     )
     ensure_api_key(run.api, run.namespace, inputs.spec.campaign_id)
@@ -85,7 +85,7 @@ def roll_back(inputs: RolloutInputs, failed_color: Color, why: str) -> tuple[Rol
     cluster = inputs.cluster
     run = RolloutRun(
         inputs,
-        api_client_for_eks(cluster.endpoint, cluster.ca_data, cluster.name, cluster.region),
+        api_client_for_eks(cluster.endpoint, cluster.ca_data, cluster.name, cluster.region, settings=inputs.kube),
         serving_namespace(inputs.spec.campaign_id),
     )
     served = RolloutDecision(
@@ -99,13 +99,15 @@ def roll_back(inputs: RolloutInputs, failed_color: Color, why: str) -> tuple[Rol
 
 
 @contextmanager
-def served_endpoint(cluster: ClusterResult, rolled: RolloutResult, campaign_id: str) -> Iterator[tuple[str, str]]:
+def served_endpoint(
+    cluster: ClusterResult, rolled: RolloutResult, campaign_id: str, port: int, kube: KubeSettings
+) -> Iterator[tuple[str, str]]:
     """A local URL for the serving leader (port-forward) and the name of the environment variable that holds
     the campaign's API key meanwhile: the key comes from the cluster's Secret, never from a flow parameter."""
-    api = api_client_for_eks(cluster.endpoint, cluster.ca_data, cluster.name, cluster.region)
+    api = api_client_for_eks(cluster.endpoint, cluster.ca_data, cluster.name, cluster.region, settings=kube)
     key = ensure_api_key(api, rolled.namespace, campaign_id)
     with (
-        port_forward(api, rolled.namespace, f"{rolled.name}-0", RolloutSettings().port) as url,
+        port_forward(api, rolled.namespace, f"{rolled.name}-0", port, kube) as url,
         key_in_environment(ENDPOINT_KEY_ENV, key) as key_env,
     ):
         yield url, key_env

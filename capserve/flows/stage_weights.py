@@ -44,7 +44,7 @@ from capserve.core.weights.safetensors import SafetensorsHeader, TensorEntry
 from capserve.core.weights.settings import WeightsSettings
 from capserve.tasks.model_config import config_digest_of
 from capserve.tasks.parallel import map_bounded
-from capserve.tasks.settings import settings_from_environment
+from capserve.tasks.settings import settings_for
 from capserve.tasks.weights.artifacts import publish_plan
 from capserve.tasks.weights.fetch import fetch_checkpoint
 from capserve.tasks.weights.hub import hub_connection, list_repo_files, read_hub_headers, resolve_revision
@@ -70,7 +70,7 @@ def stage_weights(
     ``HubCredentials`` block holding the token (and endpoint) for gated repos; ``bucket`` is where the
     weights go (default: the spec's ``weights.s3_bucket`` in its region).
     """
-    settings = settings or settings_from_environment().for_campaign(spec.campaign_settings()).weights
+    settings = settings or settings_for(spec).weights
     layout = weights_layout(nodes, expert_parallel)
     repo = model_repo(spec.model)
     where = bucket or BucketLocation(bucket=spec.weights.s3_bucket, region=spec.weights_region)

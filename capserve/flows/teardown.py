@@ -32,7 +32,7 @@ from capserve.tasks.aws_events import delete_capacity_events
 from capserve.tasks.events import emit
 from capserve.tasks.reporting import publish_teardown
 from capserve.tasks.scheduling import tag_this_run
-from capserve.tasks.settings import settings_from_environment
+from capserve.tasks.settings import settings_for
 from capserve.tasks.teardown.execute import execute_plan
 from capserve.tasks.teardown.inventory import inventory_campaign
 from capserve.tasks.the_clock import clock
@@ -72,7 +72,7 @@ def teardown(
         kind=spec.cluster.kind,
         existing_cluster=spec.cluster.existing_cluster_name,
         kept=[weights],
-        settings=settings or settings_from_environment().for_campaign(spec.campaign_settings()).teardown,
+        settings=settings or settings_for(spec).teardown,
         refs=refs,
     )
 

@@ -63,7 +63,7 @@ from capserve.tasks.progress import tell
 from capserve.tasks.record_store import change_record, load_record
 from capserve.tasks.reporting import campaign_report_dir, write_campaign_report
 from capserve.tasks.scheduling import cancelled_before_start, schedule_lease_runs
-from capserve.tasks.settings import hub_endpoint_from_environment, settings_from_environment
+from capserve.tasks.settings import hub_endpoint_from_environment, settings_for, settings_from_environment
 from capserve.tasks.slots import campaign_slot
 from capserve.tasks.teardown.inventory import inventory_campaign
 from capserve.tasks.teardown.workloads import connect
@@ -90,7 +90,7 @@ def prepare_cluster_before_block(campaign_id: str, region: str, reservation_id: 
     why = _preparation_not_needed(record, lease.start)  # first without the slot: a campaign run may hold it long
     if why:
         return Cancelled(name="NotNeeded", message=why)
-    slots = base.for_campaign(spec.campaign_settings()).slots
+    slots = settings_for(spec, base).slots
     with clock().working(), campaign_runs(campaign_id), campaign_slot(campaign_id, slots):
         record = load_record(ref) or record  # the slot may have been waited for: what did the last holder do?
         why = _preparation_not_needed(record, lease.start)
@@ -174,7 +174,7 @@ def serve(campaign_id: str, region: str, reservation_id: str) -> CampaignReport 
     out_dir = campaign_report_dir(campaign_id)  # this worker's folder for the campaign's report
     options = RunOptions(out_dir=out_dir, staging_dir=out_dir / "staging", hub_endpoint=hub_endpoint_from_environment(),
                          bound_lease=lease, teardown_when_done=record.teardown_when_done)
-    ctx = CampaignContext.start(spec, base.for_campaign(spec.campaign_settings()), options)
+    ctx = CampaignContext.start(spec, settings_for(spec, base), options)
     with clock().working(), campaign_slot(campaign_id, ctx.settings.slots):
         run_campaign(ctx, CAMPAIGN, teardown_stage)
     return verdict_state(ctx.report)
@@ -206,7 +206,7 @@ def _drain(
     campaign_id: str, region: str, ref: RecordRef, spec: CampaignSpec, base: Settings, reason: str
 ) -> DrainResult:
     started = clock().now()
-    settings = base.for_campaign(spec.campaign_settings()).teardown
+    settings = settings_for(spec, base).teardown
     found = inventory_campaign(campaign_id, region, kind=spec.cluster.kind,
                                existing_cluster=spec.cluster.existing_cluster_name, settings=settings)
     if found.workload_cluster is None or found.workload_cluster.endpoint is None:

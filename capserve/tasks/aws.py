@@ -11,6 +11,7 @@ to parsing those files again for every client).
 from __future__ import annotations
 
 import threading
+from functools import cache
 from typing import Any
 
 import boto3
@@ -26,13 +27,21 @@ from botocore.exceptions import (
 )
 
 from capserve.core.errors import CapserveError, PermanentError, RetryableError
+from capserve.tasks.settings import process_settings
 
-# botocore's "standard" retry mode retries throttling, 5xx and connection errors with exponential
-# backoff and full jitter (botocore docs, "Retries" guide). Our own retries sit above it only for
-# waits; purchases are never retried blindly (see tasks/capacity).
-_RETRY_CONFIG = botocore.config.Config(
-    retries={"mode": "standard", "total_max_attempts": 5}, connect_timeout=10, read_timeout=60
-)
+
+@cache
+def _client_config() -> botocore.config.Config:
+    """What every client is made with (``Settings.aws``). botocore's "standard" retry mode retries throttling, 5xx
+    and connection errors with exponential backoff and full jitter (botocore docs, "Retries" guide); our task
+    retries sit above it."""
+    calls = process_settings().aws
+    return botocore.config.Config(
+        retries={"mode": "standard", "total_max_attempts": calls.max_attempts},
+        connect_timeout=calls.connect_timeout_s,
+        read_timeout=calls.read_timeout_s,
+    )
+
 
 # Error codes that mean "try again later". Everything else from AWS is permanent for our purposes.
 THROTTLING_CODES = frozenset(
@@ -74,7 +83,7 @@ def session() -> boto3.session.Session:
 
 def client(service: str, region: str | None = None, *, max_attempts: int | None = None) -> Any:
     """A fresh boto3 client. ``max_attempts=1`` turns botocore's own retries off (for calls we must not repeat)."""
-    config = _RETRY_CONFIG
+    config = _client_config()
     if max_attempts is not None:
         config = config.merge(botocore.config.Config(retries={"mode": "standard", "total_max_attempts": max_attempts}))
     return session().client(service, region_name=region, config=config)  # type: ignore[call-overload]

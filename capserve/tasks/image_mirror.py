@@ -50,6 +50,7 @@ from capserve.core.rollout.image import (
     mirror_tag,
     parse_image,
 )
+from capserve.core.rollout.settings import RolloutSettings
 from capserve.core.tags import CAMPAIGN_TAG
 from capserve.tasks import aws
 from capserve.tasks.resilience import aws_task, local_task
@@ -58,7 +59,6 @@ from capserve.tasks.secrets import redactor, register_secret
 
 PLATFORM = "linux/amd64"
 COMPONENT = "serving-image"
-_TOOL_TIMEOUT_S = 4 * 3600  # a 20 GB copy at a slow 2 MB/s still ends in time
 
 
 def registry_tool() -> list[str]:
@@ -67,15 +67,15 @@ def registry_tool() -> list[str]:
 
 
 @local_task(name="resolve-image-digest", cache_policy=NO_CACHE)
-def resolve_image_digest(image: str) -> str:
+def resolve_image_digest(image: str, settings: RolloutSettings | None = None) -> str:
     """The digest ``image`` names now (its ``linux/amd64`` manifest): preflight asks before anything is bought, so
     a tag the registry does not have is refused while refusing costs nothing."""
     source = parse_image(image)
-    return source.digest or _resolve(source)
+    return source.digest or _resolve(source, (settings or RolloutSettings()).image_tool_timeout_s)
 
 
-def _resolve(source: ImageRef) -> str:
-    digest = _tool(["digest", "--platform", PLATFORM, source.tagged], what="resolve")
+def _resolve(source: ImageRef, timeout_s: float) -> str:
+    digest = _tool(["digest", "--platform", PLATFORM, source.tagged], what="resolve", timeout_s=timeout_s)
     if not re.match(DIGEST, digest):
         raise PermanentError(
             f"image resolve ({source.tagged}): the registry tool answered {digest[:100]!r}, not a sha256 digest"
@@ -84,14 +84,17 @@ def _resolve(source: ImageRef) -> str:
 
 
 @aws_task(name="mirror-image", cache_policy=NO_CACHE)
-def mirror_image(campaign_id: str, image: str, region: str) -> ImageMirrorResult:
+def mirror_image(
+    campaign_id: str, image: str, region: str, settings: RolloutSettings | None = None
+) -> ImageMirrorResult:
     """``image`` in ``campaign_id``'s ECR repository in ``region``, by digest (copied only when missing)."""
+    timeout_s = (settings or RolloutSettings()).image_tool_timeout_s
     source = parse_image(image)
     repository = mirror_repository(campaign_id, source)
     ecr = aws.client("ecr", region)
     try:
         account, created = _ensure_repository(ecr, repository, campaign_id)
-        digest = source.digest or _resolve(source)
+        digest = source.digest or _resolve(source, timeout_s)
         registry = ecr_registry(account, region)
         size = _held(ecr, repository, digest)
         copied = size is None
@@ -102,7 +105,7 @@ def mirror_image(campaign_id: str, image: str, region: str) -> ImageMirrorResult
             # the linux/amd64 manifest, which --platform picks again.
             platform = [] if source.digest else ["--platform", PLATFORM]
             with _ecr_login(ecr, registry) as env:
-                _tool(["copy", *platform, source.at(digest), destination], what="copy", env=env)
+                _tool(["copy", *platform, source.at(digest), destination], what="copy", timeout_s=timeout_s, env=env)
             size = _held(ecr, repository, digest)
             if size is None:
                 raise PermanentError(
@@ -168,7 +171,7 @@ def _ecr_login(ecr: Any, registry: str) -> Iterator[dict[str, str]]:
 
 
 @local_task(name="list-image-efa-stack", cache_policy=NO_CACHE)
-def image_efa_stack(image: str) -> frozenset[str]:
+def image_efa_stack(image: str, settings: RolloutSettings | None = None) -> frozenset[str]:
     """Which parts of the EFA stack ``image``'s own files hold: the names in ``crane export``'s tar of its
     ``linux/amd64`` filesystem. Reading stops once every part is found; an image that lacks one is read to its end
     (the whole image crosses this host once, before anything is bought)."""
@@ -194,17 +197,17 @@ def image_efa_stack(image: str) -> frozenset[str]:
         except tarfile.TarError:
             pass  # judged by the tool's exit below
         error = process.stderr.read().decode(errors="replace")
-        if process.wait(timeout=_TOOL_TIMEOUT_S) != 0:
+        if process.wait(timeout=(settings or RolloutSettings()).image_tool_timeout_s) != 0:
             said = redactor().redact(error.strip())[-1500:]
             raise PermanentError(f"image files ({args[-2]}) could not be listed: {said}. Check serving.image")
     return found
 
 
-def _tool(args: list[str], *, what: str, env: dict[str, str] | None = None) -> str:
+def _tool(args: list[str], *, what: str, timeout_s: float, env: dict[str, str] | None = None) -> str:
     """Run the registry tool; its stdout, or a PermanentError with its (redacted) error output."""
     command = [*registry_tool(), *args]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=_TOOL_TIMEOUT_S, check=False)  # noqa: S603 - the registry tool and arguments built here, no shell
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout_s, check=False)  # noqa: S603 - the registry tool and arguments built here, no shell
     except FileNotFoundError as exc:
         raise PermanentError(
             f"image {what}: {command[0]!r} is not installed: install crane (github.com/google/go-containerregistry) "

@@ -32,7 +32,6 @@ from prefect.cache_policies import NO_CACHE
 from pydantic import SecretStr
 
 from capserve.core.cluster.readiness import (
-    KubeSettings,
     NodeExpectation,
     Readiness,
     WorkloadState,
@@ -40,6 +39,7 @@ from capserve.core.cluster.readiness import (
     pod_problems,
     workload_state,
 )
+from capserve.core.cluster.settings import KubeSettings
 from capserve.core.errors import CapserveError, ClusterGoneError, PermanentError, RetryableError
 from capserve.core.progress import Progress
 from capserve.tasks import aws

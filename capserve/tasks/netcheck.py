@@ -18,7 +18,7 @@ from kubernetes import client as k8s
 from prefect.cache_policies import NO_CACHE
 
 from capserve.core.cluster import netcheck
-from capserve.core.cluster.readiness import KubeSettings
+from capserve.core.cluster.settings import KubeSettings
 from capserve.core.errors import PermanentError
 from capserve.tasks.kube import _resource, _watch_until, convert, dynamic_client
 from capserve.tasks.resilience import kube_task

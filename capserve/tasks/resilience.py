@@ -7,7 +7,8 @@ a timeout that already waited as long as its caller allowed (``WaitTimeoutError`
 repeated. Delays grow geometrically and are jittered (Prefect's ``retry_jitter_factor``) so runs that
 failed together do not come back together.
 
-Each kind of call has its own policy, because each far end fails differently:
+Each kind of call has its own policy (``Settings.retries``, ``CAPSERVE_RETRIES__AWS__RETRIES=5``), because each
+far end fails differently:
 
 - ``aws``: control-plane calls (EC2, EKS, IAM, SageMaker, STS). botocore's "standard" mode already
   retries throttling and 5xx a few times inside one call (``capserve.tasks.aws``); these retries cover
@@ -39,9 +40,10 @@ from typing import Any, ParamSpec, TypeVar
 
 from prefect import Task, task
 from prefect.client.schemas.objects import State, TaskRun
-from pydantic import BaseModel, ConfigDict, Field
 
 from capserve.core.errors import RetryableError
+from capserve.core.settings import RetryPolicy, RetrySettings
+from capserve.tasks.settings import process_settings
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -60,36 +62,19 @@ class CallKind(enum.StrEnum):
     SINGLE_SHOT = "single-shot"
 
 
-class RetryPolicy(BaseModel):
-    """How often and how patiently a kind of call is retried after a ``RetryableError``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    retries: int = Field(ge=0, le=10, description="Retries after the first attempt (0: never retried).")
-    first_delay_s: float = Field(1.0, ge=0, le=600, description="Delay before the first retry.")
-    growth: float = Field(4.0, ge=1, le=10, description="Each delay is the previous one times this.")
-    max_delay_s: float = Field(30.0, ge=0, le=3600, description="No delay is longer than this.")
-    jitter: float = Field(
-        0.5, ge=0, le=1, description="Prefect's retry_jitter_factor: a delay may grow by up to this fraction."
-    )
-
-    def delays(self) -> list[float]:
-        """The delay before each retry, in order."""
-        return [min(self.first_delay_s * self.growth**i, self.max_delay_s) for i in range(self.retries)]
-
-
 NO_RETRIES = RetryPolicy(retries=0)
 
-POLICIES: dict[CallKind, RetryPolicy] = {
-    CallKind.AWS: RetryPolicy(retries=3, first_delay_s=2, max_delay_s=30),
-    CallKind.S3: RetryPolicy(retries=3, first_delay_s=2, max_delay_s=30),
-    CallKind.HUB: RetryPolicy(retries=3, first_delay_s=1, max_delay_s=10),
-    CallKind.KUBERNETES: RetryPolicy(retries=3, first_delay_s=1, max_delay_s=15),
-    CallKind.ENDPOINT: RetryPolicy(retries=2, first_delay_s=2, max_delay_s=10),
-    CallKind.ORCHESTRATOR: NO_RETRIES,
-    CallKind.LOCAL: NO_RETRIES,
-    CallKind.SINGLE_SHOT: NO_RETRIES,
-}
+
+def policy_of(kind: CallKind, retries: RetrySettings) -> RetryPolicy:
+    """The retry policy of a kind of call (Prefect, local and single-shot calls are never retried)."""
+    by_kind = {
+        CallKind.AWS: retries.aws,
+        CallKind.S3: retries.s3,
+        CallKind.HUB: retries.hub,
+        CallKind.KUBERNETES: retries.kubernetes,
+        CallKind.ENDPOINT: retries.endpoint,
+    }
+    return by_kind.get(kind, NO_RETRIES)
 
 
 def is_retryable_state(state: State[Any]) -> bool:
@@ -122,7 +107,7 @@ def resilient_task(
     kind: CallKind, name: str, *, policy: RetryPolicy | None = None, **options: Any
 ) -> Callable[[Callable[P, R]], Task[P, R]]:
     """A Prefect task for a kind of call, carrying that kind's retry policy (its kind: ``kind_of``)."""
-    chosen = POLICIES[kind] if policy is None else policy
+    chosen = policy_of(kind, process_settings().retries) if policy is None else policy
     if kind is CallKind.SINGLE_SHOT and chosen.retries:
         raise ValueError(f"task {name}: a single-shot call must never be retried")
 

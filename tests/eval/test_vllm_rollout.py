@@ -21,13 +21,13 @@ from pydantic import SecretStr
 
 from capserve.core.cluster.addons import GPU_TOLERATIONS
 from capserve.core.cluster.eks import gpu_pool_selector
-from capserve.core.cluster.readiness import KubeSettings
+from capserve.core.cluster.settings import KubeSettings
 from capserve.core.evaluation.spec import EvaluationSpec
 from capserve.core.planner.plan import ParallelLayout
 from capserve.core.rollout.args import EngineOptions
 from capserve.core.rollout.config import RolloutConfig
-from capserve.core.rollout.diagnosis import RolloutWaitSettings
 from capserve.core.rollout.result import server_from_log
+from capserve.core.rollout.settings import RolloutWaitSettings
 from capserve.core.rollout.startup_log import engine_startup_from_log
 from capserve.core.rollout.workload import RolloutTarget, render_rollout, staged_subpath
 from capserve.core.weights.settings import WeightsSettings

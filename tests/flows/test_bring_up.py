@@ -17,8 +17,7 @@ from capserve_sandbox.kube.instances import node_shape
 from pydantic import SecretStr
 
 from capserve.core.cluster import eks as eks_build
-from capserve.core.cluster.readiness import KubeSettings
-from capserve.core.cluster.settings import BringUpSettings
+from capserve.core.cluster.settings import BringUpSettings, KubeSettings
 from capserve.core.errors import DeadlineError, PermanentError
 from capserve.core.lease import Lease
 from capserve.core.spec import CampaignSpec, parse_spec

@@ -12,8 +12,7 @@ from capserve_sandbox.aws import moto_sandbox
 from capserve_sandbox.aws_ext import eks as eks_ext
 from capserve_sandbox.kube import FakeKube, fake_kube
 
-from capserve.core.cluster.readiness import KubeSettings
-from capserve.core.cluster.settings import BringUpSettings
+from capserve.core.cluster.settings import BringUpSettings, KubeSettings
 from capserve.core.lease import Lease
 from capserve.core.spec import CampaignSpec, parse_spec
 from capserve.core.tags import CAMPAIGN_TAG

@@ -9,7 +9,7 @@ from capserve_sandbox.kube import FakeKube, fake_kube
 from kubernetes import client as k8s
 from pydantic import SecretStr
 
-from capserve.core.cluster.readiness import KubeSettings
+from capserve.core.cluster.settings import KubeSettings
 from capserve.tasks import kube as tasks_kube
 
 

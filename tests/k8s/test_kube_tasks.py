@@ -19,7 +19,8 @@ from kubernetes import client as k8s
 from pydantic import SecretStr
 
 from capserve.core.cluster.addons import AddonOptions, render_addons
-from capserve.core.cluster.readiness import KubeSettings, NodeExpectation, Readiness
+from capserve.core.cluster.readiness import NodeExpectation, Readiness
+from capserve.core.cluster.settings import KubeSettings
 from capserve.core.errors import ClusterGoneError, PermanentError, WaitTimeoutError
 from capserve.core.progress import PREFIX, unstamped
 from capserve.tasks import kube as tasks_kube

@@ -12,7 +12,7 @@ from capserve_sandbox.kube.pods import is_ready
 from kubernetes import client as k8s
 
 from capserve.core.cluster.addons import AddonOptions, lws_controller, lws_crd, lws_probe
-from capserve.core.cluster.readiness import KubeSettings
+from capserve.core.cluster.settings import KubeSettings
 from capserve.core.errors import WaitTimeoutError
 from capserve.tasks import kube as tasks_kube
 from tests.sandbox.conftest import events, get, install_lws, until

@@ -19,7 +19,7 @@ from capserve_sandbox.kube.network import CNI_NOT_READY
 from kubernetes import client as k8s
 from pydantic import SecretStr
 
-from capserve.core.cluster.readiness import KubeSettings
+from capserve.core.cluster.settings import KubeSettings
 from capserve.core.errors import PermanentError
 from capserve.core.weights.settings import WeightsSettings
 from capserve.tasks import kube as tasks_kube

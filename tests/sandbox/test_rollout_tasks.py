@@ -12,10 +12,11 @@ from capserve_sandbox.kube import FakeKube, Fault, FaultKind
 from kubernetes import client as k8s
 from pydantic import SecretStr
 
-from capserve.core.cluster.readiness import KubeSettings
+from capserve.core.cluster.settings import KubeSettings
 from capserve.core.progress import PREFIX, unstamped
-from capserve.core.rollout.diagnosis import RolloutWaitSettings, Trouble
+from capserve.core.rollout.diagnosis import Trouble
 from capserve.core.rollout.result import RolloutFailedError
+from capserve.core.rollout.settings import RolloutWaitSettings
 from capserve.tasks import kube as tasks_kube
 from capserve.tasks.rollout import wait as rollout_wait
 from capserve.tasks.rollout.access import check_endpoint, port_forward
@@ -24,6 +25,7 @@ from capserve.tasks.rollout.wait import wait_rollout_ready
 from tests.sandbox.conftest import GPU_TAINT, events, install_lws
 from tests.sandbox.test_kubelet import stage_model, vllm_pod
 
+NO_PAUSE = RolloutWaitSettings(endpoint_check_retry_s=0)
 FAST = RolloutWaitSettings(unschedulable_grace_s=1.0, crash_restarts=2, pull_and_schedule_allowance_s=30)
 
 
@@ -154,9 +156,9 @@ def test_the_endpoint_check_tries_a_dropped_connection_again_but_not_a_wrong_ans
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        assert check_endpoint(url, SecretStr("k"), "kimi-k3", retry_seconds=0) is None
+        assert check_endpoint(url, SecretStr("k"), "kimi-k3", NO_PAUSE) is None
         assert len(seen) == 2
-        assert "not 'other'" in (check_endpoint(url, SecretStr("k"), "other", retry_seconds=0) or "")
+        assert "not 'other'" in (check_endpoint(url, SecretStr("k"), "other", NO_PAUSE) or "")
         assert len(seen) == 3  # an answer, even a wrong one, is not asked again
     finally:
         server.shutdown()

@@ -13,7 +13,8 @@ from kubernetes import client as k8s
 from rich.console import Console
 
 from capserve.cli.progress_view import ProgressFollower, ProgressView
-from capserve.core.cluster.readiness import KubeSettings, NodeExpectation, assess_nodes
+from capserve.core.cluster.readiness import NodeExpectation, assess_nodes
+from capserve.core.cluster.settings import KubeSettings
 from capserve.core.progress import PREFIX, Progress, Throttle, unstamped
 from capserve.core.rollout.image import pull_status
 from capserve.core.rollout.startup_log import startup_phase, startup_progress

@@ -10,13 +10,13 @@ from prefect import Task, flow
 
 import capserve.tasks
 from capserve.core.errors import PermanentError, RetryableError, WaitTimeoutError
+from capserve.core.settings import RetryPolicy, RetrySettings
 from capserve.tasks.capacity.purchase import purchase
 from capserve.tasks.resilience import (
     NO_RETRIES,
-    POLICIES,
     CallKind,
-    RetryPolicy,
     kind_of,
+    policy_of,
     resilient_task,
     retry_only_retryable,
     single_shot_task,
@@ -45,7 +45,7 @@ def test_every_task_names_its_kind_of_call_and_carries_its_policy(name: str) -> 
     kind = kind_of(made)
     assert kind is not None, f"{name} was not made by capserve.tasks.resilience"
     assert not made.tags, f"{name}: a tagged task asks the server for a tag concurrency slot on every run"
-    assert made.retries <= POLICIES[kind].retries or kind is CallKind.SINGLE_SHOT
+    assert made.retries <= policy_of(kind, RetrySettings()).retries or kind is CallKind.SINGLE_SHOT
     if made.retries:
         assert made.retry_condition_fn is retry_only_retryable
 

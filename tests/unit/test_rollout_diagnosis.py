@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from capserve.core.rollout.diagnosis import (
-    RolloutWaitSettings,
     Trouble,
     all_ready,
     diagnose,
@@ -16,6 +15,7 @@ from capserve.core.rollout.diagnosis import (
     transport_settled,
 )
 from capserve.core.rollout.result import server_from_log
+from capserve.core.rollout.settings import RolloutWaitSettings
 
 SETTINGS = RolloutWaitSettings(unschedulable_grace_s=60, crash_restarts=2)
 

@@ -36,49 +36,6 @@ HYPERPOD_DEEP_HEALTH_LABEL = "sagemaker.amazonaws.com/deep-health-check-status"
 HYPERPOD_DEEP_HEALTH_FAILED = "Failed"
 
 
-class KubeSettings(BaseModel):
-    """Timeouts of the Kubernetes side of bring-up (docs/design.md §6: no literals in code)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    nodes_ready_timeout_s: float = Field(
-        1800.0, gt=0, le=6 * 3600, description="How long to wait for every GPU node to be Ready with its GPUs."
-    )
-    addons_ready_timeout_s: float = Field(
-        900.0,
-        gt=0,
-        le=48 * 3600,
-        description="How long to wait for applied workloads (add-ons, staging Jobs) to report ready.",
-    )
-    watch_window_s: float = Field(
-        300.0,
-        ge=1,
-        le=3600,
-        description="Longest single watch request; it is re-opened from the last resourceVersion until the deadline.",
-    )
-    request_timeout_s: float = Field(30.0, gt=0, le=600, description="Timeout of one non-watch API request.")
-    reconnect_max_s: float = Field(
-        15.0,
-        ge=0,
-        le=600,
-        description="Longest pause before a wait re-opens a dropped watch (1 s, doubling up to this; never past the "
-        "wait's deadline). A wait reconnects itself: its task is not retried, so its deadline is the caller's.",
-    )
-    cluster_check_s: float = Field(
-        20.0,
-        ge=1,
-        le=600,
-        description="How often a wait on an EKS cluster asks EKS whether the cluster still exists (a deleted "
-        "cluster's API goes quiet or away; the wait then ends at once, naming it).",
-    )
-    network_proof_timeout_s: float = Field(
-        300.0, gt=0, le=3600, description="How long the per-GPU-node network check pods may take (pull and run)."
-    )
-    token_refresh_margin_s: float = Field(
-        120.0, ge=0, le=600, description="Refresh an EKS token this long before it would expire."
-    )
-
-
 class NodeExpectation(BaseModel):
     """What "the GPU nodes are ready" means for this campaign."""
 

@@ -46,6 +46,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from capserve.core.redaction import redact_vllm_arguments
+from capserve.core.rollout.settings import RolloutWaitSettings
 
 DEVICE_RESOURCES = ("nvidia.com/gpu", "vpc.amazonaws.com/efa")
 
@@ -121,41 +122,6 @@ def transport_diagnosis(log: str, *, pod: str, container: str = "vllm") -> Diagn
             "not efa"
         )
     return Diagnosis(trouble=Trouble.TRANSPORT, pod=pod, container=container, message=message, fatal=True)
-
-
-class RolloutWaitSettings(BaseModel):
-    """When a rollout stops waiting on a problem instead of running out its whole startup budget."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    unschedulable_grace_s: float = Field(
-        120.0, ge=0, le=3600, description="How long a pod may stay unschedulable (or miss a Secret) before it is fatal."
-    )
-    crash_restarts: int = Field(
-        2, ge=1, le=100, description="Restarts of a crash-looping container before the rollout gives up on it."
-    )
-    pull_and_schedule_allowance_s: float = Field(
-        1800.0,
-        ge=0,
-        le=6 * 3600,
-        description="Added to the startup budget for the wait's deadline: image pull (a vLLM image is ~10 GB), "
-        "scheduling and the compile-cache restore happen before the startup probe starts counting.",
-    )
-    log_lines: int = Field(20, ge=1, le=500, description="Log lines of a crashed container kept in the error.")
-    cache_save_timeout_s: float = Field(
-        1800.0,
-        ge=1,
-        le=3600,
-        description="How long the flow waits, after the Services switched, for the compile-cache save Jobs; past "
-        "it (or on their failure) the report says the cache was not saved and the next campaign starts cold.",
-    )
-    delete_timeout_s: float = Field(
-        900.0,
-        ge=1,
-        le=3600,
-        description="How long deleting a workload may take until its pods are gone (their grace periods, a vLLM "
-        "server finishing its requests) before the rollout stops on it.",
-    )
 
 
 class Diagnosis(BaseModel):

@@ -23,6 +23,53 @@ class StartupModel(BaseModel):
     max_budget_s: float = Field(6 * 3600.0, ge=60, le=24 * 3600, description="Never more than this.")
 
 
+class RolloutWaitSettings(BaseModel):
+    """When a rollout stops waiting on a problem instead of running out its whole startup budget."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    unschedulable_grace_s: float = Field(
+        120.0, ge=0, le=3600, description="How long a pod may stay unschedulable (or miss a Secret) before it is fatal."
+    )
+    crash_restarts: int = Field(
+        2, ge=1, le=100, description="Restarts of a crash-looping container before the rollout gives up on it."
+    )
+    pull_and_schedule_allowance_s: float = Field(
+        1800.0,
+        ge=0,
+        le=6 * 3600,
+        description="Added to the startup budget for the wait's deadline: image pull (a vLLM image is ~10 GB), "
+        "scheduling and the compile-cache restore happen before the startup probe starts counting.",
+    )
+    log_lines: int = Field(20, ge=1, le=500, description="Log lines of a crashed container kept in the error.")
+    cache_save_timeout_s: float = Field(
+        1800.0,
+        ge=1,
+        le=3600,
+        description="How long the flow waits, after the Services switched, for the compile-cache save Jobs; past "
+        "it (or on their failure) the report says the cache was not saved and the next campaign starts cold.",
+    )
+    delete_timeout_s: float = Field(
+        900.0,
+        ge=1,
+        le=3600,
+        description="How long deleting a workload may take until its pods are gone (their grace periods, a vLLM "
+        "server finishing its requests) before the rollout stops on it.",
+    )
+    endpoint_check_timeout_s: float = Field(
+        30.0, gt=0, le=600, description="Timeout of the rollout's own GET /v1/models before traffic moves."
+    )
+    endpoint_check_attempts: int = Field(
+        3,
+        ge=1,
+        le=10,
+        description="Tries of that check when the connection drops before an answer (a wrong answer is final): one "
+        "dropped stream through the API server says nothing about the pod, and a failed check tears a new cluster "
+        "down.",
+    )
+    endpoint_check_retry_s: float = Field(2.0, ge=0, le=60, description="Pause between two tries of that check.")
+
+
 class RolloutSettings(BaseModel):
     """Ports, probe timings, per-pod resources and shared memory of the vLLM pods."""
 
@@ -72,6 +119,13 @@ class RolloutSettings(BaseModel):
         pattern=r"^(VERSION|WARN|INFO|TRACE)$",
         description="NCCL_DEBUG of single-node pods. Pods of a layout spanning nodes always get INFO: the rollout "
         "reads from the leader's log whether NCCL uses EFA ('NET/OFI Selected Provider is efa') or TCP sockets.",
+    )
+    image_tool_timeout_s: float = Field(
+        4 * 3600.0,
+        ge=60,
+        le=24 * 3600,
+        description="Longest run of the registry tool (crane: resolve a tag, copy the image to ECR, list its files): "
+        "a 20 GB copy at a slow 2 MB/s still ends within the default.",
     )
     startup: StartupModel = Field(
         default_factory=StartupModel, description="How the startup probe's budget is computed."

@@ -29,6 +29,9 @@ class WeightsSettings(BaseModel):
     fetch_retry_delay_seconds: float = Field(
         2.0, ge=0, le=600, description="Base delay between fetch retries (jittered)."
     )
+    fetch_retry_max_delay_seconds: float = Field(
+        60.0, ge=0, le=3600, description="Longest delay between fetch retries (each is 4× the one before)."
+    )
     hub_timeout_seconds: float = Field(30.0, gt=0, le=600, description="Timeout of one Hub metadata request.")
     etag_timeout_seconds: float = Field(10.0, gt=0, le=600, description="Timeout of the HEAD before each download.")
     hash_chunk_bytes: int = Field(8 << 20, ge=64 << 10, le=256 << 20, description="Read size while hashing.")

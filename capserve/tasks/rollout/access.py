@@ -27,7 +27,9 @@ import websocket
 from kubernetes import client as k8s
 from pydantic import SecretStr
 
+from capserve.core.cluster.settings import KubeSettings
 from capserve.core.errors import RetryableError
+from capserve.core.rollout.settings import RolloutWaitSettings
 
 _log = logging.getLogger(__name__)
 _CHUNK = 65536
@@ -47,7 +49,7 @@ _PROTOCOL = "v4.channel.k8s.io"
 _DATA, _ERROR = 0, 1
 
 
-def _open_stream(api: k8s.ApiClient, namespace: str, pod: str, port: int) -> websocket.WebSocket:
+def _open_stream(api: k8s.ApiClient, namespace: str, pod: str, port: int, timeout_s: float) -> websocket.WebSocket:
     """One WebSocket to ``pods/<pod>/portforward?ports=<port>``, authenticated like every other request.
 
     Not ``kubernetes.stream.portforward``: its proxy thread uses ``select()``, which fails once the
@@ -67,7 +69,7 @@ def _open_stream(api: k8s.ApiClient, namespace: str, pod: str, port: int) -> web
     else:
         sslopt = {"cert_reqs": ssl.CERT_NONE}
     stream = websocket.WebSocket(sslopt=sslopt, skip_utf8_validation=True)
-    stream.connect(url, header=header, timeout=30)  # type: ignore[no-untyped-call]
+    stream.connect(url, header=header, timeout=timeout_s)  # type: ignore[no-untyped-call]
     stream.settimeout(None)
     return stream
 
@@ -101,8 +103,9 @@ def _to_client(stream: websocket.WebSocket, conn: socket.socket, where: str) -> 
 class PortForward:
     """A local listener whose every connection is forwarded to ``pod:port`` through the API server."""
 
-    def __init__(self, api: k8s.ApiClient, namespace: str, pod: str, port: int) -> None:
+    def __init__(self, api: k8s.ApiClient, namespace: str, pod: str, port: int, kube: KubeSettings) -> None:
         self.api, self.namespace, self.pod, self.port = api, namespace, pod, port
+        self.connect_timeout_s = kube.request_timeout_s
         self._server = socket.create_server(("127.0.0.1", 0))
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._accept, name=f"port-forward {pod}:{port}", daemon=True)
@@ -139,7 +142,7 @@ class PortForward:
         where = f"{self.namespace}/{self.pod}:{self.port}"
         stream: websocket.WebSocket | None = None
         try:
-            stream = _open_stream(self.api, self.namespace, self.pod, self.port)
+            stream = _open_stream(self.api, self.namespace, self.pod, self.port, self.connect_timeout_s)
             back = threading.Thread(target=_to_client, args=(stream, conn, where), daemon=True)
             back.start()
             while chunk := conn.recv(_CHUNK):
@@ -158,10 +161,12 @@ class PortForward:
 
 
 @contextlib.contextmanager
-def port_forward(api: k8s.ApiClient, namespace: str, pod: str, port: int) -> Iterator[str]:
+def port_forward(
+    api: k8s.ApiClient, namespace: str, pod: str, port: int, kube: KubeSettings | None = None
+) -> Iterator[str]:
     """``http://127.0.0.1:<port>`` forwarding to the pod while the block runs."""
     try:
-        forward = PortForward(api, namespace, pod, port).start()
+        forward = PortForward(api, namespace, pod, port, kube or KubeSettings()).start()
     except OSError as exc:
         raise RetryableError(f"could not open a local listener for the port-forward to {pod}: {exc}") from exc
     try:
@@ -170,31 +175,26 @@ def port_forward(api: k8s.ApiClient, namespace: str, pod: str, port: int) -> Ite
         forward.close()
 
 
-CHECK_ATTEMPTS = 3  # a dropped connection is retried; a wrong answer is not
-CHECK_RETRY_SECONDS = 2.0
-
-
-def check_endpoint(
-    url: str, key: SecretStr, model: str, timeout_s: float = 30.0, *, attempts: int = CHECK_ATTEMPTS,
-    retry_seconds: float = CHECK_RETRY_SECONDS,
-) -> str | None:
+def check_endpoint(url: str, key: SecretStr, model: str, settings: RolloutWaitSettings | None = None) -> str | None:
     """The rollout's own check before traffic moves: ``/v1/models`` with the key lists ``model``.
 
     Returns None when it does, else what went wrong (the key never appears in it). A connection that drops
-    before an answer is tried again (up to ``attempts``): a failed check tears a new cluster down, and one
-    dropped stream through the API server says nothing about the pod (the fault matrix saw one right after a
-    killed run's client went away, docs/faults.md).
+    before an answer is tried again (``RolloutWaitSettings.endpoint_check_attempts``): one dropped stream through
+    the API server says nothing about the pod (the fault matrix saw one right after a killed run's client went
+    away, docs/faults.md).
     """
+    settings = settings or RolloutWaitSettings()
+    attempts = settings.endpoint_check_attempts
     headers = {"Authorization": f"Bearer {key.get_secret_value()}"}
     for attempt in range(1, attempts + 1):
         try:
-            response = httpx.get(f"{url}/v1/models", headers=headers, timeout=timeout_s)
+            response = httpx.get(f"{url}/v1/models", headers=headers, timeout=settings.endpoint_check_timeout_s)
             break
         except httpx.TransportError as exc:
             if attempt == attempts:
                 return f"GET /v1/models through the port-forward failed {attempts} times: {type(exc).__name__}"
             _log.info("GET /v1/models through the port-forward failed (%s): trying again", type(exc).__name__)
-            time.sleep(retry_seconds)
+            time.sleep(settings.endpoint_check_retry_s)
         except httpx.HTTPError as exc:
             return f"GET /v1/models through the port-forward failed: {type(exc).__name__}"
     if response.status_code != 200:

@@ -10,7 +10,7 @@ from botocore.exceptions import ClientError
 from kubernetes import client as k8s
 from prefect.cache_policies import NO_CACHE
 
-from capserve.core.cluster.readiness import KubeSettings
+from capserve.core.cluster.settings import KubeSettings
 from capserve.core.rollout.cache import CACHE_MARKER, CacheOutcome, cache_outcome, render_cache_save_job
 from capserve.core.rollout.workload import RenderedRollout
 from capserve.core.weights.settings import WeightsSettings
@@ -64,7 +64,7 @@ def save_caches(
     pods: Sequence[dict[str, Any]],
     weights: WeightsSettings,
     kube: KubeSettings,
-    timeout_s: float = 3600,
+    timeout_s: float,
 ) -> int:
     """One Job per layout node, on the node its pod of group 0 ran, uploading that node's cache; waits for them
     (at most ``timeout_s``).

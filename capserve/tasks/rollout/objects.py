@@ -16,7 +16,7 @@ from kubernetes import client as k8s
 from prefect.cache_policies import NO_CACHE
 from pydantic import SecretStr
 
-from capserve.core.cluster.readiness import KubeSettings
+from capserve.core.cluster.settings import KubeSettings
 from capserve.core.rollout.names import API_KEY_SECRET, API_KEY_SECRET_KEY, ROLLOUT_LABEL
 from capserve.core.rollout.secret import api_key_secret
 from capserve.core.rollout.workload import LWS_API_VERSION

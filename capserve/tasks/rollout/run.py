@@ -15,12 +15,12 @@ from typing import Any
 
 from prefect import get_run_logger
 
-from capserve.core.cluster.readiness import KubeSettings
 from capserve.core.cluster.result import ClusterResult
+from capserve.core.cluster.settings import KubeSettings
 from capserve.core.planner.plan import ServingPlan
 from capserve.core.record import RolloutRecord
 from capserve.core.rollout.config import RolloutConfig, rollout_config
-from capserve.core.rollout.diagnosis import Diagnosis, RolloutWaitSettings, Trouble, transport_diagnosis
+from capserve.core.rollout.diagnosis import Diagnosis, Trouble, transport_diagnosis
 from capserve.core.rollout.image import ImageMirrorResult, ImagePull
 from capserve.core.rollout.result import (
     Attempt,
@@ -29,7 +29,7 @@ from capserve.core.rollout.result import (
     StartupComparison,
     server_from_log,
 )
-from capserve.core.rollout.settings import RolloutSettings
+from capserve.core.rollout.settings import RolloutSettings, RolloutWaitSettings
 from capserve.core.rollout.start_history import MeasuredStart, StartHistory, history_uri, shape_key
 from capserve.core.rollout.startup_log import engine_startup_from_log
 from capserve.core.rollout.strategy import RolloutDecision, Serving, Step, choose_strategy
@@ -63,6 +63,7 @@ class RolloutInputs:
     region: str  # the weights bucket's region (compile caches live beside the weights)
     weights_settings: WeightsSettings = field(default_factory=WeightsSettings)
     image: ImageMirrorResult | None = None  # the image stage's ECR copy (None: pull serving.image as given)
+    rollout: RolloutSettings = field(default_factory=RolloutSettings)
     wait: RolloutWaitSettings = field(default_factory=RolloutWaitSettings)
     kube: KubeSettings = field(default_factory=KubeSettings)
 
@@ -109,12 +110,13 @@ class RolloutRun:
     attempts: list[Attempt] = field(default_factory=list)
 
     def render(self, config: RolloutConfig, decision: RolloutDecision) -> RenderedRollout:
-        uri_probe = render_rollout(config, self._target(decision, warm=False), weights=self.inputs.weights_settings)
+        settings, weights = self.inputs.rollout, self.inputs.weights_settings
+        uri_probe = render_rollout(config, self._target(decision, warm=False), settings=settings, weights=weights)
         nodes = config.layout.nodes_per_replica
         warm = config.compile_cache and cache_complete(uri_probe.cache_uri, nodes, self.inputs.region)
         measured = self.past_starts(config).for_start(warm=warm)
         target = self._target(decision, warm=warm, measured=measured)
-        return render_rollout(config, target, weights=self.inputs.weights_settings)
+        return render_rollout(config, target, settings=settings, weights=weights)
 
     def _target(
         self, decision: RolloutDecision, *, warm: bool, measured: MeasuredStart | None = None
@@ -266,8 +268,8 @@ class RolloutRun:
     def check(self, rendered: RenderedRollout) -> None:
         key = ensure_api_key(self.api, self.namespace, self.inputs.spec.campaign_id)
         leader = f"{rendered.name}-0"
-        with port_forward(self.api, self.namespace, leader, RolloutSettings().port) as url:
-            problem = check_endpoint(url, key, self.inputs.spec.served_model_name)
+        with port_forward(self.api, self.namespace, leader, self.inputs.rollout.port, self.inputs.kube) as url:
+            problem = check_endpoint(url, key, self.inputs.spec.served_model_name, self.inputs.wait)
         if problem:
             raise RolloutFailedError(
                 Diagnosis(trouble=Trouble.CHECK, pod=leader, container="vllm", message=problem, fatal=True)

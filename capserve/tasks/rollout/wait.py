@@ -24,11 +24,10 @@ import urllib3
 from kubernetes import client as k8s
 from prefect.cache_policies import NO_CACHE
 
-from capserve.core.cluster.readiness import KubeSettings
+from capserve.core.cluster.settings import KubeSettings
 from capserve.core.progress import Progress
 from capserve.core.rollout.diagnosis import (
     Diagnosis,
-    RolloutWaitSettings,
     all_ready,
     diagnose,
     failed_containers,
@@ -41,6 +40,7 @@ from capserve.core.rollout.image import ImagePull, pull_status, slowest_pull
 from capserve.core.rollout.names import ROLE_LABEL, ROLLOUT_LABEL
 from capserve.core.rollout.prepull import PREPULL_ROLE
 from capserve.core.rollout.result import RolloutFailedError
+from capserve.core.rollout.settings import RolloutWaitSettings
 from capserve.core.rollout.startup_log import startup_milestones, startup_progress
 from capserve.tasks.kube import _resource, _watch_until, dynamic_client
 from capserve.tasks.progress import REPORT_EVERY_S, ProgressReporter

@@ -20,10 +20,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from capserve.core.artifact_keys import artifact_key
 from capserve.core.errors import PermanentError
+from capserve.core.settings import RetryPolicy
 from capserve.core.weights.listing import SHA256_HEX, RepoFile
 from capserve.core.weights.settings import WeightsSettings
 from capserve.tasks.parallel import map_bounded
-from capserve.tasks.resilience import RetryPolicy, hub_task, local_task, with_policy
+from capserve.tasks.resilience import hub_task, local_task, with_policy
 from capserve.tasks.weights.artifacts import Progress
 from capserve.tasks.weights.hub import HubConnection, convert_hub_error
 from capserve.tasks.weights.localfiles import Digest, forget, hash_file, mark_verified, trusted_sha256
@@ -118,7 +119,11 @@ def fetch_checkpoint(
                         f"{repo}@{sha[:12]}: fetch + sha256 verify", what=f"{repo} fetched from the Hub and verified")
     fetch = with_policy(
         fetch_file,
-        RetryPolicy(retries=settings.fetch_retries, first_delay_s=settings.fetch_retry_delay_seconds, max_delay_s=60),
+        RetryPolicy(
+            retries=settings.fetch_retries,
+            first_delay_s=settings.fetch_retry_delay_seconds,
+            max_delay_s=settings.fetch_retry_max_delay_seconds,
+        ),
     )
     calls = [
         {"conn": conn, "repo": repo, "sha": sha, "file": f, "source_dir": source_dir,

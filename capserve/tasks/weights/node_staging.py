@@ -7,8 +7,8 @@ from pathlib import Path
 
 from prefect.cache_policies import NO_CACHE
 
-from capserve.core.cluster.readiness import KubeSettings
 from capserve.core.cluster.result import ClusterResult
+from capserve.core.cluster.settings import KubeSettings
 from capserve.core.spec import CampaignSpec
 from capserve.core.weights.manifest import WeightsManifest
 from capserve.core.weights.node_staging import NodeStagingResult, staging_workloads
@@ -29,6 +29,7 @@ def stage_on_nodes(
     cluster: ClusterResult,
     manifest: WeightsManifest,
     settings: WeightsSettings | None = None,
+    kube: KubeSettings | None = None,
 ) -> NodeStagingResult:
     """Apply the namespace and one staging Job per node (server-side, so a re-run converges), then wait."""
     # The node data path is the cluster kind's NVMe mount (nodeadm's RAID0 on EKS, /opt/dlami/nvme on HyperPod).
@@ -47,7 +48,8 @@ def stage_on_nodes(
         cluster_kind=cluster.kind,
         tool_source=copy_tool_source(),
     )
-    api = api_client_for_eks(cluster.endpoint, cluster.ca_data, cluster.name, cluster.region)
+    kube = kube or KubeSettings()
+    api = api_client_for_eks(cluster.endpoint, cluster.ca_data, cluster.name, cluster.region, settings=kube)
     for obj in objects:
         if obj["kind"] == "Job":
             apply_job(api, obj)  # a Job of another revision under the same name is made again
@@ -55,5 +57,6 @@ def stage_on_nodes(
             apply(api, obj)
     # A Job's activeDeadlineSeconds bounds each copy; the wait may take as long, not longer.
     jobs = [o for o in objects if o["kind"] == "Job"]
-    wait_workloads_ready(api, jobs, KubeSettings(), timeout_s=settings.staging_deadline_seconds, what="staging Jobs")
+    deadline = settings.staging_deadline_seconds
+    wait_workloads_ready(api, jobs, kube, timeout_s=deadline, what="staging Jobs")
     return result
