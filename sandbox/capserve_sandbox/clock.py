@@ -50,6 +50,13 @@ Extension = Callable[[Sequence[datetime], Sequence[tuple[datetime, datetime]]], 
 # How often the clock checks that the processes holding it still run (a killed run must not stop the block).
 _LIVENESS_EVERY_S = 1.0
 
+# Followed runs (Hub watches) share their deployment's one concurrency slot, which a run takes when the worker
+# submits it (up to its prefetch, 30 s, before its time) and keeps while it waits for the clock: scheduled this far
+# apart in wall time, each takes the slot in the block's order, never a later watch before an earlier one (which
+# would then wait for a slot the later one keeps until the clock passes the earlier: the block would lose it).
+# Two prefetches and a process start under load. [inf]
+_FOLLOWED_APART = timedelta(seconds=90)
+
 
 @dataclass
 class _Party:
@@ -88,7 +95,7 @@ class SandboxClock:
         self._moved_wall = datetime.now(UTC)
         self._parties: dict[str, _Party] = {}
         self._gates: dict[datetime, _Gate] = {}
-        self._followed: set[datetime] = set()
+        self._followed: dict[datetime, datetime] = {}  # a followed waypoint → the wall time its run is scheduled at
         self._checked = 0.0
 
     # -- reading -------------------------------------------------------------------------------------------
@@ -141,6 +148,8 @@ class SandboxClock:
             wall = datetime.now(UTC)
             if self._plan is None:
                 return at - self._offset
+            if at in self._followed:
+                return max(self._followed[at], wall)
             shows = self._now(wall)
             plan = self._plan.model_copy(update={"anchor_wall": wall, "anchor_sim": shows})
             return plan.to_wall(max(at, shows))
@@ -324,12 +333,11 @@ class SandboxClock:
             if self._plan is None:
                 return
             shows = self._now(wall)
-            waypoints = list(waypoints)
+            waypoints, followed = list(waypoints), []
             if self._rates is not None:  # the first waypoints: from now on the block plays
                 if self._extend is not None:
                     followed = self._extend(waypoints, list(spans))
                     waypoints += followed
-                    self._followed.update(followed)
                 fast_rate, near_rate, near, self._hold = self._rates
                 self._plan = WarpedWindow(anchor_wall=wall, anchor_sim=shows, fast_rate=fast_rate,
                                           near_rate=near_rate, near=near)
@@ -340,6 +348,12 @@ class SandboxClock:
             for point in waypoints:
                 if point >= shows and point not in self._gates and point not in self._plan.waypoints:
                     self._gates[point] = _Gate(scheduled_wall=plan.to_wall(point))
+            earlier = None
+            for point in sorted(point for point in followed if point in self._gates):
+                wall_at = plan.to_wall(point)
+                if earlier is not None:
+                    wall_at = max(wall_at, earlier + _FOLLOWED_APART)
+                self._followed[point] = self._gates[point].scheduled_wall = earlier = wall_at
             self._plan = plan
             self._lock.notify_all()
 
@@ -359,8 +373,7 @@ class SandboxClock:
                 if not party.working:
                     party.working = True
                     party.unadopted_until = time.monotonic() + max(self._hold.total_seconds(), 30.0)
-                if waypoint in self._followed:
-                    self._followed.discard(waypoint)
+                if self._followed.pop(waypoint, None) is not None:
                     self._parties[f"followed-{waypoint.isoformat()}"] = _Party(
                         working=True, follows=token, unadopted_until=time.monotonic() + self._hold.total_seconds())
             self._lock.notify_all()
@@ -391,7 +404,7 @@ class SandboxClock:
             self._shows = None
             self._parties = {}
             self._gates = {}
-            self._followed = set()
+            self._followed = {}
             self._lock.notify_all()
 
 

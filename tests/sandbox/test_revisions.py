@@ -146,3 +146,20 @@ def test_a_watch_that_starts_nothing_holds_the_block_no_longer_than_the_hold() -
     sim.rest("watcher")
     time.sleep(1.2)  # past the hold (the liveness check runs once a second)
     assert sim.now() > publication.watch_at
+
+
+def test_the_watches_runs_are_scheduled_apart_so_each_takes_the_watchers_slot_in_the_blocks_order() -> None:
+    """Both watch runs within one worker prefetch race for the hub-watcher deployment's one slot: a later watch
+    that wins it waits for the clock, which waits at the earlier watch for a run that cannot start (a demo lost
+    its good revision so)."""
+    sim = SandboxClock()
+    schedule = RevisionSchedule([True, False], near=NEAR)
+    sim.simulate(fast_rate=5760, near_rate=60, near=NEAR, hold=timedelta(minutes=2), extend=schedule.place)
+    start = (sim.now() + timedelta(days=1)).replace(minute=30, second=0, microsecond=0)
+    block = lease(start=start)
+    planned = planned_runs("demo", block, TeardownSpec())
+    sim.register([run.scheduled_at for run in planned], slow_spans(planned, block.end))
+
+    good, bad = schedule.publications
+    apart = sim.wall_time_to_schedule(bad.watch_at) - sim.wall_time_to_schedule(good.watch_at)
+    assert apart >= timedelta(seconds=60)  # two of the worker's 30-s prefetches
