@@ -67,15 +67,19 @@ def stamps(lines: Iterable[str], day: datetime) -> list[Stamp]:
 
 
 def acts(found: list[Stamp], started: datetime) -> list[tuple[str, Stamp | None, float | None]]:
-    """(act, the milestone's line, wall seconds since the previous milestone) for each milestone, in order."""
+    """(act, the milestone's line, wall seconds since the previous milestone) for each milestone, in order. A
+    pattern's n-th milestone is its n-th line: runs side by side print in either order (a watch's find may come
+    a second before the previous redeploy's end)."""
     rows: list[tuple[str, Stamp | None, float | None]] = []
-    previous, at = started, 0
+    previous = started
+    seen: dict[str, int] = {}
     for name, pattern in MILESTONES:
-        hit = next(((i, s) for i, s in enumerate(found[at:], at) if re.search(pattern, s.text)), None)
-        if hit is None:
+        nth = seen[pattern] = seen.get(pattern, 0) + 1
+        hits = [stamp for stamp in found if re.search(pattern, stamp.text)]
+        if len(hits) < nth:
             rows.append((name, None, None))
             continue
-        at, stamp = hit[0] + 1, hit[1]
+        stamp = hits[nth - 1]
         rows.append((name, stamp, (stamp.wall - previous).total_seconds()))
         previous = stamp.wall
     return rows
@@ -86,7 +90,7 @@ def play() -> tuple[list[str], datetime, float]:
     with tempfile.TemporaryDirectory(prefix="capserve-demo-bench-") as out:
         started, clock = datetime.now().replace(microsecond=0), time.monotonic()
         done = subprocess.run(
-            [sys.executable, "-m", "capserve", "up", str(EXAMPLE), "--sandbox", "--out", out],
+            [sys.executable, "-m", "capserve.cli", "up", str(EXAMPLE), "--sandbox", "--out", out],
             capture_output=True, text=True, check=False,
         )
         total = time.monotonic() - clock
