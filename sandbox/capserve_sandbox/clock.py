@@ -14,19 +14,19 @@ looptime and SimPy move time: only when everyone waits, straight to the next thi
 - while any party works, the clock **holds**: the work a busy host does slowly costs no time of the block;
 - when none works, the clock **jumps** to the next *stop*: the earliest instant a party sleeps until, or a
   registered waypoint whose run has not started (a *gate*); with no stop ahead it runs at ``fast_rate``;
-  inside a slow span of the schedule (after bring-up fires, after a Hub watch, whose redeploy the automation
-  starts in wall time while no run holds the clock) it runs to the next stop at ``near_rate`` instead, unless
-  a modelled duration is under way;
 - a sleeper whose instant has come works again (it holds the clock there) until it sleeps again or ends, so
   the number of polls before an outcome, and the instant each is made, do not depend on the host;
 - a gate holds until its run has started (``started``), ``hold`` of wall time at most after the later of the
   clock's arrival and the run's scheduled wall time (a run that never starts does not stop the block forever);
+- a *followed* waypoint's run starts another by an event (a Hub watch: the automation redeploys what it found, in
+  wall time): from its start the clock holds until another party works (the redeploy), ``hold`` at most, so the
+  redeploy starts at the watch's instant whatever the automation's wall seconds were;
 - a modelled duration (``skip_to``: a node group launching, vLLM loading the checkpoint it stands for, an S3
   copy) is a sleeper: the clock lands on its end exactly; a duration that the stand-in evaluates lazily when
   asked (EKS's describe) does not hold the clock once passed (``holds=False``).
 
 The runs are still scheduled in wall time by Prefect (``WarpedWindow``: fast between waypoints, near wall time
-around them), so each run starts about when the clock reaches its gate.
+around them), so each run starts about when the clock reaches its gate, or before it and waits there.
 """
 
 from __future__ import annotations
@@ -43,11 +43,18 @@ from capserve_sandbox.warp import WarpedWindow
 
 _log = logging.getLogger(__name__)
 
-Spans = list[tuple[datetime, datetime]]
-Extension = Callable[[Sequence[datetime], Sequence[tuple[datetime, datetime]]], tuple[list[datetime], Spans]]
+# The sandbox's own waypoints, from the campaign's first registration (waypoints, spans): each a followed one.
+Extension = Callable[[Sequence[datetime], Sequence[tuple[datetime, datetime]]], list[datetime]]
 
 # How often the clock checks that the processes holding it still run (a killed run must not stop the block).
 _LIVENESS_EVERY_S = 1.0
+
+# Followed runs (Hub watches) share their deployment's one concurrency slot, which a run takes when the worker
+# submits it (up to its prefetch, 30 s, before its time) and keeps while it waits for the clock: scheduled this far
+# apart in wall time, each takes the slot in the block's order, never a later watch before an earlier one (which
+# would then wait for a slot the later one keeps until the clock passes the earlier: the block would lose it).
+# Two prefetches and a process start under load. [inf]
+_FOLLOWED_APART = timedelta(seconds=90)
 
 
 @dataclass
@@ -59,6 +66,7 @@ class _Party:
     soft: set[str] = field(default_factory=set)  # threads whose sleep is a wait on the outside (``waiting``)
     pid: int | None = None  # the campaign's process (None: a stand-in in the sandbox's own)
     unadopted_until: float | None = None  # a run started (``started``) that has not said it works yet: until then
+    follows: str | None = None  # a followed run's token: this party holds until another party works
 
     def holding(self, shows: datetime, *, modelled_ahead: bool) -> bool:
         due = [thread for thread, until in self.sleeps.items() if until <= shows]
@@ -86,6 +94,7 @@ class SandboxClock:
         self._moved_wall = datetime.now(UTC)
         self._parties: dict[str, _Party] = {}
         self._gates: dict[datetime, _Gate] = {}
+        self._followed: dict[datetime, datetime] = {}  # a followed waypoint → the wall time its run is scheduled at
         self._checked = 0.0
 
     # -- reading -------------------------------------------------------------------------------------------
@@ -131,6 +140,8 @@ class SandboxClock:
             wall = datetime.now(UTC)
             if self._plan is None:
                 return at - self._offset
+            if at in self._followed:
+                return max(self._followed[at], wall)
             shows = self._now(wall)
             plan = self._plan.model_copy(update={"anchor_wall": wall, "anchor_sim": shows})
             return plan.to_wall(max(at, shows))
@@ -158,12 +169,6 @@ class SandboxClock:
             if not ahead:
                 self._shows = shows + timedelta(seconds=elapsed * self._plan.fast_rate)
                 break
-            if not modelled_ahead and self._plan.rate_at(shows) < self._plan.fast_rate:
-                # Inside a slow span (after a Hub watch: the automation starts the redeploy in wall time, and no
-                # run holds the clock meanwhile) the clock runs at the near rate to the next stop, not at once.
-                self._shows = min(min(ahead), shows + timedelta(seconds=elapsed * self._plan.near_rate))
-                self._lock.notify_all()
-                break
             self._shows = min(ahead)
             self._lock.notify_all()
         self._moved_wall = wall
@@ -188,6 +193,9 @@ class SandboxClock:
         mono = time.monotonic()
         for token, party in list(self._parties.items()):
             if party.unadopted_until is not None and mono > party.unadopted_until:
+                if party.follows is not None:
+                    _log.warning("sandbox clock: no run followed %s within %s; the block goes on", party.follows,
+                                 self._hold)
                 party.working, party.unadopted_until = False, None
                 if not party.sleeps:
                     del self._parties[token]
@@ -215,6 +223,9 @@ class SandboxClock:
     def work(self, token: str, *, pid: int | None = None) -> datetime:
         """``token`` works: the clock holds until it sleeps or rests."""
         with self._lock:
+            for other, follow in list(self._parties.items()):
+                if follow.follows is not None and follow.follows != token:
+                    del self._parties[other]  # the run it waited for works: it holds the clock itself now
             party = self._parties.setdefault(token, _Party(pid=pid))
             party.working, party.unadopted_until = True, None
             return self._now(datetime.now(UTC))
@@ -294,8 +305,8 @@ class SandboxClock:
         extend: Extension | None = None,
     ) -> None:
         """Simulate: wall time until the first waypoints are registered, then play by the rule (module docstring).
-        ``extend`` sees the first registration and adds waypoints and spans of the sandbox's own
-        (``capserve_sandbox.revisions``): the mapping cannot change once runs are scheduled on it."""
+        ``extend`` sees the first registration and adds waypoints of the sandbox's own, each followed by a run an
+        event starts (``capserve_sandbox.revisions``): the mapping cannot change once runs are scheduled on it."""
         with self._lock:
             wall = datetime.now(UTC)
             start = self._now(wall)
@@ -305,28 +316,36 @@ class SandboxClock:
             self._extend = extend
 
     def register(self, waypoints: Iterable[datetime], spans: Iterable[tuple[datetime, datetime]] = ()) -> None:
-        """The instants the campaign's runs fire at (each a gate), and spans to schedule near wall time; refused
-        (ValueError) if an earlier waypoint's scheduled wall time would move. Nothing to do when not simulating."""
+        """The instants the campaign's runs fire at (each a gate); refused (ValueError) if an earlier waypoint's
+        scheduled wall time would move. Nothing to do when not simulating. ``spans`` (where the campaign works after
+        a waypoint) only place the sandbox's own waypoints: the clock holds while a run works, so no stretch of the
+        block needs to run near wall time."""
         with self._lock:
             wall = datetime.now(UTC)
             if self._plan is None:
                 return
             shows = self._now(wall)
-            waypoints, spans = list(waypoints), list(spans)
+            waypoints, followed = list(waypoints), []
             if self._rates is not None:  # the first waypoints: from now on the block plays
                 if self._extend is not None:
-                    more_waypoints, more_spans = self._extend(waypoints, spans)
-                    waypoints, spans = waypoints + more_waypoints, spans + more_spans
+                    followed = self._extend(waypoints, list(spans))
+                    waypoints += followed
                 fast_rate, near_rate, near, self._hold = self._rates
                 self._plan = WarpedWindow(anchor_wall=wall, anchor_sim=shows, fast_rate=fast_rate,
                                           near_rate=near_rate, near=near)
                 self._rates = None
                 self._shows, self._moved_wall = shows, wall
             anchored = self._plan.model_copy(update={"anchor_wall": wall, "anchor_sim": shows})
-            plan = anchored.with_waypoints(waypoints, now_wall=wall, spans=spans)
+            plan = anchored.with_waypoints(waypoints, now_wall=wall)
             for point in waypoints:
                 if point >= shows and point not in self._gates and point not in self._plan.waypoints:
                     self._gates[point] = _Gate(scheduled_wall=plan.to_wall(point))
+            earlier = None
+            for point in sorted(point for point in followed if point in self._gates):
+                wall_at = plan.to_wall(point)
+                if earlier is not None:
+                    wall_at = max(wall_at, earlier + _FOLLOWED_APART)
+                self._followed[point] = self._gates[point].scheduled_wall = earlier = wall_at
             self._plan = plan
             self._lock.notify_all()
 
@@ -346,6 +365,9 @@ class SandboxClock:
                 if not party.working:
                     party.working = True
                     party.unadopted_until = time.monotonic() + max(self._hold.total_seconds(), 30.0)
+                if self._followed.pop(waypoint, None) is not None:
+                    self._parties[f"followed-{waypoint.isoformat()}"] = _Party(
+                        working=True, follows=token, unadopted_until=time.monotonic() + self._hold.total_seconds())
             self._lock.notify_all()
             assert self._shows is not None  # noqa: S101 - narrows the type for mypy
             return True, self._shows
@@ -374,6 +396,7 @@ class SandboxClock:
             self._shows = None
             self._parties = {}
             self._gates = {}
+            self._followed = {}
             self._lock.notify_all()
 
 

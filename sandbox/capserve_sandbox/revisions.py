@@ -6,11 +6,12 @@ sandbox publishes its revisions (``capserve_sandbox.hub.revisions``: a good one,
 fails the gate) in the longest quiet stretch of the block, the hours between serving and draining.
 
 The publications must be known before anything is scheduled: the simulated clock's mapping is fixed once
-runs are created on it (``capserve_sandbox.warp``), and each redeploy needs the clock near wall time while it
-works. So the plan is made when the campaign registers its first waypoints (``SandboxClock.simulate``'s
-``extend``), and it adds, for each publication, a waypoint (when the watcher looks) and a slow span after
-it (the redeploy). The sandbox's ticker publishes each revision when its time comes; whoever plays the
-operator (``capserve up``) schedules a ``hub-watcher`` run at each ``watch_at``.
+runs are created on it (``capserve_sandbox.warp``). So the plan is made when the campaign registers its first
+waypoints (``SandboxClock.simulate``'s ``extend``), and it adds, for each publication, a *followed* waypoint
+(when the watcher looks): the clock holds from the watch's start until the redeploy the automation starts
+works, so the redeploy begins at the watch's instant of the block however long the automation took. The
+sandbox's ticker publishes each revision when its time comes; whoever plays the operator (``capserve up``)
+schedules a ``hub-watcher`` run at each ``watch_at``.
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ from capserve_sandbox.hub.server import HubState
 _log = logging.getLogger(__name__)
 
 PUBLISH_BEFORE_WATCH = timedelta(minutes=2)
-"""The watcher looks this long after the Hub moves (inside the clock's slow stretch around the watch: the
-ticker publishes on time, and a deployment's every-10-minutes watcher would look within 10 minutes)."""
+"""The watcher looks this long after the Hub moves (a deployment's every-10-minutes watcher would look within 10
+minutes)."""
 
-REDEPLOY_SPAN = timedelta(minutes=80)
-"""How long after the watch the clock stays near wall time: the watcher run, the automation, then the
-redeploy's stage, rollout and evaluation take real seconds (about a minute on a 2-core machine)."""
+REDEPLOY_ROOM = timedelta(minutes=80)
+"""The stretch of the block each publication is given after its watch: the redeploy's staging, start, gate and
+a rollback take about half an hour of the block (docs/timeline.md); the rest keeps the two apart."""
 
 
 @dataclass
@@ -59,27 +60,25 @@ class RevisionSchedule:
         with self._lock:
             return list(self._publications)
 
-    def place(
-        self, waypoints: Sequence[datetime], spans: Sequence[tuple[datetime, datetime]]
-    ) -> tuple[list[datetime], list[tuple[datetime, datetime]]]:
-        """Spread the publications over the longest stretch between the campaign's slow ones; the waypoints
-        and spans the clock must add for them (none when there is no room: logged)."""
+    def place(self, waypoints: Sequence[datetime], spans: Sequence[tuple[datetime, datetime]]) -> list[datetime]:
+        """Spread the publications over the longest stretch between the campaign's busy ones; the watches' waypoints
+        the clock must add, each followed by a redeploy (none when there is no room: logged)."""
         gap = _longest_gap(waypoints, spans, self._near)
-        need = len(self._goods) * (REDEPLOY_SPAN + 2 * self._near)
+        need = len(self._goods) * (REDEPLOY_ROOM + 2 * self._near)
         if not self._goods or gap is None or gap[1] - gap[0] < need:
             if self._goods:
                 _log.warning("sandbox Hub: no stretch of %s in the block for the demo's revisions; none published",
                              need)
-            return [], []
+            return []
         start, end = gap
-        step = (end - start - len(self._goods) * REDEPLOY_SPAN) / (len(self._goods) + 1)
+        step = (end - start - len(self._goods) * REDEPLOY_ROOM) / (len(self._goods) + 1)
         placed = []
         for index, good in enumerate(self._goods):
-            watch = (start + step * (index + 1) + REDEPLOY_SPAN * index).replace(second=0, microsecond=0)
+            watch = (start + step * (index + 1) + REDEPLOY_ROOM * index).replace(second=0, microsecond=0)
             placed.append(Publication(good=good, publish_at=watch - PUBLISH_BEFORE_WATCH, watch_at=watch))
         with self._lock:
             self._publications = placed
-        return [p.watch_at for p in placed], [(p.watch_at, p.watch_at + REDEPLOY_SPAN) for p in placed]
+        return [p.watch_at for p in placed]
 
     def publish_due(self, now: datetime, hub: HubState) -> list[Publication]:
         """Publish every revision whose time has come; those published by this call."""
@@ -95,7 +94,7 @@ class RevisionSchedule:
 def _longest_gap(
     waypoints: Sequence[datetime], spans: Sequence[tuple[datetime, datetime]], near: timedelta
 ) -> tuple[datetime, datetime] | None:
-    """The longest stretch between two slow stretches (a waypoint ± ``near``, or a span)."""
+    """The longest stretch between two busy stretches (a waypoint ± ``near``, or a span the campaign works in)."""
     slow = sorted([(w - near, w + near) for w in waypoints] + [(a, b) for a, b in spans])
     merged: list[tuple[datetime, datetime]] = []
     for start, end in slow:

@@ -4,8 +4,8 @@ Prefect schedules in wall time; the sandbox's clock (``capserve_sandbox.clock``)
 the campaign works, and jumps to the next thing due when nothing does), so no mapping says where it will be at a
 wall instant. This one says where to *schedule* each run so that it starts about when the clock reaches its
 waypoint, and the demo does not wait longer than it must: ``fast_rate`` simulated seconds per wall second
-between waypoints, ``near_rate`` within ``near`` of each one and over the *spans* (a redeploy's work after a
-watch). The clock holds at each waypoint until its run has started, so a run started late is not late on the block.
+between waypoints, ``near_rate`` within ``near`` of each one. The clock holds at each waypoint until its run has
+started, so a run started late is not late on the block, and one started early waits for the clock there.
 
 The mapping is piecewise linear from an anchor (a wall time and the simulated time at that moment); registering
 more waypoints may never move one already registered (its run is on the server).
@@ -31,9 +31,6 @@ class WarpedWindow(BaseModel):
         description="Simulated time either side of a waypoint that runs at near_rate.",
     )
     waypoints: tuple[AwareDatetime, ...] = Field((), max_length=1000, description="Simulated instants, sorted.")
-    spans: tuple[tuple[AwareDatetime, AwareDatetime], ...] = Field(
-        (), max_length=100, description="Simulated intervals (start, end) that also run at near_rate."
-    )
 
     @classmethod
     def real_time(cls, now: datetime, *, shows: datetime | None = None) -> WarpedWindow:
@@ -49,7 +46,7 @@ class WarpedWindow(BaseModel):
         """The simulated intervals that run at ``near_rate`` (merged where they overlap)."""
         around = [(point - self.near, point + self.near) for point in self.waypoints]
         spans: list[tuple[datetime, datetime]] = []
-        for start, end in sorted([*around, *self.spans]):
+        for start, end in sorted(around):
             if spans and start <= spans[-1][1]:
                 spans[-1] = (spans[-1][0], max(spans[-1][1], end))
             else:
@@ -95,29 +92,18 @@ class WarpedWindow(BaseModel):
             left -= span
         raise AssertionError("the last piece is open-ended")
 
-    def rate_at(self, sim: datetime) -> float:
-        """Simulated seconds per wall second at the simulated instant ``sim``."""
-        slow = any(start <= sim < end for start, end in self.slow_spans())
-        return min(self.near_rate, self.fast_rate) if slow else self.fast_rate
-
-    def with_waypoints(
-        self, added: Iterable[datetime], *, now_wall: datetime, spans: Iterable[tuple[datetime, datetime]] = ()
-    ) -> WarpedWindow:
-        """Register more waypoints (and spans), re-anchored at ``now_wall``; refused if an earlier waypoint would
-        move."""
+    def with_waypoints(self, added: Iterable[datetime], *, now_wall: datetime) -> WarpedWindow:
+        """Register more waypoints, re-anchored at ``now_wall``; refused if an earlier waypoint would move."""
         added = list(added)
         clock = self.model_copy(update={"anchor_wall": now_wall, "anchor_sim": self.to_sim(now_wall)})
         new = sorted({*self.waypoints, *added})
-        new_spans = sorted({*self.spans, *spans})
-        if any(end <= start for start, end in new_spans):
-            raise ValueError("a span must end after it starts")
-        anchored = clock.model_copy(update={"waypoints": tuple(new), "spans": tuple(new_spans)})
+        anchored = clock.model_copy(update={"waypoints": tuple(new)})
         for point in self.waypoints:
             if point >= anchored.anchor_sim and abs(
                 (anchored.to_wall(point) - clock.to_wall(point)).total_seconds()
             ) > 0.001:
                 raise ValueError(
-                    f"registering {', '.join(p.isoformat() for p in added) or 'these spans'} would move the waypoint "
+                    f"registering {', '.join(p.isoformat() for p in added)} would move the waypoint "
                     f"{point.isoformat()}, whose run is already scheduled: register a lease's waypoints "
                     "together, before scheduling"
                 )

@@ -59,25 +59,6 @@ def test_times_before_the_anchor_are_refused() -> None:
         window().to_wall(START - timedelta(hours=1))
 
 
-def test_a_span_runs_at_the_near_rate_throughout() -> None:
-    serve = (START, START + timedelta(hours=2))
-    bare = WarpedWindow(anchor_wall=WALL0, anchor_sim=START - timedelta(minutes=10))
-    clock = bare.with_waypoints(WAYPOINTS, now_wall=WALL0, spans=[serve])
-    assert clock.rate_at(START + timedelta(hours=1)) == clock.near_rate
-    assert clock.rate_at(START + timedelta(hours=3)) == clock.fast_rate
-    wall = clock.to_wall(serve[1]) - clock.to_wall(serve[0])
-    assert wall == timedelta(hours=2) / clock.near_rate
-    back = clock.to_sim(clock.to_wall(START + timedelta(minutes=17)))
-    assert abs(back - (START + timedelta(minutes=17))) < timedelta(milliseconds=1)
-
-
-def test_a_span_added_before_a_registered_waypoint_is_refused() -> None:
-    with pytest.raises(ValueError, match="would move the waypoint"):
-        window().with_waypoints([], now_wall=WALL0, spans=[(START + timedelta(hours=1), START + timedelta(hours=3))])
-    with pytest.raises(ValueError, match="must end after it starts"):
-        window().with_waypoints([], now_wall=WALL0, spans=[(START, START)])
-
-
 def test_real_time_is_the_identity() -> None:
     clock = WarpedWindow.real_time(WALL0)
     later = WALL0 + timedelta(hours=5, seconds=3)
