@@ -297,7 +297,7 @@ def test_the_offers_weighed_show_what_they_would_buy() -> None:
 
 
 def test_scheduled_runs_come_from_the_reports_schedule() -> None:
-    window = WindowFacts(simulated=False, rate=1, near_rate=1, block_start=START, block_end=END)
+    window = WindowFacts(block_start=START, block_end=END)
     schedule = LeaseSchedule(window=window, runs=(
         ScheduleEntry(name="drain-k3-demo", stage=ScheduledStage.DRAIN, scheduled_at=minute(1400), state="Scheduled"),
         ScheduleEntry(name="teardown-k3-demo", stage=ScheduledStage.TEARDOWN, scheduled_at=minute(1405),
