@@ -49,9 +49,10 @@ typecheck: install
 imports: install
 	$(VENV)/bin/lint-imports --no-cache
 
-# tests/unit: no stand-in and no server of their own, two processes (the machine's two cores).
+# tests/unit: no stand-in and no server of their own, two processes (the machine's two cores). The unit tests that
+# load the real vLLM (`vllm`-marked: importing it takes most of a minute on this machine) run in `make test`.
 unit: install
-	$(PY) -m pytest -n 2 --dist loadfile tests/unit -m "not solo"
+	$(PY) -m pytest -n 2 --dist loadfile tests/unit -m "not solo and not vllm"
 
 # The fast tier, before a commit (README.md, "How long things take").
 check: lint typecheck imports unit
@@ -62,14 +63,17 @@ check: lint typecheck imports unit
 # A file's tests stay in one process (its module fixtures start those servers once). TEST_WORKERS=3 make test
 # if a loaded machine makes a test's waits run out.
 TEST_WORKERS ?= 4
+# Every test folder but tests/unit, and the unit files that load the real vLLM (make unit leaves those out).
+TEST_PATHS := $(filter-out tests/unit/,$(wildcard tests/*/)) $(shell grep -rlE --include='test_*.py' 'mark\.vllm' tests/unit)
 
 # After make check, every other test: files in tests/conftest.py's order, longest first (xdist would re-sort
 # them by their number of tests), a line as each file ends and the slowest files and tests at the end, to see
-# where CI's minutes go (tests/file_progress.py).
+# where CI's minutes go, with the CPU seconds of each (tests/file_progress.py). The timing test then runs alone,
+# collecting only the files that hold one (measured: the whole tree's collection took 18 CPU seconds, that file's 7).
 test: check
 	PYTHONUNBUFFERED=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=10 \
-		-m "not solo" --ignore=tests/unit
-	$(PY) -m pytest -m solo
+		-m "not solo" $(TEST_PATHS)
+	$(PY) -m pytest -m solo $$(grep -rlE --include='test_*.py' 'mark\.solo' tests)
 
 # A chain of the kill matrix, the one `make test` runs (about 3 minutes alone; `make faults` runs all of it).
 test-faults: install

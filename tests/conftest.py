@@ -1,4 +1,4 @@
-"""Test-session setup: one Prefect test harness for the whole session (it takes 10–18 s to start)."""
+"""Test-session setup: one Prefect test server for the whole session (it takes 10–18 s to start)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import file_progress  # noqa: E402
 import no_leftovers  # noqa: E402
 import pytest  # noqa: E402
 from no_leftovers import pytest_sessionfinish  # noqa: E402, F401  # nothing left running
-from prefect.testing.utilities import prefect_test_harness  # noqa: E402
+from prefect_harness import prefect_test_server  # noqa: E402
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -37,8 +37,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(autouse=True, scope="session")
-def prefect_harness() -> Iterator[None]:
-    with prefect_test_harness(server_startup_timeout=90):
+def prefect_harness(request: pytest.FixtureRequest) -> Iterator[None]:
+    if all(item.get_closest_marker("solo") for item in request.session.items):
+        yield  # `make test`'s timing run: nothing runs beside the measurement, an idle server neither
+        return
+    with prefect_test_server():  # tests/prefect_harness.py: its database in memory, so writes never collide
         yield
 
 

@@ -6,15 +6,22 @@ file's name):
 
 - each file, when its last test has finished, prints one line: its tests' outcomes, the seconds they took in
   their worker (setup, call and teardown; module fixtures and, for a worker's first file, the start of
-  Prefect's test server included), the run's elapsed time and how many files are done; a passing test prints
-  no dot of its own;
+  Prefect's test server included) and the CPU seconds its worker spent on them (with the processes it started
+  and reaped: a module's servers, a CLI run), the run's elapsed time and how many files are done; a passing
+  test prints no dot of its own;
 - after a minute with no such line, the files still running are named, with how long each has run (or, before
   the first test, that the workers are still starting);
-- at the end, the slowest files, which is where the run's minutes went (README.md, "How long things take").
+- at the end, the slowest files, which is where the run's minutes went, and the CPU seconds of all files: on a
+  machine with N cores, that total over N is the least wall time the run can take (README.md, "How long things
+  take").
+
+The CPU seconds are measured in each worker (``CpuPerTest``: ``getrusage`` of the worker and its reaped children,
+between one report and the next) and travel to the controller in each report's ``user_properties``.
 """
 
 from __future__ import annotations
 
+import resource
 import threading
 import time
 from collections import Counter
@@ -26,6 +33,7 @@ import pytest
 
 QUIET_S = 60.0  # a line at least this often while files are still running
 SLOWEST = 12
+CPU = "cpu_s"  # the user property a worker's reports carry
 
 
 @dataclass
@@ -33,6 +41,7 @@ class _File:
     tests: int
     finished: int = 0
     seconds: float = 0.0
+    cpu: float = 0.0
     started: float | None = None  # monotonic, when its first test began
     outcomes: Counter[str] = field(default_factory=Counter)
 
@@ -81,6 +90,7 @@ class FileProgress:
             if file is None:
                 return
             file.seconds += report.duration
+            file.cpu += sum(value for key, value in report.user_properties if key == CPU)
             if report.failed or (report.when == "call" or report.skipped):
                 file.outcomes[_outcome(report)] += 1
             if report.when != "teardown":
@@ -91,7 +101,7 @@ class FileProgress:
             done = sum(1 for f in self.files.values() if f.finished >= f.tests)
             outcomes = ", ".join(f"{count} {what}" for what, count in sorted(file.outcomes.items()))
             line = (
-                f"done {name}: {outcomes} in {file.seconds:.0f} s"
+                f"done {name}: {outcomes} in {file.seconds:.0f} s (CPU {file.cpu:.0f} s)"
                 f"  [{_clock(time.monotonic() - self.begun)}, {done}/{len(self.files)} files]"
             )
             self._write(line, red="failed" in file.outcomes or "error" in file.outcomes)
@@ -100,10 +110,13 @@ class FileProgress:
         self.stop.set()
         if not self.files:
             return
-        terminalreporter.write_sep("=", f"slowest {SLOWEST} files (seconds in their worker)")
+        terminalreporter.write_sep("=", f"slowest {SLOWEST} files (seconds in their worker, CPU seconds)")
         ranked = sorted(self.files.items(), key=lambda item: item[1].seconds, reverse=True)
         for name, file in ranked[:SLOWEST]:
-            terminalreporter.write_line(f"{file.seconds:8.1f}s  {name} ({file.tests} tests)")
+            terminalreporter.write_line(f"{file.seconds:8.1f}s  CPU {file.cpu:7.1f}s  {name} ({file.tests} tests)")
+        total = sum(file.cpu for file in self.files.values())
+        floor = f"at least {total / 2:.0f} s of wall time on 2 cores"
+        terminalreporter.write_line(f"CPU of all files: {total:.0f} s ({floor})")
 
     # -- helpers ------------------------------------------------------------------------------------------------
 
@@ -151,7 +164,29 @@ def _clock(seconds: float) -> str:
     return f"{minutes}:{secs:02d}"
 
 
+class CpuPerTest:
+    """In a worker: each report carries the CPU seconds spent since the previous one (setup, call, teardown)."""
+
+    def __init__(self) -> None:
+        self.last = _cpu_seconds()
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self) -> Any:
+        outcome = yield
+        now = _cpu_seconds()
+        outcome.get_result().user_properties.append((CPU, round(now - self.last, 3)))
+        self.last = now
+
+
+def _cpu_seconds() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def register(config: pytest.Config) -> None:
-    """On the controller (or a run without xdist, where it stays silent: no worker reports a collection)."""
-    if not hasattr(config, "workerinput"):
+    """On the controller (or a run without xdist, where it stays silent: no worker reports a collection); the CPU
+    count in each xdist worker."""
+    if hasattr(config, "workerinput"):
+        config.pluginmanager.register(CpuPerTest(), "capserve-cpu-per-test")
+    else:
         config.pluginmanager.register(FileProgress(config), "capserve-file-progress")

@@ -15,7 +15,10 @@ TESTS = Path(__file__).resolve().parents[1]
 
 CONFTEST = "import file_progress\n\ndef pytest_configure(config):\n    file_progress.register(config)\n"
 FILES = {
-    "test_one.py": "def test_a():\n    pass\n\ndef test_b():\n    pass\n",
+    "test_one.py": (
+        "import time\n\ndef test_a():\n    begun = time.process_time()\n"
+        "    while time.process_time() - begun < 1.0:\n        pass\n\ndef test_b():\n    pass\n"
+    ),
     "test_two.py": "import pytest\n\ndef test_c():\n    assert 1 == 2\n\n@pytest.mark.skip\ndef test_d():\n    pass\n",
 }
 
@@ -31,11 +34,16 @@ def test_a_parallel_run_prints_each_finished_file_with_its_outcomes_and_ranks_th
     )
     out = done.stdout
     assert done.returncode == 1, out + done.stderr
-    lines = {m[1]: m[2] for m in re.finditer(r"^done (test_\w+\.py): (.*?) in \d+ s  \[\d+:\d\d, \d/2 files\]$", out,
-                                                  re.MULTILINE)}
-    assert lines == {"test_one.py": "2 passed", "test_two.py": "1 failed, 1 skipped"}, out
+    done_line = re.compile(
+        r"^done (test_\w+\.py): (.*?) in \d+ s \(CPU (\d+) s\)  \[\d+:\d\d, \d/2 files\]$", re.MULTILINE
+    )
+    lines = {m[1]: (m[2], int(m[3])) for m in done_line.finditer(out)}
+    assert {name: outcomes for name, (outcomes, _) in lines.items()} == {
+        "test_one.py": "2 passed", "test_two.py": "1 failed, 1 skipped"}, out
+    assert lines["test_one.py"][1] >= 1, out  # test_a's second of CPU, counted in its worker
     assert not re.search(r"^\.+", out, re.MULTILINE), out  # no dots for the passing tests
-    assert re.search(r"slowest 12 files .*\n.*s  test_(one|two)\.py \(2 tests\)", out), out
+    assert re.search(r"slowest 12 files .*\n.*s  CPU +\d+\.\ds  test_(one|two)\.py \(2 tests\)", out), out
+    assert re.search(r"^CPU of all files: \d+ s \(at least \d+ s of wall time on 2 cores\)$", out, re.MULTILINE), out
 
 
 def test_a_quiet_minute_names_the_files_still_running_or_says_the_workers_are_starting(
