@@ -25,7 +25,6 @@ serving; a rollback that fails leaves the cluster to the scheduled teardown (the
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -39,15 +38,7 @@ from capserve.campaign.announce import now as utc_now
 from capserve.campaign.context import CampaignContext, RunOptions, need
 from capserve.campaign.cost import block_ledger
 from capserve.campaign.run_names import campaign_runs
-from capserve.campaign.runner import StageEnd, StageOutput
-from capserve.campaign.stages import (
-    evaluate_stage,
-    rollout_inputs,
-    rollout_stage,
-    stage_image_stage,
-    stage_weights_stage,
-    weights_to_nodes_stage,
-)
+from capserve.campaign.runner import Step, run_stage
 from capserve.core.cluster.result import ClusterResult
 from capserve.core.errors import CapserveError, PermanentError
 from capserve.core.events import rollout_event
@@ -57,19 +48,26 @@ from capserve.core.redeploy import (
     Outcome,
     RedeployEntry,
     Verdict,
-    already_handled,
     down_phases,
     outcome_for,
     redeploys_markdown,
-    refusal,
 )
+from capserve.core.redeploy_rules import already_handled, refusal
 from capserve.core.report import CampaignReport
 from capserve.core.rollout.start_history import StartHistory, history_uri, shape_key
 from capserve.core.settings import Settings
 from capserve.core.spec import CampaignSpec
-from capserve.core.stages import Stage, StageStatus
+from capserve.core.stages import Stage
 from capserve.core.weights.assembly import model_repo
 from capserve.flows.bring_up import bring_up
+from capserve.flows.campaign import (
+    evaluate_stage,
+    rollout_inputs,
+    rollout_stage,
+    stage_image_stage,
+    stage_weights_stage,
+    weights_to_nodes_stage,
+)
 from capserve.flows.rollout import roll_back
 from capserve.flows.window import campaign_record, recorded_spec
 from capserve.tasks.locations import locations_for
@@ -187,14 +185,14 @@ def _redeploy(ctx: CampaignContext, ref: RecordRef, sha: str, trigger: str) -> R
     serving = previous.config.revision_sha
     entry = _Entry(from_sha=serving, to_sha=sha, trigger=trigger, serving=serving)
     try:
-        _stage(ctx, Stage.PLAN, _plan)
-        _stage(ctx, Stage.STAGE_WEIGHTS, stage_weights_stage)
-        _stage(ctx, Stage.STAGE_IMAGE, stage_image_stage)
-        _stage(ctx, Stage.BRING_UP, _cluster)
-        _stage(ctx, Stage.WEIGHTS_TO_NODES, weights_to_nodes_stage)
+        run_stage(ctx, Step(Stage.PLAN, _plan), recorded=False)
+        run_stage(ctx, Step(Stage.STAGE_WEIGHTS, stage_weights_stage), recorded=False)
+        run_stage(ctx, Step(Stage.STAGE_IMAGE, stage_image_stage), recorded=False)
+        run_stage(ctx, Step(Stage.BRING_UP, _cluster), recorded=False)
+        run_stage(ctx, Step(Stage.WEIGHTS_TO_NODES, weights_to_nodes_stage), recorded=False)
         entry.serving = None  # from here on, what serves depends on how the rollout ends
         entry.rollout_began = clock().now()
-        _stage(ctx, Stage.ROLLOUT, rollout_stage)
+        run_stage(ctx, Step(Stage.ROLLOUT, rollout_stage), recorded=False)
     except CapserveError as exc:
         _finish(ctx, ref, entry.ended("failed", f"{type(exc).__name__}: {exc}"))
         raise
@@ -263,24 +261,6 @@ class _Entry:
         return self.rollback_began
 
 
-def _stage(ctx: CampaignContext, stage: Stage, run: Callable[[CampaignContext], StageOutput]) -> None:
-    """One stage, timed in the redeploy's report, its result in its section (the campaign record is left alone)."""
-    line = ctx.report.begin(stage)
-    try:
-        output = run(ctx)
-    except BaseException as exc:
-        status = StageStatus.FAILED if isinstance(exc, CapserveError) else StageStatus.INTERRUPTED
-        ctx.report.end(line, status, f"{type(exc).__name__}: {exc}")
-        raise
-    section = output.section if isinstance(output, StageEnd) else output
-    if section is not None:
-        ctx.report.add(section)
-    if isinstance(output, StageEnd):
-        ctx.report.end(line, output.status, output.why)
-    else:
-        ctx.report.end(line, StageStatus.COMPLETED)
-
-
 def _plan(ctx: CampaignContext) -> ServingPlan:
     """The plan for the new revision (its geometry may differ); no preflight: nothing is bought."""
     model = resolve_model(ctx.spec.model, ctx.options.hub_endpoint)
@@ -300,7 +280,7 @@ def _evaluate(ctx: CampaignContext) -> tuple[Verdict, str]:
     """The new revision's verdict, and why it is not promoted ('' when it passed)."""
     line_count = len(ctx.report.stages)
     try:
-        _stage(ctx, Stage.EVALUATE, evaluate_stage)
+        run_stage(ctx, Step(Stage.EVALUATE, evaluate_stage), recorded=False)
     except CapserveError as exc:
         return "not-evaluated", f"its evaluation could not run: {exc}"
     evaluation = ctx.report.evaluation
