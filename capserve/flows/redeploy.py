@@ -91,11 +91,10 @@ def redeploy(
     region: str | None = None,
     hub_endpoint: str | None = None,
     out_dir: Path | None = None,
-    now: datetime | None = None,
 ) -> RedeployEntry | State:
     """Stage, roll out and evaluate ``revision`` (a commit, branch or tag of the campaign's repo) on the running
     campaign, then promote it or roll back. ``region``: the campaign's home region (where its record lives;
-    default ``CAPSERVE_RECORDS__REGION``). ``now``: when the drain window is judged (default: the current time).
+    default ``CAPSERVE_RECORDS__REGION``). The drain window is judged at the campaign's clock's now.
     """
     base = settings_from_environment()
     home = region or base.records.region
@@ -105,7 +104,7 @@ def redeploy(
             "first of its capacity.regions) or set CAPSERVE_RECORDS__REGION"
         )
     record, ref = campaign_record(campaign_id, home, base)
-    _refuse(record, now)
+    _refuse(record)
     # A simulated block's clock waits on real work; the stages' subflows are tagged with the campaign.
     with clock().working(), campaign_runs(campaign_id), campaign_slot(campaign_id):
         record = load_record(ref) or record  # the slot may have been waited for: what did the last holder do?
@@ -116,7 +115,7 @@ def redeploy(
         if done is not None:
             get_run_logger().info("redeploy of %s to %s: nothing to do (%s)", campaign_id, sha, done)
             return Completed(name="Skipped", message=done)
-        _refuse(record, now, cluster_spec=spec, past=_past_starts(record, spec, base))
+        _refuse(record, cluster_spec=spec, past=_past_starts(record, spec, base))
         # Unless told otherwise, beside the campaign's report (on this worker's host), a folder per revision.
         folder = Path(record.report_dir) / "redeploys" if record.report_dir else Path("out") / campaign_id / "redeploy"
         options = RunOptions(
@@ -150,7 +149,7 @@ def _past_starts(record: CampaignRecord, spec: CampaignSpec, base: Settings) -> 
 
 
 def _refuse(
-    record: CampaignRecord, now: datetime | None, *, cluster_spec: CampaignSpec | None = None,
+    record: CampaignRecord, *, cluster_spec: CampaignSpec | None = None,
     past: StartHistory | None = None,
 ) -> None:
     """Raise the reason the campaign cannot be redeployed now; with ``cluster_spec``, AWS is asked for its cluster."""
@@ -163,7 +162,7 @@ def _refuse(
             existing_cluster=cluster_spec.cluster.existing_cluster_name,
         )
         has_cluster = found.workload_cluster is not None and found.workload_cluster.endpoint is not None
-    why = refusal(record, now=now or clock().now(), has_cluster=has_cluster, past=past)
+    why = refusal(record, now=clock().now(), has_cluster=has_cluster, past=past)
     if why is not None:
         raise PermanentError(f"redeploy refused: {why}")
 
