@@ -206,14 +206,19 @@ def stage_image_stage(ctx: CampaignContext) -> ImageMirrorResult | StageEnd:
 
 def bring_up_stage(ctx: CampaignContext) -> ClusterResult:
     """The cluster on the active block; once it is up, the scheduled bring-up run is no longer needed."""
-    plan = ctx.report.plan  # absent: bring-up assumes the widest layout the lease holds (EFA on)
-    cluster = bring_up(
-        ctx.spec, need(ctx.lease, Stage.ACQUIRE), ctx.settings.bring_up,
-        nodes_per_replica=plan.parallel.nodes_per_replica if plan else None,
-    )
+    cluster = cluster_on_lease(ctx)
     announce(ctx, cluster_ready(about(ctx), cluster, occurred=now()))
     ctx.report.schedule = schedule_window(ctx, served=True)
     return cluster
+
+
+def cluster_on_lease(ctx: CampaignContext) -> ClusterResult:
+    """The campaign's cluster on its lease, made or found, and proven usable, by bring-up (a redeploy's only finds)."""
+    plan = ctx.report.plan  # absent: bring-up assumes the widest layout the lease holds (EFA on)
+    return bring_up(
+        ctx.spec, need(ctx.lease, Stage.ACQUIRE), ctx.settings.bring_up,
+        nodes_per_replica=plan.parallel.nodes_per_replica if plan else None,
+    )
 
 
 def weights_to_nodes_stage(ctx: CampaignContext) -> NodeStagingResult:

@@ -39,7 +39,6 @@ from capserve.campaign.context import CampaignContext, RunOptions, need
 from capserve.campaign.cost import block_ledger
 from capserve.campaign.run_names import campaign_runs
 from capserve.campaign.runner import Step, run_stage
-from capserve.core.cluster.result import ClusterResult
 from capserve.core.errors import CapserveError, PermanentError
 from capserve.core.events import rollout_event
 from capserve.core.planner import ServingPlan
@@ -59,8 +58,8 @@ from capserve.core.settings import Settings
 from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage
 from capserve.core.weights.assembly import model_repo
-from capserve.flows.bring_up import bring_up
 from capserve.flows.campaign import (
+    cluster_on_lease,
     evaluate_stage,
     rollout_inputs,
     rollout_stage,
@@ -187,7 +186,7 @@ def _redeploy(ctx: CampaignContext, ref: RecordRef, sha: str, trigger: str) -> R
         run_stage(ctx, Step(Stage.PLAN, _plan), recorded=False)
         run_stage(ctx, Step(Stage.STAGE_WEIGHTS, stage_weights_stage), recorded=False)
         run_stage(ctx, Step(Stage.STAGE_IMAGE, stage_image_stage), recorded=False)
-        run_stage(ctx, Step(Stage.BRING_UP, _cluster), recorded=False)
+        run_stage(ctx, Step(Stage.BRING_UP, cluster_on_lease), recorded=False)  # it exists: checked before
         run_stage(ctx, Step(Stage.WEIGHTS_TO_NODES, weights_to_nodes_stage), recorded=False)
         entry.serving = None  # from here on, what serves depends on how the rollout ends
         entry.rollout_began = clock().now()
@@ -264,15 +263,6 @@ def _plan(ctx: CampaignContext) -> ServingPlan:
     """The plan for the new revision (its geometry may differ); no preflight: nothing is bought."""
     model = resolve_model(ctx.spec.model, ctx.options.hub_endpoint)
     return plan_campaign(ctx.spec, model, ctx.settings.planner)
-
-
-def _cluster(ctx: CampaignContext) -> ClusterResult:
-    """The campaign's cluster, found and proven usable by bring-up (it exists: checked before; nothing is made)."""
-    plan = ctx.report.plan
-    return bring_up(
-        ctx.spec, need(ctx.lease, Stage.ACQUIRE), ctx.settings.bring_up,
-        nodes_per_replica=plan.parallel.nodes_per_replica if plan else None,
-    )
 
 
 def _evaluate(ctx: CampaignContext) -> tuple[Verdict, str]:
