@@ -1,9 +1,9 @@
 """What every campaign stage is given: the spec, the settings, where things live, the report and the record.
 
-A stage is a small function ``(CampaignContext) -> its typed result`` (``capserve.campaign.stages``); the
-campaign flow is a list of them (``capserve.flows.campaign``). A run that starts from a record instead
-of a spec (a scheduled serve run given only the campaign id and its home region) builds the same
-context from what the record holds.
+A stage is a small function ``(CampaignContext) -> its typed result``; the campaign flow
+(``capserve.flows.campaign``) hands the list of them to the engine (``capserve.campaign.runner``). A run that
+starts from a record instead of a spec (a scheduled serve run given only the campaign id and its home region)
+builds the same context from what the record holds.
 """
 
 from __future__ import annotations

@@ -96,22 +96,27 @@ def run_steps(ctx: CampaignContext, steps: Sequence[Step]) -> None:
         run_stage(ctx, step)
 
 
-def run_stage(ctx: CampaignContext, step: Step) -> None:
-    """Run one stage: timed in the report, recorded (from acquire on, in S3), its result put in its section."""
-    if Stage.PLAN.precedes(step.stage):
+def run_stage(ctx: CampaignContext, step: Step, *, recorded: bool = True) -> None:
+    """Run one stage: timed in the report, recorded (from acquire on, in S3), its result put in its section.
+
+    ``recorded=False`` (a redeploy): the campaign record is left alone and nothing is reused from it; the
+    redeploy writes its outcome to the record once, at its end (``capserve.flows.redeploy``)."""
+    if recorded and Stage.PLAN.precedes(step.stage):
         ctx.start_saving()  # the campaign reaches the cloud: from here on the record is kept in S3
     digest = ctx.record.inputs_digest(step.stage, ctx.spec)
-    if reuse_unchanged(ctx, step.stage, digest):
+    if recorded and reuse_unchanged(ctx, step.stage, digest):
         return  # unchanged since its last run and its outputs verify (capserve.campaign.reuse)
     line = ctx.report.begin(step.stage, clock().now())
-    _record(ctx, step.stage, line, digest)
+    if recorded:
+        _record(ctx, step.stage, line, digest)
     try:
         output = step.run(ctx)
     except BaseException as caught:
         exc = what_stopped(caught)
         status = StageStatus.FAILED if isinstance(exc, CapserveError) else StageStatus.INTERRUPTED
         ctx.report.end(line, status, f"{type(exc).__name__}: {exc}", _now_quietly())
-        _record(ctx, step.stage, line, digest, quietly=True)
+        if recorded:
+            _record(ctx, step.stage, line, digest, quietly=True)
         if exc is caught:
             raise
         raise exc from None
@@ -122,7 +127,8 @@ def run_stage(ctx: CampaignContext, step: Step) -> None:
         ctx.report.end(line, output.status, output.why, clock().now())
     else:
         ctx.report.end(line, StageStatus.COMPLETED, now=clock().now())
-    _record(ctx, step.stage, line, digest, outputs=stage_outputs(step.stage, section))
+    if recorded:
+        _record(ctx, step.stage, line, digest, outputs=stage_outputs(step.stage, section))
 
 
 # What stops a run from outside (Ctrl-C, SIGTERM, a host going down), as opposed to an error of the run's own.

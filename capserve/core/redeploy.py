@@ -1,4 +1,5 @@
-"""Redeploying a running campaign on a new model revision: when it may run, and what it records (pure).
+"""Redeploying a running campaign on a new model revision: what it records (pure; when it may run is
+``capserve.core.redeploy_rules``).
 
 A redeploy stages the new revision, rolls it out with the rollout stage's strategy, evaluates it, and then
 either **promotes** it (the record's last good rollout moves to it) or **rolls back** to the last good
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
@@ -26,11 +27,7 @@ from capserve.core.rollout.config import RolloutConfig
 from capserve.core.rollout.probes import expected_start_s
 from capserve.core.rollout.start_history import StartHistory
 from capserve.core.rollout.strategy import Strategy
-from capserve.core.stages import Stage, StageStatus
 from capserve.core.timeline import TimeFigures
-
-if TYPE_CHECKING:  # the record holds RedeployEntry: importing it at run time would be a cycle
-    from capserve.core.record import CampaignRecord
 
 SHA = re.compile(r"^[0-9a-f]{40}$")
 
@@ -222,57 +219,6 @@ def swap_time(
         )
 
     return SwapTime(start_s=start(False), evaluation_s=f.gate_s, rollback_s=start(config.compile_cache))
-
-
-def refusal(
-    record: CampaignRecord, *, now: datetime, has_cluster: bool | None = None, past: StartHistory | None = None
-) -> str | None:
-    """Why the campaign cannot be redeployed now (None: it can). ``has_cluster``: what AWS says, once asked;
-    ``past``: the measured starts of what serves, once read."""
-    who = f"campaign {record.campaign_id}"
-    spec = record.load_spec()
-    if spec is None or record.lease is None:
-        return f"{who} has no spec or no lease in its record: run the campaign first (`capserve up`)"
-    drain_at = spec.teardown.drain_at(record.lease.end)
-    if now >= drain_at:
-        return (
-            f"{who} is inside its drain window (reservation {record.lease.reservation_id} ends "
-            f"{record.lease.end.isoformat()}; drain from {drain_at.isoformat()}, teardown.drain_before_end_minutes = "
-            f"{spec.teardown.drain_before_end_minutes}): nothing is redeployed this close to the end"
-        )
-    for stage, what in ((Stage.TEARDOWN, "torn down"), (Stage.DRAIN, "drained")):
-        entry = record.stage(stage)
-        if entry is not None and entry.status is StageStatus.COMPLETED:
-            return f"{who} has no cluster to redeploy on: it was {what}; run the campaign again to serve"
-    brought_up = record.stage(Stage.BRING_UP)
-    if brought_up is None or brought_up.status is not StageStatus.COMPLETED or has_cluster is False:
-        return f"{who} has no cluster to redeploy on: run the campaign (`capserve up`) to bring one up first"
-    good = record.last_good_rollout
-    if good is None:
-        return f"{who} records no good rollout to roll back to: let the campaign roll out and evaluate first"
-    # A swap still under way at the drain point would end the block with nothing evaluated serving.
-    swap = swap_time(good.config, past=past)
-    if now + timedelta(seconds=swap.total_s) > drain_at:
-        left = (drain_at - now).total_seconds() / 60
-        return (
-            f"{who} has {left:.0f} min left before its drain point ({drain_at.isoformat()}) and a redeploy takes "
-            f"{swap.describe()}: it would not finish before the drain; the revision waits for the next block"
-        )
-    return None
-
-
-def already_handled(record: CampaignRecord, sha: str) -> str | None:
-    """Why a redeploy to ``sha`` has nothing to do (None: it has): it serves already, or it was tried."""
-    good = record.last_good_rollout
-    if good is not None and good.config.revision_sha == sha:
-        return f"campaign {record.campaign_id} already serves revision {sha}"
-    tried = [e for e in record.redeploys if e.to_sha == sha]
-    if tried:
-        return (
-            f"campaign {record.campaign_id} already tried revision {sha} ({tried[-1].outcome} at "
-            f"{tried[-1].ended_at.isoformat()}): publish a new commit to redeploy"
-        )
-    return None
 
 
 def outcome_for(verdict: Verdict) -> Outcome:

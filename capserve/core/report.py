@@ -91,7 +91,7 @@ def _cost_markdown(ledger: CostLedger) -> str:
 
 
 EVALUATION_DIR = "evaluation"
-"""Where the evaluation writes its files, under the report's folder (capserve/campaign/stages.py)."""
+"""Where the evaluation writes its files, under the report's folder (capserve/flows/campaign.py)."""
 
 
 def _evaluation_markdown(result: EvaluationResult) -> str:

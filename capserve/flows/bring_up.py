@@ -81,18 +81,17 @@ def bring_up(
     spec: CampaignSpec,
     lease: Lease,
     settings: BringUpSettings | None = None,
-    now: datetime | None = None,
     nodes_per_replica: int | None = None,
 ) -> ClusterResult:
     """Bring up (or find) the campaign's cluster on ``lease`` and wait until every GPU node is usable.
 
-    ``now`` is the wall-clock instant the deadline rule is judged at (default: the current time; the
-    sandbox passes its clock's). ``nodes_per_replica`` is the plan's (EFA and huge pages only when it is
+    The deadline rule is judged at the campaign's clock's now (``capserve.tasks.the_clock``).
+    ``nodes_per_replica`` is the plan's (EFA and huge pages only when it is
     above 1); unknown, it is taken as the lease's instance count, the widest layout the lease could hold.
     """
     settings = settings or settings_for(spec).bring_up
     began = clock().now()
-    budget = bring_up_steps(spec, lease, now or began)
+    budget = bring_up_steps(spec, lease, began)
     efa = _efa(lease, nodes_per_replica)
     if spec.cluster.existing_cluster_name:
         aws = _existing(spec.cluster.existing_cluster_name, spec, lease, settings, budget)
@@ -143,7 +142,6 @@ def prepare_cluster(
     spec: CampaignSpec,
     lease: Lease,
     settings: BringUpSettings | None = None,
-    now: datetime | None = None,
     nodes_per_replica: int | None = None,
 ) -> tuple[str, tuple[str, ...]]:
     """Before the block: everything of the cluster that needs no GPU (network, IAM roles, the EKS control plane,
@@ -152,7 +150,7 @@ def prepare_cluster(
     Converges like bring-up (what exists is found, not made again). Returns the cluster's name and what this run
     created. ``nodes_per_replica``: the plan's, as for ``bring_up`` (the launch template depends on it)."""
     settings = settings or settings_for(spec).bring_up
-    budget = bring_up_steps(spec, lease, now or clock().now())
+    budget = bring_up_steps(spec, lease, clock().now())
     aws, roles = _control_side(spec, lease, settings, budget)
     if spec.cluster.kind == "eks":
         assert aws.network is not None  # noqa: S101 - the control side always builds (or finds) the network

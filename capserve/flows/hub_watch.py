@@ -27,7 +27,7 @@ from capserve.tasks.weights.hub import hub_connection, resolve_revision
 
 @flow(name="hub-watcher", validate_parameters=True)
 def watch_hub(
-    regions: list[str], hub_endpoint: str | None = None, now: datetime | None = None, waypoint: datetime | None = None
+    regions: list[str], hub_endpoint: str | None = None, waypoint: datetime | None = None
 ) -> list[str] | State:
     """Check every running campaign whose records live in one of ``regions`` (their home regions); returns
     ``campaign@sha`` for each revision announced by this run. ``waypoint``: the time on the campaign's clock a
@@ -36,17 +36,16 @@ def watch_hub(
     skipped = skipped_without_aws("hub watcher", "capserve-hub-watcher", [])
     if skipped is not None:
         return skipped
-    if waypoint is not None:
-        now = now or clock().begin_at(waypoint)
+    began = clock().begin_at(waypoint) if waypoint is not None else None
     with clock().working():
-        return _watch(regions, hub_endpoint, now)
+        return _watch(regions, hub_endpoint, began)
 
 
-def _watch(regions: list[str], hub_endpoint: str | None, now: datetime | None) -> list[str]:
+def _watch(regions: list[str], hub_endpoint: str | None, began: datetime | None) -> list[str]:
     logger = get_run_logger()
     settings = settings_from_environment()
     conn = hub_connection(hub_endpoint or hub_endpoint_from_environment(), None, settings.weights.hub_timeout_seconds)
-    at = now or clock().now()
+    at = began or clock().now()
     announced: list[str] = []
     for region in dict.fromkeys(regions):
         location = locate_records(region, settings.records)

@@ -10,8 +10,6 @@ teardown of someone's cluster is planned, then applied).
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from prefect import flow, get_run_logger
 from prefect.client.schemas.objects import State
 
@@ -31,19 +29,19 @@ from capserve.tasks.the_clock import clock
 def reaper(
     regions: list[str],
     *,
-    now: datetime | None = None,
     dry_run: bool = True,
     settings: ReaperSettings | None = None,
 ) -> ReaperResult | State:
     """Judge every capserve campaign found in ``regions`` and in the regions its records' leases are in, at
-    ``now`` (default: the current time). On a worker without AWS credentials: Completed, "skipped".
+    the campaign's clock's now (``capserve.tasks.the_clock``). On a worker without AWS credentials: Completed,
+    "skipped".
 
     A campaign whose teardown fails does not stop the others; the flow raises at the end, naming each.
     """
     logger = get_run_logger()
     everything = settings_from_environment()
     settings = settings or everything.reaper
-    now = now or clock().now()
+    now = clock().now()
     skipped = skipped_without_aws("reaper", REAPER_ARTIFACT, ReaperResult(regions=tuple(regions), dry_run=dry_run,
                                                                           now=now))
     if skipped is not None:

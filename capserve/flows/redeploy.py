@@ -26,7 +26,6 @@ serving; a rollback that fails leaves the cluster to the scheduled teardown (the
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -39,16 +38,7 @@ from capserve.campaign.announce import about, announce
 from capserve.campaign.announce import now as utc_now
 from capserve.campaign.context import CampaignContext, RunOptions, need
 from capserve.campaign.run_names import campaign_runs
-from capserve.campaign.runner import StageEnd, StageOutput
-from capserve.campaign.stages import (
-    evaluate_stage,
-    rollout_inputs,
-    rollout_stage,
-    stage_image_stage,
-    stage_weights_stage,
-    weights_to_nodes_stage,
-)
-from capserve.core.cluster.result import ClusterResult
+from capserve.campaign.runner import Step, run_stage
 from capserve.core.errors import CapserveError, PermanentError
 from capserve.core.events import rollout_event
 from capserve.core.planner.plan import ServingPlan
@@ -57,19 +47,26 @@ from capserve.core.redeploy import (
     Outcome,
     RedeployEntry,
     Verdict,
-    already_handled,
     down_phases,
     outcome_for,
     redeploys_markdown,
-    refusal,
 )
+from capserve.core.redeploy_rules import already_handled, refusal
 from capserve.core.report import CampaignReport
 from capserve.core.rollout.start_history import StartHistory, history_uri, shape_key
 from capserve.core.settings import Settings
 from capserve.core.spec import CampaignSpec
-from capserve.core.stages import Stage, StageStatus
+from capserve.core.stages import Stage
 from capserve.core.weights.assembly import model_repo
-from capserve.flows.bring_up import bring_up
+from capserve.flows.campaign import (
+    cluster_on_lease,
+    evaluate_stage,
+    rollout_inputs,
+    rollout_stage,
+    stage_image_stage,
+    stage_weights_stage,
+    weights_to_nodes_stage,
+)
 from capserve.flows.rollout import roll_back
 from capserve.flows.window import campaign_record, recorded_spec
 from capserve.tasks.locations import locations_for
@@ -98,11 +95,10 @@ def redeploy(
     region: str | None = None,
     hub_endpoint: str | None = None,
     out_dir: Path | None = None,
-    now: datetime | None = None,
 ) -> RedeployEntry | State:
     """Stage, roll out and evaluate ``revision`` (a commit, branch or tag of the campaign's repo) on the running
     campaign, then promote it or roll back. ``region``: the campaign's home region (where its record lives;
-    default ``CAPSERVE_RECORDS__REGION``). ``now``: when the drain window is judged (default: the current time).
+    default ``CAPSERVE_RECORDS__REGION``). The drain window is judged at the campaign's clock's now.
     """
     base = settings_from_environment()
     home = region or base.records.region
@@ -112,7 +108,7 @@ def redeploy(
             "first of its capacity.regions) or set CAPSERVE_RECORDS__REGION"
         )
     record, ref = campaign_record(campaign_id, home, base)
-    _refuse(record, now)
+    _refuse(record)
     # The clock may hold while the redeploy works; the stages' subflows are tagged with the campaign.
     with clock().working(), campaign_runs(campaign_id), campaign_slot(campaign_id):
         record = load_record(ref) or record  # the slot may have been waited for: what did the last holder do?
@@ -123,7 +119,7 @@ def redeploy(
         if done is not None:
             get_run_logger().info("redeploy of %s to %s: nothing to do (%s)", campaign_id, sha, done)
             return Completed(name="Skipped", message=done)
-        _refuse(record, now, cluster_spec=spec, past=_past_starts(record, spec, base))
+        _refuse(record, cluster_spec=spec, past=_past_starts(record, spec, base))
         # Unless told otherwise, beside the campaign's report (on this worker's host), a folder per revision.
         folder = campaign_report_dir(campaign_id) / "redeploys"
         options = RunOptions(
@@ -157,7 +153,7 @@ def _past_starts(record: CampaignRecord, spec: CampaignSpec, base: Settings) -> 
 
 
 def _refuse(
-    record: CampaignRecord, now: datetime | None, *, cluster_spec: CampaignSpec | None = None,
+    record: CampaignRecord, *, cluster_spec: CampaignSpec | None = None,
     past: StartHistory | None = None,
 ) -> None:
     """Raise the reason the campaign cannot be redeployed now; with ``cluster_spec``, AWS is asked for its cluster."""
@@ -170,7 +166,7 @@ def _refuse(
             existing_cluster=cluster_spec.cluster.existing_cluster_name,
         )
         has_cluster = found.workload_cluster is not None and found.workload_cluster.endpoint is not None
-    why = refusal(record, now=now or clock().now(), has_cluster=has_cluster, past=past)
+    why = refusal(record, now=clock().now(), has_cluster=has_cluster, past=past)
     if why is not None:
         raise PermanentError(f"redeploy refused: {why}")
 
@@ -192,14 +188,14 @@ def _redeploy(ctx: CampaignContext, ref: RecordRef, sha: str, trigger: str) -> R
     serving = previous.config.revision_sha
     entry = _Entry(from_sha=serving, to_sha=sha, trigger=trigger, serving=serving)
     try:
-        _stage(ctx, Stage.PLAN, _plan)
-        _stage(ctx, Stage.STAGE_WEIGHTS, stage_weights_stage)
-        _stage(ctx, Stage.STAGE_IMAGE, stage_image_stage)
-        _stage(ctx, Stage.BRING_UP, _cluster)
-        _stage(ctx, Stage.WEIGHTS_TO_NODES, weights_to_nodes_stage)
+        run_stage(ctx, Step(Stage.PLAN, _plan), recorded=False)
+        run_stage(ctx, Step(Stage.STAGE_WEIGHTS, stage_weights_stage), recorded=False)
+        run_stage(ctx, Step(Stage.STAGE_IMAGE, stage_image_stage), recorded=False)
+        run_stage(ctx, Step(Stage.BRING_UP, cluster_on_lease), recorded=False)  # it exists: checked before
+        run_stage(ctx, Step(Stage.WEIGHTS_TO_NODES, weights_to_nodes_stage), recorded=False)
         entry.serving = None  # from here on, what serves depends on how the rollout ends
         entry.rollout_began = clock().now()
-        _stage(ctx, Stage.ROLLOUT, rollout_stage)
+        run_stage(ctx, Step(Stage.ROLLOUT, rollout_stage), recorded=False)
     except CapserveError as exc:
         _finish(ctx, ref, entry.ended("failed", f"{type(exc).__name__}: {exc}"))
         raise
@@ -268,44 +264,17 @@ class _Entry:
         return self.rollback_began
 
 
-def _stage(ctx: CampaignContext, stage: Stage, run: Callable[[CampaignContext], StageOutput]) -> None:
-    """One stage, timed in the redeploy's report, its result in its section (the campaign record is left alone)."""
-    line = ctx.report.begin(stage)
-    try:
-        output = run(ctx)
-    except BaseException as exc:
-        status = StageStatus.FAILED if isinstance(exc, CapserveError) else StageStatus.INTERRUPTED
-        ctx.report.end(line, status, f"{type(exc).__name__}: {exc}")
-        raise
-    section = output.section if isinstance(output, StageEnd) else output
-    if section is not None:
-        ctx.report.add(section)
-    if isinstance(output, StageEnd):
-        ctx.report.end(line, output.status, output.why)
-    else:
-        ctx.report.end(line, StageStatus.COMPLETED)
-
-
 def _plan(ctx: CampaignContext) -> ServingPlan:
     """The plan for the new revision (its geometry may differ); no preflight: nothing is bought."""
     model = resolve_model(ctx.spec.model, ctx.options.hub_endpoint)
     return plan_campaign(ctx.spec, model, ctx.settings.planner)
 
 
-def _cluster(ctx: CampaignContext) -> ClusterResult:
-    """The campaign's cluster, found and proven usable by bring-up (it exists: checked before; nothing is made)."""
-    plan = ctx.report.plan
-    return bring_up(
-        ctx.spec, need(ctx.lease, Stage.ACQUIRE), ctx.settings.bring_up,
-        nodes_per_replica=plan.parallel.nodes_per_replica if plan else None,
-    )
-
-
 def _evaluate(ctx: CampaignContext) -> tuple[Verdict, str]:
     """The new revision's verdict, and why it is not promoted ('' when it passed)."""
     line_count = len(ctx.report.stages)
     try:
-        _stage(ctx, Stage.EVALUATE, evaluate_stage)
+        run_stage(ctx, Step(Stage.EVALUATE, evaluate_stage), recorded=False)
     except CapserveError as exc:
         return "not-evaluated", f"its evaluation could not run: {exc}"
     evaluation = ctx.report.evaluation

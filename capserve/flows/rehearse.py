@@ -5,7 +5,7 @@ may require (docs/rehearsal.md; the plan is ``capserve.core.rehearsal``).
 
 No acquire: the lease is on-demand (``capserve.core.rehearsal.on_demand_lease``), so the node group differs from
 the campaign's only by ``capacityType`` ON_DEMAND and a launch template without the Capacity Block market options
-(``capserve.core.cluster.eks``). Every other stage is the campaign's own function (``capserve.campaign.stages``),
+(``capserve.core.cluster.eks``). Every other stage is the campaign's own function (``capserve.flows.campaign``),
 run by the campaign's runner, except the two that schedule the lease's window runs (bring-up and teardown): an
 on-demand lease has no window to schedule. The rehearsal runs under its own campaign id, so its teardown (and
 the reaper, once its short lease is over) deletes only what it made.
@@ -23,14 +23,6 @@ from prefect import flow
 from capserve.campaign.announce import about, announce, now, recorded
 from capserve.campaign.context import CampaignContext, RunOptions, need
 from capserve.campaign.runner import Step, run_campaign, run_stage
-from capserve.campaign.stages import (
-    evaluate_stage,
-    plan_stage,
-    rollout_stage,
-    stage_image_stage,
-    stage_weights_stage,
-    weights_to_nodes_stage,
-)
 from capserve.core.capacity.states import ReservationState
 from capserve.core.cluster.result import ClusterResult
 from capserve.core.cost.prices import load_price_table
@@ -55,6 +47,14 @@ from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage, StageStatus
 from capserve.core.teardown.result import TeardownIncompleteError, TeardownReason, TeardownResult
 from capserve.flows.bring_up import bring_up
+from capserve.flows.campaign import (
+    evaluate_stage,
+    plan_stage,
+    rollout_stage,
+    stage_image_stage,
+    stage_weights_stage,
+    weights_to_nodes_stage,
+)
 from capserve.flows.teardown import teardown
 from capserve.tasks.record_store import save_rehearsal
 from capserve.tasks.rehearsal import rehearsal_zone

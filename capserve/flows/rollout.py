@@ -18,6 +18,7 @@ from contextlib import contextmanager
 
 from prefect import flow, get_run_logger
 
+from capserve.campaign.rollout import RolloutInputs, RolloutRun
 from capserve.campaign.run_names import stage_run_name
 from capserve.core.cluster.result import ClusterResult
 from capserve.core.cluster.settings import KubeSettings
@@ -30,7 +31,6 @@ from capserve.core.rollout.strategy import RolloutDecision, Step, rollback_decis
 from capserve.tasks.kube import api_client_for_eks
 from capserve.tasks.rollout.access import key_in_environment, port_forward
 from capserve.tasks.rollout.objects import ensure_api_key
-from capserve.tasks.rollout.run import RolloutInputs, RolloutRun
 from capserve.tasks.the_clock import clock
 
 # The variable the evaluation reads the campaign's endpoint key from, only while it runs.

@@ -34,7 +34,6 @@ from prefect.states import Cancelled, Failed
 from capserve.campaign.context import CampaignContext, RunOptions, need
 from capserve.campaign.run_names import campaign_runs
 from capserve.campaign.runner import run_campaign
-from capserve.campaign.stages import teardown_stage
 from capserve.campaign.states import verdict_state
 from capserve.core.act_lines import drain_line, prepared_line
 from capserve.core.capacity.lease_check import lease_problems
@@ -52,7 +51,7 @@ from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage, StageStatus
 from capserve.core.teardown.result import TeardownResult
 from capserve.flows.bring_up import prepare_cluster
-from capserve.flows.campaign import CAMPAIGN
+from capserve.flows.campaign import CAMPAIGN, teardown_stage
 from capserve.flows.notify import notify
 from capserve.flows.teardown import teardown
 from capserve.tasks.capacity.reservations import describe_reservation_by_id

@@ -21,18 +21,20 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
 from prefect import get_client, get_run_logger
 from prefect.client.schemas.actions import VariableCreate
-from prefect.concurrency._leases import maintain_concurrency_lease  # the renewal thread of prefect's concurrency()
+from prefect.client.schemas.objects import ConcurrencyLeaseHolder
+from prefect.concurrency.asyncio import ConcurrencySlotAcquisitionError
+from prefect.concurrency.context import ConcurrencyContext
+from prefect.concurrency.sync import concurrency
 from prefect.exceptions import MissingContextError, ObjectNotFound, PrefectHTTPStatusError
 from prefect.logging import get_logger
 from prefect.runtime import deployment, flow_run
-from prefect.types._concurrency import ConcurrencyLeaseHolder
 from pydantic import BaseModel, ValidationError
 
 from capserve.core.errors import PermanentError
@@ -93,52 +95,59 @@ def campaign_slot(campaign_id: str, settings: SlotSettings | None = None) -> Ite
 def leased_slot(
     limit: str, lease_seconds: int, *, purpose: str, timeout_seconds: float | None = None
 ) -> Iterator[None]:
-    """Hold the one slot of ``limit`` (created here, limit 1) for the block; reclaim it from a dead holder."""
+    """Hold the one slot of ``limit`` (created here, limit 1) for the block; reclaim it from a dead holder.
+
+    Taken, renewed and released by Prefect's ``concurrency()``, strict as ``concurrency(strict=True)``: a run
+    whose lease is lost is stopped rather than go on beside a second holder (docs/prefect.md §5)."""
     with get_client(sync_client=True) as client:
         client.upsert_global_concurrency_limit_by_name(limit, 1)
-        lease_id = _acquire(client, limit, lease_seconds, purpose, timeout_seconds)
-    _log().info("holding slot %s (%s)", limit, purpose)
-    try:
-        # strict, as prefect's own concurrency(strict=True): a run whose lease is lost is stopped rather than
-        # go on beside a second holder.
-        with maintain_concurrency_lease(lease_id, lease_seconds, raise_on_lease_renewal_failure=True):
-            yield
-    finally:
-        with get_client(sync_client=True) as client:
-            _forget(client, limit, lease_id)  # before the release: nobody else can hold the slot yet
-            client.release_concurrency_slots_with_lease(lease_id)
-
-
-def _acquire(client: Any, limit: str, lease_seconds: int, purpose: str, timeout_seconds: float | None) -> UUID:
     run_id = flow_run.get_id()
     holder = ConcurrencyLeaseHolder(type="flow_run", id=UUID(run_id)) if run_id else None
+    # Prefect notes each lease it grants in the current ConcurrencyContext (to release it should the run be
+    # cancelled): in one of our own, ours is the only one, and its id goes into the note beside it.
+    with ConcurrencyContext() as granted, ExitStack() as held:
+        _wait_for(held, limit, lease_seconds, holder, purpose, timeout_seconds)
+        mine = SlotNote(lease_id=granted.cleanup_lease_ids[-1], flow_run_id=UUID(run_id) if run_id else None,
+                        flow_run_name=flow_run.get_name() if run_id else None, process=this_process(),
+                        since=datetime.now(UTC))
+        with get_client(sync_client=True) as client:
+            _leave(client, limit, mine)
+        _log().info("holding slot %s (%s)", limit, purpose)
+        try:
+            yield
+        finally:
+            with get_client(sync_client=True) as client:
+                _forget(client, limit, mine.lease_id)  # before the release: nobody else can hold the slot yet
+
+
+def _wait_for(
+    held: ExitStack, limit: str, lease_seconds: int, holder: ConcurrencyLeaseHolder | None, purpose: str,
+    timeout_seconds: float | None,
+) -> None:
+    """Take the slot into ``held``, asking once per poll (not inside Prefect's own wait: between asks a dead
+    holder's lease is released, the live one named, and the block's clock may move)."""
     deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
     reclaimed: set[UUID] = set()
     named: object = "nobody yet"  # the holder last named in the log: name each one once
     while True:
         try:
-            answer = client.increment_concurrency_slots_with_lease(
-                names=[limit], slots=1, mode="concurrency", lease_duration=lease_seconds, holder=holder
-            )
-        except PrefectHTTPStatusError as exc:
-            if exc.response.status_code != LOCKED:
+            held.enter_context(concurrency(limit, lease_duration=lease_seconds, max_retries=0, strict=True,
+                                           holder=holder, raise_on_lease_renewal_failure=True))
+            return
+        except ConcurrencySlotAcquisitionError as exc:
+            taken = exc.__cause__
+            if not isinstance(taken, PrefectHTTPStatusError) or taken.response.status_code != LOCKED:
                 raise
-            wait = float(exc.response.headers.get("Retry-After", 1))
-        else:
-            lease_id = UUID(answer.json()["lease_id"])
-            mine = SlotNote(lease_id=lease_id, flow_run_id=UUID(run_id) if run_id else None,
-                            flow_run_name=flow_run.get_name() if run_id else None, process=this_process(),
-                            since=datetime.now(UTC))
-            _leave(client, limit, mine)
-            return lease_id
-        note = _read(client, limit)
-        if note is not None and note.lease_id not in reclaimed and note.process and provably_dead(note.process):
-            reclaimed.add(note.lease_id)  # a note left behind by a holder whose lease is already gone: once
-            _log().warning("slot %s: its holder is gone (%s, no longer running on this machine); releasing its "
-                           "lease now instead of waiting up to %d s for it to run out", limit, note.describe(),
-                           lease_seconds)
-            client.release_concurrency_slots_with_lease(note.lease_id)
-            continue
+            wait = float(taken.response.headers.get("Retry-After", 1))
+        with get_client(sync_client=True) as client:
+            note = _read(client, limit)
+            if note is not None and note.lease_id not in reclaimed and note.process and provably_dead(note.process):
+                reclaimed.add(note.lease_id)  # a note left behind by a holder whose lease is already gone: once
+                _log().warning("slot %s: its holder is gone (%s, no longer running on this machine); releasing its "
+                               "lease now instead of waiting up to %d s for it to run out", limit, note.describe(),
+                               lease_seconds)
+                client.release_concurrency_slots_with_lease(note.lease_id)
+                continue
         if (note.lease_id if note else None) != named:
             named = note.lease_id if note else None
             who = note.describe() if note else "a holder that left no note"

@@ -15,12 +15,12 @@ from capserve_sandbox.aws_ext import capacity as capacity_ext
 from capserve_sandbox.aws_ext import iam_rules
 from capserve_sandbox.environment import SandboxEndpoints, sandbox
 
-from capserve.campaign import stages
 from capserve.core.cluster.naming import ClusterNames
 from capserve.core.errors import PermanentError
 from capserve.core.permissions import PermissionCheck, cluster_access_problem
 from capserve.core.preflight import PreflightError
 from capserve.core.spec import CampaignSpec, load_spec
+from capserve.flows import campaign as stages
 from capserve.flows.campaign import campaign
 from capserve.tasks.permissions import check_permissions
 

@@ -29,6 +29,7 @@ from capserve.flows.redeploy import redeploy
 from capserve.tasks.locations import record_ref
 from capserve.tasks.record_store import change_record, load_record
 from capserve.tasks.reporting import REPORT_DIR_ENV
+from tests.clocks import moved_to
 from tests.flows.test_campaign import SMALL_LOAD, spec_file
 
 REGION = "us-east-2"  # the example's first capacity region: the campaign's home, where its record lives
@@ -145,8 +146,8 @@ def test_a_campaign_inside_its_drain_window_or_without_a_cluster_is_refused(runn
     record = running.record()
     assert record.lease is not None
     inside = record.lease.end - timedelta(minutes=33)  # drain_before_end_minutes is 34
-    with pytest.raises(PermanentError, match="inside its drain window.*drain_before_end_minutes"):
-        redeploy(running.campaign_id, "0" * 40, region=REGION, hub_endpoint=running.far_ends.hub, now=inside)
+    with moved_to(inside), pytest.raises(PermanentError, match="inside its drain window.*drain_before_end_minutes"):
+        redeploy(running.campaign_id, "0" * 40, region=REGION, hub_endpoint=running.far_ends.hub)
 
     # A record that says "brought up" while AWS has no cluster of that campaign: AWS's tags are the truth.
     ghost = record.model_copy(update={"campaign_id": "k3-ghost"})

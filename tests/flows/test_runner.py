@@ -15,7 +15,6 @@ import yaml
 from prefect import flow, task
 from prefect.exceptions import Pause, TerminationSignal
 
-import capserve.campaign.stages as stages_module
 import capserve.flows.campaign as campaign_module
 from capserve.campaign.context import CampaignContext, RunOptions
 from capserve.campaign.runner import StageEnd, StageOutput, Step, run_campaign
@@ -258,10 +257,10 @@ def test_an_environment_setting_and_a_spec_override_reach_the_stage(
     assert ctx.settings.weights.fetch_parallelism == 3  # the spec wins over the environment
     handed: list[object] = []
     monkeypatch.setattr(
-        stages_module, "bring_up", lambda spec, lease, settings, **_: handed.append(settings) or cluster()
+        campaign_module, "bring_up", lambda spec, lease, settings, **_: handed.append(settings) or cluster()
     )
     ctx.lease = lease()
-    stages_module.bring_up_stage(ctx)
+    campaign_module.bring_up_stage(ctx)
     assert handed == [ctx.settings.bring_up]
 
 

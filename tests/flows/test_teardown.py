@@ -21,6 +21,7 @@ from capserve.flows.bring_up import bring_up
 from capserve.flows.reaper import reaper
 from capserve.flows.teardown import teardown
 from capserve.tasks.kube import api_client_for_eks, apply
+from tests.clocks import moved_to
 
 REGION = "us-east-2"
 UP = BringUpSettings(poll_seconds=0, kube=KubeSettings(nodes_ready_timeout_s=20, addons_ready_timeout_s=20))
@@ -150,13 +151,14 @@ def test_reaper_keeps_young_unknown_leases_and_reaps_old_ones(kube: FakeKube) ->
     mine = {d.campaign_id: d for d in young.decisions}["down-reap"]
     assert not mine.reap and "within the 24 h grace" in mine.why and tagged_vpcs("down-reap")
 
-    later = datetime.now(UTC) + timedelta(days=2)
-    dry = reaper([REGION], now=later, settings=settings)
+    with moved_to(datetime.now(UTC) + timedelta(days=2)):
+        dry = reaper([REGION], settings=settings)
     mine = {d.campaign_id: d for d in dry.decisions}["down-reap"]
     assert mine.reap and mine.teardown is not None and mine.teardown.dry_run
     assert "eks-cluster/capserve-down-reap" in mine.teardown.deleted and tagged_vpcs("down-reap")
 
-    real = reaper([REGION], now=later, dry_run=False, settings=settings)
+    with moved_to(datetime.now(UTC) + timedelta(days=2)):
+        real = reaper([REGION], dry_run=False, settings=settings)
     mine = {d.campaign_id: d for d in real.decisions}["down-reap"]
     assert mine.teardown is not None and mine.teardown.reason == "reaper" and not mine.teardown.dry_run
     assert tagged_vpcs("down-reap") == [] and roles_of("down-reap") == []
@@ -181,7 +183,8 @@ def test_the_reaper_finds_and_deletes_a_leaked_nat_gateway_and_its_elastic_ip(ku
     )["NatGateway"]["NatGatewayId"]
 
     settings = ReaperSettings(unknown_lease_grace_hours=24, teardown=DOWN)
-    result = reaper([REGION], now=datetime.now(UTC) + timedelta(days=2), dry_run=False, settings=settings)
+    with moved_to(datetime.now(UTC) + timedelta(days=2)):
+        result = reaper([REGION], dry_run=False, settings=settings)
     mine = {d.campaign_id: d for d in result.decisions}["down-leak"]
     assert mine.reap and mine.teardown is not None and not mine.teardown.dry_run
     assert mine.teardown.deleted == (

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from capserve.core.lease import Lease
 from capserve.core.record import CampaignRecord, RolloutRecord, StageEntry
-from capserve.core.redeploy import RedeployEntry, already_handled, outcome_for, refusal, swap_time
+from capserve.core.redeploy import RedeployEntry, outcome_for, swap_time
+from capserve.core.redeploy_rules import already_handled, refusal
 from capserve.core.report import CampaignReport
 from capserve.core.rollout.start_history import MeasuredStart, StartHistory
 from capserve.core.spec import load_spec

@@ -25,19 +25,27 @@ def test_one_b300_cannot_hold_two_k3s_so_it_recreates() -> None:
 
 def test_two_b300_hold_two_k3s_so_blue_green_switches_after_evaluation() -> None:
     old = Serving(color="green", config=config_for(k3_plan()))
-    decision = choose_strategy(old, config_for(k3_plan(), spec(max_num_seqs=4)), nodes_available=2)
+    decision = choose_strategy(old, config_for(k3_plan(), spec(image="vllm/vllm-openai:v0.33.0")), nodes_available=2)
     assert decision.strategy == "blue-green" and decision.new_name == "vllm-blue"
     steps = decision.steps
     assert steps.index(Step.EVALUATE) < steps.index(Step.SWITCH_SERVICE) < steps.index(Step.DELETE_OLD)
     # A two-node K3 (two p6-b200) needs four nodes for two copies.
     two_node = Serving(color="blue", config=config_for(k3_plan("p6-b200.48xlarge")))
-    assert choose_strategy(two_node, two_node.config, nodes_available=3).strategy == "recreate"
-    assert choose_strategy(two_node, two_node.config, nodes_available=4).strategy == "blue-green"
+    changed = config_for(k3_plan("p6-b200.48xlarge"), spec(image="vllm/vllm-openai:v0.33.0"))
+    assert choose_strategy(two_node, changed, nodes_available=3).strategy == "recreate"
+    assert choose_strategy(two_node, changed, nodes_available=4).strategy == "blue-green"
+
+
+def test_what_already_serves_the_configuration_is_converged_on_under_its_own_colour() -> None:
+    serving = Serving(color="green", config=config_for(k3_plan()))
+    decision = choose_strategy(serving, config_for(k3_plan()), nodes_available=2)
+    assert (decision.strategy, decision.new_name, decision.old_name) == ("unchanged", "vllm-green", None)
+    assert Step.DELETE_OLD not in decision.steps and decision.steps[-1] is Step.SAVE_CACHE
 
 
 def test_a_failed_blue_green_keeps_the_old_colour_serving() -> None:
     good = Serving(color="blue", config=config_for(k3_plan()))
-    failed = choose_strategy(good, config_for(k3_plan(), spec(max_num_seqs=4)), nodes_available=2)
+    failed = choose_strategy(good, config_for(k3_plan(), spec(image="vllm/vllm-openai:v0.33.0")), nodes_available=2)
     rollback = rollback_decision(failed, good)
     assert rollback is not None and rollback.rollback
     assert (rollback.new_name, rollback.old_name, rollback.steps) == (
@@ -62,7 +70,7 @@ def test_a_failed_recreate_brings_the_last_good_configuration_back() -> None:
 
 def test_every_strategy_saves_the_compile_cache_only_after_the_services_switched() -> None:
     old = Serving(color="green", config=config_for(k3_plan()))
-    new = config_for(k3_plan(), spec(max_num_seqs=4))
+    new = config_for(k3_plan(), spec(image="vllm/vllm-openai:v0.33.0"))
     decisions = [
         choose_strategy(None, new, nodes_available=1),
         choose_strategy(old, new, nodes_available=1),

@@ -10,8 +10,8 @@
   colour is deleted first (its GPUs are needed), then the new one comes up under the other colour.
   A failure means nothing serves: roll back by recreating the last good configuration.
 
-- **unchanged** (decided by the rollout flow): what serves already runs this configuration; the steps
-  re-apply it under its own colour (server-side apply converges) and check it again.
+- **unchanged**: what serves already runs this configuration (a re-run); the steps re-apply it under its
+  own colour (server-side apply converges) and check it again.
 
 Colours alternate, so the new workload never shares a name with the old one. The last good
 configuration (a ``RolloutConfig``) is what the campaign record keeps; rolling back renders it again.
@@ -78,10 +78,18 @@ def nodes_per_copy(config: RolloutConfig) -> int:
 
 
 def choose_strategy(current: Serving | None, new: RolloutConfig, *, nodes_available: int) -> RolloutDecision:
-    """Blue/green when the reservation's GPU nodes hold the old and the new copy at once, else recreate.
+    """Blue/green when the reservation's GPU nodes hold the old and the new copy at once, else recreate;
+    unchanged when ``current`` already runs ``new``.
 
     ``nodes_available``: GPU nodes of the reservation (the lease's instance count, or the ready nodes).
     """
+    if current is not None and current.config.revision == new.revision:
+        return RolloutDecision(
+            strategy="unchanged",
+            new_color=current.color,
+            steps=(Step.APPLY_NEW, Step.WAIT_READY, Step.EVALUATE, Step.SWITCH_SERVICE, Step.SAVE_CACHE),
+            reason=f"{current.name} already serves revision {new.revision}: converge on it",
+        )
     need = nodes_per_copy(new)
     if current is None:
         return RolloutDecision(

@@ -1,11 +1,11 @@
-"""One rollout as the rollout and rollback flows drive it: render the plan, decide the strategy's steps, apply,
-wait for the pods, keep the measured start, save the compile caches, switch the Services, and say what served.
+"""One rollout as the rollout and rollback flows drive it: render the plan, run the strategy's steps in order
+(apply, wait for the pods, keep the measured start, save the compile caches, switch the Services), and say what
+served.
 
-``RolloutRun`` holds a flow's attempts against one cluster; each step is a task (``capserve.tasks.rollout``), and
-every decision is core's (``capserve.core.rollout``). The flows (``capserve/flows/rollout.py``) only choose which
-attempt to make and what to roll back to.
+``RolloutRun`` is the engine's sequencing of a flow's attempts against one cluster: each step is a task
+(``capserve.tasks.rollout``), and every decision, the strategy included, is core's (``capserve.core.rollout``).
+The flows (``capserve/flows/rollout.py``) only choose which attempt to make and what to roll back to.
 """
-
 
 from __future__ import annotations
 
@@ -284,11 +284,6 @@ class RolloutRun:
             # Left over from a run that failed or was interrupted before it was recorded good.
             delete_workload(self.api, self.namespace, name, self.inputs.kube,
                             timeout_s=self.inputs.wait.delete_timeout_s)
-        if current is not None and current.config.revision == config.revision:
-            steps = (Step.APPLY_NEW, Step.WAIT_READY, Step.EVALUATE, Step.SWITCH_SERVICE, Step.SAVE_CACHE)
-            reason = f"{current.name} already serves revision {config.revision}: converge on it"
-            unchanged = RolloutDecision(strategy="unchanged", new_color=current.color, steps=steps, reason=reason)
-            return unchanged, current
         return choose_strategy(current, config, nodes_available=self.inputs.cluster.nodes_ready), current
 
     def result(self, outcome: Outcome, decision: RolloutDecision, *, rolled_back: bool) -> RolloutResult:
