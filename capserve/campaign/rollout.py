@@ -253,7 +253,7 @@ class RolloutRun:
         )
         try:
             # The task's own wait ends at the deadline; the margin covers its API calls around that wait.
-            outcome.saved = future.result(timeout=deadline + 120)
+            outcome.saved = future.result(timeout=deadline + 4 * inputs.kube.request_timeout_s)
         except Exception as exc:  # noqa: BLE001 - whatever went wrong, the serving server stays up
             outcome.cache_save = "failed"
             outcome.cache_save_detail = f"{type(exc).__name__}: {exc}"[:1000]

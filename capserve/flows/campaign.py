@@ -230,7 +230,7 @@ def weights_to_nodes_stage(ctx: CampaignContext) -> NodeStagingResult:
     cluster = need(ctx.report.cluster, Stage.BRING_UP)
     if ctx.report.image is not None:
         # The image is pulled meanwhile, off the rollout's path (capserve.core.rollout.prepull).
-        started = start_image_prepull(cluster, ctx.spec.campaign_id, ctx.report.image.image)
+        started = start_image_prepull(cluster, ctx.spec.campaign_id, ctx.report.image.image, ctx.settings.rollout)
         get_run_logger().info("image: pre-pulling on %d GPU node(s) while the weights are copied", started)
     return stage_on_nodes(ctx.spec, cluster, manifest, ctx.settings.weights, ctx.settings.bring_up.kube)
 

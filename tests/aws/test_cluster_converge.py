@@ -78,7 +78,8 @@ def creates() -> list[str]:
 
 def control_plane(campaign: str, lease: Lease, kind: str) -> tuple[Any, Any, Any]:
     """Network, roles and the EKS cluster: what both the EKS and the HyperPod paths stand on."""
-    network = converge_network.fn(campaign, REGION, lease.availability_zone, "10.64.0.0/16", poll_s=0)
+    network = converge_network.fn(campaign, REGION, lease.availability_zone, "10.64.0.0/16",
+                                  nat_timeout_s=900, poll_s=0)
     roles = converge_roles.fn(campaign, kind, REGION)
     cluster = converge_cluster.fn(
         campaign,
@@ -238,7 +239,8 @@ def test_the_block_group_is_made_at_zero_before_the_block_and_scaled_once_the_bl
 
 def test_launch_template_content_and_new_version_for_a_new_reservation(sandbox: None) -> None:
     campaign = "conv-lt"
-    network = converge_network.fn(campaign, REGION, f"{REGION}b", "10.64.0.0/16", poll_s=0)
+    network = converge_network.fn(campaign, REGION, f"{REGION}b", "10.64.0.0/16",
+                                  nat_timeout_s=900, poll_s=0)
     first = converge_launch_template.fn(
         campaign, make_lease(), network.security_group_id, cluster_security_group_id="sg-c", uses_efa=True
     )

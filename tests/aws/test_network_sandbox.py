@@ -37,7 +37,7 @@ def tagged(campaign: str, kind: str, name: str) -> list[dict[str, Any]]:
 
 
 def test_gpu_subnet_routes_out_through_the_nat_gateway_and_s3_through_the_endpoint(sandbox: None) -> None:
-    network = converge_network.fn("net-a", REGION, f"{REGION}b", CIDR, poll_s=0)
+    network = converge_network.fn("net-a", REGION, f"{REGION}b", CIDR, nat_timeout_s=900, poll_s=0)
     client = ec2()
     table = client.describe_route_tables(RouteTableIds=[network.private_route_table_id])["RouteTables"][0]
     assert [a["SubnetId"] for a in table["Associations"]] == [network.gpu_subnet_id]
@@ -54,20 +54,20 @@ def test_gpu_subnet_routes_out_through_the_nat_gateway_and_s3_through_the_endpoi
     assert network.gpu_subnet_id not in network.control_plane_subnet_ids
 
     eks_ext.clear_calls()
-    again = converge_network.fn("net-a", REGION, f"{REGION}b", CIDR, poll_s=0)
+    again = converge_network.fn("net-a", REGION, f"{REGION}b", CIDR, nat_timeout_s=900, poll_s=0)
     assert again.created == () and again.nat_gateway_id == network.nat_gateway_id
     made = [c.action for c in eks_ext.calls("ec2") if c.action.startswith(("Create", "Allocate", "Associate"))]
     assert made == []
 
 
 def test_a_deleted_nat_gateway_is_replaced_and_the_route_moved_to_the_new_one(sandbox: None) -> None:
-    first = converge_network.fn("net-b", REGION, f"{REGION}a", CIDR, poll_s=0)
+    first = converge_network.fn("net-b", REGION, f"{REGION}a", CIDR, nat_timeout_s=900, poll_s=0)
     client = ec2()
     client.delete_nat_gateway(NatGatewayId=first.nat_gateway_id)
     client.get_waiter("nat_gateway_deleted").wait(
         NatGatewayIds=[first.nat_gateway_id], WaiterConfig={"Delay": 0, "MaxAttempts": 3}
     )
-    second = converge_network.fn("net-b", REGION, f"{REGION}a", CIDR, poll_s=0)
+    second = converge_network.fn("net-b", REGION, f"{REGION}a", CIDR, nat_timeout_s=900, poll_s=0)
     assert second.created == ("nat-gateway/capserve-net-b-nat",) and second.nat_gateway_id != first.nat_gateway_id
     assert second.eip_allocation_id == first.eip_allocation_id  # the address came free and is reused
     table = client.describe_route_tables(RouteTableIds=[second.private_route_table_id])["RouteTables"][0]
@@ -98,7 +98,7 @@ def test_eks_refuses_a_control_plane_subnet_in_a_disallowed_zone_id(sandbox: Non
 
 def test_a_block_in_use1_az3_gets_its_gpu_subnet_there_and_a_control_plane_eks_accepts(sandbox: None) -> None:
     region = "us-east-1"
-    network = converge_network.fn("net-az3", region, "us-east-1e", CIDR, poll_s=0)
+    network = converge_network.fn("net-az3", region, "us-east-1e", CIDR, nat_timeout_s=900, poll_s=0)
     zone_ids = {s.id: s.zone_id for s in network.subnets}
     assert zone_ids[network.gpu_subnet_id] == "use1-az3"
     assert "use1-az3" not in {zone_ids[s] for s in network.control_plane_subnet_ids}

@@ -39,7 +39,8 @@ def test_an_on_demand_node_group_launches_its_nodes_without_a_reservation(
     events: list[eks_ext.NodePoolActivated],
 ) -> None:
     campaign, lease = "rh-ondemand", on_demand_lease()
-    network = converge_network.fn(campaign, REGION, lease.availability_zone, "10.64.0.0/16", poll_s=0)
+    network = converge_network.fn(campaign, REGION, lease.availability_zone, "10.64.0.0/16",
+                                  nat_timeout_s=900, poll_s=0)
     roles = converge_roles.fn(campaign, "eks", REGION)
     cluster = converge_cluster.fn(
         campaign, REGION, kubernetes_version="1.34", role_arn=roles.by_component["eks-cluster-role"],

@@ -56,7 +56,7 @@ def lease() -> Lease:
 
 def bring_up_eks(campaign: str) -> None:
     """Bring-up's own converge tasks, as the bring_up flow runs them (without Kubernetes)."""
-    network = converge_network.fn(campaign, REGION, f"{REGION}b", "10.64.0.0/16", poll_s=0)
+    network = converge_network.fn(campaign, REGION, f"{REGION}b", "10.64.0.0/16", nat_timeout_s=900, poll_s=0)
     roles = converge_roles.fn(campaign, "eks", REGION)
     cluster = converge_cluster.fn(
         campaign, REGION, kubernetes_version="1.34", role_arn=roles.by_component["eks-cluster-role"],

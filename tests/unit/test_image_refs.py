@@ -50,7 +50,7 @@ def test_the_slowest_pull_of_the_workloads_own_pods_is_reported() -> None:
 
 def test_one_prepull_job_per_gpu_node_pulls_the_image_there_and_exits() -> None:
     image = f"123456789012.dkr.ecr.us-east-2.amazonaws.com/capserve/k3-demo/vllm/vllm-openai@{DIGEST}"
-    namespace, *jobs = prepull_objects("k3-demo", image, ("node-a", "node-b"))
+    namespace, *jobs = prepull_objects("k3-demo", image, ("node-a", "node-b"), deadline_s=4 * 3600)
 
     assert (namespace["kind"], namespace["metadata"]["name"]) == ("Namespace", "capserve-k3-demo")
     assert [j["metadata"]["name"] for j in jobs] == ["image-prepull-0", "image-prepull-1"]

@@ -184,7 +184,7 @@ def test_every_setting_is_documented(path: tuple[str, ...]) -> None:
 
 def test_the_rollout_is_given_the_run_s_rollout_wait_and_kube_settings(tmp_path: Path) -> None:
     from capserve.campaign.context import CampaignContext, RunOptions
-    from capserve.campaign.stages import rollout_inputs
+    from capserve.flows.campaign import rollout_inputs
 
     the_spec = load_spec(EXAMPLE)
     settings = settings_for(the_spec).updated({

@@ -91,7 +91,8 @@ def test_nvme_jobs_write_under_the_raid0_mount_and_leave_a_node_marker() -> None
 def test_the_job_runs_the_copy_tool_with_its_files_and_tuning() -> None:
     from capserve.core.weights.settings import WeightsSettings
 
-    settings = WeightsSettings(staging_requests=64, staging_part_bytes=8 << 20, staging_parallelism=12)
+    settings = WeightsSettings(staging_requests=64, staging_part_bytes=8 << 20, staging_parallelism=12,
+                               staging_part_attempts=7)
     job = render_staging_job(MANIFEST, node=0, campaign_id="demo", namespace="capserve", bucket="bkt",
                              prefix="w", node_target="nvme", node_name="ip-a", settings=settings, tool_source=TOOL)
     container = job["spec"]["template"]["spec"]["containers"][0]
@@ -103,8 +104,8 @@ def test_the_job_runs_the_copy_tool_with_its_files_and_tuning() -> None:
         ["1" * 64, 10, "config.json", "config.json"],
         ["2" * 64, 100, "ep4-nodes2/dense-00001-of-00001.safetensors", "dense-00001-of-00001.safetensors"],
     ]
-    assert (env["REQUESTS"], env["PART_BYTES"], env["FILES_AT_ONCE"], env["PROCESSES"]) == ("64", str(8 << 20),
-                                                                                           "12", "8")
+    assert (env["REQUESTS"], env["PART_BYTES"], env["FILES_AT_ONCE"], env["PROCESSES"], env["ATTEMPTS"]) == (
+        "64", str(8 << 20), "12", "8", "7")
 
 
 def test_nvme_paths_outside_the_raid0_mount_are_refused() -> None:

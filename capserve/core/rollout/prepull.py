@@ -23,13 +23,12 @@ from capserve.core.tags import CAMPAIGN_TAG
 
 PREPULL_ROLE = "image-prepull"
 TTL_S = 24 * 3600  # kept for the rollout to read its pod's Pulled event; teardown deletes it with the campaign
-DEADLINE_S = 4 * 3600  # longer than any pull: a Job stuck behind a failing pull ends, it does not linger
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
-def prepull_objects(campaign_id: str, image: str, nodes: tuple[str, ...]) -> list[dict[str, Any]]:
+def prepull_objects(campaign_id: str, image: str, nodes: tuple[str, ...], deadline_s: int) -> list[dict[str, Any]]:
     """The campaign's namespace (as the staging Jobs have it) and one Job per node in ``nodes`` whose pod pulls
-    ``image`` there and exits."""
+    ``image`` there and exits, or is ended after ``deadline_s`` (a pull stuck behind a failing registry)."""
     labels = {**base_labels(campaign_id), ROLE_LABEL: PREPULL_ROLE}
     namespace = {"apiVersion": "v1", "kind": "Namespace",
                  "metadata": {"name": serving_namespace(campaign_id), "labels": {CAMPAIGN_TAG: campaign_id}}}
@@ -55,7 +54,7 @@ def prepull_objects(campaign_id: str, image: str, nodes: tuple[str, ...]) -> lis
             "kind": "Job",
             "metadata": {"name": f"image-prepull-{index}", "namespace": serving_namespace(campaign_id),
                          "labels": labels},
-            "spec": {"backoffLimit": 0, "activeDeadlineSeconds": DEADLINE_S, "ttlSecondsAfterFinished": TTL_S,
+            "spec": {"backoffLimit": 0, "activeDeadlineSeconds": deadline_s, "ttlSecondsAfterFinished": TTL_S,
                      "template": pod},
         })  # fmt: skip
     return jobs

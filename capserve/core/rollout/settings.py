@@ -90,6 +90,10 @@ class RolloutSettings(BaseModel):
     liveness_failure_threshold: int = Field(
         5, ge=1, le=100, description="Failed liveness probes before a restart (which rebuilds the whole LWS group)."
     )
+    prepull_deadline_s: int = Field(
+        4 * 3600, ge=600, le=24 * 3600,
+        description="activeDeadlineSeconds of an image pre-pull Job: longer than any pull (a ~10 GB image) [inf].",
+    )
     termination_grace_s: int = Field(
         POD_TERMINATION_GRACE_S, ge=0, le=3600, description="Time vLLM gets to drain on delete."
     )

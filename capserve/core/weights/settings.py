@@ -80,6 +80,9 @@ class WeightsSettings(BaseModel):
         4 * 3600, ge=60, le=48 * 3600, description="activeDeadlineSeconds of a staging Job."
     )
     staging_backoff_limit: int = Field(3, ge=0, le=20, description="Pod retries of a staging Job.")
+    staging_part_attempts: int = Field(
+        5, ge=1, le=20, description="Attempts of one part by the staging copy, beyond botocore's retries of a request."
+    )
     nvme_path: str = Field(
         f"{RAID0_MOUNT}/capserve/weights",
         pattern=NVME_PATH,

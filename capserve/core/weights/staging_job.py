@@ -101,6 +101,7 @@ def render_staging_job(
                     {"name": "REQUESTS", "value": str(settings.staging_requests)},
                     {"name": "FILES_AT_ONCE", "value": str(settings.staging_parallelism)},
                     {"name": "PROCESSES", "value": str(settings.staging_processes)},
+                    {"name": "ATTEMPTS", "value": str(settings.staging_part_attempts)},
                     {"name": "NODE_INDEX", "value": str(node)},
                     {"name": "NODE_MARKER", "value": NODE_MARKER},
                 ],

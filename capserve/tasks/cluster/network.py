@@ -13,9 +13,6 @@ from capserve.tasks import aws
 from capserve.tasks.cluster.common import only_one, tag_filters, wait_on_the_block, waiter_error
 from capserve.tasks.resilience import aws_task
 
-# A NAT gateway takes a few minutes to become available (VPC user guide, "NAT gateways").
-DEFAULT_NAT_TIMEOUT_S = 900.0
-
 
 @aws_task(name="converge-network", cache_policy=NO_CACHE)
 def converge_network(
@@ -24,8 +21,8 @@ def converge_network(
     availability_zone: str,
     vpc_cidr: str,
     *,
-    nat_timeout_s: float = DEFAULT_NAT_TIMEOUT_S,
-    poll_s: float = 15.0,
+    nat_timeout_s: float,
+    poll_s: float,
 ) -> build.NetworkIds:
     """VPC; public subnets, internet gateway and public route; the NAT gateway (with its Elastic IP) in the
     reservation AZ's public subnet; the private GPU subnet, its route table (0.0.0.0/0 → NAT) and the S3

@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MB = 1 << 20
-ATTEMPTS = 5  # per part, on top of botocore's own retries of a request
 
 
 class Permanent(Exception):
@@ -59,7 +58,7 @@ class Tuning:
     part_bytes: int = 16 * MB
     requests: int = 128
     files_at_once: int = 16
-    attempts: int = ATTEMPTS
+    attempts: int = 5  # per part, on top of botocore's own retries of a request (the Job's ATTEMPTS)
     backoff_s: float = 0.2
 
 
@@ -316,6 +315,7 @@ def main(env: dict[str, str]) -> int:
         part_bytes=int(env.get("PART_BYTES", 16 * MB)),
         requests=max(1, int(env.get("REQUESTS", "128")) // max(1, len(groups))),
         files_at_once=max(1, int(env.get("FILES_AT_ONCE", "16")) // max(1, len(groups))),
+        attempts=max(1, int(env.get("ATTEMPTS", "5"))),
     )
     started = time.monotonic()
     if len(groups) <= 1:
