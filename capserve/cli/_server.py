@@ -54,6 +54,7 @@ FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 # A worker asks for runs every 10 s by default (PREFECT_WORKER_QUERY_SECONDS, docs/prefect.md): a run still
 # scheduled after four of its polls has no worker, and the person hears so within a minute.
 NO_WORKER_AFTER_S = 45
+LOGS_LAG_S = 3.0  # a run's last log lines reach the server after its end (Prefect sends them in 2-s batches)
 
 
 @dataclass(frozen=True)
@@ -327,16 +328,19 @@ def _follow_scheduled(
 
     view.say("following the scheduled runs until the teardown (Ctrl-C stops following)")
     last: dict[str, str] = {}
+    ended_at: dict[str, float] = {}  # run → when its end was first seen (its last lines may still be on the way)
     while True:
         runs = read_runs_about(campaign_id, since=since)
         changed = [run for run in runs if last.get(run.flow_run_id) != (run.state_name or run.state_type)]
-        if changed:
+        ready = [run for run in changed if run.state_type not in FINAL
+                 or time.monotonic() - ended_at.setdefault(run.flow_run_id, time.monotonic()) >= LOGS_LAG_S]
+        if ready:
             progress.poll(now=True)  # what the runs told before these changes comes before them
-        for run in changed:
+        for run in ready:
             now = run.state_name or run.state_type
             view.state(run.name, run.state_type, state_text(run.state_type, run.state_name))
             last[run.flow_run_id] = now
-        if runs and all(run.state_type in FINAL for run in runs):
+        if runs and len(ready) == len(changed) and all(run.state_type in FINAL for run in runs):
             return
         progress.poll()
         health()

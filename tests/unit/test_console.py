@@ -127,6 +127,43 @@ def test_a_runs_end_shows_its_last_lines_block_time_not_the_jump_after_it() -> N
     assert out.getvalue().splitlines()[-1].endswith("  block +23:28  teardown-k3-demo: Completed")
 
 
+def test_a_runs_end_is_told_after_the_lines_it_logged_just_before_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prefect sends a run's log lines in batches, so its end may be seen before its last lines arrive."""
+    now = [0.0]
+
+    class Clock:
+        @staticmethod
+        def monotonic() -> float:
+            return now[0]
+
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            now[0] += seconds
+
+    def runs(campaign_id: str, *, since: datetime) -> list[ExistingRun]:
+        state = ("RUNNING", "Running") if now[0] < 2 else ("COMPLETED", "Completed")
+        return [ExistingRun(flow_run_id="r1", name="drain-k3-demo", state_type=state[0], state_name=state[1])]
+
+    class Progress:
+        told = False
+
+        def poll(self, **_: Any) -> None:
+            if now[0] >= 4 and not self.told:  # the drain's last line lands 2 s after its end was seen
+                self.told = True
+                view.show([ProgressLine(run="drain-k3-demo", line="drained: 1 Service(s) removed", at=START,
+                                        block_at=START + timedelta(hours=23, minutes=26))])
+
+    out = io.StringIO()
+    view = ProgressView(Console(file=out, force_terminal=False, width=400), block_now=lambda: START,
+                        block_start=lambda: START)
+    monkeypatch.setattr(server_module, "time", Clock)
+    monkeypatch.setattr(scheduling_module, "read_runs_about", runs)
+    server_module._follow_scheduled("k3-demo", START, view, Progress(), lambda: None)  # type: ignore[arg-type]
+    told = [line.split("  ", 2)[-1] for line in out.getvalue().splitlines()[1:]]
+    assert told == ["drain-k3-demo: Running", "drain-k3-demo: drained: 1 Service(s) removed",
+                    "drain-k3-demo: Completed"]
+
+
 def test_the_status_line_names_only_the_runs_that_are_running() -> None:
     view = ProgressView(Console(file=io.StringIO(), force_terminal=True), block_now=lambda: START)
     view.state("serve-k3-demo", "RUNNING", "Running")
