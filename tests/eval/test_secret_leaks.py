@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -22,6 +23,7 @@ import yaml
 from capserve_sandbox.openai_server import Faults, SandboxConfig, serve
 
 from capserve.cli import main
+from tests.prefect_harness import prefect_test_server
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml"
 API_KEY = "sk-planted-endpoint-key-7Q2x9ZvW"
@@ -38,6 +40,15 @@ def forms(secret: str) -> list[bytes]:
         quote(secret, safe="").encode(),
         base64.b64encode(secret.encode()).rstrip(b"="),
     ]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def server_with_a_database_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """This module's own Prefect server, its database in a file: the one the session shares keeps it in memory,
+    where nothing could grep it for the planted secrets."""
+    database = tmp_path_factory.mktemp("prefect") / "prefect.db"
+    with prefect_test_server(database_url=f"sqlite+aiosqlite:///{database}"):
+        yield
 
 
 def prefect_files() -> list[Path]:
