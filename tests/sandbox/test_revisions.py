@@ -13,9 +13,9 @@ from capserve_sandbox.clock import CLOCK, SandboxClock
 from capserve_sandbox.hub import HubState, local_hub
 from capserve_sandbox.hub.checkpoint import TINY_K3
 from capserve_sandbox.openai_server import MODEL_MARKER_FILE
-from capserve_sandbox.revisions import PUBLISH_BEFORE_WATCH, REDEPLOY_ROOM, RevisionSchedule
+from capserve_sandbox.revisions import PUBLISH_BEFORE_WATCH, REDEPLOY_ROOM, Publication, RevisionSchedule
 
-from capserve.core.schedule import expected_work, planned_runs
+from capserve.core.schedule import PlannedRun, expected_work, planned_runs
 from capserve.core.spec import TeardownSpec
 from tests.unit.test_schedule import lease
 
@@ -105,17 +105,23 @@ def publish_in_turn(hub: HubState) -> None:
     assert (hub.repos[TINY_K3.repo].root / "config.json").read_text() == "{}"
 
 
-def test_a_redeploy_the_automation_starts_after_a_watch_begins_at_the_watchs_instant() -> None:
-    """The automation starts the redeploy in wall time, after the watch's run ended: the block must wait for it
-    there (neither jump to the drain nor creep with the host's seconds), so every machine plays it at the watch."""
+def _a_block_with_one_revision(hold: timedelta) -> tuple[SandboxClock, list[PlannedRun], Publication]:
+    """A simulated clock holding a lease's scheduled runs and one good revision's publication."""
     sim = SandboxClock()
     schedule = RevisionSchedule([True], near=NEAR)
-    sim.simulate(fast_rate=5760, near_rate=60, near=NEAR, hold=timedelta(minutes=2), extend=schedule.place)
+    sim.simulate(fast_rate=5760, near_rate=60, near=NEAR, hold=hold, extend=schedule.place)
     start = (sim.now() + timedelta(days=1)).replace(minute=30, second=0, microsecond=0)
     block = lease(start=start)
     planned = planned_runs("demo", block, TeardownSpec())
     sim.register([run.scheduled_at for run in planned], expected_work(planned, block.end))
     (publication,) = schedule.publications
+    return sim, planned, publication
+
+
+def test_a_redeploy_the_automation_starts_after_a_watch_begins_at_the_watchs_instant() -> None:
+    """The automation starts the redeploy in wall time, after the watch's run ended: the block must wait for it
+    there (neither jump to the drain nor creep with the host's seconds), so every machine plays it at the watch."""
+    sim, planned, publication = _a_block_with_one_revision(hold=timedelta(minutes=2))
     for index, waypoint in enumerate(sorted(run.scheduled_at for run in planned)):
         if waypoint > publication.watch_at:
             break
@@ -133,14 +139,7 @@ def test_a_redeploy_the_automation_starts_after_a_watch_begins_at_the_watchs_ins
 
 
 def test_a_watch_that_starts_nothing_holds_the_block_no_longer_than_the_hold() -> None:
-    sim = SandboxClock()
-    schedule = RevisionSchedule([True], near=NEAR)
-    sim.simulate(fast_rate=5760, near_rate=60, near=NEAR, hold=timedelta(seconds=0.3), extend=schedule.place)
-    start = (sim.now() + timedelta(days=1)).replace(minute=30, second=0, microsecond=0)
-    block = lease(start=start)
-    planned = planned_runs("demo", block, TeardownSpec())
-    sim.register([run.scheduled_at for run in planned], expected_work(planned, block.end))
-    (publication,) = schedule.publications
+    sim, _, publication = _a_block_with_one_revision(hold=timedelta(seconds=0.3))
     sim.advance(publication.watch_at - sim.now())
     assert sim.started(publication.watch_at, "watcher", wait_s=60)[0]
     sim.rest("watcher")
