@@ -105,7 +105,7 @@ def publish_in_turn(hub: HubState) -> None:
     assert (hub.repos[TINY_K3.repo].root / "config.json").read_text() == "{}"
 
 
-def _a_block_with_one_revision(hold: timedelta) -> tuple[SandboxClock, list[PlannedRun], Publication]:
+def _a_block_with_one_revision(hold: timedelta) -> tuple[SandboxClock, tuple[PlannedRun, ...], Publication]:
     """A simulated clock holding a lease's scheduled runs and one good revision's publication."""
     sim = SandboxClock()
     schedule = RevisionSchedule([True], near=NEAR)
