@@ -13,10 +13,6 @@ import os
 from datetime import datetime
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # no display here or in CI; must precede pyplot
-import matplotlib.pyplot as plt
 from prefect.artifacts import create_markdown_artifact
 from pydantic import BaseModel
 
@@ -25,6 +21,7 @@ from capserve.core.record import CampaignRecord
 from capserve.core.report import CampaignReport
 from capserve.core.stages import StageStatus
 from capserve.tasks.cost.plots import write_cost_plots
+from capserve.tasks.pyplot import pyplot
 from capserve.tasks.resilience import orchestrator_task
 from capserve.tasks.secrets import redactor
 
@@ -134,6 +131,7 @@ def timeline(report: CampaignReport, path: Path) -> Path:
     rows = report.timeline_rows()
     block = report.block()
     zero = block[0] if block is not None else rows[0].started_at
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 0.5 * len(rows) + 1.4))
     for row, r in enumerate(reversed(rows)):
         began = (r.started_at - zero).total_seconds() / 3600

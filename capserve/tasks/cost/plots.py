@@ -10,17 +10,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
-import matplotlib
-
-matplotlib.use("Agg")  # no display here or in CI; must precede pyplot
-import matplotlib.pyplot as plt
-from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
-
 from capserve.core.cost.causes import LOST_CAUSES, Cause
 from capserve.core.cost.charts import PAID_ROW, gantt, waterfall
 from capserve.core.cost.ledger import CostLedger
 from capserve.core.report import COST_PLOTS
+from capserve.tasks.pyplot import pyplot
 
 # Serving is green; every loss is a warm or grey shade, failures red, so "paid but idle" reads at a glance.
 COLOURS: dict[Cause, str] = {
@@ -61,6 +55,10 @@ def reservation_gantt(ledger: CostLedger, path: Path) -> Path | None:
         return (at - origin).total_seconds() / 3600
 
     rows = [PAID_ROW] + [c.value for c in (Cause.SERVING, *LOST_CAUSES) if any(b.row == c.value for b in bars)]
+    plt = pyplot()
+    from matplotlib.lines import Line2D  # after pyplot() chose the backend
+    from matplotlib.patches import Patch
+
     fig, ax = plt.subplots(figsize=(12, 0.45 * len(rows) + 2.2))
     for bar in bars:
         y = len(rows) - 1 - rows.index(bar.row)
@@ -114,6 +112,7 @@ def cost_waterfall(ledger: CostLedger, path: Path) -> Path | None:
     unit, steps = waterfall(ledger)
     if not steps:
         return None
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(max(6.0, 0.8 * len(steps) + 2), 5))
     colours = {"paid": "#1f77b4", "serving": COLOURS[Cause.SERVING], "other": "#17becf"}
     for x, step in enumerate(steps):

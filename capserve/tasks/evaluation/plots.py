@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-
-import matplotlib
-
-matplotlib.use("Agg")  # no display here or in CI; must precede pyplot
-import matplotlib.pyplot as plt
-from matplotlib.axes import Axes
+from typing import TYPE_CHECKING
 
 from capserve.core.evaluation import metrics as m
 from capserve.core.evaluation.records import RunRecord
 from capserve.core.evaluation.result import LoadResult
+from capserve.tasks.pyplot import pyplot
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 
 def _cdf(ax: Axes, values_ms: list[float], label: str) -> None:
@@ -25,6 +24,7 @@ def _cdf(ax: Axes, values_ms: list[float], label: str) -> None:
 
 def latency_cdfs(runs: list[RunRecord], path: Path) -> Path:
     """One panel per metric (TTFT, TPOT, ITL, E2EL), one curve per run."""
+    plt = pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(11, 8))
     panels: list[tuple[str, Callable[[RunRecord], list[float]]]] = [
         ("TTFT (ms)", lambda r: [m.ttft(x) * 1000 for x in r.requests if x.success and x.chunk_times]),
@@ -52,6 +52,7 @@ def latency_cdfs(runs: list[RunRecord], path: Path) -> Path:
 def throughput_vs_concurrency(load: LoadResult, path: Path) -> Path:
     """Output tokens/s and p95 TTFT against closed-loop concurrency."""
     closed = sorted((p for p in load.points if p.mode == "closed"), key=lambda p: p.concurrency or 0)
+    plt = pyplot()
     fig, left = plt.subplots(figsize=(8, 5))
     xs = [p.concurrency or 0 for p in closed]
     left.plot(xs, [p.metrics.output_throughput for p in closed], "o-", color="tab:blue", label="output tok/s")
