@@ -184,9 +184,10 @@ def _cpu_seconds() -> float:
 
 
 def register(config: pytest.Config) -> None:
-    """On the controller (or a run without xdist, where it stays silent: no worker reports a collection); the CPU
-    count in each xdist worker."""
+    """The progress on xdist's controller (silent in a one-process run, ``-n 0``: no worker reports a collection);
+    the CPU count in each xdist worker; nothing without xdist (``-p no:xdist``), whose hooks FileProgress
+    implements and pytest would refuse as unknown."""
     if hasattr(config, "workerinput"):
         config.pluginmanager.register(CpuPerTest(), "capserve-cpu-per-test")
-    else:
+    elif config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(FileProgress(config), "capserve-file-progress")

@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING
 
 from rich.markup import escape
 
+from capserve.cli import sandbox
 from capserve.cli.console import block_unused, plain_console, print_summary, read_report
 from capserve.cli.exit_codes import ExitCode
 from capserve.cli.inputs import api_key_option, endpoint_option, load_option, writable_dir
-from capserve.cli.sandbox_checks import Promise, StandInFailed, kept, promised_acts, stop_on_failure
+from capserve.cli.sandbox_checks import Promise, StandInFailed, kept, stop_on_failure
 from capserve.cli.stand_ins import stand_in
 from capserve.core.errors import CapserveError, SpecError
 from capserve.core.spec import load_spec, new_campaign_problems
@@ -32,11 +33,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Run the campaign a spec describes: plan, and the stages after it, then write the report.",
     )
     parser.add_argument("spec", type=Path, help="campaign spec (YAML)")
-    parser.add_argument(
-        "--sandbox",
-        action="store_true",
-        help="run against local stand-ins on 127.0.0.1 (moto, …) instead of AWS; nothing leaves this machine",
-    )
+    sandbox.up_options(parser)  # --sandbox and how its block is played
     parser.add_argument("--out", type=Path, default=None, help="report folder (default: out/<campaign>)")
     parser.add_argument(
         "--teardown-when-done",
@@ -76,35 +73,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--keep-server", action="store_true", help="leave the local Prefect server and worker up when done"
     )
-    parser.add_argument(
-        "--real-time",
-        action="store_true",
-        help="with --sandbox on a local server: do not simulate the block (by default the sandbox plays it at "
-        "5760× wall time between scheduled runs and 60× around them, so the demo shows the whole window)",
-    )
-    parser.add_argument(
-        "--revisions",
-        default="good,bad",
-        type=revisions_option,
-        metavar="LIST",
-        help="with the simulated sandbox: new revisions of the model the local Hub publishes while the campaign "
-        "serves, in order, each redeployed by the revision-published automation: 'good' passes the gates, 'bad' "
-        "fails the quality gate (its redeploy rolls back); 'none' for none (default: good,bad)",
-    )
     parser.set_defaults(func=run)
-
-
-def revisions_option(value: str) -> tuple[bool, ...]:
-    """``good,bad`` → (True, False); ``none`` → ()."""
-    words = [word.strip().lower() for word in value.split(",") if word.strip()]
-    if words == ["none"]:
-        return ()
-    unknown = sorted(set(words) - {"good", "bad"})
-    if unknown or not words or len(words) > 4:
-        raise argparse.ArgumentTypeError(
-            f"{value!r}: give up to 4 of 'good' and 'bad', comma-separated (e.g. good,bad), or 'none'"
-        )
-    return tuple(word == "good" for word in words)
 
 
 def refuse_unhonoured_options(args: argparse.Namespace) -> None:
@@ -121,16 +90,7 @@ def refuse_unhonoured_options(args: argparse.Namespace) -> None:
             "run the lease schedules, which evaluates the endpoint it rolled out); add --in-process, or evaluate "
             "another endpoint with `capserve eval --url`"
         )
-    if args.sandbox and not args.in_process and not args.teardown_when_done and "PREFECT_API_URL" in os.environ:
-        # The simulated window is the clock of the server and worker `capserve up` starts (make demo's); on the
-        # user's server the lease's scheduled runs would fire on wall time, a day or more later, long after these
-        # stand-ins (this command's) are gone.
-        raise SpecError(
-            "--sandbox with PREFECT_API_URL: the sandbox plays its simulated window only on the server capserve up "
-            "starts itself; on yours the scheduled serve, drain and teardown runs would wait for the block on wall "
-            "time (a day or more) after this command's stand-ins are gone. Unset PREFECT_API_URL to play the "
-            "window (as make demo does), or add --teardown-when-done to buy, serve, evaluate and tear down in one run"
-        )
+    sandbox.refuse_up_on_your_server(args)
 
 
 def confirm_teardown_when_done(args: argparse.Namespace, console: Console) -> None:
@@ -221,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
 
     endpoint_note: str | None = None
     hub_endpoint: str | None = None
+    started: sandbox.StartedForUp | None = None
     promise: Promise | None = None  # on the sandbox: what the run must show before it says 0
     with ExitStack() as stack:
         server = None
@@ -230,31 +191,9 @@ def run(args: argparse.Namespace) -> int:
             # The server boots and the deployments register while the sandbox comes up.
             server = stack.enter_context(server_in_background(out_dir, keep_server=args.keep_server, console=console))
         if stand_ins is not None:
-            simulate = None
-            if not args.in_process and not args.real_time and "PREFECT_API_URL" not in os.environ:
-                simulate = stand_ins.Simulation(
-                    revisions=args.revisions, stands_for=stand_ins.stands_for(spec.model.catalog, spec.model.repo)
-                )
-            endpoints = stack.enter_context(
-                stand_ins.sandbox(served_model_name=spec.served_model_name, simulate=simulate,
-                                  failure_log=out_dir / "sandbox-failures.log")
-            )
-            if simulate is not None:
-                console.print(
-                    "sandbox: simulated window: the block's clock holds while a run works and jumps to the next "
-                    f"instant due when every run waits; runs scheduled {simulate.rate:g}× faster than wall time "
-                    f"(clock {endpoints.clock})",
-                    highlight=False,
-                )
-            console.print(
-                f"sandbox: AWS {endpoints.aws} ({endpoints.region}), Hub {endpoints.hub}, Kubernetes {endpoints.kube}",
-                highlight=False,
-            )
-            hub_endpoint = endpoints.hub
-            revisions = args.revisions if endpoints.revisions is not None else ()
-            promise = Promise(endpoints.failures, promised_acts(
-                on_a_server=server is not None, teardown_when_done=args.teardown_when_done, revisions=revisions,
-            ), revisions)
+            started = stack.enter_context(sandbox.started_for_up(stand_ins, args, spec, out_dir=out_dir,
+                                                                 console=console))
+            hub_endpoint, promise = started.hub, started.promise
             # The rollout stage serves the model in the sandbox's Kubernetes (a local process per pod) and
             # the evaluation reaches it through a port-forward; --evaluate-url evaluates another endpoint.
         if server is not None:
@@ -273,21 +212,13 @@ def run(args: argparse.Namespace) -> int:
             if hub_endpoint:
                 worker_env["CAPSERVE_HUB_ENDPOINT"] = hub_endpoint
             run_env: dict[str, str] = {}
-            if args.sandbox and on_your_server:
-                from capserve.cli.sandbox import worker_environment
-
+            if started is not None and on_your_server:
                 # A worker of yours was started before this sandbox, so its environment cannot name the stand-ins'
                 # ports: the campaign run carries them (dummy credentials only) as its `env` job variable, which
                 # Prefect merges into the flow process's environment (docs/prefect.md §13). Loopback addresses:
                 # the worker must run on this host.
-                run_env = worker_environment(dict(os.environ), hub=endpoints.hub, inference=endpoints.inference)
-            watches = None
-            if args.sandbox and endpoints.revisions is not None:
-                from capserve.cli._server import HubWatches
-
-                schedule = endpoints.revisions
-                watches = HubWatches(regions=list(spec.capacity.regions),
-                                     times=lambda: [p.watch_at for p in schedule.publications])
+                run_env = started.worker_environment()
+            watches = started.hub_watches(spec.capacity.regions) if started is not None else None
             try:
                 code = run_on_server(
                     parameters, campaign_id=spec.campaign_id, out_dir=out_dir, worker_env=worker_env,

@@ -6,6 +6,10 @@ it reads the spec and the lease from the campaign record, so a run scheduled day
 the spec's schema. A run whose reservation is no longer the campaign's (the lease changed and this run
 was not cancelled in time) ends Cancelled ("Stale") and does nothing.
 
+Each run resolves its settings once: the environment's at its start (they say where the records are), with the
+recorded spec's ``settings:`` block on top once the record is read (``_window_run``); what it calls gets them
+from there and reads the environment no more.
+
 - ``prepare_cluster_before_block`` builds the cluster's network, IAM, control plane, system nodes, GPU node group
   at size 0 and add-ons before the block (they need no GPU), so that only the GPU nodes' boot and the pods are left
   for the block's own minutes.
@@ -50,6 +54,7 @@ from capserve.core.settings import Settings
 from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage, StageStatus
 from capserve.core.teardown.result import TeardownResult
+from capserve.core.teardown.settings import TeardownSettings
 from capserve.flows.bring_up import prepare_cluster
 from capserve.flows.campaign import CAMPAIGN, teardown_stage
 from capserve.flows.notify import notify
@@ -80,17 +85,15 @@ def prepare_cluster_before_block(campaign_id: str, region: str, reservation_id: 
     Its first step asks AWS for the reservation: one that is gone, not the campaign's, not scheduled or active,
     or in another zone than recorded ends the run Failed ("ReservationUnusable") with nothing built.
     """
-    base = settings_from_environment()
-    acting = _window_run(campaign_id, region, reservation_id, ScheduledStage.PREPARE_CLUSTER, base, scheduled=True)
+    acting = _window_run(campaign_id, region, reservation_id, ScheduledStage.PREPARE_CLUSTER, scheduled=True)
     if isinstance(acting, State):
         return acting
-    record, ref, spec = acting
+    record, ref, spec, settings = acting
     lease = need(record.lease, Stage.ACQUIRE)
     why = _preparation_not_needed(record, lease.start)  # first without the slot: a campaign run may hold it long
     if why:
         return Cancelled(name="NotNeeded", message=why)
-    slots = settings_for(spec, base).slots
-    with clock().working(), campaign_runs(campaign_id), campaign_slot(campaign_id, slots):
+    with clock().working(), campaign_runs(campaign_id), campaign_slot(campaign_id, settings.slots):
         record = load_record(ref) or record  # the slot may have been waited for: what did the last holder do?
         why = _preparation_not_needed(record, lease.start)
         if why:
@@ -99,7 +102,8 @@ def prepare_cluster_before_block(campaign_id: str, region: str, reservation_id: 
         unusable = _reservation_unusable(campaign_id, lease)  # first: nothing is built for a block AWS will not deliver
         if unusable:
             return _nothing_built(campaign_id, lease, spec, unusable)
-        cluster, created = prepare_cluster(spec, lease, nodes_per_replica=record.planned_nodes_per_replica())
+        cluster, created = prepare_cluster(spec, lease, settings.bring_up,
+                                           nodes_per_replica=record.planned_nodes_per_replica())
         prepared = PreparedCluster(
             run=f"prepare-cluster-{campaign_id}", cluster=cluster, started_at=started, ended_at=clock().now(),
             block_start=lease.start, created=created,
@@ -191,21 +195,18 @@ def drain(
     The scheduled run and the automation on AWS's expiration warning (docs/events.md §4) name the reservation:
     a run for a lease the campaign no longer holds does nothing. Without one it drains whatever the campaign holds.
     """
-    base = settings_from_environment()
-    acting = _window_run(campaign_id, region, reservation_id, ScheduledStage.DRAIN, base,
-                         scheduled=reason == "scheduled")
+    acting = _window_run(campaign_id, region, reservation_id, ScheduledStage.DRAIN, scheduled=reason == "scheduled")
     if isinstance(acting, State):
         return acting
-    _, ref, spec = acting
+    _, ref, spec, settings = acting
     with clock().working(), campaign_runs(campaign_id):
-        return _drain(campaign_id, region, ref, spec, base, reason)
+        return _drain(campaign_id, region, ref, spec, settings.teardown, reason)
 
 
 def _drain(
-    campaign_id: str, region: str, ref: RecordRef, spec: CampaignSpec, base: Settings, reason: str
+    campaign_id: str, region: str, ref: RecordRef, spec: CampaignSpec, settings: TeardownSettings, reason: str
 ) -> DrainResult:
     started = clock().now()
-    settings = settings_for(spec, base).teardown
     found = inventory_campaign(campaign_id, region, kind=spec.cluster.kind,
                                existing_cluster=spec.cluster.existing_cluster_name, settings=settings)
     if found.workload_cluster is None or found.workload_cluster.endpoint is None:
@@ -238,27 +239,28 @@ def scheduled_teardown(
     a run for a lease the campaign no longer holds does nothing. Without one it tears down whatever the campaign
     holds.
     """
-    found = _window_run(campaign_id, region, reservation_id, ScheduledStage.TEARDOWN, settings_from_environment(),
+    found = _window_run(campaign_id, region, reservation_id, ScheduledStage.TEARDOWN,
                         scheduled=reason == "drain-deadline")
     if isinstance(found, State):
         return found
-    record, ref, spec = found
+    record, ref, spec, settings = found
     with clock().working(), campaign_runs(campaign_id):
-        done = teardown(spec, region, reason=reason, refs=record_refs(record, region))
+        done = teardown(spec, region, reason=reason, settings=settings.teardown, refs=record_refs(record, region))
         record = change_record(ref, [lambda rec: rec.with_kept(done.kept, now=clock().now())])
         _finish_report(record, spec, done)
     return done
 
 
 def _window_run(
-    campaign_id: str, region: str, reservation_id: str | None, stage: ScheduledStage, base: Settings, *,
-    scheduled: bool,
-) -> tuple[CampaignRecord, RecordRef, CampaignSpec] | State:
-    """The campaign a drain or teardown run acts on, or Cancelled ("Stale") when the reservation it names is no
-    longer the campaign's; the lease's own scheduled run stamps when it fired."""
+    campaign_id: str, region: str, reservation_id: str | None, stage: ScheduledStage, *, scheduled: bool
+) -> tuple[CampaignRecord, RecordRef, CampaignSpec, Settings] | State:
+    """The campaign a prepare, drain or teardown run acts on, with the run's settings (the environment's, then the
+    recorded spec's on top), or Cancelled ("Stale") when the reservation it names is no longer the campaign's; the
+    lease's own scheduled run stamps when it fired."""
     cancelled = cancelled_before_start(flow_run.get_id()) if scheduled else ""
     if cancelled:
         return Cancelled(name="Cancelled", message=cancelled)
+    base = settings_from_environment()  # where the records are
     record, ref = campaign_record(campaign_id, region, base)
     stale = _stale(record, reservation_id) if reservation_id is not None else ""
     if stale:
@@ -266,7 +268,7 @@ def _window_run(
     spec = recorded_spec(record)
     if scheduled and reservation_id is not None:
         _stamp_fired(ref, record, spec, stage)
-    return record, ref, spec
+    return record, ref, spec, settings_for(spec, base)
 
 
 def _stamp_fired(ref: RecordRef, record: CampaignRecord, spec: CampaignSpec, stage: ScheduledStage) -> None:
@@ -346,7 +348,8 @@ def teardown_orphan(flow_run_id: str, soon_minutes: int = 30) -> TeardownResult 
     logger.warning("campaign %s: run %s crashed and no other run of it is live; tearing down in %s",
                    target.campaign_id, crashed.name, region)
     with campaign_runs(target.campaign_id):
-        done = teardown(spec, region, reason="orphan", refs=record_refs(record, region))
+        done = teardown(spec, region, reason="orphan", settings=settings_for(spec, base).teardown,
+                        refs=record_refs(record, region))
     change_record(ref, [lambda rec: rec.with_kept(done.kept, now=clock().now())])
     return done
 

@@ -6,14 +6,19 @@ import asyncio
 from typing import Any
 
 import boto3
+import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import StateType
 from prefect.events.worker import EventsWorker
 
 from capserve.core.record import CampaignRecord, record_key
+from capserve.core.settings import Settings
 from capserve.core.stages import Stage
 from capserve.core.teardown.result import TeardownResult
+from capserve.flows import window
 from capserve.flows.window import drain, scheduled_teardown
+from capserve.tasks import settings as settings_module
+from capserve.tasks.settings import process_settings
 from tests.aws.test_orphan_teardown import BUCKET, REGION, records, store_record
 
 __all__ = ["records"]  # the fixture, used by name
@@ -51,6 +56,26 @@ def test_the_scheduled_teardown_sends_a_teardown_event_saying_why_and_what_it_de
     assert event["payload"]["reason"] == "expiration-warning"
     assert event["payload"]["deleted_resources"] == list(result.deleted)[:50]
     assert {r["prefect.resource.id"] for r in event["related"]} >= {"capserve.reservation.cr-0abc"}
+
+
+def test_a_scheduled_teardown_reads_the_environments_settings_once_and_hands_them_down(
+    records: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run reads the environment's settings at its start (they say where the record is) and puts the recorded
+    spec's on top; the teardown it runs is given them and reads the environment no more (it read them twice)."""
+    store_record("read-once")
+    process_settings()  # what is fixed per process (retries, clients) is read once per process, before this run
+    real, reads = settings_module.settings_from_environment, []
+
+    def counted(environ: Any = None) -> Settings:
+        reads.append(environ)
+        return real(environ)
+
+    monkeypatch.setattr(settings_module, "settings_from_environment", counted)
+    monkeypatch.setattr(window, "settings_from_environment", counted)
+    result = scheduled_teardown("read-once", REGION, reservation_id="cr-0abc", reason="expiration-warning")
+    assert isinstance(result, TeardownResult), result
+    assert len(reads) == 1
 
 
 async def _teardown_events(campaign: str) -> list[dict[str, Any]]:

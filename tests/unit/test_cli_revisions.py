@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from capserve.cli import main
-from capserve.cli.up import revisions_option
+from capserve.cli.sandbox import revisions_option
 
 
 @pytest.mark.parametrize(

@@ -46,6 +46,21 @@ def test_a_parallel_run_prints_each_finished_file_with_its_outcomes_and_ranks_th
     assert re.search(r"^CPU of all files: \d+ s \(at least \d+ s of wall time on 2 cores\)$", out, re.MULTILINE), out
 
 
+def test_a_run_without_xdist_starts_and_prints_no_progress(tmp_path: Path) -> None:
+    """``-p no:xdist``: FileProgress's xdist hooks would be unknown hooks (PluginValidationError), so it is not
+    registered; the run goes on, and its output is pytest's own."""
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    (tmp_path / "test_one.py").write_text("def test_a():\n    pass\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-o", "addopts=",
+         "--rootdir", str(tmp_path), str(tmp_path)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout and "done test_one.py" not in done.stdout, done.stdout
+
+
 def test_a_quiet_minute_names_the_files_still_running_or_says_the_workers_are_starting(
     pytestconfig: pytest.Config,
 ) -> None:
