@@ -21,7 +21,7 @@ from capserve.core.cluster.addons import AddonOptions, render_addons
 from capserve.core.errors import DoesNotFitError, PermanentError
 from capserve.core.schedule import campaign_tag
 from capserve.core.settings import RecordSettings
-from capserve.core.spec import CampaignSpec, load_spec
+from capserve.core.spec import load_spec
 from capserve.core.stages import Stage, StageStatus
 from capserve.core.timeline import TimeFigures
 from capserve.flows.campaign import campaign
@@ -68,13 +68,14 @@ def checked_cost(written: dict[str, Any]) -> dict[str, Any]:
     return cost
 
 
-def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
+def test_campaign_runs_every_stage_gated_before_traffic_keeps_the_report_contract_and_leaves_nothing(
     tmp_path: Path, far_ends: SandboxEndpoints
 ) -> None:
     # The client's lag does not invalidate the run on a machine shared by other test processes: the test's own
     # condition, so that it expects the one verdict (the evaluation's honesty is tests/eval's).
     load = {**SMALL_LOAD, "max_loop_lag_p99_ms": 10_000.0}
-    spec = load_spec(spec_file(tmp_path, evaluation__load=load))
+    # Latency gates no endpoint meets: judged on a load profile they would fail the verdict and serve nothing.
+    spec = load_spec(spec_file(tmp_path, evaluation__load=load, evaluation__gates={"p95_ttft_ms": 0.001}))
     result = campaign(spec, out_dir=tmp_path / "out", hub_endpoint=far_ends.hub, teardown_when_done=True)
 
     written = json.loads((tmp_path / "out" / "report.json").read_text())
@@ -152,7 +153,14 @@ def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
     assert "simulated vLLM 0.32" in rollout["server"]
     assert written["evaluation"]["url"].startswith("http://127.0.0.1:")
     assert any("Server: the sandbox kubelet" in note for note in written["evaluation"]["notes"])
-    assert written["evaluation"]["verdict"] == "pass"
+    # The gate before traffic is smoke and quality only (docs/evaluation.md §8): the load profile runs on demand
+    # against the serving endpoint, so those gates hold back neither the verdict nor the serving (the ledger's
+    # serving begins at the ready endpoint, below).
+    evaluation = written["evaluation"]
+    assert evaluation["verdict"] == "pass", evaluation["gates"]
+    assert evaluation["load"] is None and evaluation["plots"] == []
+    assert not any("@" in gate["name"] for gate in evaluation["gates"])  # no load level judged
+    assert any("capserve eval --profile load" in note for note in evaluation["notes"])
     # Every object applied, in order, as YAML; the API-key Secret with its value redacted.
     manifests = sorted(p.name for p in (tmp_path / "out" / "manifests").iterdir())
     assert manifests[0].startswith("001-CustomResourceDefinition-")
@@ -224,8 +232,10 @@ def test_campaign_runs_every_stage_keeps_the_report_contract_and_leaves_nothing(
     assert {k.resource for k in record.kept} >= {f"s3-bucket/{spec.weights.s3_bucket}"}
 
 
-def test_a_failed_bring_up_tears_down_what_it_made_and_says_why(tmp_path: Path, far_ends: SandboxEndpoints) -> None:
-    spec: CampaignSpec = load_spec(EXAMPLE)
+def test_a_failed_bring_up_tears_down_what_it_made_and_says_why_in_subflows_named_after_stage_and_campaign(
+    tmp_path: Path, far_ends: SandboxEndpoints
+) -> None:
+    spec = load_spec(spec_file(tmp_path, name="k3-story"))  # a campaign of its own on the session's server
     controller = next(
         m["metadata"]["name"]
         for m in render_addons(AddonOptions(campaign_id=spec.campaign_id))
@@ -243,6 +253,22 @@ def test_a_failed_bring_up_tears_down_what_it_made_and_says_why(tmp_path: Path, 
     assert tagged_vpcs(spec.campaign_id, written["lease"]["region"]) == []
     cost = checked_cost(written)
     assert cost["serving_gpu_hours"] == 0 and cost["serving_started_by"].startswith("nothing served")
+
+    # Every subflow of the run is named after its stage and campaign and carries the campaign's tag.
+    tag = campaign_tag(spec.campaign_id)
+    with get_client(sync_client=True) as client:
+        [top] = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=["campaign-k3-story"]))
+        )
+        subflows = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[top.id]))
+        )
+        flow_names = {flow.id: flow.name for flow in client.read_flows()}
+    assert tag in top.tags
+    assert sorted((run.name, tag in run.tags) for run in subflows) == sorted(
+        (f"{flow_names[run.flow_id]}-k3-story", True) for run in subflows
+    )
+    assert {run.name for run in subflows} >= {"stage-weights-k3-story", "bring-up-k3-story", "teardown-k3-story"}
 
 
 def test_a_reservation_that_has_not_started_gets_weights_staged_and_waits(
@@ -282,32 +308,3 @@ def test_up_with_a_bad_spec_exits_2_and_names_the_field(tmp_path: Path, capsys: 
     assert main(["up", str(path), "--sandbox", "--in-process"]) == 2
     err = capsys.readouterr().err
     assert "capacity.instance_count" in err and "greater than or equal to 1" in err
-
-
-def test_every_subflow_of_a_campaign_run_is_named_after_its_stage_and_campaign_and_tagged_with_it(
-    tmp_path: Path, far_ends: SandboxEndpoints
-) -> None:
-    spec = load_spec(spec_file(tmp_path, name="k3-story"))  # a campaign of its own on the session's server
-    controller = next(
-        m["metadata"]["name"]
-        for m in render_addons(AddonOptions(campaign_id=spec.campaign_id))
-        if m["kind"] == "Deployment"
-    )
-    far_ends.kube_server.set_outcome("fail", kind="Deployment", name=controller)  # a short campaign, with a teardown
-    with pytest.raises(PermanentError, match=controller):
-        campaign(spec, out_dir=tmp_path, hub_endpoint=far_ends.hub)
-
-    tag = campaign_tag(spec.campaign_id)
-    with get_client(sync_client=True) as client:
-        [top] = client.read_flow_runs(
-            flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=["campaign-k3-story"]))
-        )
-        subflows = client.read_flow_runs(
-            flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[top.id]))
-        )
-        flow_names = {flow.id: flow.name for flow in client.read_flows()}
-    assert tag in top.tags
-    assert sorted((run.name, tag in run.tags) for run in subflows) == sorted(
-        (f"{flow_names[run.flow_id]}-k3-story", True) for run in subflows
-    )
-    assert {run.name for run in subflows} >= {"stage-weights-k3-story", "bring-up-k3-story", "teardown-k3-story"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +17,13 @@ from capserve_sandbox.aws_ext import iam_rules
 from capserve_sandbox.environment import SandboxEndpoints, sandbox
 
 from capserve.core.cluster.naming import ClusterNames
+from capserve.core.cluster.settings import BringUpSettings, KubeSettings
 from capserve.core.errors import PermanentError
-from capserve.core.permissions import PermissionCheck, cluster_access_problem
+from capserve.core.lease import Lease
+from capserve.core.permissions import cluster_access_problem
 from capserve.core.preflight import PreflightError
 from capserve.core.spec import CampaignSpec, load_spec
-from capserve.flows import campaign as stages
+from capserve.flows.bring_up import bring_up
 from capserve.flows.campaign import campaign
 from capserve.tasks.permissions import check_permissions
 
@@ -28,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "kimi-k3-sandbox.yaml"
 STAGES = ("plan", "acquire", "stage_weights", "stage_image", "bring_up", "weights_to_nodes", "rollout", "evaluate",
           "teardown")
+UP = BringUpSettings(poll_seconds=0, kube=KubeSettings(nodes_ready_timeout_s=20, addons_ready_timeout_s=20))
 
 
 @pytest.fixture
@@ -59,12 +63,11 @@ def run_as_user(policy: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> str:
     return str(user["Arn"])
 
 
-@pytest.mark.parametrize("missing", ["eks:CreateCluster", "iam:PassRole", "ec2:RunInstances",
-                                     "iam:CreateServiceLinkedRole"])
 def test_a_missing_action_stops_the_campaign_before_anything_is_bought(
-    missing: str, tmp_path: Path, far_ends: SandboxEndpoints, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, far_ends: SandboxEndpoints, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spec = load_spec(EXAMPLE)
+    missing = "eks:CreateCluster"
     user = run_as_user(committed_policy(spec, without=missing), monkeypatch)
     with pytest.raises(PreflightError) as caught:
         campaign(spec, out_dir=tmp_path / "out", hub_endpoint=far_ends.hub, teardown_when_done=True)
@@ -78,6 +81,18 @@ def test_a_missing_action_stops_the_campaign_before_anything_is_bought(
     assert capacity_ext.calls(include_dry_run=True) == []
     assert capacity_ext.reservations() == []
     assert boto3.client("eks", region_name="us-west-2").list_clusters()["clusters"] == []
+
+
+@pytest.mark.parametrize("missing", ["iam:PassRole", "ec2:RunInstances", "iam:CreateServiceLinkedRole"])
+def test_an_action_aws_checks_on_top_of_the_called_one_is_simulated_and_denied(
+    missing: str, far_ends: SandboxEndpoints, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The campaign's preflight turns what check_permissions denies into the problem above (that test proves
+    # the path once); here, the simulation of each dependent action the policy may lack.
+    spec = load_spec(EXAMPLE)
+    user = run_as_user(committed_policy(spec, without=missing), monkeypatch)
+    check = check_permissions.fn(spec, "us-west-2", records_bucket=None, home_region="us-west-2")
+    assert (check.principal, check.denied, check.skipped) == (user, (missing,), None)
 
 
 def test_the_generated_policy_passes_preflight(far_ends: SandboxEndpoints, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -173,16 +188,27 @@ def test_the_campaign_completes_under_iam_enforcement_holding_exactly_the_genera
     "ec2:RunInstances", "ec2:CreateTags", "iam:CreateServiceLinkedRole",
 ])
 def test_enforcement_itself_refuses_an_action_missing_from_the_policy(
-    missing: str, tmp_path: Path, far_ends: SandboxEndpoints, monkeypatch: pytest.MonkeyPatch
+    missing: str, far_ends: SandboxEndpoints, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Preflight's simulation would name the action first (the tests above): skipped here, the real call is
-    # refused by moto's enforcement, so a registry gap the simulation shares would be caught by this test's twin.
-    monkeypatch.setattr(stages, "check_permissions", lambda *_, **__: PermissionCheck(skipped="not simulated"))
+    # Preflight's simulation would name the action first (the tests above): here bring-up's real calls, with no
+    # simulation before them, are refused by moto's enforcement, so a registry gap the simulation shares would
+    # be caught by this test's twin (the whole campaign under the generated policy, above). Bring-up alone, on
+    # a lease of the block: the stages before it make none of these calls, and what a campaign does when
+    # bring-up fails (its report, the teardown) is tests/flows/test_campaign.py's.
     spec = load_spec(EXAMPLE)
-    with pytest.raises(PermanentError) as caught:
-        enforced_campaign(spec, committed_policy(spec, without=missing), tmp_path, far_ends.hub, monkeypatch)
+    run_as_user(committed_policy(spec, without=missing), monkeypatch)
+    monkeypatch.delenv("AWS_SESSION_TOKEN")  # an IAM user's long-term keys carry no session token
+    with iam_enforced(), pytest.raises(PermanentError) as caught:
+        bring_up(spec, block_lease(far_ends.region), UP)
 
     assert f"is not authorized to perform: {missing}" in str(caught.value)
-    written = json.loads((tmp_path / "report.json").read_text())
-    status = {s["name"]: s["status"] for s in written["stages"]}
-    assert (status["bring_up"], status["teardown"]) == ("failed", "completed")
+
+
+def block_lease(region: str) -> Lease:
+    """A lease of a started 24-h block in ``region``, as acquire records one."""
+    now = datetime.now(UTC)
+    return Lease(
+        provider="ec2-capacity-block", region=region, availability_zone=f"{region}a",
+        reservation_id="cr-0123456789abcdef0", start=now - timedelta(hours=1), end=now + timedelta(hours=23),
+        instance_type="p6-b300.48xlarge", instance_count=1, upfront_fee=1.0,
+    )

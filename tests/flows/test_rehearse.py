@@ -43,7 +43,9 @@ def test_the_sandbox_rehearsal_passes_tears_down_and_writes_report_and_record(tm
     assert "## Rehearsal" in (out / "report.md").read_text()
 
 
-def test_a_hyperpod_campaign_is_rehearsed_on_a_hyperpod_cluster_of_on_demand_instances(tmp_path: Path) -> None:
+def test_a_hyperpod_campaign_is_rehearsed_through_the_campaigns_path_on_a_hyperpod_cluster_of_on_demand_instances(
+    tmp_path: Path,
+) -> None:
     out = tmp_path / "rehearsal"
     code = main(["rehearse", str(example_for_a_busy_machine(tmp_path, HYPERPOD_EXAMPLE)), "--sandbox", "--out",
                  str(out)])
@@ -53,4 +55,11 @@ def test_a_hyperpod_campaign_is_rehearsed_on_a_hyperpod_cluster_of_on_demand_ins
     assert (record["result"], written["cluster"]["kind"]) == ("pass", "hyperpod")
     # No training plan: SageMaker's on-demand pool, priced at EC2's rate only as a floor (the table has no ml. rate).
     assert (record["cost"]["instance_type"], record["cost"]["price_status"]) == ("p6-b200.48xlarge", "unconfirmed")
+    # The HyperPod example serves through the campaign's own path: its rollout, the evaluation's verdict.
+    assert (written["rollout"]["name"], written["rollout"]["rolled_back"]) == ("vllm-blue", False)
+    assert written["evaluation"]["verdict"] == "pass"
     assert written["teardown"]["remaining"] == []
+    # The lifecycle-script bucket bring-up made went with the rehearsal.
+    assert [r for r in written["teardown"]["deleted"] if r.startswith("s3-bucket/")] == [
+        f"s3-bucket/sagemaker-{record['rehearsal_id']}-123456789012"
+    ]

@@ -1,4 +1,6 @@
-"""The rollout stage in whole campaigns on the sandbox: a failure tears down, a failed second rollout rolls back."""
+"""The rollout stage in whole campaigns on the sandbox: a failure tears down, a failed second rollout rolls back
+(the HyperPod example's whole path is tests/flows/test_rehearse.py's, a failed compile-cache save
+tests/flows/test_status_down.py's, on the campaign it leaves standing)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,6 @@ from capserve_sandbox.kube import Fault, FaultKind
 
 from capserve.core.errors import PermanentError
 from capserve.core.preflight import PreflightError
-from capserve.core.rollout.service import leader_selector
 from capserve.core.rollout.start_history import StartHistory, history_uri, shape_key
 from capserve.core.settings import RecordSettings
 from capserve.core.spec import CampaignSpec, load_spec
@@ -30,46 +31,6 @@ from tests.flows.test_campaign import SMALL_LOAD, spec_file, tagged_vpcs
 def far_ends() -> Iterator[SandboxEndpoints]:
     with sandbox(served_model_name="kimi-k3") as endpoints:
         yield endpoints
-
-
-def test_a_first_rollout_that_never_listens_fails_with_its_diagnosis_and_tears_down(
-    tmp_path: Path, far_ends: SandboxEndpoints
-) -> None:
-    # 5 minutes of startup budget (5 s of sandbox time) against a server that needs an hour.
-    spec = load_spec(spec_file(tmp_path, serving__startup_budget_minutes=5))
-    far_ends.kube_server.inject(Fault(FaultKind.SLOW_START, pod="vllm-*", container="vllm", seconds=3600))
-
-    with pytest.raises(PermanentError, match="startup-probe: pod vllm-blue-0 container vllm"):
-        campaign(spec, out_dir=tmp_path / "out", hub_endpoint=far_ends.hub)
-
-    written = json.loads((tmp_path / "out" / "report.json").read_text())
-    status = {s["name"]: s for s in written["stages"]}
-    assert status["rollout"]["status"] == "failed" and "serving.startup_budget_minutes" in status["rollout"]["detail"]
-    assert "evaluate" not in status
-    assert written["teardown"]["reason"] == "failed-stage"
-    assert tagged_vpcs(spec.campaign_id, written["lease"]["region"]) == []
-
-
-def test_a_failed_compile_cache_save_leaves_the_server_serving_and_says_so(
-    tmp_path: Path, far_ends: SandboxEndpoints
-) -> None:
-    # Every try of the save Job fails (an S3 upload that cannot succeed): the Job runs out of its back-offs.
-    far_ends.kube_server.inject(Fault(FaultKind.CRASH_LOOP, pod="vllm-*-cache-save-*", container="save"))
-    spec = load_spec(spec_file(tmp_path, evaluation__load=SMALL_LOAD))
-
-    report = campaign(spec, out_dir=tmp_path / "out", hub_endpoint=far_ends.hub)
-
-    written = json.loads((tmp_path / "out" / "report.json").read_text())
-    status = {s["name"]: s for s in written["stages"]}
-    assert status["rollout"]["status"] == "completed" and status["evaluate"]["status"] == "completed"
-    cache = written["rollout"]["compile_cache"]
-    assert (cache["result"], cache["save"]) == ("miss", "failed") and "cache-save" in cache["save_detail"]
-    assert written.get("teardown") is None  # nothing was torn down: the block keeps serving
-    # The Service still selects the new server's leader, and that leader still runs.
-    service = far_ends.kube_server.store.objects[("", "services", "capserve-k3-demo", "serving")]
-    assert service["spec"]["selector"] == leader_selector("vllm-blue")
-    assert report.rollout is not None and report.rollout.name == "vllm-blue"
-    assert ("", "pods", "capserve-k3-demo", "vllm-blue-0") in far_ends.kube_server.store.objects
 
 
 def test_a_failed_second_rollout_rolls_back_to_the_first(tmp_path: Path, far_ends: SandboxEndpoints) -> None:
@@ -181,7 +142,7 @@ def test_the_two_node_example_from_an_image_without_the_efa_stack_is_refused_bef
     assert capacity_ext.calls() == []  # nothing asked of the capacity APIs, nothing bought
 
 
-def test_a_two_node_server_whose_nccl_falls_back_to_sockets_fails_before_the_evaluation(
+def test_a_two_node_server_whose_nccl_falls_back_to_sockets_fails_before_the_evaluation_and_tears_down(
     tmp_path: Path, far_ends: SandboxEndpoints
 ) -> None:
     # The image has no aws-ofi-nccl plugin: NCCL talks between the two nodes over TCP sockets. NCCL says so at
@@ -199,17 +160,7 @@ def test_a_two_node_server_whose_nccl_falls_back_to_sockets_fails_before_the_eva
     status = {s["name"]: s for s in written["stages"]}
     assert status["rollout"]["status"] == "failed" and "aws-ofi-nccl" in status["rollout"]["detail"]
     assert "evaluate" not in status
-
-
-def test_the_hyperpod_example_rolls_out_through_the_same_path(tmp_path: Path, far_ends: SandboxEndpoints) -> None:
-    spec = example("kimi-k3-hyperpod-sandbox.yaml", tmp_path)
-    report = campaign(spec, out_dir=tmp_path / "out", hub_endpoint=far_ends.hub, teardown_when_done=True)
-
-    assert report.cluster is not None and report.cluster.kind == "hyperpod"
-    assert report.rollout is not None and report.rollout.name == "vllm-blue" and not report.rollout.rolled_back
-    assert report.evaluation is not None and report.evaluation.verdict == "pass"
-    assert report.teardown is not None and report.teardown.remaining == ()
-    # The lifecycle-script bucket bring-up made went with the campaign.
-    assert [r for r in report.teardown.deleted if r.startswith("s3-bucket/")] == [
-        f"s3-bucket/sagemaker-{spec.campaign_id}-123456789012"
-    ]
+    # A failed first rollout tears the campaign down (the startup probe's own diagnosis, the other way a first
+    # rollout fails, is tests/sandbox/test_rollout_tasks.py's, and the budget's rendering tests/unit's).
+    assert written["teardown"]["reason"] == "failed-stage"
+    assert tagged_vpcs(spec.campaign_id, written["lease"]["region"]) == []

@@ -1,10 +1,12 @@
 """`capserve status` and `capserve down` on a campaign left standing in the sandbox: the truth, read-only
-first, then torn down twice (the second run still lists what it keeps), refusing a region that is wrong."""
+first, then torn down twice (the second run still lists what it keeps), refusing a region that is wrong. The
+campaign's compile-cache save failed: first, that it kept serving all the same (the rollout's promise)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,18 +14,40 @@ import boto3
 import pytest
 import yaml
 from capserve_sandbox.environment import SandboxEndpoints, sandbox
+from capserve_sandbox.kube import Fault, FaultKind
 
 from capserve.cli import main
-from capserve.core.spec import load_spec
+from capserve.core.report import CampaignReport
+from capserve.core.rollout.service import leader_selector
+from capserve.core.spec import CampaignSpec, load_spec
 from capserve.flows.campaign import campaign
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml"
 
 
-@pytest.fixture
-def far_ends() -> Iterator[SandboxEndpoints]:
-    with sandbox(served_model_name="kimi-k3") as endpoints:
-        yield endpoints
+@dataclass
+class Standing:
+    """One sandbox campaign run without teardown, every try of its compile-cache save failing: the tests read it
+    in file order, and the last ones take it down."""
+
+    far_ends: SandboxEndpoints
+    path: Path
+    spec: CampaignSpec
+    report: CampaignReport
+    out: Path
+
+
+@pytest.fixture(scope="module")
+def standing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standing]:
+    tmp = tmp_path_factory.mktemp("standing")
+    with sandbox(served_model_name="kimi-k3") as far_ends:
+        # Every try of the save Job fails (an S3 upload that cannot succeed): the Job runs out of its back-offs.
+        far_ends.kube_server.inject(Fault(FaultKind.CRASH_LOOP, pod="vllm-*-cache-save-*", container="save"))
+        path = tmp / "spec.yaml"
+        path.write_text(EXAMPLE.read_text())
+        spec = load_spec(path)
+        report = campaign(spec, out_dir=tmp / "out", hub_endpoint=far_ends.hub)  # no teardown: the cluster stays up
+        yield Standing(far_ends, path, spec, report, tmp / "out")
 
 
 def status_json(path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict[str, Any]]:
@@ -32,14 +56,22 @@ def status_json(path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> 
     return code, json.loads(capsys.readouterr().out)
 
 
-def test_status_then_down_tell_the_truth(
-    tmp_path: Path, far_ends: SandboxEndpoints, capsys: pytest.CaptureFixture[str]
-) -> None:
-    path = tmp_path / "spec.yaml"
-    path.write_text(EXAMPLE.read_text())
-    spec = load_spec(path)
-    campaign(spec, out_dir=tmp_path / "out", hub_endpoint=far_ends.hub)  # no teardown: the cluster stays up
+def test_a_failed_compile_cache_save_leaves_the_server_serving_and_says_so(standing: Standing) -> None:
+    written = json.loads((standing.out / "report.json").read_text())
+    status = {s["name"]: s for s in written["stages"]}
+    assert status["rollout"]["status"] == "completed" and status["evaluate"]["status"] == "completed"
+    cache = written["rollout"]["compile_cache"]
+    assert (cache["result"], cache["save"]) == ("miss", "failed") and "cache-save" in cache["save_detail"]
+    assert written.get("teardown") is None  # nothing was torn down: the block keeps serving
+    # The Service still selects the new server's leader, and that leader still runs.
+    objects = standing.far_ends.kube_server.store.objects
+    assert objects[("", "services", "capserve-k3-demo", "serving")]["spec"]["selector"] == leader_selector("vllm-blue")
+    assert standing.report.rollout is not None and standing.report.rollout.name == "vllm-blue"
+    assert ("", "pods", "capserve-k3-demo", "vllm-blue-0") in objects
 
+
+def test_status_then_down_tell_the_truth(standing: Standing, capsys: pytest.CaptureFixture[str]) -> None:
+    path, spec = standing.path, standing.spec
     code, status = status_json(path, capsys)
     assert code == 0
     region = status["region"]
@@ -89,8 +121,9 @@ def test_status_then_down_tell_the_truth(
     assert after["kubernetes"]["looked"] is False and "no cluster" in after["kubernetes"]["why"]
 
 
+@pytest.mark.usefixtures("standing")  # the sandbox, with nothing of that name in it
 def test_down_and_status_of_a_campaign_that_does_not_exist_refuse(
-    tmp_path: Path, far_ends: SandboxEndpoints, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data = yaml.safe_load(EXAMPLE.read_text())
     data["name"] = "k3-misspelt"
