@@ -2,8 +2,9 @@
 
 Run it with the vLLM venv's Python (it imports vllm, nothing of capserve):
 
-    .venv-vllm/bin/python scripts/snapshot_vllm_rules.py            # rewrite the committed snapshot
-    .venv-vllm/bin/python scripts/snapshot_vllm_rules.py --stdout   # print it (the test compares)
+    .venv-vllm/bin/python scripts/snapshot_vllm_rules.py   # rewrite the committed snapshot
+
+(scripts/vllm_checks.py builds it too, for the test that compares, in the same vLLM import as its other checks.)
 
 Nothing here is retyped from vLLM's source; every rule is what vLLM's code answers:
 
@@ -191,19 +192,15 @@ def snapshot() -> dict[str, Any]:
     }
 
 
-def main(argv: list[str]) -> int:
-    text = json.dumps(snapshot(), indent=1, sort_keys=True) + "\n"
-    if "--stdout" in argv:
-        sys.stdout.write(text)
-    else:
-        import vllm
+def main() -> int:
+    import vllm
 
-        target = SNAPSHOTS / vllm.__version__ / "serve_rules.json"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text, encoding="utf-8")
-        print(f"wrote {target}", file=sys.stderr)
+    target = SNAPSHOTS / vllm.__version__ / "serve_rules.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(snapshot(), indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"wrote {target}", file=sys.stderr)
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(main())

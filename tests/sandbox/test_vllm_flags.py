@@ -1,57 +1,83 @@
-"""The committed snapshot of `vllm serve`'s flags (capserve/core/vllm) is the real parser's, and parses as vLLM
-parses; the sandbox kubelet runs pods with it."""
+"""The committed snapshots of `vllm serve`'s flags and cross-flag rules (capserve/core/vllm) are the installed
+vLLM's, the snapshot parses as vLLM parses, and vLLM's own parser accepts every argument list capserve renders."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
-from capserve_sandbox.kube import fake_kube
-from capserve_sandbox.vllm_cpu import VllmCpuSettings, unavailable_reason
-from kubernetes import client as k8s
-from pydantic import SecretStr
 
+from capserve.core.rollout.workload import render_rollout
 from capserve.core.vllm.parser import VllmArgsError, parse_serve_args, serve_argv, snapshot
 from capserve.core.vllm.rules import rules
-from capserve.tasks import kube as tasks_kube
-from tests.sandbox.conftest import condition, get, until
-from tests.sandbox.test_kubelet import http_get
+from tests.unit.rollout_fixtures import config_for, k3_ep16_on_two_b200, k3_plan, target_for
 
 ROOT = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+API_KEY = "-sk-test"  # one generated key in 64 began with "-" when keys were URL-safe base64
 
 
-@pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no .venv-vllm (scripts/install-vllm-cpu.sh; CI installs it)")
-def test_the_snapshot_is_what_the_real_parser_says_now() -> None:
-    fresh = subprocess.run(
-        [str(VLLM_PYTHON), str(ROOT / "scripts" / "snapshot_vllm_flags.py"), "--stdout"],
+def rendered_argument_lists() -> list[list[str]]:
+    """What the kubelet would exec for each K3 layout, leader and worker, the LWS variables filled in."""
+    lists: list[list[str]] = []
+    for plan in (k3_plan(), k3_plan("p6-b200.48xlarge"), k3_ep16_on_two_b200()):
+        config = config_for(plan)
+        rendered = render_rollout(config, target_for(config))
+        lists += [list(rendered.leader_args)] + ([list(rendered.worker_args)] if rendered.worker_args else [])
+    return [
+        [a.replace("$(LWS_LEADER_ADDRESS)", "vllm-blue-0.vllm-blue.capserve-k3-demo")
+          .replace("$(LWS_WORKER_INDEX)", "1").replace("$(VLLM_API_KEY)", API_KEY) for a in args]
+        for args in lists
+    ]
+
+
+@pytest.fixture(scope="module")
+def real_vllm() -> dict[str, Any]:
+    """One run of the installed vLLM (importing it takes tens of CPU seconds): both snapshots as they would be
+    written now and its verdict on each rendered argument list (scripts/vllm_checks.py)."""
+    if not VLLM_PYTHON.exists():
+        pytest.skip("no .venv-vllm (scripts/install-vllm-cpu.sh; CI installs it)")
+    done = subprocess.run(
+        [str(VLLM_PYTHON), str(ROOT / "scripts" / "vllm_checks.py")],
+        input=json.dumps(rendered_argument_lists()),
         capture_output=True,
         text=True,
         timeout=600,
-        check=True,
-    ).stdout
-    now = json.loads(fresh)  # the snapshot of the installed version: a new version needs its own committed
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    answer: dict[str, Any] = json.loads(done.stdout)
+    return answer
+
+
+@pytest.mark.vllm
+def test_the_snapshot_is_what_the_real_parser_says_now(real_vllm: dict[str, Any]) -> None:
+    now = real_vllm["flags"]  # the snapshot of the installed version: a new version needs its own committed
     assert now == snapshot(now["vllm_version"]), (
         "vLLM's flags changed: run `.venv-vllm/bin/python scripts/snapshot_vllm_flags.py` and commit the snapshot"
     )
 
 
-@pytest.mark.skipif(not VLLM_PYTHON.exists(), reason="no .venv-vllm (scripts/install-vllm-cpu.sh; CI installs it)")
-def test_the_rules_snapshot_is_what_vllms_own_checks_say_now() -> None:
-    fresh = subprocess.run(
-        [str(VLLM_PYTHON), str(ROOT / "scripts" / "snapshot_vllm_rules.py"), "--stdout"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    ).stdout
-    now = json.loads(fresh)
+@pytest.mark.vllm
+def test_the_rules_snapshot_is_what_vllms_own_checks_say_now(real_vllm: dict[str, Any]) -> None:
+    now = real_vllm["rules"]
     assert now == rules(now["vllm_version"]), (
         "vLLM's cross-flag rules changed: run `.venv-vllm/bin/python scripts/snapshot_vllm_rules.py` and commit it"
     )
+
+
+@pytest.mark.vllm
+def test_the_real_vllm_parser_accepts_every_rendered_argument_list(real_vllm: dict[str, Any]) -> None:
+    """vLLM 0.32's own parser and serve-argument checks, run on what the kubelet would exec; the leader gets its
+    API key, also one that begins with "-"."""
+    verdicts = real_vllm["verdicts"]
+    assert [v["args"] for v in verdicts] == rendered_argument_lists()
+    refused = [(v["args"], v["error"]) for v in verdicts if v["error"] is not None]
+    assert not refused, f"vLLM refuses capserve's rendered arguments: {refused}"
+    leaders = [v for v in verdicts if not v["headless"]]
+    assert leaders and all(v["api_key"] in (API_KEY, [API_KEY]) for v in leaders), leaders
 
 
 def test_arguments_parse_with_vllms_rewriting() -> None:
@@ -120,65 +146,3 @@ def test_the_serve_arguments_are_found_in_the_container_command() -> None:
     assert serve_argv(script, [], {"RANK": "1", "PORT": "8000"}) == ["/w", "--node-rank", "1", "--port", "8000"]
     assert serve_argv(["python3", "-m", "vllm.entrypoints.openai.api_server"], ["--model", "/w"]) == ["--model", "/w"]
     assert serve_argv(["/bin/sh", "-c", "echo hello"], []) is None  # not a vLLM command
-
-
-# ----------------------------------------------------------------------------- the real vLLM behind a pod
-
-
-@pytest.mark.vllm
-@pytest.mark.slow
-def test_a_pod_serves_through_the_real_vllm_on_the_cpu(tmp_path: Path) -> None:
-    settings = VllmCpuSettings()
-    reason = unavailable_reason(settings)
-    if reason:
-        pytest.skip(f"real vLLM not installed: {reason}")
-    with fake_kube(serving="vllm", state_dir=tmp_path) as kube:
-        api = tasks_kube.api_client(kube.url, None, lambda: SecretStr(kube.token))
-        (node,) = kube.provision_nodes("system", 1, instance_type="m7i.4xlarge")
-        staged = kube.kubelet.layout.host_path(node, "/mnt/k8s-disks/0/weights/smollm2")
-        shutil.copytree(settings.model_dir, staged)
-        tasks_kube.apply(
-            api,
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "smol", "namespace": "default"},
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "vllm",
-                            "image": "vllm/vllm-openai:v0.32.0",
-                            "command": ["vllm", "serve"],
-                            "args": [
-                                "/weights/smollm2",
-                                "--served-model-name",
-                                "smol",
-                                "--dtype",
-                                "bfloat16",
-                                "--max-model-len",
-                                "2048",
-                                "--enforce-eager",
-                            ],
-                            "ports": [{"containerPort": 8000}],
-                            "startupProbe": {
-                                "httpGet": {"path": "/health", "port": 8000},
-                                "periodSeconds": 5,
-                                "failureThreshold": 120,
-                            },
-                            "readinessProbe": {"httpGet": {"path": "/health", "port": 8000}},
-                            "volumeMounts": [{"name": "weights", "mountPath": "/weights"}],
-                        }
-                    ],
-                    "volumes": [{"name": "weights", "hostPath": {"path": "/mnt/k8s-disks/0/weights"}}],
-                },
-            },
-        )
-        until(
-            kube,
-            lambda: (condition(get(kube, "pods", "smol"), "Ready") or {}).get("status") == "True",
-            timeout_s=settings.startup_timeout_s,
-            what="the real vLLM ready",
-        )
-        status, body = http_get(api, "smol", "/v1/models")
-        assert status == 200 and json.loads(body)["data"][0]["id"] == "smol"
-        assert "smol" in k8s.CoreV1Api(api).read_namespaced_pod_log("smol", "default", container="vllm")
