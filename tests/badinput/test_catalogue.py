@@ -17,6 +17,7 @@ the checkpoint, a reservation too short for the plan) are left to it.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
@@ -389,18 +390,26 @@ def aws() -> Iterator[None]:
     """One sandbox AWS for the whole catalogue: nothing may ever be created in it."""
     with moto_sandbox(REGIONS[0]):
         yield
+    _client.cache_clear()  # its clients point at this sandbox's port
+
+
+@functools.cache
+def _client(service: str, region: str) -> Any:
+    """One client per service and region for the whole catalogue (the module's one sandbox AWS): each case asks
+    the same questions, and a new client per question cost more than the questions."""
+    return boto3.client(service, region_name=region)  # type: ignore[call-overload]
 
 
 def assert_nothing_in_aws() -> None:
     # First what the CLI called on the extensions (the checks below call some of them too).
     assert capacity_ext.calls() == []
     for region in REGIONS:
-        ec2 = boto3.client("ec2", region_name=region)
+        ec2 = _client("ec2", region)
         assert [v["VpcId"] for v in ec2.describe_vpcs()["Vpcs"] if not v.get("IsDefault")] == []
         assert ec2.describe_capacity_reservations()["CapacityReservations"] == []
-        assert boto3.client("eks", region_name=region).list_clusters()["clusters"] == []
-        assert boto3.client("sagemaker", region_name=region).list_training_plans()["TrainingPlanSummaries"] == []
-    assert boto3.client("s3").list_buckets()["Buckets"] == []
+        assert _client("eks", region).list_clusters()["clusters"] == []
+        assert _client("sagemaker", region).list_training_plans()["TrainingPlanSummaries"] == []
+    assert _client("s3", REGIONS[0]).list_buckets()["Buckets"] == []
 
 
 @pytest.fixture
@@ -456,9 +465,11 @@ def test_bad_input_is_one_clear_message_exit_2_and_nothing_is_created(
     assert not (tmp_path / "out").exists()
 
 
-# Every command that talks to a far end, with that far end not answering, runs as a separate process (Prefect reads
-# its settings once per process, and the test session holds a harness of its own): an unreachable service or a
-# temporary server that starts too slowly is exit 4 with one line, a missing server is exit 2; never exit 5.
+# Every command that talks to a far end, with that far end not answering, runs outside the test session's process
+# (Prefect reads its settings once per process, and the test session holds a harness of its own): an unreachable
+# service or a temporary server that starts too slowly is exit 4 with one line, a missing server is exit 2; never
+# exit 5. The commands that share an environment share a process (`_run_in_one_process`), one after another, each
+# with its own stderr and exit code: starting Python and importing the CLI cost more than most commands.
 NOWHERE = "http://127.0.0.1:9"
 SUBPROCESS_CASES = [
     Case("forward-events-without-prefect-api-url", ["forward-events", "--region", "us-east-2", "--polls", "1"],
@@ -486,17 +497,65 @@ SUBPROCESS_CASES += [
 EXPECTED_CODE = {"forward-events-without-prefect-api-url": 2}
 
 
+# Runs each command of a JSON list [[id, argv, stderr file], ...] (argv[1]) with fd 2 sent to its own file, and writes
+# {id: exit code} to argv[2]. At the descriptor, so what a logger or a child process writes counts too.
+_RUNNER = """
+import json, os, sys
+from capserve.cli import main
+codes = {}
+for case_id, argv, err_path in json.loads(sys.argv[1]):
+    saved = os.dup(2)
+    with open(err_path, "wb") as err:
+        os.dup2(err.fileno(), 2)
+    try:
+        try:
+            codes[case_id] = main(argv)
+        except SystemExit as exc:
+            codes[case_id] = exc.code if isinstance(exc.code, int) else 2
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+with open(sys.argv[2], "w") as out:
+    json.dump(codes, out)
+"""
+
+
+@pytest.fixture(scope="module")
+def unreachable_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int | None, str]]:
+    """Each command of SUBPROCESS_CASES run once: its exit code and stderr, by case id."""
+    groups: dict[tuple[tuple[str, str], ...], list[Case]] = {}
+    for case in SUBPROCESS_CASES:
+        groups.setdefault(tuple(sorted(case.env.items())), []).append(case)
+    runs: dict[str, tuple[int | None, str]] = {}
+    for index, (environment, cases) in enumerate(groups.items()):
+        work = tmp_path_factory.mktemp(f"unreachable-{index}")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "AWS_"))}
+        env.update({
+            "PREFECT_HOME": str(work / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "AWS_ENDPOINT_URL": NOWHERE, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_EC2_METADATA_DISABLED": "true", "AWS_MAX_ATTEMPTS": "1", "PYTHONPATH": os.pathsep.join(sys.path),
+            **dict(environment),
+        })
+        plan = []
+        for case in cases:
+            (work / case.id).mkdir()
+            argv = [a.replace("{tmp}", str(work / case.id)) for a in case.argv]
+            plan.append([case.id, argv, str(work / case.id / "stderr")])
+        codes_file = work / "codes.json"
+        done = subprocess.run([sys.executable, "-c", _RUNNER, json.dumps(plan), str(codes_file)], env=env,
+                              capture_output=True, text=True, timeout=600, check=False)
+        codes = json.loads(codes_file.read_text()) if codes_file.exists() else {}
+        for case in cases:
+            err = (work / case.id / "stderr").read_text() if (work / case.id / "stderr").exists() else ""
+            runs[case.id] = (codes.get(case.id), err or done.stderr)
+    return runs
+
+
 @pytest.mark.parametrize("case", SUBPROCESS_CASES, ids=[c.id for c in SUBPROCESS_CASES])
-def test_missing_or_unreachable_services_are_one_line_and_never_exit_5(case: Case, tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "AWS_"))}
-    env.update({
-        "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "AWS_ENDPOINT_URL": NOWHERE, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_EC2_METADATA_DISABLED": "true", "AWS_MAX_ATTEMPTS": "1", "PYTHONPATH": os.pathsep.join(sys.path),
-        **case.env,
-    })
-    argv = [a.replace("{tmp}", str(tmp_path)) for a in case.argv]
-    done = subprocess.run([sys.executable, "-m", "capserve.cli", *argv], env=env, capture_output=True, text=True,
-                          timeout=600, check=False)
-    assert done.returncode == EXPECTED_CODE.get(case.id, 4), done.stderr
-    assert case.message in " ".join(done.stderr.split()) and "Traceback" not in done.stderr, done.stderr
+def test_missing_or_unreachable_services_are_one_line_and_never_exit_5(
+    case: Case, unreachable_runs: dict[str, tuple[int | None, str]]
+) -> None:
+    code, stderr = unreachable_runs[case.id]
+    assert code == EXPECTED_CODE.get(case.id, 4), stderr
+    assert case.message in " ".join(stderr.split()) and "Traceback" not in stderr, stderr
