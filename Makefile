@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 
 export DO_NOT_TRACK := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
-export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 90
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 300
 export PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW := ignore
 
 .PHONY: install demo demo-in-process check test test-faults lint typecheck imports unit bench faults vllm-venv clean \

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 # (PrefectHQ/prefect#16397), and no warnings for task logs outside a flow run.
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "300")
 os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
 # Tests talk to 127.0.0.1 only: a test that reaches AWS without starting the sandbox meets a closed
 # local port (and fails fast) instead of the real endpoints, and never picks up real credentials.
