@@ -217,8 +217,9 @@ def _note_recovery(row: Row | None, watch: Watch) -> None:
         row.recovered()
 
 
-def _kill(world: World, watch: Watch, row: Row, victim: int) -> None:
-    """Signal the victim worker's whole tree, count who outlives the grace, let the held request go on."""
+def _kill(world: World, watch: Watch, row: Row, victim: int, *, needed_again: bool) -> None:
+    """Signal the victim worker's whole tree, count who outlives the grace, let the held request go on; start the
+    worker again if a later run of the chain goes to it."""
     worker = world.victims[victim]
     victims = [*this(worker.process.pid), *descendants(worker.process.pid)]
     row.before = watch.entry(row.point.stage)
@@ -234,8 +235,10 @@ def _kill(world: World, watch: Watch, row: Row, victim: int) -> None:
     survivors = alive(victims)
     signal_all(survivors, signal.SIGKILL)  # an operator would have to: they count as orphans
     row.orphans = len(survivors)
-    # The next run goes to the other victim worker, already polling; this one is back before it is needed.
-    world.restart_victim_soon(victim)
+    # The next run goes to the other victim worker, already polling; this one is back before it is needed (a
+    # chain's last two kills need no restart: the last re-run goes to the steady worker).
+    if needed_again:
+        world.restart_victim_soon(victim)
 
 
 def run_chain(world: World, kills: list[tuple[KillPoint, str]], campaign: str, out: Path, *, victims: tuple[int, int],
@@ -271,7 +274,7 @@ def run_chain(world: World, kills: list[tuple[KillPoint, str]], campaign: str, o
                     previous.rerun_state = "Killed" if row.killed_at else watch.state(row.run_id)[1]
                     if row.killed_at:  # got past it (at the next point), the record perhaps not saying so
                         previous.recovered()
-                _kill(world, watch, row, victim)
+                _kill(world, watch, row, victim, needed_again=index + 2 < len(kills))
                 rows.append(row)
                 progress(f"{campaign}: {point.name} / {sig}: killed at {row.killed_at or '?'} "
                          f"(orphans {row.orphans}) {'; '.join(row.notes)}")

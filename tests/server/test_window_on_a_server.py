@@ -1,6 +1,7 @@
 """deployments/prefect.yaml on a real Prefect server, as an operator runs it.
 
-A real ``prefect server start`` (with its scheduler), ``prefect deploy --all`` from the checkout, a process
+A real ``prefect server start`` (with its scheduler) on the team's backends (PostgreSQL and Redis,
+tests/server/conftest.py), ``prefect deploy --all`` from the checkout, a process
 worker, and the sandbox's stand-ins served from this test process over HTTP (moto, the fake Kubernetes,
 the local Hub, the OpenAI stand-in): the worker's flow processes reach them through their environment.
 
@@ -41,11 +42,12 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.deployments import run_deployment
 from prefect.settings import PREFECT_API_URL, temporary_settings
+from team_backends import TeamServer
 
 from capserve.core.lease import Lease
 from capserve.core.schedule import SCHEDULED_TAG, campaign_tag
 from capserve.core.spec import TeardownSpec, load_spec
-from capserve.runtime.prefect_server import Child, LocalServer, register, start_server, start_worker
+from capserve.runtime.prefect_server import Child, LocalServer, register, start_worker
 from capserve.tasks.reporting import REPORT_DIR_ENV
 from capserve.tasks.scheduling import schedule_hub_watch, schedule_lease_runs
 
@@ -89,14 +91,11 @@ def world_on(server: LocalServer, logs: Path) -> Iterator[World]:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    logs = tmp_path_factory.mktemp("prefect")
-    server = start_server(logs / "home")
-    try:
-        with world_on(server, logs) as world:
-            yield world
-    finally:
-        server.child.stop()
+def world(team_server: TeamServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    """On the team's server (PostgreSQL, leases in Redis: conftest.py), the production-like backend: a suspended
+    run's input waits in PostgreSQL."""
+    with world_on(team_server.server, tmp_path_factory.mktemp("prefect")) as world:
+        yield world
 
 
 def wait_final(flow_run_id: Any, timeout_s: float = 600) -> FlowRun:
