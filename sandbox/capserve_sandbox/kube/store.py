@@ -33,7 +33,6 @@ from typing import Any
 
 import jsonpatch
 import jsonschema
-import referencing
 import yaml
 
 from capserve_sandbox.clock import CLOCK
@@ -77,9 +76,7 @@ def _builtin_validator(kind: str, api_version: str, k8s_version: str) -> Any:
     except FileNotFoundError:
         raise kv.SchemaNotFoundError(version=kv.major_minor(desired), kind=kind, api_version=api_version) from None
     definitions = kv.schema_contents(f"{folder}/_definitions.json", desired)
-    registry = referencing.Resource.from_contents(definitions) @ (
-        referencing.Resource.from_contents(schema) @ referencing.Registry()
-    )
+    registry = kv.Resource.from_contents(definitions) @ (kv.Resource.from_contents(schema) @ kv.Registry())
     return jsonschema.Draft202012Validator(schema, registry=registry)
 
 
