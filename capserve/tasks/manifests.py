@@ -20,6 +20,10 @@ import yaml
 from capserve.core.rollout.secret import redact_for_disk
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+# libyaml's emitter when PyYAML has it: the add-ons' CRDs are megabytes of YAML, and the pure-Python emitter spent
+# 1.46 s of CPU writing a campaign's 21 add-ons (0.23 s with libyaml). The same documents; long strings fold
+# at other points.
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 class ManifestLog:
@@ -39,7 +43,7 @@ class ManifestLog:
             self._count += 1
             self.directory.mkdir(parents=True, exist_ok=True)
             path = self.directory / f"{self._count:03d}-{stem}.yaml"
-            path.write_text(yaml.safe_dump(safe, sort_keys=False, default_flow_style=False))
+            path.write_text(yaml.dump(safe, Dumper=_DUMPER, sort_keys=False, default_flow_style=False))
         return path
 
 

@@ -72,6 +72,8 @@ class HttpClock:
         self._token = self._new_token()
         self._depth = 0  # open ``working()`` blocks of this process
         self._begun = False  # ``begin_at`` made this process work (a ``working()`` takes it over)
+        self._client: httpx.Client | None = None  # of process ``_client_pid``: one per process, its connections kept
+        self._client_pid = 0
         atexit.register(self._at_exit)
 
     @staticmethod
@@ -84,9 +86,17 @@ class HttpClock:
             self._pid, self._token, self._depth, self._begun = os.getpid(), self._new_token(), 0, False
         return self._token
 
+    def _http(self) -> httpx.Client:
+        """This process's client (a forked child gets its own: the parent's connections are not its to use). One
+        client per call built an SSL context (reading the CA bundle) each time: the most CPU the clock cost."""
+        with self._lock:
+            if self._client is None or self._client_pid != os.getpid():
+                self._client, self._client_pid = httpx.Client(base_url=self.url, timeout=60), os.getpid()
+            return self._client
+
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         try:
-            answer = httpx.request(method, f"{self.url}{path}", json=body, timeout=60)
+            answer = self._http().request(method, path, json=body)
         except httpx.HTTPError as exc:
             raise RetryableError(f"the sandbox's clock at {self.url} did not answer: {type(exc).__name__}") from exc
         if answer.status_code == 409:
