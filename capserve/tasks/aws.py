@@ -1,15 +1,23 @@
 """boto3 clients and the one place where botocore errors become capserve errors.
 
-A fresh session and client per call site (boto3 docs, "Multithreading or multiprocessing with clients":
-sessions are not thread safe), so endpoint and credentials come from the environment exactly as botocore
-resolves them at that moment, and the sandbox and AWS differ only there. What the sessions share is
-botocore's loader of its own data files (service models, endpoint rules): read-only, and loading them is
-most of a new session's cost (measured in a campaign's flow-run process: three quarters of its CPU went
-to parsing those files again for every client).
+A client per service, region, retry limit and ``AWS_*`` environment, made once per process and shared: boto3's
+clients are thread safe and its sessions are not (boto3 docs, "Multithreading or multiprocessing with
+clients"), so each client is made from a session of its own and the session is not kept. Because the key holds
+every ``AWS_*`` variable, endpoint and credentials still come from the environment as botocore resolves them
+when they change (the sandbox starting, another endpoint), and the sandbox and AWS differ only there; the
+process id in the key keeps a forked child off its parent's connections. Making a client is not free (its
+endpoint rules and service model; a campaign's flow-run process made hundreds, about an eighth of its CPU).
+What every session shares is botocore's loader of its own data files (service models, endpoint rules):
+read-only, and loading them is most of a new session's cost (measured in a campaign's flow-run process: three
+quarters of its CPU went to parsing those files again for every client).
+
+A caller that changes a client (registers an event handler on it) asks ``new_client``: a cached one is shared.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import threading
 from functools import cache
 from typing import Any
@@ -81,12 +89,36 @@ def session() -> boto3.session.Session:
     return boto3.session.Session(botocore_session=core)
 
 
-def client(service: str, region: str | None = None, *, max_attempts: int | None = None) -> Any:
-    """A fresh boto3 client. ``max_attempts=1`` turns botocore's own retries off (for calls we must not repeat)."""
+def new_client(service: str, region: str | None = None, *, max_attempts: int | None = None) -> Any:
+    """A boto3 client of its own. ``max_attempts=1`` turns botocore's own retries off (for calls we must not repeat)."""
     config = _client_config()
     if max_attempts is not None:
         config = config.merge(botocore.config.Config(retries={"mode": "standard", "total_max_attempts": max_attempts}))
     return session().client(service, region_name=region, config=config)  # type: ignore[call-overload]
+
+
+_CLIENTS: dict[tuple[object, ...], Any] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _environment_digest() -> str:
+    """What the environment says of AWS (endpoints, credentials, region, profile), as a digest: the cache's key
+    holds no secret."""
+    said = "\0".join(f"{name}={value}" for name, value in sorted(os.environ.items()) if name.startswith("AWS_"))
+    return hashlib.sha256(said.encode()).hexdigest()
+
+
+def client(service: str, region: str | None = None, *, max_attempts: int | None = None) -> Any:
+    """The process's boto3 client for this service, region, retry limit and AWS environment (made on first use).
+    ``max_attempts=1`` turns botocore's own retries off (for calls we must not repeat)."""
+    key = (os.getpid(), service, region, max_attempts, _environment_digest())
+    with _CLIENTS_LOCK:
+        made = _CLIENTS.get(key)
+    if made is None:
+        made = new_client(service, region, max_attempts=max_attempts)  # outside the lock: it takes milliseconds
+        with _CLIENTS_LOCK:
+            made = _CLIENTS.setdefault(key, made)
+    return made
 
 
 def error_code(exc: ClientError) -> str:

@@ -119,7 +119,7 @@ def eks_token(cluster_name: str, region: str) -> SecretStr:
     The token is a presigned STS GetCallerIdentity URL; the cluster's authenticator calls it to
     learn who we are. Only the signature is computed here: no request is sent.
     """
-    sts = aws.client("sts", region)
+    sts = aws.new_client("sts", region)  # its own: the handler below is for this cluster alone
 
     def sign_cluster_id(request: Any, **_: Any) -> None:
         # The header is signed but not sent: the authenticator re-adds it with its own cluster id,

@@ -1,4 +1,5 @@
-"""``capserve.tasks.aws.client``: fresh sessions that share botocore's data loader, and nothing else."""
+"""``capserve.tasks.aws.client``: one client per service, region, retry limit and AWS environment in a process,
+each from a session of its own; every session shares botocore's data loader, and nothing else."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from capserve.tasks.aws import client, session
+from capserve.tasks.aws import client, new_client, session
 
 
 def test_clients_share_the_loader_of_botocores_data_files() -> None:
@@ -36,3 +37,14 @@ def test_a_data_path_of_its_own_gets_a_loader_of_its_own(monkeypatch: pytest.Mon
     extended = client("s3", "us-east-2")
     assert extended._loader is not default._loader
     assert str(tmp_path) in extended._loader.search_paths
+
+
+def test_the_same_service_region_and_environment_get_the_same_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    first = client("s3", "us-east-2")
+    assert client("s3", "us-east-2") is first  # made once: a client costs its endpoint rules and model
+    assert client("s3", "us-east-2", max_attempts=1) is not first  # another retry limit is another client
+    assert client("s3", "eu-west-1") is not first
+    assert new_client("s3", "us-east-2") is not first  # for a caller that changes its client (an event handler)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "another-secret")
+    assert client("s3", "us-east-2") is not first  # other credentials: a client that signs with them

@@ -63,12 +63,12 @@ def _constant(node: ast.AST) -> str | None:
 
 
 def _client_service(node: ast.AST) -> str | None:
-    """``client("ec2", …)`` / ``aws.client("ec2")`` / ``x or aws.client("sts")`` → "ec2"."""
+    """``client("ec2", …)`` / ``aws.client("ec2")`` / ``aws.new_client("sts")`` / ``x or aws.client("sts")`` → "ec2"."""
     if isinstance(node, ast.BoolOp):
         return next((s for s in map(_client_service, node.values) if s), None)
     if isinstance(node, ast.Call) and node.args:
         name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
-        if name == "client":
+        if name in ("client", "new_client"):
             return _constant(node.args[0])
     return None
 
