@@ -3,7 +3,8 @@
 #                 through a local Prefect server and worker (README, "Two commands")
 #   make check  — same install, then the fast tier: ruff, mypy (strict), the import contracts
 #                 (lint-imports) and the unit tests
-#   make test   — make check, then the rest of the test suite, one line per finished file
+#   make test   — ruff, mypy and the import contracts, then every test (the unit tests among them) in one pool,
+#                 one line per finished file
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -57,22 +58,20 @@ unit: install
 # The fast tier, before a commit (README.md, "How long things take").
 check: lint typecheck imports unit
 
-# Four test processes on the 2-core CI machine: most tests wait on local servers (moto, the fake
-# Kubernetes, Prefect, vLLM). Measured: tests/flows/test_campaign.py's first test took 100 s at load 1 and
-# 226 s at load 16, so about 18 s of it is CPU and the rest waiting; three processes left most of a core idle.
-# A file's tests stay in one process (its module fixtures start those servers once). TEST_WORKERS=3 make test
-# if a loaded machine makes a test's waits run out.
-TEST_WORKERS ?= 4
-# Every test folder but tests/unit, and the unit files that load the real vLLM (make unit leaves those out).
-TEST_PATHS := $(filter-out tests/unit/,$(wildcard tests/*/)) $(shell grep -rlE --include='test_*.py' 'mark\.vllm' tests/unit)
+# make test: the static checks, then every test in one pool of processes. Most tests wait on local servers
+# (moto, the fake Kubernetes, Prefect, vLLM) rather than compute, so the pool has more processes than the
+# machine has cores: measured on the 2-core CI machine (quiet), four processes kept 1.44 of 2 cores busy and
+# ended in 21 min 44 s. A file's tests stay in one process (its module fixtures start those servers once); the
+# files go longest first and the unit tests last, to fill the processes as the long files end (tests/conftest.py).
+# TEST_WORKERS=4 make test if a loaded machine makes a test's waits run out.
+TEST_WORKERS ?= 6
 
-# After make check, every other test: files in tests/conftest.py's order, longest first (xdist would re-sort
-# them by their number of tests), a line as each file ends and the slowest files and tests at the end, to see
-# where CI's minutes go, with the CPU seconds of each (tests/file_progress.py). The timing test then runs alone,
-# collecting only the files that hold one (measured: the whole tree's collection took 18 CPU seconds, that file's 7).
-test: check
+# A line as each file ends and the slowest files and tests at the end, to see where CI's minutes go, with the CPU
+# seconds of each (tests/file_progress.py). The timing test then runs alone, collecting only the files that hold one
+# (measured: the whole tree's collection took 18 CPU seconds, that file's 7).
+test: lint typecheck imports
 	PYTHONUNBUFFERED=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=10 \
-		-m "not solo" $(TEST_PATHS)
+		-m "not solo" tests
 	$(PY) -m pytest -m solo $$(grep -rlE --include='test_*.py' 'mark\.solo' tests)
 
 # A chain of the kill matrix, the one `make test` runs (about 3 minutes alone; `make faults` runs all of it).

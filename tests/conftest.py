@@ -45,11 +45,12 @@ def prefect_harness(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
 
 
-# Longest files first: the fault chain (minutes of a real server, three workers and the sandbox), then the
-# other server and vLLM files, then the flows. `make test` keeps this order (`--no-loadscope-reorder`: by
-# default xdist re-sorts files by their number of tests), so a multi-minute file starts early while the many
-# short files fill the other processes around it, instead of starting last and running alone at the end.
-_RANKED_MARKERS = (("faults",), ("server", "vllm"))
+# Longest files first (a file's tests stay in one process, so a long file that starts last runs alone at the
+# end): the fault chain (minutes of a real server, three workers and the sandbox), then the other server and vLLM
+# files, then other files marked slow, the flows, the other folders, and the unit tests last: many short files
+# that fill the processes as the long ones end. `make test` keeps this order (`--no-loadscope-reorder`: by
+# default xdist re-sorts files by their number of tests).
+_RANKED_MARKERS = (("faults",), ("server", "vllm"), ("slow",))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -57,6 +58,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for position, markers in enumerate(_RANKED_MARKERS):
             if any(item.get_closest_marker(name) for name in markers):
                 return position
-        return len(_RANKED_MARKERS) + (0 if item.path.parent.name == "flows" else 1)
+        folder = item.path.parent.name
+        return len(_RANKED_MARKERS) + {"flows": 0, "unit": 2}.get(folder, 1)
 
     items.sort(key=rank)  # stable: within a rank, files and their tests keep their order
