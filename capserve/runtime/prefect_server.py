@@ -9,7 +9,9 @@ its services, its SQLite database and home under the run's output folder, and:
   freed even after the server restarts (docs/prefect.md §5)
 - the scheduler loop shortened for runs created minutes ahead;
 - a worker that finds a run well before its time (prefetch ≥ poll + process start), so a scheduled run
-  starts on time (docs/prefect.md §11).
+  starts on time (docs/prefect.md §11);
+- a new SQLite home seeded from a migrated database kept per Prefect version (``~/.cache/capserve``), so a start
+  skips the migrations that take half its CPU (docs/prefect.md §10).
 
 Every child runs in its own session; stopping sends SIGINT, then SIGTERM, then SIGKILL to its process
 group, so no server or worker outlives the CLI. Each runs under a tether (``capserve.runtime.tether``) that
@@ -19,16 +21,21 @@ stops it when the process that started it dies without stopping it (SIGKILL), un
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
+import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -50,6 +57,9 @@ WORKER_SETTINGS: dict[str, str] = {
 
 
 STOP_GRACE_SECONDS = 4.0  # per signal: SIGINT, then SIGTERM, then SIGKILL
+
+DATABASE = "prefect.db"  # a SQLite server's database in its home (PREFECT_HOME)
+DATABASE_URL_SETTINGS = ("PREFECT_SERVER_DATABASE_CONNECTION_URL", "PREFECT_API_DATABASE_CONNECTION_URL")
 
 
 class ServerError(RuntimeError):
@@ -147,6 +157,8 @@ def start_server(
     url = f"http://127.0.0.1:{port}/api"
     env = {**os.environ, **SERVER_SETTINGS, **(settings or {}), "PREFECT_HOME": str(home)}
     env.pop("PREFECT_API_URL", None)
+    on_sqlite = not any(env.get(name) for name in DATABASE_URL_SETTINGS)
+    seeded = on_sqlite and seed_home(home)
     argv = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)]
     child = _spawn("prefect server", argv, env, home / "server.log", tethered=tethered)
     server = LocalServer(child=child, url=url, home=home)
@@ -155,10 +167,51 @@ def start_server(
         if not child.alive():
             raise ServerError(f"the local Prefect server exited at start: see {child.log}")
         if _healthy(url):
+            if on_sqlite and not seeded:
+                keep_seed(home)
             return server
         time.sleep(0.5)
     child.stop()
     raise ServerError(f"the local Prefect server was not healthy within {timeout_seconds:.0f} s: see {child.log}")
+
+
+def seed_dir() -> Path:
+    """Where the migrated home of this Prefect version is kept: a new version migrates (and is kept) anew."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "capserve" / f"prefect-{importlib.metadata.version('prefect')}-home"
+
+
+def seed_home(home: Path) -> bool:
+    """Copy the kept migrated database into a home that has none; whether it did. A home with a database (a
+    restart) keeps its own; with no seed kept yet the server migrates, and ``keep_seed`` keeps its result."""
+    seed = seed_dir() / DATABASE
+    if (home / DATABASE).exists() or not seed.exists():
+        return False
+    shutil.copyfile(seed, home / DATABASE)
+    return True
+
+
+def keep_seed(home: Path) -> None:
+    """Keep a healthy new server's database as the seed of the next new home. It is read with SQLite's backup
+    API (a consistent copy while the server writes); two servers that keep one at once
+    each write a folder of their own and the first rename wins. Best effort: a start never fails for it."""
+    seed = seed_dir()
+    if seed.exists():
+        return
+    try:
+        seed.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=seed.name + ".", dir=seed.parent))
+    except OSError:
+        return
+    try:
+        with (
+            closing(sqlite3.connect(home / DATABASE)) as source,
+            closing(sqlite3.connect(staging / DATABASE)) as copy,
+        ):
+            source.backup(copy)
+        staging.rename(seed)
+    except (OSError, sqlite3.Error):
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _healthy(url: str) -> bool:
