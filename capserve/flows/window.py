@@ -37,7 +37,6 @@ from prefect.states import Cancelled, Failed
 
 from capserve.campaign.context import CampaignContext, RunOptions, need
 from capserve.campaign.run_names import campaign_runs
-from capserve.campaign.runner import run_campaign
 from capserve.campaign.states import verdict_state
 from capserve.core.act_lines import drain_line, prepared_line
 from capserve.core.capacity.lease_check import lease_problems
@@ -55,10 +54,7 @@ from capserve.core.spec import CampaignSpec
 from capserve.core.stages import Stage, StageStatus
 from capserve.core.teardown.result import TeardownResult
 from capserve.core.teardown.settings import TeardownSettings
-from capserve.flows.bring_up import prepare_cluster
-from capserve.flows.campaign import CAMPAIGN, teardown_stage
 from capserve.flows.notify import notify
-from capserve.flows.teardown import teardown
 from capserve.tasks.capacity.reservations import describe_reservation_by_id
 from capserve.tasks.drain import remove_services, scale_serving_to_zero
 from capserve.tasks.locations import locate_records, record_ref
@@ -88,6 +84,8 @@ def prepare_cluster_before_block(campaign_id: str, region: str, reservation_id: 
     acting = _window_run(campaign_id, region, reservation_id, ScheduledStage.PREPARE_CLUSTER, scheduled=True)
     if isinstance(acting, State):
         return acting
+    from capserve.flows.bring_up import prepare_cluster
+
     record, ref, spec, settings = acting
     lease = need(record.lease, Stage.ACQUIRE)
     why = _preparation_not_needed(record, lease.start)  # first without the slot: a campaign run may hold it long
@@ -157,6 +155,10 @@ def _preparation_not_needed(record: CampaignRecord, block_start: datetime) -> st
 @flow(name="serve", flow_run_name="serve-{campaign_id}")
 def serve(campaign_id: str, region: str, reservation_id: str) -> CampaignReport | State:
     """Bring up, stage weights on the nodes and evaluate, at the block's start (the campaign's serve part)."""
+    # Here, not at the top: a drain or teardown run (this module's other flows) needs none of the campaign's flows.
+    from capserve.campaign.runner import run_campaign
+    from capserve.flows.campaign import CAMPAIGN, teardown_stage
+
     base = settings_from_environment()
     cancelled = cancelled_before_start(flow_run.get_id())
     if cancelled:
@@ -243,6 +245,8 @@ def scheduled_teardown(
                         scheduled=reason == "drain-deadline")
     if isinstance(found, State):
         return found
+    from capserve.flows.teardown import teardown
+
     record, ref, spec, settings = found
     with clock().working(), campaign_runs(campaign_id):
         done = teardown(spec, region, reason=reason, settings=settings.teardown, refs=record_refs(record, region))
@@ -321,6 +325,8 @@ def teardown_orphan(flow_run_id: str, soon_minutes: int = 30) -> TeardownResult 
     alone and ends Cancelled ("LeftAlone"), naming that run. Whatever it cannot tell for sure (a spec that no
     longer validates, no record, no lease) ends Cancelled ("Unsure") after a notification: nothing is deleted.
     """
+    from capserve.flows.teardown import teardown
+
     logger = get_run_logger()
     crashed = read_crashed_run(flow_run_id)
     target = orphan_target(crashed.flow_name, crashed.parameters)

@@ -27,6 +27,11 @@ from capserve.core.evaluation.metrics import percentile
 from capserve.core.evaluation.records import RunRecord
 from capserve.core.evaluation.spec import GateSpec, LoadSpec
 
+# The generator process (capserve.tasks.evaluation.loadgen) reads the endpoint's Authorization header from this
+# variable, not from its command line.
+AUTHORIZATION_ENV = "CAPSERVE_LOADGEN_AUTHORIZATION"
+# Warm-up requests must not hold the parent's READY wait for an endpoint that does not answer.
+WARMUP_TIMEOUT_S = 60.0
 # File descriptors a generator process needs besides its sockets (interpreter, uvloop, pipes, logs).
 FD_RESERVE = 64
 # Below this the lag of a 10 ms ticker is timer resolution, not load (uvloop rounds timers to 1 ms).

@@ -22,6 +22,8 @@ from prefect import get_run_logger
 
 from capserve.core.errors import RetryableError
 from capserve.core.evaluation.client_limits import (
+    AUTHORIZATION_ENV,
+    WARMUP_TIMEOUT_S,
     ClientCapacity,
     chunks_per_s_per_stream,
     closed_loop_refusal,
@@ -34,7 +36,6 @@ from capserve.core.evaluation.workload import LoadJob, plan_requests, split_conc
 from capserve.core.progress import Progress
 from capserve.tasks.evaluation.auth import EndpointAuth, read_auth
 from capserve.tasks.evaluation.host import host_capacity
-from capserve.tasks.evaluation.loadgen import AUTHORIZATION_ENV, WARMUP_TIMEOUT_S
 from capserve.tasks.progress import ProgressReporter
 from capserve.tasks.resilience import NO_RETRIES, endpoint_task
 from capserve.tasks.secrets import redactor

@@ -34,20 +34,17 @@ from typing import Any
 
 import aiohttp
 
-from capserve.core.evaluation.client_limits import FD_RESERVE
+from capserve.core.evaluation.client_limits import AUTHORIZATION_ENV, FD_RESERVE, WARMUP_TIMEOUT_S
 from capserve.core.evaluation.metrics import percentile
 from capserve.core.evaluation.records import ClientStats, ErrorKind, RequestRecord, RunRecord
 from capserve.core.evaluation.sse import SseDecoder, StreamState, apply_event
 from capserve.core.evaluation.workload import LoadJob, PlannedRequest, stream_chat_payload
 from capserve.core.redaction import Redactor
 
-AUTHORIZATION_ENV = "CAPSERVE_LOADGEN_AUTHORIZATION"
 TICK_S = 0.010
 # Long outputs arrive in big reads; aiohttp's 64 KiB default collapses throughput at long context
 # (vllm-project/vllm#39963).
 READ_BUFSIZE = 4 * 1024 * 1024
-# Warm-up requests must not hold the parent's READY wait for an endpoint that does not answer.
-WARMUP_TIMEOUT_S = 60.0
 # Local resource exhaustion: the client's limits, not the endpoint's behaviour.
 _LOCAL_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.EADDRNOTAVAIL, errno.ENOBUFS, errno.ENOMEM}
 
