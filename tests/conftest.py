@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import ExitStack
 
 # Before prefect is imported anywhere: no telemetry, a patient start on a loaded 2-core CI box
 # (PrefectHQ/prefect#16397), and no warnings for task logs outside a flow run.
@@ -41,8 +42,11 @@ def prefect_harness(request: pytest.FixtureRequest) -> Iterator[None]:
     if all(item.get_closest_marker("solo") for item in request.session.items):
         yield  # `make test`'s timing run: nothing runs beside the measurement, an idle server neither
         return
-    with prefect_test_server():  # tests/prefect_harness.py: its database in memory, so writes never collide
-        yield
+    with ExitStack() as stack:
+        stack.enter_context(prefect_test_server())  # tests/prefect_harness.py: its database in memory, so writes
+        yield  # never collide
+        with file_progress.server_reaped():  # its CPU, counted when it is reaped, is not the last file's
+            stack.close()
 
 
 # Longest files first (a file's tests stay in one process, so a long file that starts last runs alone at the

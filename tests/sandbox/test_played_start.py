@@ -67,11 +67,21 @@ def test_a_cold_start_takes_the_modelled_time_on_the_blocks_clock_and_says_so_in
         instance_type="p6-b300.48xlarge", storage="nvme", nodes=1, write=lines.append,
     )
     assert not start.warm
-    began = CLOCK.now()
-    asyncio.run(start.play("/models/k3"))
+
+    async def rollout() -> timedelta:
+        # The run that applied the pod works: the clock holds (it would otherwise jump to the block's next waypoint
+        # and hold there until its run started, minutes of wall time), and the start begins at this instant.
+        began = CLOCK.work("rollout")
+        playing = asyncio.ensure_future(start.play("/models/k3"))
+        await asyncio.sleep(0)  # the start logs vLLM's first line and sleeps until its first phase ends
+        CLOCK.rest("rollout")  # the run waits for the server: the block moves to the start's stops
+        await playing
+        return CLOCK.now() - began
+
+    took = asyncio.run(rollout())
     # The phases take their modelled time exactly (to the microseconds each phase's instant is rounded to), and
     # the clock holds while the server comes up.
-    assert (CLOCK.now() - began).total_seconds() == pytest.approx(start.seconds, abs=1e-3)
+    assert took.total_seconds() == pytest.approx(start.seconds, abs=1e-3)
     start.done()
     start.listening(8000)
     assert CLOCK.stops() == []  # nothing modelled is left to land on

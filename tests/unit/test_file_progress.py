@@ -76,3 +76,26 @@ def test_a_quiet_minute_names_the_files_still_running_or_says_the_workers_are_st
     assert progress.quiet_line(begun + 130) == "still running [2:10]: tests/a.py (2:00), tests/b.py (1:30)"
     progress.files["tests/a.py"].finished = progress.files["tests/b.py"].finished = 2
     assert progress.quiet_line(begun + 190) is None  # all done: the summary follows
+
+
+def test_the_session_server_reaped_at_the_end_is_counted_apart_not_on_the_last_file(tmp_path: Path) -> None:
+    """A child's CPU counts when it is reaped: the worker's Prefect test server, stopped when the session ends, would
+    land whole on the worker's last file (a file of a few CPU seconds once showed 105)."""
+    server = (
+        "import subprocess, sys\nimport pytest\n\n@pytest.fixture(autouse=True, scope='session')\n"
+        "def server():\n    child = subprocess.Popen([sys.executable, '-c', 'import time\\n"
+        "begun = time.process_time()\\nwhile time.process_time() - begun < 1.5:\\n    pass'])\n    yield\n"
+        "    with file_progress.server_reaped():\n        child.wait()\n"
+    )
+    (tmp_path / "conftest.py").write_text(CONFTEST + server)
+    (tmp_path / "test_one.py").write_text("def test_a():\n    pass\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "1", "-p", "no:cacheprovider", "-o", "addopts=",
+         "--rootdir", str(tmp_path), str(tmp_path)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert re.search(r"^done test_one\.py: 1 passed in \d+ s \(CPU 0 s\)", out, re.MULTILINE), out
+    assert re.search(r"^CPU of all files: 0 s and of the workers' Prefect test servers [12] s ", out, re.MULTILINE), out
