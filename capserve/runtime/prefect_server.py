@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -137,11 +138,13 @@ def start_server(
     timeout_seconds: float = 120.0,
     tethered: bool = True,
     settings: Mapping[str, str] | None = None,
+    abandoned: threading.Event | None = None,
 ) -> LocalServer:
     """Start ``prefect server start`` on 127.0.0.1 with its home (and SQLite DB) in ``home``; wait until healthy.
     ``tethered=False``: it outlives this process. ``settings`` go to the server process only, over
     ``SERVER_SETTINGS`` (a team's PostgreSQL database and Redis lease storage, docs/operations.md): its
-    clients never see them, so a database password stays out of the worker's and the flows' environments."""
+    clients never see them, so a database password stays out of the worker's and the flows' environments.
+    ``abandoned`` set while it starts (the command is stopping): it is stopped there and ``ServerError`` raised."""
     home.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     url = f"http://127.0.0.1:{port}/api"
@@ -154,6 +157,9 @@ def start_server(
     while time.monotonic() < deadline:
         if not child.alive():
             raise ServerError(f"the local Prefect server exited at start: see {child.log}")
+        if abandoned is not None and abandoned.is_set():
+            child.stop()
+            raise ServerError("the local Prefect server's start was abandoned")
         if _healthy(url):
             return server
         time.sleep(0.5)
