@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -40,6 +41,7 @@ from capserve.core.progress import state_text
 from capserve.runtime.prefect_server import (
     Child,
     LocalServer,
+    ServerError,
     register,
     start_server,
     start_worker,
@@ -70,18 +72,24 @@ class Registered:
 @contextmanager
 def server_in_background(out_dir: Path, *, keep_server: bool, console: Console) -> Iterator[Future[Registered]]:
     """Start the local server (unless ``PREFECT_API_URL`` is set) and register the deployments in a thread, while
-    the caller brings the sandbox up; the server is stopped on exit unless ``keep_server``."""
+    the caller brings the sandbox up; the server is stopped on exit unless ``keep_server``. Left before the server
+    was used (Ctrl-C, SIGTERM, a stand-in that failed at its start), the command does not wait for the server to
+    finish starting, nor registers the deployments: the start is abandoned and the server stopped."""
     logs = out_dir.resolve() / "prefect"
     started: list[LocalServer] = []
+    abandoned = threading.Event()
 
     def bring_up() -> Registered:
         url = os.environ.get("PREFECT_API_URL")
         if url is not None:  # the user's server: `capserve deploy` registered there (require_deployments checked)
             return Registered(url=url, env={}, started=False)
-        server = start_server(logs / "home", tethered=not keep_server)
+        # --keep-server's server is the user's to stop: it finishes starting whatever happens here.
+        server = start_server(logs / "home", tethered=not keep_server, abandoned=None if keep_server else abandoned)
         started.append(server)
         if keep_server:
             keep(server.child.process.pid)
+        elif abandoned.is_set():
+            raise ServerError("the local Prefect server's start was abandoned")
         # The runs' working directory is this command's, as for a run in this process: a spec's relative paths
         # (a golden set) resolve as they did here, from a checkout or not.
         register(Path.cwd(), {**os.environ, **server.env}, logs / "register.log")
@@ -94,6 +102,7 @@ def server_in_background(out_dir: Path, *, keep_server: bool, console: Console) 
         try:
             yield future
         finally:
+            abandoned.set()  # a start still under way gives up; a server already registered is not affected
             future.exception()  # wait: a server half-started must still be stopped
             if started and not keep_server:
                 started[0].child.stop()
@@ -115,8 +124,9 @@ def run_on_server(
     health: Callable[[], None] | None = None,
 ) -> int:
     """Start a worker (with a server this command started), run the campaign deployment, follow it, print the
-    closing summary; the exit code. ``health`` is called at every look while following; what it raises stops
-    following (with the sandbox, a stand-in that failed: ``capserve.cli.sandbox_checks``)."""
+    closing summary; the exit code. ``health`` is called while the server starts and at every look while
+    following; what it raises stops the command (with the sandbox, a stand-in that failed:
+    ``capserve.cli.sandbox_checks``)."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from capserve.cli.progress_view import ProgressFollower, ProgressView
@@ -125,7 +135,7 @@ def run_on_server(
     logs = out_dir.resolve() / "prefect"
     kept: list[Child] = []  # the worker left running with --keep-server (the server is server_in_background's)
     with ExitStack() as stack:
-        registered = server.result()
+        registered = _when_ready(server, health or _healthy)
         console.print(f"{'registered' if registered.started else 'using'} capserve's deployments on {registered.url}",
                       highlight=False)
         if registered.started:
@@ -248,6 +258,17 @@ def require_deployments(console: Console) -> None:
         raise SpecError(f"the Prefect server at {api} has no capserve deployment {', '.join(missing)}: run "
                         "`capserve deploy` with the same PREFECT_API_URL first (it registers them and the automations)")
     console.print(f"capserve's deployments are on {api}", highlight=False)
+
+
+def _when_ready(server: Future[Registered], health: Callable[[], None]) -> Registered:
+    """The server once started and registered, ``health`` checked while it starts: a stand-in that failed meanwhile
+    ends the command before a worker starts or a run is created (server_in_background abandons the start)."""
+    while True:
+        health()
+        try:
+            return server.result(timeout=1.0)
+        except TimeoutError:
+            continue
 
 
 def _healthy() -> None:

@@ -31,6 +31,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -147,11 +148,13 @@ def start_server(
     timeout_seconds: float = 120.0,
     tethered: bool = True,
     settings: Mapping[str, str] | None = None,
+    abandoned: threading.Event | None = None,
 ) -> LocalServer:
     """Start ``prefect server start`` on 127.0.0.1 with its home (and SQLite DB) in ``home``; wait until healthy.
     ``tethered=False``: it outlives this process. ``settings`` go to the server process only, over
     ``SERVER_SETTINGS`` (a team's PostgreSQL database and Redis lease storage, docs/operations.md): its
-    clients never see them, so a database password stays out of the worker's and the flows' environments."""
+    clients never see them, so a database password stays out of the worker's and the flows' environments.
+    ``abandoned`` set while it starts (the command is stopping): it is stopped there and ``ServerError`` raised."""
     home.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     url = f"http://127.0.0.1:{port}/api"
@@ -166,6 +169,9 @@ def start_server(
     while time.monotonic() < deadline:
         if not child.alive():
             raise ServerError(f"the local Prefect server exited at start: see {child.log}")
+        if abandoned is not None and abandoned.is_set():
+            child.stop()
+            raise ServerError("the local Prefect server's start was abandoned")
         if _healthy(url):
             if on_sqlite and not seeded:
                 keep_seed(home)
