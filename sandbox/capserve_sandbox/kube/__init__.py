@@ -242,40 +242,44 @@ class FakeKube:
             hugepages_2mi=hugepages_2mi,
         )
         made = []
-        for _ in range(count):
-            name = node_name(self._nodes_made)
-            self._nodes_made += 1
-            self.node_devices[name] = NodeDevices(
-                gpus=shape.gpus,
-                efa=shape.efa,
-                builtin_plugins=device_plugins == "builtin",
-                broken_gpus=failure is NodeFailure.NO_GPUS,
-                instance_role_arn=instance_role_arn,
-            )
-            # Plugins shipped in the AMI register their devices with the kubelet before the node is Ready.
-            builtin = {"nvidia.com/gpu": shape.gpus if failure is not NodeFailure.NO_GPUS else 0} if shape.gpus else {}
-            if shape.efa:
-                builtin["vpc.amazonaws.com/efa"] = shape.efa
-            node = node_object(
-                name,
-                pool,
-                shape=shape,
-                devices=builtin if device_plugins == "builtin" else None,
-                labels=dict(labels or {}),
-                taints=[dict(t) for t in taints or ()],
-                failure=failure,
-                health_labels=health_labels,
-                ready=ready_after_s <= 0 and cni_failure is None,
-                zone=zone,
-                **({"not_ready_message": CNI_NOT_READY} if cni_failure else {}),
-            )
-            self.kubelet.layout.prepare_node(name, local_storage, shape.nvme_disks, host_directories)
-            self._put_node(node)
-            if cni_failure:
-                log.warning("sandbox node %s stays NotReady: the VPC CNI cannot start (%s)", name, cni_failure)
-            elif ready_after_s > 0 and failure is not NodeFailure.NEVER_READY:
-                self._later(ready_after_s, lambda n=name: self.set_node_ready(n, True))
-            made.append(name)
+        # One call's nodes join together: the scheduler (which reads under the store's lock) never sees the first
+        # of them alone, so pods pending before the call spread over all of them, whatever the machine's load.
+        with self.store.lock:
+            for _ in range(count):
+                name = node_name(self._nodes_made)
+                self._nodes_made += 1
+                self.node_devices[name] = NodeDevices(
+                    gpus=shape.gpus,
+                    efa=shape.efa,
+                    builtin_plugins=device_plugins == "builtin",
+                    broken_gpus=failure is NodeFailure.NO_GPUS,
+                    instance_role_arn=instance_role_arn,
+                )
+                # Plugins shipped in the AMI register their devices with the kubelet before the node is Ready.
+                gpus = shape.gpus if failure is not NodeFailure.NO_GPUS else 0
+                builtin = {"nvidia.com/gpu": gpus} if shape.gpus else {}
+                if shape.efa:
+                    builtin["vpc.amazonaws.com/efa"] = shape.efa
+                node = node_object(
+                    name,
+                    pool,
+                    shape=shape,
+                    devices=builtin if device_plugins == "builtin" else None,
+                    labels=dict(labels or {}),
+                    taints=[dict(t) for t in taints or ()],
+                    failure=failure,
+                    health_labels=health_labels,
+                    ready=ready_after_s <= 0 and cni_failure is None,
+                    zone=zone,
+                    **({"not_ready_message": CNI_NOT_READY} if cni_failure else {}),
+                )
+                self.kubelet.layout.prepare_node(name, local_storage, shape.nvme_disks, host_directories)
+                self._put_node(node)
+                if cni_failure:
+                    log.warning("sandbox node %s stays NotReady: the VPC CNI cannot start (%s)", name, cni_failure)
+                elif ready_after_s > 0 and failure is not NodeFailure.NEVER_READY:
+                    self._later(ready_after_s, lambda n=name: self.set_node_ready(n, True))
+                made.append(name)
         self._pools.setdefault(pool, []).extend(made)
         return made
 
