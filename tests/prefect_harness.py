@@ -6,6 +6,7 @@ concurrent writers meet "database is locked": the server answers 503 and the cli
 takes. With an in-memory database Prefect keeps one connection (``AioSqliteConfiguration.engine``: ``pool_size=1``
 for ``:memory:``), so the server's writes queue instead of colliding, and no write waits on a disk.
 Otherwise this is the harness itself (Prefect 3.9's ``prefect/testing/utilities.py``), step by step.
+One service is off (task-run records: no test reads them, see `prefect_test_server`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,14 @@ def prefect_test_server(*, database_url: str = IN_MEMORY) -> Iterator[str]:
         stack.enter_context(temporary_database_interface())
         stack.enter_context(
             prefect.settings.temporary_settings(
-                updates={prefect.settings.PREFECT_SERVER_DATABASE_CONNECTION_URL: database_url}
+                updates={
+                    prefect.settings.PREFECT_SERVER_DATABASE_CONNECTION_URL: database_url,
+                    # No task-run records: every task's state events would be written as task runs, the
+                    # server's largest steady cost after start-up, and nothing the tests run reads a task run
+                    # (capserve reads flow runs, their logs and events; a subflow's parent task run is made
+                    # through the API, not by this service). The events themselves are still stored.
+                    prefect.settings.PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_ENABLED: False,
+                }
             )
         )
         server = SubprocessASGIServer(port=_find_available_port())

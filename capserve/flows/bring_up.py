@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from prefect import flow, get_run_logger
+from prefect.utilities.annotations import quote
 
 from capserve.campaign.run_names import stage_run_name
 from capserve.core.catalog import get_instance_type
@@ -306,7 +307,7 @@ def _hyperpod_pool(
     with budget.step("HyperPod prerequisites"):
         cluster = aws.cluster
         api = api_client_for_eks(cluster.endpoint, cluster.ca_data, cluster.name, lease.region, settings=settings.kube)
-        apply_addons(api, hyperpod_dependencies(lease.region, spec.campaign_id), settings.kube)
+        apply_addons(api, quote(hyperpod_dependencies(lease.region, spec.campaign_id)), settings.kube)
         # HyperPod has no launch template: the lifecycle script allocates a multi-node layout's huge pages.
         lifecycle = converge_lifecycle_scripts(
             spec.campaign_id, lease.region, settings, hugepages_2mi_pages=place.efa.hugepages_2mi_pages
@@ -340,7 +341,8 @@ def _ready_on_kubernetes(
     api, expect = _kube(spec, lease, settings, aws, efa)
     kube = settings.kube
     with budget.step("add-ons"):
-        apply_addons(api, expect.addons, kube)
+        # quote: Prefect would walk every manifest (CRDs' whole schemas) looking for futures, twice per call.
+        apply_addons(api, quote(expect.addons), kube)
     with budget.step("GPU nodes"):
         capped = kube.model_copy(update={"nodes_ready_timeout_s": budget.cap(kube.nodes_ready_timeout_s, "GPU nodes")})
         readiness = wait_gpu_nodes_ready(api, expect.nodes, capped)
@@ -384,7 +386,7 @@ def _wait_addons(
         capped = kube.model_copy(
             update={"addons_ready_timeout_s": budget.cap(kube.addons_ready_timeout_s, "add-ons ready")}
         )
-        wait_addons_ready(api, expect.wait_for, capped)
+        wait_addons_ready(api, quote(expect.wait_for), capped)
         if expect.lws_probe is not None:
             # Ready pods are not yet a working LWS: its webhooks must answer (a dry run stores nothing).
             prove_lws_webhooks(api, expect.lws_probe, kube)
@@ -397,5 +399,5 @@ def _addons_ready(
     yet), LWS's webhooks proven, so the block's bring-up finds them done (docs/timeline.md books them before it)."""
     api, expect = _kube(spec, lease, settings, aws, efa)
     with budget.step("add-ons"):
-        apply_addons(api, expect.addons, settings.kube)
+        apply_addons(api, quote(expect.addons), settings.kube)
     _wait_addons(api, expect, settings, budget)
