@@ -23,15 +23,20 @@ FILES = {
 }
 
 
+def run_pytest(folder: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    """pytest in a subprocess on ``folder``'s files alone, with tests/file_progress.py importable."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", *options, "-p", "no:cacheprovider", "-o", "addopts=",
+         "--rootdir", str(folder), str(folder)],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+
+
 def test_a_parallel_run_prints_each_finished_file_with_its_outcomes_and_ranks_the_slowest(tmp_path: Path) -> None:
     for name, source in {"conftest.py": CONFTEST, **FILES}.items():
         (tmp_path / name).write_text(source)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-n", "1", "-p", "no:cacheprovider", "-o",
-         "addopts=", "--rootdir", str(tmp_path), str(tmp_path)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )
+    done = run_pytest(tmp_path, "-n", "1")
     out = done.stdout
     assert done.returncode == 1, out + done.stderr
     done_line = re.compile(
@@ -51,12 +56,7 @@ def test_a_run_without_xdist_starts_and_prints_no_progress(tmp_path: Path) -> No
     registered; the run goes on, and its output is pytest's own."""
     (tmp_path / "conftest.py").write_text(CONFTEST)
     (tmp_path / "test_one.py").write_text("def test_a():\n    pass\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-o", "addopts=",
-         "--rootdir", str(tmp_path), str(tmp_path)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )
+    done = run_pytest(tmp_path, "-p", "no:xdist")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 passed" in done.stdout and "done test_one.py" not in done.stdout, done.stdout
 
@@ -89,12 +89,7 @@ def test_the_session_server_reaped_at_the_end_is_counted_apart_not_on_the_last_f
     )
     (tmp_path / "conftest.py").write_text(CONFTEST + server)
     (tmp_path / "test_one.py").write_text("def test_a():\n    pass\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-n", "1", "-p", "no:cacheprovider", "-o", "addopts=",
-         "--rootdir", str(tmp_path), str(tmp_path)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )
+    done = run_pytest(tmp_path, "-n", "1")
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
     assert re.search(r"^done test_one\.py: 1 passed in \d+ s \(CPU 0 s\)", out, re.MULTILINE), out
