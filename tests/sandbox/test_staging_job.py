@@ -267,6 +267,7 @@ def test_on_a_simulated_block_the_staging_job_takes_the_modelled_time_of_the_mod
     assert condition(job, "Complete")["status"] == "True"
     modelled = s3_to_node_s(K3_BYTES, "p6-b300.48xlarge")  # ~3.4 minutes
     # The copies take the model's time exactly. The Job's own process does not hold the block's clock between them
-    # yet, so on a loaded machine a few more 10-s watch windows pass while it runs (350 s were seen beside a full
-    # `make test`): bounded here well above that, and far below an hour of the stand-in's wall time at the old rate.
-    assert modelled <= took <= modelled * 3, (took, modelled)
+    # yet, so on a loaded machine more 10-s watch windows pass while it runs (350 s more were seen beside a full
+    # `make test` in four processes, 466 s in six at load 12): bounded here by half an hour more, well above that
+    # and far below the hour of the stand-in's wall time at the old rate.
+    assert modelled <= took <= modelled + 1800, (took, modelled)
