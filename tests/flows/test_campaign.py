@@ -10,7 +10,9 @@ from typing import Any
 import boto3
 import pytest
 import yaml
+from capserve_sandbox.aws import iam_enforced
 from capserve_sandbox.aws_ext import capacity as capacity_ext
+from capserve_sandbox.aws_ext import iam_rules
 from capserve_sandbox.environment import SandboxEndpoints, sandbox
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName, FlowRunFilterParentFlowRunId
@@ -18,6 +20,7 @@ from spec_changes import spec_file
 
 from capserve.cli import main
 from capserve.core.cluster.addons import AddonOptions, render_addons
+from capserve.core.cluster.naming import ClusterNames
 from capserve.core.errors import DoesNotFitError, PermanentError
 from capserve.core.schedule import campaign_tag
 from capserve.core.settings import RecordSettings
@@ -27,6 +30,7 @@ from capserve.core.timeline import TimeFigures
 from capserve.flows.campaign import campaign
 from capserve.tasks.locations import record_ref
 from capserve.tasks.record_store import load_record
+from tests.flows.test_campaign_permissions import committed_policy, run_as_user
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml"
 SMALL_LOAD = {"concurrency_levels": [2], "request_rates": [], "requests_per_stream": 2, "min_requests": 4}
@@ -68,7 +72,22 @@ def checked_cost(written: dict[str, Any]) -> dict[str, Any]:
     return cost
 
 
-def test_campaign_runs_every_stage_gated_before_traffic_keeps_the_report_contract_and_leaves_nothing(
+@pytest.fixture
+def enforced(far_ends: SandboxEndpoints, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """moto enforcing IAM, the test's calls made as a user holding exactly the generated policy
+    (docs/iam/controller.json, its bucket filled in; docs/iam/README.md §5). The user, its policy and keys are
+    made first, by the sandbox's administrator."""
+    run_as_user(committed_policy(load_spec(EXAMPLE)), monkeypatch)
+    monkeypatch.delenv("AWS_SESSION_TOKEN")  # an IAM user's long-term keys carry no session token
+    # The test's own reads (boto3.client) go as that user too: boto3's default session keeps the credentials it
+    # first found, the administrator's, which stop working.
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
+    with iam_enforced():
+        yield
+
+
+@pytest.mark.usefixtures("enforced")  # a policy short of one action: tests/flows/test_campaign_permissions.py
+def test_campaign_as_the_iam_policy_runs_every_stage_gated_before_traffic_keeps_the_report_contract_and_leaves_nothing(
     tmp_path: Path, far_ends: SandboxEndpoints
 ) -> None:
     # The client's lag does not invalidate the run on a machine shared by other test processes: the test's own
@@ -76,6 +95,7 @@ def test_campaign_runs_every_stage_gated_before_traffic_keeps_the_report_contrac
     load = {**SMALL_LOAD, "max_loop_lag_p99_ms": 10_000.0}
     # Latency gates no endpoint meets: judged on a load profile they would fail the verdict and serve nothing.
     spec = load_spec(spec_file(tmp_path, evaluation__load=load, evaluation__gates={"p95_ttft_ms": 0.001}))
+    assert committed_policy(spec) == committed_policy(load_spec(EXAMPLE))  # the policy the user holds
     result = campaign(spec, out_dir=tmp_path / "out", hub_endpoint=far_ends.hub, teardown_when_done=True)
 
     written = json.loads((tmp_path / "out" / "report.json").read_text())
@@ -179,6 +199,10 @@ def test_campaign_runs_every_stage_gated_before_traffic_keeps_the_report_contrac
     assert secret["data"] == {"api-key": "<redacted>"}
     assert written["teardown"]["reason"] == "campaign-finished" and written["teardown"]["remaining"] == []
     assert tagged_vpcs("k3-demo", lease["region"]) == []
+    assert boto3.client("eks", region_name=lease["region"]).list_clusters()["clusters"] == []
+    # The pods' S3 calls (weights staging, compile-cache restore and save) were made as the node role.
+    node_role = ClusterNames(campaign_id=spec.campaign_id).node_role
+    assert {arn.rsplit("/", 1)[-1] for arn in iam_rules.ISSUED} == {node_role}
     assert purchases() == 1
     assert (tmp_path / "out" / "timeline.png").read_bytes().startswith(b"\x89PNG")
     assert "## Teardown" in (tmp_path / "out" / "report.md").read_text()

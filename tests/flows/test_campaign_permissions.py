@@ -1,5 +1,7 @@
 """Preflight simulates the campaign's AWS permissions for the caller, on the sandbox: a missing action stops the
-campaign before anything is bought, naming it; the generated policy (docs/iam/controller.json) passes."""
+campaign before anything is bought, naming it; the generated policy (docs/iam/controller.json) passes, and under
+moto's IAM enforcement bring-up is refused an action it lacks (the whole campaign holding exactly that policy is
+tests/flows/test_campaign.py's first test)."""
 
 from __future__ import annotations
 
@@ -13,10 +15,8 @@ import boto3
 import pytest
 from capserve_sandbox.aws import iam_enforced
 from capserve_sandbox.aws_ext import capacity as capacity_ext
-from capserve_sandbox.aws_ext import iam_rules
 from capserve_sandbox.environment import SandboxEndpoints, sandbox
 
-from capserve.core.cluster.naming import ClusterNames
 from capserve.core.cluster.settings import BringUpSettings, KubeSettings
 from capserve.core.errors import PermanentError
 from capserve.core.lease import Lease
@@ -29,8 +29,6 @@ from capserve.tasks.permissions import check_permissions
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "kimi-k3-sandbox.yaml"
-STAGES = ("plan", "acquire", "stage_weights", "stage_image", "bring_up", "weights_to_nodes", "rollout", "evaluate",
-          "teardown")
 UP = BringUpSettings(poll_seconds=0, kube=KubeSettings(nodes_ready_timeout_s=20, addons_ready_timeout_s=20))
 
 
@@ -153,33 +151,6 @@ def test_an_assumed_role_is_simulated_as_its_role(far_ends: SandboxEndpoints, mo
     assert "eks:CreateCluster" in check.denied and "iam:GetRole" not in check.denied
 
 
-
-def enforced_campaign(spec: CampaignSpec, policy: dict[str, Any], out: Path, hub: str,
-                      monkeypatch: pytest.MonkeyPatch) -> str:
-    """Run the campaign with moto enforcing IAM, as a user holding ``policy``; returns the user's ARN. The user,
-    its policy and keys are made first, by the sandbox's administrator, before enforcement starts."""
-    user = run_as_user(policy, monkeypatch)
-    monkeypatch.delenv("AWS_SESSION_TOKEN")  # an IAM user's long-term keys carry no session token
-    with iam_enforced():
-        campaign(spec, out_dir=out, hub_endpoint=hub, teardown_when_done=True)
-    return user
-
-
-@pytest.mark.slow
-def test_the_campaign_completes_under_iam_enforcement_holding_exactly_the_generated_policy(
-    tmp_path: Path, far_ends: SandboxEndpoints, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    spec = load_spec(EXAMPLE)
-    enforced_campaign(spec, committed_policy(spec), tmp_path, far_ends.hub, monkeypatch)
-
-    written = json.loads((tmp_path / "report.json").read_text())
-    assert {s["name"]: s["status"] for s in written["stages"]} == dict.fromkeys(STAGES, "completed")
-    assert boto3.client("eks", region_name=written["lease"]["region"]).list_clusters()["clusters"] == []
-    # The pods' S3 calls (weights staging, compile-cache restore and save) were made as the node role.
-    node_role = ClusterNames(campaign_id=spec.campaign_id).node_role
-    assert {arn.rsplit("/", 1)[-1] for arn in iam_rules.ISSUED} == {node_role}
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("missing", [
     "eks:CreateCluster",
@@ -192,9 +163,9 @@ def test_enforcement_itself_refuses_an_action_missing_from_the_policy(
 ) -> None:
     # Preflight's simulation would name the action first (the tests above): here bring-up's real calls, with no
     # simulation before them, are refused by moto's enforcement, so a registry gap the simulation shares would
-    # be caught by this test's twin (the whole campaign under the generated policy, above). Bring-up alone, on
-    # a lease of the block: the stages before it make none of these calls, and what a campaign does when
-    # bring-up fails (its report, the teardown) is tests/flows/test_campaign.py's.
+    # be caught by this test's twin (the whole campaign under the generated policy: tests/flows/test_campaign.py's
+    # first test). Bring-up alone, on a lease of the block: the stages before it make none of these calls, and
+    # what a campaign does when bring-up fails (its report, the teardown) is tests/flows/test_campaign.py's.
     spec = load_spec(EXAMPLE)
     run_as_user(committed_policy(spec, without=missing), monkeypatch)
     monkeypatch.delenv("AWS_SESSION_TOKEN")  # an IAM user's long-term keys carry no session token
