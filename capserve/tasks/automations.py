@@ -185,11 +185,11 @@ def register_automations(targets: AutomationTargets | None = None) -> list[str]:
             )
         wanted = build_automations(ids, targets)
         existing: dict[str, UUID] = {}  # by name: the most recently updated, the one Automation.read(name=) returns
-        for automation in client.read_automations(
+        for found in client.read_automations(
             automations=AutomationFilter(name=AutomationFilterName(any_=[a.name for a in wanted])),
             sort=AutomationSort.UPDATED_DESC,
         ):
-            existing.setdefault(automation.name, automation.id)
+            existing.setdefault(found.name, found.id)
         for automation in wanted:
             if automation.name in existing:
                 client.update_automation(existing[automation.name], AutomationCore(
