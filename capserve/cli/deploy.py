@@ -261,7 +261,6 @@ def _apply(client: Any, definition: Definition, *, pool: str, pool_type: str, im
     from prefect.client.schemas.objects import ConcurrencyLimitStrategy, ConcurrencyOptions
     from prefect.client.schemas.schedules import CronSchedule
     from prefect.flows import load_flow_from_entrypoint
-    from prefect.utilities.callables import parameter_schema
 
     flow: Any = load_flow_from_entrypoint(definition.entrypoint)
     # stream_output is the process pool's variable; another pool type's template has no such field.
@@ -285,7 +284,7 @@ def _apply(client: Any, definition: Definition, *, pool: str, pool_type: str, im
         job_variables=job_variables,
         pull_steps=pull_steps,
         parameters=definition.parameters,
-        parameter_openapi_schema=parameter_schema(flow).model_dump(exclude_unset=True),
+        parameter_openapi_schema=flow.parameters.model_dump(exclude_unset=True),  # Flow() made it of the function
         schedules=schedules,
         concurrency_limit=limit["limit"] if limit else None,
         concurrency_options=ConcurrencyOptions(

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import cast
 from uuid import UUID
 
 from prefect.automations import Automation, ChangeFlowRunState, EventTrigger, Posture, RunDeployment
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import StateType
+from prefect.client.schemas.sorting import AutomationSort
+from prefect.events.filters import AutomationFilter, AutomationFilterName
+from prefect.events.schemas.automations import AutomationCore
 from prefect.exceptions import ObjectNotFound
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -166,31 +168,33 @@ def build_automations(ids: Mapping[str, UUID], targets: AutomationTargets) -> li
 def register_automations(targets: AutomationTargets | None = None) -> list[str]:
     """Create or update every automation; refuses, naming them, when target deployments are not registered."""
     targets = targets or AutomationTargets()
-    names = targets.deployments()
-    ids: dict[str, UUID] = {}
-    missing: list[str] = []
+    registered = []
+    # One client for every call (Prefect's Automation.read, .create and .update each open one of their own).
     with get_client(sync_client=True) as client:
-        for name in names:
+        ids: dict[str, UUID] = {}
+        missing: list[str] = []
+        for name in targets.deployments():
             try:
                 ids[name] = client.read_deployment_by_name(name).id
             except ObjectNotFound:
                 missing.append(name)
-    if missing:
-        raise PermanentError(
-            f"cannot register capserve's automations: no deployment {', '.join(missing)} on this Prefect server; "
-            "register the deployments first (`capserve deploy` does both), or name others in AutomationTargets"
-        )
-    registered = []
-    for automation in build_automations(ids, targets):
-        try:
-            # A sync call here (outside an event loop); the async dispatch confuses the type checker.
-            existing: Automation | None = cast(Automation, Automation.read(name=automation.name))
-        except ValueError:  # Automation.read raises ValueError when no automation has the name
-            existing = None
-        if existing is None:
-            automation.create()
-        else:
-            automation.id = existing.id
-            automation.update()
-        registered.append(automation.name)
+        if missing:
+            raise PermanentError(
+                f"cannot register capserve's automations: no deployment {', '.join(missing)} on this Prefect server; "
+                "register the deployments first (`capserve deploy` does both), or name others in AutomationTargets"
+            )
+        wanted = build_automations(ids, targets)
+        existing: dict[str, UUID] = {}  # by name: the most recently updated, the one Automation.read(name=) returns
+        for found in client.read_automations(
+            automations=AutomationFilter(name=AutomationFilterName(any_=[a.name for a in wanted])),
+            sort=AutomationSort.UPDATED_DESC,
+        ):
+            existing.setdefault(found.name, found.id)
+        for automation in wanted:
+            if automation.name in existing:
+                client.update_automation(existing[automation.name], AutomationCore(
+                    **automation.model_dump(exclude={"id", "owner_resource"})))
+            else:
+                client.create_automation(AutomationCore(**automation.model_dump(exclude={"id"})))
+            registered.append(automation.name)
     return registered

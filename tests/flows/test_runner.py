@@ -256,8 +256,8 @@ def test_an_environment_setting_and_a_spec_override_reach_the_stage(
     assert ctx.settings.bring_up.cluster_active_timeout_s == 600  # from the spec
     assert ctx.settings.weights.fetch_parallelism == 3  # the spec wins over the environment
     handed: list[object] = []
-    monkeypatch.setattr(
-        campaign_module, "bring_up", lambda spec, lease, settings, **_: handed.append(settings) or cluster()
+    monkeypatch.setattr(  # the stage imports the subflow when it runs
+        "capserve.flows.bring_up.bring_up", lambda spec, lease, settings, **_: handed.append(settings) or cluster()
     )
     ctx.lease = lease()
     campaign_module.bring_up_stage(ctx)

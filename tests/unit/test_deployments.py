@@ -89,3 +89,11 @@ def test_the_hub_watcher_runs_on_a_schedule_over_regions_and_never_overlaps_itse
     load_flow(watcher["entrypoint"]).validate_parameters(watcher["parameters"])
     assert watcher["schedules"][0]["cron"] == "*/10 * * * *"
     assert watcher["concurrency_limit"] == {"limit": 1, "collision_strategy": "ENQUEUE"}
+
+
+@pytest.mark.parametrize("deployment", DEPLOYMENTS, ids=lambda d: d["name"])
+def test_deploy_registers_the_parameter_schema_prefect_makes_of_the_flow(deployment: dict[str, Any]) -> None:
+    """`capserve deploy` registers the schema the flow made when it was defined (``Flow.parameters``) instead of
+    making it again: the UI's form is the one ``parameter_schema(flow)`` gives."""
+    flow = load_flow(deployment["entrypoint"])
+    assert flow.parameters.model_dump(exclude_unset=True) == parameter_schema(flow).model_dump(exclude_unset=True)

@@ -80,3 +80,16 @@ def test_the_cli_entry_module_imports_no_prefect_cloud_sdk_or_flow() -> None:
     found = _imported_by("capserve.cli")
     assert _heavy(found, ("prefect", "boto3", "botocore", "kubernetes", "huggingface_hub", "aiohttp",
                           "capserve.flows", "capserve.campaign")) == []
+
+
+def test_a_campaign_run_that_ends_at_prepare_imports_no_serve_subflow() -> None:
+    """The campaign run days before its block plans, buys and stages only: its process neither imports bring-up,
+    rollout, evaluation nor teardown, nor makes their flows' parameter schemas (about 0.6 CPU s); the serve run
+    imports each when its stage runs."""
+    from capserve.deployments import definitions
+
+    assert {d.module for d in definitions() if d.name == "campaign"} == {"capserve.flows.campaign"}
+    assert _heavy(_imported_by("capserve.flows.campaign"), (
+        "capserve.flows.bring_up", "capserve.flows.rollout", "capserve.flows.evaluate", "capserve.flows.teardown",
+        "capserve.campaign.rollout",
+    )) == []
