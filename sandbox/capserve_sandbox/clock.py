@@ -279,6 +279,16 @@ class SandboxClock:
             self._lock.notify_all()
             return self._now(datetime.now(UTC))
 
+    def waits_for(self, token: str, thread: str, until: datetime) -> None:
+        """A working party ``token``'s ``thread`` waits for a stand-in's modelled duration that ends at ``until`` (a
+        staging Job's process, for the copy it asked for): it holds the clock no more until then, and holds it there
+        until ``awake``. Nothing when ``token`` holds nothing (its process has ended)."""
+        with self._lock:
+            party = self._parties.get(token)
+            if party is not None:
+                party.sleeps[thread] = until
+                self._lock.notify_all()
+
     def skip_to(self, token: str, until: datetime, *, holds: bool = True) -> None:
         """A modelled duration (``token``'s) ends at ``until`` on this clock: a stop the clock lands on exactly, and
         (``holds``) holds at until the stand-in has acted on it (``skip_to`` again, or ``skipped``)."""

@@ -7,7 +7,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import boto3
@@ -266,8 +266,14 @@ def test_on_a_simulated_block_the_staging_job_takes_the_modelled_time_of_the_mod
         kube.kubelet.stands_for = None
     assert condition(job, "Complete")["status"] == "True"
     modelled = s3_to_node_s(K3_BYTES, "p6-b300.48xlarge")  # ~3.4 minutes
-    # The copies take the model's time exactly. The Job's own process does not hold the block's clock between them
-    # yet, so on a loaded machine more 10-s watch windows pass while it runs (350 s more were seen beside a full
-    # `make test` in four processes, 466 s in six at load 12): bounded here by half an hour more, well above that
-    # and far below the hour of the stand-in's wall time at the old rate.
-    assert modelled <= took <= modelled + 1800, (took, modelled)
+    [pod] = [p for p in kube.objects("pods") if p["metadata"]["name"].startswith(job["metadata"]["name"])]
+    ran = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    span = (datetime.fromisoformat(ran["finishedAt"]) - datetime.fromisoformat(ran["startedAt"])).total_seconds()
+    # The container's process holds the block's clock from its start to its end but for its copies, which take the
+    # model's time: its run on the block is the modelled copy, to the second its stamps are written in, on any host
+    # (it was 500-950 s more beside other work, as many 10-s watch windows as its wall seconds let pass).
+    assert abs(span - modelled) <= 1, (span, modelled)
+    # Around it the fake's control plane (the Job's pod made and bound, the pod's end read into the Job's status) and
+    # the kubelet's pull run in wall time and do not hold the clock (docs/sandbox.md, "What is not held yet"): a few
+    # of the 10-s windows pass there (25-36 s on a quiet host, up to 110 s at load 20-38).
+    assert modelled <= took <= modelled + 300, (took, modelled)

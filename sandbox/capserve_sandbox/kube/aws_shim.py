@@ -49,7 +49,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from capserve_sandbox.kube.net_tools import POD_ENV, PodNet, curl, getent
+from capserve_sandbox.kube.net_tools import PARTY_ENV, POD_ENV, PodNet, curl, getent
 
 USAGE_EXIT = 252
 # Set by the kubelet on nodes whose instance has an IAM role (the AWS_ prefix: the client forwards AWS_* only).
@@ -102,7 +102,7 @@ class _Io:
                 found.update({item["Key"]: int(item["Size"]) for item in page.get("Contents") or []})
             return found
 
-        played(self.env.get(POD_ENV), bucket, key, size, list_sizes)
+        played(self.env.get(POD_ENV), bucket, key, size, list_sizes, party=self.env.get(PARTY_ENV))
 
     def authorize(self, action: str, bucket: str, key: str | None, operation: str) -> None:
         """Raise S3's ClientError when the node's instance role may not do ``action`` (no role: no check)."""

@@ -274,9 +274,12 @@ class Kubelet:
                 return None
             return connect(self.network, self.store.objects, pod, name, port)
 
-    def copied_from_s3(self, uid: str | None, bucket: str, key: str, size: int, list_sizes: ListSizes) -> None:
+    def copied_from_s3(
+        self, uid: str | None, bucket: str, key: str, size: int, list_sizes: ListSizes, *, party: str | None = None
+    ) -> None:
         """An ``aws s3 cp`` of the pod ``uid`` brought ``key`` onto its node: on a simulated block, wait out the
-        modelled time of the bytes it stands for (played_staging.py)."""
+        modelled time of the bytes it stands for (played_staging.py); ``party``: the clock's party of the container
+        process that asked (``ProcessHold``), which holds the clock no more meanwhile."""
         if self.stands_for is None or not uid:
             return
         with self.store.lock:
@@ -287,7 +290,7 @@ class Kubelet:
         if self._staging is None or self._staging.stands_for is not self.stands_for:
             self._staging = StagingPlay(self.stands_for)
         node_bytes = stands_for_bytes(key, size, self.stands_for, list_sizes, bucket)
-        self._staging.copied(node, self.instance_type(node), node_bytes)
+        self._staging.copied(node, self.instance_type(node), node_bytes, party=party)
 
     def grace_s(self, pod: Mapping[str, Any]) -> float:
         grace = float((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30))

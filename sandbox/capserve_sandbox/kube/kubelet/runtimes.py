@@ -39,6 +39,7 @@ from capserve_sandbox.clock import CLOCK
 from capserve_sandbox.kube.aws_shim import INSTANCE_ROLE_ENV
 from capserve_sandbox.kube.kubelet.faults import FaultKind
 from capserve_sandbox.kube.kubelet.logs import InstanceLog
+from capserve_sandbox.kube.kubelet.played_staging import ProcessHold
 from capserve_sandbox.kube.kubelet.played_start import (
     PlayedStart,
     engine_line,
@@ -51,7 +52,7 @@ from capserve_sandbox.kube.kubelet.played_start import (
 )
 from capserve_sandbox.kube.kubelet.processes import LocalProcess, SpawnError, free_port
 from capserve_sandbox.kube.kubelet.volumes import rewrite_paths, to_host
-from capserve_sandbox.kube.net_tools import POD_ENV
+from capserve_sandbox.kube.net_tools import PARTY_ENV, POD_ENV
 from capserve_sandbox.openai_server import quality_of_checkpoint
 from capserve_sandbox.registry import image_files
 
@@ -152,6 +153,7 @@ class Runtime:
 
     passes_probes_offline = False
     can_become_ready = True
+    clock_hold: ProcessHold | None = None  # on a playing block, its process holds the clock while it runs
 
     def __init__(self, ctx: ContainerContext) -> None:
         self.ctx = ctx
@@ -241,6 +243,14 @@ class Faulty(Runtime):
 
 
 class ToolRuntime(ProcessRuntime):
+    """A tool container's command, run locally; on a playing block its process holds the clock while it runs
+    (``ProcessHold``: what it does in wall time costs the block nothing; its copies' modelled time is what passes)."""
+
+    def __init__(self, ctx: ContainerContext) -> None:
+        super().__init__(ctx)
+        self._hold = ProcessHold()
+        self.clock_hold = self._hold
+
     async def start(self) -> None:
         ctx = self.ctx
         command, args = ctx.argv()
@@ -263,6 +273,7 @@ class ToolRuntime(ProcessRuntime):
                 env[INSTANCE_ROLE_ENV] = devices.instance_role_arn
         env["PATH"] = f"{ctx.kubelet.shim_dir()}:{os.environ.get('PATH', '/usr/bin:/bin')}"
         env[POD_ENV] = str(ctx.pod["metadata"]["uid"])  # which pod's network the shims answer for
+        env[PARTY_ENV] = self._hold.token  # whose work a copy it asks the shims for interrupts
         env["HOME"] = str(ctx.scratch)
         env["TMPDIR"] = str(ctx.scratch)
         workdir = ctx.container.get("workingDir")
@@ -273,6 +284,10 @@ class ToolRuntime(ProcessRuntime):
         except SpawnError as error:
             self.process = None
             raise start_error(error) from error
+
+    def kill_now(self) -> None:  # the fake stops: its loop may not run the runner's release
+        super().kill_now()
+        self._hold.release()
 
 
 # ---------------------------------------------------------------- vLLM

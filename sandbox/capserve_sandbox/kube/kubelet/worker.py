@@ -248,6 +248,16 @@ class ContainerRunner:
         self.starts += 1
         runtime = self.kubelet.runtime_for(context)
         self.runtime = runtime
+        hold = runtime.clock_hold
+        if hold is not None:
+            hold.hold()  # from its startedAt until its end is in the pod's status (played_staging.ProcessHold)
+        try:
+            return await self._run_held(runtime)
+        finally:
+            if hold is not None:
+                hold.release()
+
+    async def _run_held(self, runtime: Runtime) -> Exit:
         container_id = f"containerd://{_digest(f'{self.worker.uid}/{self.name}/{self.starts}')}"
         started_at = timestamp()
         self._event("Created", f"Created container: {self.name}")
