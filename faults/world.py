@@ -38,6 +38,7 @@ from capserve.runtime.prefect_server import (
     start_worker,
 )
 from capserve.tasks.reporting import REPORT_DIR_ENV
+from capserve.tasks.scheduling import WALL_CLOCK_WATCHES, pause_wall_clock_watches
 
 ROOT = Path(__file__).resolve().parents[1]
 # Two per chain, for two chains at once (faults/matrix.py runs a chain's first stages beside the last one's).
@@ -138,9 +139,10 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 @contextmanager
 def world(logs: Path, *, victims: int = len(VICTIM_QUEUES)) -> Iterator[World]:
-    """Start the sandbox service, a Prefect server (deployments and automations registered), the steady
-    worker and ``victims`` victim workers (two per chain run at once); this process's environment points at
-    them while the block runs; everything stops after."""
+    """Start the sandbox service, a Prefect server (deployments and automations registered, the hub-watcher's and
+    the reaper's cron schedules off: the matrix's runs are its own), the steady worker and ``victims`` victim
+    workers (two per chain run at once); this process's environment points at them while the block runs;
+    everything stops after."""
     if not 2 <= victims <= len(VICTIM_QUEUES):
         raise ValueError(f"victims: 2 (one chain at a time) to {len(VICTIM_QUEUES)} (two), not {victims}")
     logs.mkdir(parents=True, exist_ok=True)
@@ -153,6 +155,8 @@ def world(logs: Path, *, victims: int = len(VICTIM_QUEUES)) -> Iterator[World]:
         env = {**os.environ, **server.env, **sandbox_env, **FAST_SETTINGS,
                REPORT_DIR_ENV: str(logs / "reports" / "{campaign}")}  # the later runs' reports, beside the logs
         register(ROOT, env, logs / "register.log")
+        with temporary_settings({PREFECT_API_URL: server.url}):
+            pause_wall_clock_watches(WALL_CLOCK_WATCHES)  # the matrix's runs are its own, on no quarter hour
         for queue in VICTIM_QUEUES[:victims]:
             prefect_cli(["work-queue", "create", queue, "--pool", POOL], env, cwd=ROOT, log=logs / "register.log")
         steady = start_worker(ROOT, env, logs / "steady.log", name="faults-steady", queue="default")

@@ -7,11 +7,14 @@ its services, its SQLite database and home under the run's output folder, and:
 
 - leases of concurrency slots on disk (``lease_storage.filesystem``): a slot held by a killed run is
   freed even after the server restarts (docs/prefect.md §5)
-- the scheduler loop shortened for runs created minutes ahead;
+- the loops of the services capserve needs only now and then slowed, each with its reason (``SERVER_SETTINGS``,
+  docs/prefect.md §10): a server spends its idle CPU polling them;
 - a worker that finds a run well before its time (prefetch ≥ poll + process start), so a scheduled run
-  starts on time (docs/prefect.md §11);
-- a new SQLite home seeded from a migrated database kept per Prefect version (``~/.cache/capserve``), so a start
-  skips the migrations that take half its CPU (docs/prefect.md §10).
+  starts on time (docs/prefect.md §11): a one-off scheduled run is fired by the worker's poll, not by the
+  server's scheduler, which only makes the runs of the deployments' cron schedules;
+- a new SQLite home seeded from a migrated database kept per Prefect version and collection versions
+  (``~/.cache/capserve``), so a start skips the migrations that take half its CPU and the block types' registration
+  (already in the seed) that takes a sixth of the rest (docs/prefect.md §10).
 
 Every child runs in its own session; stopping sends SIGINT, then SIGTERM, then SIGKILL to its process
 group, so no server or worker outlives the CLI. Each runs under a tether (``capserve.runtime.tether``) that
@@ -21,6 +24,7 @@ stops it when the process that started it dies without stopping it (SIGKILL), un
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import json
 import os
@@ -47,8 +51,28 @@ SERVER_SETTINGS: dict[str, str] = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "DO_NOT_TRACK": "1",
     "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem",
-    "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5",
+    # The services' loops (Prefect 3.9.1 defaults in brackets; docs/prefect.md §10). Kept as they are: the scheduler
+    # (60 s: it only makes the runs of the hub-watcher's and reaper's cron schedules, which a new deployment gets
+    # from its 5-s loop of recently changed deployments), cancellation clean-up (20 s), the repossessor of expired
+    # concurrency leases (15 s), the event persister and the reactive triggers (they act on each event).
+    # A run is Late (the notify-late-teardown automation) 60 s after its time, found within 30 s [5 s].
     "PREFECT_SERVER_SERVICES_LATE_RUNS_AFTER_SECONDS": "60",
+    "PREFECT_SERVER_SERVICES_LATE_RUNS_LOOP_SECONDS": "30",
+    # A suspended purchase approval times out after hours: failed within a minute of its timeout [5 s].
+    "PREFECT_SERVER_SERVICES_PAUSE_EXPIRATIONS_LOOP_SECONDS": "60",
+    # Worker and work-pool status in the UI (capserve reads neither): offline a minute later at most [15 s].
+    "PREFECT_SERVER_SERVICES_FOREMAN_LOOP_SECONDS": "60",
+    # Redelivers a worker's cancellation clean-up whose 5-minute reservation expired [5 s].
+    "PREFECT_SERVER_SERVICES_CLEANUP_RECONCILER_LOOP_SECONDS": "60",
+    # The one proactive trigger (a campaign run silent for 600 s is marked Crashed) fires within 30 s of that [5 s].
+    "PREFECT_SERVER_EVENTS_PROACTIVE_GRANULARITY": "PT30S",
+}
+# A seeded home's database holds the block types the seed's server registered (the seed is kept per Prefect and
+# collection versions): registering them again imports every collection (prefect-kubernetes, prefect-redis), even
+# to find its memo unchanged.
+SEEDED_SETTINGS: dict[str, str] = {
+    "PREFECT_SERVER_REGISTER_BLOCKS_ON_START": "false",
+    "PREFECT_SERVER_MEMOIZE_BLOCK_AUTO_REGISTRATION": "false",
 }
 WORKER_SETTINGS: dict[str, str] = {
     # Poll every 2 s and take runs up to 30 s ahead: a run's process is ready before its time.
@@ -162,6 +186,8 @@ def start_server(
     env.pop("PREFECT_API_URL", None)
     on_sqlite = not any(env.get(name) for name in DATABASE_URL_SETTINGS)
     seeded = on_sqlite and seed_home(home)
+    if seeded:
+        env.update(SEEDED_SETTINGS)
     argv = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)]
     child = _spawn("prefect server", argv, env, home / "server.log", tethered=tethered)
     server = LocalServer(child=child, url=url, home=home)
@@ -182,9 +208,19 @@ def start_server(
 
 
 def seed_dir() -> Path:
-    """Where the migrated home of this Prefect version is kept: a new version migrates (and is kept) anew."""
+    """Where the migrated home of this Prefect version and its collections' versions is kept (its block types are
+    theirs): a new version of any migrates (and is kept) anew."""
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "capserve" / f"prefect-{importlib.metadata.version('prefect')}-home"
+    return cache / "capserve" / _seed_name()
+
+
+@functools.cache
+def _seed_name() -> str:
+    collections = sorted({  # what the server imports to register block types (prefect/_internal/plugins)
+        f"+{entry.dist.name}-{entry.dist.version}"
+        for entry in importlib.metadata.entry_points(group="prefect.collections") if entry.dist is not None
+    })
+    return f"prefect-{importlib.metadata.version('prefect')}{''.join(collections)}-home"
 
 
 def seed_home(home: Path) -> bool:

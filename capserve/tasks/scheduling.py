@@ -101,17 +101,22 @@ WATCH_TAG = "capserve.io/watch"
 
 
 HUB_WATCHER = "hub-watcher/hub-watcher"
+REAPER = "reaper/reaper"
+WALL_CLOCK_WATCHES = (HUB_WATCHER, REAPER)  # the deployments with cron schedules (deployments/prefect.yaml)
 
 
-def pause_wall_clock_watches() -> None:
-    """Turn the ``hub-watcher`` deployment's every-10-minutes schedule off (the campaign's watches are due
-    at instants of its clock, which need not be the host's, and these runs would take the deployment's one slot
-    from the watches asked for)."""
+def pause_wall_clock_watches(deployments: Sequence[str] = (HUB_WATCHER,)) -> None:
+    """Turn the cron schedules of ``deployments`` off (the server deletes the future runs they had made). By
+    default the ``hub-watcher``'s every 10 minutes: the campaign's watches are due at instants of its clock, which
+    need not be the host's, and these runs would take the deployment's one slot from the watches asked for. A
+    world that plays no hour of the host's clock (the tests', the fault matrix's) pauses ``WALL_CLOCK_WATCHES``:
+    else a watch and a reaper run, each a flow process of its own, start whenever its clock passes a quarter hour."""
     with get_client(sync_client=True) as client:
-        deployment = client.read_deployment_by_name(HUB_WATCHER)
-        for schedule in client.read_deployment_schedules(deployment.id):
-            if schedule.active:
-                client.update_deployment_schedule(deployment.id, schedule.id, active=False)
+        for name in deployments:
+            deployment = client.read_deployment_by_name(name)
+            for schedule in client.read_deployment_schedules(deployment.id):
+                if schedule.active:
+                    client.update_deployment_schedule(deployment.id, schedule.id, active=False)
 
 
 def schedule_hub_watch(campaign_id: str, regions: Sequence[str], at: datetime, *, reservation_id: str) -> ExistingRun:

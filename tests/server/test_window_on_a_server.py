@@ -49,7 +49,12 @@ from capserve.core.schedule import SCHEDULED_TAG, campaign_tag
 from capserve.core.spec import TeardownSpec, load_spec
 from capserve.runtime.prefect_server import Child, LocalServer, register, start_worker
 from capserve.tasks.reporting import REPORT_DIR_ENV
-from capserve.tasks.scheduling import schedule_hub_watch, schedule_lease_runs
+from capserve.tasks.scheduling import (
+    WALL_CLOCK_WATCHES,
+    pause_wall_clock_watches,
+    schedule_hub_watch,
+    schedule_lease_runs,
+)
 
 pytestmark = pytest.mark.server
 
@@ -81,6 +86,8 @@ def world_on(server: LocalServer, logs: Path) -> Iterator[World]:
         env = {**os.environ, **server.env, "CAPSERVE_HUB_ENDPOINT": far_ends.hub,
                REPORT_DIR_ENV: str(logs / "reports" / "{campaign}")}  # where the scheduled runs write the report
         register(ROOT, env, logs / "register.log")
+        with temporary_settings({PREFECT_API_URL: server.url}):
+            pause_wall_clock_watches(WALL_CLOCK_WATCHES)  # the runs here are the tests' own, on no quarter hour
         worker = start_worker(ROOT, env, logs / "worker.log")
         world = World(server=server, far_ends=far_ends, worker=worker, env=env, logs=logs)
         try:

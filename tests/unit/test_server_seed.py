@@ -1,14 +1,19 @@
-"""A new local server's home is seeded from the migrated database kept per Prefect version
-(capserve/runtime/prefect_server.py): kept once from a healthy server, copied only into a home with no database."""
+"""A new local server's home is seeded from the migrated database kept per Prefect (and collection) version
+(capserve/runtime/prefect_server.py): kept once from a healthy server, copied only into a home with no database, whose
+server then does not register the block types the seed holds."""
 
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
+from collections.abc import Mapping
 from contextlib import closing
 from pathlib import Path
 
 import pytest
 
+from capserve.runtime import prefect_server
 from capserve.runtime.prefect_server import keep_seed, seed_dir, seed_home
 
 
@@ -61,3 +66,28 @@ def test_a_database_that_cannot_be_read_leaves_no_seed_and_no_partial_folder(tmp
     keep_seed(home)
     assert not seed_dir().exists()
     assert list((cache / "capserve").iterdir()) == []
+
+
+@pytest.mark.parametrize("own_database", [False, True], ids=["new home", "restart"])
+def test_only_a_seeded_start_skips_registering_the_block_types_the_seed_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, own_database: bool
+) -> None:
+    keep_seed(a_started_home(tmp_path / "first"))
+    home = a_started_home(tmp_path / "home") if own_database else tmp_path / "home"
+    started: list[Mapping[str, str]] = []
+
+    def spawn(name: str, argv: list[str], env: Mapping[str, str], log: Path, **_: object) -> prefect_server.Child:
+        started.append(env)
+        process = subprocess.Popen(  # a server that stays up, in its own session as _spawn's
+            [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
+        )
+        return prefect_server.Child(name=name, process=process, log=log)
+
+    monkeypatch.setattr(prefect_server, "_spawn", spawn)
+    monkeypatch.setattr(prefect_server, "_healthy", lambda url: True)
+    server = prefect_server.start_server(home)
+    server.child.stop()
+
+    (env,) = started
+    skipped = {name: env.get(name) for name in prefect_server.SEEDED_SETTINGS}
+    assert (skipped == prefect_server.SEEDED_SETTINGS) is not own_database, skipped
