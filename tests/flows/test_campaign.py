@@ -32,6 +32,8 @@ from capserve.tasks.locations import record_ref
 from capserve.tasks.record_store import load_record
 from tests.flows.test_campaign_permissions import committed_policy, run_as_user
 
+pytestmark = pytest.mark.slow  # whole campaigns, minutes: ranked before the other flows (tests/conftest.py)
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "kimi-k3-sandbox.yaml"
 SMALL_LOAD = {"concurrency_levels": [2], "request_rates": [], "requests_per_stream": 2, "min_requests": 4}
 

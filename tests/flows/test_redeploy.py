@@ -32,6 +32,8 @@ from capserve.tasks.reporting import REPORT_DIR_ENV
 from tests.clocks import moved_to
 from tests.flows.test_campaign import SMALL_LOAD, spec_file
 
+pytestmark = pytest.mark.slow  # whole campaigns, minutes: ranked before the other flows (tests/conftest.py)
+
 REGION = "us-east-2"  # the example's first capacity region: the campaign's home, where its record lives
 
 

@@ -26,6 +26,8 @@ from capserve.tasks.locations import record_ref
 from capserve.tasks.record_store import load_record
 from tests.flows.test_campaign import SMALL_LOAD, spec_file, tagged_vpcs
 
+pytestmark = pytest.mark.slow  # whole campaigns, minutes: ranked before the other flows (tests/conftest.py)
+
 
 @pytest.fixture
 def far_ends() -> Iterator[SandboxEndpoints]:
