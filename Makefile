@@ -61,11 +61,10 @@ check: lint typecheck imports unit
 # make test: the static checks, then every test in one pool of processes. Most tests wait on local servers
 # (moto, the fake Kubernetes, Prefect, vLLM) rather than compute, so the pool has more processes than the
 # machine has cores: measured on the 2-core CI machine (quiet), four processes kept 1.44 of 2 cores busy and
-# ended in 21 min 44 s; six kept 1.70 busy, but while the server files ran (their first ten minutes) only 1.6-1.7.
-# A file's tests stay in one process (its module fixtures start those servers once); the files go longest first
-# and the unit tests last, to fill the processes as the long files end (tests/conftest.py).
+# ended in 21 min 44 s. A file's tests stay in one process (its module fixtures start those servers once); the
+# files go longest first and the unit tests last, to fill the processes as the long files end (tests/conftest.py).
 # TEST_WORKERS=4 make test if a loaded machine makes a test's waits run out.
-TEST_WORKERS ?= 7
+TEST_WORKERS ?= 6
 
 # A line as each file ends and the slowest files and tests at the end, to see where CI's minutes go, with the CPU
 # seconds of each (tests/file_progress.py). The timing test then runs alone, collecting only the files that hold one
