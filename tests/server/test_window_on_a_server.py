@@ -164,7 +164,7 @@ def approve_as_the_ui_does(world: World, run: FlowRun, *, approver: str, note: s
     keyset = run.state.state_details.run_input_keyset  # type: ignore[union-attr]
     assert keyset is not None, "the suspended run waits for no input"
     api = world.server.url
-    schema = _call_as_a_client_does(urllib.request.Request(f"{api}/flow_runs/{run.id}/input/{keyset['schema']}"))
+    schema = _form_schema(f"{api}/flow_runs/{run.id}/input/{keyset['schema']}")
     offering = schema["properties"]["offering_id"]["default"]
     body = {"run_input": {"approved": True, "offering_id": offering, "approver": approver, "note": note}}
     request = urllib.request.Request(
@@ -172,6 +172,20 @@ def approve_as_the_ui_does(world: World, run: FlowRun, *, approver: str, note: s
         headers={"Content-Type": "application/json"},
     )
     assert _call_as_a_client_does(request)["status"] == "ACCEPT"
+
+
+def _form_schema(url: str, timeout_s: float = 120) -> Any:
+    """The approval form's schema, once the run has saved it: Prefect's ``suspend_flow_run`` proposes the Suspended
+    state first and saves the schema after (prefect/flow_runs.py), so a reader that sees the state at once may find
+    no schema for a moment (404) on a loaded machine. A person opening the form in the UI comes seconds later."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return _call_as_a_client_does(urllib.request.Request(url))
+        except urllib.error.HTTPError as exc:
+            if exc.code != 404 or time.monotonic() > deadline:
+                raise
+            time.sleep(1)
 
 
 def _call_as_a_client_does(request: urllib.request.Request, attempts: int = 6) -> Any:
