@@ -28,6 +28,7 @@ os.environ.pop("AWS_SESSION_TOKEN", None)
 import file_progress  # noqa: E402
 import no_leftovers  # noqa: E402
 import pytest  # noqa: E402
+from file_schedule import LONG_FILES, ShortBehindLong  # noqa: E402
 from no_leftovers import pytest_sessionfinish  # noqa: E402, F401  # nothing left running
 from prefect_harness import prefect_test_server  # noqa: E402
 
@@ -50,7 +51,7 @@ def prefect_harness(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 # Longest files first (a file's tests stay in one process, so a long file that starts last runs alone at the
-# end): the fault chain (minutes of a real server, three workers and the sandbox), then the other server and vLLM
+# end): the files that take minutes, in the order tests/file_schedule.py lists them, then the other server and vLLM
 # files, then other files marked slow, the flows, the other folders, and the unit tests last: many short files
 # that fill the processes as the long ones end. `make test` keeps this order (`--no-loadscope-reorder`: by
 # default xdist re-sorts files by their number of tests).
@@ -59,10 +60,17 @@ _RANKED_MARKERS = (("faults",), ("server", "vllm"), ("slow",))
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::")[0]
+        if path in LONG_FILES:
+            return LONG_FILES.index(path)
         for position, markers in enumerate(_RANKED_MARKERS):
             if any(item.get_closest_marker(name) for name in markers):
-                return position
+                return len(LONG_FILES) + position
         folder = item.path.parent.name
-        return len(_RANKED_MARKERS) + {"flows": 0, "unit": 2}.get(folder, 1)
+        return len(LONG_FILES) + len(_RANKED_MARKERS) + {"flows": 0, "unit": 2}.get(folder, 1)
 
     items.sort(key=rank)  # stable: within a rank, files and their tests keep their order
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> ShortBehindLong | None:
+    return ShortBehindLong(config, log) if config.getvalue("dist") == "loadfile" else None
