@@ -155,8 +155,7 @@ def world(logs: Path, *, victims: int = len(VICTIM_QUEUES)) -> Iterator[World]:
         env = {**os.environ, **server.env, **sandbox_env, **FAST_SETTINGS,
                REPORT_DIR_ENV: str(logs / "reports" / "{campaign}")}  # the later runs' reports, beside the logs
         register(ROOT, env, logs / "register.log")
-        with temporary_settings({PREFECT_API_URL: server.url}):
-            pause_wall_clock_watches(WALL_CLOCK_WATCHES)  # the matrix's runs are its own, on no quarter hour
+        pause_wall_clock_watches(WALL_CLOCK_WATCHES, api_url=server.url)  # its runs only
         for queue in VICTIM_QUEUES[:victims]:
             prefect_cli(["work-queue", "create", queue, "--pool", POOL], env, cwd=ROOT, log=logs / "register.log")
         steady = start_worker(ROOT, env, logs / "steady.log", name="faults-steady", queue="default")

@@ -10,6 +10,7 @@ only reads the campaign's runs by tag and creates or cancels them (docs/prefect.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -19,6 +20,7 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName, Flo
 from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.context import FlowRunContext
 from prefect.exceptions import ObjectNotFound
+from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect.states import Cancelled, Scheduled
 
 from capserve.core.lease import Lease
@@ -105,13 +107,16 @@ REAPER = "reaper/reaper"
 WALL_CLOCK_WATCHES = (HUB_WATCHER, REAPER)  # the deployments with cron schedules (deployments/prefect.yaml)
 
 
-def pause_wall_clock_watches(deployments: Sequence[str] = (HUB_WATCHER,)) -> None:
+def pause_wall_clock_watches(deployments: Sequence[str] = (HUB_WATCHER,), *, api_url: str | None = None) -> None:
     """Turn the cron schedules of ``deployments`` off (the server deletes the future runs they had made). By
     default the ``hub-watcher``'s every 10 minutes: the campaign's watches are due at instants of its clock, which
     need not be the host's, and these runs would take the deployment's one slot from the watches asked for. A
     world that plays no hour of the host's clock (the tests', the fault matrix's) pauses ``WALL_CLOCK_WATCHES``:
-    else a watch and a reaper run, each a flow process of its own, start whenever its clock passes a quarter hour."""
-    with get_client(sync_client=True) as client:
+    else a watch and a reaper run, each a flow process of its own, start whenever its clock passes a quarter hour.
+    ``api_url``: that world's server, when it is not the one the settings name."""
+    with temporary_settings({PREFECT_API_URL: api_url}) if api_url else nullcontext(), get_client(
+        sync_client=True
+    ) as client:
         for name in deployments:
             deployment = client.read_deployment_by_name(name)
             for schedule in client.read_deployment_schedules(deployment.id):

@@ -29,7 +29,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from capserve.runtime.prefect_server import WORKER_SETTINGS, Child, LocalServer, start_server
 from capserve.tasks.scheduling import WALL_CLOCK_WATCHES, pause_wall_clock_watches
@@ -178,8 +177,7 @@ def test_deploy_then_up_from_the_wheel_plays_a_campaign_on_the_server(
     assert len(listed) == 12 and len(set(listed)) == 12, listed
     assert listed["campaign/campaign"] == ("capserve.flows.campaign.campaign", 0)
     assert listed["reaper/reaper"][1] == 1 and listed["hub-watcher/hub-watcher"][1] == 1
-    with temporary_settings({PREFECT_API_URL: served.server.url}):
-        pause_wall_clock_watches(WALL_CLOCK_WATCHES)  # the runs below are the campaign's, on no quarter hour
+    pause_wall_clock_watches(WALL_CLOCK_WATCHES, api_url=served.server.url)  # the campaign's runs only
 
     data = yaml.safe_load(EXAMPLE.read_text())
     # The client's lag does not invalidate the run on a machine shared by other processes (as test_up_on_a_server).

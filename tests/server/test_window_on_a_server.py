@@ -86,8 +86,7 @@ def world_on(server: LocalServer, logs: Path) -> Iterator[World]:
         env = {**os.environ, **server.env, "CAPSERVE_HUB_ENDPOINT": far_ends.hub,
                REPORT_DIR_ENV: str(logs / "reports" / "{campaign}")}  # where the scheduled runs write the report
         register(ROOT, env, logs / "register.log")
-        with temporary_settings({PREFECT_API_URL: server.url}):
-            pause_wall_clock_watches(WALL_CLOCK_WATCHES)  # the runs here are the tests' own, on no quarter hour
+        pause_wall_clock_watches(WALL_CLOCK_WATCHES, api_url=server.url)  # the tests' own runs
         worker = start_worker(ROOT, env, logs / "worker.log")
         world = World(server=server, far_ends=far_ends, worker=worker, env=env, logs=logs)
         try:
