@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from capserve_sandbox.kube.network import API_SERVER_NAMES, Answer
 
 POD_ENV = "CAPSERVE_SANDBOX_POD"  # the pod's uid, set by the kubelet on tool containers
-# The container process's party on a played block's clock (played_staging.ProcessHold); the shims pass it on, as
+# The container process's party on a played block's clock (kubelet/process_hold.py); the shims pass it on, as
 # every variable named CAPSERVE_SANDBOX_POD*.
 PARTY_ENV = "CAPSERVE_SANDBOX_POD_PARTY"
 

@@ -17,15 +17,13 @@ gives the bytes that file stands for:
 
 The clock skips through each copy (``SandboxClock.skip_to``): nothing real runs meanwhile. Between its copies
 the Job's process really runs (Python's start, boto3, the hashing, the renames), in wall time that a loaded host
-stretches: on a playing block the process holds the clock for as long as it runs (``ProcessHold``, as a flow
+stretches: on a playing block the process holds the clock for as long as it runs (``process_hold.py``, as a flow
 run's process holds it while it works), except while a copy it asked for is under way, so the block sees the
 copies' modelled time and nothing of the host's speed.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -37,13 +35,7 @@ from capserve.core.timeline import s3_to_node_bytes_per_s
 from capserve_sandbox.clock import CLOCK
 from capserve_sandbox.kube.kubelet.played_start import StandsFor
 
-_log = logging.getLogger(__name__)
 _POLL_S = 0.02
-
-HOLD_AT_MOST_S = 120.0
-"""Wall seconds a container's process may hold the block's clock: one that runs longer (a hung copy) lets the block
-go on, so the deadline its Job is watched against, on the block's clock, still comes. The staging Job's process
-runs for seconds between its copies, tens under a loaded `make test`. [inf]"""
 
 # What the staging play needs from S3: the sizes of the objects directly under a prefix, by key.
 ListSizes = Callable[[str, str], dict[str, int]]
@@ -92,37 +84,3 @@ class StagingPlay:
             if party is not None:
                 CLOCK.awake(party, token)  # its process works on: it holds the clock again
             CLOCK.skipped(token)
-
-
-class ProcessHold:
-    """A container's local process works on a playing block's clock, from just before its start until its end is
-    in the pod's status (``HOLD_AT_MOST_S`` at most): the clock moves meanwhile only through what the process waits
-    for (its copies, ``StagingPlay.copied``), so the container's ``startedAt``→``finishedAt`` is their modelled
-    time on any host."""
-
-    def __init__(self) -> None:
-        self.token = f"container-{uuid4().hex}"  # the process's ``PARTY_ENV``
-        self._held = False
-        self._timer: asyncio.TimerHandle | None = None
-
-    def hold(self) -> None:
-        """The container starts (on the kubelet's loop): it holds the clock if a block plays."""
-        if self._held or not CLOCK.playing:
-            return
-        CLOCK.held_by(self.token)  # not ``work``: a stand-in's work does not end a followed run's hold
-        self._held = True
-        self._timer = asyncio.get_running_loop().call_later(HOLD_AT_MOST_S, self._too_long)
-
-    def _too_long(self) -> None:
-        _log.warning("sandbox kubelet: a container's process has held the block's clock for %.0f wall seconds; the "
-                     "block goes on", HOLD_AT_MOST_S)
-        self.release()
-
-    def release(self) -> None:
-        """The container has ended (or is given up): it holds the clock no more."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._held:
-            self._held = False
-            CLOCK.rest(self.token)

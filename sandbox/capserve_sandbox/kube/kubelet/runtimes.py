@@ -39,7 +39,6 @@ from capserve_sandbox.clock import CLOCK
 from capserve_sandbox.kube.aws_shim import INSTANCE_ROLE_ENV
 from capserve_sandbox.kube.kubelet.faults import FaultKind
 from capserve_sandbox.kube.kubelet.logs import InstanceLog
-from capserve_sandbox.kube.kubelet.played_staging import ProcessHold
 from capserve_sandbox.kube.kubelet.played_start import (
     PlayedStart,
     engine_line,
@@ -50,6 +49,7 @@ from capserve_sandbox.kube.kubelet.played_start import (
     vllm_line,
     weights_storage,
 )
+from capserve_sandbox.kube.kubelet.process_hold import ProcessHold
 from capserve_sandbox.kube.kubelet.processes import LocalProcess, SpawnError, free_port
 from capserve_sandbox.kube.kubelet.volumes import rewrite_paths, to_host
 from capserve_sandbox.kube.net_tools import PARTY_ENV, POD_ENV
@@ -246,10 +246,11 @@ class ToolRuntime(ProcessRuntime):
     """A tool container's command, run locally; on a playing block its process holds the clock while it runs
     (``ProcessHold``: what it does in wall time costs the block nothing; its copies' modelled time is what passes)."""
 
+    clock_hold: ProcessHold
+
     def __init__(self, ctx: ContainerContext) -> None:
         super().__init__(ctx)
-        self._hold = ProcessHold()
-        self.clock_hold = self._hold
+        self.clock_hold = ProcessHold()
 
     async def start(self) -> None:
         ctx = self.ctx
@@ -273,7 +274,7 @@ class ToolRuntime(ProcessRuntime):
                 env[INSTANCE_ROLE_ENV] = devices.instance_role_arn
         env["PATH"] = f"{ctx.kubelet.shim_dir()}:{os.environ.get('PATH', '/usr/bin:/bin')}"
         env[POD_ENV] = str(ctx.pod["metadata"]["uid"])  # which pod's network the shims answer for
-        env[PARTY_ENV] = self._hold.token  # whose work a copy it asks the shims for interrupts
+        env[PARTY_ENV] = self.clock_hold.token  # whose work a copy it asks the shims for interrupts
         env["HOME"] = str(ctx.scratch)
         env["TMPDIR"] = str(ctx.scratch)
         workdir = ctx.container.get("workingDir")
@@ -287,7 +288,7 @@ class ToolRuntime(ProcessRuntime):
 
     def kill_now(self) -> None:  # the fake stops: its loop may not run the runner's release
         super().kill_now()
-        self._hold.release()
+        self.clock_hold.release()
 
 
 # ---------------------------------------------------------------- vLLM

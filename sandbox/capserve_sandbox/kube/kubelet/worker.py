@@ -250,7 +250,7 @@ class ContainerRunner:
         self.runtime = runtime
         hold = runtime.clock_hold
         if hold is not None:
-            hold.hold()  # from its startedAt until its end is in the pod's status (played_staging.ProcessHold)
+            hold.hold()  # from its startedAt until its end is in the pod's status (process_hold.py)
         try:
             return await self._run_held(runtime)
         finally:
