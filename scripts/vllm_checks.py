@@ -1,16 +1,19 @@
-"""Everything the tests ask of the installed vLLM, from one import of it (importing vllm takes tens of CPU
-seconds on a 2-core machine; the tests used to pay it three times):
+"""Everything the tests ask of the installed vLLM, from one import of it (importing vllm takes ~10 CPU s on a
+2-core machine; the tests used to pay it four times). Its stdin is one JSON object, ``{"argument_lists": [[...],
+...], "stream_plans": {name: plan}}``; its stdout one JSON object:
 
 - ``flags``: the snapshot of `vllm serve`'s flags (scripts/snapshot_vllm_flags.py), as it would be written now;
 - ``rules``: the snapshot of vLLM's cross-flag rules (scripts/snapshot_vllm_rules.py), as it would be written now;
-- ``verdicts``: for each argument list read as JSON from stdin, what vLLM's own parser and the checks `vllm serve`
-  runs before loading anything (``validate_parsed_serve_args``) say of it.
+- ``verdicts``: for each argument list, what vLLM's own parser and the checks `vllm serve` runs before loading
+  anything (``validate_parsed_serve_args``) say of it;
+- ``stream``: for each stream plan, the chunks vLLM's protocol classes build (scripts/vllm_stream_reference.py).
 
 Run it with the vLLM venv's Python (it imports vllm, nothing of capserve):
 
-    .venv-vllm/bin/python scripts/vllm_checks.py < argument_lists.json    # one JSON object on stdout
+    .venv-vllm/bin/python scripts/vllm_checks.py < questions.json    # one JSON object on stdout
 
-tests/sandbox/test_vllm_flags.py runs it once and checks each part in a test of its own.
+tests/vllm_answers.py runs it once per test run for tests/sandbox/test_vllm_flags.py and
+tests/eval/test_sandbox_stream_format.py, which check each part in a test of its own.
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ import json
 import sys
 from typing import Any
 
-# This script's folder is sys.path[0]: the two snapshot scripts beside it.
+# This script's folder is sys.path[0]: the scripts beside it.
 import snapshot_vllm_flags
 import snapshot_vllm_rules
+import vllm_stream_reference
 
 
 def verdicts(argument_lists: list[list[str]]) -> list[dict[str, Any]]:
@@ -50,11 +54,12 @@ def verdicts(argument_lists: list[list[str]]) -> list[dict[str, Any]]:
 
 
 def main() -> int:
-    argument_lists = json.load(sys.stdin)
+    asked = json.load(sys.stdin)
     out = {
         "flags": snapshot_vllm_flags.snapshot(),
         "rules": snapshot_vllm_rules.snapshot(),
-        "verdicts": verdicts(argument_lists),
+        "verdicts": verdicts(asked["argument_lists"]),
+        "stream": {name: vllm_stream_reference.chunks(plan) for name, plan in asked["stream_plans"].items()},
     }
     sys.stdout.write(json.dumps(out, sort_keys=True) + "\n")
     return 0

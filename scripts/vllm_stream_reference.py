@@ -1,13 +1,13 @@
 """Serialize chat-completion stream chunks with vLLM's own protocol classes (run it with .venv-vllm's python).
 
 The reference the sandbox's simulated vLLM is checked against (tests/eval/test_sandbox_stream_format.py,
-docs/evaluation.md §4). A *plan* names what a stream carries — the role, each delta's text and which
+docs/evaluation.md §4; the test gets the chunks through scripts/vllm_checks.py, in the same vLLM import as the
+flag checks). A *plan* names what a stream carries — the role, each delta's text and which
 field it is in, the finish reason, the usage numbers — and this script builds the chunks the way vLLM
 0.32's ``chat_completion_stream_generator`` (vllm/entrypoints/openai/chat_completion/serving.py) does:
 the same constructors with the same arguments, serialized with the same ``model_dump_json`` flags.
 
-    .venv-vllm/bin/python scripts/vllm_stream_reference.py plans.json   # prints {"name": [payload, ...]}
-    .venv-vllm/bin/python scripts/vllm_stream_reference.py --write-fixture tests/eval/fixtures/vllm_stream.json
+    .venv-vllm/bin/python scripts/vllm_stream_reference.py --write-fixture tests/eval/fixtures/vllm_stream_chunks.json
 
 A plan is {"id", "created", "model", "role", "deltas": [...], "finish_reason", "usage": null |
 {"prompt_tokens", "completion_tokens", "reasoning_tokens": null | int}}; a delta is {"reasoning": text},
@@ -96,18 +96,16 @@ def chunks(plan: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str]) -> None:
-    if argv[:1] == ["--write-fixture"]:
-        path = Path(argv[1])
-        fixture = json.loads(path.read_text(encoding="utf-8"))
-        for case in fixture["cases"].values():
-            case["chunks"] = chunks(case["plan"])
-        import vllm
+    if argv[:1] != ["--write-fixture"] or len(argv) != 2:
+        raise SystemExit("usage: vllm_stream_reference.py --write-fixture FIXTURE.json")
+    path = Path(argv[1])
+    fixture = json.loads(path.read_text(encoding="utf-8"))
+    for case in fixture["cases"].values():
+        case["chunks"] = chunks(case["plan"])
+    import vllm
 
-        fixture["vllm_version"] = vllm.__version__
-        path.write_text(json.dumps(fixture, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        return
-    plans = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
-    print(json.dumps({name: chunks(plan) for name, plan in plans.items()}))
+    fixture["vllm_version"] = vllm.__version__
+    path.write_text(json.dumps(fixture, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

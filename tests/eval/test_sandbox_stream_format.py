@@ -4,26 +4,23 @@
 stream carries, and the chunks ``scripts/vllm_stream_reference.py`` built from that plan with vLLM's
 ``ChatCompletionStreamResponse``, ``DeltaMessage`` and ``DeltaToolCall``, serialized as vLLM serializes
 them. The sandbox must send those chunks byte for byte (the wall-clock ``created`` aside); when
-``.venv-vllm`` is present the fixture itself is rebuilt from vLLM's classes and must not have drifted.
+``.venv-vllm`` is present the fixture itself is rebuilt from vLLM's classes and must not have drifted (in the run's
+one ask of vLLM, tests/vllm_answers.py).
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from capserve_sandbox.openai_server import SandboxConfig, serve
-from capserve_sandbox.vllm_cpu import VllmCpuSettings
 
 from capserve.core.evaluation.sse import SseDecoder
+from tests.vllm_answers import stream_cases, vllm_answers
 
-ROOT = Path(__file__).resolve().parents[2]
-FIXTURE = Path(__file__).parent / "fixtures" / "vllm_stream_chunks.json"
-CASES: dict[str, dict[str, Any]] = json.loads(FIXTURE.read_text(encoding="utf-8"))["cases"]
+CASES: dict[str, dict[str, Any]] = stream_cases()
 
 
 def _sandbox_chunks(case: dict[str, Any]) -> list[str]:
@@ -48,20 +45,6 @@ def test_sandbox_streams_vllm_chunks_field_for_field(name: str) -> None:
     assert _sandbox_chunks(case) == case["chunks"]
 
 
-def _vllm_python() -> Path | None:
-    python = VllmCpuSettings().venv / "bin" / "python"
-    return python if python.exists() else None
-
-
-@pytest.mark.skipif(_vllm_python() is None, reason="no .venv-vllm (bash scripts/install-vllm-cpu.sh) to rebuild from")
-def test_fixture_is_what_vllms_own_classes_build(tmp_path: Path) -> None:
-    plans = tmp_path / "plans.json"
-    plans.write_text(json.dumps({name: case["plan"] for name, case in CASES.items()}), encoding="utf-8")
-    python = _vllm_python()
-    assert python is not None
-    done = subprocess.run(
-        [str(python), str(ROOT / "scripts" / "vllm_stream_reference.py"), str(plans)],
-        capture_output=True, text=True, timeout=300, check=True, cwd=tmp_path,
-    )
-    rebuilt = json.loads(done.stdout)
+def test_fixture_is_what_vllms_own_classes_build(tmp_path_factory: pytest.TempPathFactory) -> None:
+    rebuilt = vllm_answers(tmp_path_factory)["stream"]  # skips without .venv-vllm
     assert {name: rebuilt[name] for name in CASES} == {name: case["chunks"] for name, case in CASES.items()}

@@ -51,8 +51,12 @@ from tests.sandbox.conftest import install_lws
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 # -O0: no torch.compile on the CPU (a first start compiles for ~100 s more, docs/evaluation.md §7.2); what this
-# checks is the rollout path and the evaluation, not the compile.
-SETTINGS = VllmCpuSettings(extra_args=(*VllmCpuSettings().extra_args, "--reasoning-parser", "olmo3", "-O0"))
+# checks is the rollout path and the evaluation, not the compile. --dtype float32: the CI's CPU has no bf16
+# instructions (AVX2 only), so the model's own bf16 matmuls run 2x (decode) to 8x (prefill) slower than fp32 ones;
+# both flags are this CPU run's, beside the arguments capserve renders (§7.2).
+SETTINGS = VllmCpuSettings(
+    extra_args=(*VllmCpuSettings().extra_args, "--reasoning-parser", "olmo3", "-O0", "--dtype", "float32")
+)
 CAMPAIGN = "smol"
 REPO, SHA = "HuggingFaceTB/SmolLM2-135M-Instruct", "0" * 40
 

