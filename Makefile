@@ -50,9 +50,11 @@ typecheck: install
 imports: install
 	$(VENV)/bin/lint-imports --no-cache
 
-# tests/unit: no stand-in and no server of their own, two processes (the machine's two cores). The unit tests that
-# load the real vLLM (`vllm`-marked: importing it takes most of a minute on this machine) run in `make test`.
+# tests/unit: no stand-in and no server of their own, two processes (the machine's two cores), the rewritten test
+# modules cached first (see test:). The unit tests that load the real vLLM (`vllm`-marked: importing it takes most of
+# a minute on this machine) run in `make test`.
 unit: install
+	$(PY) tests/rewrite_cache.py tests
 	$(PY) -m pytest -n 2 --dist loadfile tests/unit -m "not solo and not vllm"
 
 # The fast tier, before a commit (README.md, "How long things take").
