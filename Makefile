@@ -50,9 +50,11 @@ typecheck: install
 imports: install
 	$(VENV)/bin/lint-imports --no-cache
 
-# tests/unit: no stand-in and no server of their own, two processes (the machine's two cores). The unit tests that
-# load the real vLLM (`vllm`-marked: importing it takes most of a minute on this machine) run in `make test`.
+# tests/unit: no stand-in and no server of their own, two processes (the machine's two cores), the rewritten test
+# modules cached first (see test:). The unit tests that load the real vLLM (`vllm`-marked: importing it takes most of
+# a minute on this machine) run in `make test`.
 unit: install
+	$(PY) tests/rewrite_cache.py tests
 	$(PY) -m pytest -n 2 --dist loadfile tests/unit -m "not solo and not vllm"
 
 # The fast tier, before a commit (README.md, "How long things take").
@@ -71,9 +73,12 @@ TEST_WORKERS ?= 6
 # (measured: the whole tree's collection took 18 CPU seconds, that file's 7).
 # The bytecode is written first: where PYTHONDONTWRITEBYTECODE is set (it was in the shells make test was timed in), no
 # process writes it, and every flow run, capserve command and pytest process compiled all it imports again (a drain
-# run's process: 4.7 -> 4.3 CPU s; compileall takes 0.6). pytest's rewritten test modules are its own.
+# run's process: 4.7 -> 4.3 CPU s; compileall takes 0.6). pytest's rewritten test modules (and the pytest plugins'
+# modules) are cached for the same reason, once and on both cores, by tests/rewrite_cache.py: each of the pool's
+# processes rewrote them all while it collected. The processes read that cache whatever PYTHONDONTWRITEBYTECODE says.
 test: lint typecheck imports
 	$(PY) -m compileall -q capserve sandbox/capserve_sandbox tests >/dev/null
+	$(PY) tests/rewrite_cache.py tests
 	PYTHONUNBUFFERED=1 $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=10 \
 		-m "not solo" tests
 	$(PY) -m pytest -m solo $$(grep -rlE --include='test_*.py' 'mark\.solo' tests)

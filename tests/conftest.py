@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -32,10 +33,18 @@ from file_schedule import LONG_FILES, ShortBehindLong  # noqa: E402
 from no_leftovers import pytest_sessionfinish  # noqa: E402, F401  # nothing left running
 from prefect_harness import prefect_test_server  # noqa: E402
 
+# A full garbage collection walks every object alive. A test process holds Prefect, moto, the stand-ins and capserve
+# (~5,000 modules), so each took ~0.3 CPU s, and Python's default ran one every 10 middle-generation collections:
+# 6 of tests/flows/test_bring_up.py's 26 CPU s in its process. Every 100th: 2 (22 CPU s in all). The young
+# generations, where most garbage dies, are collected as before.
+FULL_COLLECTION_EVERY = 100
+
 
 def pytest_configure(config: pytest.Config) -> None:
     no_leftovers.pytest_configure(config)
     file_progress.register(config)  # a line per finished file in a parallel run
+    young, middle, _ = gc.get_threshold()
+    gc.set_threshold(young, middle, FULL_COLLECTION_EVERY)
 
 
 @pytest.fixture(autouse=True, scope="session")

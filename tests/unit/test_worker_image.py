@@ -5,6 +5,8 @@ declared as a variable), its variables as a JSON Schema with valid defaults, the
 own job configuration for a flow run (as the worker does before creating the Job) and validated, strict, against
 the Kubernetes API's OpenAPI schema for batch/v1 Job (kubernetes-validate). The Dockerfile is not built here
 (no container runtime): what is checked is that it matches pyproject.toml and the deployments the wheel ships.
+prefect-kubernetes (kubernetes_asyncio, kopf, docker: ~1,000 modules, ~1.2 CPU s) and Prefect's server schemas are
+imported by the helpers that use them: each process of `make test`'s pool collects this file, one runs it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import re
 import tomllib
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
 import kubernetes_validate
@@ -25,8 +27,9 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from prefect.client.schemas.objects import FlowRun
-from prefect.server.schemas.actions import WorkPoolCreate
-from prefect_kubernetes.worker import KubernetesWorkerJobConfiguration
+
+if TYPE_CHECKING:
+    from prefect.server.schemas.actions import WorkPoolCreate
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "deployments" / "worker"
@@ -41,15 +44,24 @@ def template() -> dict[str, Any]:
     return loaded
 
 
+def work_pool(base_job_template: dict[str, Any]) -> WorkPoolCreate:
+    """The work pool Prefect's API would create from this template (its own validation of it)."""
+    from prefect.server.schemas.actions import WorkPoolCreate
+
+    return WorkPoolCreate(name="capserve", type="kubernetes", base_job_template=base_job_template)
+
+
 def rendered_job(base: dict[str, Any], values: dict[str, Any] | None = None) -> dict[str, Any]:
     """The Job the Kubernetes worker would create for a flow run of a deployment on this pool."""
+    from prefect_kubernetes.worker import KubernetesWorkerJobConfiguration
+
     config = asyncio.run(KubernetesWorkerJobConfiguration.from_template_and_values(base, values or {}))
     config.prepare_for_flow_run(FlowRun(id=uuid.uuid4(), flow_id=uuid.uuid4(), name="campaign-team-1"))
     return config.job_manifest
 
 
 def test_prefect_accepts_the_template_as_a_work_pool_s() -> None:
-    pool = WorkPoolCreate(name="capserve", type="kubernetes", base_job_template=template())
+    pool = work_pool(template())
     assert pool.base_job_template["variables"]["properties"]["image"]["default"] == "capserve-worker:0.1.0"
 
 
@@ -89,7 +101,7 @@ def test_prefect_refuses_a_placeholder_without_its_variable() -> None:
     broken = copy.deepcopy(template())
     del broken["variables"]["properties"]["out_claim"]
     with pytest.raises(ValueError, match="out_claim"):
-        WorkPoolCreate(name="capserve", type="kubernetes", base_job_template=broken)
+        work_pool(broken)
 
 
 def _dockerfile() -> str:
