@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import ExitStack
 
@@ -29,12 +30,14 @@ import file_progress  # noqa: E402
 import no_leftovers  # noqa: E402
 import pytest  # noqa: E402
 from no_leftovers import pytest_sessionfinish  # noqa: E402, F401  # nothing left running
-from prefect_harness import prefect_test_server  # noqa: E402
+from prefect_harness import ensure_seed, prefect_test_server  # noqa: E402
 
 
 def pytest_configure(config: pytest.Config) -> None:
     no_leftovers.pytest_configure(config)
     file_progress.register(config)  # a line per finished file in a parallel run
+    if not hasattr(config, "workerinput"):  # the session's first process: the test server's migrated database is
+        threading.Thread(target=ensure_seed, daemon=True).start()  # made (once) while the tests are collected
 
 
 @pytest.fixture(autouse=True, scope="session")
