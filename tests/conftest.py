@@ -1,4 +1,4 @@
-"""Test-session setup: one Prefect test server for the whole session (it takes 10–18 s to start)."""
+"""Test-session setup: one Prefect test server for the whole session (tests/prefect_harness.py: ~4 CPU s to start)."""
 
 from __future__ import annotations
 

@@ -7,13 +7,13 @@ takes. With an in-memory database Prefect keeps one connection (``AioSqliteConfi
 for ``:memory:``), so the server's writes queue instead of colliding, and no write waits on a disk.
 
 Otherwise this is the server Prefect's harness starts (``SubprocessASGIServer``: uvicorn on
-``prefect.server.api.server:create_app``, ephemeral, no UI), with three differences:
+``prefect.server.api.server:create_app``, ephemeral, no UI), with four differences:
 
 - **No migrations at start.** Alembic's migrations were 6 of a start's 11 CPU s, in every xdist process. The
   migrated database is kept once per Prefect version (``seed``, in ``~/.cache/capserve`` beside the local server's
   seeded home, capserve/runtime/prefect_server.py), and each server loads that image into its in-memory database
-  as it opens its one connection (``_load_seed``). The first session on a machine makes the image; the others
-  wait for it (a file lock) and copy it.
+  as it opens its one connection (``_load_seed``). The first session on a machine makes the image (tests/conftest.py
+  starts it while the tests are collected); the others wait for it (a file lock) and load it.
 - **No block types registered at start.** Registering imports every collection to compare a memo kept in
   ``PREFECT_HOME``; for an in-memory database that memo matched after the first start on a machine, so the
   database held no built-in block types anyway. No test reads one (capserve's own ``HubCredentials`` registers
@@ -21,6 +21,7 @@ Otherwise this is the server Prefect's harness starts (``SubprocessASGIServer``:
 - **The worker does not import ``prefect.server``** (2 CPU s in every xdist process): the server is our own
   subprocess, and Prefect's fallback of starting a temporary server of its own is off in the worker
   (``PREFECT_SERVER_ALLOW_EPHEMERAL_MODE``): code that lost the API URL fails loudly instead.
+- **Its task queue polls less** (``_quiet_task_queue``): most of an idle server's CPU.
 
 One service is off (task-run records: no test reads them, see `prefect_test_server`).
 """
