@@ -1,9 +1,10 @@
-"""Test-session setup: one Prefect test server for the whole session (it takes 10–18 s to start)."""
+"""Test-session setup: one Prefect test server for the whole session (tests/prefect_harness.py: ~4 CPU s to start)."""
 
 from __future__ import annotations
 
 import gc
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import ExitStack
 
@@ -31,7 +32,7 @@ import no_leftovers  # noqa: E402
 import pytest  # noqa: E402
 from file_schedule import LONG_FILES, ShortBehindLong  # noqa: E402
 from no_leftovers import pytest_sessionfinish  # noqa: E402, F401  # nothing left running
-from prefect_harness import prefect_test_server  # noqa: E402
+from prefect_harness import ensure_seed, prefect_test_server  # noqa: E402
 
 # A full garbage collection walks every object alive. A test process holds Prefect, moto, the stand-ins and capserve
 # (~5,000 modules), so each took ~0.3 CPU s, and Python's default ran one every 10 middle-generation collections:
@@ -45,6 +46,8 @@ def pytest_configure(config: pytest.Config) -> None:
     file_progress.register(config)  # a line per finished file in a parallel run
     young, middle, _ = gc.get_threshold()
     gc.set_threshold(young, middle, FULL_COLLECTION_EVERY)
+    if not hasattr(config, "workerinput"):  # the session's first process: the test server's migrated database is
+        threading.Thread(target=ensure_seed, daemon=True).start()  # made (once) while the tests are collected
 
 
 @pytest.fixture(autouse=True, scope="session")
