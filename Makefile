@@ -64,9 +64,10 @@ check: lint typecheck imports unit
 # (moto, the fake Kubernetes, Prefect, vLLM) rather than compute, so the pool has more processes than the
 # machine has cores: measured on the 2-core CI machine (quiet), four processes kept 1.44 of 2 cores busy and
 # ended in 21 min 44 s. A file's tests stay in one process (its module fixtures start those servers once); the
-# files go longest first and the unit tests last, to fill the processes as the long files end (tests/conftest.py).
+# files go longest first and the unit tests last, to fill the processes as the long files end (tests/conftest.py),
+# and a file never waits behind another's long last test (tests/file_schedule.py).
 # TEST_WORKERS=4 make test if a loaded machine makes a test's waits run out.
-TEST_WORKERS ?= 6
+TEST_WORKERS ?= 7
 
 # A line as each file ends and the slowest files and tests at the end, to see where CI's minutes go, with the CPU
 # seconds of each (tests/file_progress.py). The timing test then runs alone, collecting only the files that hold one
