@@ -33,6 +33,7 @@ import importlib.metadata
 import inspect
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -49,10 +50,9 @@ from prefect.events.worker import EventsWorker
 from prefect.logging.handlers import APILogWorker
 from prefect.utilities.asyncutils import run_coro_as_sync
 
-from capserve.runtime.prefect_server import free_port, seed_dir
+from capserve.runtime.prefect_server import seed_dir
 
 IN_MEMORY = "sqlite+aiosqlite:///:memory:"
-PORT_IN_USE = 3  # uvicorn's exit status when it cannot bind its port (another process took it first)
 
 # The server process's own settings (the worker's clients never see them).
 SERVER_SETTINGS = {
@@ -144,27 +144,26 @@ def _quiet_task_queue() -> None:
 
     class QuietWorker(Worker):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(
-                *args, **kwargs, scheduling_resolution=timedelta(seconds=1), minimum_check_interval=timedelta(seconds=1)
-            )
+            kwargs.update(scheduling_resolution=timedelta(seconds=1), minimum_check_interval=timedelta(seconds=1))
+            super().__init__(*args, **kwargs)
 
         async def _cancellation_listener(self) -> None:
             if self._processing_session is not None:
                 self._processing_session.cancellation_ready.set()  # what the worker waits for before it reads
 
-    background_workers.Worker = QuietWorker  # type: ignore[misc]
+    background_workers.Worker = QuietWorker  # type: ignore[attr-defined, misc]
 
 
-def serve(port: int) -> None:
-    """The server process (``python tests/prefect_harness.py serve PORT``): uvicorn as SubprocessASGIServer runs it."""
+def serve(fd: int) -> None:
+    """The server process (``python tests/prefect_harness.py serve FD``): uvicorn as SubprocessASGIServer runs it,
+    on the listening socket the worker bound and passed (no port freed and bound again: another process can
+    take it in between, and a health check could then reach that one's server)."""
     import uvicorn
 
     _load_seed(seed().read_bytes())
     _quiet_task_queue()
-    uvicorn.run(
-        "prefect.server.api.server:create_app", factory=True, host="127.0.0.1", port=port, log_level="error",
-        lifespan="on",
-    )
+    config = uvicorn.Config("prefect.server.api.server:create_app", factory=True, log_level="error", lifespan="on")
+    uvicorn.Server(config).run(sockets=[socket.socket(fileno=fd)])
 
 
 def _healthy(url: str) -> bool:
@@ -183,23 +182,23 @@ def _server(timeout: float) -> Iterator[str]:
         **prefect.settings.get_current_settings().to_environment_variables(exclude_unset=True),
         **SERVER_SETTINGS,
     }
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(128)
+        url = f"http://127.0.0.1:{listening.getsockname()[1]}/api"
+        fd = listening.fileno()
+        process = subprocess.Popen([sys.executable, __file__, "serve", str(fd)], env=env, pass_fds=[fd])
     deadline = time.monotonic() + timeout
-    process: subprocess.Popen[bytes] | None = None
     try:
-        while True:
-            url = f"http://127.0.0.1:{(port := free_port())}/api"
-            process = subprocess.Popen([sys.executable, __file__, "serve", str(port)], env=env)
-            while process.poll() is None and not _healthy(url):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the test Prefect server was not healthy within {timeout:.0f} s")
-                time.sleep(0.1)
-            if process.poll() is None:
-                break
-            if process.returncode != PORT_IN_USE:
+        while not _healthy(url):
+            if process.poll() is not None:
                 raise RuntimeError(f"the test Prefect server exited at start ({process.returncode})")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the test Prefect server was not healthy within {timeout:.0f} s")
+            time.sleep(0.1)
         yield url
     finally:
-        if process is not None and process.poll() is None:
+        if process.poll() is None:
             process.terminate()
             try:
                 process.wait(timeout=5)
