@@ -2,13 +2,15 @@
 
 A Python signal handler runs in the main thread between two bytecodes of whatever runs there, a
 finalizer included: the garbage collector may be calling an object's ``__del__`` (an asyncio transport
-left unclosed, say) at that moment. An exception raised from there is not propagated: Python prints
-"Exception ignored in: <__del__ …>" and the interrupted code goes on (Python data model, ``__del__``:
-"exceptions that occur during their execution are ignored"). So a handler that only raises loses the
-signal now and then: a `capserve up --in-process` SIGTERMed during bring-up carried on to the end (exit 0).
+left unclosed, say) or a weak reference's callback (a ``WeakValueDictionary`` dropping an entry) at that
+moment. An exception raised from there is not propagated: Python hands it to ``sys.unraisablehook``
+("Exception ignored in: …") and the interrupted code goes on (Python data model, ``__del__``: "exceptions
+that occur during their execution are ignored"; ``sys.unraisablehook``). So a handler that only raises
+loses the signal now and then: a `capserve up --in-process` SIGTERMed during bring-up carried on to the end.
 
-Both handlers that can be installed while a command runs therefore defer instead of raising when they
-interrupt a finalizer: the signal is sent again a moment later, when the finalizer has returned.
+Both handlers that can be installed while a command runs therefore mark what they raise, and an
+unraisable hook that meets a marked exception sends the signal again a moment later, when the finalizer
+has returned.
 
 - ours (``interrupt``): SIGTERM becomes ``KeyboardInterrupt``, as Ctrl-C;
 - Prefect's, which its flow engine installs while a flow runs in this process
@@ -23,6 +25,7 @@ from __future__ import annotations
 import atexit
 import gc
 import os
+import sys
 import threading
 from collections.abc import Callable
 from types import FrameType
@@ -38,13 +41,7 @@ received = threading.Event()
 Handler = Callable[[int, FrameType | None], Any]
 
 
-def in_finalizer(frame: FrameType | None) -> bool:
-    """True when ``frame`` runs inside a ``__del__`` (an exception raised there would be ignored)."""
-    while frame is not None:
-        if frame.f_code.co_name == "__del__":
-            return True
-        frame = frame.f_back
-    return False
+SIGNAL_ATTR = "capserve_signal"  # set on what a wrapped handler raises: the signal it stands for
 
 
 def _redeliver(signum: int) -> None:
@@ -53,15 +50,36 @@ def _redeliver(signum: int) -> None:
     timer.start()
 
 
+def _catch_lost_signals() -> None:
+    """Make ``sys.unraisablehook`` send a signal again when an exception a wrapped handler raised is ignored in a
+    finalizer (and not print it: it was no error); anything else goes to the hook in place. Installed when a
+    signal arrives, over whatever hook is in place then (a test runner replaces hooks between tests)."""
+    previous = sys.unraisablehook
+    if getattr(previous, SIGNAL_ATTR, False):
+        return
+
+    def redeliver_if_lost(unraisable: Any) -> None:
+        signum = getattr(unraisable.exc_value, SIGNAL_ATTR, None)
+        if signum is None:
+            previous(unraisable)
+        else:
+            _redeliver(signum)
+
+    setattr(redeliver_if_lost, SIGNAL_ATTR, True)
+    sys.unraisablehook = redeliver_if_lost
+
+
 def outside_finalizers(handler: Handler) -> Handler:
-    """``handler``, except that inside a finalizer the signal is sent again a moment later instead."""
+    """``handler``, except that what it raises inside a finalizer is not lost: the signal is sent again."""
 
     def deferring(signum: int, frame: FrameType | None) -> Any:
         received.set()
-        if in_finalizer(frame):
-            _redeliver(signum)
-            return None
-        return handler(signum, frame)
+        _catch_lost_signals()
+        try:
+            return handler(signum, frame)
+        except BaseException as raised:
+            setattr(raised, SIGNAL_ATTR, signum)
+            raise
 
     deferring.__wrapped__ = handler  # type: ignore[attr-defined]
     return deferring

@@ -12,6 +12,8 @@ import os
 import signal
 import threading
 import time
+import weakref
+from collections.abc import Callable
 
 import pytest
 
@@ -61,14 +63,36 @@ class _SignalledWhileFinalized:
             pass
 
 
-def _parser_with_a_command_signalled_in_a_finalizer(in_a_flow: bool) -> object:
+class _Referent:
+    """A weak reference's callback gets the SIGTERM when this is freed (as a ``WeakValueDictionary`` drops an
+    entry): an exception raised in that callback is ignored too."""
+
+
+def _signalled_in_a_weakref_callback() -> None:
+    def callback(_: object) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        until = time.monotonic() + 0.5
+        while time.monotonic() < until:  # the handler runs at one of these bytecodes, inside the callback
+            pass
+
+    referent = _Referent()
+    kept = weakref.ref(referent, callback)
+    del referent  # the callback runs here, in the main thread
+    assert kept() is None
+
+
+def _signalled_in_a_del() -> None:
+    doomed = _SignalledWhileFinalized()
+    del doomed  # finalized here, in the main thread
+
+
+def _parser_with_a_command_signalled_in_a_finalizer(in_a_flow: bool, finalizer: Callable[[], None]) -> object:
     def build(only: str | None = None) -> argparse.ArgumentParser:
         parser = argparse.ArgumentParser(prog="capserve")
         sub = parser.add_subparsers(dest="command", required=True)
 
         def body() -> None:
-            doomed = _SignalledWhileFinalized()
-            del doomed  # finalized here, in the main thread
+            finalizer()
             time.sleep(30)  # the signal is not lost: this is interrupted
             FINISHED.append(True)
 
@@ -91,14 +115,16 @@ def _parser_with_a_command_signalled_in_a_finalizer(in_a_flow: bool) -> object:
     return build
 
 
+@pytest.mark.parametrize("finalizer", [_signalled_in_a_del, _signalled_in_a_weakref_callback], ids=["del", "weakref"])
 @pytest.mark.parametrize("in_a_flow", [False, True], ids=["command", "flow-in-process"])
 def test_a_sigterm_landing_in_a_finalizer_is_not_lost(
-    in_a_flow: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    in_a_flow: bool, finalizer: Callable[[], None], monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     # Python ignores an exception raised in __del__: a handler that only raised lost the signal there, and
     # `capserve up --in-process` (under Prefect's flow-engine handler) then ran to its end and exited 0.
     FINISHED.clear()
-    monkeypatch.setattr(cli, "build_parser", _parser_with_a_command_signalled_in_a_finalizer(in_a_flow))
+    monkeypatch.setattr(cli, "build_parser", _parser_with_a_command_signalled_in_a_finalizer(in_a_flow, finalizer))
     assert cli.main(["wait"]) == 130
     assert not FINISHED
 
