@@ -39,8 +39,6 @@ REDELIVER_AFTER_S = 0.05
 received = threading.Event()
 
 Handler = Callable[[int, FrameType | None], Any]
-
-
 SIGNAL_ATTR = "capserve_signal"  # set on what a wrapped handler raises: the signal it stands for
 
 
